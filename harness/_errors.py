@@ -1,0 +1,109 @@
+"""Every error the library raises on purpose.
+
+One root, `HarnessError`. Subclasses carry the data a caller needs to act
+(`path`, `line`, `seq`, `reason`) and their message says what to do next.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class HarnessError(Exception):
+    """Root of every error raised by harness."""
+
+
+class TraceCorruption(HarnessError):
+    """A trace that cannot support its own story.
+
+    `reason` is a short stable code (see docs/FORMAT.md), `line` is 1-based,
+    `seq` is the record's sequence number when it could be read.
+    """
+
+    def __init__(self, path: str, line: int, reason: str, detail: str, seq: int | None = None):
+        self.path, self.line, self.reason, self.detail, self.seq = path, line, reason, detail, seq
+        where = f" (seq {seq})" if seq is not None else ""
+        super().__init__(f"{path}:{line}: {reason}{where}: {detail}")
+
+
+class NotSerializable(HarnessError, TypeError):
+    """A value that would not come back equal from the trace file.
+
+    Raised before anything is written: the trace stays valid.
+    """
+
+    def __init__(self, field: str, where: str, problem: str):
+        self.field, self.where, self.problem = field, where, problem
+        super().__init__(
+            f"{field}{where} cannot be stored in a trace: {problem}. "
+            "Return plain JSON values (dict with str keys, list, str, int, finite float, bool, None)."
+        )
+
+
+class TraceExists(HarnessError, FileExistsError):
+    """A new run was asked for on a trace that already holds one."""
+
+    def __init__(self, path: str):
+        self.path = path
+        super().__init__(
+            f"{path} already holds a run; pass resume=True to continue it, or choose another path"
+        )
+
+
+class TraceLocked(HarnessError):
+    """Another writer, in this process or another, holds the trace."""
+
+    def __init__(self, path: str):
+        self.path = path
+        super().__init__(
+            f"{path} is being written by another live run; wait for it to end (readers need no lock)"
+        )
+
+
+class JournalError(HarnessError):
+    """A write or sync to the trace failed; the run stopped at that record."""
+
+    def __init__(self, path: str, problem: str):
+        self.path, self.problem = path, problem
+        super().__init__(
+            f"{path}: {problem}. The run stopped; nothing after the last complete line was "
+            "acknowledged. Fix the cause and resume with resume=True."
+        )
+
+
+class ResumeMismatch(HarnessError):
+    """resume=True with a goal or tools other than the ones the trace pins."""
+
+    def __init__(self, path: str, what: str, recorded: Any, given: Any):
+        self.path, self.what, self.recorded, self.given = path, what, recorded, given
+        super().__init__(
+            f"{path}: cannot resume with another {what}: the trace has {recorded!r}, "
+            f"this executor has {given!r}. Resume with the same {what}, or start a new trace."
+        )
+
+
+class ToolError(HarnessError):
+    """Raised by a tool to say: I failed in a way you understand, and my effect did not happen.
+
+    The executor records it and retries the step under the RetryPolicy.
+    """
+
+
+class VerificationFailed(HarnessError):
+    """Raised by a verifier to reject a result with a reason (same as returning False)."""
+
+
+class ReplayViolation(HarnessError):
+    """A re-execution crossed a boundary that the recording does not have."""
+
+    def __init__(self, message: str, *, seq: int | None = None, line: int | None = None):
+        self.seq, self.line = seq, line
+        super().__init__(message)
+
+
+class ReplayDrift(HarnessError):
+    """A re-execution made a crossing whose request differs from the recorded one."""
+
+    def __init__(self, message: str, *, seq: int, line: int, fields: dict[str, tuple[Any, Any]]):
+        self.seq, self.line, self.fields = seq, line, fields
+        super().__init__(message)

@@ -1,0 +1,239 @@
+"""The append-only writer of one trace file.
+
+A record is one line: the record's orjson bytes with the closing brace
+replaced by `,"crc":"<8 hex digits>"}` and a newline. The crc is
+zlib.crc32 of the bytes before `,"crc":`, seeded with the previous line's
+crc, so the lines form a chain: an edited, deleted, swapped or re-appended
+line breaks it at that very line, and the reader checks it straight from
+the bytes on disk, with no re-serialization.
+
+Rules kept here:
+- a record is encoded whole before anything is written; a value that would
+  not come back equal raises NotSerializable and writes nothing;
+- one os.write per record on an O_APPEND descriptor, looping on short writes;
+- after a failed write or sync the journal refuses everything: an fsync error
+  is never retried and trusted (see "fsyncgate" in docs/FORMAT.md);
+- an exclusive flock on the descriptor for the writer's life: a second writer,
+  in any thread or process, fails at once; the kernel drops it with the process.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import math
+import os
+import time
+import zlib
+from typing import Any
+
+import orjson
+
+from ._errors import JournalError, NotSerializable, TraceLocked
+
+SCHEMA = 1
+MAX_LINE = 16 * 1024 * 1024  # bytes; larger records are refused on write and on read
+SUFFIX = len(b',"crc":"00000000"}')  # bytes after the checksummed part, newline excluded
+
+_DUMPS_OPTIONS = (
+    orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_SUBCLASS
+)
+_fsync = getattr(os, "fdatasync", os.fsync)  # the data and the size are what we need back
+
+
+def _refuse(value: Any) -> Any:
+    raise TypeError(type(value).__name__)
+
+
+def dumps(value: Any) -> bytes:
+    """orjson bytes of a plain JSON value; TypeError for anything else."""
+    return orjson.dumps(value, default=_refuse, option=_DUMPS_OPTIONS)
+
+
+def canonical(value: Any) -> bytes:
+    """Canonical JSON bytes (sorted keys): what goals and requests are compared and hashed by."""
+    return orjson.dumps(value, default=_refuse, option=_DUMPS_OPTIONS | orjson.OPT_SORT_KEYS)
+
+
+def problem(value: Any, where: str = "") -> tuple[str, str] | None:
+    """(where, what) of the first part of value that a JSON round trip would change."""
+    if isinstance(value, bool) or value is None or type(value) is str:
+        return None
+    if type(value) is int:
+        return None if -(2**63) <= value < 2**64 else (where, f"integer {value} is out of the 64-bit range")
+    if type(value) is float:
+        return None if math.isfinite(value) else (where, f"{value} is not a finite number")
+    if type(value) is dict:
+        for k, v in value.items():
+            if type(k) is not str:
+                return (where, f"key {k!r} is a {type(k).__name__}, not a str")
+            found = problem(v, f"{where}.{k}")
+            if found:
+                return found
+        return None
+    if type(value) is list:
+        for i, v in enumerate(value):
+            found = problem(v, f"{where}[{i}]")
+            if found:
+                return found
+        return None
+    return (where, f"a {type(value).__name__} is not a JSON value")
+
+
+def check_value(field: str, value: Any) -> None:
+    """Raise NotSerializable unless value survives a JSON round trip unchanged."""
+    t = type(value)
+    if t is str or t is bool or value is None:
+        return
+    try:  # the whole check runs in C; the Python walk below only explains a failure
+        if orjson.loads(dumps(value)) == value:
+            return
+    except TypeError:
+        pass
+    where, what = problem(value) or ("", "it does not come back equal from JSON")
+    raise NotSerializable(field, where, what)
+
+
+def encode(record: dict[str, Any], crc: int) -> tuple[bytes, int]:
+    """The line for record, chained on crc; returns (line, its crc)."""
+    body = memoryview(dumps(record))[:-1]
+    crc = zlib.crc32(body, crc)
+    return b'%b,"crc":"%08x"}\n' % (body, crc), crc
+
+
+class Journal:
+    """The single writer of one trace. Open with `Journal.open()`; use as a context manager."""
+
+    __slots__ = ("path", "fd", "seq", "crc", "fsync", "created", "_broken")
+
+    def __init__(self, path: str, fd: int, *, fsync: bool, created: bool):
+        self.path, self.fd, self.fsync, self.created = path, fd, fsync, created
+        self.seq = 0
+        self.crc = 0
+        self._broken: str | None = None
+
+    @classmethod
+    def open(cls, path: str | os.PathLike[str], *, durability: str = "flush") -> Journal:
+        """Open (creating if needed) and lock path. Takes the lock before anything else."""
+        if durability not in ("flush", "fsync"):
+            raise ValueError(f"durability must be 'flush' or 'fsync', not {durability!r}")
+        path = os.fspath(path)
+        created = False
+        try:
+            try:
+                fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+                created = True
+            except FileExistsError:
+                fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CLOEXEC)
+        except IsADirectoryError:
+            raise JournalError(path, "is a directory, not a trace file") from None
+        except OSError as e:
+            raise JournalError(path, f"cannot open for writing: {e.strerror}") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise TraceLocked(path) from None
+        journal = cls(path, fd, fsync=durability == "fsync", created=created)
+        if created:
+            journal.sync_dir()
+        return journal
+
+    def size(self) -> int:
+        return os.fstat(self.fd).st_size
+
+    def sync_dir(self) -> None:
+        """fsync the directory holding the trace, so that a new file's name survives power loss."""
+        dfd = os.open(os.path.dirname(os.path.abspath(self.path)), os.O_RDONLY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+
+    def continue_after(self, seq: int, crc: int, end: int) -> None:
+        """Continue the chain of an existing trace whose last complete line ends at byte end."""
+        if self.size() != end:
+            self._guard(lambda: os.ftruncate(self.fd, end), "truncate")
+            self._guard(lambda: _fsync(self.fd), "fsync")
+        self.seq, self.crc = seq, crc
+
+    def append(self, kind: str, fields: dict[str, Any], *, sync: bool = False, check: tuple[str, ...] = ()) -> int:
+        """Write one record and return its seq. `check` names user-supplied fields to round-trip."""
+        if self._broken:
+            raise JournalError(self.path, f"an earlier {self._broken} failed; this journal accepts nothing more")
+        for name in check:
+            check_value(name, fields[name])
+        seq = self.seq + 1
+        record = {"seq": seq, "kind": kind}
+        record.update(fields)
+        record["ts"] = time.time()
+        try:
+            line, crc = encode(record, self.crc)
+        except TypeError as e:  # a non-JSON value in a field we were not asked to check
+            found = next(((k, p) for k in fields if (p := problem(fields[k]))), None)
+            raise NotSerializable(found[0] if found else kind, found[1][0] if found else "", found[1][1] if found else str(e)) from None
+        if len(line) > MAX_LINE:
+            raise NotSerializable(kind, "", f"the record is {len(line)} bytes; a trace line holds at most {MAX_LINE}")
+        view = memoryview(line)
+        while view:
+            try:
+                view = view[os.write(self.fd, view) :]
+            except OSError as e:
+                self._broken = "write"
+                raise JournalError(self.path, f"write of seq {seq} failed: {_why(e)}") from None
+        if sync or self.fsync:
+            self._guard(lambda: _fsync(self.fd), "fsync")
+        self.seq, self.crc = seq, crc
+        return seq
+
+    def _guard(self, op: Any, name: str) -> None:
+        try:
+            op()
+        except OSError as e:
+            self._broken = name
+            raise JournalError(self.path, f"{name} failed after seq {self.seq}: {_why(e)}") from None
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)  # also releases the flock
+            self.fd = -1
+
+    def __enter__(self) -> Journal:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _why(e: OSError) -> str:
+    if e.errno == errno.ENOSPC:
+        return "the disk is full (ENOSPC)"
+    return e.strerror or str(e)
+
+
+def set_aside(path: str, data_from: int) -> str | None:
+    """Move the bytes of path after offset data_from to a new sibling file; return its name.
+
+    The caller truncates the trace afterwards; the sibling is fsynced first, so
+    nothing is lost even if we die in between.
+    """
+    with open(path, "rb") as f:
+        f.seek(data_from)
+        tail = f.read()
+    if not tail:
+        return None
+    n = 1
+    while os.path.exists(aside := f"{path}.torn-{n}"):
+        n += 1
+    fd = os.open(aside, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    try:
+        os.write(fd, tail)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    dfd = os.open(os.path.dirname(os.path.abspath(path)), os.O_RDONLY)
+    try:
+        os.fsync(dfd)
+    finally:
+        os.close(dfd)
+    return aside

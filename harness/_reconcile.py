@@ -1,0 +1,34 @@
+"""An operator's word on an operation whose outcome the trace cannot know.
+
+A run PAUSES when it resumes to find an unsafe tool's intent with no result:
+the call may or may not have taken effect. `reconcile()` appends what the
+operator established (it happened, with this result; or it did not), with
+evidence, and the next resume acts on it. Nothing else may write here: the
+lock is taken first, and a trace with no uncertain operation is left as it was.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from . import _state as S
+from ._errors import HarnessError
+from ._journal import Journal, check_value, set_aside
+from ._replay import replay
+
+
+def reconcile(trace: str | os.PathLike[str], *, happened: bool, result: Any = None, evidence: str = "") -> int:
+    """Record whether the paused operation happened; returns the reconcile record's seq."""
+    path = os.fspath(trace)
+    check_value("result", result)
+    with Journal.open(path) as journal:
+        rep = replay(path)
+        if rep.state != S.PAUSED or rep.reconcile is not None or rep.pending is None:
+            why = "it is already reconciled" if rep.reconcile is not None else f"its state is {rep.state}"
+            raise HarnessError(f"{path}: no uncertain operation to reconcile ({why}); nothing was written")
+        if rep.torn_tail:
+            set_aside(path, rep.end)
+        journal.continue_after(rep.last_seq, rep.crc, rep.end)
+        fields = {"op": rep.pending["seq"], "happened": bool(happened), "result": result if happened else None, "evidence": str(evidence)}
+        return journal.append("reconcile", fields, sync=True)

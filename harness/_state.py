@@ -1,0 +1,58 @@
+"""The run's state machine, as one table.
+
+Everything that decides which state may follow which lives here. The
+executor asks `check()` before it writes a transition, `replay()` asks the
+same function for every transition it reads, and the README diagram is
+generated from `EDGES` (see `mermaid()`), so the three cannot drift apart.
+A run starts in INIT; DONE and FAILED are terminal; PAUSED is not: a run
+waits there for an operator to reconcile an operation of uncertain outcome.
+"""
+
+from __future__ import annotations
+
+INIT, PLAN, ACT, VERIFY, CHECKPOINT = "INIT", "PLAN", "ACT", "VERIFY", "CHECKPOINT"
+DONE, FAILED, PAUSED = "DONE", "FAILED", "PAUSED"
+
+# state -> {next state: what the edge means}
+EDGES: dict[str, dict[str, str]] = {
+    INIT: {PLAN: "run starts"},
+    PLAN: {ACT: "step planned (intent: tool and args)", DONE: "planner says the goal is met"},
+    ACT: {
+        VERIFY: "tool returned (result recorded)",
+        PLAN: "ToolError, attempt left: re-plan",
+        FAILED: "ToolError, no attempt left",
+        PAUSED: "resume found an unsafe call in flight",
+    },
+    VERIFY: {
+        CHECKPOINT: "verifier vouched",
+        PLAN: "rejected, attempt left: re-plan",
+        FAILED: "rejected, no attempt left",
+    },
+    CHECKPOINT: {PLAN: "next step"},
+    PAUSED: {VERIFY: "reconciled: it happened", ACT: "reconciled: it did not happen"},
+    DONE: {},
+    FAILED: {},
+}
+
+TERMINAL = frozenset({DONE, FAILED})
+
+
+def check(current: str, new: str) -> str | None:
+    """None when current -> new is legal, else why not."""
+    edges = EDGES.get(current)
+    if edges is None:
+        return f"unknown state {current!r}"
+    if new not in edges:
+        allowed = ", ".join(edges) or "nothing (terminal)"
+        return f"{current} -> {new} is not an edge of the state machine (from {current}: {allowed})"
+    return None
+
+
+def mermaid() -> str:
+    """The state diagram, in Mermaid syntax, generated from EDGES."""
+    lines = ["stateDiagram-v2", f"    [*] --> {INIT}"]
+    for src, edges in EDGES.items():
+        for dst, label in edges.items():
+            lines.append(f"    {src} --> {dst}: {label}")
+    lines += [f"    {t} --> [*]" for t in sorted(TERMINAL)]
+    return "\n".join(lines)

@@ -1,0 +1,1 @@
+"""pytest plugin: the golden_trace fixture (see issue: golden traces)."""
