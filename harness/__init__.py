@@ -8,6 +8,7 @@ the run from that file and refuses a trace that cannot support its story.
 from importlib.metadata import PackageNotFoundError, version
 
 from ._boundary import boundary, llm, now, random, uuid4
+from ._diff import Diff, diff
 from ._errors import (
     HarnessError,
     JournalError,
@@ -22,8 +23,12 @@ from ._errors import (
     VerificationFailed,
 )
 from ._executor import Executor, Outcome, RetryPolicy, Step, Tool
+from ._normalize import normalize
 from ._reconcile import reconcile
+from ._recorder import Recorder
 from ._replay import Checkpoint, Crossing, Replay, replay
+from ._rerun import Rerun, fork, rerun
+from ._runs import RunInfo, list_runs
 
 try:
     __version__ = version("harness")
@@ -33,16 +38,20 @@ except PackageNotFoundError:  # running from a source tree that was never instal
 __all__ = [
     "Checkpoint",
     "Crossing",
+    "Diff",
     "Executor",
     "HarnessError",
     "JournalError",
     "NotSerializable",
     "Outcome",
+    "Recorder",
     "Replay",
     "ReplayDrift",
     "ReplayViolation",
+    "Rerun",
     "ResumeMismatch",
     "RetryPolicy",
+    "RunInfo",
     "Step",
     "Tool",
     "ToolError",
@@ -52,10 +61,15 @@ __all__ = [
     "VerificationFailed",
     "__version__",
     "boundary",
+    "diff",
+    "fork",
+    "list_runs",
     "llm",
+    "normalize",
     "now",
     "random",
     "reconcile",
     "replay",
+    "rerun",
     "uuid4",
 ]

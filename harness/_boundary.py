@@ -29,6 +29,7 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ._errors import ReplayDrift, ReplayViolation, ToolError
+from ._journal import check_value
 from ._replay import Crossing, request_hash
 
 if TYPE_CHECKING:
@@ -73,6 +74,7 @@ class Session:
     def cross(self, kind: str, request: Any, call: Callable[[], T]) -> T:
         if self.nested:
             return call()
+        check_value("request", request)  # before it is hashed: NotSerializable, not orjson's TypeError
         rec = self.serve(kind, request)
         if rec is not None:
             return outcome(rec)  # type: ignore[no-any-return]

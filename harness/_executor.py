@@ -147,13 +147,15 @@ class Executor:
                 return self._resume(journal, goal)
             return self._start(journal, goal, run_id)
 
-    def _start(self, journal: Journal, goal: Any, run_id: str, **lineage: Any) -> Outcome:
+    def _start(
+        self, journal: Journal, goal: Any, run_id: str, *, session: Session | None = None, **lineage: Any
+    ) -> Outcome:
         header = {"schema": SCHEMA, "run_id": run_id, "goal": goal, "tools": self.contracts}
         header.update(lineage)
         header["env"] = environment(self.entrypoint)
         journal.append("header", header, sync=True)
         journal.append("transition", {"from": S.INIT, "to": S.PLAN, "step": 0, "attempt": 1})
-        return self._drive(journal, Session(journal), goal, run_id, S.PLAN, [], 0, 1, None, None)
+        return self._drive(journal, session or Session(journal), goal, run_id, S.PLAN, [], 0, 1, None, None)
 
     def _resume(self, journal: Journal, goal: Any) -> Outcome:
         path = journal.path
@@ -286,7 +288,8 @@ class Executor:
         recorded = session.serve("tool", {"tool": intent["tool"], "args": intent["args"]})
         if recorded is not None:
             if recorded.error is not None:
-                raise ToolError(recorded.error["message"])
+                # same class name as recorded, so the ACT -> PLAN/FAILED record comes out the same
+                raise type(recorded.error["type"], (ToolError,), {})(recorded.error["message"])
             return recorded.response
         fn = tool.fn if isinstance(tool, Tool) else tool
         kwargs = dict(intent["args"])

@@ -19,6 +19,7 @@ Rules kept here:
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import math
@@ -57,8 +58,10 @@ def canonical(value: Any) -> bytes:
 
 def problem(value: Any, where: str = "") -> tuple[str, str] | None:
     """(where, what) of the first part of value that a JSON round trip would change."""
-    if isinstance(value, bool) or value is None or type(value) is str:
+    if isinstance(value, bool) or value is None:
         return None
+    if type(value) is str:
+        return None if _utf8(value) else (where, "a str with a lone surrogate is not valid UTF-8")
     if type(value) is int:
         return None if -(2**63) <= value < 2**64 else (where, f"integer {value} is out of the 64-bit range")
     if type(value) is float:
@@ -67,6 +70,8 @@ def problem(value: Any, where: str = "") -> tuple[str, str] | None:
         for k, v in value.items():
             if type(k) is not str:
                 return (where, f"key {k!r} is a {type(k).__name__}, not a str")
+            if not _utf8(k):
+                return (where, f"key {k!r} has a lone surrogate, not valid UTF-8")
             found = problem(v, f"{where}.{k}")
             if found:
                 return found
@@ -80,13 +85,21 @@ def problem(value: Any, where: str = "") -> tuple[str, str] | None:
     return (where, f"a {type(value).__name__} is not a JSON value")
 
 
+def _utf8(s: str) -> bool:
+    try:
+        s.encode()
+    except UnicodeEncodeError:  # a lone surrogate: orjson refuses it
+        return False
+    return True
+
+
 def check_value(field: str, value: Any) -> None:
     """Raise NotSerializable unless value survives a JSON round trip unchanged."""
     t = type(value)
-    if t is str or t is bool or value is None:
+    if t is bool or value is None:  # a str may hold a lone surrogate: it goes through the check
         return
     try:  # the whole check runs in C; the Python walk below only explains a failure
-        if orjson.loads(dumps(value)) == value:
+        if orjson.loads(orjson.dumps(value, default=_refuse, option=_DUMPS_OPTIONS)) == value:  # dumps(), inlined
             return
     except TypeError:
         pass
@@ -96,7 +109,7 @@ def check_value(field: str, value: Any) -> None:
 
 def encode(record: dict[str, Any], crc: int) -> tuple[bytes, int]:
     """The line for record, chained on crc; returns (line, its crc)."""
-    body = memoryview(dumps(record))[:-1]
+    body = orjson.dumps(record, default=_refuse, option=_DUMPS_OPTIONS)[:-1]  # dumps(), inlined: a hot path
     crc = zlib.crc32(body, crc)
     return b'%b,"crc":"%08x"}\n' % (body, crc), crc
 
@@ -136,7 +149,11 @@ class Journal:
             raise TraceLocked(path) from None
         journal = cls(path, fd, fsync=durability == "fsync", created=created)
         if created:
-            journal.sync_dir()
+            try:
+                journal.sync_dir()
+            except OSError as e:  # close, or the leaked descriptor would keep the lock
+                journal.close()
+                raise JournalError(path, f"fsync of its directory failed: {_why(e)}") from None
         return journal
 
     def size(self) -> int:
@@ -164,23 +181,21 @@ class Journal:
         for name in check:
             check_value(name, fields[name])
         seq = self.seq + 1
-        record = {"seq": seq, "kind": kind}
-        record.update(fields)
-        record["ts"] = time.time()
         try:
-            line, crc = encode(record, self.crc)
+            line, crc = encode({"seq": seq, "kind": kind, **fields, "ts": time.time()}, self.crc)
         except TypeError as e:  # a non-JSON value in a field we were not asked to check
             found = next(((k, p) for k in fields if (p := problem(fields[k]))), None)
             raise NotSerializable(found[0] if found else kind, found[1][0] if found else "", found[1][1] if found else str(e)) from None
         if len(line) > MAX_LINE:
             raise NotSerializable(kind, "", f"the record is {len(line)} bytes; a trace line holds at most {MAX_LINE}")
-        view = memoryview(line)
-        while view:
-            try:
-                view = view[os.write(self.fd, view) :]
-            except OSError as e:
-                self._broken = "write"
-                raise JournalError(self.path, f"write of seq {seq} failed: {_why(e)}") from None
+        try:
+            written = os.write(self.fd, line)
+            while written < len(line):  # a short write: send the rest
+                line = line[written:]
+                written = os.write(self.fd, line)
+        except OSError as e:
+            self._broken = "write"
+            raise JournalError(self.path, f"write of seq {seq} failed: {_why(e)}") from None
         if sync or self.fsync:
             self._guard(lambda: _fsync(self.fd), "fsync")
         self.seq, self.crc = seq, crc
@@ -225,15 +240,22 @@ def set_aside(path: str, data_from: int) -> str | None:
     n = 1
     while os.path.exists(aside := f"{path}.torn-{n}"):
         n += 1
-    fd = os.open(aside, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
     try:
-        os.write(fd, tail)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    dfd = os.open(os.path.dirname(os.path.abspath(path)), os.O_RDONLY)
-    try:
-        os.fsync(dfd)
-    finally:
-        os.close(dfd)
+        fd = os.open(aside, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        try:
+            view = memoryview(tail)
+            while view:  # a short write is not a failure: write the rest
+                view = view[os.write(fd, view) :]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        dfd = os.open(os.path.dirname(os.path.abspath(path)), os.O_RDONLY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+    except OSError as e:  # the trace is not truncated yet: drop the partial copy, keep the tail in place
+        with contextlib.suppress(OSError):
+            os.unlink(aside)
+        raise JournalError(path, f"cannot set its torn tail aside in {aside}: {_why(e)}") from None
     return aside

@@ -22,10 +22,14 @@ def reconcile(trace: str | os.PathLike[str], *, happened: bool, result: Any = No
     """Record whether the paused operation happened; returns the reconcile record's seq."""
     path = os.fspath(trace)
     check_value("result", result)
+    if not os.path.isfile(path):  # Journal.open would create it
+        raise HarnessError(f"{path}: no such trace file; nothing was written")
     with Journal.open(path) as journal:
         rep = replay(path)
         if rep.state != S.PAUSED or rep.reconcile is not None or rep.pending is None:
             why = "it is already reconciled" if rep.reconcile is not None else f"its state is {rep.state}"
+            if rep.state == S.ACT:  # a crashed run: the resume decides whether its last call is uncertain
+                why += "; resume it first, and it pauses if its last tool call is of uncertain outcome"
             raise HarnessError(f"{path}: no uncertain operation to reconcile ({why}); nothing was written")
         if rep.torn_tail:
             set_aside(path, rep.end)

@@ -218,6 +218,7 @@ def _scan(path: str, f: Any) -> Replay:  # noqa: C901 - one loop on purpose: it 
     checkpoints, crossings = _Lines(path, 1, _checkpoint), _Lines(path, 2, _crossing)
     ck_pos, cr_pos = checkpoints._pos, crossings._pos
     edges = S.EDGES
+    loads, crc32 = orjson.loads, zlib.crc32  # locals: looked up once, not on every line
     header: dict[str, Any] = {}
     state = S.INIT
     n = seq = crc = transitions = resumes = offset = 0
@@ -241,17 +242,15 @@ def _scan(path: str, f: Any) -> Replay:  # noqa: C901 - one loop on purpose: it 
             n += 1
             length = len(line) + 1
             prev = crc
-            if line[-SUFFIX:-10] != _MARK or line[-2:] != b'"}':
+            crc = crc32(line[:-SUFFIX], crc)
+            if line[-SUFFIX:] != b',"crc":"%08x"}' % crc:  # one compare on the good path; then say what is wrong
                 if n == 1 and not line.startswith(_HEADER_START):
                     raise _fail(path, 1, "not-a-trace", "the first line is not a harness trace header")
-                raise _fail(path, n, "malformed", "the line does not end with its checksum")
-            crc = zlib.crc32(line[:-SUFFIX], crc)
-            if b"%08x" % crc != line[-10:-2]:
-                if n == 1 and not line.startswith(_HEADER_START):
-                    raise _fail(path, 1, "not-a-trace", "the first line is not a harness trace header")
+                if line[-SUFFIX:-10] != _MARK or line[-2:] != b'"}':
+                    raise _fail(path, n, "malformed", "the line does not end with its checksum")
                 raise _fail(path, n, "checksum", "the line's bytes do not match its checksum (edited, moved or damaged)")
             try:
-                rec = orjson.loads(line)
+                rec = loads(line)
                 rseq = rec["seq"]
                 kind = rec["kind"]
             except (orjson.JSONDecodeError, TypeError, KeyError):
@@ -282,6 +281,9 @@ def _scan(path: str, f: Any) -> Replay:  # noqa: C901 - one loop on purpose: it 
                     if src == S.PAUSED:
                         if reconcile is None:
                             raise _fail(path, n, "bad-transition", "a paused run moved on before it was reconciled", seq)
+                        if reconcile["happened"] is not (dst == S.VERIFY):
+                            why = f"PAUSED -> {dst} contradicts the reconcile record (happened={reconcile['happened']})"
+                            raise _fail(path, n, "bad-reconcile", why, seq)
                         reconcile = None
                     state, last = dst, rec
                     transitions += 1
@@ -290,6 +292,9 @@ def _scan(path: str, f: Any) -> Replay:  # noqa: C901 - one loop on purpose: it 
                 elif kind == "checkpoint":
                     if vouch is None or rec["step"] != vouch:
                         raise _fail(path, n, "unvouched-checkpoint", f"checkpoint of step {rec['step']} without its VERIFY -> CHECKPOINT transition just before it", seq)
+                    if intent is None or rec["name"] != intent["name"] or rec["result"] != result:
+                        why = "the checkpoint's name or result is not the one verified"
+                        raise _fail(path, n, "unvouched-checkpoint", why, seq)
                     vouch = None
                     ck_pos.extend((offset, length, prev))
                 elif kind == "crossing":
@@ -302,16 +307,27 @@ def _scan(path: str, f: Any) -> Replay:  # noqa: C901 - one loop on purpose: it 
                         raise _fail(path, n, "bad-header", "a header after the first line", seq)
                     if rec.get("schema") != SCHEMA:
                         raise _fail(path, n, "schema", f"trace schema version {rec.get('schema')!r}; this harness reads version {SCHEMA}", seq)
+                    if "run_id" not in rec or "goal" not in rec:
+                        raise _fail(path, n, "malformed", "a header without its run_id and goal", seq)
                     header = rec
                 elif kind == "reconcile":
                     if state != S.PAUSED or reconcile is not None:
                         raise _fail(path, n, "bad-reconcile", "a reconcile record with no uncertain operation before it", seq)
+                    if intent is None or rec["op"] != intent["seq"] or type(rec["happened"]) is not bool:
+                        why = "the reconcile record does not name the paused operation's seq with happened true or false"
+                        raise _fail(path, n, "bad-reconcile", why, seq)
                     reconcile = rec
-                elif kind == "event":
-                    pass
+                elif kind == "event":  # a Recorder's: its runs stay in INIT until their end record
+                    if state != S.INIT:
+                        raise _fail(path, n, "bad-transition", f"an event record in state {state}", seq)
+                    if type(rec["type"]) is not str:
+                        raise _fail(path, n, "malformed", "an event record whose type is not a str", seq)
                 elif kind == "end":
                     if state != S.INIT:
                         raise _fail(path, n, "bad-transition", f"an end record in state {state}", seq)
+                    if rec["status"] not in ("success", "failure", "error"):
+                        why = f"end status {rec['status']!r} is not success, failure or error"
+                        raise _fail(path, n, "malformed", why, seq)
                     state = S.DONE if rec["status"] == "success" else S.FAILED
                 else:
                     raise _fail(path, n, "unknown-kind", f"unknown record kind {kind!r}", seq)
@@ -322,6 +338,7 @@ def _scan(path: str, f: Any) -> Replay:  # noqa: C901 - one loop on purpose: it 
             if n == 1 and kind != "header":
                 raise _fail(path, 1, "not-a-trace", "the first record is not a header", seq)
             offset += length
+        del lines, chunk  # free this chunk and its lines before reading the next one (peak memory)
     if n == 0:
         if buf.startswith(_HEADER_START[: len(buf)]) and buf:
             raise _fail(path, 1, "torn-header", "the file holds only part of a header: the writer died while creating it")

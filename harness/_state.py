@@ -19,17 +19,17 @@ EDGES: dict[str, dict[str, str]] = {
     PLAN: {ACT: "step planned (intent: tool and args)", DONE: "planner says the goal is met"},
     ACT: {
         VERIFY: "tool returned (result recorded)",
-        PLAN: "ToolError, attempt left: re-plan",
+        PLAN: "ToolError with attempts left, re-plan",
         FAILED: "ToolError, no attempt left",
         PAUSED: "resume found an unsafe call in flight",
     },
     VERIFY: {
         CHECKPOINT: "verifier vouched",
-        PLAN: "rejected, attempt left: re-plan",
+        PLAN: "rejected with attempts left, re-plan",
         FAILED: "rejected, no attempt left",
     },
     CHECKPOINT: {PLAN: "next step"},
-    PAUSED: {VERIFY: "reconciled: it happened", ACT: "reconciled: it did not happen"},
+    PAUSED: {VERIFY: "reconciled as happened", ACT: "reconciled as not happened"},
     DONE: {},
     FAILED: {},
 }

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable
+from typing import Any
 
 from ._errors import HarnessError
 
@@ -28,6 +29,264 @@ def command(name: str, help: str, setup: Setup) -> Callable[[Command], Command]:
 
 
 # --- commands: each helper section below adds its own; keep them thin -------------------
+
+
+# --- show, replay, diff (issue 3: golden traces and diffs) -------------------------------
+
+
+def _show_setup(p: argparse.ArgumentParser) -> None:
+    p.add_argument("trace", help="a trace (or a golden file)")
+    p.add_argument(
+        "--golden", action="store_true",
+        help="print the normalized JSONL a golden file holds (also the git textconv: see README)",
+    )  # fmt: skip
+
+
+@command("show", "Print a trace as a timeline: seq, state change, step, attempt, tool, short result.", _show_setup)
+def _show(args: argparse.Namespace) -> int:
+    from ._diff import describe_record, show
+    from ._normalize import Loaded, render
+
+    loaded = Loaded.load(args.trace)
+    records = [loaded.record(i) for i in range(len(loaded))]
+    if args.golden:
+        sys.stdout.write(render(records))
+        return 0
+    out = []
+    for i, rec in enumerate(records):
+        what = describe_record(rec)
+        if rec.get("kind") == "transition":
+            move = f"{rec.get('from')} -> {rec.get('to')}"
+            what = f"{move:<22}step {rec.get('step')}, attempt {rec.get('attempt')}"
+        extra = {k: v for k, v in rec.items() if k not in ("kind", "from", "to", "step", "attempt", "boundary")}
+        if rec.get("kind") == "checkpoint":
+            extra.pop("name", None)  # already in `what`
+        if "tool" in extra:
+            extra = {"call": f"{extra.pop('tool')} {show(extra.pop('args', {}), 50)}", **extra}
+        note = "  ".join(f"{k}={v if k == 'call' else show(v, 50)}" for k, v in extra.items())
+        out.append(f"{loaded.seq(i):>6}  {what:<40}  {note}".rstrip())
+    if loaded.torn_tail:
+        out.append(f"{'':>6}  (torn tail: an unfinished last line, not part of the run)")
+    sys.stdout.write("\n".join(out) + "\n")
+    return 0
+
+
+def _replay_setup(p: argparse.ArgumentParser) -> None:
+    p.add_argument("trace", help="the trace to validate")
+    p.add_argument("--json", action="store_true", help='print {"ok": true, ...} or {"ok": false, "error": {...}}')
+
+
+@command("replay", "Validate a trace and summarize it. Exit 0 valid, 1 corrupt, 2 unreadable.", _replay_setup)
+def _replay(args: argparse.Namespace) -> int:
+    import orjson
+
+    from ._errors import TraceCorruption
+    from ._replay import replay
+
+    try:
+        rep = replay(args.trace)
+    except TraceCorruption as e:
+        code = 2 if e.reason in ("not-a-trace", "line-too-long", "schema") else 1
+        seq = e.seq if e.seq is not None or code == 2 else _claimed_seq(args.trace, e.line)
+        if args.json:
+            error = {"line": e.line, "seq": seq, "reason": e.reason, "detail": e.detail}
+            sys.stdout.buffer.write(orjson.dumps({"ok": False, "error": error}) + b"\n")
+        else:  # compiler style, for editors to jump to
+            where = f" (seq {seq})" if seq is not None else ""
+            print(f"{e.path}:{e.line}: {e.reason}{where}: {e.detail}", file=sys.stderr)
+        return code
+    except HarnessError as e:
+        if not args.json:
+            raise
+        error = {"line": None, "seq": None, "reason": "unreadable", "detail": str(e)}
+        sys.stdout.buffer.write(orjson.dumps({"ok": False, "error": error}) + b"\n")
+        return 2
+    summary = {
+        "ok": True, "state": rep.state, "run_id": rep.run_id, "records": rep.records, "transitions": rep.transitions,
+        "checkpoints": len(rep.checkpoints), "crossings": len(rep.crossings), "resumes": rep.resumes,
+        "torn_tail": rep.torn_tail, "last_seq": rep.last_seq, "pending": rep.pending,
+    }  # fmt: skip
+    if args.json:
+        sys.stdout.buffer.write(orjson.dumps(summary) + b"\n")
+        return 0
+    print(f"{args.trace}: valid, state {rep.state}")
+    counts = f"{rep.transitions} transitions, {len(rep.checkpoints)} checkpoints, {len(rep.crossings)} crossings"
+    print(f"  run {rep.run_id}: {rep.records} records, {counts}, {rep.resumes} resumes")
+    if rep.pending:
+        print(f"  paused on seq {rep.pending['seq']}: {rep.pending['tool']} (reconcile it, then resume)")
+    print(f"  torn tail: {'yes (an unfinished last line, set aside on resume)' if rep.torn_tail else 'no'}")
+    return 0
+
+
+def _claimed_seq(path: str, line: int) -> int | None:
+    """The seq a damaged line still names (its checksum failed before replay() parsed it)."""
+    import re
+
+    with open(path, "rb") as f:
+        for n, text in enumerate(f, 1):
+            if n == line:
+                found = re.match(rb'\{"seq":(\d+),', text)
+                return int(found[1]) if found else None
+    return None
+
+
+def _diff_setup(p: argparse.ArgumentParser) -> None:
+    p.add_argument("a", help="a trace (or golden file)")
+    p.add_argument("b", help="the trace to compare it with")
+    p.add_argument("--format", choices=("text", "markdown", "json"), default="text", help="default: text")
+
+
+@command("diff", "Compare two traces after normalization. Exit 0 equal, 1 different, 2 error.", _diff_setup)
+def _diff(args: argparse.Namespace) -> int:
+    import orjson
+
+    from ._diff import diff
+
+    result = diff(args.a, args.b)
+    if args.format == "json":
+        sys.stdout.buffer.write(orjson.dumps(result.as_json(), option=orjson.OPT_INDENT_2) + b"\n")
+    elif args.format == "markdown":
+        sys.stdout.write(result.markdown())
+    else:
+        sys.stdout.write(result.text(limit=None))
+    return 0 if result.equal else 1
+
+
+# --- reconcile: an operator's word on a paused run ----------------------------------------
+
+
+def _reconcile_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("trace", help="the trace of the paused run")
+    said = p.add_mutually_exclusive_group(required=True)
+    said.add_argument("--happened", action="store_true", help="the operation took effect; give its --result")
+    said.add_argument("--not-happened", action="store_true", help="it did not: the next resume calls the tool once")
+    p.add_argument("--result", metavar="JSON", help="with --happened: what the operation returned, as JSON")
+    p.add_argument("--evidence", default="", metavar="TEXT", help="how you know (a ledger row, a receipt, a ticket)")
+
+
+@command(
+    "reconcile",
+    "Record whether a paused run's uncertain operation happened; the next resume goes on from there.",
+    _reconcile_args,
+)
+def _reconcile(args: argparse.Namespace) -> int:
+    import orjson
+
+    from ._reconcile import reconcile
+
+    result = None
+    if args.happened:
+        if args.result is None:
+            raise HarnessError("--happened needs --result JSON (--result null if it returned nothing)")
+        try:
+            result = orjson.loads(args.result)
+        except orjson.JSONDecodeError as e:
+            raise HarnessError(f"--result is not valid JSON ({e}); nothing was written") from None
+    elif args.result is not None:
+        raise HarnessError("--result goes with --happened; an operation that did not happen has no result")
+    seq = reconcile(args.trace, happened=args.happened, result=result, evidence=args.evidence)
+    said = "happened" if args.happened else "did not happen"
+    print(f"{args.trace}: recorded (seq {seq}) that the operation {said}; resume the run to go on")
+    return 0
+
+
+# --- runs, rerun, fork (issue 4: recorded boundaries) ------------------------------------
+
+
+def _runs_setup(p: argparse.ArgumentParser) -> None:
+    p.add_argument("folder", nargs="?", help="the runs folder (default: $HARNESS_RUNS_DIR, else ./runs)")
+    p.add_argument("--json", action="store_true", help="print a JSON list of objects instead of a table")
+
+
+@command("runs", "List the runs in a runs folder: id, status, start and end, records, parent.", _runs_setup)
+def _runs(args: argparse.Namespace) -> int:
+    import orjson
+
+    from ._runs import list_runs
+
+    runs = list_runs(args.folder)
+    if args.json:
+        sys.stdout.buffer.write(orjson.dumps([r.to_json() for r in runs], option=orjson.OPT_INDENT_2) + b"\n")
+        return 0
+    rows = [("ID", "STATUS", "STARTED", "ENDED", "RECORDS", "ENTRYPOINT", "PARENT")]
+    for r in runs:
+        j = r.to_json()
+        parent = f"{r.parent}@{r.branch}" if r.parent and r.branch is not None else r.parent or "-"
+        ended, entry = j["ended"] or "-", r.entrypoint or "-"
+        rows.append((r.id, r.status, j["started"] or "-", ended, str(r.records), entry, parent))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
+    for row in rows:
+        print("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=False)) + "  " + row[-1])
+    return 0
+
+
+def _agent_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("trace", help="the recorded trace")
+    p.add_argument(
+        "--agent", required=True, metavar="MODULE:FACTORY",
+        help="factory returning (planner, tools, verifier), imported with the current directory on sys.path",
+    )
+
+
+def _rerun_setup(p: argparse.ArgumentParser) -> None:
+    _agent_arg(p)
+    p.add_argument("--out", help="also write the new trace here (a new file)")
+
+
+@command("rerun", "Re-execute a recorded run, every boundary served from the recording (0 live calls).", _rerun_setup)
+def _rerun(args: argparse.Namespace) -> int:
+    from ._errors import ReplayDrift, ReplayViolation
+    from ._rerun import load_agent, rerun
+
+    planner, tools, verifier = load_agent(args.agent)
+    try:
+        r = rerun(args.trace, planner=planner, tools=tools, verifier=verifier, out=args.out)
+    except (ReplayDrift, ReplayViolation) as e:
+        print(f"{args.trace}:{e.line}: {type(e).__name__}: {e}")
+        return 1
+    where = f", written to {r.trace}" if args.out else ""
+    if r.equal:
+        print(f"equal: {len(r.records)} records, {r.live_calls} live calls, state {r.state}{where}")
+        return 0
+    unused = f", {r.unused} recorded crossings unused" if r.unused else ""
+    print(f"different: {len(r.records)} records, {r.live_calls} live calls{unused}{where}")
+    _show_diff(args.trace, list(r.records))
+    return 1
+
+
+def _fork_setup(p: argparse.ArgumentParser) -> None:
+    _agent_arg(p)
+    p.add_argument("--at", required=True, type=int, metavar="SEQ", help="seq of the crossing to change (see `show`)")
+    p.add_argument("--set", required=True, metavar="JSON", help="the new response of that crossing, as JSON")
+    p.add_argument("--out", help="the child trace (default: <child run id>.jsonl beside the parent)")
+
+
+@command("fork", "Re-execute a run up to a crossing, answer it with another value, and run the rest live.", _fork_setup)
+def _fork(args: argparse.Namespace) -> int:
+    import orjson
+
+    from ._errors import ReplayDrift, ReplayViolation
+    from ._rerun import fork, load_agent
+
+    try:
+        value = orjson.loads(args.set)
+    except orjson.JSONDecodeError as e:
+        raise HarnessError(f"--set is not valid JSON: {e}") from None
+    planner, tools, verifier = load_agent(args.agent)
+    try:
+        r = fork(args.trace, at=args.at, value=value, planner=planner, tools=tools, verifier=verifier, out=args.out)
+    except (ReplayDrift, ReplayViolation) as e:
+        print(f"{args.trace}:{e.line}: {type(e).__name__}: {e}")
+        return 1
+    print(f"{r.trace}: fork {r.run_id} of {r.parent} at seq {r.branch}: {r.live_calls} live calls, state {r.state}")
+    return 0
+
+
+def _show_diff(recording: str, records: list[dict[str, Any]]) -> None:
+    from ._diff import diff
+
+    for line in diff(recording, records).lines(a="recording", b="rerun", limit=20):
+        print(line)
 
 
 def parser() -> argparse.ArgumentParser:

@@ -1,0 +1,1 @@
+"""Benchmarks of harness against its baselines; run `python bench/run.py --help`."""

@@ -1,0 +1,400 @@
+"""Compare two traces after normalization, and say what moved.
+
+How it aligns: the common prefix and suffix are skipped first (two lines of
+trace files whose bytes agree once seq, ts and crc are cut off are equal
+unparsed), so two long traces that differ in one place cost one linear
+pass. The middle is aligned on canonical record bytes with patience diff
+(records unique on both sides anchor the alignment, recursively), falling
+back to difflib on small stretches. Unmatched stretches facing each other are
+then paired by shape (kind, from, to, step, boundary): a paired record is
+"changed", with dotted field paths and old and new values; the rest are
+"inserted" or "removed". An inserted retry is therefore two inserted records
+(and the attempt numbers it moves), never a cascade of changes to the end.
+
+`Diff.as_json()` is a documented contract (`harness diff --format json`):
+{"equal", "first": {seq_a, seq_b, line_a, line_b, kind, from, to, step,
+attempt, changes: [{field, old, new}]} or null, "changed": [same shape],
+"inserted": [...], "removed": [...]} where inserted and removed entries are
+{seq, line, kind, from, to, step, attempt, record}. For a first divergence
+that is an insertion, seq_a and line_a are null and changes is empty (a
+removal: seq_b and line_b). An absent field is null on its side.
+"""
+
+from __future__ import annotations
+
+import bisect
+import dataclasses
+import difflib
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from ._normalize import Loaded, Source
+
+_SMALL = 250_000  # product of stretch lengths up to which difflib aligns an anchorless stretch
+_SHOW = 60  # characters of a value shown in text
+
+
+class _Absent:
+    def __repr__(self) -> str:
+        return "(absent)"
+
+
+ABSENT: Any = _Absent()  # the value of a field a record does not have
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    """One field that differs: `field` is a dotted path such as `result.value` or `args.items[2]`."""
+
+    field: str
+    old: Any = dataclasses.field(hash=False)
+    new: Any = dataclasses.field(hash=False)
+
+
+@dataclass(frozen=True, slots=True)
+class Moved:
+    """A record that differs: op is "changed", "inserted" (only in b) or "removed" (only in a)."""
+
+    op: str
+    kind: str | None
+    from_: str | None
+    to: str | None
+    step: int | None
+    attempt: int | None
+    seq_a: int | None
+    seq_b: int | None
+    line_a: int | None
+    line_b: int | None
+    changes: tuple[Change, ...] = ()
+    record: dict[str, Any] | None = field(default=None, hash=False)  # the record (b's when changed)
+
+    def as_json(self) -> dict[str, Any]:
+        where = {"kind": self.kind, "from": self.from_, "to": self.to, "step": self.step, "attempt": self.attempt}
+        if self.op == "inserted":
+            return {"seq": self.seq_b, "line": self.line_b, **where, "record": self.record}
+        if self.op == "removed":
+            return {"seq": self.seq_a, "line": self.line_a, **where, "record": self.record}
+        return {
+            "seq_a": self.seq_a, "seq_b": self.seq_b, "line_a": self.line_a, "line_b": self.line_b, **where,
+            "changes": [{"field": c.field, "old": _plain(c.old), "new": _plain(c.new)} for c in self.changes],
+        }  # fmt: skip
+
+    def first_json(self) -> dict[str, Any]:
+        """This difference in the shape of `first`, whatever its op."""
+        return {
+            "seq_a": self.seq_a, "seq_b": self.seq_b, "line_a": self.line_a, "line_b": self.line_b,
+            "kind": self.kind, "from": self.from_, "to": self.to, "step": self.step, "attempt": self.attempt,
+            "changes": [{"field": c.field, "old": _plain(c.old), "new": _plain(c.new)} for c in self.changes],
+        }  # fmt: skip
+
+    def describe(self) -> str:
+        """`transition ACT -> VERIFY, step 1, attempt 2` and the like."""
+        return describe_record(self.record or {"kind": self.kind})
+
+
+@dataclass(frozen=True, slots=True)
+class Diff:
+    """What differs between trace a and trace b, in the order it appears."""
+
+    a: str
+    b: str
+    records_a: int
+    records_b: int
+    moved: tuple[Moved, ...]
+
+    @property
+    def equal(self) -> bool:
+        return not self.moved
+
+    @property
+    def first(self) -> Moved | None:
+        return self.moved[0] if self.moved else None
+
+    @property
+    def changed(self) -> tuple[Moved, ...]:
+        return tuple(m for m in self.moved if m.op == "changed")
+
+    @property
+    def inserted(self) -> tuple[Moved, ...]:
+        return tuple(m for m in self.moved if m.op == "inserted")
+
+    @property
+    def removed(self) -> tuple[Moved, ...]:
+        return tuple(m for m in self.moved if m.op == "removed")
+
+    def as_json(self) -> dict[str, Any]:
+        first = self.first
+        return {
+            "equal": self.equal,
+            "first": first.first_json() if first else None,
+            "changed": [m.as_json() for m in self.changed],
+            "inserted": [m.as_json() for m in self.inserted],
+            "removed": [m.as_json() for m in self.removed],
+        }
+
+    def counts(self) -> str:
+        return f"{len(self.changed)} changed, {len(self.inserted)} inserted, {len(self.removed)} removed"
+
+    def headline(self, *, a: str = "a", b: str = "b") -> str:
+        """One line that names the first record that moved, in b's seq numbers when it has one."""
+        first = self.first
+        if first is None:
+            return f"equal after normalization ({self.records_b} records)"
+        return f"first difference at {where(first, a=a, b=b)}: {first.describe()} {first.op}"
+
+    def lines(self, *, a: str = "a", b: str = "b", limit: int | None = 50) -> Iterator[str]:
+        """The text report: the headline, the first record's fields, then every other difference."""
+        yield self.headline(a=a, b=b) + ("" if self.equal else f" ({self.counts()})")
+        if self.first is None:
+            return
+        yield from (f"  {line}" for line in details(self.first))
+        rest = self.moved[1:]
+        shown = rest if limit is None else rest[:limit]
+        for m in shown:
+            yield f"{m.op} {where(m, a=a, b=b)}: {m.describe()}"
+            yield from (f"  {line}" for line in details(m))
+        if len(shown) < len(rest):
+            yield f"... and {len(rest) - len(shown)} more"
+
+    def text(self, *, limit: int | None = 50) -> str:
+        """The text report; "a" is the first trace, "b" the second, and seq numbers are b's unless marked."""
+        return "\n".join(self.lines(limit=limit)) + "\n"
+
+    def markdown(self, *, limit: int | None = 100) -> str:
+        """A report ready to paste into a pull-request comment."""
+        if self.equal:
+            return f"**Traces equal** after normalization: `{self.a}` and `{self.b}` ({self.records_b} records).\n"
+        first = self.first
+        assert first is not None
+        out = [
+            f"**Traces differ**: `{self.a}` → `{self.b}`: {self.counts()}.",
+            "",
+            f"First difference at {where(first)}: `{first.describe()}` {first.op}.",
+            "",
+            "| | seq a | seq b | record | what |",
+            "|---|---:|---:|---|---|",
+        ]
+        shown = self.moved if limit is None else self.moved[:limit]
+        for m in shown:
+            what = "<br>".join(_md(line) for line in details(m)) or ""
+            seq_a = "" if m.seq_a is None else str(m.seq_a)
+            seq_b = "" if m.seq_b is None else str(m.seq_b)
+            out.append(f"| {m.op} | {seq_a} | {seq_b} | {_md(m.describe())} | {what} |")
+        if len(shown) < len(self.moved):
+            out.append(f"\n… and {len(self.moved) - len(shown)} more.")
+        return "\n".join(out) + "\n"
+
+
+def diff(a: Source | Loaded, b: Source | Loaded) -> Diff:
+    """Compare two traces (paths, Replays, Outcomes, record lists or golden files) after normalization.
+
+    Raises HarnessError (TraceCorruption for a corrupt trace) naming the file.
+    """
+    la, lb = Loaded.load(a), Loaded.load(b)
+    na, nb = len(la), len(lb)
+    lo = 0
+    while lo < na and lo < nb and _same(la, lb, lo, lo):
+        lo += 1
+    hi_a, hi_b = na, nb
+    while hi_a > lo and hi_b > lo and _same(la, lb, hi_a - 1, hi_b - 1):
+        hi_a, hi_b = hi_a - 1, hi_b - 1
+    moved: list[Moved] = []
+    if lo < hi_a or lo < hi_b:
+        keys_a = [la.key(i) for i in range(lo, hi_a)]
+        keys_b = [lb.key(j) for j in range(lo, hi_b)]
+        pairs = _align(keys_a, keys_b)
+        i = j = 0
+        for pi, pj in [*pairs, (len(keys_a), len(keys_b))]:
+            if i < pi or j < pj:
+                moved.extend(_stretch(la, lb, lo + i, lo + pi, lo + j, lo + pj))
+            i, j = pi + 1, pj + 1
+    return Diff(la.name, lb.name, na, nb, tuple(moved))
+
+
+def _same(la: Loaded, lb: Loaded, i: int, j: int) -> bool:
+    qa = la.quick(i)
+    if qa is not None and qa == lb.quick(j):
+        return True
+    return la.record(i) == lb.record(j) and la.key(i) == lb.key(j)
+
+
+def _align(a: list[bytes], b: list[bytes]) -> list[tuple[int, int]]:
+    """Matched index pairs (increasing in both) of two key lists: patience diff, difflib for small stretches."""
+    pairs: list[tuple[int, int]] = []
+    todo = [(0, len(a), 0, len(b))]
+    while todo:
+        alo, ahi, blo, bhi = todo.pop()
+        while alo < ahi and blo < bhi and a[alo] == b[blo]:
+            pairs.append((alo, blo))
+            alo, blo = alo + 1, blo + 1
+        while alo < ahi and blo < bhi and a[ahi - 1] == b[bhi - 1]:
+            ahi, bhi = ahi - 1, bhi - 1
+            pairs.append((ahi, bhi))
+        if alo == ahi or blo == bhi:
+            continue
+        anchors = _anchors(a, b, alo, ahi, blo, bhi)
+        if anchors:
+            pi, pj = alo, blo
+            for i, j in anchors:
+                pairs.append((i, j))
+                todo.append((pi, i, pj, j))
+                pi, pj = i + 1, j + 1
+            todo.append((pi, ahi, pj, bhi))
+        elif (ahi - alo) * (bhi - blo) <= _SMALL:
+            sm = difflib.SequenceMatcher(None, a[alo:ahi], b[blo:bhi], autojunk=False)
+            for bi, bj, size in sm.get_matching_blocks():
+                pairs.extend((alo + bi + k, blo + bj + k) for k in range(size))
+        # else: a long stretch with nothing in common; its records are paired by shape
+    pairs.sort()
+    return pairs
+
+
+def _anchors(a: list[bytes], b: list[bytes], alo: int, ahi: int, blo: int, bhi: int) -> list[tuple[int, int]]:
+    """The longest increasing run of records that occur exactly once on each side (patience sorting)."""
+    count: dict[bytes, int] = {}
+    for k in a[alo:ahi]:
+        count[k] = count.get(k, 0) + 1
+    where_b: dict[bytes, int] = {}
+    seen_b: dict[bytes, int] = {}
+    for j in range(blo, bhi):
+        k = b[j]
+        if count.get(k) == 1:
+            seen_b[k] = seen_b.get(k, 0) + 1
+            where_b[k] = j
+    cands = [(i, where_b[a[i]]) for i in range(alo, ahi) if seen_b.get(a[i]) == 1]
+    if not cands:
+        return []
+    tops: list[int] = []  # the smallest b index ending an increasing run of each length
+    back: list[int] = []  # for each candidate, the candidate before it in its run
+    ends: list[int] = []  # for each run length, the candidate ending it
+    for n, (_, j) in enumerate(cands):
+        at = bisect.bisect_left(tops, j)
+        if at == len(tops):
+            tops.append(j)
+            ends.append(n)
+        else:
+            tops[at], ends[at] = j, n
+        back.append(ends[at - 1] if at else -1)
+    out, n = [], ends[-1]
+    while n >= 0:
+        out.append(cands[n])
+        n = back[n]
+    return out[::-1]
+
+
+def _shape(rec: Mapping[str, Any]) -> tuple[Any, ...]:
+    return (rec.get("kind"), rec.get("from"), rec.get("to"), rec.get("step"), rec.get("boundary"), rec.get("name"))
+
+
+def _stretch(la: Loaded, lb: Loaded, ai: int, ah: int, bj: int, bh: int) -> Iterator[Moved]:
+    """The differences in a stretch a[ai:ah] facing b[bj:bh] that share no record."""
+    if ai == ah or bj == bh or (ah - ai) * (bh - bj) > _SMALL:
+        pairs = []  # a one-sided stretch, or one too long to pair: plain removals and insertions
+    else:
+        shapes_a = [_shape(la.record(i)) for i in range(ai, ah)]
+        shapes_b = [_shape(lb.record(j)) for j in range(bj, bh)]
+        sm = difflib.SequenceMatcher(None, shapes_a, shapes_b, autojunk=False)
+        pairs = [(ai + x + k, bj + y + k) for x, y, size in sm.get_matching_blocks() for k in range(size)]
+    i, j = ai, bj
+    for pi, pj in [*pairs, (ah, bh)]:
+        yield from (_one(la, "removed", x, None) for x in range(i, pi))
+        yield from (_one(lb, "inserted", None, y) for y in range(j, pj))
+        if pi < ah:
+            yield _changed(la, lb, pi, pj)
+        i, j = pi + 1, pj + 1
+
+
+def _one(side: Loaded, op: str, i: int | None, j: int | None) -> Moved:
+    n = i if i is not None else j
+    assert n is not None
+    rec = side.record(n)
+    seq, line = side.seq(n), side.line(n)
+    return Moved(
+        op, rec.get("kind"), rec.get("from"), rec.get("to"), rec.get("step"), rec.get("attempt"),
+        seq if i is not None else None, seq if j is not None else None,
+        line if i is not None else None, line if j is not None else None,
+        record=rec,
+    )  # fmt: skip
+
+
+def _changed(la: Loaded, lb: Loaded, i: int, j: int) -> Moved:
+    old, new = la.record(i), lb.record(j)
+    out: list[Change] = []
+    _fields(old, new, "", out)
+    return Moved(
+        "changed", new.get("kind"), new.get("from"), new.get("to"), new.get("step"), new.get("attempt"),
+        la.seq(i), lb.seq(j), la.line(i), lb.line(j), tuple(out), new,
+    )  # fmt: skip
+
+
+def _fields(old: Any, new: Any, path: str, out: list[Change]) -> None:
+    if type(old) is dict and type(new) is dict:
+        for k in [*old, *(k for k in new if k not in old)]:
+            _fields(old.get(k, ABSENT), new.get(k, ABSENT), f"{path}.{k}" if path else k, out)
+    elif type(old) is list and type(new) is list and len(old) == len(new):
+        for n, (x, y) in enumerate(zip(old, new, strict=True)):
+            _fields(x, y, f"{path}[{n}]", out)
+    elif type(old) is not type(new) or old != new:
+        out.append(Change(path or "record", old, new))
+
+
+def _plain(value: Any) -> Any:
+    return None if value is ABSENT else value
+
+
+def show(value: Any, width: int = _SHOW) -> str:
+    """A value as compact JSON, cut to width characters."""
+    if value is ABSENT:
+        return "(absent)"
+    try:
+        text = orjson.dumps(value).decode()
+    except TypeError:
+        text = repr(value)
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def describe_record(rec: Mapping[str, Any]) -> str:
+    """A record in a few words: `transition ACT -> VERIFY, step 1, attempt 2`, `checkpoint, step 0 "fetch"`."""
+    kind = rec.get("kind")
+    parts = [str(kind)]
+    if kind == "transition":
+        parts[0] = f"transition {rec.get('from')} -> {rec.get('to')}"
+    elif kind == "crossing":
+        parts[0] = f"crossing {rec.get('boundary')}"
+    elif kind in ("end", "event") and rec.get("status", rec.get("type")) is not None:
+        parts[0] = f"{kind} {rec.get('status', rec.get('type'))}"
+    text = parts[0]
+    if rec.get("step") is not None:
+        text += f", step {rec['step']}"
+    if rec.get("attempt") is not None:
+        text += f", attempt {rec['attempt']}"
+    if kind == "checkpoint" and rec.get("name") is not None:
+        text += f" {show(rec['name'])}"
+    return text
+
+
+def where(m: Moved, *, a: str = "a", b: str = "b") -> str:
+    """`seq 7` (in b), with a's seq when it differs, or `a seq 7` for a removal."""
+    if m.seq_b is None:
+        return f"{a} seq {m.seq_a}"
+    if m.seq_a is not None and m.seq_a != m.seq_b:
+        return f"seq {m.seq_b} ({a} seq {m.seq_a})"
+    return f"seq {m.seq_b}"
+
+
+_SKIP = frozenset({"kind", "from", "to", "step", "attempt"})
+
+
+def details(m: Moved) -> list[str]:
+    """`field: old -> new` per change; for an inserted or removed record, its payload in one line."""
+    if m.op == "changed":
+        return [f"{c.field}: {show(c.old)} -> {show(c.new)}" for c in m.changes]
+    rest = {k: v for k, v in (m.record or {}).items() if k not in _SKIP}
+    return [show(rest, 110)] if rest else []
+
+
+def _md(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")

@@ -1,0 +1,123 @@
+"""A recorder for agent loops that do not use the Executor.
+
+`Recorder` writes the same trace format as the executor, through the same
+Journal (chained crc, one write per record, exclusive lock for its life):
+a header, then `event` records `{"type": ..., "data": ...}` in state INIT,
+then one `end` record whose status is success, failure or error. replay()
+reads such a trace like any other and reports it DONE (success) or FAILED.
+While the recorder is open it is also the active boundary session, so
+`harness.now()`, `harness.llm()` and friends are recorded in the same trace.
+
+Rules kept here:
+- an event's data must survive a JSON round trip, else NotSerializable and
+  nothing is written;
+- the header and the end record are synced to disk (fsync), whatever the
+  durability; with durability="fsync" every event is too;
+- nothing is written after the end: log() and end() then raise.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from types import TracebackType
+from typing import Any
+
+from ._boundary import Session, deactivate, error_of
+from ._errors import HarnessError, TraceExists
+from ._executor import environment
+from ._journal import SCHEMA, Journal, check_value
+
+STATUSES = ("success", "failure", "error")
+
+
+class Recorder:
+    """Record one run of your own agent loop. Use as a context manager.
+
+    A clean exit ends the run with status "success", an exception with
+    "error" (and the exception's type and message); `end()` sets it earlier.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        entrypoint: str,
+        goal: Any = None,
+        durability: str = "flush",
+    ):
+        check_value("goal", goal)
+        if durability not in ("flush", "fsync"):
+            raise ValueError(f"durability must be 'flush' or 'fsync', not {durability!r}")
+        self.path = os.fspath(path)
+        self.entrypoint = str(entrypoint)
+        self.goal = goal
+        self.durability = durability
+        self.run_id = uuid.uuid4().hex
+        self.status: str | None = None
+        self._journal: Journal | None = None
+        self._token: Any = None
+
+    def __enter__(self) -> Recorder:
+        if self._journal is not None or self.status is not None:
+            raise HarnessError(f"{self.path}: this Recorder was already used; make a new one for another run")
+        journal = Journal.open(self.path, durability=self.durability)
+        try:
+            if journal.size():
+                raise TraceExists(self.path)
+            header = {"schema": SCHEMA, "run_id": self.run_id, "goal": self.goal, "tools": {}}
+            header["env"] = environment(self.entrypoint)
+            journal.append("header", header, sync=True)
+        except BaseException:
+            journal.close()
+            raise
+        self._journal = journal
+        self._token = Session(journal).activate()
+        return self
+
+    def log(self, type: str, data: Any = None) -> int:
+        """Append an event of `type` (input, output, tool_call, artifact_ref, or your own); returns its seq."""
+        journal = self._open("log")
+        if not isinstance(type, str) or not type:
+            raise HarnessError(f"{self.path}: an event type must be a non-empty str, not {type!r}")
+        return journal.append("event", {"type": type, "data": data}, check=("data",))
+
+    def end(self, status: str = "success", *, error: BaseException | None = None) -> int:
+        """Write the end record (synced); returns its seq. Nothing can be logged after it."""
+        journal = self._open("end")
+        if status not in STATUSES:
+            raise HarnessError(f"{self.path}: status must be one of {', '.join(STATUSES)}, not {status!r}")
+        fields: dict[str, Any] = {"status": status}
+        if error is not None:
+            fields["error"] = error_of(error)
+        seq = journal.append("end", fields, sync=True)
+        self.status = status
+        self._stop_recording()  # a crossing after the end would break the trace
+        return seq
+
+    def _stop_recording(self) -> None:
+        if self._token is not None:
+            token, self._token = self._token, None
+            deactivate(token)
+
+    def _open(self, what: str) -> Journal:
+        if self._journal is None:
+            raise HarnessError(f"{self.path}: {what}() outside the Recorder's `with` block")
+        if self.status is not None:
+            raise HarnessError(f"{self.path}: the run already ended ({self.status}); nothing can follow the end")
+        return self._journal
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        journal, self._journal = self._journal, None
+        if journal is None:
+            return
+        try:
+            self._stop_recording()
+            if self.status is None:
+                self._journal = journal  # end() needs it
+                self.end("success" if exc is None else "error", error=exc)
+        finally:
+            self._journal = None
+            journal.close()

@@ -1,0 +1,389 @@
+"""Re-execute a recorded run with every boundary served from the recording.
+
+`rerun()` drives a fresh Executor over a strict Session holding the
+recording's crossings in order: planner, verifier and control flow run for
+real, no tool and no model is called, and each served crossing is written to
+the new trace as it was recorded. A request that differs from the recorded
+one raises ReplayDrift, a crossing the recording lacks ReplayViolation, both
+at the first crossing concerned. `fork()` does the same up to one crossing,
+answers that one with another value, and runs everything after it live.
+
+Resume seams. A recording can hold a process history rather than one
+process: the run stopped (killed, or an exception escaped run()) and a later
+process resumed it, writing a `resume` record (and for a paused run the
+operator's `reconcile`). A re-execution reproduces that history: it stops at
+the first write or crossing that would take a resume record's seq, writes
+the resume record (its `set_aside` as recorded, its env the current one),
+and goes on the way Executor resume does, serving again the crossings made
+since the last transition; reconcile records are copied. Seqs thus line up
+with the recording's. A recording with no terminal record is re-executed up
+to where it stops.
+
+Rules kept here:
+- the recording is validated by replay() first and never written to;
+- the session never calls live, except in a fork after the branch;
+- before its branch a fork writes exactly the parent's records (each one
+  compared after normalization, else ReplayDrift), marked `"reused": true`.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import uuid
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any, TypeVar, cast
+
+import orjson
+
+from . import _state as S
+from ._boundary import Session, differences, outcome
+from ._errors import HarnessError, ReplayDrift, ReplayViolation
+from ._executor import Executor, RetryPolicy, Step, Tool, environment
+from ._journal import Journal, check_value
+from ._normalize import normalize, normalize_record
+from ._replay import Checkpoint, Crossing, Replay, replay, request_hash
+
+T = TypeVar("T")
+Planner = Callable[[Any, list[Checkpoint]], Step | None]
+Verifier = Callable[[Step, Any], bool]
+
+
+class _Seam(BaseException):
+    """The re-execution reached the point where a recorded process stopped.
+
+    A BaseException so that agent code catching Exception cannot swallow it.
+    """
+
+
+@dataclass(frozen=True, slots=True)
+class Rerun:
+    """How a re-execution went.
+
+    `equal`: the new trace equals the recording after normalization and no
+    recorded crossing was left unused. `live_calls`: boundary calls made live
+    (0 for a faithful rerun; in a fork, the calls after the branch).
+    `trace` is the new trace's path, None when rerun() was given no `out`.
+    """
+
+    run_id: str
+    parent: str
+    branch: int | None
+    state: str
+    equal: bool
+    live_calls: int
+    unused: int
+    trace: str | None
+    records: tuple[dict[str, Any], ...] = field(repr=False)
+
+
+def rerun(
+    trace: str | os.PathLike[str],
+    *,
+    planner: Planner,
+    tools: Mapping[str, Callable[..., Any] | Tool],
+    verifier: Verifier | None = None,
+    out: str | os.PathLike[str] | None = None,
+    retry: RetryPolicy | None = None,
+) -> Rerun:
+    """Re-execute the run recorded in `trace`, calling no tool and no model.
+
+    The new trace goes to `out` when given (a new file; after a ReplayDrift
+    it keeps what was written up to it), else it is only returned as
+    `.records`. `retry` defaults to what the recording shows.
+    """
+    rec = _Recording(os.fspath(trace))
+    if out is not None:
+        _fresh(os.fspath(out))
+    scratch = None if out is not None else tempfile.mkdtemp(prefix="harness-rerun-")
+    path = os.fspath(out) if out is not None else os.path.join(scratch or "", "rerun.jsonl")
+    try:
+        stops = [*rec.resumes, *([] if rec.rep.complete else [rec.rep.last_seq + 1])]
+        done = _execute(rec, path, planner, tools, verifier, retry, stops=stops)
+        return done if out is not None else replace(done, trace=None)
+    finally:
+        if scratch is not None:
+            shutil.rmtree(scratch, ignore_errors=True)
+
+
+def fork(
+    trace: str | os.PathLike[str],
+    *,
+    at: int,
+    value: Any,
+    planner: Planner,
+    tools: Mapping[str, Callable[..., Any] | Tool],
+    verifier: Verifier | None = None,
+    out: str | os.PathLike[str] | None = None,
+    retry: RetryPolicy | None = None,
+) -> Rerun:
+    """Re-execute `trace` up to the crossing at seq `at`, answer it with `value`, run the rest live.
+
+    The child goes to `out` (a new file), by default `<child run_id>.jsonl`
+    beside the parent. Its header names `parent` (run id) and `branch` (`at`).
+    A fork that fails with a HarnessError (drift before the branch, say)
+    leaves no file.
+    """
+    check_value("value", value)
+    rec = _Recording(os.fspath(trace))
+    if not any(c.seq == at for c in rec.crossings):
+        seqs = ", ".join(str(c.seq) for c in rec.crossings) or "none"
+        raise HarnessError(f"{rec.path}: seq {at!r} does not carry a crossing a fork can change (crossings: {seqs})")
+    run_id = uuid.uuid4().hex
+    path = os.fspath(out) if out is not None else os.path.join(os.path.dirname(rec.path), f"{run_id}.jsonl")
+    _fresh(path)
+    try:
+        return _execute(
+            rec, path, planner, tools, verifier, retry,
+            stops=[s for s in rec.resumes if s < at], branch=at, value=value, run_id=run_id,
+        )
+    except HarnessError:
+        if os.path.exists(path):  # a child that is no fork of its parent: leave nothing half made behind
+            os.unlink(path)
+        raise
+
+
+def _fresh(path: str) -> None:
+    if os.path.exists(path):
+        raise HarnessError(f"{path} already exists; a rerun or fork writes a new trace, choose another path")
+
+
+class _Recording:
+    """What a re-execution needs from the recording: its records, crossings and seams."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self.rep: Replay = replay(path)
+        self.records = _records(path, self.rep.end)
+        if any(r["kind"] in ("event", "end") for r in self.records):
+            raise HarnessError(f"{path}: written by a Recorder, not an Executor; there is no agent loop to re-execute")
+        # a result taken from an operator's reconcile record is not served: resume reads it from the trace
+        self.crossings = [c for c in self.rep.crossings if self.records[c.seq - 1].get("from") != S.PAUSED]
+        self.resumes = [r["seq"] for r in self.records if r["kind"] == "resume"]
+
+    def retry(self) -> RetryPolicy:
+        """The policy the recording shows: the last attempt of a FAILED run, else at least the default."""
+        if self.rep.state == S.FAILED and self.rep.last is not None:
+            return RetryPolicy(self.rep.last["attempt"])
+        seen = [r["attempt"] for r in self.records if r["kind"] == "transition"]
+        return RetryPolicy(max([RetryPolicy().max_attempts, *seen]))
+
+
+def _records(path: str, end: int) -> list[dict[str, Any]]:
+    with open(path, "rb") as f:
+        data = f.read(end)
+    return [orjson.loads(line) for line in data.split(b"\n")[:-1]]
+
+
+
+
+class _Writer(Journal):
+    """The new trace: stops where the recording's process stopped, checks and marks a fork's prefix."""
+
+    __slots__ = ("below", "parent", "stops")
+
+    stops: deque[int]
+    below: int
+    parent: list[dict[str, Any]]
+
+    def at_stop(self) -> bool:
+        return bool(self.stops) and self.seq + 1 == self.stops[0]
+
+    def append(self, kind: str, fields: dict[str, Any], *, sync: bool = False, check: tuple[str, ...] = ()) -> int:
+        if self.at_stop():
+            raise _Seam
+        seq = self.seq + 1
+        if seq < self.below:
+            was = normalize_record(self.parent[seq - 1])
+            now = normalize_record({"seq": seq, "kind": kind, **fields})
+            if was != now:
+                found = differences(was, now)
+                shown = "; ".join(f"{k}: parent {x!r}, fork {y!r}" for k, (x, y) in found.items())
+                raise ReplayDrift(
+                    f"seq {seq}: before its branch at seq {self.below} the fork wrote another record than "
+                    f"the parent: {shown}",
+                    seq=seq, line=seq, fields=found,
+                )
+            if kind != "header":
+                fields = {**fields, "reused": True}
+        return super().append(kind, fields, sync=sync, check=check)
+
+
+class _Served(Session):
+    """A strict session that writes what it serves, stops at seams, and can branch to live."""
+
+    journal: _Writer
+
+    def __init__(self, journal: _Writer, recorded: Iterable[Crossing], *, branch: int | None, value: Any):
+        super().__init__(journal, recorded, strict=True)
+        self.again: deque[Crossing] = deque()  # served again after a seam, already in the new trace
+        self.branch, self.value = branch, value
+        self.live = False
+        self.failure: HarnessError | None = None  # kept in case agent code swallows it
+
+    def take(self, kind: str, request: Any) -> tuple[Crossing, bool]:
+        """The crossing to serve, and whether the new trace holds it already."""
+        if self.again:
+            rec = self.again[0]
+            if rec.kind == kind and rec.hash == request_hash(kind, request):
+                return self.again.popleft(), True
+            self.again.clear()  # as a resume does: the old crossings no longer apply
+        if self.journal.at_stop():
+            raise _Seam
+        try:
+            found = Session.serve(self, kind, request)
+        except ReplayViolation as e:
+            seq = self.journal.seq + 1  # where the recording would have had to hold it
+            e = ReplayViolation(f"seq {seq}: {e}", seq=seq, line=seq)
+            self.failure = self.failure or e
+            raise e from None
+        except ReplayDrift as e:
+            self.failure = self.failure or e
+            raise
+        assert found is not None  # strict: serve() raises rather than answer None
+        here = self.journal.seq + 1  # the record that will carry its response
+        if found.seq != here:
+            e = ReplayDrift(
+                f"seq {found.seq}: the re-execution reached this {kind} crossing at seq {here}, not where the "
+                "recording has it: the run took another path before it (harness diff shows where)",
+                seq=found.seq, line=found.seq, fields={"seq": (found.seq, here)},
+            )
+            self.failure = self.failure or e
+            raise e
+        if found.seq == self.branch:
+            self.live = True
+            self.recorded.clear()
+            found = replace(found, response=self.value, error=None)
+        return found, False
+
+    def serve(self, kind: str, request: Any) -> Crossing | None:
+        return None if self.live else self.take(kind, request)[0]
+
+    def cross(self, kind: str, request: Any, call: Callable[[], T]) -> T:
+        if self.nested or self.live:
+            return super().cross(kind, request, call)
+        check_value("request", request)
+        rec, written = self.take(kind, request)
+        if not written:
+            fields = {"boundary": kind, "request": request, "hash": request_hash(kind, request)}
+            fields.update({"response": rec.response} if rec.error is None else {"error": rec.error})
+            self.journal.append("crossing", fields)
+        return outcome(rec)  # type: ignore[no-any-return]
+
+
+def _execute(
+    rec: _Recording,
+    path: str,
+    planner: Planner,
+    tools: Mapping[str, Callable[..., Any] | Tool],
+    verifier: Verifier | None,
+    retry: RetryPolicy | None,
+    *,
+    stops: list[int],
+    branch: int | None = None,
+    value: Any = None,
+    run_id: str | None = None,
+) -> Rerun:
+    env = rec.rep.header.get("env") or {}
+    ex = Executor(
+        planner=planner, tools=tools, verifier=verifier, trace=path, retry=retry or rec.retry(),
+        entrypoint=str(env.get("entrypoint") or "<rerun>"),
+    )
+    run_id = run_id or uuid.uuid4().hex
+    lineage: dict[str, Any] = {"parent": rec.rep.run_id}
+    if branch is not None:
+        lineage["branch"] = branch
+    writer = cast(_Writer, _Writer.open(path))
+    with writer:
+        writer.stops, writer.below, writer.parent = deque(stops), branch or 0, rec.records
+        session = _Served(writer, rec.crossings, branch=branch, value=value)
+        try:
+            _drive(ex, writer, session, rec, run_id, lineage)
+        except (ReplayDrift, ReplayViolation) as e:
+            if session.failure is not None and session.failure is not e:
+                raise session.failure from None  # the first one, which agent code swallowed
+            raise
+        if session.failure is not None:  # raised inside agent code that caught it
+            raise session.failure
+        if branch is not None and not session.live:
+            raise HarnessError(
+                f"{rec.path}: the fork ended at seq {writer.seq} without reaching the crossing at seq {branch}"
+            )
+        new = _records(path, writer.size())
+    same = normalize(new) == normalize(rec.records)
+    return Rerun(
+        run_id=run_id, parent=rec.rep.run_id, branch=branch, state=replay(path).state,
+        equal=same and not session.recorded, live_calls=session.live_calls, unused=len(session.recorded),
+        trace=path, records=tuple(new),
+    )
+
+
+def _drive(
+    ex: Executor, writer: _Writer, session: _Served, rec: _Recording, run_id: str, lineage: dict[str, Any]
+) -> None:
+    """Run from the start, then from each seam on, as the recorded processes did."""
+    records = rec.records
+    rep: Replay | None = None
+    while True:
+        state = None
+        try:
+            if rep is None:
+                state = ex._start(writer, rec.rep.goal, run_id, session=session, **lineage).state
+            else:
+                state = ex._continue(writer, session, rep).state
+        except _Seam:
+            pass
+        except (ReplayDrift, ReplayViolation):
+            raise
+        except Exception:
+            if not writer.at_stop():  # the recorded process did not stop here: a real error
+                raise
+        if session.live:  # a fork past its branch: no recorded seam applies any more
+            return
+        seq = writer.seq + 1
+        while state == S.PAUSED and seq <= len(records) and records[seq - 1]["kind"] == "reconcile":
+            r = records[seq - 1]
+            writer.append("reconcile", {k: r[k] for k in ("op", "happened", "result", "evidence") if k in r}, sync=True)
+            seq += 1
+        if not (writer.at_stop() and seq <= len(records) and records[seq - 1]["kind"] == "resume"):
+            return
+        writer.stops.popleft()
+        writer.append("resume", {"set_aside": records[seq - 1].get("set_aside"), "env": environment(ex.entrypoint)})
+        rep = replay(writer.path)
+        # what Executor resume serves again: crossings since the last transition, up to the first failed one
+        again = []
+        for c in rep.crossings[len(rep.crossings) - len(rep.pending_crossings) :]:
+            if c.error is not None:
+                break
+            again.append(c)
+        session.again = deque(again)
+
+
+def load_agent(spec: str) -> tuple[Planner, Mapping[str, Callable[..., Any] | Tool], Verifier | None]:
+    """Call the factory named by `module:factory` and return its (planner, tools, verifier).
+
+    The module is imported with the current directory on sys.path (the
+    `uvicorn module:app` convention).
+    """
+    import importlib
+    import sys
+
+    module, sep, name = spec.partition(":")
+    if not sep or not module or not name:
+        raise HarnessError(f"--agent {spec!r}: expected module:factory, e.g. my_agent:make_agent")
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        mod = importlib.import_module(module)
+    except ImportError as e:
+        raise HarnessError(f"--agent {spec!r}: cannot import {module}: {e}") from None
+    factory = getattr(mod, name, None)
+    if not callable(factory):
+        raise HarnessError(f"--agent {spec!r}: {module} has no callable {name}")
+    made = factory()
+    if not (isinstance(made, tuple | list) and len(made) == 3 and callable(made[0]) and isinstance(made[1], Mapping)):
+        raise HarnessError(f"--agent {spec!r}: {name}() must return (planner, tools, verifier), not {made!r:.200}")
+    return made[0], made[1], made[2]

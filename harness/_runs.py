@@ -1,0 +1,194 @@
+"""List the runs in a runs folder, reading only the two ends of each trace.
+
+For each `*.jsonl` file: the header line (id, entrypoint, start time,
+parent) and the last complete line (record count from its seq, end time,
+terminal state) are read; nothing in between. So listing stays fast with
+thousands of runs, and it validates nothing: `harness replay` does that.
+
+Status: `done` / `failed` from the last record (a transition into DONE or
+FAILED, or a Recorder's `end`); otherwise `running` when a live writer holds
+the trace's lock, else `paused` (waiting for an operator: last record a
+transition into PAUSED, or its reconcile) or `interrupted` (the writer is
+gone without a terminal record: a crash, a kill). A file whose header
+cannot be read is listed as `unreadable` rather than stopping the listing.
+
+The lock test takes a shared flock without blocking and drops it at once;
+a writer opening the trace in that very instant gets TraceLocked.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import zlib
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import orjson
+
+from ._errors import HarnessError
+from ._journal import MAX_LINE, SUFFIX
+
+_HEAD = 64 * 1024
+_TAIL = 8 * 1024
+_MARK = b',"crc":"'
+_HEADER_START = b'{"seq":1,"kind":"header"'
+
+
+@dataclass(frozen=True, slots=True)
+class RunInfo:
+    """One run of a runs folder, as `harness runs` shows it."""
+
+    id: str
+    path: str
+    entrypoint: str | None
+    status: str
+    started: datetime | None
+    ended: datetime | None
+    records: int
+    parent: str | None = None
+    branch: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id, "entrypoint": self.entrypoint, "status": self.status,
+            "started": _iso(self.started), "ended": _iso(self.ended), "records": self.records,
+            "parent": self.parent, "branch": self.branch, "path": self.path,
+        }
+
+
+def runs_dir(folder: str | os.PathLike[str] | None = None) -> str:
+    """The folder runs go to: `folder`, else $HARNESS_RUNS_DIR, else ./runs."""
+    return os.fspath(folder or os.environ.get("HARNESS_RUNS_DIR") or "runs")
+
+
+def list_runs(folder: str | os.PathLike[str] | None = None) -> list[RunInfo]:
+    """The runs in `folder` (see runs_dir()), oldest first."""
+    path = runs_dir(folder)
+    try:
+        names = [e.name for e in os.scandir(path) if e.name.endswith(".jsonl") and e.is_file()]
+    except FileNotFoundError:
+        raise HarnessError(f"{path}: no such runs folder") from None
+    except NotADirectoryError:
+        raise HarnessError(f"{path}: is not a folder") from None
+    except OSError as e:
+        raise HarnessError(f"{path}: cannot list: {e.strerror}") from None
+    runs = [run_info(os.path.join(path, name)) for name in names]
+    runs.sort(key=lambda r: (r.started is None, r.started or datetime.min.replace(tzinfo=UTC), r.id))
+    return runs
+
+
+def run_info(path: str) -> RunInfo:
+    """What the two ends of the trace at `path` say about its run."""
+    fallback = os.path.basename(path).removesuffix(".jsonl")
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return RunInfo(fallback, path, None, "unreadable", None, None, 0)
+    try:
+        size = os.fstat(fd).st_size
+        header = _header(fd)
+        if header is None:
+            head = os.pread(fd, _HEAD, 0)
+            torn = _HEADER_START.startswith(head[: len(_HEADER_START)]) and b"\n" not in head  # died writing it
+            status = "running" if _locked(fd) else "interrupted" if torn else "unreadable"
+            return RunInfo(fallback, path, None, status, None, None, 0)
+        last = _last(fd, size) or header
+        env = header.get("env")
+        status = _terminal(last) or ("running" if _locked(fd) else _waiting(last))
+        ended = _time(last.get("ts")) if status in ("done", "failed") else None
+        parent, branch = header.get("parent"), header.get("branch")
+        return RunInfo(
+            id=str(header.get("run_id", fallback)), path=path,
+            entrypoint=env.get("entrypoint") if isinstance(env, dict) else None,
+            status=status, started=_time(header.get("ts")), ended=ended,
+            records=last["seq"] if type(last.get("seq")) is int else 1,
+            parent=parent if isinstance(parent, str) else None,
+            branch=branch if type(branch) is int else None,
+        )
+    finally:
+        os.close(fd)
+
+
+def _header(fd: int) -> dict[str, Any] | None:
+    """The first line, when it is a header whose crc checks; else None."""
+    data, n = b"", _HEAD
+    while True:
+        data = os.pread(fd, n, 0)
+        end = data.find(b"\n")
+        if end >= 0 or len(data) < n or n > MAX_LINE:
+            break
+        n *= 4
+    if end < 0:
+        return None
+    line = data[:end]
+    if line[-SUFFIX:-10] != _MARK or b"%08x" % zlib.crc32(line[:-SUFFIX]) != line[-10:-2]:
+        return None
+    try:
+        rec = orjson.loads(line)
+    except orjson.JSONDecodeError:
+        return None
+    return rec if isinstance(rec, dict) and rec.get("kind") == "header" and rec.get("seq") == 1 else None
+
+
+def _last(fd: int, size: int) -> dict[str, Any] | None:
+    """The last complete line (a torn tail after it is ignored), parsed; None if there is none."""
+    n = _TAIL
+    while True:
+        start = max(0, size - n)
+        data = os.pread(fd, size - start, start)
+        end = data.rfind(b"\n")
+        if end < 0:
+            if start == 0 or n > MAX_LINE:
+                return None
+            n *= 4
+            continue
+        begin = data.rfind(b"\n", 0, end) + 1
+        if begin > 0 or start == 0:
+            try:
+                rec = orjson.loads(data[begin:end])
+            except orjson.JSONDecodeError:
+                return None
+            return rec if isinstance(rec, dict) else None
+        if n > MAX_LINE:
+            return None
+        n *= 4
+
+
+def _terminal(last: dict[str, Any]) -> str | None:
+    kind = last.get("kind")
+    if kind == "end":
+        return "done" if last.get("status") == "success" else "failed"
+    if kind == "transition" and last.get("to") in ("DONE", "FAILED"):
+        return "done" if last["to"] == "DONE" else "failed"
+    return None
+
+
+def _waiting(last: dict[str, Any]) -> str:
+    kind = last.get("kind")
+    if kind == "reconcile" or (kind == "transition" and last.get("to") == "PAUSED"):
+        return "paused"
+    return "interrupted"
+
+
+def _locked(fd: int) -> bool:
+    """Whether a live writer holds the trace: a shared flock, tried without waiting, is refused."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    except OSError:  # a file system without flock: we cannot tell
+        return False
+    fcntl.flock(fd, fcntl.LOCK_UN)
+    return False
+
+
+def _time(ts: Any) -> datetime | None:
+    if type(ts) is float or type(ts) is int:
+        return datetime.fromtimestamp(ts, UTC)
+    return None
+
+
+def _iso(t: datetime | None) -> str | None:
+    return t.isoformat(timespec="milliseconds").replace("+00:00", "Z") if t is not None else None

@@ -1,0 +1,249 @@
+"""The trace file as written: line format, checksum chain, header, streaming, refusals, durability."""
+
+from __future__ import annotations
+
+import errno
+import math
+import os
+import zlib
+from collections.abc import Callable
+from importlib.metadata import version
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import harness
+from harness import Executor, JournalError, NotSerializable, Step, TraceLocked, replay
+from harness import _journal as journal_module
+from harness._journal import Journal
+from harness.testing import FakeLLM, counter, fixed_plan, read_records, steps
+
+Run = Callable[..., harness.Outcome]  # the `run` fixture of conftest.py
+
+
+def shape(path: Path) -> list[tuple[Any, ...]]:
+    """What a trace says, without its run id, wall clock and checksums."""
+    return [(r["kind"], r.get("from"), r.get("to"), r.get("step"), r.get("attempt")) for r in read_records(path)]
+
+
+def test_each_line_is_a_json_object_whose_seq_is_its_line_number(trace: Path, run: Run) -> None:
+    run(counter())
+    data = trace.read_bytes()
+    assert data.endswith(b"\n")
+    for n, line in enumerate(data.splitlines(), start=1):
+        rec = orjson.loads(line)
+        assert isinstance(rec, dict)
+        assert rec["seq"] == n
+        assert isinstance(rec["ts"], float)
+        assert list(rec)[:2] == ["seq", "kind"] and list(rec)[-1] == "crc"
+
+
+def test_each_crc_chains_on_the_previous_line_and_covers_the_bytes_before_it(trace: Path, run: Run) -> None:
+    run(counter())
+    prev = 0
+    for line in trace.read_bytes().splitlines():
+        body, _, tail = line.rpartition(b',"crc":"')
+        assert tail.endswith(b'"}') and len(tail) == 10
+        prev = zlib.crc32(body, prev)
+        assert tail[:8] == b"%08x" % prev
+
+
+def test_the_header_pins_schema_run_goal_tools_and_environment(trace: Path, run: Run) -> None:
+    run(counter(), goal={"find": ["a", "b"]})
+    header = read_records(trace)[0]
+    assert header["kind"] == "header" and header["schema"] == 1
+    assert len(header["run_id"]) == 32 and int(header["run_id"], 16) >= 0
+    assert header["goal"] == {"find": ["a", "b"]}
+    assert header["tools"] == {"work": {"effect": "at-least-once", "version": None}}
+    assert set(header["env"]) == {"python", "platform", "cwd", "entrypoint", "harness"}
+    assert header["env"]["cwd"] == os.getcwd()
+
+
+def test_version_comes_from_package_metadata_and_the_header_records_it(trace: Path, run: Run) -> None:
+    run(counter())
+    assert harness.__version__ == version("harness")
+    assert read_records(trace)[0]["env"]["harness"] == harness.__version__
+
+
+def test_records_are_on_disk_before_the_executor_acts_on_them(trace: Path) -> None:
+    seen: dict[str, Any] = {}
+
+    def work(i: int) -> dict[str, int]:
+        seen.setdefault("at tool", read_records(trace)[-1])
+        return {"i": i}
+
+    def verify(step: Step, result: Any) -> bool:
+        seen.setdefault("at verify", read_records(trace)[-1])
+        return True
+
+    Executor(planner=fixed_plan(steps(1)), tools={"work": work}, verifier=verify, trace=trace).run("g")
+    intent = seen["at tool"]
+    assert (intent["from"], intent["to"], intent["tool"], intent["args"]) == ("PLAN", "ACT", "work", {"i": 0})
+    done = seen["at verify"]
+    assert (done["from"], done["to"], done["result"]) == ("ACT", "VERIFY", {"i": 0})
+
+
+REFUSED = {
+    "set": {1, 2},
+    "object": object(),
+    "int key": {1: "a"},
+    "nan": math.nan,
+    "inf": math.inf,
+    "-inf": -math.inf,
+    "tuple": (1, 2),
+    "int above 64 bits": 2**64,
+    "int below 64 bits": -(2**63) - 1,
+    "lone surrogate": "\ud800",
+    "nested set": {"a": [1, {"b": {3}}]},
+    "bytes": b"raw",
+}
+
+
+@pytest.mark.parametrize("value", REFUSED.values(), ids=REFUSED.keys())
+def test_a_result_json_would_change_is_refused_and_nothing_is_written(trace: Path, run: Run, value: Any) -> None:
+    with pytest.raises(NotSerializable) as info:
+        run(lambda i: value)
+    assert isinstance(info.value, TypeError)
+    assert "result" in str(info.value)
+    data = trace.read_bytes()
+    assert data.endswith(b"\n")  # no partial line
+    r = replay(trace)  # still a valid trace, ending where the refusal stopped it
+    assert (r.state, r.torn_tail, len(r.checkpoints)) == ("ACT", False, 0)
+    assert read_records(trace)[-1]["to"] == "ACT"
+
+
+def test_the_error_says_where_in_the_value_the_problem_is(run: Run) -> None:
+    with pytest.raises(NotSerializable, match=r"result\.a\[1\]\.b"):
+        run(lambda i: {"a": [1, {"b": {3}}]})
+
+
+def test_refused_args_stop_before_the_intent_is_written(trace: Path) -> None:
+    def plan(goal: Any, progress: list[Any]) -> Step:
+        return Step(name="s", tool="work", args={"when": (1, 2)})
+
+    with pytest.raises(NotSerializable, match="args"):
+        Executor(planner=plan, tools={"work": counter()}, trace=trace).run("g")
+    r = replay(trace)
+    assert r.state == "PLAN" and not r.torn_tail
+
+
+def test_a_refused_goal_writes_no_file(trace: Path, run: Run) -> None:
+    with pytest.raises(NotSerializable, match="goal"):
+        run(counter(), goal={"tags": {"a"}})
+    assert not trace.exists()
+
+
+def test_a_refused_llm_response_leaves_a_valid_trace(trace: Path) -> None:
+    fake = FakeLLM([{"ideas": {"set"}}])
+
+    def plan(goal: Any, progress: list[Any]) -> Step:
+        harness.llm({"prompt": "next?"}, fake)
+        return Step(name="s", tool="work")
+
+    with pytest.raises(NotSerializable, match="response"):
+        Executor(planner=plan, tools={"work": counter()}, trace=trace).run("g")
+    assert replay(trace).state == "PLAN"
+
+
+def test_values_at_the_edges_of_json_are_accepted(trace: Path, run: Run) -> None:
+    edge = [2**64 - 1, -(2**63), 0.1, -0.0, 1e308, 5e-324, "é\u2028\x00", {"": None}, [], {}, True]
+    run(lambda i: edge, n=1)
+    assert replay(trace).checkpoints[0].result == edge
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**63), 2**64 - 1)
+    | st.floats(allow_nan=False, allow_infinity=False) | st.text(st.characters(exclude_categories=["Cs"])),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    max_leaves=12,
+)  # fmt: skip
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(value=json_values)
+def test_any_json_value_comes_back_equal_from_the_trace(tmp_path: Path, value: Any) -> None:
+    path = tmp_path / "any.jsonl"
+    path.unlink(missing_ok=True)
+    Executor(planner=fixed_plan(steps(1)), tools={"work": lambda i: value}, trace=path).run(value)
+    r = replay(path)
+    assert r.goal == value and r.checkpoints[0].result == value
+
+
+class SyncSpy:
+    """Calls the real fsync and remembers which file each call was for."""
+
+    def __init__(self, real: Any, fail_at: int | None = None):
+        self.real, self.fail_at, self.inodes = real, fail_at, []
+
+    def __call__(self, fd: int) -> None:
+        self.inodes.append(os.fstat(fd).st_ino)
+        if len(self.inodes) == self.fail_at:
+            raise OSError(errno.EIO, "Input/output error")
+        self.real(fd)
+
+
+@pytest.fixture
+def syncs(monkeypatch: pytest.MonkeyPatch) -> SyncSpy:
+    spy = SyncSpy(os.fsync)
+    monkeypatch.setattr(os, "fsync", spy)  # directories and set-aside files
+    monkeypatch.setattr(journal_module, "_fsync", spy)  # the trace itself (fdatasync)
+    return spy
+
+
+def test_fsync_mode_syncs_every_record_and_writes_the_same_trace(tmp_path: Path, syncs: SyncSpy) -> None:
+    flush, fsync = tmp_path / "flush.jsonl", tmp_path / "fsync.jsonl"
+    Executor(planner=fixed_plan(steps(4)), tools={"work": counter()}, trace=flush).run("g")
+    flush_syncs = syncs.inodes.count(flush.stat().st_ino)
+    Executor(planner=fixed_plan(steps(4)), tools={"work": counter()}, trace=fsync, durability="fsync").run("g")
+    records = len(read_records(fsync))
+    assert syncs.inodes.count(fsync.stat().st_ino) == records
+    assert flush_syncs < records
+    assert shape(fsync) == shape(flush)
+    assert replay(fsync).state == "DONE"
+
+
+@pytest.mark.parametrize("durability", ["flush", "fsync"])
+def test_creating_a_trace_fsyncs_its_directory(tmp_path: Path, syncs: SyncSpy, durability: str) -> None:
+    folder = tmp_path / "runs"
+    folder.mkdir()
+    Executor(planner=fixed_plan(steps(1)), tools={"work": counter()}, trace=folder / "t.jsonl",
+             durability=durability).run("g")  # fmt: skip
+    assert folder.stat().st_ino in syncs.inodes
+
+
+def test_a_failed_fsync_stops_the_run_and_the_journal_accepts_nothing_more(trace: Path, syncs: SyncSpy) -> None:
+    syncs.fail_at = 3
+    tool = counter()
+    with pytest.raises(JournalError, match="fsync failed"):
+        Executor(planner=fixed_plan(steps(4)), tools={"work": tool}, trace=trace, durability="fsync").run("g")
+    assert replay(trace).records == 2  # the directory, the header, then the second record failed to sync
+    assert tool.calls == []
+
+
+def test_after_a_failed_sync_the_journal_accepts_nothing_more(tmp_path: Path, syncs: SyncSpy) -> None:
+    path = tmp_path / "j.jsonl"
+    with Journal.open(path) as j:
+        syncs.fail_at = len(syncs.inodes) + 1
+        with pytest.raises(JournalError, match="fsync failed"):
+            j.append("event", {}, sync=True)
+        with pytest.raises(JournalError, match="accepts nothing more"):  # never retried and trusted
+            j.append("event", {})
+    assert len(path.read_bytes().splitlines()) == 1
+
+
+@pytest.mark.skipif(not os.access("/dev/full", os.W_OK), reason="needs /dev/full")
+def test_a_full_disk_is_a_clear_error() -> None:
+    with pytest.raises(JournalError, match=r"/dev/full.*disk is full"):
+        Executor(planner=fixed_plan(steps(1)), tools={"work": counter()}, trace="/dev/full").run("g")
+
+
+def test_a_second_writer_is_refused_and_changes_nothing(trace: Path, run: Run) -> None:
+    run(counter())
+    before = trace.read_bytes()
+    with Journal.open(trace), pytest.raises(TraceLocked, match=str(trace)):
+        run(counter(), resume=True)
+    assert trace.read_bytes() == before

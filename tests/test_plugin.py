@@ -1,0 +1,170 @@
+"""The golden_trace plugin end to end: real pytest runs in a fresh project, alone and under xdist.
+
+Runs "alone" are in-process (pytester.runpytest), for speed; they put back
+the two globals syrupy sets per session, so this session is left as it was.
+Runs under xdist are subprocesses, as xdist needs. Both start without the
+PYTEST_XDIST_WORKER variable this session may run under: syrupy reads it to
+decide whether it is a worker.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+import syrupy
+from syrupy.extensions.base import SnapshotCollectionStorage
+
+AGENT = '''
+from harness import Executor
+from harness.testing import fixed_plan, read_records, steps
+
+BUMP = {bump}
+
+
+def work(i):
+    return {{"value": i * 10 + (BUMP if i == 1 else 0)}}
+
+
+def run(path):
+    return Executor(planner=fixed_plan(steps(3)), tools={{"work": work}}, trace=path).run("three steps")
+
+
+def test_run(tmp_path, golden_trace):
+    assert golden_trace == run(tmp_path / "run.jsonl")
+'''
+
+SECOND = '''
+
+def test_records(tmp_path, golden_trace):
+    run(tmp_path / "run.jsonl")
+    assert golden_trace == read_records(tmp_path / "run.jsonl")
+'''
+
+MODES = ("alone", "xdist")
+
+
+@pytest.fixture
+def project(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.Pytester:
+    for name in ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID"):
+        monkeypatch.delenv(name, raising=False)
+    pytester.makeini("[pytest]\n")
+    pytester.mkdir("tests")
+    return pytester
+
+
+def write_agent(project: pytest.Pytester, *, bump: int, second: bool = True) -> None:
+    (project.path / "tests" / "test_agent.py").write_text(AGENT.format(bump=bump) + (SECOND if second else ""))
+
+
+def run(project: pytest.Pytester, mode: str, *args: str) -> pytest.RunResult:
+    # a rewritten agent of the same size within the same second would reuse the stale bytecode
+    shutil.rmtree(project.path / "tests" / "__pycache__", ignore_errors=True)
+    if mode == "xdist":
+        return project.runpytest_subprocess("-n", "2", "-p", "no:hypothesispytest", "-p", "no:cacheprovider", *args)
+    saved = SnapshotCollectionStorage.snapshot_dirname, syrupy._syrupy  # type: ignore[attr-defined]
+    try:
+        return project.runpytest("-p", "no:xdist", "-p", "no:hypothesispytest", "-p", "no:cacheprovider", *args)
+    finally:
+        SnapshotCollectionStorage.snapshot_dirname, syrupy._syrupy = saved  # type: ignore[attr-defined]
+
+
+def first_error_lines(result: pytest.RunResult, n: int) -> list[str]:
+    """The first n lines of the first assertion message, without pytest's `E   ` margin."""
+    lines = result.outlines
+    start = next(i for i, line in enumerate(lines) if line.startswith("E "))
+    return [re.sub(r"^E\s+", "", line) for line in lines[start : start + n]]
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_record_pass_change_fail_update_pass_and_unused(project: pytest.Pytester, mode: str) -> None:
+    golden = project.path / "tests" / "golden" / "test_agent"
+    write_agent(project, bump=0)
+
+    if mode == "alone":  # (xdist runs are slow; missing goldens fail the same way there)
+        missing = run(project, mode)
+        assert missing.ret == 1
+        missing.stdout.fnmatch_lines(
+            ["*golden trace missing: *test_run.jsonl does not exist; record it with `pytest --snapshot-update`*"]
+        )
+        assert not golden.exists()
+
+    recorded = run(project, mode, "--snapshot-update")
+    assert recorded.ret == 0, recorded.stdout.str()
+    recorded.stdout.fnmatch_lines(["*2 snapshots generated*"])
+    assert sorted(p.name for p in golden.iterdir()) == ["test_records.jsonl", "test_run.jsonl"]
+    before = (golden / "test_run.jsonl").read_text()
+    assert before.splitlines()[0] == '{"format":"harness-golden","version":1}'
+
+    passed = run(project, mode)
+    assert passed.ret == 0
+    passed.stdout.fnmatch_lines(["*2 snapshots passed*"])
+
+    write_agent(project, bump=1)  # step 1's result moves from 10 to 11
+    changed = run(project, mode)
+    assert changed.ret == 1
+    assert first_error_lines(changed, 2) == [
+        "assert golden trace differs: first difference at seq 9: transition ACT -> VERIFY, step 1, attempt 1 changed"
+        " (2 changed, 0 inserted, 0 removed)",
+        "result.value: 10 -> 11",
+    ]
+    changed.stdout.fnmatch_lines(['*changed seq 11: checkpoint, step 1 "step-1"', "*result.value: 10 -> 11"])
+    changed.assert_outcomes(failed=2)
+
+    updated = run(project, mode, "--snapshot-update")
+    assert updated.ret == 0
+    updated.stdout.fnmatch_lines(["*2 snapshots updated*"])
+    after = (golden / "test_run.jsonl").read_text()
+    moved = [(a, b) for a, b in zip(before.splitlines(), after.splitlines(), strict=True) if a != b]
+    assert [(a.count('"value":10'), b.count('"value":11')) for a, b in moved] == [(1, 1), (1, 1)]  # two lines, no more
+
+    write_agent(project, bump=1, second=False)  # test_records is gone: its golden is unused
+    unused = run(project, mode)
+    assert unused.ret != 0
+    unused.assert_outcomes(passed=1)  # test_run passes against its updated golden
+    unused.stdout.fnmatch_lines(["*1 snapshot passed. 1 snapshot unused*"])
+    assert (golden / "test_records.jsonl").exists()
+
+    cleaned = run(project, mode, "--snapshot-update")
+    assert cleaned.ret == 0
+    cleaned.stdout.fnmatch_lines(["*1 unused snapshot deleted*"])
+    assert sorted(p.name for p in golden.iterdir()) == ["test_run.jsonl"]
+
+
+def test_a_golden_from_another_format_version_is_stale_with_how_to_re_record(project: pytest.Pytester) -> None:
+    write_agent(project, bump=0, second=False)
+    golden = project.path / "tests" / "golden" / "test_agent" / "test_run.jsonl"
+    golden.parent.mkdir(parents=True)
+    golden.write_text('{"format":"harness-golden","version":0}\n{"kind":"header"}\n')
+
+    stale = run(project, "alone")
+    assert stale.ret == 1
+    assert first_error_lines(stale, 1) == [
+        "assert stale golden trace: it was written as golden format version 0; this harness writes version 1; "
+        "re-record it with `pytest --snapshot-update` (or `harness show --golden TRACE`)"
+    ]
+    assert "Traceback" not in stale.stdout.str()
+
+    assert run(project, "alone", "--snapshot-update").ret == 0
+    assert golden.read_text().splitlines()[0] == '{"format":"harness-golden","version":1}'
+    assert run(project, "alone").ret == 0
+
+
+def test_a_trace_that_cannot_be_read_fails_the_assertion_with_its_reason(project: pytest.Pytester) -> None:
+    (project.path / "tests" / "test_bad.py").write_text(
+        "def test_missing(golden_trace):\n    assert golden_trace == 'nowhere.jsonl'\n"
+    )
+    result = run(project, "alone")
+    assert result.ret == 1
+    assert first_error_lines(result, 1) == ["assert golden trace not compared: nowhere.jsonl: no such file"]
+
+
+def test_goldens_follow_a_custom_snapshot_dirname_option_only_for_other_extensions(project: pytest.Pytester) -> None:
+    """`--snapshot-dirname=golden` (this project's own setting) and the default lead to the same place."""
+    write_agent(project, bump=0, second=False)
+    assert run(project, "alone", "--snapshot-dirname=golden", "--snapshot-update").ret == 0
+    assert (project.path / "tests" / "golden" / "test_agent" / "test_run.jsonl").is_file()
+    assert run(project, "alone").ret == 0
+    assert not Path(project.path / "tests" / "__snapshots__").exists()

@@ -1,0 +1,230 @@
+"""resume=True: finish a run from whatever a crash left on the file, in the same file."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import harness
+from harness import Executor, HarnessError, ResumeMismatch, Step, ToolError, TraceCorruption, replay
+from harness.testing import FakeLLM, ScriptedTool, counter, fixed_plan, power_cut, read_records, steps
+
+Run = Callable[..., harness.Outcome]  # the `run` fixture of conftest.py
+FOUR = [{"i": i} for i in range(4)]
+
+
+def results(trace: Path) -> list[Any]:
+    return [c.result for c in replay(trace).checkpoints]
+
+
+def test_the_blog_post_crash(trace: Path, run: Run) -> None:
+    with pytest.raises(RuntimeError, match="power cut"):
+        run(power_cut(at=3))
+    kinds = [r["kind"] for r in read_records(trace)]
+    assert kinds.count("checkpoint") == 2
+    assert (replay(trace).state, results(trace)) == ("ACT", FOUR[:2])
+
+    out = run(counter(), resume=True)
+    assert out.state == "DONE" and [c.result for c in out.checkpoints] == FOUR
+    r = replay(trace)
+    assert (len(r.checkpoints), r.resumes, r.state, r.complete) == (4, 1, "DONE", True)
+    seqs = [rec["seq"] for rec in read_records(trace)]
+    assert seqs == list(range(1, len(seqs) + 1))
+
+
+def test_the_seam_is_visible_and_the_story_before_it_is_kept(trace: Path, run: Run) -> None:
+    with pytest.raises(RuntimeError):
+        run(power_cut(at=3))
+    before = trace.read_bytes()
+    tool = counter()
+    run(tool, resume=True)
+    assert trace.read_bytes().startswith(before)
+    seam = read_records(trace)[len(before.splitlines())]
+    assert seam["kind"] == "resume" and seam["set_aside"] is None
+    assert set(seam["env"]) == {"python", "platform", "cwd", "entrypoint", "harness"}
+    assert tool.calls == [{"i": 2}, {"i": 3}]  # the interrupted call again (at-least-once), then the rest
+
+
+def test_a_result_already_on_the_file_is_not_fetched_again(trace: Path, run: Run) -> None:
+    def crash(step: Step, result: Any) -> bool:
+        raise RuntimeError("power cut during verification")
+
+    with pytest.raises(RuntimeError):
+        run(counter(), n=1, verifier=crash)
+    assert replay(trace).state == "VERIFY"
+    tool = counter()
+    assert run(tool, n=1, resume=True).state == "DONE"
+    assert tool.calls == []
+
+
+@pytest.mark.parametrize("ending", ["DONE", "FAILED"])
+def test_resuming_a_finished_run_writes_nothing_and_calls_no_tool(trace: Path, run: Run, ending: str) -> None:
+    first = run(counter() if ending == "DONE" else ScriptedTool({n: ToolError("no") for n in range(1, 4)}))
+    assert first.state == ending
+    before = trace.read_bytes()
+    tool = counter()
+    again = run(tool, resume=True)
+    assert trace.read_bytes() == before and tool.calls == []
+    assert (again.state, again.checkpoints, again.run_id, again.error) == (
+        first.state, first.checkpoints, first.run_id, first.error,
+    )  # fmt: skip
+
+
+def test_resuming_with_another_goal_is_refused_and_writes_nothing(trace: Path, run: Run) -> None:
+    with pytest.raises(RuntimeError):
+        run(power_cut(at=2), goal={"city": "Lyon", "days": 3})
+    before = trace.read_bytes()
+    tool = counter()
+    with pytest.raises(ResumeMismatch, match="goal") as info:
+        run(tool, goal={"city": "Paris", "days": 3}, resume=True)
+    assert isinstance(info.value, HarnessError)
+    assert trace.read_bytes() == before and tool.calls == []
+    # the same goal with its keys in another order is the same goal (canonical JSON)
+    assert run(counter(), goal={"days": 3, "city": "Lyon"}, resume=True).state == "DONE"
+
+
+def test_resuming_with_other_tool_contracts_is_refused(trace: Path, run: Run) -> None:
+    with pytest.raises(RuntimeError):
+        run(power_cut(at=2))
+    before = trace.read_bytes()
+    with pytest.raises(ResumeMismatch, match="tools"):
+        run(harness.Tool(counter(), idempotent=True), resume=True)
+    assert trace.read_bytes() == before
+
+
+@pytest.mark.parametrize("start", ["missing", "empty"])
+def test_resume_on_a_missing_or_empty_file_starts_a_new_run(trace: Path, run: Run, start: str) -> None:
+    if start == "empty":
+        trace.write_bytes(b"")
+    out = run(counter(), resume=True)
+    r = replay(trace)
+    assert (out.state, r.state, r.resumes, len(r.checkpoints)) == ("DONE", "DONE", 0, 4)
+
+
+def test_a_torn_tail_is_reported_not_an_error(trace: Path, run: Run) -> None:
+    run(counter())
+    lines = trace.read_bytes().splitlines(keepends=True)
+    cut = [i for i, line in enumerate(lines) if b'"checkpoint"' in line][2]  # the third checkpoint line
+    trace.write_bytes(b"".join(lines[:cut]) + lines[cut][:40])
+    r = replay(trace)
+    assert r.torn_tail and (r.state, r.records, results(trace)) == ("CHECKPOINT", cut, FOUR[:2])
+
+
+def test_resume_sets_the_torn_bytes_aside_and_finishes(trace: Path, run: Run) -> None:
+    with pytest.raises(RuntimeError):
+        run(power_cut(at=3))
+    torn = b'{"seq":14,"kind":"transition","from":"ACT","to":"VER'
+    complete = trace.read_bytes()
+    trace.write_bytes(complete + torn)
+
+    assert run(counter(), resume=True).state == "DONE"
+    aside = trace.with_name("run.jsonl.torn-1")
+    assert aside.read_bytes() == torn
+    assert trace.read_bytes().startswith(complete) and torn not in trace.read_bytes()
+    seam = read_records(trace)[len(complete.splitlines())]
+    assert (seam["kind"], seam["set_aside"]) == ("resume", "run.jsonl.torn-1")
+    r = replay(trace)
+    assert (r.state, r.resumes, r.torn_tail, len(r.checkpoints)) == ("DONE", 1, False, 4)
+
+
+def test_a_second_torn_tail_gets_its_own_sibling(trace: Path, run: Run) -> None:
+    with pytest.raises(RuntimeError):
+        run(power_cut(at=2))
+    with trace.open("ab") as f:
+        f.write(b'{"seq":9')
+    with pytest.raises(RuntimeError):
+        run(power_cut(at=2), resume=True)
+    with trace.open("ab") as f:
+        f.write(b'{"seq":')
+    assert run(counter(), resume=True).state == "DONE"
+    assert trace.with_name("run.jsonl.torn-1").read_bytes() == b'{"seq":9'
+    assert trace.with_name("run.jsonl.torn-2").read_bytes() == b'{"seq":'
+    assert replay(trace).resumes == 2
+
+
+def test_a_torn_header_is_not_a_trace_and_resume_starts_over(trace: Path, run: Run) -> None:
+    run(counter())
+    torn = trace.read_bytes()[:60]
+    trace.write_bytes(torn)
+    with pytest.raises(HarnessError, match=f"{trace}.*torn-header") as info:
+        replay(trace)
+    assert isinstance(info.value, TraceCorruption) and info.value.line == 1
+    assert trace.read_bytes() == torn
+
+    out = run(counter(), resume=True)
+    assert trace.with_name("run.jsonl.torn-1").read_bytes() == torn
+    r = replay(trace)
+    assert (out.state, r.state, r.resumes, len(r.checkpoints), r.run_id) == ("DONE", "DONE", 0, 4, out.run_id)
+
+
+def test_crossings_made_before_the_crash_are_served_not_made_again(trace: Path) -> None:
+    def planner(fake: FakeLLM, crash: bool) -> Callable[[Any, list[Any]], Step | None]:
+        def plan(goal: Any, progress: list[Any]) -> Step | None:
+            advice = harness.llm({"goal": goal, "done": len(progress)}, fake)
+            if crash and len(progress) == 1:
+                raise RuntimeError("power cut")
+            return Step(name=advice, tool="work", args={"i": len(progress)}) if len(progress) < 2 else None
+
+        return plan
+
+    first = FakeLLM(["first", "second"])
+    with pytest.raises(RuntimeError):
+        Executor(planner=planner(first, crash=True), tools={"work": counter()}, trace=trace).run("g")
+    assert replay(trace).state == "PLAN" and len(first.requests) == 2
+
+    second = FakeLLM(["third"])  # only one new answer: "second" must come from the file
+    out = Executor(planner=planner(second, crash=False), tools={"work": counter()}, trace=trace, resume=True).run("g")
+    assert [c.name for c in out.checkpoints] == ["first", "second"]
+    assert second.requests == [{"goal": "g", "done": 2}]
+
+
+def rich_run(trace: Path) -> harness.Outcome:
+    """Four steps whose story has every kind of record: crossings, a ToolError, a rejection."""
+    fake = FakeLLM(lambda request: f"advice for step {request}")
+    failed: set[int] = set()
+    rejected: set[int] = set()
+
+    def tool(i: int) -> dict[str, int]:  # fails once per process on step 1: within the 3 attempts
+        if i == 1 and i not in failed:
+            failed.add(i)
+            raise ToolError("the network blinked")
+        return {"i": i}
+
+    def plan(goal: Any, progress: list[Any]) -> Step | None:
+        harness.llm(len(progress), fake)
+        return fixed_plan(steps(4))(goal, progress)
+
+    def verify(step: Step, result: Any) -> bool:
+        if result["i"] == 2 and 2 not in rejected:
+            rejected.add(2)
+            return False
+        return True
+
+    ex = Executor(planner=plan, tools={"work": tool}, verifier=verify, trace=trace, resume=True)
+    return ex.run("rich")
+
+
+def test_a_crash_after_any_line_or_inside_any_line_is_resumed_to_the_same_end(tmp_path: Path) -> None:
+    full = tmp_path / "full.jsonl"
+    assert rich_run(full).state == "DONE"
+    lines = full.read_bytes().splitlines(keepends=True)
+    kinds = {r["kind"] for r in read_records(full)}
+    assert {"crossing", "checkpoint", "transition"} <= kinds
+    for k in range(len(lines)):
+        for torn in (b"", lines[k][: len(lines[k]) // 2]):
+            case = tmp_path / f"cut-{k}-{len(torn)}"
+            case.mkdir()
+            trace = case / "run.jsonl"
+            kept = b"".join(lines[:k])
+            trace.write_bytes(kept + torn)
+            out = rich_run(trace)
+            where = f"crash after line {k}" + (f" and {len(torn)} bytes of the next" if torn else "")
+            r = replay(trace)
+            assert (out.state, r.state, results(trace)) == ("DONE", "DONE", FOUR), where
+            assert r.resumes == (1 if k else 0), where
+            assert trace.read_bytes().startswith(kept), where
+            if torn:
+                assert (case / "run.jsonl.torn-1").read_bytes() == torn, where
