@@ -96,7 +96,7 @@ def stale(first_line: str | bytes) -> str | None:
     except orjson.JSONDecodeError:
         head = None
     if not isinstance(head, dict) or head.get("format") != FORMAT:
-        return f'its first line is not {GOLDEN_HEAD} (not a harness golden, or written before goldens had a version)'
+        return f"its first line is not {GOLDEN_HEAD} (not a harness golden, or written before goldens had a version)"
     if head.get("version") != VERSION:
         return f"it was written as golden format version {head.get('version')!r}; this harness writes version {VERSION}"
     return None

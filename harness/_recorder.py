@@ -110,13 +110,12 @@ class Recorder:
     def __exit__(
         self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        journal, self._journal = self._journal, None
+        journal = self._journal
         if journal is None:
             return
         try:
             self._stop_recording()
             if self.status is None:
-                self._journal = journal  # end() needs it
                 self.end("success" if exc is None else "error", error=exc)
         finally:
             self._journal = None

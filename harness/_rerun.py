@@ -237,22 +237,22 @@ class _Served(Session):
             found = Session.serve(self, kind, request)
         except ReplayViolation as e:
             seq = self.journal.seq + 1  # where the recording would have had to hold it
-            e = ReplayViolation(f"seq {seq}: {e}", seq=seq, line=seq)
-            self.failure = self.failure or e
-            raise e from None
+            violation = ReplayViolation(f"seq {seq}: {e}", seq=seq, line=seq)
+            self.failure = self.failure or violation
+            raise violation from None
         except ReplayDrift as e:
             self.failure = self.failure or e
             raise
         assert found is not None  # strict: serve() raises rather than answer None
         here = self.journal.seq + 1  # the record that will carry its response
         if found.seq != here:
-            e = ReplayDrift(
+            drift = ReplayDrift(
                 f"seq {found.seq}: the re-execution reached this {kind} crossing at seq {here}, not where the "
                 "recording has it: the run took another path before it (harness diff shows where)",
                 seq=found.seq, line=found.seq, fields={"seq": (found.seq, here)},
             )
-            self.failure = self.failure or e
-            raise e
+            self.failure = self.failure or drift
+            raise drift
         if found.seq == self.branch:
             self.live = True
             self.recorded.clear()

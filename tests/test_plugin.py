@@ -11,13 +11,12 @@ from __future__ import annotations
 
 import re
 import shutil
-from pathlib import Path
 
 import pytest
 import syrupy
 from syrupy.extensions.base import SnapshotCollectionStorage
 
-AGENT = '''
+AGENT = """
 from harness import Executor
 from harness.testing import fixed_plan, read_records, steps
 
@@ -34,14 +33,14 @@ def run(path):
 
 def test_run(tmp_path, golden_trace):
     assert golden_trace == run(tmp_path / "run.jsonl")
-'''
+"""
 
-SECOND = '''
+SECOND = """
 
 def test_records(tmp_path, golden_trace):
     run(tmp_path / "run.jsonl")
     assert golden_trace == read_records(tmp_path / "run.jsonl")
-'''
+"""
 
 MODES = ("alone", "xdist")
 
@@ -161,10 +160,10 @@ def test_a_trace_that_cannot_be_read_fails_the_assertion_with_its_reason(project
     assert first_error_lines(result, 1) == ["assert golden trace not compared: nowhere.jsonl: no such file"]
 
 
-def test_goldens_follow_a_custom_snapshot_dirname_option_only_for_other_extensions(project: pytest.Pytester) -> None:
-    """`--snapshot-dirname=golden` (this project's own setting) and the default lead to the same place."""
+def test_goldens_land_in_golden_with_or_without_the_snapshot_dirname_option(project: pytest.Pytester) -> None:
+    """`--snapshot-dirname=golden` (this project's own setting) and syrupy's default lead to the same files."""
     write_agent(project, bump=0, second=False)
     assert run(project, "alone", "--snapshot-dirname=golden", "--snapshot-update").ret == 0
     assert (project.path / "tests" / "golden" / "test_agent" / "test_run.jsonl").is_file()
     assert run(project, "alone").ret == 0
-    assert not Path(project.path / "tests" / "__snapshots__").exists()
+    assert not (project.path / "tests" / "__snapshots__").exists()

@@ -1,0 +1,235 @@
+"""normalize() and diff(): what two runs have in common, and what moved between them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from harness import Executor, HarnessError, Tool, ToolError, TraceCorruption, diff, normalize
+from harness._normalize import render
+from harness.testing import ScriptedTool, counter, fixed_plan, read_records, steps, write_trace
+
+FIRST_KEYS = {"seq_a", "seq_b", "line_a", "line_b", "kind", "from", "to", "step", "attempt", "changes"}
+SIDE_KEYS = {"seq", "line", "kind", "from", "to", "step", "attempt", "record"}
+
+
+def run(trace: Path, tool: Any, n: int = 6, **options: Any) -> Path:
+    Executor(planner=fixed_plan(steps(n)), tools={"work": tool}, trace=trace, **options).run("goal")
+    return trace
+
+
+def test_two_runs_with_other_run_ids_and_timestamps_compare_equal(tmp_path: Path) -> None:
+    a = run(tmp_path / "a.jsonl", Tool(counter(), idempotent=True, version="2"))
+    b = run(tmp_path / "b.jsonl", Tool(counter(), idempotent=True, version="2"))
+    ra, rb = read_records(a), read_records(b)
+    assert ra[0]["run_id"] != rb[0]["run_id"]
+    assert [r["ts"] for r in ra] != [r["ts"] for r in rb]
+    assert ra[2]["key"] != rb[2]["key"]  # idempotency keys embed the run id
+    result = diff(a, b)
+    assert result.equal and result.first is None
+    assert result.as_json() == {"equal": True, "first": None, "changed": [], "inserted": [], "removed": []}
+    assert render(normalize(a)) == render(normalize(b))
+    assert result.text() == f"equal after normalization ({len(ra)} records)\n"
+
+
+def test_an_inserted_retry_is_two_inserted_records_not_a_cascade(tmp_path: Path) -> None:
+    a = run(tmp_path / "a.jsonl", counter())
+    b = run(tmp_path / "b.jsonl", ScriptedTool({3: ToolError("rate limited")}))  # step 2, attempt 1 fails
+    result = diff(a, b)
+    moves = [(m.from_, m.to, m.step, m.attempt) for m in result.inserted]
+    assert moves == [("ACT", "PLAN", 2, 1), ("PLAN", "ACT", 2, 2)]
+    assert result.removed == ()
+    # what the retry moves is the attempt number of step 2's remaining records, and nothing after step 2
+    assert {m.step for m in result.changed} == {2}
+    assert {c.field for m in result.changed for c in m.changes} == {"attempt"}
+    assert len(result.changed) == 3  # ACT -> VERIFY, VERIFY -> CHECKPOINT, CHECKPOINT -> PLAN
+    first = result.as_json()["first"]
+    seq = next(r["seq"] for r in read_records(b) if r.get("error"))
+    assert first == {
+        "seq_a": None, "seq_b": seq, "line_a": None, "line_b": seq, "kind": "transition",
+        "from": "ACT", "to": "PLAN", "step": 2, "attempt": 1, "changes": [],
+    }  # fmt: skip
+    assert result.headline() == f"first difference at seq {seq}: transition ACT -> PLAN, step 2, attempt 1 inserted"
+    inserted = result.as_json()["inserted"][0]
+    assert set(inserted) == SIDE_KEYS
+    assert inserted["record"]["error"] == {"message": "rate limited", "type": "ToolError"}
+
+    back = diff(b, a)  # the other way round, the same records are removed
+    assert [(m.from_, m.to, m.seq_a) for m in back.removed] == [("ACT", "PLAN", seq), ("PLAN", "ACT", seq + 1)]
+    assert back.inserted == () and len(back.changed) == 3
+
+
+def test_a_changed_result_names_the_dotted_field_with_old_and_new_values(tmp_path: Path) -> None:
+    def tool(bump: int) -> Any:
+        return lambda i: {"value": i * 10 + (bump if i == 1 else 0), "tags": ["x", str(i)]}
+
+    a = run(tmp_path / "a.jsonl", tool(0), n=3)
+    b = run(tmp_path / "b.jsonl", tool(1), n=3)
+    result = diff(a, b)
+    assert [(m.kind, m.to, m.step) for m in result.changed] == [("transition", "VERIFY", 1), ("checkpoint", None, 1)]
+    assert result.as_json()["first"] == {
+        "seq_a": 9, "seq_b": 9, "line_a": 9, "line_b": 9, "kind": "transition", "from": "ACT", "to": "VERIFY",
+        "step": 1, "attempt": 1, "changes": [{"field": "result.value", "old": 10, "new": 11}],
+    }  # fmt: skip
+    lines = result.text().splitlines()
+    assert lines[0] == "first difference at seq 9: transition ACT -> VERIFY, step 1, attempt 1 changed (2 changed, 0 inserted, 0 removed)"
+    assert lines[1] == "  result.value: 10 -> 11"
+    assert lines[2] == 'changed seq 11: checkpoint, step 1 "step-1"'
+    md = result.markdown()
+    assert md.startswith(f"**Traces differ**: `{a}` → `{b}`: 2 changed, 0 inserted, 0 removed.")
+    assert "| changed | 9 | 9 | transition ACT -> VERIFY, step 1, attempt 1 | result.value: 10 -> 11 |" in md
+
+
+def test_list_elements_and_absent_fields_have_their_own_paths() -> None:
+    a = [{"kind": "event", "data": {"items": [1, 2, 3], "gone": True}}]
+    b = [{"kind": "event", "data": {"items": [1, 5, 3], "new": None}}]
+    (moved,) = diff(a, b).changed
+    assert [(c.field, c.old, c.new) for c in moved.changes][:1] == [("data.items[1]", 2, 5)]
+    assert diff(a, b).as_json()["changed"][0]["changes"] == [
+        {"field": "data.items[1]", "old": 2, "new": 5},
+        {"field": "data.gone", "old": True, "new": None},
+        {"field": "data.new", "old": None, "new": None},  # absent on one side: null in JSON
+    ]
+    assert "data.new: (absent) -> null" in diff(a, b).text()
+
+
+def test_the_json_form_is_the_documented_contract(tmp_path: Path) -> None:
+    a = run(tmp_path / "a.jsonl", counter(), n=3)
+    b = run(tmp_path / "b.jsonl", ScriptedTool({2: ToolError("once")}), n=2)  # a retry, and one step fewer
+    data = orjson.loads(orjson.dumps(diff(a, b).as_json()))
+    assert set(data) == {"equal", "first", "changed", "inserted", "removed"}
+    assert data["equal"] is False
+    assert set(data["first"]) == FIRST_KEYS
+    assert data["changed"] and all(set(m) == FIRST_KEYS for m in data["changed"])
+    assert data["inserted"] and all(set(m) == SIDE_KEYS for m in data["inserted"])
+    assert data["removed"] and all(set(m) == SIDE_KEYS for m in data["removed"])
+    assert all(set(c) == {"field", "old", "new"} for m in data["changed"] for c in m["changes"])
+    removed = [(m["kind"], m["to"], m["step"]) for m in data["removed"]]
+    assert ("checkpoint", None, 2) in removed
+
+
+def test_normalize_drops_what_differs_between_runs_and_keeps_control_flow_and_data() -> None:
+    records = [
+        {"seq": 1, "kind": "header", "schema": 1, "run_id": "r1", "goal": {"b": 1, "a": 2}, "parent": "r0",
+         "branch": 7, "tools": {}, "env": {"cwd": "/x"}, "ts": 1.5, "crc": "0"},
+        {"seq": 2, "kind": "crossing", "boundary": "now", "request": None, "hash": "ab", "response": 1.7e9, "ts": 2.0},
+        {"seq": 3, "kind": "crossing", "boundary": "llm", "request": {"q": 1}, "hash": "cd", "response": "hi", "reused": True},
+        {"seq": 4, "kind": "transition", "from": "PLAN", "to": "ACT", "step": 0, "attempt": 1, "name": "n",
+         "tool": "t", "args": {"z": 1, "a": [{"y": 1, "b": 2}]}, "key": "r1-0-1", "ts": 3.0, "crc": "1"},
+        {"seq": 5, "kind": "resume", "set_aside": "run.jsonl.torn-2", "env": {}, "ts": 4.0},
+        {"seq": 6, "kind": "reconcile", "op": 4, "happened": False, "result": None, "evidence": "ledger"},
+    ]  # fmt: skip
+    out = normalize(records)
+    assert [list(r) for r in out] == [
+        ["kind", "schema", "goal", "tools"],
+        ["kind", "boundary", "request"],
+        ["kind", "boundary", "request", "response"],
+        ["kind", "from", "to", "step", "attempt", "name", "tool", "args"],
+        ["kind", "set_aside"],
+        ["kind", "result", "happened", "evidence"],
+    ]
+    assert out[0]["goal"] == {"a": 2, "b": 1} and list(out[0]["goal"]) == ["a", "b"]
+    assert out[3]["args"] == {"a": [{"b": 2, "y": 1}], "z": 1}
+    assert out[4]["set_aside"] == "torn-2"
+    assert normalize(out) == out  # normalizing twice changes nothing
+    assert render(out) == render(normalize(list(reversed(records)))[::-1])
+
+
+def test_a_golden_file_and_its_trace_normalize_the_same(tmp_path: Path) -> None:
+    trace = run(tmp_path / "run.jsonl", counter(), n=2)
+    golden = tmp_path / "golden.jsonl"
+    golden.write_text(render(normalize(trace)))
+    assert normalize(golden) == normalize(trace)
+    assert diff(golden, trace).equal and diff(trace, golden).equal
+    assert diff(golden, trace).first is None
+    changed = diff(golden, run(tmp_path / "other.jsonl", counter(), n=3))
+    assert changed.inserted and changed.inserted[0].line_b == changed.inserted[0].seq_b
+
+
+def test_a_torn_tail_is_not_part_of_the_run(tmp_path: Path) -> None:
+    a = run(tmp_path / "a.jsonl", counter(), n=2)
+    b = tmp_path / "b.jsonl"
+    b.write_bytes(a.read_bytes() + b'{"seq":99,"kind":"trans')
+    assert diff(a, b).equal
+
+
+def test_unreadable_inputs_raise_naming_the_file(tmp_path: Path) -> None:
+    a = run(tmp_path / "a.jsonl", counter(), n=2)
+    with pytest.raises(HarnessError, match="nowhere.jsonl: no such file"):
+        diff(a, tmp_path / "nowhere.jsonl")
+    bad = tmp_path / "bad.jsonl"
+    bad.write_bytes(a.read_bytes().replace(b'"i":1', b'"i":7', 1))
+    with pytest.raises(TraceCorruption, match=r"bad.jsonl:\d+: checksum"):
+        diff(a, bad)
+    stale = tmp_path / "stale.jsonl"
+    stale.write_text('{"format":"harness-golden","version":9}\n')
+    with pytest.raises(HarnessError, match="stale golden: .*version 9.*--snapshot-update"):
+        normalize(stale)
+    with pytest.raises(HarnessError, match="record 1 is a str"):
+        diff([{"kind": "event"}, "nope"], [])  # type: ignore[list-item]
+    with pytest.raises(HarnessError, match="cannot read a trace from a int"):
+        normalize(3)  # type: ignore[arg-type]
+
+
+def test_a_forged_trace_that_breaks_the_state_machine_is_refused(tmp_path: Path) -> None:
+    records = read_records(run(tmp_path / "a.jsonl", counter(), n=1))
+    records[2]["to"] = "DONE"  # PLAN -> DONE in the middle of a step, with a valid checksum chain
+    write_trace(tmp_path / "forged.jsonl", records)
+    with pytest.raises(TraceCorruption, match="forged.jsonl:"):
+        diff(tmp_path / "a.jsonl", tmp_path / "forged.jsonl")
+
+
+def test_two_long_traces_that_differ_in_one_record_diff_to_that_record() -> None:
+    n = 20_000
+    a = [{"kind": "transition", "from": "ACT", "to": "VERIFY", "step": i, "attempt": 1, "result": i} for i in range(n)]
+    b = [dict(r) for r in a]
+    b[12_345]["result"] = -1
+    result = diff(a, b)
+    assert [(m.seq_a, m.seq_b, [(c.field, c.old, c.new) for c in m.changes]) for m in result.moved] == [
+        (12_346, 12_346, [("result", 12_345, -1)])
+    ]
+
+
+# --- properties over many traces ----------------------------------------------------------
+
+record = st.fixed_dictionaries({"kind": st.sampled_from(["event", "checkpoint"]), "step": st.integers(0, 3)})
+small_traces = st.lists(record, max_size=25)
+
+
+def matched(result: Any, a: list[dict[str, Any]], b: list[dict[str, Any]]) -> tuple[list[Any], list[Any]]:
+    """The records diff says are equal, from each side, in order."""
+    gone_a = {m.seq_a for m in result.moved if m.seq_a is not None and m.op != "inserted"}
+    gone_b = {m.seq_b for m in result.moved if m.seq_b is not None and m.op != "removed"}
+    return [r for i, r in enumerate(a, 1) if i not in gone_a], [r for i, r in enumerate(b, 1) if i not in gone_b]
+
+
+@settings(max_examples=150, deadline=None)
+@given(small_traces, small_traces)
+def test_what_is_left_unreported_is_equal_on_both_sides_in_order(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> None:
+    result = diff(a, b)
+    left, right = matched(result, a, b)
+    assert left == right
+    assert len(a) - len(result.removed) == len(b) - len(result.inserted)
+    assert result.equal == (a == b)
+    seqs_b = [m.seq_b for m in result.moved if m.seq_b is not None]
+    assert seqs_b == sorted(seqs_b)  # differences come in the order of the trace
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.integers(1, 60), st.data())
+def test_records_inserted_into_a_trace_are_reported_as_exactly_those_insertions(n: int, data: st.DataObject) -> None:
+    a = [{"kind": "event", "n": i} for i in range(n)]
+    b = list(a)
+    positions = data.draw(st.lists(st.integers(0, n), max_size=5))
+    for k, at in enumerate(sorted(positions, reverse=True)):
+        b.insert(at, {"kind": "event", "n": 1000 + k})
+    result = diff(a, b)
+    assert result.changed == () and result.removed == ()
+    assert sorted(m.record["n"] for m in result.inserted if m.record) == sorted(1000 + k for k in range(len(positions)))
+    back = diff(b, a)
+    assert back.changed == () and back.inserted == () and len(back.removed) == len(positions)
