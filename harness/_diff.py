@@ -4,8 +4,10 @@ How it aligns: the common prefix and suffix are skipped first (two lines of
 trace files whose bytes agree once seq, ts and crc are cut off are equal
 unparsed), so two long traces that differ in one place cost one linear
 pass. The middle is aligned on canonical record bytes with patience diff
-(records unique on both sides anchor the alignment, recursively), falling
-back to difflib on small stretches. Unmatched stretches facing each other are
+(records unique on both sides anchor the alignment, recursively); a stretch
+with no such record is aligned by difflib when short, by Myers' shortest edit
+script when long and nearly equal (repeated records shifted by one), and is
+otherwise reported whole. Unmatched stretches facing each other are
 then paired by shape (kind, from, to, step, boundary): a paired record is
 "changed", with dotted field paths and old and new values; the rest are
 "inserted" or "removed". An inserted retry is therefore two inserted records
@@ -25,15 +27,16 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import difflib
-from collections.abc import Iterator, Mapping
+from collections.abc import Hashable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
 
-from ._normalize import Loaded, Source
+from ._normalize import Loaded, Source, normalize_record
 
 _SMALL = 250_000  # product of stretch lengths up to which difflib aligns an anchorless stretch
+_EDITS = 300  # beyond it, Myers gives up on a long anchorless stretch (its records are then all reported)
 _SHOW = 60  # characters of a value shown in text
 
 
@@ -243,13 +246,50 @@ def _align(a: list[bytes], b: list[bytes]) -> list[tuple[int, int]]:
                 todo.append((pi, i, pj, j))
                 pi, pj = i + 1, j + 1
             todo.append((pi, ahi, pj, bhi))
-        elif (ahi - alo) * (bhi - blo) <= _SMALL:
-            sm = difflib.SequenceMatcher(None, a[alo:ahi], b[blo:bhi], autojunk=False)
-            for bi, bj, size in sm.get_matching_blocks():
-                pairs.extend((alo + bi + k, blo + bj + k) for k in range(size))
-        # else: a long stretch with nothing in common; its records are paired by shape
+        else:
+            pairs.extend((alo + i, blo + j) for i, j in _match(a[alo:ahi], b[blo:bhi]))
     pairs.sort()
     return pairs
+
+
+def _match(a: Sequence[Hashable], b: Sequence[Hashable]) -> list[tuple[int, int]]:
+    """Matched index pairs of two short sequences (difflib), or of long ones with few edits (Myers)."""
+    if len(a) * len(b) <= _SMALL:
+        sm = difflib.SequenceMatcher(None, a, b, autojunk=False)
+        return [(i + k, j + k) for i, j, size in sm.get_matching_blocks() for k in range(size)]
+    return _myers(a, b, _EDITS) or []
+
+
+def _myers(a: Sequence[Hashable], b: Sequence[Hashable], max_edits: int) -> list[tuple[int, int]] | None:
+    """The pairs of a shortest edit script (Myers 1986), or None when it needs more than max_edits edits."""
+    n, m = len(a), len(b)
+    v = {1: 0}
+    rounds: list[dict[int, int]] = []  # v as it was before each round, to walk the path back
+    for d in range(max_edits + 1):
+        rounds.append(dict(v))
+        for k in range(-d, d + 1, 2):
+            x = v[k + 1] if k == -d or (k != d and v[k - 1] < v[k + 1]) else v[k - 1] + 1
+            y = x - k
+            while x < n and y < m and a[x] == b[y]:
+                x, y = x + 1, y + 1
+            v[k] = x
+            if x >= n and y >= m:
+                return _walk_back(rounds, n, m)
+    return None
+
+
+def _walk_back(rounds: list[dict[int, int]], x: int, y: int) -> list[tuple[int, int]]:
+    pairs = []
+    for d in range(len(rounds) - 1, -1, -1):
+        v, k = rounds[d], x - y
+        prev_k = k + 1 if k == -d or (k != d and v[k - 1] < v[k + 1]) else k - 1
+        prev_x = v[prev_k]
+        prev_y = prev_x - prev_k
+        while x > prev_x and y > prev_y:
+            x, y = x - 1, y - 1
+            pairs.append((x, y))
+        x, y = prev_x, prev_y
+    return pairs[::-1]
 
 
 def _anchors(a: list[bytes], b: list[bytes], alo: int, ahi: int, blo: int, bhi: int) -> list[tuple[int, int]]:
@@ -291,13 +331,14 @@ def _shape(rec: Mapping[str, Any]) -> tuple[Any, ...]:
 
 def _stretch(la: Loaded, lb: Loaded, ai: int, ah: int, bj: int, bh: int) -> Iterator[Moved]:
     """The differences in a stretch a[ai:ah] facing b[bj:bh] that share no record."""
-    if ai == ah or bj == bh or (ah - ai) * (bh - bj) > _SMALL:
-        pairs = []  # a one-sided stretch, or one too long to pair: plain removals and insertions
-    else:
+    pairs: list[tuple[int, int]] = []
+    if ai < ah and bj < bh:
         shapes_a = [_shape(la.record(i)) for i in range(ai, ah)]
         shapes_b = [_shape(lb.record(j)) for j in range(bj, bh)]
-        sm = difflib.SequenceMatcher(None, shapes_a, shapes_b, autojunk=False)
-        pairs = [(ai + x + k, bj + y + k) for x, y, size in sm.get_matching_blocks() for k in range(size)]
+        if shapes_a == shapes_b:  # the common case: the same records with other values
+            pairs = [(ai + n, bj + n) for n in range(ah - ai)]
+        else:
+            pairs = [(ai + x, bj + y) for x, y in _match(shapes_a, shapes_b)]
     i, j = ai, bj
     for pi, pj in [*pairs, (ah, bh)]:
         yield from (_one(la, "removed", x, None) for x in range(i, pi))
@@ -310,7 +351,7 @@ def _stretch(la: Loaded, lb: Loaded, ai: int, ah: int, bj: int, bh: int) -> Iter
 def _one(side: Loaded, op: str, i: int | None, j: int | None) -> Moved:
     n = i if i is not None else j
     assert n is not None
-    rec = side.record(n)
+    rec = normalize_record(side.record(n))  # nested keys sorted, as normalize() gives them
     seq, line = side.seq(n), side.line(n)
     return Moved(
         op, rec.get("kind"), rec.get("from"), rec.get("to"), rec.get("step"), rec.get("attempt"),
@@ -331,8 +372,12 @@ def _changed(la: Loaded, lb: Loaded, i: int, j: int) -> Moved:
 
 
 def _fields(old: Any, new: Any, path: str, out: list[Change]) -> None:
+    if old == new and type(old) is type(new) and type(old) in (dict, list, str):  # the common case, in C
+        return
     if type(old) is dict and type(new) is dict:
-        for k in [*old, *(k for k in new if k not in old)]:
+        # a record's own fields in view order; nested ones sorted, as normalize() gives them
+        keys = [*old, *(k for k in new if k not in old)] if not path else sorted(old.keys() | new.keys())
+        for k in keys:
             _fields(old.get(k, ABSENT), new.get(k, ABSENT), f"{path}.{k}" if path else k, out)
     elif type(old) is list and type(new) is list and len(old) == len(new):
         for n, (x, y) in enumerate(zip(old, new, strict=True)):

@@ -14,6 +14,7 @@ exception propagates out of run() and leaves the file as a crash would.
 
 from __future__ import annotations
 
+import functools
 import os
 import platform
 import sys
@@ -89,10 +90,23 @@ class Outcome:
     error: dict[str, Any] | None = None
 
 
+@functools.cache
+def _platform() -> str:
+    """platform.platform(), as it reads on Linux, without the `uname -p` child it spawns on first use.
+
+    environment() runs while the trace is locked, and a child forked then
+    shares the locked descriptor until it execs: a writer killed at that
+    moment would leave its lock held by the child for a while.
+    """
+    libc = "".join(platform.libc_ver())
+    parts = [platform.system(), platform.release(), platform.machine(), *(["with", libc] if libc else [])]
+    return "-".join(p for p in parts if p)
+
+
 def environment(entrypoint: str) -> dict[str, Any]:
     return {
         "python": platform.python_version(),
-        "platform": platform.platform(),
+        "platform": _platform(),
         "cwd": os.getcwd(),
         "entrypoint": entrypoint,
         "harness": _version(),

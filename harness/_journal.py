@@ -111,7 +111,7 @@ def encode(record: dict[str, Any], crc: int) -> tuple[bytes, int]:
     """The line for record, chained on crc; returns (line, its crc)."""
     body = orjson.dumps(record, default=_refuse, option=_DUMPS_OPTIONS)[:-1]  # dumps(), inlined: a hot path
     crc = zlib.crc32(body, crc)
-    return b'%b,"crc":"%08x"}\n' % (body, crc), crc
+    return body + b',"crc":"%08x"}\n' % crc, crc  # one copy of body: faster than formatting it in
 
 
 class Journal:

@@ -29,7 +29,7 @@ from . import _state as S
 from ._errors import HarnessError, TraceCorruption
 from ._journal import MAX_LINE, SCHEMA, SUFFIX, canonical
 
-_CHUNK = 1 << 20
+_CHUNK = 1 << 16  # 64 KiB: small enough that a chunk's lines are still in the CPU cache when checked
 _MARK = b',"crc":"'
 _HEADER_START = b'{"seq":1,"kind":"header"'
 KINDS = frozenset({"header", "transition", "checkpoint", "crossing", "resume", "reconcile", "event", "end"})
@@ -231,7 +231,9 @@ def _scan(path: str, f: Any) -> Replay:  # noqa: C901 - one loop on purpose: it 
     pending: list[dict[str, Any]] = []
     buf = b""
     while True:
-        chunk = f.read(_CHUNK)
+        # a long partial line doubles the read, so copying stays linear; the cap keeps any line longer
+        # than MAX_LINE from completing inside one read: it is caught below as a too-long partial line
+        chunk = f.read(min(max(_CHUNK, len(buf)), MAX_LINE + 1 - len(buf)))
         if not chunk:
             break
         lines = (buf + chunk).split(b"\n") if buf else chunk.split(b"\n")

@@ -12,8 +12,9 @@ transition into PAUSED, or its reconcile) or `interrupted` (the writer is
 gone without a terminal record: a crash, a kill). A file whose header
 cannot be read is listed as `unreadable` rather than stopping the listing.
 
-The lock test takes a shared flock without blocking and drops it at once;
-a writer opening the trace in that very instant gets TraceLocked.
+A live writer is seen in /proc/locks (Linux), which takes no lock and so
+can never make a writer opening the trace at that instant fail. Elsewhere a
+shared flock is tried without waiting and dropped at once.
 """
 
 from __future__ import annotations
@@ -74,13 +75,17 @@ def list_runs(folder: str | os.PathLike[str] | None = None) -> list[RunInfo]:
         raise HarnessError(f"{path}: is not a folder") from None
     except OSError as e:
         raise HarnessError(f"{path}: cannot list: {e.strerror}") from None
-    runs = [run_info(os.path.join(path, name)) for name in names]
+    locked = _flocked()
+    runs = [run_info(os.path.join(path, name), locked) for name in names]
     runs.sort(key=lambda r: (r.started is None, r.started or datetime.min.replace(tzinfo=UTC), r.id))
     return runs
 
 
-def run_info(path: str) -> RunInfo:
-    """What the two ends of the trace at `path` say about its run."""
+def run_info(path: str, locked: set[tuple[int, int, int]] | None = None) -> RunInfo:
+    """What the two ends of the trace at `path` say about its run.
+
+    `locked`: the files held by a writer, from `_flocked()`; None to probe the lock.
+    """
     fallback = os.path.basename(path).removesuffix(".jsonl")
     try:
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
@@ -92,11 +97,11 @@ def run_info(path: str) -> RunInfo:
         if header is None:
             head = os.pread(fd, _HEAD, 0)
             torn = _HEADER_START.startswith(head[: len(_HEADER_START)]) and b"\n" not in head  # died writing it
-            status = "running" if _locked(fd) else "interrupted" if torn else "unreadable"
+            status = "running" if _locked(fd, locked) else "interrupted" if torn else "unreadable"
             return RunInfo(fallback, path, None, status, None, None, 0)
         last = _last(fd, size) or header
         env = header.get("env")
-        status = _terminal(last) or ("running" if _locked(fd) else _waiting(last))
+        status = _terminal(last) or ("running" if _locked(fd, locked) else _waiting(last))
         ended = _time(last.get("ts")) if status in ("done", "failed") else None
         parent, branch = header.get("parent"), header.get("branch")
         return RunInfo(
@@ -172,9 +177,29 @@ def _waiting(last: dict[str, Any]) -> str:
     return "interrupted"
 
 
-def _locked(fd: int) -> bool:
-    """Whether a live writer holds the trace: a shared flock, tried without waiting, is refused."""
+def _flocked() -> set[tuple[int, int, int]] | None:
+    """(major, minor, inode) of every file under an exclusive flock, or None without /proc/locks."""
     try:
+        with open("/proc/locks") as f:
+            text = f.read()
+    except OSError:
+        return None
+    held = set()
+    for line in text.splitlines():
+        # "1: FLOCK  ADVISORY  WRITE 18764 fe:00:2181361 0 EOF"; waiters read "1: -> FLOCK ..."
+        parts = line.split()
+        if len(parts) > 5 and parts[1] == "FLOCK" and parts[3] == "WRITE":
+            major, minor, inode = parts[5].split(":")
+            held.add((int(major, 16), int(minor, 16), int(inode)))
+    return held
+
+
+def _locked(fd: int, held: set[tuple[int, int, int]] | None) -> bool:
+    """Whether a live writer holds the trace."""
+    if held is not None:
+        st = os.fstat(fd)
+        return (os.major(st.st_dev), os.minor(st.st_dev), st.st_ino) in held
+    try:  # no /proc/locks: a shared flock, tried without waiting, is refused while a writer holds it
         fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
     except BlockingIOError:
         return True

@@ -13,7 +13,9 @@ then its changed fields, then every other difference, compact, because
 pytest cuts long assertion messages. A golden written in another format
 version is reported as stale with how to re-record it, never crashed on.
 
-Registered through the `pytest11` entry point (`harness.pytest_plugin`).
+Registered through the `pytest11` entry point (`harness.pytest_plugin`), so
+it loads wherever harness is installed: without syrupy (not a runtime
+dependency) pytest still starts, and the fixture says what to install.
 """
 
 from __future__ import annotations
@@ -23,12 +25,18 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from syrupy.assertion import SnapshotAssertion
-from syrupy.extensions.single_file import SingleFileSnapshotExtension, WriteMode
 
 from ._diff import diff
 from ._errors import HarnessError
 from ._normalize import RERECORD, Loaded, normalize, parse_golden, render, stale
+
+try:  # syrupy is optional: without it pytest still starts, and golden_trace says what to install
+    from syrupy.assertion import SnapshotAssertion
+    from syrupy.extensions.single_file import SingleFileSnapshotExtension, WriteMode
+
+    HAVE_SYRUPY = True
+except ImportError:
+    HAVE_SYRUPY = False
 
 if TYPE_CHECKING:
     from syrupy.location import PyTestLocation
@@ -37,66 +45,72 @@ if TYPE_CHECKING:
 __all__ = ["GoldenTraceExtension", "golden_trace"]
 
 
-class GoldenTraceExtension(SingleFileSnapshotExtension):
-    """One golden trace per file: the normalized records as JSONL, after a format line."""
+if HAVE_SYRUPY:
 
-    _write_mode = WriteMode.TEXT
-    file_extension = "jsonl"
-    snapshot_dirname = "golden"
+    class GoldenTraceExtension(SingleFileSnapshotExtension):
+        """One golden trace per file: the normalized records as JSONL, after a format line."""
 
-    @classmethod
-    def dirname(cls, *, test_location: PyTestLocation) -> str:
-        # syrupy's own dirname reads the base class's snapshot_dirname (set from
-        # --snapshot-dirname); goldens live in golden/ whatever that option says
-        return str(Path(test_location.filepath).parent / cls.snapshot_dirname / test_location.basename)
+        _write_mode = WriteMode.TEXT
+        file_extension = "jsonl"
+        snapshot_dirname = "golden"
 
-    def serialize(
-        self,
-        data: SerializableData,
-        *,
-        exclude: PropertyFilter | None = None,
-        include: PropertyFilter | None = None,
-        matcher: PropertyMatcher | None = None,
-    ) -> SerializedData:
-        return render(normalize(data))
+        @classmethod
+        def dirname(cls, *, test_location: PyTestLocation) -> str:
+            # syrupy's own dirname reads the base class's snapshot_dirname (set from
+            # --snapshot-dirname); goldens live in golden/ whatever that option says
+            return str(Path(test_location.filepath).parent / cls.snapshot_dirname / test_location.basename)
 
-    def matches(self, *, serialized_data: SerializableData, snapshot_data: SerializableData) -> bool:
-        if serialized_data == snapshot_data:
-            return True
-        try:  # same records written differently (hand-edited spacing, key order) still match
-            return bool(parse_golden(str(serialized_data), "received") == parse_golden(str(snapshot_data), "golden"))
-        except HarnessError:
-            return False
+        def serialize(
+            self,
+            data: SerializableData,
+            *,
+            exclude: PropertyFilter | None = None,
+            include: PropertyFilter | None = None,
+            matcher: PropertyMatcher | None = None,
+        ) -> SerializedData:
+            return render(normalize(data))
 
-    def diff_lines(self, serialized_data: SerializedData, snapshot_data: SerializedData) -> Iterator[str]:
-        """What moved, most important first: pytest keeps only the first lines of a message."""
-        golden = str(snapshot_data)
-        if not golden:
-            yield "no golden trace recorded yet; record it with `pytest --snapshot-update`"
-            return
-        why = stale(golden.splitlines()[0])
-        if why:
-            yield f"stale golden trace: {why}; {RERECORD}"
-            return
-        try:
-            result = diff(Loaded.golden(golden, "golden"), Loaded.golden(str(serialized_data), "received"))
-        except HarnessError as e:
-            yield f"unreadable golden trace: {e}"
-            return
-        if result.equal:  # the records match; only their spelling differs
-            yield "golden trace equal record for record but not byte for byte; re-record it with `--snapshot-update`"
-            return
-        lines = result.lines(a="golden", b="received", limit=30)
-        yield f"golden trace differs: {next(lines)}"
-        yield from lines
+        def matches(self, *, serialized_data: SerializableData, snapshot_data: SerializableData) -> bool:
+            if serialized_data == snapshot_data:
+                return True
+            try:  # same records written differently (hand-edited spacing, key order) still match
+                received = parse_golden(str(serialized_data), "received")
+                return bool(received == parse_golden(str(snapshot_data), "golden"))
+            except HarnessError:
+                return False
+
+        def diff_lines(self, serialized_data: SerializedData, snapshot_data: SerializedData) -> Iterator[str]:
+            """What moved, most important first: pytest keeps only the first lines of a message."""
+            golden = str(snapshot_data)
+            if not golden:
+                yield "the golden trace is missing or empty; record it with `pytest --snapshot-update`"
+                return
+            why = stale(golden.splitlines()[0])
+            if why:
+                yield f"stale golden trace: {why}; {RERECORD}"
+                return
+            try:
+                result = diff(Loaded.golden(golden, "golden"), Loaded.golden(str(serialized_data), "received"))
+            except HarnessError as e:
+                yield f"unreadable golden trace: {e}"
+                return
+            if result.equal:  # the records match; only their spelling differs
+                yield "golden trace equal record for record, not byte for byte; re-record it with `--snapshot-update`"
+                return
+            lines = result.lines(a="golden", b="received", limit=30)
+            yield f"golden trace differs: {next(lines)}"
+            yield from lines
 
 
 @pytest.fixture
-def golden_trace(snapshot: SnapshotAssertion) -> SnapshotAssertion:
+def golden_trace(request: pytest.FixtureRequest) -> Any:
     """Compare a trace with its golden: `assert golden_trace == outcome` (or a path, a Replay, records).
 
     Name several goldens in one test with `golden_trace(name="crash")`.
     """
+    if not HAVE_SYRUPY:
+        pytest.fail("golden_trace needs syrupy: pip install 'syrupy>=4.6' (or 'harness[test]')", pytrace=False)
+    snapshot: SnapshotAssertion = request.getfixturevalue("snapshot")
     return snapshot.use_extension(GoldenTraceExtension)
 
 
@@ -104,6 +118,8 @@ def golden_trace(snapshot: SnapshotAssertion) -> SnapshotAssertion:
 def pytest_assertrepr_compare(config: pytest.Config, op: str, left: Any, right: Any) -> Generator[None, Any, Any]:
     """Put our explanation first: syrupy's starts with `[- snapshot] == [+ received]`, which says nothing."""
     results = yield
+    if not HAVE_SYRUPY:
+        return results
     assertion = left if isinstance(left, SnapshotAssertion) else right
     if op != "==" or not isinstance(assertion, SnapshotAssertion):
         return results

@@ -188,3 +188,30 @@ def test_a_killed_writer_leaves_no_stale_lock(tmp_path: Path) -> None:
     out = Executor(planner=planner, tools={"hold": lambda n: calls.append(n) or n}, trace=path, resume=True).run("goal")
     assert out.state == "DONE" and calls == [1, 2]
     assert [c.result for c in out.checkpoints] == [1, 2]
+
+
+# a process forked while the lock is held shares the locked descriptor until it execs (or for its life, if it never
+# does): killed then, the writer's lock would outlive it. The harness itself must fork nothing while it writes.
+NO_SPAWN = """
+import subprocess, sys
+spawned = []
+real = subprocess.Popen.__init__
+def spy(self, *args, **kwargs):
+    spawned.append(args[0] if args else kwargs.get("args"))
+    real(self, *args, **kwargs)
+subprocess.Popen.__init__ = spy
+import harness
+step = harness.Step("one", "hold", {"n": 1})
+ex = harness.Executor(planner=lambda g, d: None if d else step, tools={"hold": lambda n: n}, trace=sys.argv[1])
+out = ex.run("g")
+assert out.state == "DONE", out
+print(spawned)
+"""
+
+
+def test_the_writer_spawns_no_process(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-c", NO_SPAWN, str(tmp_path / "run.jsonl")], capture_output=True, text=True, check=False
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "[]"

@@ -167,3 +167,18 @@ def test_goldens_land_in_golden_with_or_without_the_snapshot_dirname_option(proj
     assert (project.path / "tests" / "golden" / "test_agent" / "test_run.jsonl").is_file()
     assert run(project, "alone").ret == 0
     assert not (project.path / "tests" / "__snapshots__").exists()
+
+
+def test_without_syrupy_pytest_still_starts_and_golden_trace_says_what_to_install(
+    project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    hidden = project.mkdir("hide")
+    (hidden / "syrupy").mkdir()
+    (hidden / "syrupy" / "__init__.py").write_text("raise ImportError('No module named syrupy')\n")
+    monkeypatch.setenv("PYTHONPATH", str(hidden))
+    (project.path / "tests" / "test_it.py").write_text(
+        "def test_plain():\n    assert True\n\n\ndef test_golden(golden_trace):\n    assert golden_trace == []\n"
+    )
+    result = project.runpytest_subprocess("-p", "no:syrupy", "-p", "no:hypothesispytest", "-p", "no:xdist", "tests")
+    result.assert_outcomes(passed=1, errors=1)  # the fixture fails at setup, naming what to install
+    assert "golden_trace needs syrupy: pip install 'syrupy>=4.6' (or 'harness[test]')" in result.stdout.str()
