@@ -25,7 +25,7 @@ import uuid as _uuid
 from collections import deque
 from collections.abc import Callable, Iterable
 from contextvars import ContextVar
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ._errors import ReplayDrift, ReplayViolation, ToolError
@@ -68,7 +68,9 @@ class Session:
         shown = "; ".join(f"{k}: recorded {a!r}, now {b!r}" for k, a, b in ((k, *v) for k, v in fields.items()))
         raise ReplayDrift(
             f"seq {rec.seq}: the run drifted from its recording at a {rec.kind} crossing: {shown}",
-            seq=rec.seq, line=rec.seq, fields=fields,
+            seq=rec.seq,
+            line=rec.seq,
+            fields=fields,
         )
 
     def cross(self, kind: str, request: Any, call: Callable[[], T]) -> T:
@@ -86,7 +88,8 @@ class Session:
             self.nested = False
             assert self.journal is not None
             self.journal.append(
-                "crossing", {"boundary": kind, "request": request, "hash": request_hash(kind, request), "error": error_of(e)},
+                "crossing",
+                {"boundary": kind, "request": request, "hash": request_hash(kind, request), "error": error_of(e)},
                 check=("request",),
             )
             raise
@@ -127,8 +130,8 @@ def rebuild(error: dict[str, str]) -> BaseException:
         for part in name.split("."):
             cls = getattr(cls, part)
         if isinstance(cls, type) and issubclass(cls, Exception):
-            return cls(error["message"])  # type: ignore[no-any-return]
-    except Exception:  # noqa: BLE001 - any failure to rebuild falls back to ToolError below
+            return cls(error["message"])
+    except Exception:
         pass
     return ToolError(f"{error['type']}: {error['message']}")
 
@@ -155,7 +158,7 @@ def boundary(kind: str, request: Any, call: Callable[[], T]) -> T:
 
 def now() -> datetime:
     """The current time, as a timezone-aware UTC datetime, recorded."""
-    return datetime.fromtimestamp(boundary("now", None, time.time), timezone.utc)
+    return datetime.fromtimestamp(boundary("now", None, time.time), UTC)
 
 
 def random() -> float:

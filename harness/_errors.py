@@ -45,9 +45,7 @@ class TraceExists(HarnessError, FileExistsError):
 
     def __init__(self, path: str):
         self.path = path
-        super().__init__(
-            f"{path} already holds a run; pass resume=True to continue it, or choose another path"
-        )
+        super().__init__(f"{path} already holds a run; pass resume=True to continue it, or choose another path")
 
 
 class TraceLocked(HarnessError):
@@ -55,9 +53,7 @@ class TraceLocked(HarnessError):
 
     def __init__(self, path: str):
         self.path = path
-        super().__init__(
-            f"{path} is being written by another live run; wait for it to end (readers need no lock)"
-        )
+        super().__init__(f"{path} is being written by another live run; wait for it to end (readers need no lock)")
 
 
 class JournalError(HarnessError):

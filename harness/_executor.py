@@ -78,6 +78,14 @@ class Tool:
 PLAIN = {"effect": "at-least-once", "version": None}
 
 
+class _Served(ToolError):
+    """A tool's ToolError served from a recording, recorded again exactly as it was."""
+
+    def __init__(self, error: dict[str, Any]):
+        super().__init__(error["message"])
+        self.error = error
+
+
 @dataclass(frozen=True, slots=True)
 class Outcome:
     """How a run ended (or paused). `pending` names the uncertain operation of a PAUSED run."""
@@ -189,7 +197,9 @@ class Executor:
             return finished(rep)
         aside = set_aside(path, rep.end) if rep.torn_tail else None
         journal.continue_after(rep.last_seq, rep.crc, rep.end)
-        journal.append("resume", {"set_aside": os.path.basename(aside) if aside else None, "env": environment(self.entrypoint)})
+        journal.append(
+            "resume", {"set_aside": os.path.basename(aside) if aside else None, "env": environment(self.entrypoint)}
+        )
         # crossings recorded after the last transition are served again, up to the first failed one
         served = []
         for c in rep.crossings[len(rep.crossings) - len(rep.pending_crossings) :]:
@@ -217,7 +227,11 @@ class Executor:
             assert rec is not None
             if rec["happened"]:
                 result = rec.get("result")
-                journal.append("transition", {"from": S.PAUSED, "to": S.VERIFY, "step": step, "attempt": attempt, "result": result}, sync=True)
+                journal.append(
+                    "transition",
+                    {"from": S.PAUSED, "to": S.VERIFY, "step": step, "attempt": attempt, "result": result},
+                    sync=True,
+                )
                 state = S.VERIFY
             else:
                 intent = {k: intent[k] for k in ("step", "attempt", "name", "tool", "args", "key") if k in intent}
@@ -252,10 +266,21 @@ class Executor:
                             f"the planner chose tool {planned.tool!r}, which this executor does not have "
                             f"(it has: {', '.join(tools) or 'none'})"
                         )
-                    intent = {"step": step, "attempt": attempt, "name": planned.name, "tool": planned.tool, "args": planned.args}
+                    intent = {
+                        "step": step,
+                        "attempt": attempt,
+                        "name": planned.name,
+                        "tool": planned.tool,
+                        "args": planned.args,
+                    }
                     if contracts[planned.tool]["effect"] == "idempotent":
                         intent["key"] = f"{run_id}-{step}-{attempt}"
-                    append("transition", {"from": S.PLAN, "to": S.ACT, **intent}, sync=isinstance(tools[planned.tool], Tool), check=("args",))
+                    append(
+                        "transition",
+                        {"from": S.PLAN, "to": S.ACT, **intent},
+                        sync=isinstance(tools[planned.tool], Tool),
+                        check=("args",),
+                    )
                     state = S.ACT
                 elif state == S.ACT:
                     assert intent is not None
@@ -263,16 +288,20 @@ class Executor:
                     try:
                         result = self._call(session, tool, intent)
                     except ToolError as e:
-                        error = {"type": type(e).__name__, "message": str(e)}
+                        error = e.error if isinstance(e, _Served) else {"type": type(e).__name__, "message": str(e)}
                         to = S.FAILED if attempt >= max_attempts else S.PLAN
-                        append("transition", {"from": S.ACT, "to": to, "step": step, "attempt": attempt, "error": error})
+                        append(
+                            "transition", {"from": S.ACT, "to": to, "step": step, "attempt": attempt, "error": error}
+                        )
                         if to == S.FAILED:
                             return Outcome(S.FAILED, tuple(progress), run_id, journal.path, error=error)
                         state, attempt = S.PLAN, attempt + 1
                         continue
                     append(
-                        "transition", {"from": S.ACT, "to": S.VERIFY, "step": step, "attempt": attempt, "result": result},
-                        sync=isinstance(tool, Tool), check=("result",),
+                        "transition",
+                        {"from": S.ACT, "to": S.VERIFY, "step": step, "attempt": attempt, "result": result},
+                        sync=isinstance(tool, Tool),
+                        check=("result",),
                     )
                     state = S.VERIFY
                 elif state == S.VERIFY:
@@ -281,7 +310,9 @@ class Executor:
                     if why is not None:
                         error = {"type": "VerificationFailed", "message": why}
                         to = S.FAILED if attempt >= max_attempts else S.PLAN
-                        append("transition", {"from": S.VERIFY, "to": to, "step": step, "attempt": attempt, "error": error})
+                        append(
+                            "transition", {"from": S.VERIFY, "to": to, "step": step, "attempt": attempt, "error": error}
+                        )
                         if to == S.FAILED:
                             return Outcome(S.FAILED, tuple(progress), run_id, journal.path, error=error)
                         state, attempt = S.PLAN, attempt + 1
@@ -302,8 +333,7 @@ class Executor:
         recorded = session.serve("tool", {"tool": intent["tool"], "args": intent["args"]})
         if recorded is not None:
             if recorded.error is not None:
-                # same class name as recorded, so the ACT -> PLAN/FAILED record comes out the same
-                raise type(recorded.error["type"], (ToolError,), {})(recorded.error["message"])
+                raise _Served(recorded.error)
             return recorded.response
         fn = tool.fn if isinstance(tool, Tool) else tool
         kwargs = dict(intent["args"])

@@ -21,6 +21,8 @@ from ._replay import replay
 def reconcile(trace: str | os.PathLike[str], *, happened: bool, result: Any = None, evidence: str = "") -> int:
     """Record whether the paused operation happened; returns the reconcile record's seq."""
     path = os.fspath(trace)
+    if not happened and result is not None:
+        raise HarnessError(f"{path}: a result was given for an operation that did not happen; nothing was written")
     check_value("result", result)
     if not os.path.isfile(path):  # Journal.open would create it
         raise HarnessError(f"{path}: no such trace file; nothing was written")
@@ -34,5 +36,10 @@ def reconcile(trace: str | os.PathLike[str], *, happened: bool, result: Any = No
         if rep.torn_tail:
             set_aside(path, rep.end)
         journal.continue_after(rep.last_seq, rep.crc, rep.end)
-        fields = {"op": rep.pending["seq"], "happened": bool(happened), "result": result if happened else None, "evidence": str(evidence)}
+        fields = {
+            "op": rep.pending["seq"],
+            "happened": bool(happened),
+            "result": result if happened else None,
+            "evidence": str(evidence),
+        }
         return journal.append("reconcile", fields, sync=True)
