@@ -18,8 +18,8 @@ Rules kept here:
 
 from __future__ import annotations
 
-import importlib
 import random as _random
+import sys
 import time
 import uuid as _uuid
 from collections import deque
@@ -85,22 +85,17 @@ class Session:
         try:
             response = call()
         except Exception as e:
-            self.nested = False
-            assert self.journal is not None
-            self.journal.append(
-                "crossing",
-                {"boundary": kind, "request": request, "hash": request_hash(kind, request), "error": error_of(e)},
-                check=("request",),
-            )
+            self._record(kind, request, "error", error_of(e))
             raise
-        self.nested = False
-        assert self.journal is not None
-        self.journal.append(
-            "crossing",
-            {"boundary": kind, "request": request, "hash": request_hash(kind, request), "response": response},
-            check=("request", "response"),
-        )
+        finally:  # also after a KeyboardInterrupt: later crossings must still be recorded
+            self.nested = False
+        self._record(kind, request, "response", response)
         return response
+
+    def _record(self, kind: str, request: Any, outcome: str, value: Any) -> None:
+        assert self.journal is not None
+        fields = {"boundary": kind, "request": request, "hash": request_hash(kind, request), outcome: value}
+        self.journal.append("crossing", fields, check=(outcome,))
 
     def activate(self) -> Any:
         return _current.set(self)
@@ -123,16 +118,25 @@ def outcome(rec: Crossing) -> Any:
 
 
 def rebuild(error: dict[str, str]) -> BaseException:
-    """The exception a crossing recorded, as close to the original type as can be made."""
+    """The exception a crossing recorded, of the same class when that class is already imported.
+
+    Nothing is imported for it: reading a trace must never run code it names.
+    """
     module, _, name = error["type"].rpartition(".")
-    try:
-        cls: Any = importlib.import_module(module)
-        for part in name.split("."):
-            cls = getattr(cls, part)
-        if isinstance(cls, type) and issubclass(cls, Exception):
+    cls: Any = sys.modules.get(module)
+    for part in name.split("."):
+        cls = getattr(cls, part, None)
+    if isinstance(cls, type) and issubclass(cls, Exception):
+        try:
             return cls(error["message"])
-    except Exception:
-        pass
+        except Exception:  # a constructor that wants more than a message: build it bare
+            e = cls.__new__(cls)
+            Exception.__init__(e, error["message"])
+            try:
+                str(e)
+                return e
+            except Exception:  # its __str__ needs what __init__ would have set
+                pass
     return ToolError(f"{error['type']}: {error['message']}")
 
 

@@ -20,7 +20,7 @@ import platform
 import sys
 import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from typing import Any
 
 from . import _state as S
@@ -43,6 +43,10 @@ class Step:
     name: str
     tool: str
     args: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if type(self.name) is not str or type(self.tool) is not str or type(self.args) is not dict:
+            raise TypeError(f"Step needs a str name, a str tool and a dict of args, not {self!r}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,8 +71,15 @@ class Tool:
     """
 
     fn: Callable[..., Any]
+    _: KW_ONLY
     idempotent: bool
     version: str | None = None
+
+    def __post_init__(self) -> None:
+        if not callable(self.fn):
+            raise TypeError(f"Tool needs a callable, not {self.fn!r}")
+        if type(self.idempotent) is not bool or not (self.version is None or type(self.version) is str):
+            raise TypeError("Tool(fn, idempotent=True|False, version=None|str)")
 
     @property
     def contract(self) -> dict[str, Any]:
@@ -76,6 +87,7 @@ class Tool:
 
 
 PLAIN = {"effect": "at-least-once", "version": None}
+_INTENT = ("name", "tool", "args", "key")  # the fields of a transition into ACT, beside step and attempt
 
 
 class _Served(ToolError):
@@ -150,8 +162,13 @@ class Executor:
         self.retry = retry
         self.durability = durability
         self.entrypoint = entrypoint or (sys.argv[0] if sys.argv and sys.argv[0] else "<python>")
+        for name, tool in self.tools.items():
+            if not callable(tool.fn if isinstance(tool, Tool) else tool):
+                raise TypeError(f"tool {name!r} is {tool!r}, not a callable or a harness.Tool")
         self.contracts = {n: t.contract if isinstance(t, Tool) else PLAIN for n, t in sorted(self.tools.items())}
-        self.live_calls = 0
+        self.declared = frozenset(
+            n for n, t in self.tools.items() if isinstance(t, Tool)
+        )  # fsynced, whatever durability
 
     def run(self, goal: Any) -> Outcome:
         """Run (or, with resume=True, finish) the goal. Returns DONE, FAILED or PAUSED."""
@@ -176,8 +193,9 @@ class Executor:
         header.update(lineage)
         header["env"] = environment(self.entrypoint)
         journal.append("header", header, sync=True)
-        journal.append("transition", {"from": S.INIT, "to": S.PLAN, "step": 0, "attempt": 1})
-        return self._drive(journal, session or Session(journal), goal, run_id, S.PLAN, [], 0, 1, None, None)
+        run = _Run(journal, session or Session(journal), goal, run_id, [], S.INIT)
+        run.move(S.PLAN)
+        return self._drive(run)
 
     def _resume(self, journal: Journal, goal: Any) -> Outcome:
         path = journal.path
@@ -211,130 +229,97 @@ class Executor:
 
     def _continue(self, journal: Journal, session: Session, rep: Replay) -> Outcome:
         """Drive a run on from the state a replay rebuilt."""
-        progress = list(rep.checkpoints)
-        state, intent, result, last = rep.state, rep.intent, rep.result, rep.last or {}
-        if state in (S.INIT, S.PLAN):
-            if state == S.INIT:
-                journal.append("transition", {"from": S.INIT, "to": S.PLAN, "step": 0, "attempt": 1})
-            retrying = last.get("from") in (S.ACT, S.VERIFY)
-            step = last["step"] if retrying else len(progress)
-            attempt = last["attempt"] + 1 if retrying else 1
-            return self._drive(journal, session, rep.goal, rep.run_id, S.PLAN, progress, step, attempt, None, None)
-        assert intent is not None
-        step, attempt = intent["step"], intent["attempt"]
-        if state == S.PAUSED:
-            rec = rep.reconcile
-            assert rec is not None
-            if rec["happened"]:
-                result = rec.get("result")
-                journal.append(
-                    "transition",
-                    {"from": S.PAUSED, "to": S.VERIFY, "step": step, "attempt": attempt, "result": result},
-                    sync=True,
-                )
-                state = S.VERIFY
+        last, intent = rep.last or {}, rep.intent
+        run = _Run(journal, session, rep.goal, rep.run_id, list(rep.checkpoints), rep.state)
+        if run.state in (S.INIT, S.PLAN):
+            if run.state == S.INIT:
+                run.move(S.PLAN)
+            elif last["from"] in (S.ACT, S.VERIFY):  # a retry was decided
+                run.step, run.attempt = last["step"], last["attempt"] + 1
             else:
-                intent = {k: intent[k] for k in ("step", "attempt", "name", "tool", "args", "key") if k in intent}
-                journal.append("transition", {"from": S.PAUSED, "to": S.ACT, **intent}, sync=True)
-                state = S.ACT
-        elif state == S.ACT and self.contracts.get(intent["tool"], PLAIN)["effect"] == "unsafe":
-            journal.append("transition", {"from": S.ACT, "to": S.PAUSED, "step": step, "attempt": attempt}, sync=True)
+                run.step = len(run.progress)
+            return self._drive(run)
+        assert intent is not None
+        run.step, run.attempt, run.intent, run.result = intent["step"], intent["attempt"], intent, rep.result
+        if run.state == S.PAUSED:
+            assert rep.reconcile is not None
+            if rep.reconcile["happened"]:
+                run.result = rep.reconcile["result"]
+                run.move(S.VERIFY, sync=True, result=run.result)
+            else:
+                run.move(S.ACT, sync=True, **{k: intent[k] for k in _INTENT if k in intent})
+        elif run.state == S.ACT and self.contracts[intent["tool"]]["effect"] == "unsafe":
+            run.move(S.PAUSED, sync=True)
             return finished(replay(journal.path))
-        elif state == S.CHECKPOINT and len(progress) > step:
-            journal.append("transition", {"from": S.CHECKPOINT, "to": S.PLAN, "step": step, "attempt": attempt})
-            return self._drive(journal, session, rep.goal, rep.run_id, S.PLAN, progress, step + 1, 1, None, None)
-        return self._drive(journal, session, rep.goal, rep.run_id, state, progress, step, attempt, intent, result)
+        elif run.state == S.CHECKPOINT and len(run.progress) > run.step:  # the checkpoint is written
+            run.move(S.PLAN)
+            run.step, run.attempt = run.step + 1, 1
+        return self._drive(run)
 
-    def _drive(
-        self, journal: Journal, session: Session, goal: Any, run_id: str, state: str,
-        progress: list[Checkpoint], step: int, attempt: int, intent: dict[str, Any] | None, result: Any,
-    ) -> Outcome:  # fmt: skip
-        append, tools, contracts = journal.append, self.tools, self.contracts
-        max_attempts = self.retry.max_attempts
-        token = session.activate()
+    def _drive(self, run: _Run) -> Outcome:
+        """The loop: one state at a time, each transition on the file before it is acted on."""
+        token = run.session.activate()
         try:
             while True:
-                if state == S.PLAN:
-                    planned = self.planner(goal, progress)
+                if run.state == S.PLAN:
+                    planned = self.planner(run.goal, run.progress)
                     if planned is None:
-                        append("transition", {"from": S.PLAN, "to": S.DONE, "step": step, "attempt": attempt})
-                        return Outcome(S.DONE, tuple(progress), run_id, journal.path)
+                        run.move(S.DONE)
+                        return run.outcome()
                     if not isinstance(planned, Step):
                         raise HarnessError(f"the planner returned {planned!r}; it must return a Step or None")
-                    if planned.tool not in tools:
+                    if planned.tool not in self.tools:
                         raise HarnessError(
                             f"the planner chose tool {planned.tool!r}, which this executor does not have "
-                            f"(it has: {', '.join(tools) or 'none'})"
+                            f"(it has: {', '.join(self.tools) or 'none'})"
                         )
-                    intent = {
-                        "step": step,
-                        "attempt": attempt,
-                        "name": planned.name,
-                        "tool": planned.tool,
-                        "args": planned.args,
-                    }
-                    if contracts[planned.tool]["effect"] == "idempotent":
-                        intent["key"] = f"{run_id}-{step}-{attempt}"
-                    append(
-                        "transition",
-                        {"from": S.PLAN, "to": S.ACT, **intent},
-                        sync=isinstance(tools[planned.tool], Tool),
-                        check=("args",),
-                    )
-                    state = S.ACT
-                elif state == S.ACT:
-                    assert intent is not None
-                    tool = tools[intent["tool"]]
+                    run.intent = {"name": planned.name, "tool": planned.tool, "args": planned.args}
+                    if self.contracts[planned.tool]["effect"] == "idempotent":
+                        run.intent["key"] = f"{run.id}-{run.step}-{run.attempt}"
+                    run.move(S.ACT, sync=planned.tool in self.declared, check=("args",), **run.intent)
+                elif run.state == S.ACT:
                     try:
-                        result = self._call(session, tool, intent)
+                        raw = self._call(run.session, run.intent)
                     except ToolError as e:
                         error = e.error if isinstance(e, _Served) else {"type": type(e).__name__, "message": str(e)}
-                        to = S.FAILED if attempt >= max_attempts else S.PLAN
-                        append(
-                            "transition", {"from": S.ACT, "to": to, "step": step, "attempt": attempt, "error": error}
-                        )
-                        if to == S.FAILED:
-                            return Outcome(S.FAILED, tuple(progress), run_id, journal.path, error=error)
-                        state, attempt = S.PLAN, attempt + 1
+                        if self._retry_or_fail(run, error):
+                            return run.outcome(error)
                         continue
-                    append(
-                        "transition",
-                        {"from": S.ACT, "to": S.VERIFY, "step": step, "attempt": attempt, "result": result},
-                        sync=isinstance(tool, Tool),
-                        check=("result",),
-                    )
-                    state = S.VERIFY
-                elif state == S.VERIFY:
-                    assert intent is not None
-                    why = self._verify(Step(intent["name"], intent["tool"], intent["args"]), result)
+                    run.result = check_value("result", raw)  # what the trace holds, whatever raw becomes
+                    run.move(S.VERIFY, sync=run.intent["tool"] in self.declared, result=run.result)
+                elif run.state == S.VERIFY:
+                    why = self._verify(run.intent, run.result)
                     if why is not None:
                         error = {"type": "VerificationFailed", "message": why}
-                        to = S.FAILED if attempt >= max_attempts else S.PLAN
-                        append(
-                            "transition", {"from": S.VERIFY, "to": to, "step": step, "attempt": attempt, "error": error}
-                        )
-                        if to == S.FAILED:
-                            return Outcome(S.FAILED, tuple(progress), run_id, journal.path, error=error)
-                        state, attempt = S.PLAN, attempt + 1
+                        if self._retry_or_fail(run, error):
+                            return run.outcome(error)
                         continue
-                    append("transition", {"from": S.VERIFY, "to": S.CHECKPOINT, "step": step, "attempt": attempt})
-                    state = S.CHECKPOINT
-                else:  # CHECKPOINT
-                    assert intent is not None
-                    seq = append("checkpoint", {"step": step, "name": intent["name"], "result": result})
-                    progress.append(Checkpoint(step, intent["name"], result, seq))
-                    append("transition", {"from": S.CHECKPOINT, "to": S.PLAN, "step": step, "attempt": attempt})
-                    state, step, attempt, intent, result = S.PLAN, step + 1, 1, None, None
+                    run.move(S.CHECKPOINT)
+                else:  # CHECKPOINT: vouched for by the transition just written
+                    name = run.intent["name"]
+                    seq = run.journal.append("checkpoint", {"step": run.step, "name": name, "result": run.result})
+                    run.progress.append(Checkpoint(run.step, name, run.result, seq))
+                    run.move(S.PLAN)
+                    run.step, run.attempt = run.step + 1, 1
         finally:
             deactivate(token)
-            self.live_calls = session.live_calls
 
-    def _call(self, session: Session, tool: Callable[..., Any] | Tool, intent: dict[str, Any]) -> Any:
+    def _retry_or_fail(self, run: _Run, error: dict[str, Any]) -> bool:
+        """Record a failed attempt: re-plan while attempts are left; True when the run FAILED."""
+        if run.attempt >= self.retry.max_attempts:
+            run.move(S.FAILED, error=error)
+            return True
+        run.move(S.PLAN, error=error)
+        run.attempt += 1
+        return False
+
+    def _call(self, session: Session, intent: dict[str, Any]) -> Any:
         recorded = session.serve("tool", {"tool": intent["tool"], "args": intent["args"]})
         if recorded is not None:
             if recorded.error is not None:
                 raise _Served(recorded.error)
             return recorded.response
+        tool = self.tools[intent["tool"]]
         fn = tool.fn if isinstance(tool, Tool) else tool
         kwargs = dict(intent["args"])
         if "key" in intent:
@@ -346,13 +331,39 @@ class Executor:
         finally:
             session.nested = False
 
-    def _verify(self, step: Step, result: Any) -> str | None:
-        """None when the verifier vouches for result, else why not."""
+    def _verify(self, intent: dict[str, Any], result: Any) -> str | None:
+        """None when the verifier vouches for result, else why not. It gets its own copy to look at."""
         try:
-            ok = self.verifier(step, result)
+            ok = self.verifier(Step(intent["name"], intent["tool"], intent["args"]), check_value("result", result))
         except VerificationFailed as e:
             return str(e) or "rejected by the verifier"
         return None if ok else "rejected by the verifier"
+
+
+class _Run:
+    """A run in progress: where it stands, and the trace it writes."""
+
+    __slots__ = ("attempt", "goal", "id", "intent", "journal", "progress", "result", "session", "state", "step")
+
+    def __init__(
+        self, journal: Journal, session: Session, goal: Any, run_id: str, progress: list[Checkpoint], state: str
+    ):
+        self.journal, self.session, self.goal, self.id, self.progress = journal, session, goal, run_id, progress
+        self.state, self.step, self.attempt = state, 0, 1
+        self.intent: dict[str, Any] = {}
+        self.result: Any = None
+
+    def move(self, to: str, *, sync: bool = False, check: tuple[str, ...] = (), **fields: Any) -> int:
+        """Write the transition into `to`, which the state table must allow, and take it."""
+        if to not in S.EDGES[self.state]:
+            raise HarnessError(f"internal error, please report: {S.check(self.state, to)}")
+        fields = {"from": self.state, "to": to, "step": self.step, "attempt": self.attempt, **fields}
+        seq = self.journal.append("transition", fields, sync=sync, check=check)
+        self.state = to
+        return seq
+
+    def outcome(self, error: dict[str, Any] | None = None) -> Outcome:
+        return Outcome(self.state, tuple(self.progress), self.id, self.journal.path, error=error)
 
 
 def finished(rep: Replay) -> Outcome:

@@ -46,11 +46,6 @@ def _refuse(value: Any) -> Any:
     raise TypeError(type(value).__name__)
 
 
-def dumps(value: Any) -> bytes:
-    """orjson bytes of a plain JSON value; TypeError for anything else."""
-    return orjson.dumps(value, default=_refuse, option=_DUMPS_OPTIONS)
-
-
 def canonical(value: Any) -> bytes:
     """Canonical JSON bytes (sorted keys): what goals and requests are compared and hashed by."""
     return orjson.dumps(value, default=_refuse, option=_DUMPS_OPTIONS | orjson.OPT_SORT_KEYS)
@@ -93,14 +88,18 @@ def _utf8(s: str) -> bool:
     return True
 
 
-def check_value(field: str, value: Any) -> None:
-    """Raise NotSerializable unless value survives a JSON round trip unchanged."""
+def check_value(field: str, value: Any) -> Any:
+    """value as it reads back from a trace: a fresh copy nobody else holds.
+
+    NotSerializable unless it survives a JSON round trip unchanged.
+    """
     t = type(value)
     if t is bool or value is None:  # a str may hold a lone surrogate: it goes through the check
-        return
+        return value
     try:  # the whole check runs in C; the Python walk below only explains a failure
-        if orjson.loads(orjson.dumps(value, default=_refuse, option=_DUMPS_OPTIONS)) == value:  # dumps(), inlined
-            return
+        back = orjson.loads(orjson.dumps(value, default=_refuse, option=_DUMPS_OPTIONS))
+        if back == value:
+            return back
     except TypeError:
         pass
     where, what = problem(value) or ("", "it does not come back equal from JSON")
@@ -109,7 +108,7 @@ def check_value(field: str, value: Any) -> None:
 
 def encode(record: dict[str, Any], crc: int) -> tuple[bytes, int]:
     """The line for record, chained on crc; returns (line, its crc)."""
-    body = orjson.dumps(record, default=_refuse, option=_DUMPS_OPTIONS)[:-1]  # dumps(), inlined: a hot path
+    body = orjson.dumps(record, default=_refuse, option=_DUMPS_OPTIONS)[:-1]  # a hot path
     crc = zlib.crc32(body, crc)
     return body + b',"crc":"%08x"}\n' % crc, crc  # one copy of body: faster than formatting it in
 
