@@ -28,6 +28,7 @@ from ._boundary import Session, deactivate
 from ._errors import HarnessError, ResumeMismatch, ToolError, TraceCorruption, TraceExists, VerificationFailed
 from ._journal import SCHEMA, Journal, canonical, check_value, set_aside
 from ._replay import Checkpoint, Replay, replay
+from ._runs import runs_dir
 
 
 def _version() -> str:
@@ -176,8 +177,11 @@ class Executor:
         run_id = uuid.uuid4().hex
         path = self.trace
         if path is None:
-            folder = os.fspath(self.runs_dir or os.environ.get("HARNESS_RUNS_DIR") or "runs")
-            os.makedirs(folder, exist_ok=True)
+            folder = runs_dir(self.runs_dir)
+            try:
+                os.makedirs(folder, exist_ok=True)
+            except OSError as e:
+                raise HarnessError(f"{folder}: cannot hold runs: {e.strerror}") from None
             path = os.path.join(folder, f"{run_id}.jsonl")
         with Journal.open(path, durability=self.durability) as journal:
             if journal.size():

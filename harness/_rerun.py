@@ -383,7 +383,10 @@ def load_agent(spec: str) -> tuple[Planner, Mapping[str, Callable[..., Any] | To
     factory = getattr(mod, name, None)
     if not callable(factory):
         raise HarnessError(f"--agent {spec!r}: {module} has no callable {name}")
-    made = factory()
+    try:
+        made = factory()
+    except Exception as e:
+        raise HarnessError(f"--agent {spec!r}: {name}() raised {type(e).__name__}: {e}") from None
     if not (isinstance(made, tuple | list) and len(made) == 3 and callable(made[0]) and isinstance(made[1], Mapping)):
         raise HarnessError(f"--agent {spec!r}: {name}() must return (planner, tools, verifier), not {made!r:.200}")
     return made[0], made[1], made[2]

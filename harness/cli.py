@@ -86,7 +86,7 @@ def _replay(args: argparse.Namespace) -> int:
     try:
         rep = replay(args.trace)
     except TraceCorruption as e:
-        code = 2 if e.reason in ("not-a-trace", "line-too-long", "schema") else 1
+        code = 2 if e.reason in ("not-a-trace", "torn-header", "line-too-long", "schema") else 1
         seq = e.seq if e.seq is not None or code == 2 else _claimed_seq(args.trace, e.line)
         if args.json:
             error = {"line": e.line, "seq": seq, "reason": e.reason, "detail": e.detail}
@@ -242,7 +242,7 @@ def _rerun(args: argparse.Namespace) -> int:
     try:
         r = rerun(args.trace, planner=planner, tools=tools, verifier=verifier, out=args.out)
     except (ReplayDrift, ReplayViolation) as e:
-        print(f"{args.trace}:{e.line}: {type(e).__name__}: {e}")
+        print(f"{args.trace}:{e.line}: {type(e).__name__}: {e}", file=sys.stderr)
         return 1
     where = f", written to {r.trace}" if args.out else ""
     if r.equal:
@@ -276,7 +276,7 @@ def _fork(args: argparse.Namespace) -> int:
     try:
         r = fork(args.trace, at=args.at, value=value, planner=planner, tools=tools, verifier=verifier, out=args.out)
     except (ReplayDrift, ReplayViolation) as e:
-        print(f"{args.trace}:{e.line}: {type(e).__name__}: {e}")
+        print(f"{args.trace}:{e.line}: {type(e).__name__}: {e}", file=sys.stderr)
         return 1
     print(f"{r.trace}: fork {r.run_id} of {r.parent} at seq {r.branch}: {r.live_calls} live calls, state {r.state}")
     return 0

@@ -223,8 +223,8 @@ def test_cli_fork_then_diff_reports_the_branch_point(tmp_path: Path) -> None:
     write = tool_crossing(tmp_path / "parent.jsonl", "write")
     drift = cli("fork", "parent.jsonl", "--at", str(write.seq), "--set", "1", "--agent", "fork_agent:make_renamed",
                 "--out", "bad.jsonl", cwd=tmp_path)  # fmt: skip
-    assert drift.returncode == 1 and "ReplayDrift" in drift.stdout
-    assert "name: parent 'read', fork 'rename'" in drift.stdout
+    assert drift.returncode == 1 and "ReplayDrift" in drift.stderr
+    assert "name: parent 'read', fork 'rename'" in drift.stderr
     assert not (tmp_path / "bad.jsonl").exists()
     bad_input = [
         (["--set", "{nope"], "--set is not valid JSON"),

@@ -381,8 +381,8 @@ def test_cli_rerun_with_an_agent_factory(agent: ModuleType, tmp_path: Path) -> N
     assert harness.normalize(tmp_path / "again.jsonl") == harness.normalize(tmp_path / "run.jsonl")
     drift = cli("rerun", "run.jsonl", "--agent", "my_agent:make_drifting_agent", cwd=tmp_path)
     tool = [c for c in harness.replay(tmp_path / "run.jsonl").crossings if c.kind == "tool"][1]
-    assert drift.returncode == 1 and f"run.jsonl:{tool.seq}: ReplayDrift" in drift.stdout
-    assert "args.n: recorded 1, now 101" in drift.stdout
+    assert drift.returncode == 1 and f"run.jsonl:{tool.seq}: ReplayDrift" in drift.stderr
+    assert "args.n: recorded 1, now 101" in drift.stderr
     bad_specs = [
         ("my_agent", "module:factory"),
         ("nowhere:make", "cannot import nowhere"),
