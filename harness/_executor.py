@@ -222,13 +222,7 @@ class Executor:
         journal.append(
             "resume", {"set_aside": os.path.basename(aside) if aside else None, "env": environment(self.entrypoint)}
         )
-        # crossings recorded after the last transition are served again, up to the first failed one
-        served = []
-        for c in rep.crossings[len(rep.crossings) - len(rep.pending_crossings) :]:
-            if c.error is not None:
-                break
-            served.append(c)
-        session = Session(journal, served)
+        session = Session(journal, rep.resumable_crossings())
         return self._continue(journal, session, rep)
 
     def _continue(self, journal: Journal, session: Session, rep: Replay) -> Outcome:

@@ -116,7 +116,7 @@ def encode(record: dict[str, Any], crc: int) -> tuple[bytes, int]:
 class Journal:
     """The single writer of one trace. Open with `Journal.open()`; use as a context manager."""
 
-    __slots__ = ("path", "fd", "seq", "crc", "fsync", "created", "_broken")
+    __slots__ = ("_broken", "crc", "created", "fd", "fsync", "path", "seq")
 
     def __init__(self, path: str, fd: int, *, fsync: bool, created: bool):
         self.path, self.fd, self.fsync, self.created = path, fd, fsync, created
@@ -183,8 +183,7 @@ class Journal:
         try:
             line, crc = encode({"seq": seq, "kind": kind, **fields, "ts": time.time()}, self.crc)
         except TypeError as e:  # a non-JSON value in a field we were not asked to check
-            found = next(((k, p) for k in fields if (p := problem(fields[k]))), None)
-            raise NotSerializable(found[0] if found else kind, found[1][0] if found else "", found[1][1] if found else str(e)) from None
+            raise _unstorable(kind, fields, e) from None
         if len(line) > MAX_LINE:
             raise NotSerializable(kind, "", f"the record is {len(line)} bytes; a trace line holds at most {MAX_LINE}")
         try:
@@ -217,6 +216,15 @@ class Journal:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _unstorable(kind: str, fields: dict[str, Any], e: TypeError) -> NotSerializable:
+    """Say which field of a record orjson refused, and where inside it."""
+    for name, value in fields.items():
+        found = problem(value)
+        if found:
+            return NotSerializable(name, *found)
+    return NotSerializable(kind, "", str(e))
 
 
 def _why(e: OSError) -> str:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import zlib
 from array import array
 from collections.abc import Iterator, Sequence
@@ -32,7 +33,6 @@ from ._journal import MAX_LINE, SCHEMA, SUFFIX, canonical
 _CHUNK = 1 << 16  # 64 KiB: small enough that a chunk's lines are still in the CPU cache when checked
 _MARK = b',"crc":"'
 _HEADER_START = b'{"seq":1,"kind":"header"'
-KINDS = frozenset({"header", "transition", "checkpoint", "crossing", "resume", "reconcile", "event", "end"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,7 +73,7 @@ def request_hash(kind: str, request: Any) -> str:
 class _Lines:
     """Records of a trace kept as file positions, decoded (and re-checked) on access."""
 
-    __slots__ = ("_path", "_pos", "_build", "_width")
+    __slots__ = ("_build", "_path", "_pos", "_width")
 
     def __init__(self, path: str, width: int, build: Any):
         self._path, self._pos, self._build, self._width = path, array("q"), build, width
@@ -142,7 +142,9 @@ def _checkpoint(rec: dict[str, Any]) -> Checkpoint:
 
 def _crossing(req: dict[str, Any], resp: dict[str, Any]) -> Crossing:
     if resp["kind"] == "crossing":
-        return Crossing(resp["seq"], resp["boundary"], resp["request"], resp.get("response"), resp.get("error"), resp["seq"])
+        return Crossing(
+            resp["seq"], resp["boundary"], resp["request"], resp.get("response"), resp.get("error"), resp["seq"]
+        )
     request = {"tool": req["tool"], "args": req["args"]}
     return Crossing(resp["seq"], "tool", request, resp.get("result"), resp.get("error"), resp["seq"])
 
@@ -168,7 +170,7 @@ class Replay:
     intent: dict[str, Any] | None = field(repr=False)  # the last transition into ACT
     result: Any = field(repr=False)  # the last tool result (state VERIFY or CHECKPOINT)
     reconcile: dict[str, Any] | None = field(repr=False)  # an operator's word on a PAUSED run
-    pending_crossings: tuple[dict[str, Any], ...] = field(repr=False)  # since the last transition
+    fresh: int = field(repr=False)  # crossings since the last transition
 
     @property
     def run_id(self) -> str:
@@ -181,6 +183,15 @@ class Replay:
     @property
     def complete(self) -> bool:
         return self.state in S.TERMINAL
+
+    def resumable_crossings(self) -> list[Crossing]:
+        """The crossings since the last transition, up to the first that failed: a resume serves them again."""
+        served = []
+        for c in self.crossings[len(self.crossings) - self.fresh :]:
+            if c.error is not None:
+                break
+            served.append(c)
+        return served
 
     @property
     def pending(self) -> dict[str, Any] | None:
@@ -199,7 +210,7 @@ def replay(trace: str | os.PathLike[str]) -> Replay:
     """
     path = os.fspath(trace)
     try:
-        f = open(path, "rb")
+        f = open(path, "rb")  # noqa: SIM115 - each open error gets its own message; `with f` below closes it
     except IsADirectoryError:
         raise HarnessError(f"{path}: is a directory, not a trace file") from None
     except FileNotFoundError:
@@ -210,11 +221,16 @@ def replay(trace: str | os.PathLike[str]) -> Replay:
         return _scan(path, f)
 
 
-def _fail(path: str, n: int, reason: str, detail: str, seq: int | None = None) -> TraceCorruption:
-    return TraceCorruption(path, n, reason, detail, seq)
+_fail = TraceCorruption
 
 
-def _scan(path: str, f: Any) -> Replay:  # noqa: C901 - one loop on purpose: it is the hot path
+def _claimed(line: bytes) -> int | None:
+    """The seq a line that failed its checks still names, for the message."""
+    found = re.match(rb'\{"seq":(\d+),', line)
+    return int(found[1]) if found else None
+
+
+def _scan(path: str, f: Any) -> Replay:  # one loop on purpose: it is the hot path
     checkpoints, crossings = _Lines(path, 1, _checkpoint), _Lines(path, 2, _crossing)
     ck_pos, cr_pos = checkpoints._pos, crossings._pos
     edges = S.EDGES
@@ -228,7 +244,8 @@ def _scan(path: str, f: Any) -> Replay:  # noqa: C901 - one loop on purpose: it 
     intent_pos = (0, 0, 0)
     result: Any = None
     reconcile: dict[str, Any] | None = None
-    pending: list[dict[str, Any]] = []
+    fresh = 0  # crossings since the last transition
+    at_step, at_attempt = 0, 1  # what the next transition must name
     buf = b""
     while True:
         # a long partial line doubles the read, so copying stays linear; the cap keeps any line longer
@@ -249,58 +266,87 @@ def _scan(path: str, f: Any) -> Replay:  # noqa: C901 - one loop on purpose: it 
                 if n == 1 and not line.startswith(_HEADER_START):
                     raise _fail(path, 1, "not-a-trace", "the first line is not a harness trace header")
                 if line[-SUFFIX:-10] != _MARK or line[-2:] != b'"}':
-                    raise _fail(path, n, "malformed", "the line does not end with its checksum")
-                raise _fail(path, n, "checksum", "the line's bytes do not match its checksum (edited, moved or damaged)")
+                    raise _fail(path, n, "malformed", "the line does not end with its checksum", _claimed(line))
+                why = "the line's bytes do not match its checksum (edited, moved or damaged)"
+                raise _fail(path, n, "checksum", why, _claimed(line))
             try:
                 rec = loads(line)
                 rseq = rec["seq"]
                 kind = rec["kind"]
             except (orjson.JSONDecodeError, TypeError, KeyError):
-                raise _fail(path, n, "malformed", "not a JSON object with seq and kind") from None
+                raise _fail(path, n, "malformed", "not a JSON object with seq and kind", _claimed(line)) from None
             if rseq != seq + 1 or type(rseq) is not int:
-                raise _fail(path, n, "seq", f"expected seq {seq + 1}, found {rseq!r}", rseq if type(rseq) is int else None)
+                raise _fail(
+                    path, n, "seq", f"expected seq {seq + 1}, found {rseq!r}", rseq if type(rseq) is int else None
+                )
             seq = rseq
             if state in S.TERMINAL:
                 raise _fail(path, n, "after-terminal", f"a {kind} record after the run ended in {state}", seq)
             try:
                 if kind == "transition":
-                    src, dst = rec["from"], rec["to"]
+                    src, dst, step, attempt = rec["from"], rec["to"], rec["step"], rec["attempt"]
                     if src != state:
                         raise _fail(path, n, "bad-transition", f"transition from {src} but the run is in {state}", seq)
                     if dst not in edges[state]:
                         raise _fail(path, n, "bad-transition", S.check(state, dst) or "", seq)
+                    if step != at_step or attempt != at_attempt or type(step) is not int or type(attempt) is not int:
+                        why = (
+                            f"step {step!r}, attempt {attempt!r} where step {at_step}, attempt {at_attempt} comes next"
+                        )
+                        raise _fail(path, n, "bad-transition", why, seq)
                     if vouch is not None:
-                        raise _fail(path, n, "unvouched-checkpoint", "VERIFY -> CHECKPOINT is not followed by its checkpoint", seq)
+                        why = "VERIFY -> CHECKPOINT is not followed by its checkpoint"
+                        raise _fail(path, n, "unvouched-checkpoint", why, seq)
                     if dst == S.ACT:
+                        if (
+                            type(rec["name"]) is not str
+                            or type(rec["tool"]) is not str
+                            or type(rec["args"]) is not dict
+                        ):
+                            raise _fail(
+                                path, n, "malformed", "an intent needs a str name, a str tool, a dict of args", seq
+                            )
                         intent, intent_pos = rec, (offset, length, prev)
                     elif dst == S.CHECKPOINT:
-                        vouch = rec["step"]
+                        vouch = step
+                    elif dst == S.PLAN and src != S.INIT:
+                        if src == S.CHECKPOINT:
+                            at_step, at_attempt = at_step + 1, 1
+                        else:  # a failed attempt: the step is planned again
+                            at_attempt += 1
                     if src == S.ACT or (src == S.PAUSED and dst == S.VERIFY):
-                        result = rec.get("result")
+                        result = rec["result"] if dst == S.VERIFY else None
                         if dst != S.PAUSED:
                             cr_pos.extend(intent_pos)
                             cr_pos.extend((offset, length, prev))
                     if src == S.PAUSED:
                         if reconcile is None:
-                            raise _fail(path, n, "bad-transition", "a paused run moved on before it was reconciled", seq)
-                        if reconcile["happened"] is not (dst == S.VERIFY):
+                            raise _fail(
+                                path, n, "bad-transition", "a paused run moved on before it was reconciled", seq
+                            )
+                        if reconcile["happened"] is not (dst == S.VERIFY) or result != reconcile["result"]:
                             why = f"PAUSED -> {dst} contradicts the reconcile record (happened={reconcile['happened']})"
                             raise _fail(path, n, "bad-reconcile", why, seq)
                         reconcile = None
                     state, last = dst, rec
                     transitions += 1
-                    if pending:
-                        pending = []
+                    fresh = 0
                 elif kind == "checkpoint":
                     if vouch is None or rec["step"] != vouch:
-                        raise _fail(path, n, "unvouched-checkpoint", f"checkpoint of step {rec['step']} without its VERIFY -> CHECKPOINT transition just before it", seq)
+                        raise _fail(
+                            path,
+                            n,
+                            "unvouched-checkpoint",
+                            f"checkpoint of step {rec['step']} without its VERIFY -> CHECKPOINT just before it",
+                            seq,
+                        )
                     if intent is None or rec["name"] != intent["name"] or rec["result"] != result:
                         why = "the checkpoint's name or result is not the one verified"
                         raise _fail(path, n, "unvouched-checkpoint", why, seq)
                     vouch = None
                     ck_pos.extend((offset, length, prev))
                 elif kind == "crossing":
-                    pending.append(rec)
+                    fresh += 1
                     cr_pos.extend((offset, length, prev, offset, length, prev))
                 elif kind == "resume":
                     resumes += 1
@@ -308,15 +354,25 @@ def _scan(path: str, f: Any) -> Replay:  # noqa: C901 - one loop on purpose: it 
                     if n != 1:
                         raise _fail(path, n, "bad-header", "a header after the first line", seq)
                     if rec.get("schema") != SCHEMA:
-                        raise _fail(path, n, "schema", f"trace schema version {rec.get('schema')!r}; this harness reads version {SCHEMA}", seq)
+                        raise _fail(
+                            path,
+                            n,
+                            "schema",
+                            f"trace schema version {rec.get('schema')!r}; this harness reads version {SCHEMA}",
+                            seq,
+                        )
                     if "run_id" not in rec or "goal" not in rec:
                         raise _fail(path, n, "malformed", "a header without its run_id and goal", seq)
                     header = rec
                 elif kind == "reconcile":
                     if state != S.PAUSED or reconcile is not None:
-                        raise _fail(path, n, "bad-reconcile", "a reconcile record with no uncertain operation before it", seq)
+                        raise _fail(
+                            path, n, "bad-reconcile", "a reconcile record with no uncertain operation before it", seq
+                        )
                     if intent is None or rec["op"] != intent["seq"] or type(rec["happened"]) is not bool:
-                        why = "the reconcile record does not name the paused operation's seq with happened true or false"
+                        why = (
+                            "the reconcile record does not name the paused operation's seq with happened true or false"
+                        )
                         raise _fail(path, n, "bad-reconcile", why, seq)
                     reconcile = rec
                 elif kind == "event":  # a Recorder's: its runs stay in INIT until their end record
@@ -336,19 +392,37 @@ def _scan(path: str, f: Any) -> Replay:  # noqa: C901 - one loop on purpose: it 
             except (KeyError, TypeError) as e:
                 raise _fail(path, n, "malformed", f"a {kind} record without a valid {e} field", seq) from None
             if vouch is not None and kind not in ("transition", "checkpoint", "resume"):
-                raise _fail(path, n, "unvouched-checkpoint", "VERIFY -> CHECKPOINT is not followed by its checkpoint", seq)
+                raise _fail(
+                    path, n, "unvouched-checkpoint", "VERIFY -> CHECKPOINT is not followed by its checkpoint", seq
+                )
             if n == 1 and kind != "header":
                 raise _fail(path, 1, "not-a-trace", "the first record is not a header", seq)
             offset += length
         del lines, chunk  # free this chunk and its lines before reading the next one (peak memory)
     if n == 0:
         if buf.startswith(_HEADER_START[: len(buf)]) and buf:
-            raise _fail(path, 1, "torn-header", "the file holds only part of a header: the writer died while creating it")
+            raise _fail(
+                path, 1, "torn-header", "the file holds only part of a header: the writer died while creating it"
+            )
         if not buf:
             raise HarnessError(f"{path}: is empty, not a trace")
         raise _fail(path, 1, "not-a-trace", "no complete line; this is not a harness trace")
     return Replay(
-        path=path, header=header, state=state, checkpoints=Records(checkpoints), crossings=Records(crossings),
-        transitions=transitions, records=n, resumes=resumes, torn_tail=bool(buf), last_seq=seq,
-        end=offset, crc=crc, last=last, intent=intent, result=result, reconcile=reconcile, pending_crossings=tuple(pending),
+        path=path,
+        header=header,
+        state=state,
+        checkpoints=Records(checkpoints),
+        crossings=Records(crossings),
+        transitions=transitions,
+        records=n,
+        resumes=resumes,
+        torn_tail=bool(buf),
+        last_seq=seq,
+        end=offset,
+        crc=crc,
+        last=last,
+        intent=intent,
+        result=result,
+        reconcile=reconcile,
+        fresh=fresh,
     )

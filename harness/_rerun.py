@@ -137,8 +137,16 @@ def fork(
     _fresh(path)
     try:
         return _execute(
-            rec, path, planner, tools, verifier, retry,
-            stops=[s for s in rec.resumes if s < at], branch=at, value=value, run_id=run_id,
+            rec,
+            path,
+            planner,
+            tools,
+            verifier,
+            retry,
+            stops=[s for s in rec.resumes if s < at],
+            branch=at,
+            value=value,
+            run_id=run_id,
         )
     except HarnessError:
         if os.path.exists(path):  # a child that is no fork of its parent: leave nothing half made behind
@@ -178,8 +186,6 @@ def _records(path: str, end: int) -> list[dict[str, Any]]:
     return [orjson.loads(line) for line in data.split(b"\n")[:-1]]
 
 
-
-
 class _Writer(Journal):
     """The new trace: stops where the recording's process stopped, checks and marks a fork's prefix."""
 
@@ -205,7 +211,9 @@ class _Writer(Journal):
                 raise ReplayDrift(
                     f"seq {seq}: before its branch at seq {self.below} the fork wrote another record than "
                     f"the parent: {shown}",
-                    seq=seq, line=seq, fields=found,
+                    seq=seq,
+                    line=seq,
+                    fields=found,
                 )
             if kind != "header":
                 fields = {**fields, "reused": True}
@@ -249,7 +257,9 @@ class _Served(Session):
             drift = ReplayDrift(
                 f"seq {found.seq}: the re-execution reached this {kind} crossing at seq {here}, not where the "
                 "recording has it: the run took another path before it (harness diff shows where)",
-                seq=found.seq, line=found.seq, fields={"seq": (found.seq, here)},
+                seq=found.seq,
+                line=found.seq,
+                fields={"seq": (found.seq, here)},
             )
             self.failure = self.failure or drift
             raise drift
@@ -289,7 +299,11 @@ def _execute(
 ) -> Rerun:
     env = rec.rep.header.get("env") or {}
     ex = Executor(
-        planner=planner, tools=tools, verifier=verifier, trace=path, retry=retry or rec.retry(),
+        planner=planner,
+        tools=tools,
+        verifier=verifier,
+        trace=path,
+        retry=retry or rec.retry(),
         entrypoint=str(env.get("entrypoint") or "<rerun>"),
     )
     run_id = run_id or uuid.uuid4().hex
@@ -315,9 +329,15 @@ def _execute(
         new = _records(path, writer.size())
     same = normalize(new) == normalize(rec.records)
     return Rerun(
-        run_id=run_id, parent=rec.rep.run_id, branch=branch, state=replay(path).state,
-        equal=same and not session.recorded, live_calls=session.live_calls, unused=len(session.recorded),
-        trace=path, records=tuple(new),
+        run_id=run_id,
+        parent=rec.rep.run_id,
+        branch=branch,
+        state=replay(path).state,
+        equal=same and not session.recorded,
+        live_calls=session.live_calls,
+        unused=len(session.recorded),
+        trace=path,
+        records=tuple(new),
     )
 
 
@@ -353,13 +373,7 @@ def _drive(
         writer.stops.popleft()
         writer.append("resume", {"set_aside": records[seq - 1].get("set_aside"), "env": environment(ex.entrypoint)})
         rep = replay(writer.path)
-        # what Executor resume serves again: crossings since the last transition, up to the first failed one
-        again = []
-        for c in rep.crossings[len(rep.crossings) - len(rep.pending_crossings) :]:
-            if c.error is not None:
-                break
-            again.append(c)
-        session.again = deque(again)
+        session.again = deque(rep.resumable_crossings())  # what Executor resume serves again
 
 
 def load_agent(spec: str) -> tuple[Planner, Mapping[str, Callable[..., Any] | Tool], Verifier | None]:

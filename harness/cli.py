@@ -87,7 +87,7 @@ def _replay(args: argparse.Namespace) -> int:
         rep = replay(args.trace)
     except TraceCorruption as e:
         code = 2 if e.reason in ("not-a-trace", "torn-header", "line-too-long", "schema") else 1
-        seq = e.seq if e.seq is not None or code == 2 else _claimed_seq(args.trace, e.line)
+        seq = e.seq
         if args.json:
             error = {"line": e.line, "seq": seq, "reason": e.reason, "detail": e.detail}
             sys.stdout.buffer.write(orjson.dumps({"ok": False, "error": error}) + b"\n")
@@ -116,18 +116,6 @@ def _replay(args: argparse.Namespace) -> int:
         print(f"  paused on seq {rep.pending['seq']}: {rep.pending['tool']} (reconcile it, then resume)")
     print(f"  torn tail: {'yes (an unfinished last line, set aside on resume)' if rep.torn_tail else 'no'}")
     return 0
-
-
-def _claimed_seq(path: str, line: int) -> int | None:
-    """The seq a damaged line still names (its checksum failed before replay() parsed it)."""
-    import re
-
-    with open(path, "rb") as f:
-        for n, text in enumerate(f, 1):
-            if n == line:
-                found = re.match(rb'\{"seq":(\d+),', text)
-                return int(found[1]) if found else None
-    return None
 
 
 def _diff_setup(p: argparse.ArgumentParser) -> None:

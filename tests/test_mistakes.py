@@ -21,7 +21,9 @@ def test_a_verifier_that_edits_the_result_cannot_change_what_was_recorded(trace:
         result["checked"] = True  # edits the copy it is shown
         return True
 
-    out = Executor(planner=fixed_plan(steps(2)), tools={"work": ScriptedTool()}, verifier=meddling, trace=trace).run("g")
+    out = Executor(planner=fixed_plan(steps(2)), tools={"work": ScriptedTool()}, verifier=meddling, trace=trace).run(
+        "g"
+    )
     r = replay(trace)  # the executor's own trace still supports its story
     assert out.state == r.state == "DONE"
     assert [c.result for c in r.checkpoints] == [c.result for c in out.checkpoints]

@@ -306,8 +306,8 @@ def test_a_sigkill_after_crossings_then_resume_reruns_equal(agent: ModuleType, t
     script = Path(agent.__file__ or "")
     proc = subprocess.run([sys.executable, str(script), str(trace), "1"], capture_output=True, timeout=60)
     assert proc.returncode == -9, proc.stderr.decode()
-    pending = harness.replay(trace).pending_crossings
-    assert [c["boundary"] for c in pending] == ["now", "random", "llm"]
+    pending = harness.replay(trace).resumable_crossings()
+    assert [c.kind for c in pending] == ["now", "random", "llm"]
     planner, tools, _ = agent.make_agent()
     assert Executor(planner=planner, tools=tools, trace=trace, resume=True).run(GOAL).state == "DONE"
     crossings = [c for c in harness.replay(trace).crossings if c.kind != "tool"]

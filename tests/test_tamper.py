@@ -224,13 +224,50 @@ def test_a_first_record_that_is_not_a_header(done: Path) -> None:
 
 @pytest.mark.parametrize(
     ("line", "field"),
-    [(1, "run_id"), (1, "goal"), (3, "to"), (3, "from"), (6, "step"), (6, "result"), (6, "name"), (4, "seq")],
-)
+    [(1, "run_id"), (1, "goal"), (3, "to"), (3, "from"), (6, "step"), (6, "result"), (6, "name"), (4, "seq"),
+     (3, "tool"), (3, "args"), (3, "name"), (3, "attempt"), (4, "result"), (2, "step")],
+)  # fmt: skip
 def test_a_record_without_a_required_field_is_malformed(done: Path, line: int, field: str) -> None:
     records = read_records(done)
     del records[line - 1][field]
     write_trace(done, records)
     refused(done, line, "malformed")
+
+
+@pytest.mark.parametrize(
+    ("line", "field", "value"),
+    [(3, "args", [1]), (3, "tool", 7), (3, "name", None), (3, "step", "0"), (3, "attempt", True)],
+)
+def test_an_intent_with_a_field_of_the_wrong_type_is_refused(done: Path, line: int, field: str, value: Any) -> None:
+    records = read_records(done)
+    records[line - 1][field] = value
+    write_trace(done, records)
+    assert refused(done, line, "malformed" if field in ("args", "tool", "name") else "bad-transition").seq == line
+
+
+def test_steps_and_attempts_must_follow_on_from_each_other(done: Path) -> None:
+    records = read_records(done)
+    for r in records:  # the whole story of step 0 claims to be step 5: internally consistent, but not from step 0
+        if r.get("step") == 0:
+            r["step"] = 5
+    write_trace(done, records)
+    e = refused(done, 2, "bad-transition")
+    assert "step 5, attempt 1 where step 0, attempt 1 comes next" in str(e)
+
+
+def test_an_attempt_out_of_nowhere_is_refused(done: Path) -> None:
+    records = read_records(done)
+    for r in records[2:7]:  # step 0's PLAN -> ACT .. CHECKPOINT -> PLAN claim attempt 9
+        r["attempt"] = 9
+    write_trace(done, records)
+    refused(done, 3, "bad-transition")
+
+
+def test_a_damaged_line_still_names_the_seq_it_claims(done: Path) -> None:
+    raw = lines(done)
+    raw[4] = raw[4].replace(b'"step":0', b'"step":1')
+    done.write_bytes(b"".join(raw))
+    assert refused(done, 5, "checksum").seq == 5
 
 
 def test_a_seq_that_is_not_an_int(done: Path) -> None:
@@ -298,3 +335,25 @@ def test_the_chain_makes_each_line_depend_on_all_before_it(valid: bytes) -> None
     assert orjson.loads(first)["crc"] == f"{crc:08x}"
     crc = zlib.crc32(second[: second.rindex(b',"crc":')], crc)
     assert orjson.loads(second)["crc"] == f"{crc:08x}"
+
+
+def test_a_paused_run_must_go_on_with_the_result_the_operator_asserted(trace: Path) -> None:
+    calls = []
+
+    def charge(**args: Any) -> Any:
+        calls.append(args)
+        raise RuntimeError("the process dies here")  # an outcome nobody knows
+
+    tools = {"work": harness.Tool(charge, idempotent=False)}
+    ex = harness.Executor(planner=lambda g, p: None if p else Step("pay", "work", {}), tools=tools, trace=trace)
+    with pytest.raises(RuntimeError):
+        ex.run("g")
+    ex = harness.Executor(planner=ex.planner, tools=tools, trace=trace, resume=True)
+    assert ex.run("g").state == "PAUSED"
+    harness.reconcile(trace, happened=True, result={"r": 1}, evidence="ledger")
+    assert ex.run("g").state == "DONE" and len(calls) == 1
+    records = read_records(trace)
+    line = line_of(trace, "transition", **{"from": "PAUSED", "to": "VERIFY"})
+    records[line - 1]["result"] = {"r": 999}
+    write_trace(trace, records)
+    refused(trace, line, "bad-reconcile")
