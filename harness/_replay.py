@@ -8,7 +8,7 @@ _state.py). The first failure raises TraceCorruption naming the line. A last
 line without its newline is a torn tail (a writer died mid-line), reported,
 never an error.
 
-Memory does not grow with the trace: checkpoints and crossings are kept as
+No record stays in memory: checkpoints and crossings are kept as
 (offset, length, previous crc) triples and decoded on access, re-checking
 each line's crc, so a file changed after replay() is still caught.
 """

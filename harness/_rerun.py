@@ -220,7 +220,7 @@ class _Writer(Journal):
         return super().append(kind, fields, sync=sync, check=check)
 
 
-class _Served(Session):
+class _Replaying(Session):
     """A strict session that writes what it serves, stops at seams, and can branch to live."""
 
     journal: _Writer
@@ -313,7 +313,7 @@ def _execute(
     writer = cast(_Writer, _Writer.open(path))
     with writer:
         writer.stops, writer.below, writer.parent = deque(stops), branch or 0, rec.records
-        session = _Served(writer, rec.crossings, branch=branch, value=value)
+        session = _Replaying(writer, rec.crossings, branch=branch, value=value)
         try:
             _drive(ex, writer, session, rec, run_id, lineage)
         except (ReplayDrift, ReplayViolation) as e:
@@ -342,7 +342,7 @@ def _execute(
 
 
 def _drive(
-    ex: Executor, writer: _Writer, session: _Served, rec: _Recording, run_id: str, lineage: dict[str, Any]
+    ex: Executor, writer: _Writer, session: _Replaying, rec: _Recording, run_id: str, lineage: dict[str, Any]
 ) -> None:
     """Run from the start, then from each seam on, as the recorded processes did."""
     records = rec.records
