@@ -39,6 +39,7 @@ mode uses the sizes the keys name.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import platform
@@ -60,7 +61,7 @@ import orjson
 import harness
 from harness import Executor, Step, Tool, replay
 from harness._journal import SUFFIX, Journal, check_value, encode
-from harness._replay import request_hash
+from harness._replay import _CHUNK, request_hash
 from harness.testing import read_records
 from harness.testing import write_trace as forge
 
@@ -175,7 +176,8 @@ def trace_records(*, seed: int = 1) -> Iterator[tuple[bool, Append]]:
         if step % 2 == 0:  # the planner asked a model
             request = {"model": "model-1", "prompt": _text(rng, 80, 200)}
             response = {"text": _text(rng, 150, 400), "tokens": rng.randint(50, 300)}
-            fields = {"boundary": "llm", "request": request, "hash": request_hash("llm", request), "response": response}
+            fields: dict[str, Any] = {"boundary": "llm", "request": request, "hash": request_hash("llm", request)}
+            fields["response"] = response
             yield False, ("crossing", fields, ("request", "response"))
         tool = rng.choice(names)
         name = f"{tool}-{step}"
@@ -248,15 +250,35 @@ def since(t0: Sample, per: int = 1) -> Sample:
     return (wall - t0[0]) / per, (cpu - t0[1]) / per
 
 
-def interleaved(variants: dict[str, Callable[[], Sample]], reps: int) -> dict[str, Sample]:
-    """Median of each variant's wall and CPU figures over reps rounds, the order rotated every round."""
+WALL, CPU = 0, 1  # index of each clock in a Sample
+
+
+@dataclass(frozen=True)
+class Rounds:
+    """The samples of interleaved variants: samples[name][r] is what variant name measured in round r."""
+
+    samples: dict[str, list[Sample]]
+
+    def median(self, name: str, clock: int) -> float:
+        return statistics.median(s[clock] for s in self.samples[name])
+
+    def ratio(self, a: str, b: str, clock: int) -> float:
+        """Median over rounds of a / b: each round's two figures were taken moments apart, in like conditions."""
+        return statistics.median(x[clock] / y[clock] for x, y in zip(self.samples[a], self.samples[b], strict=True))
+
+    def medians(self, scale: float) -> dict[str, dict[str, float]]:
+        return {n: {"wall": self.median(n, WALL) * scale, "cpu": self.median(n, CPU) * scale} for n in self.samples}
+
+
+def interleaved(variants: dict[str, Callable[[], Sample]], reps: int) -> Rounds:
+    """Run each variant once per round for reps rounds, the order rotated every round."""
     names = list(variants)
     seen: dict[str, list[Sample]] = {n: [] for n in names}
     for r in range(reps):
         k = r % len(names)
         for name in names[k:] + names[:k]:
             seen[name].append(variants[name]())
-    return {n: (statistics.median(w for w, _ in v), statistics.median(c for _, c in v)) for n, v in seen.items()}
+    return Rounds(seen)
 
 
 class Scratch:
@@ -344,7 +366,7 @@ def _sqlite(path: str, records: list[dict[str, Any]], synchronous: str, size: in
     return Side(size, write, con.close)
 
 
-def bench_append(scratch: Scratch, sizes: Sizes, durability: str) -> dict[str, Sample]:
+def bench_append(scratch: Scratch, sizes: Sizes, durability: str) -> Rounds:
     """Time per record, in blocks: harness, raw and SQLite take turns, block after block."""
     total, size = (sizes.append, sizes.append_block) if durability == "flush" else (sizes.fsync, sizes.fsync_block)
     appends = take(total)
@@ -400,10 +422,39 @@ def append_parts(scratch: Scratch, sizes: Sizes) -> dict[str, float]:
 
     parts = {"orjson.dumps": dumps_only, "encode": encode_only, "check_value": checks_only, "os.write": writes_only}
     got = interleaved({k: timed(fn) for k, fn in parts.items()}, sizes.reps)
-    return {k: cpu * 1e6 for k, (_, cpu) in got.items()}
+    return {k: got.median(k, CPU) * 1e6 for k in parts}
 
 
-def bench_replay(scratch: Scratch, trace: str, reps: int) -> dict[str, Sample]:
+def after_sync(scratch: Scratch, sizes: Sizes) -> dict[str, float]:
+    """Wall microseconds of an append's own work (checks, record, encode; no write) right after an fdatasync
+    and again at once, warm: the first is what an fsync-mode append pays on top of the raw loop (a diagnostic)."""
+    appends = take(sizes.fsync)
+    path = scratch()
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_EXCL, 0o644)
+    fdatasync = getattr(os, "fdatasync", os.fsync)
+
+    def work(i: int) -> None:
+        kind, fields, check = appends[i]
+        for name in check:
+            check_value(name, fields[name])
+        encode({"seq": i, "kind": kind, **fields, "ts": time.time()}, 0)
+
+    cold, warm = [], []
+    for i in range(len(appends)):
+        os.write(fd, b"x" * 300)
+        fdatasync(fd)
+        t0 = clocks()
+        work(i)
+        cold.append(since(t0)[0])
+        t0 = clocks()
+        work(i)
+        warm.append(since(t0)[0])
+    os.close(fd)
+    os.unlink(path)
+    return {"after fdatasync": statistics.median(cold) * 1e6, "warm": statistics.median(warm) * 1e6}
+
+
+def bench_replay(scratch: Scratch, trace: str, reps: int) -> Rounds:
     db = scratch("db")
     con = _sqlite_open(db, "OFF")
     with open(trace, "rb") as f:  # the very same lines, checksums included
@@ -429,7 +480,7 @@ def bench_replay(scratch: Scratch, trace: str, reps: int) -> dict[str, Sample]:
         """Not a baseline: replay's reading and checksum chain alone, without the state machine (a diagnostic)."""
         crc, buf = 0, b""
         with open(trace, "rb") as f:
-            while chunk := f.read(1 << 20):
+            while chunk := f.read(_CHUNK):
                 lines = (buf + chunk).split(b"\n")
                 buf = lines.pop()
                 for line in lines:
@@ -450,7 +501,7 @@ def bench_replay(scratch: Scratch, trace: str, reps: int) -> dict[str, Sample]:
     return interleaved({k: timed(fn) for k, fn in variants.items()}, reps)
 
 
-def bench_steps(scratch: Scratch, sizes: Sizes) -> dict[str, Sample]:
+def bench_steps(scratch: Scratch, sizes: Sizes) -> Rounds:
     n = sizes.steps
     step = Step("read", "read_file", {"path": "src/parser/lexer.py"})
 
@@ -607,34 +658,32 @@ def run(mode: str, folder: str, log: Callable[[str], None], *, wall: bool = Fals
     out: dict[str, Any] = {}
     detail: dict[str, Any] = {"clock": {}}
 
-    def judged(got: dict[str, Sample], line: str, *, io: bool = False) -> dict[str, float]:
+    def clock(line: str, *, io: bool = False) -> int:
         use_wall = wall or io
         detail["clock"][line] = "wall" if use_wall else "cpu"
-        return {k: w if use_wall else c for k, (w, c) in got.items()}
-
-    def both(got: dict[str, Sample], scale: float) -> dict[str, dict[str, float]]:
-        return {k: {"wall": w * scale, "cpu": c * scale} for k, (w, c) in got.items()}
+        return WALL if use_wall else CPU
 
     log("append, flush mode")
     got = bench_append(scratch, sizes, "flush")
-    a = judged(got, "append_flush", io=True)
-    out["append_flush_vs_raw"] = a["harness"] / a["raw"]
-    out["append_flush_vs_sqlite"] = a["harness"] / a["sqlite"]
-    detail["append_flush_us"] = both(got, 1e6)
+    c = clock("append_flush", io=True)
+    out["append_flush_vs_raw"] = got.ratio("harness", "raw", c)
+    out["append_flush_vs_sqlite"] = got.ratio("harness", "sqlite", c)
+    detail["append_flush_us"] = got.medians(1e6)
     detail["append_parts_cpu_us"] = append_parts(scratch, sizes)
 
     log("append, fsync mode")
     got = bench_append(scratch, sizes, "fsync")
-    a = judged(got, "append_fsync", io=True)
-    out["append_fsync_vs_raw"] = a["harness"] / a["raw"]
-    out["append_fsync_vs_sqlite"] = a["harness"] / a["sqlite"]
-    detail["append_fsync_us"] = both(got, 1e6)
+    c = clock("append_fsync", io=True)
+    out["append_fsync_vs_raw"] = got.ratio("harness", "raw", c)
+    out["append_fsync_vs_sqlite"] = got.ratio("harness", "sqlite", c)
+    detail["append_fsync_us"] = got.medians(1e6)
+    detail["append_work_after_sync_us"] = after_sync(scratch, sizes)
 
     log("executor steps")
     got = bench_steps(scratch, sizes)
-    st = judged(got, "step")
-    out["step_overhead_vs_bare"] = st["harness"] / st["bare"]
-    detail["step_us"] = both(got, 1e6)
+    out["step_overhead_vs_bare"] = got.ratio("harness", "bare", clock("step"))
+    detail["step_us"] = got.medians(1e6)
+    detail["step_appends_only_vs_bare"] = got.ratio("appends only", "bare", clock("step"))
 
     biggest = max(*sizes.resume, sizes.rss, sizes.replay, sizes.diff)
     log(f"writing a {biggest}-record trace through Journal")
@@ -652,21 +701,21 @@ def run(mode: str, folder: str, log: Callable[[str], None], *, wall: bool = Fals
 
     log(f"replay of {sizes.replay} records")
     got = bench_replay(scratch, prefix(sizes.replay), sizes.reps)
-    r = judged(got, "replay")
-    out["replay_vs_orjson"] = r["harness"] / r["orjson"]
-    out["replay_vs_sqlite"] = r["harness"] / r["sqlite"]
-    detail["replay_s"] = both(got, 1)
+    c = clock("replay")
+    out["replay_vs_orjson"] = got.ratio("harness", "orjson", c)
+    out["replay_vs_sqlite"] = got.ratio("harness", "sqlite", c)
+    detail["replay_s"] = got.medians(1)
+    detail["replay_checksums_only_vs_orjson"] = got.ratio("checksums only", "orjson", c)
 
     log(f"resume at {', '.join(map(str, sizes.resume))} records")
-    traces = {}
+    traces: dict[str, str] = {}
     for n in sizes.resume:  # the cuts land on step ends, a few records past the nominal sizes
         path = prefix(n)
         traces[str(replay(path).records)] = path
-    got = interleaved({n: lambda path=path: resume_seconds(path) for n, path in traces.items()}, sizes.resume_reps)
-    rs = judged(got, "resume")
-    small, big = next(iter(rs)), list(rs)[-1]
-    out["resume_linearity"] = (rs[big] / int(big)) / (rs[small] / int(small))  # per record
-    detail["resume_s"] = both(got, 1)
+    got = interleaved({n: functools.partial(resume_seconds, path) for n, path in traces.items()}, sizes.resume_reps)
+    small, big = next(iter(traces)), list(traces)[-1]
+    out["resume_linearity"] = got.ratio(big, small, clock("resume")) * int(small) / int(big)  # per record
+    detail["resume_s"] = got.medians(1)
 
     log(f"peak memory replaying {sizes.rss} records")
     rss_trace = prefix(sizes.rss)

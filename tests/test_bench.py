@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import orjson
 import pytest
 
 from harness import Executor, replay
@@ -47,6 +48,10 @@ def test_generated_trace_is_valid_and_resumable(tmp_path: Path) -> None:
     seqs = {c.seq for c in rep.checkpoints}
     assert len(seqs) == len(rep.checkpoints) > 50
     assert len(rep.crossings) > len(rep.checkpoints)  # tool calls plus model calls
+    # the shapes the issue asks for: small args, results of a few hundred bytes
+    results = sorted(len(orjson.dumps(c.result)) for c in rep.checkpoints)
+    args = sorted(len(orjson.dumps(c.request["args"])) for c in rep.crossings if c.kind == "tool")
+    assert 100 <= results[len(results) // 2] <= 600 and args[-1] < 100
 
     part = tmp_path / "part.jsonl"
     m = cut(str(full), str(part), 200)
