@@ -49,6 +49,11 @@ class Session:
         self.nested = False
         self.live_calls = 0
 
+    @property
+    def serving(self) -> bool:
+        """Whether a crossing may be served from the recording (or must be, in a strict session)."""
+        return self.strict or bool(self.recorded)
+
     def serve(self, kind: str, request: Any) -> Crossing | None:
         """The recorded crossing to use instead of a live call, or None to call live."""
         if not self.recorded:

@@ -239,10 +239,11 @@ class Executor:
             return self._drive(run)
         assert intent is not None
         run.step, run.attempt, run.intent, run.result = intent["step"], intent["attempt"], intent, rep.result
+        run.shown = check_value("result", rep.result)
         if run.state == S.PAUSED:
             assert rep.reconcile is not None
             if rep.reconcile["happened"]:
-                run.result = rep.reconcile["result"]
+                run.result, run.shown = rep.reconcile["result"], check_value("result", rep.reconcile["result"])
                 run.move(S.VERIFY, sync=True, result=run.result)
             else:
                 run.move(S.ACT, sync=True, **{k: intent[k] for k in _INTENT if k in intent})
@@ -271,6 +272,7 @@ class Executor:
                             f"the planner chose tool {planned.tool!r}, which this executor does not have "
                             f"(it has: {', '.join(self.tools) or 'none'})"
                         )
+                    run.planned = planned
                     run.intent = {"name": planned.name, "tool": planned.tool, "args": planned.args}
                     if self.contracts[planned.tool]["effect"] == "idempotent":
                         run.intent["key"] = f"{run.id}-{run.step}-{run.attempt}"
@@ -283,22 +285,18 @@ class Executor:
                         if self._retry_or_fail(run, error):
                             return run.outcome(error)
                         continue
-                    run.result = check_value("result", raw)  # what the trace holds, whatever raw becomes
+                    run.result, run.shown = check_value("result", raw), raw  # the trace's own copy, and the tool's
                     run.move(S.VERIFY, sync=run.intent["tool"] in self.declared, result=run.result)
                 elif run.state == S.VERIFY:
-                    why = self._verify(run.intent, run.result)
+                    why = self._verify(run)
                     if why is not None:
                         error = {"type": "VerificationFailed", "message": why}
                         if self._retry_or_fail(run, error):
                             return run.outcome(error)
                         continue
-                    run.move(S.CHECKPOINT)
-                else:  # CHECKPOINT: vouched for by the transition just written
-                    name = run.intent["name"]
-                    seq = run.journal.append("checkpoint", {"step": run.step, "name": name, "result": run.result})
-                    run.progress.append(Checkpoint(run.step, name, run.result, seq))
-                    run.move(S.PLAN)
-                    run.step, run.attempt = run.step + 1, 1
+                    run.checkpoint(vouch=True)
+                else:  # CHECKPOINT: only on resume, when the vouching transition is all that was written
+                    run.checkpoint(vouch=False)
         finally:
             deactivate(token)
 
@@ -312,7 +310,7 @@ class Executor:
         return False
 
     def _call(self, session: Session, intent: dict[str, Any]) -> Any:
-        recorded = session.serve("tool", {"tool": intent["tool"], "args": intent["args"]})
+        recorded = session.serve("tool", {"tool": intent["tool"], "args": intent["args"]}) if session.serving else None
         if recorded is not None:
             if recorded.error is not None:
                 raise _Served(recorded.error)
@@ -329,19 +327,28 @@ class Executor:
         finally:
             session.nested = False
 
-    def _verify(self, intent: dict[str, Any], result: Any) -> str | None:
-        """None when the verifier vouches for result, else why not. It gets its own copy to look at."""
+    def _verify(self, run: _Run) -> str | None:
+        """None when the verifier vouches for the result, else why not."""
+        step = run.planned or Step(run.intent["name"], run.intent["tool"], run.intent["args"])
         try:
-            ok = self.verifier(Step(intent["name"], intent["tool"], intent["args"]), check_value("result", result))
+            ok = self.verifier(step, run.shown)
         except VerificationFailed as e:
             return str(e) or "rejected by the verifier"
         return None if ok else "rejected by the verifier"
 
 
 class _Run:
-    """A run in progress: where it stands, and the trace it writes."""
+    """A run in progress: where it stands, and the trace it writes.
 
-    __slots__ = ("attempt", "goal", "id", "intent", "journal", "progress", "result", "session", "state", "step")
+    `result` is the trace's own copy of the step's result (what the checkpoint
+    will hold); `shown` is what the verifier is shown, so that nothing the
+    verifier does to it can change the checkpoint.
+    """
+
+    __slots__ = (
+        "attempt", "goal", "id", "intent", "journal", "planned", "progress", "result", "session", "shown", "state",
+        "step",
+    )  # fmt: skip
 
     def __init__(
         self, journal: Journal, session: Session, goal: Any, run_id: str, progress: list[Checkpoint], state: str
@@ -349,16 +356,34 @@ class _Run:
         self.journal, self.session, self.goal, self.id, self.progress = journal, session, goal, run_id, progress
         self.state, self.step, self.attempt = state, 0, 1
         self.intent: dict[str, Any] = {}
+        self.planned: Step | None = None
         self.result: Any = None
+        self.shown: Any = None
 
-    def move(self, to: str, *, sync: bool = False, check: tuple[str, ...] = (), **fields: Any) -> int:
-        """Write the transition into `to`, which the state table must allow, and take it."""
+    def edge(self, to: str, **fields: Any) -> dict[str, Any]:
+        """The transition into `to`, which the state table must allow; the run takes it."""
         if to not in S.EDGES[self.state]:
             raise HarnessError(f"internal error, please report: {S.check(self.state, to)}")
         fields = {"from": self.state, "to": to, "step": self.step, "attempt": self.attempt, **fields}
-        seq = self.journal.append("transition", fields, sync=sync, check=check)
         self.state = to
-        return seq
+        return fields
+
+    def move(self, to: str, *, sync: bool = False, check: tuple[str, ...] = (), **fields: Any) -> int:
+        """Write the transition into `to` and take it."""
+        return self.journal.append("transition", self.edge(to, **fields), sync=sync, check=check)
+
+    def checkpoint(self, *, vouch: bool) -> None:
+        """Write the checkpoint (after its vouching VERIFY -> CHECKPOINT) and move on to the next step.
+
+        Nothing happens between these records, so they go out in one write.
+        """
+        name = self.intent["name"]
+        records = [("transition", self.edge(S.CHECKPOINT))] if vouch else []
+        records.append(("checkpoint", {"step": self.step, "name": name, "result": self.result}))
+        records.append(("transition", self.edge(S.PLAN)))
+        seq = self.journal.append_many(records) - 1
+        self.progress.append(Checkpoint(self.step, name, self.result, seq))
+        self.step, self.attempt, self.planned = self.step + 1, 1, None
 
     def outcome(self, error: dict[str, Any] | None = None) -> Outcome:
         return Outcome(self.state, tuple(self.progress), self.id, self.journal.path, error=error)

@@ -199,25 +199,35 @@ class _Writer(Journal):
         return bool(self.stops) and self.seq + 1 == self.stops[0]
 
     def append(self, kind: str, fields: dict[str, Any], *, sync: bool = False, check: tuple[str, ...] = ()) -> int:
-        if self.at_stop():
-            raise _Seam
-        seq = self.seq + 1
-        if seq < self.below:
-            was = normalize_record(self.parent[seq - 1])
-            now = normalize_record({"seq": seq, "kind": kind, **fields})
-            if was != now:
-                found = differences(was, now)
-                shown = "; ".join(f"{k}: parent {x!r}, fork {y!r}" for k, (x, y) in found.items())
-                raise ReplayDrift(
-                    f"seq {seq}: before its branch at seq {self.below} the fork wrote another record than "
-                    f"the parent: {shown}",
-                    seq=seq,
-                    line=seq,
-                    fields=found,
-                )
-            if kind != "header":
-                fields = {**fields, "reused": True}
-        return super().append(kind, fields, sync=sync, check=check)
+        for name in check:
+            check_value(name, fields[name])
+        return self.append_many(((kind, fields),), sync=sync)
+
+    def append_many(self, records: Iterable[tuple[str, dict[str, Any]]], *, sync: bool = False) -> int:
+        batch: list[tuple[str, dict[str, Any]]] = []
+        for kind, fields in records:
+            seq = self.seq + len(batch) + 1
+            if self.stops and seq == self.stops[0]:  # the recorded process stopped here
+                if batch:
+                    super().append_many(batch, sync=sync)
+                raise _Seam
+            if seq < self.below:
+                was = normalize_record(self.parent[seq - 1])
+                now = normalize_record({"seq": seq, "kind": kind, **fields})
+                if was != now:
+                    found = differences(was, now)
+                    shown = "; ".join(f"{k}: parent {x!r}, fork {y!r}" for k, (x, y) in found.items())
+                    raise ReplayDrift(
+                        f"seq {seq}: before its branch at seq {self.below} the fork wrote another record than "
+                        f"the parent: {shown}",
+                        seq=seq,
+                        line=seq,
+                        fields=found,
+                    )
+                if kind != "header":
+                    fields = {**fields, "reused": True}
+            batch.append((kind, fields))
+        return super().append_many(batch, sync=sync)
 
 
 class _Replaying(Session):
