@@ -36,6 +36,8 @@ from ._errors import JournalError, NotSerializable, TraceLocked
 SCHEMA = 1
 MAX_LINE = 16 * 1024 * 1024  # bytes; larger records are refused on write and on read
 SUFFIX = len(b',"crc":"00000000"}')  # bytes after the checksummed part, newline excluded
+MARK = b',"crc":"'  # where that suffix starts
+HEADER_START = b'{"seq":1,"kind":"header"'  # how every trace begins
 
 _DUMPS_OPTIONS = orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_SUBCLASS
 _fsync = getattr(os, "fdatasync", os.fsync)  # the data and the size are what we need back
@@ -110,6 +112,11 @@ def encode(record: dict[str, Any], crc: int) -> tuple[bytes, int]:
     body = orjson.dumps(record, default=_refuse, option=_DUMPS_OPTIONS)[:-1]  # a hot path
     crc = zlib.crc32(body, crc)
     return body + b',"crc":"%08x"}\n' % crc, crc  # one copy of body: faster than formatting it in
+
+
+def line_ok(line: bytes, prev: int) -> bool:
+    """Whether line (without its newline) ends with the crc of its bytes, chained on prev."""
+    return line[-SUFFIX:] == b',"crc":"%08x"}' % zlib.crc32(line[:-SUFFIX], prev)
 
 
 class Journal:

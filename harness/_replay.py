@@ -28,11 +28,11 @@ import orjson
 
 from . import _state as S
 from ._errors import HarnessError, TraceCorruption
-from ._journal import MAX_LINE, SCHEMA, SUFFIX, canonical
+from ._journal import HEADER_START as _HEADER_START
+from ._journal import MARK as _MARK
+from ._journal import MAX_LINE, SCHEMA, SUFFIX, canonical, line_ok
 
 _CHUNK = 1 << 16  # 64 KiB: small enough that a chunk's lines are still in the CPU cache when checked
-_MARK = b',"crc":"'
-_HEADER_START = b'{"seq":1,"kind":"header"'
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,8 +88,7 @@ class _Lines:
             off, length, prev = self._pos[base + 3 * j : base + 3 * j + 3]
             f.seek(off)
             line = f.read(length - 1)  # without its newline
-            body = line[:-SUFFIX]
-            if len(line) != length - 1 or b"%08x" % zlib.crc32(body, prev) != line[-10:-2]:
+            if len(line) != length - 1 or not line_ok(line, prev):
                 raise HarnessError(f"{self._path} changed after it was replayed (at byte {off}); replay it again")
             out.append(orjson.loads(line))
         return out

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import fcntl
 import os
-import zlib
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -29,12 +28,10 @@ from typing import Any
 import orjson
 
 from ._errors import HarnessError
-from ._journal import MAX_LINE, SUFFIX
+from ._journal import HEADER_START, MAX_LINE, line_ok
 
 _HEAD = 64 * 1024
 _TAIL = 8 * 1024
-_MARK = b',"crc":"'
-_HEADER_START = b'{"seq":1,"kind":"header"'
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,7 +93,7 @@ def run_info(path: str, locked: set[tuple[int, int, int]] | None = None) -> RunI
         header = _header(fd)
         if header is None:
             head = os.pread(fd, _HEAD, 0)
-            torn = _HEADER_START.startswith(head[: len(_HEADER_START)]) and b"\n" not in head  # died writing it
+            torn = HEADER_START.startswith(head[: len(HEADER_START)]) and b"\n" not in head  # died writing it
             status = "running" if _locked(fd, locked) else "interrupted" if torn else "unreadable"
             return RunInfo(fallback, path, None, status, None, None, 0)
         last = _last(fd, size) or header
@@ -128,7 +125,7 @@ def _header(fd: int) -> dict[str, Any] | None:
     if end < 0:
         return None
     line = data[:end]
-    if line[-SUFFIX:-10] != _MARK or b"%08x" % zlib.crc32(line[:-SUFFIX]) != line[-10:-2]:
+    if not line_ok(line, 0):
         return None
     try:
         rec = orjson.loads(line)
