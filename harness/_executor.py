@@ -167,9 +167,8 @@ class Executor:
             if not callable(tool.fn if isinstance(tool, Tool) else tool):
                 raise TypeError(f"tool {name!r} is {tool!r}, not a callable or a harness.Tool")
         self.contracts = {n: t.contract if isinstance(t, Tool) else PLAIN for n, t in sorted(self.tools.items())}
-        self.declared = frozenset(
-            n for n, t in self.tools.items() if isinstance(t, Tool)
-        )  # fsynced, whatever durability
+        # declared tools have their intent and result fsynced, whatever the durability
+        self.declared = frozenset(n for n, t in self.tools.items() if isinstance(t, Tool))
 
     def run(self, goal: Any) -> Outcome:
         """Run (or, with resume=True, finish) the goal. Returns DONE, FAILED or PAUSED."""
