@@ -108,10 +108,21 @@ def check_value(field: str, value: Any) -> Any:
 
 
 def encode(record: dict[str, Any], crc: int) -> tuple[bytes, int]:
-    """The line for record, chained on crc; returns (line, its crc)."""
-    body = orjson.dumps(record, default=_refuse, option=_DUMPS_OPTIONS)[:-1]  # a hot path
+    """The line for record, chained on crc; returns (line, its crc).
+
+    NotSerializable, naming the field, when a value is not JSON or the line is too long.
+    """
+    try:
+        body = orjson.dumps(record, default=_refuse, option=_DUMPS_OPTIONS)[:-1]  # a hot path
+    except TypeError as e:  # a non-JSON value in a field nobody asked to check
+        raise _unstorable(record, e) from None
     crc = zlib.crc32(body, crc)
-    return body + b',"crc":"%08x"}\n' % crc, crc  # one copy of body: faster than formatting it in
+    line = body + b',"crc":"%08x"}\n' % crc  # one copy of body: faster than formatting it in
+    if len(line) > MAX_LINE:
+        raise NotSerializable(
+            record["kind"], "", f"the record is {len(line)} bytes; a trace line holds at most {MAX_LINE}"
+        )
+    return line, crc
 
 
 def line_ok(line: bytes, prev: int) -> bool:
@@ -184,7 +195,7 @@ class Journal:
         for name in check:
             check_value(name, fields[name])
         seq = self.seq + 1
-        line, crc = self._encode(seq, kind, fields, self.crc)
+        line, crc = encode({"seq": seq, "kind": kind, **fields, "ts": time.time()}, self.crc)
         self._write(line, seq, crc, sync)
         return seq
 
@@ -197,24 +208,15 @@ class Journal:
         seq, crc, lines = self.seq, self.crc, []
         for kind, fields in records:
             seq += 1
-            line, crc = self._encode(seq, kind, fields, crc)
+            line, crc = encode({"seq": seq, "kind": kind, **fields, "ts": time.time()}, crc)
             lines.append(line)
         self._write(b"".join(lines), seq, crc, sync)
         return seq
 
-    def _encode(self, seq: int, kind: str, fields: dict[str, Any], crc: int) -> tuple[bytes, int]:
-        if self._broken:
-            raise JournalError(self.path, f"an earlier {self._broken} failed; this journal accepts nothing more")
-        try:
-            line, crc = encode({"seq": seq, "kind": kind, **fields, "ts": time.time()}, crc)
-        except TypeError as e:  # a non-JSON value in a field we were not asked to check
-            raise _unstorable(kind, fields, e) from None
-        if len(line) > MAX_LINE:
-            raise NotSerializable(kind, "", f"the record is {len(line)} bytes; a trace line holds at most {MAX_LINE}")
-        return line, crc
-
     def _write(self, data: bytes, seq: int, crc: int, sync: bool) -> None:
         """Write data, the lines up to seq, and acknowledge them only once they are where durability says."""
+        if self._broken:
+            raise JournalError(self.path, f"an earlier {self._broken} failed; this journal accepts nothing more")
         try:
             written = os.write(self.fd, data)
             while written < len(data):  # a short write: send the rest
@@ -247,13 +249,13 @@ class Journal:
         self.close()
 
 
-def _unstorable(kind: str, fields: dict[str, Any], e: TypeError) -> NotSerializable:
+def _unstorable(record: dict[str, Any], e: TypeError) -> NotSerializable:
     """Say which field of a record orjson refused, and where inside it."""
-    for name, value in fields.items():
+    for name, value in record.items():
         found = problem(value)
         if found:
             return NotSerializable(name, *found)
-    return NotSerializable(kind, "", str(e))
+    return NotSerializable(str(record.get("kind")), "", str(e))
 
 
 def _why(e: OSError) -> str:
