@@ -20,6 +20,7 @@ from ._errors import (
     TraceCorruption,
     TraceExists,
     TraceLocked,
+    TraceUnreadable,
     VerificationFailed,
 )
 from ._executor import Executor, Outcome, RetryPolicy, Step, Tool
@@ -58,6 +59,7 @@ __all__ = [
     "TraceCorruption",
     "TraceExists",
     "TraceLocked",
+    "TraceUnreadable",
     "VerificationFailed",
     "__version__",
     "boundary",

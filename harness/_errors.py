@@ -29,13 +29,20 @@ class TraceCorruption(HarnessError):
 class NotSerializable(HarnessError, TypeError):
     """A value that would not come back equal from the trace file.
 
-    Raised before anything is written: the trace stays valid.
+    `field` is what holds it (`result`, `args`, `goal`, `request`, ...),
+    `where` the path inside it (`.hits[3].when`, "" for the value itself),
+    `problem` what it is (`a datetime, not a JSON value`); `tool` and `step`
+    name the step when the value belongs to one. Raised before anything is
+    written: the trace stays valid.
     """
 
-    def __init__(self, field: str, where: str, problem: str):
-        self.field, self.where, self.problem = field, where, problem
+    def __init__(self, field: str, where: str, problem: str, *, tool: str | None = None, step: int | None = None):
+        self.field, self.where, self.problem, self.tool, self.step = field, where, problem, tool, step
+        owner = f" of tool {tool!r}" if tool is not None else ""
+        owner += f" at step {step}" if step is not None else ""
+        said = f"{field}{owner}: {where} is {problem}" if where else f"{field}{owner} is {problem}"
         super().__init__(
-            f"{field}{where} cannot be stored in a trace: {problem}. "
+            f"{said}; a trace cannot store it. "
             "Return plain JSON values (dict with str keys, list, str, int, finite float, bool, None)."
         )
 
@@ -65,6 +72,18 @@ class JournalError(HarnessError):
             f"{path}: {problem}. The run stopped; nothing after the last complete line was "
             "acknowledged. Fix the cause and resume with resume=True."
         )
+
+
+class TraceUnreadable(HarnessError):
+    """A trace, or a folder of runs, that cannot be opened at all: missing, a directory, no permission.
+
+    `path` is the file or folder, `problem` what is wrong with it. Nothing
+    was read from it, and nothing was written.
+    """
+
+    def __init__(self, path: str, problem: str):
+        self.path, self.problem = path, problem
+        super().__init__(f"{path}: {problem}")
 
 
 class ResumeMismatch(HarnessError):

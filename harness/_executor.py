@@ -15,6 +15,7 @@ exception propagates out of run() and leaves the file as a crash would.
 from __future__ import annotations
 
 import functools
+import inspect
 import os
 import platform
 import sys
@@ -25,8 +26,17 @@ from typing import Any
 
 from . import _state as S
 from ._boundary import Session, deactivate
-from ._errors import HarnessError, ResumeMismatch, ToolError, TraceCorruption, TraceExists, VerificationFailed
-from ._journal import SCHEMA, Journal, canonical, check_value, set_aside
+from ._errors import (
+    HarnessError,
+    NotSerializable,
+    ResumeMismatch,
+    ToolError,
+    TraceCorruption,
+    TraceExists,
+    TraceUnreadable,
+    VerificationFailed,
+)
+from ._journal import SCHEMA, Journal, a, canonical, check_value, set_aside
 from ._replay import Checkpoint, Replay, replay
 from ._runs import runs_dir
 
@@ -88,6 +98,7 @@ class Tool:
 
 
 PLAIN = {"effect": "at-least-once", "version": None}
+MAX_STEPS = 10_000  # the default step limit: a planner that never says DONE ends FAILED, not with a full disk
 _INTENT = ("name", "tool", "args", "key")  # the fields of a transition into ACT, beside step and attempt
 
 
@@ -149,7 +160,15 @@ class Executor:
         retry: RetryPolicy = RetryPolicy(),
         durability: str = "flush",
         entrypoint: str | None = None,
+        max_steps: int | None = MAX_STEPS,
     ):
+        if not isinstance(tools, Mapping):
+            raise TypeError(
+                f"tools must be a dict of name -> callable or harness.Tool, not {a(type(tools).__name__)}: "
+                f"tools={{'search': search}}, not tools=[search]"
+            )
+        if max_steps is not None and (type(max_steps) is not int or max_steps < 1):
+            raise ValueError(f"max_steps must be a positive int, or None for no limit, not {max_steps!r}")
         if durability not in ("flush", "fsync"):
             raise ValueError(f"durability must be 'flush' or 'fsync', not {durability!r}")
         if resume and trace is None:
@@ -163,7 +182,10 @@ class Executor:
         self.retry = retry
         self.durability = durability
         self.entrypoint = entrypoint or (sys.argv[0] if sys.argv and sys.argv[0] else "<python>")
+        self.max_steps = max_steps
         for name, tool in self.tools.items():
+            if type(name) is not str:
+                raise TypeError(f"tools must be a dict of name -> callable or harness.Tool; key {name!r} is not a str")
             if not callable(tool.fn if isinstance(tool, Tool) else tool):
                 raise TypeError(f"tool {name!r} is {tool!r}, not a callable or a harness.Tool")
         self.contracts = {n: t.contract if isinstance(t, Tool) else PLAIN for n, t in sorted(self.tools.items())}
@@ -172,6 +194,7 @@ class Executor:
 
     def run(self, goal: Any) -> Outcome:
         """Run (or, with resume=True, finish) the goal. Returns DONE, FAILED or PAUSED."""
+        self._refuse_async()
         check_value("goal", goal)
         run_id = uuid.uuid4().hex
         path = self.trace
@@ -180,7 +203,7 @@ class Executor:
             try:
                 os.makedirs(folder, exist_ok=True)
             except OSError as e:
-                raise HarnessError(f"{folder}: cannot hold runs: {e.strerror}") from None
+                raise TraceUnreadable(folder, f"cannot hold runs: {e.strerror}") from None
             path = os.path.join(folder, f"{run_id}.jsonl")
         with Journal.open(path, durability=self.durability) as journal:
             if journal.size():
@@ -188,6 +211,14 @@ class Executor:
                     raise TraceExists(path)
                 return self._resume(journal, goal)
             return self._start(journal, goal, run_id)
+
+    def _refuse_async(self) -> None:
+        """HarnessError before anything is written when run() was given an async planner, verifier or tool."""
+        parts: list[tuple[str, Any]] = [("the planner", self.planner), ("the verifier", self.verifier)]
+        parts += [(f"tool {n!r}", t.fn if isinstance(t, Tool) else t) for n, t in self.tools.items()]
+        for what, fn in parts:
+            if inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(type(fn).__call__):
+                raise _async(what)
 
     def _start(
         self, journal: Journal, goal: Any, run_id: str, *, session: Session | None = None, **lineage: Any
@@ -265,7 +296,18 @@ class Executor:
                         run.move(S.DONE)
                         return run.outcome()
                     if not isinstance(planned, Step):
+                        if inspect.isawaitable(planned):
+                            raise _async("the planner", planned)
                         raise HarnessError(f"the planner returned {planned!r}; it must return a Step or None")
+                    if self.max_steps is not None and run.step >= self.max_steps:
+                        error = {
+                            "type": "MaxSteps",
+                            "message": f"the planner planned step {run.step} ({planned.name!r}) after "
+                            f"{self.max_steps} steps, the limit (Executor(max_steps=...), None for no limit)",
+                            "max_steps": self.max_steps,
+                        }
+                        run.move(S.FAILED, error=error)
+                        return run.outcome(error)
                     if planned.tool not in self.tools:
                         raise HarnessError(
                             f"the planner chose tool {planned.tool!r}, which this executor does not have "
@@ -275,7 +317,8 @@ class Executor:
                     run.intent = {"name": planned.name, "tool": planned.tool, "args": planned.args}
                     if self.contracts[planned.tool]["effect"] == "idempotent":
                         run.intent["key"] = f"{run.id}-{run.step}-{run.attempt}"
-                    run.move(S.ACT, sync=planned.tool in self.declared, check=("args",), **run.intent)
+                    check_value("args", planned.args, tool=planned.tool, step=run.step)
+                    run.move(S.ACT, sync=planned.tool in self.declared, **run.intent)
                 elif run.state == S.ACT:
                     try:
                         raw = self._call(run.session, run.intent)
@@ -284,7 +327,14 @@ class Executor:
                         if self._retry_or_fail(run, error):
                             return run.outcome(error)
                         continue
-                    run.result, run.shown = check_value("result", raw), raw  # the trace's own copy, and the tool's
+                    try:  # the trace's own copy, and the tool's
+                        run.result, run.shown = check_value("result", raw), raw
+                    except NotSerializable as e:
+                        if inspect.isawaitable(raw):
+                            raise _async(f"tool {run.intent['tool']!r}", raw) from None
+                        raise NotSerializable(
+                            "result", e.where, e.problem, tool=run.intent["tool"], step=run.step
+                        ) from None
                     run.move(S.VERIFY, sync=run.intent["tool"] in self.declared, result=run.result)
                 elif run.state == S.VERIFY:
                     why = self._verify(run)
@@ -333,7 +383,45 @@ class Executor:
             ok = self.verifier(step, run.shown)
         except VerificationFailed as e:
             return str(e) or "rejected by the verifier"
-        return None if ok else "rejected by the verifier"
+        if ok is True:
+            return None
+        if ok is False:
+            return "rejected by the verifier"
+        if inspect.isawaitable(ok):
+            raise _async("the verifier", ok)
+        raise HarnessError(
+            f"the verifier returned {ok!r:.200} for step {run.step} ({step.name!r}, tool {step.tool!r}); only True "
+            "and False are answers (a forgotten `return` gives None). Return True or False, or raise "
+            "VerificationFailed. The run stopped as a crash would: fix the verifier and resume."
+        )
+
+
+class Progress(list[Checkpoint]):
+    """The verified checkpoints so far, as the planner sees them: a list that refuses changes.
+
+    Reading costs what a list's reading costs (len, [i], iteration, slices are
+    the list's own); the executor appends through `list.append`. A planner
+    that edits it would desynchronise its view from the trace, so any change
+    raises TypeError.
+    """
+
+    __slots__ = ()
+
+    def _refuse(self, *args: Any, **kwargs: Any) -> Any:
+        raise TypeError("progress is read only: it is the run's record of verified steps; copy it to change it")
+
+    append = extend = insert = pop = remove = clear = sort = reverse = _refuse
+    __setitem__ = __delitem__ = __iadd__ = __imul__ = _refuse
+
+
+def _async(what: str, made: Any = None) -> HarnessError:
+    """The error for an async planner, verifier or tool given to run(); closes the coroutine it made."""
+    if inspect.iscoroutine(made):
+        made.close()  # no "coroutine was never awaited" warning on top of this error
+    return HarnessError(
+        f"{what} is async, and run() calls it without awaiting it: use `await executor.arun(goal)` "
+        "for async planners, verifiers and tools, or make it a plain def"
+    )
 
 
 class _Run:
@@ -352,7 +440,8 @@ class _Run:
     def __init__(
         self, journal: Journal, session: Session, goal: Any, run_id: str, progress: list[Checkpoint], state: str
     ):
-        self.journal, self.session, self.goal, self.id, self.progress = journal, session, goal, run_id, progress
+        self.journal, self.session, self.goal, self.id = journal, session, goal, run_id
+        self.progress = Progress(progress)
         self.state, self.step, self.attempt = state, 0, 1
         self.intent: dict[str, Any] = {}
         self.planned: Step | None = None
@@ -381,7 +470,7 @@ class _Run:
         records.append(("checkpoint", {"step": self.step, "name": name, "result": self.result}))
         records.append(("transition", self.edge(S.PLAN)))
         seq = self.journal.append_many(records) - 1
-        self.progress.append(Checkpoint(self.step, name, self.result, seq))
+        list.append(self.progress, Checkpoint(self.step, name, self.result, seq))
         self.step, self.attempt, self.planned = self.step + 1, 1, None
 
     def outcome(self, error: dict[str, Any] | None = None) -> Outcome:

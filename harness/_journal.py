@@ -31,7 +31,7 @@ from typing import Any
 
 import orjson
 
-from ._errors import JournalError, NotSerializable, TraceLocked
+from ._errors import JournalError, NotSerializable, TraceLocked, TraceUnreadable
 
 SCHEMA = 1
 MAX_LINE = 16 * 1024 * 1024  # bytes; larger records are refused on write and on read
@@ -53,21 +53,24 @@ def canonical(value: Any) -> bytes:
 
 
 def problem(value: Any, where: str = "") -> tuple[str, str] | None:
-    """(where, what) of the first part of value that a JSON round trip would change."""
+    """(where, what) of the first part of value that a JSON round trip would change.
+
+    `what` reads after "is": `a datetime, not a JSON value`.
+    """
     if isinstance(value, bool) or value is None:
         return None
     if type(value) is str:
-        return None if _utf8(value) else (where, "a str with a lone surrogate is not valid UTF-8")
+        return None if _utf8(value) else (where, "a str with a lone surrogate, not valid UTF-8")
     if type(value) is int:
-        return None if -(2**63) <= value < 2**64 else (where, f"integer {value} is out of the 64-bit range")
+        return None if -(2**63) <= value < 2**64 else (where, f"the integer {value}, out of the 64-bit range")
     if type(value) is float:
-        return None if math.isfinite(value) else (where, f"{value} is not a finite number")
+        return None if math.isfinite(value) else (where, f"{value}, not a finite number")
     if type(value) is dict:
         for k, v in value.items():
             if type(k) is not str:
-                return (where, f"key {k!r} is a {type(k).__name__}, not a str")
+                return (where, f"a dict with the key {k!r}, which is {a(type(k).__name__)}, not a str")
             if not _utf8(k):
-                return (where, f"key {k!r} has a lone surrogate, not valid UTF-8")
+                return (where, f"a dict with the key {k!r}, which has a lone surrogate, not valid UTF-8")
             found = problem(v, f"{where}.{k}")
             if found:
                 return found
@@ -78,7 +81,12 @@ def problem(value: Any, where: str = "") -> tuple[str, str] | None:
             if found:
                 return found
         return None
-    return (where, f"a {type(value).__name__} is not a JSON value")
+    return (where, f"{a(type(value).__name__)}, not a JSON value")
+
+
+def a(noun: str) -> str:
+    """noun with its indefinite article: `a datetime`, `an object`."""
+    return f"{'an' if noun[:1].lower() in 'aeiou' else 'a'} {noun}"
 
 
 def _utf8(s: str) -> bool:
@@ -89,10 +97,11 @@ def _utf8(s: str) -> bool:
     return True
 
 
-def check_value(field: str, value: Any) -> Any:
+def check_value(field: str, value: Any, *, tool: str | None = None, step: int | None = None) -> Any:
     """value as it reads back from a trace: a fresh copy nobody else holds.
 
-    NotSerializable unless it survives a JSON round trip unchanged.
+    NotSerializable unless it survives a JSON round trip unchanged; `tool`
+    and `step` name the step it belongs to in the message.
     """
     t = type(value)
     if t is bool or value is None:  # a str may hold a lone surrogate: it goes through the check
@@ -103,8 +112,8 @@ def check_value(field: str, value: Any) -> Any:
             return back
     except TypeError:
         pass
-    where, what = problem(value) or ("", "it does not come back equal from JSON")
-    raise NotSerializable(field, where, what)
+    where, what = problem(value) or ("", "a value that does not come back equal from JSON")
+    raise NotSerializable(field, where, what, tool=tool, step=step)
 
 
 def encode(record: dict[str, Any], crc: int) -> tuple[bytes, int]:
@@ -120,7 +129,7 @@ def encode(record: dict[str, Any], crc: int) -> tuple[bytes, int]:
     line = body + b',"crc":"%08x"}\n' % crc  # one copy of body: faster than formatting it in
     if len(line) > MAX_LINE:
         raise NotSerializable(
-            record["kind"], "", f"the record is {len(line)} bytes; a trace line holds at most {MAX_LINE}"
+            f"the {record['kind']} record", "", f"{len(line)} bytes long; a trace line holds at most {MAX_LINE}"
         )
     return line, crc
 
@@ -155,9 +164,15 @@ class Journal:
             except FileExistsError:
                 fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CLOEXEC)
         except IsADirectoryError:
-            raise JournalError(path, "is a directory, not a trace file") from None
+            raise TraceUnreadable(path, "is a directory, not a trace file; nothing was written") from None
+        except FileNotFoundError:  # O_CREAT: only a missing folder (or a dangling symlink) gets here
+            folder = os.path.dirname(os.path.abspath(path))
+            if os.path.isdir(folder):
+                raise TraceUnreadable(path, "cannot be created (a dangling symlink?); nothing was written") from None
+            why = f"its folder {folder} does not exist; nothing was written. Create the folder, or choose another path"
+            raise TraceUnreadable(path, why) from None
         except OSError as e:
-            raise JournalError(path, f"cannot open for writing: {e.strerror}") from None
+            raise TraceUnreadable(path, f"cannot open for writing: {_why(e)}; nothing was written") from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -255,7 +270,7 @@ def _unstorable(record: dict[str, Any], e: TypeError) -> NotSerializable:
         found = problem(value)
         if found:
             return NotSerializable(name, *found)
-    return NotSerializable(str(record.get("kind")), "", str(e))
+    return NotSerializable(f"the {record.get('kind')} record", "", f"refused by the JSON encoder ({e})")
 
 
 def _why(e: OSError) -> str:

@@ -13,7 +13,7 @@ import os
 from typing import Any
 
 from . import _state as S
-from ._errors import HarnessError
+from ._errors import HarnessError, TraceUnreadable
 from ._journal import Journal, check_value, set_aside
 from ._replay import replay
 
@@ -25,7 +25,7 @@ def reconcile(trace: str | os.PathLike[str], *, happened: bool, result: Any = No
         raise HarnessError(f"{path}: a result was given for an operation that did not happen; nothing was written")
     check_value("result", result)
     if not os.path.isfile(path):  # Journal.open would create it
-        raise HarnessError(f"{path}: no such trace file; nothing was written")
+        raise TraceUnreadable(path, "no such trace file; nothing was written")
     with Journal.open(path) as journal:
         rep = replay(path)
         if rep.state != S.PAUSED or rep.reconcile is not None or rep.pending is None:

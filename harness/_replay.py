@@ -308,6 +308,8 @@ def _scan(path: str, f: Any) -> Replay:  # one loop on purpose: it is the hot pa
                         intent, intent_pos = rec, (offset, length, prev)
                     elif dst == S.CHECKPOINT:
                         vouch = step
+                    elif dst == S.FAILED and type(rec["error"]) is not dict:
+                        raise _fail(path, n, "malformed", "a transition into FAILED without its error object", seq)
                     elif dst == S.PLAN and src != S.INIT:
                         if src == S.CHECKPOINT:
                             at_step, at_attempt = at_step + 1, 1

@@ -41,8 +41,8 @@ import orjson
 
 from . import _state as S
 from ._boundary import Session, differences, outcome
-from ._errors import HarnessError, ReplayDrift, ReplayViolation
-from ._executor import Executor, RetryPolicy, Step, Tool, environment
+from ._errors import HarnessError, ReplayDrift, ReplayViolation, TraceUnreadable
+from ._executor import MAX_STEPS, Executor, RetryPolicy, Step, Tool, environment
 from ._journal import Journal, check_value
 from ._normalize import normalize, normalize_record
 from ._replay import Checkpoint, Crossing, Replay, replay, request_hash
@@ -172,17 +172,26 @@ class _Recording:
         self.crossings = [c for c in self.rep.crossings if self.records[c.seq - 1].get("from") != S.PAUSED]
         self.resumes = [r["seq"] for r in self.records if r["kind"] == "resume"]
 
+    def max_steps(self) -> int | None:
+        """The step limit the recording shows it ran under: the one it hit, else the default."""
+        last = self.rep.last or {}
+        error = last.get("error") if self.rep.state == S.FAILED and last.get("from") == S.PLAN else None
+        return error["max_steps"] if isinstance(error, dict) and type(error.get("max_steps")) is int else MAX_STEPS
+
     def retry(self) -> RetryPolicy:
         """The policy the recording shows: the last attempt of a FAILED run, else at least the default."""
-        if self.rep.state == S.FAILED and self.rep.last is not None:
+        if self.rep.state == S.FAILED and self.rep.last is not None and self.rep.last["from"] != S.PLAN:
             return RetryPolicy(self.rep.last["attempt"])
         seen = [r["attempt"] for r in self.records if r["kind"] == "transition"]
         return RetryPolicy(max([RetryPolicy().max_attempts, *seen]))
 
 
 def _records(path: str, end: int) -> list[dict[str, Any]]:
-    with open(path, "rb") as f:
-        data = f.read(end)
+    try:
+        with open(path, "rb") as f:
+            data = f.read(end)
+    except OSError as e:  # replay() read it a moment ago: it was moved or its rights changed since
+        raise TraceUnreadable(path, f"cannot read: {e.strerror}") from None
     return [orjson.loads(line) for line in data.split(b"\n")[:-1]]
 
 
@@ -314,6 +323,7 @@ def _execute(
         verifier=verifier,
         trace=path,
         retry=retry or rec.retry(),
+        max_steps=rec.max_steps(),
         entrypoint=str(env.get("entrypoint") or "<rerun>"),
     )
     run_id = run_id or uuid.uuid4().hex

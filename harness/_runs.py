@@ -27,7 +27,7 @@ from typing import Any
 
 import orjson
 
-from ._errors import HarnessError
+from ._errors import TraceUnreadable
 from ._journal import HEADER_START, MAX_LINE, line_ok
 
 _HEAD = 64 * 1024
@@ -67,11 +67,11 @@ def list_runs(folder: str | os.PathLike[str] | None = None) -> list[RunInfo]:
     try:
         names = [e.name for e in os.scandir(path) if e.name.endswith(".jsonl") and e.is_file()]
     except FileNotFoundError:
-        raise HarnessError(f"{path}: no such runs folder") from None
+        raise TraceUnreadable(path, "no such runs folder") from None
     except NotADirectoryError:
-        raise HarnessError(f"{path}: is not a folder") from None
+        raise TraceUnreadable(path, "is not a folder") from None
     except OSError as e:
-        raise HarnessError(f"{path}: cannot list: {e.strerror}") from None
+        raise TraceUnreadable(path, f"cannot list: {e.strerror}") from None
     locked = _flocked()
     runs = [run_info(os.path.join(path, name), locked) for name in names]
     runs.sort(key=lambda r: (r.started is None, r.started or datetime.min.replace(tzinfo=UTC), r.id))

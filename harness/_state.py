@@ -16,7 +16,11 @@ DONE, FAILED, PAUSED = "DONE", "FAILED", "PAUSED"
 # state -> {next state: what the edge means}
 EDGES: dict[str, dict[str, str]] = {
     INIT: {PLAN: "run starts"},
-    PLAN: {ACT: "step planned (intent: tool and args)", DONE: "planner says the goal is met"},
+    PLAN: {
+        ACT: "step planned (intent: tool and args)",
+        DONE: "planner says the goal is met",
+        FAILED: "step limit reached (max_steps)",
+    },
     ACT: {
         VERIFY: "tool returned (result recorded)",
         PLAN: "ToolError with attempts left, re-plan",

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from harness import Executor, HarnessError, TraceCorruption, replay
+import harness
+from harness import Executor, HarnessError, TraceCorruption, TraceUnreadable, replay, rerun
 from harness.testing import counter, fixed_plan, steps
 
 HEADER = b'{"seq":1,"kind":"header","schema":1'
@@ -80,11 +81,45 @@ def test_a_missing_file(trace: Path) -> None:
     assert not trace.exists()
 
 
-def test_a_missing_directory_for_a_new_trace(tmp_path: Path) -> None:
-    path = tmp_path / "nowhere" / "run.jsonl"
-    with pytest.raises(HarnessError, match="cannot open") as info:
+def test_a_missing_directory_for_a_new_trace_says_so_and_not_to_resume(tmp_path: Path) -> None:
+    path = tmp_path / "no" / "such" / "run.jsonl"
+    with pytest.raises(TraceUnreadable) as info:
         Executor(planner=fixed_plan([]), tools={}, trace=path).run("g")
     assert_clear(info.value, path)
+    assert (info.value.path, info.value.problem) == (
+        str(path),
+        f"its folder {tmp_path / 'no' / 'such'} does not exist; nothing was written. "
+        "Create the folder, or choose another path",
+    )
+    assert "resume" not in str(info.value)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_rerun_out_in_a_missing_directory_says_so_and_leaves_nothing(trace: Path, tmp_path: Path) -> None:
+    Executor(planner=fixed_plan(steps(1)), tools={"work": counter()}, trace=trace).run("g")
+    out = tmp_path / "no" / "such" / "x.jsonl"
+    with pytest.raises(TraceUnreadable, match=r"x\.jsonl: its folder .*/no/such does not exist; nothing was written"):
+        rerun(trace, planner=fixed_plan(steps(1)), tools={"work": counter()}, out=out)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run.jsonl"]
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda p: harness.reconcile(p, happened=False),
+        lambda p: harness.list_runs(p),
+    ],
+    ids=["reconcile", "list_runs"],
+)
+def test_a_file_or_folder_that_is_not_there_is_trace_unreadable_with_path_and_problem(
+    tmp_path: Path, call: Callable[[Path], object]
+) -> None:
+    path = tmp_path / "missing"
+    with pytest.raises(TraceUnreadable) as info:
+        call(path)
+    assert_clear(info.value, path)
+    assert info.value.path == str(path) and info.value.problem.startswith("no such")
+    assert not path.exists()
 
 
 def test_a_huge_line_in_a_valid_trace_is_named_by_its_line(trace: Path) -> None:

@@ -117,7 +117,7 @@ def test_a_result_json_would_change_is_refused_and_nothing_is_written(trace: Pat
 
 
 def test_the_error_says_where_in_the_value_the_problem_is(run: Run) -> None:
-    with pytest.raises(NotSerializable, match=r"result\.a\[1\]\.b"):
+    with pytest.raises(NotSerializable, match=r"^result of tool .work. at step 0: \.a\[1\]\.b is a set, not"):
         run(lambda i: {"a": [1, {"b": {3}}]})
 
 
