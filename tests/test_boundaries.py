@@ -184,7 +184,7 @@ def test_a_request_that_is_not_json_is_refused_before_anything_is_written(tmp_pa
         return None
 
     trace = tmp_path / "run.jsonl"
-    with pytest.raises(NotSerializable, match=r"^request: \.big is the integer 1180591620717411303424, out of the 64-bit range"):
+    with pytest.raises(NotSerializable, match=r"^request: \.big is the integer \d+, out of the 64-bit range"):
         Executor(planner=planner, tools={}, trace=trace).run("g")
     assert calls == [] and [r["kind"] for r in read_records(trace)] == ["header", "transition"]
 
