@@ -31,8 +31,8 @@ from ._replay import Checkpoint, Crossing, Replay, replay
 from ._rerun import Rerun, fork, rerun
 from ._runs import RunInfo, list_runs
 
-try:
-    __version__ = version("harness")
+try:  # the distribution is harness-trace: `harness` on the package index is an unrelated project
+    __version__ = version("harness-trace")
 except PackageNotFoundError:  # running from a source tree that was never installed
     __version__ = "0+unknown"
 
