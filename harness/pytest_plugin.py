@@ -13,6 +13,20 @@ then its changed fields, then every other difference, compact, because
 pytest cuts long assertion messages. A golden written in another format
 version is reported as stale with how to re-record it, never crashed on.
 
+Unused goldens. syrupy finds snapshots through the extensions a session
+used, so a golden whose test module stopped asserting golden traces is
+found only while some other test still asserts one, and never when none
+does. At the end of the session (on the xdist controller, from the report
+syrupy merged from its workers) this plugin looks at the golden folders
+that syrupy did not: those of test modules collected in full (not left out
+by --ignore or a path, no test deselected by -k, -m or a node id, --lf not
+filtering) and those of test modules that no longer exist. A golden there is
+unused when no test asserted it and every test that could own it (by name)
+ran and passed. It is reported like syrupy's own, fails the run unless
+--snapshot-warn-unused, and is deleted by --snapshot-update (not with
+--snapshot-no-cleanup). Only files that start with the golden format line
+are ever judged.
+
 Registered through the `pytest11` entry point (`harness.pytest_plugin`), so
 it loads wherever harness is installed: without syrupy (not a runtime
 dependency) pytest still starts, and the fixture says what to install.
@@ -20,6 +34,7 @@ dependency) pytest still starts, and the fixture says what to install.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Generator, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -43,6 +58,9 @@ if TYPE_CHECKING:
     from syrupy.types import PropertyFilter, PropertyMatcher, SerializableData, SerializedData
 
 __all__ = ["GoldenTraceExtension", "golden_trace"]
+
+GOLDEN_START = b'{"format":"harness-golden"'  # the first bytes of every golden file, any version
+_UNUSED = pytest.StashKey[tuple[list[Path], bool]]()  # the unused goldens found, and whether they were deleted
 
 
 if HAVE_SYRUPY:
@@ -137,3 +155,149 @@ def _explain(assertion: SnapshotAssertion, *, detailed: bool) -> list[str]:
         return [f"golden trace missing: {location} does not exist; record it with `pytest --snapshot-update`"]
     lines = list(assertion.extension.diff_lines(result.asserted_data or "", result.recalled_data))
     return [*lines, f"golden: {location}"] if detailed else lines[:1]
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """After syrupy's own accounting: report (or delete) the unused goldens it could not see."""
+    config = session.config
+    if not HAVE_SYRUPY or hasattr(config, "workerinput"):  # an xdist worker: the controller judges
+        return
+    if exitstatus not in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED, pytest.ExitCode.NO_TESTS_COLLECTED):
+        return  # interrupted, or a usage error: not every test ran
+    found = unused_goldens(config)
+    if not found:
+        return
+    option = config.option
+    delete = bool(option.update_snapshots) and not getattr(option, "no_cleanup", False)
+    if delete:
+        for path in found:
+            path.unlink(missing_ok=True)
+            if not any(path.parent.iterdir()):
+                path.parent.rmdir()
+    elif not option.update_snapshots and not option.warn_unused_snapshots:
+        session.exitstatus = int(session.exitstatus) | 1  # what syrupy's unused snapshots do
+    config.stash[_UNUSED] = (found, delete)
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    found, deleted = config.stash.get(_UNUSED, ([], False))
+    if not found:
+        return
+    shown = [os.path.relpath(p, config.rootpath) for p in found]
+    many = len(found) > 1
+    terminalreporter.write_sep("-", "golden traces")
+    if deleted:
+        terminalreporter.write_line(f"{len(found)} unused golden trace{'s' if many else ''} deleted.")
+        for path in shown:
+            terminalreporter.write_line(f"Deleted {path}")
+        return
+    it = "them" if many else "it"
+    terminalreporter.write_line(
+        f"{len(found)} golden trace{'s' if many else ''} unused: no test of this run asserts {it} "
+        "(the test is gone, or no longer asserts a golden trace)"
+    )
+    for path in shown:
+        terminalreporter.write_line(f"  {path}")
+    terminalreporter.write_line("Re-run pytest with --snapshot-update to delete unused golden traces.")
+
+
+def unused_goldens(config: pytest.Config) -> list[Path]:
+    """The goldens that syrupy did not judge and that no test of this session uses, by module.
+
+    Reads the report syrupy builds at the end of the session (merged from
+    the workers under xdist); with a syrupy that lacks what is needed, finds nothing.
+    """
+    report: Any = getattr(getattr(config, "_syrupy", None), "report", None)
+    if getattr(config.option, "lf", False) or getattr(report, "lf_filtered", False):
+        return []  # --lf leaves out tests that passed before: they would look like tests that assert nothing
+    if getattr(report, "disable_unused_snapshots", False):
+        return []
+    try:  # None, or a syrupy that does not keep these: AttributeError, and nothing is judged
+        collected, selected, provided = report.collected_items, report.selected_items, report._provided_test_paths
+        seen = {*(c.location for c in report.discovered), *(c.location for c in report.used)}
+    except AttributeError:
+        return []
+    from syrupy.location import PyTestLocation
+
+    judged = {os.path.realpath(loc) for loc in seen}
+    by_module: dict[str, list[Any]] = {}
+    for item in collected:
+        by_module.setdefault(_module_key(Path(item.path)), []).append(item)
+    narrowed = {_module_key(Path(p)) for p, nodes in provided.items() if nodes}
+    modules = getattr(report, "collected_modules", None) or by_module  # syrupy >= 7.0.2 also has item-less ones
+    full = [
+        m
+        for m in sorted(modules)
+        if m not in narrowed and all(item.nodeid in selected for item in by_module.get(m, []))
+    ]
+    found: list[Path] = []
+    for module in full:
+        owners = []
+        for item in by_module.get(module, []):
+            status = selected[item.nodeid]
+            name = GoldenTraceExtension.get_snapshot_name(test_location=PyTestLocation(item), index=0)
+            owners.append((name, getattr(status, "value", status) == "passed"))
+        path = Path(module)
+        found += _unjudged(path.parent / GoldenTraceExtension.snapshot_dirname / path.stem, judged, owners)
+    for folder in _orphans(full, provided):
+        found += _unjudged(folder, judged, [])
+    return found
+
+
+def _module_key(path: Path) -> str:
+    """A test module's identity as syrupy spells it: its folder resolved, its own name kept."""
+    return str(path.parent.resolve() / path.name)
+
+
+def _unjudged(folder: Path, judged: set[str], owners: list[tuple[str, bool]]) -> list[Path]:
+    """The goldens in folder that syrupy did not judge and whose possible owners all passed."""
+    try:
+        files = sorted(p for p in folder.iterdir() if p.suffix == ".jsonl" and p.is_file())
+    except OSError:  # no such folder
+        return []
+    unused = []
+    for path in files:
+        if os.path.realpath(path) in judged or not _is_golden(path):
+            continue
+        stem = path.stem
+        mine = [ok for name, ok in owners if _owns(name, stem)]
+        if all(mine):  # no owner left, or every owner ran, passed, and asserted something else
+            unused.append(path)
+    return unused
+
+
+def _owns(name: str, stem: str) -> bool:
+    """Whether the test whose golden base name is `name` could have written the golden `stem`.
+
+    `test_x` writes `test_x`, `test_x[label]` (golden_trace(name=...)) and
+    `test_x.1` (a second assertion); a long name is cut, so a cut stem is owned too.
+    """
+    if stem.startswith(name):
+        return len(stem) == len(name) or stem[len(name)] in "[."
+    return name.startswith(stem)
+
+
+def _orphans(full: list[str], provided: dict[str, list[str]]) -> list[Path]:
+    """Golden folders beside collected test modules whose own module no longer exists."""
+    dirs = sorted({os.path.dirname(m) for m in full})
+    asked = [os.path.realpath(p) for p, nodes in provided.items() if not nodes and os.path.isdir(p)]
+    out = []
+    for d in dirs:
+        if provided and not any(d == a or d.startswith(a + os.sep) for a in asked):
+            continue  # a run narrowed to some files of this folder says nothing about the others
+        root = Path(d) / GoldenTraceExtension.snapshot_dirname
+        try:
+            folders = sorted(p for p in root.iterdir() if p.is_dir())
+        except OSError:
+            continue
+        out += [f for f in folders if not any(Path(d).glob(f"{f.name}.*"))]
+    return out
+
+
+def _is_golden(path: Path) -> bool:
+    try:
+        with open(path, "rb") as f:
+            return f.read(len(GOLDEN_START)) == GOLDEN_START
+    except OSError:
+        return False

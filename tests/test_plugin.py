@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 import shutil
+from pathlib import Path
 
 import pytest
 import syrupy
@@ -182,3 +183,133 @@ def test_without_syrupy_pytest_still_starts_and_golden_trace_says_what_to_instal
     result = project.runpytest_subprocess("-p", "no:syrupy", "-p", "no:hypothesispytest", "-p", "no:xdist", "tests")
     result.assert_outcomes(passed=1, errors=1)  # the fixture fails at setup, naming what to install
     assert "golden_trace needs syrupy: pip install 'syrupy>=4.6' (or 'harness-trace[pytest]')" in result.stdout.str()
+
+
+PLAIN = """
+def test_plain():
+    assert True
+"""
+
+UNUSED = "golden trace* unused: no test of this run asserts *"
+
+
+def record_goldens(project: pytest.Pytester) -> Path:
+    """test_agent.py with two recorded goldens, and test_plain.py beside it; returns the goldens' folder."""
+    write_agent(project, bump=0)
+    (project.path / "tests" / "test_plain.py").write_text(PLAIN)
+    assert run(project, "alone", "--snapshot-update").ret == 0
+    golden = project.path / "tests" / "golden" / "test_agent"
+    assert sorted(p.name for p in golden.iterdir()) == ["test_records.jsonl", "test_run.jsonl"]
+    return golden
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_goldens_of_a_module_that_no_longer_asserts_any_are_unused_even_when_no_test_asserts_one(
+    project: pytest.Pytester, mode: str
+) -> None:
+    golden = record_goldens(project)
+    (project.path / "tests" / "test_agent.py").write_text(PLAIN.replace("plain", "agent"))  # no golden_trace at all
+
+    unused = run(project, mode)
+    assert unused.ret == 1
+    unused.assert_outcomes(passed=2)
+    unused.stdout.fnmatch_lines(
+        [
+            "*2 golden traces unused: no test of this run asserts them*",
+            "*tests/golden/test_agent/test_records.jsonl",
+            "*tests/golden/test_agent/test_run.jsonl",
+            "*Re-run pytest with --snapshot-update to delete unused golden traces.",
+        ]
+    )
+
+    warned = run(project, mode, "--snapshot-warn-unused")
+    assert warned.ret == 0
+    warned.stdout.fnmatch_lines([f"*{UNUSED}"])
+    assert len(list(golden.iterdir())) == 2
+
+    cleaned = run(project, mode, "--snapshot-update")
+    assert cleaned.ret == 0
+    cleaned.stdout.fnmatch_lines(["*2 unused golden traces deleted.", "Deleted tests/golden/test_agent/test_r*.jsonl"])
+    assert not golden.exists()
+    assert run(project, mode).ret == 0
+
+
+def test_goldens_of_a_deleted_module_are_unused(project: pytest.Pytester) -> None:
+    golden = record_goldens(project)
+    (project.path / "tests" / "test_agent.py").unlink()
+
+    unused = run(project, "alone")
+    assert unused.ret == 1
+    unused.stdout.fnmatch_lines([f"*{UNUSED}", "*tests/golden/test_agent/test_records.jsonl"])
+    assert run(project, "alone", "--snapshot-update").ret == 0
+    assert not golden.exists()
+
+
+def test_a_stale_golden_that_syrupy_sees_is_reported_once_by_syrupy(project: pytest.Pytester) -> None:
+    golden = record_goldens(project)
+    write_agent(project, bump=0, second=False)  # test_run still asserts its golden; test_records is gone
+    (project.path / "tests" / "test_agent.py").write_text(
+        (project.path / "tests" / "test_agent.py").read_text() + "\n\ndef test_records():\n    pass\n"
+    )
+    unused = run(project, "alone")
+    assert unused.ret == 1
+    unused.stdout.fnmatch_lines(["*1 snapshot passed. 1 snapshot unused*"])
+    assert "golden trace" not in unused.stdout.str()  # syrupy judged it: not reported a second time
+    cleaned = run(project, "alone", "--snapshot-update")
+    assert cleaned.ret == 0 and "golden trace" not in cleaned.stdout.str()
+    assert [p.name for p in golden.iterdir()] == ["test_run.jsonl"]
+
+
+NOT_JUDGED = {
+    "-k deselects the module's tests": ("-k", "plain"),
+    "--ignore leaves the module out": ("--ignore", "tests/test_agent.py"),
+    "a path leaves the module out": ("tests/test_plain.py",),
+    "a node id narrows the module": ("tests/test_agent.py::test_run", "tests/test_plain.py"),
+    "-m deselects the module's tests": ("-m", "not slow"),
+}
+
+
+@pytest.mark.parametrize("args", NOT_JUDGED.values(), ids=NOT_JUDGED.keys())
+def test_goldens_of_modules_not_collected_in_full_are_never_judged(
+    project: pytest.Pytester, args: tuple[str, ...]
+) -> None:
+    golden = record_goldens(project)
+    agent = project.path / "tests" / "test_agent.py"
+    agent.write_text("import pytest\n" + agent.read_text().replace("def test_", "@pytest.mark.slow\ndef test_"))
+    project.makeini("[pytest]\nmarkers = slow\n")
+    for update in ((), ("--snapshot-update",)):
+        result = run(project, "alone", *args, *update)
+        assert result.ret in (0, 5), result.stdout.str()  # 5: every test deselected
+        assert "golden trace" not in result.stdout.str() and "unused" not in result.stdout.str()
+        assert len(list(golden.iterdir())) == 2
+
+
+def test_under_xdist_a_deselected_module_is_not_judged(project: pytest.Pytester) -> None:
+    golden = record_goldens(project)
+    result = run(project, "xdist", "-k", "plain", "--snapshot-update")
+    assert result.ret == 0 and "unused" not in result.stdout.str()
+    assert len(list(golden.iterdir())) == 2
+
+
+@pytest.mark.parametrize("how", ["skipped", "failed"])
+def test_goldens_of_a_test_that_did_not_pass_are_not_judged(project: pytest.Pytester, how: str) -> None:
+    golden = record_goldens(project)
+    stop = "pytest.skip('later')" if how == "skipped" else "raise RuntimeError('model server down')"
+    (project.path / "tests" / "test_agent.py").write_text(  # no golden_trace any more, and neither test passes
+        f"import pytest\n\n\ndef test_run():\n    {stop}\n\n\ndef test_records():\n    {stop}\n"
+    )
+    result = run(project, "alone")
+    assert result.ret == (0 if how == "skipped" else 1)
+    assert "golden trace" not in result.stdout.str()  # they may yet assert their goldens once they pass
+    assert run(project, "alone", "--snapshot-update").ret == result.ret
+    assert len(list(golden.iterdir())) == 2
+
+
+def test_a_file_in_a_golden_folder_that_is_not_a_golden_is_left_alone(project: pytest.Pytester) -> None:
+    (project.path / "tests" / "test_plain.py").write_text(PLAIN)
+    notes = project.path / "tests" / "golden" / "test_plain" / "notes.jsonl"
+    notes.parent.mkdir(parents=True)
+    notes.write_text('{"mine": true}\n')
+    assert run(project, "alone").ret == 0
+    assert run(project, "alone", "--snapshot-update").ret == 0
+    assert notes.read_text() == '{"mine": true}\n'
