@@ -107,8 +107,9 @@ def test_a_recorded_error_comes_back_with_its_class_even_when_its_constructor_wa
 def test_runs_dir_that_is_a_file_is_a_clear_error(tmp_path: Path) -> None:
     afile = tmp_path / "runs"
     afile.write_text("not a folder")
-    with pytest.raises(HarnessError, match="runs"):
+    with pytest.raises(harness.TraceUnreadable, match="cannot hold runs") as info:
         Executor(planner=fixed_plan(steps(1)), tools={"work": ScriptedTool()}, runs_dir=afile).run("g")
+    assert info.value.path == str(afile)
     assert afile.read_text() == "not a folder"
     assert os.listdir(tmp_path) == ["runs"]
 
