@@ -14,6 +14,7 @@ exception propagates out of run() and leaves the file as a crash would.
 
 from __future__ import annotations
 
+import copy
 import functools
 import inspect
 import os
@@ -328,13 +329,12 @@ class Executor:
                             return run.outcome(error)
                         continue
                     try:  # the trace's own copy, and the tool's
-                        run.result, run.shown = check_value("result", raw), raw
-                    except NotSerializable as e:
+                        run.result = check_value("result", raw, tool=run.intent["tool"], step=run.step)
+                    except NotSerializable:
                         if inspect.isawaitable(raw):
                             raise _async(f"tool {run.intent['tool']!r}", raw) from None
-                        raise NotSerializable(
-                            "result", e.where, e.problem, tool=run.intent["tool"], step=run.step
-                        ) from None
+                        raise
+                    run.shown = raw
                     run.move(S.VERIFY, sync=run.intent["tool"] in self.declared, result=run.result)
                 elif run.state == S.VERIFY:
                     why = self._verify(run)
@@ -412,6 +412,15 @@ class Progress(list[Checkpoint]):
 
     append = extend = insert = pop = remove = clear = sort = reverse = _refuse
     __setitem__ = __delitem__ = __iadd__ = __imul__ = _refuse
+
+    def __copy__(self) -> list[Checkpoint]:  # a copy is the planner's own: a plain list
+        return list(self)
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> list[Checkpoint]:
+        return copy.deepcopy(list(self), memo)
+
+    def __reduce__(self) -> tuple[Any, ...]:  # pickled, it comes back as a plain list
+        return (list, (list(self),))
 
 
 def _async(what: str, made: Any = None) -> HarnessError:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import copy
 import os
+import pickle
 import subprocess
 import sys
 from collections.abc import Callable
@@ -293,3 +295,20 @@ def test_progress_refuses_every_change_and_reads_as_a_list(trace: Path, change: 
 
     assert Executor(planner=planner, tools={"work": ScriptedTool()}, trace=trace).run("g").state == "DONE"
     assert seen[:3] == [True, 1, [0, 1]] and seen[3][0].step == 0
+
+
+def test_copies_of_progress_are_the_planners_own_lists(trace: Path) -> None:
+    copies: list[Any] = []
+
+    def planner(goal: Any, progress: list[Any]) -> Step | None:
+        if len(progress) == 2:
+            copies.extend([copy.copy(progress), copy.deepcopy(progress), pickle.loads(pickle.dumps(progress))])
+            copies.extend([list(progress), progress[:], [*progress]])
+            for mine in copies:
+                mine.append("mine")  # each is a plain list, free to change
+            return None
+        return steps(2)[len(progress)]
+
+    out = Executor(planner=planner, tools={"work": ScriptedTool()}, trace=trace).run("g")
+    assert all(type(c) is list and [x.step for x in c[:2]] == [0, 1] and c[2] == "mine" for c in copies)
+    assert len(copies) == 6 and len(out.checkpoints) == 2
