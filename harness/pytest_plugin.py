@@ -127,7 +127,7 @@ def golden_trace(request: pytest.FixtureRequest) -> Any:
     Name several goldens in one test with `golden_trace(name="crash")`.
     """
     if not HAVE_SYRUPY:
-        pytest.fail("golden_trace needs syrupy: pip install 'syrupy>=4.6' (or 'harness-trace[pytest]')", pytrace=False)
+        pytest.fail("golden_trace needs syrupy: pip install 'syrupy>=6' (or 'harness-trace[pytest]')", pytrace=False)
     snapshot: SnapshotAssertion = request.getfixturevalue("snapshot")
     return snapshot.use_extension(GoldenTraceExtension)
 
