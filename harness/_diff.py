@@ -33,7 +33,7 @@ from typing import Any
 
 import orjson
 
-from ._normalize import Loaded, Source, normalize_record
+from ._normalize import Item, Loaded, Source, normalize_record, quick, view
 
 _SMALL = 250_000  # product of stretch lengths up to which difflib aligns an anchorless stretch
 _EDITS = 300  # beyond it, Myers gives up on a long anchorless stretch (its records are then all reported)
@@ -194,34 +194,117 @@ class Diff:
 def diff(a: Source | Loaded, b: Source | Loaded) -> Diff:
     """Compare two traces (paths, Replays, Outcomes, record lists or golden files) after normalization.
 
+    Memory: the common prefix and suffix are compared as they are read, so
+    what is held grows with the region where the traces differ (the records
+    between them), plus a fixed read window; two equal traces of any length
+    are compared in constant memory.
     Raises HarnessError (TraceCorruption for a corrupt trace) naming the file.
     """
     la, lb = Loaded.load(a), Loaded.load(b)
     na, nb = len(la), len(lb)
-    lo = 0
-    while lo < na and lo < nb and _same(la, lb, lo, lo):
+    steps = _Steps()
+    lo, start_a, start_b = 0, _end(la), _end(lb)
+    walk_a, walk_b = la.forward(), lb.forward()
+    for x, at_a in walk_a:
+        y, at_b = next(walk_b, (None, start_b))
+        if y is None or not _same(x, y):
+            start_a, start_b = at_a, at_b
+            break
+        steps.remember(x)
         lo += 1
+    else:
+        start_b = next(walk_b, (None, start_b))[1]
+    walk_a.close(), walk_b.close()
     hi_a, hi_b = na, nb
-    while hi_a > lo and hi_b > lo and _same(la, lb, hi_a - 1, hi_b - 1):
-        hi_a, hi_b = hi_a - 1, hi_b - 1
+    stop_a, stop_b = _end(la), _end(lb)
+    if hi_a > lo and hi_b > lo:
+        back_a, back_b = la.backward(), lb.backward()
+        for (x, at_a), (y, at_b) in zip(back_a, back_b, strict=False):
+            if hi_a == lo or hi_b == lo or not _same(x, y):
+                break
+            hi_a, hi_b, stop_a, stop_b = hi_a - 1, hi_b - 1, at_a, at_b
+        back_a.close(), back_b.close()
     moved: list[Moved] = []
     if lo < hi_a or lo < hi_b:
-        keys_a = [la.key(i) for i in range(lo, hi_a)]
-        keys_b = [lb.key(j) for j in range(lo, hi_b)]
+        la.hold(lo, hi_a, start_a, stop_a)
+        lb.hold(lo, hi_b, start_b, stop_b)
+        ids_a, ids_b = steps.of(la, lo, hi_a), steps.of(lb, lo, hi_b)
+        keys_a = [ids_a[n] + la.key(i) for n, i in enumerate(range(lo, hi_a))]
+        keys_b = [ids_b[n] + lb.key(j) for n, j in enumerate(range(lo, hi_b))]
         pairs = _align(keys_a, keys_b)
         i = j = 0
         for pi, pj in [*pairs, (len(keys_a), len(keys_b))]:
             if i < pi or j < pj:
-                moved.extend(_stretch(la, lb, lo + i, lo + pi, lo + j, lo + pj))
+                moved.extend(_stretch(la, lb, lo + i, lo + pi, lo + j, lo + pj, ids_a[i:pi], ids_b[j:pj]))
             i, j = pi + 1, pj + 1
     return Diff(la.name, lb.name, na, nb, tuple(moved))
 
 
-def _same(la: Loaded, lb: Loaded, i: int, j: int) -> bool:
-    qa = la.quick(i)
-    if qa is not None and qa == lb.quick(j):
+def _end(side: Loaded) -> int:
+    """Where a walk of side ends: its last complete line's end in a trace file, else its length."""
+    return side._end if side._path is not None else len(side)
+
+
+def _same(x: Item, y: Item) -> bool:
+    qa = quick(x)
+    if qa is not None and qa == quick(y):
         return True
-    return la.record(i) == lb.record(j) and la.key(i) == lb.key(j)
+    vx, vy = view(x), view(y)
+    return vx == vy and orjson.dumps(vx, option=orjson.OPT_SORT_KEYS) == orjson.dumps(vy, option=orjson.OPT_SORT_KEYS)
+
+
+class _Steps:
+    """Which step each record belongs to, so that only records of the same step are paired.
+
+    A record belongs to the step whose intent (the transition into ACT, with
+    its name and tool) came last; a record made while the run plans its next
+    step (a model call deciding it) belongs to that step's planning. Two runs
+    that took other paths after a decision thus differ in these identities,
+    and the diff reads "these steps were replaced by those" instead of pairing
+    unrelated records by position.
+    """
+
+    def __init__(self) -> None:
+        self.intent: bytes = b""
+        self.planning: int | None = 0
+        self.last_intent: Item | None = None  # of the common prefix
+        self.last_transition: Item | None = None
+
+    def remember(self, item: Item) -> None:
+        """Note a record of the common prefix (cheaply: only its last transitions are decoded, once)."""
+        if isinstance(item, bytes):
+            if b'"kind":"transition"' in item[:64]:
+                self.last_transition = item
+                if b'"to":"ACT"' in item[:120]:
+                    self.last_intent = item
+        elif item.get("kind") == "transition":
+            self.last_transition = item
+            if item.get("to") == "ACT":
+                self.last_intent = item
+
+    def of(self, side: Loaded, lo: int, hi: int) -> list[bytes]:
+        """The step identity of records lo to hi of side, from where the common prefix left off."""
+        state = _Steps()
+        for item in (self.last_intent, self.last_transition):
+            if item is not None:
+                state.feed(view(item))
+        return [state.feed(side.record(i)) for i in range(lo, hi)]
+
+    def feed(self, rec: Mapping[str, Any]) -> bytes:
+        if rec.get("kind") != "transition":
+            return self.intent if self.planning is None else b"plan %d|" % self.planning
+        to, step = rec.get("to"), rec.get("step")
+        if to == "ACT":
+            self.intent, self.planning = orjson.dumps([step, rec.get("name"), rec.get("tool")]) + b"|", None
+            return self.intent
+        if to == "PLAN":
+            mine = self.intent if self.intent and rec.get("from") != "INIT" else b"plan %d|" % (step or 0)
+            if type(step) is int:
+                self.planning = step + 1 if rec.get("from") == "CHECKPOINT" else step
+            return mine
+        if to in ("DONE", "FAILED") and rec.get("from") == "PLAN":
+            return b"plan %s|" % str(step).encode()
+        return self.intent if self.planning is None else b"plan %d|" % self.planning
 
 
 def _align(a: list[bytes], b: list[bytes]) -> list[tuple[int, int]]:
@@ -329,12 +412,14 @@ def _shape(rec: Mapping[str, Any]) -> tuple[Any, ...]:
     return (rec.get("kind"), rec.get("from"), rec.get("to"), rec.get("step"), rec.get("boundary"), rec.get("name"))
 
 
-def _stretch(la: Loaded, lb: Loaded, ai: int, ah: int, bj: int, bh: int) -> Iterator[Moved]:
-    """The differences in a stretch a[ai:ah] facing b[bj:bh] that share no record."""
+def _stretch(
+    la: Loaded, lb: Loaded, ai: int, ah: int, bj: int, bh: int, ids_a: list[bytes], ids_b: list[bytes]
+) -> Iterator[Moved]:
+    """The differences in a stretch a[ai:ah] facing b[bj:bh] that share no record; ids: their step identities."""
     pairs: list[tuple[int, int]] = []
     if ai < ah and bj < bh:
-        shapes_a = [_shape(la.record(i)) for i in range(ai, ah)]
-        shapes_b = [_shape(lb.record(j)) for j in range(bj, bh)]
+        shapes_a = [(ids_a[n], *_shape(la.record(i))) for n, i in enumerate(range(ai, ah))]
+        shapes_b = [(ids_b[n], *_shape(lb.record(j))) for n, j in enumerate(range(bj, bh))]
         if shapes_a == shapes_b:  # the common case: the same records with other values
             pairs = [(ai + n, bj + n) for n in range(ah - ai)]
         else:

@@ -19,13 +19,14 @@ Rules kept here:
 
 A golden file is the view as JSONL after one line naming its format and
 version (`GOLDEN_HEAD`); `Loaded` reads traces, golden files and lists of
-records alike, lazily, for the diff engine.
+records alike, for the diff engine: a trace file is walked from either end
+and only the region the engine asks for is held in memory.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import orjson
@@ -97,6 +98,14 @@ def normalize(trace: Source) -> list[dict[str, Any]]:
     Records are dicts as read from a trace (`harness.testing.read_records`).
     Raises HarnessError (TraceCorruption for a corrupt trace) naming the file.
     """
+    if isinstance(trace, Outcome):
+        trace = trace.trace
+    if isinstance(trace, Replay):
+        trace = trace.path
+    if isinstance(trace, str | os.PathLike) and not is_golden_file(os.fspath(trace)):
+        out: list[dict[str, Any]] = []  # one pass: replay() validates and hands over each record
+        replay(trace, on_record=lambda line, rec: out.append(normalize_record(rec)))
+        return out
     loaded = Loaded.load(trace)
     return [normalize_record(loaded.record(i)) for i in range(len(loaded))]
 
@@ -155,22 +164,34 @@ def is_golden_file(path: str) -> bool:
     return start.startswith(b'{"format"') or start.startswith(b'{ "format"')
 
 
-class Loaded:
-    """One side of a comparison: its records, normalized lazily, with their seq and line numbers.
+_CHUNK = 1 << 16  # bytes read at a time when a trace file is walked forward or backward
+Item = bytes | Mapping[str, Any]  # one record as a walk yields it: a trace file's raw line, or a record
 
-    A trace file keeps its raw lines; two lines whose bytes match once seq,
-    ts and crc are cut off are equal without being parsed (`quick`), which
-    keeps diffing two long, nearly equal traces linear and cheap.
+
+class Loaded:
+    """One side of a comparison: a trace file, a golden file or a list of records, read on demand.
+
+    A trace file is validated by replay() and then only walked: `forward()`
+    and `backward()` yield its raw lines from either end, 64 KiB at a time,
+    and `hold(lo, hi, ...)` keeps the lines of one region in memory; records
+    are only ever decoded there. So the diff engine compares two long traces
+    in memory proportional to the region where they differ. Two lines whose
+    bytes match once seq, ts and crc are cut off (`quick`) are equal without
+    being parsed.
     """
 
-    __slots__ = ("_norm", "_raw", "_records", "_seqs", "first_line", "name", "torn_tail")
+    __slots__ = ("_base", "_end", "_n", "_norm", "_path", "_raw", "_records", "_seqs", "first_line", "name", "torn_tail")
 
     def __init__(
-        self, name: str, *, raw: list[bytes] | None = None, records: Sequence[Mapping[str, Any]] | None = None,
-        first_line: int = 1, seqs: list[int] | None = None, torn_tail: bool = False,
+        self, name: str, *, records: Sequence[Mapping[str, Any]] | None = None, path: str | None = None,
+        end: int = 0, count: int = 0, first_line: int = 1, seqs: list[int] | None = None, torn_tail: bool = False,
     ):  # fmt: skip
-        self.name, self._raw, self._records, self.first_line, self._seqs = name, raw, records, first_line, seqs
+        self.name, self._records, self._path, self._end = name, records, path, end
+        self._n = len(records) if records is not None else count
+        self.first_line, self._seqs = first_line, seqs
         self.torn_tail = torn_tail  # the trace ends in an unfinished line, left out
+        self._raw: list[bytes] = []  # a trace file's held lines: records _base to _base + len(_raw)
+        self._base = 0
         self._norm: dict[int, dict[str, Any]] = {}
 
     @classmethod
@@ -201,18 +222,79 @@ class Loaded:
     @classmethod
     def trace(cls, path: str) -> Loaded:
         rep = replay(path)  # raises on a corrupt or foreign file, naming line and reason
-        with open(path, "rb") as f:
-            data = f.read(rep.end)  # complete lines only: a torn tail is not part of the run
-        raw = data.split(b"\n")
-        raw.pop()
-        return cls(path, raw=raw, torn_tail=rep.torn_tail)
+        # complete lines only: a torn tail is not part of the run
+        return cls(path, path=path, end=rep.end, count=rep.records, torn_tail=rep.torn_tail)
 
     @classmethod
     def golden(cls, text: str | bytes, name: str) -> Loaded:
         return cls(name, records=parse_golden(text, name), first_line=2)
 
     def __len__(self) -> int:
-        return len(self._raw) if self._raw is not None else len(self._records or ())
+        return self._n
+
+    def _changed(self) -> HarnessError:
+        return HarnessError(f"{self.name} changed while it was compared; compare it again")
+
+    def forward(self) -> Iterator[tuple[Item, int]]:
+        """Each record from the first, with where it starts (a byte offset in a trace file, else its index)."""
+        if self._path is None:
+            yield from ((r, i) for i, r in enumerate(self._records or ()))
+            return
+        with open(self._path, "rb") as f:
+            pos = n = 0
+            rest = b""
+            while pos < self._end:
+                chunk = f.read(min(_CHUNK, self._end - pos))
+                if not chunk:
+                    raise self._changed()
+                lines = (rest + chunk).split(b"\n")
+                start = pos - len(rest)
+                pos += len(chunk)
+                rest = lines.pop()
+                for line in lines:
+                    yield line, start
+                    start += len(line) + 1
+                    n += 1
+            if rest or n != self._n:
+                raise self._changed()
+
+    def backward(self) -> Iterator[tuple[Item, int]]:
+        """Each record from the last, with where it starts (as forward())."""
+        if self._path is None:
+            records = self._records or ()
+            yield from ((records[i], i) for i in range(len(records) - 1, -1, -1))
+            return
+        with open(self._path, "rb") as f:
+            pos, rest = self._end, b""  # rest: the end of a line whose start lies before pos
+            while pos > 0:
+                size = min(_CHUNK, pos)
+                pos -= size
+                f.seek(pos)
+                block = f.read(size)
+                if len(block) != size or (not rest and not block.endswith(b"\n")):
+                    raise self._changed()
+                lines = (block + rest).split(b"\n")
+                lines.pop()  # the empty string after the last newline
+                at = pos + len(block) + len(rest)
+                first = lines[0] if pos > 0 else None  # may be cut: completed by the next block
+                for line in reversed(lines[1:] if pos > 0 else lines):
+                    at -= len(line) + 1
+                    yield line, at
+                rest = first + b"\n" if first else b""  # b"": the block began at a line start
+
+    def hold(self, lo: int, hi: int, start: int, stop: int) -> None:
+        """Keep records lo to hi (starting at `start`, the next one at `stop`) in memory; forget the others."""
+        self._norm.clear()
+        if self._path is None:
+            return
+        with open(self._path, "rb") as f:
+            f.seek(start)
+            data = f.read(stop - start)
+        raw = data.split(b"\n")
+        raw.pop()
+        if len(raw) != hi - lo:
+            raise self._changed()
+        self._raw, self._base = raw, lo
 
     def seq(self, i: int) -> int:
         """The record's seq in its trace (in a valid trace, its line number; in a golden, its position)."""
@@ -222,9 +304,10 @@ class Loaded:
         return i + self.first_line
 
     def record(self, i: int) -> dict[str, Any]:
+        """The normalized record i (of the held region, for a trace file)."""
         rec = self._norm.get(i)
         if rec is None:
-            raw = orjson.loads(self._raw[i]) if self._raw is not None else self._records[i]  # type: ignore[index]
+            raw = orjson.loads(self._raw[i - self._base]) if self._path is not None else self._records[i]  # type: ignore[index]
             rec = self._norm[i] = normalize_record(raw, nested=False)
         return rec
 
@@ -232,10 +315,15 @@ class Loaded:
         """Canonical bytes of the normalized record: equal keys, equal records."""
         return orjson.dumps(self.record(i), option=orjson.OPT_SORT_KEYS)
 
-    def quick(self, i: int) -> bytes | None:
-        """The raw line without seq, ts and crc, when this is a trace file; None otherwise."""
-        if self._raw is None:
-            return None
-        line = self._raw[i]
-        start, end = line.find(b","), line.rfind(b',"ts":')
-        return line[start:end] if start > 0 and end > start else None
+
+def quick(item: Item) -> bytes | None:
+    """A raw line without seq, ts and crc (equal ones are equal records); None for a record."""
+    if not isinstance(item, bytes):
+        return None
+    start, end = item.find(b","), item.rfind(b',"ts":')
+    return item[start:end] if start > 0 and end > start else None
+
+
+def view(item: Item) -> dict[str, Any]:
+    """The normalized record of a raw line or a record, nested objects as they come (for comparing)."""
+    return normalize_record(orjson.loads(item) if isinstance(item, bytes) else item, nested=False)

@@ -20,7 +20,7 @@ import os
 import re
 import zlib
 from array import array
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, overload
 
@@ -201,11 +201,17 @@ class Replay:
         return {"seq": i["seq"], "step": i["step"], "tool": i["tool"], "args": i["args"]}
 
 
-def replay(trace: str | os.PathLike[str]) -> Replay:
+def replay(
+    trace: str | os.PathLike[str], *, on_record: Callable[[bytes, dict[str, Any]], None] | None = None
+) -> Replay:
     """Validate the trace at `trace` and rebuild its run, running no tool.
 
     Raises TraceCorruption (with .line, .seq, .reason) when the file cannot
     support its story, HarnessError when it is not a readable trace at all.
+    `on_record(line, record)`, when given, is called with each line (without
+    its newline) and its record once they passed every check, in order: a
+    reader that streams the trace (`harness show`) sees what precedes a
+    corruption before replay() raises, and holds no more than one record.
     """
     path = os.fspath(trace)
     try:
@@ -217,7 +223,7 @@ def replay(trace: str | os.PathLike[str]) -> Replay:
     except OSError as e:
         raise HarnessError(f"{path}: cannot read: {e.strerror}") from None
     with f:
-        return _scan(path, f)
+        return _scan(path, f, on_record)
 
 
 _fail = TraceCorruption
@@ -229,7 +235,7 @@ def _claimed(line: bytes) -> int | None:
     return int(found[1]) if found else None
 
 
-def _scan(path: str, f: Any) -> Replay:  # one loop on purpose: it is the hot path
+def _scan(path: str, f: Any, on_record: Callable[[bytes, dict[str, Any]], None] | None = None) -> Replay:  # one loop on purpose: it is the hot path
     checkpoints, crossings = _Lines(path, 1, _checkpoint), _Lines(path, 2, _crossing)
     ck_pos, cr_pos = checkpoints._pos, crossings._pos
     edges = S.EDGES
@@ -398,6 +404,8 @@ def _scan(path: str, f: Any) -> Replay:  # one loop on purpose: it is the hot pa
                 )
             if n == 1 and kind != "header":
                 raise _fail(path, 1, "not-a-trace", "the first record is not a header", seq)
+            if on_record is not None:
+                on_record(line, rec)
             offset += length
         del lines, chunk  # free this chunk and its lines before reading the next one (peak memory)
     if n == 0:

@@ -124,8 +124,9 @@ def fork(
 
     The child goes to `out` (a new file), by default `<child run_id>.jsonl`
     beside the parent. Its header names `parent` (run id) and `branch` (`at`).
-    A fork that fails with a HarnessError (drift before the branch, say)
-    leaves no file.
+    A fork that fails leaves no file, whatever the failure: a HarnessError
+    (drift before the branch, say) or an exception the agent raised after the
+    branch (a model server that is down); the exception is raised again.
     """
     check_value("value", value)
     rec = _Recording(os.fspath(trace))
@@ -148,8 +149,8 @@ def fork(
             value=value,
             run_id=run_id,
         )
-    except HarnessError:
-        if os.path.exists(path):  # a child that is no fork of its parent: leave nothing half made behind
+    except BaseException:  # a child that is no whole fork of its parent: leave nothing half made behind
+        if os.path.exists(path):
             os.unlink(path)
         raise
 

@@ -9,6 +9,7 @@ stderr and exit non-zero: never a traceback.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -36,39 +37,48 @@ def command(name: str, help: str, setup: Setup) -> Callable[[Command], Command]:
 
 def _show_setup(p: argparse.ArgumentParser) -> None:
     p.add_argument("trace", help="a trace (or a golden file)")
-    p.add_argument(
+    view = p.add_mutually_exclusive_group()
+    view.add_argument(
         "--golden", action="store_true",
         help="print the normalized JSONL a golden file holds (also the git textconv: see README)",
     )  # fmt: skip
+    view.add_argument("--json", action="store_true", help="print each record as read, one JSON object per line")
+    view.add_argument("--record", type=int, metavar="SEQ", help="print the record at SEQ in full, indented")
+    p.add_argument(
+        "--width", type=int, metavar="N",
+        help="wrap long values at N characters (default: the terminal's width, else 100)",
+    )  # fmt: skip
 
 
-@command("show", "Print a trace as a timeline: seq, state change, step, attempt, tool, short result.", _show_setup)
+@command(
+    "show",
+    "Print a trace as a timeline, whole values wrapped; a corrupt trace up to its damage. Exit 0, 1 corrupt, 2 error.",
+    _show_setup,
+)
 def _show(args: argparse.Namespace) -> int:
-    from ._diff import describe_record, show
-    from ._normalize import Loaded, render
+    import shutil
 
-    loaded = Loaded.load(args.trace)
-    records = [loaded.record(i) for i in range(len(loaded))]
-    if args.golden:
-        sys.stdout.write(render(records))
-        return 0
-    out = []
-    for i, rec in enumerate(records):
-        what = describe_record(rec)
-        if rec.get("kind") == "transition":
-            move = f"{rec.get('from')} -> {rec.get('to')}"
-            what = f"{move:<22}step {rec.get('step')}, attempt {rec.get('attempt')}"
-        extra = {k: v for k, v in rec.items() if k not in ("kind", "from", "to", "step", "attempt", "boundary")}
-        if rec.get("kind") == "checkpoint":
-            extra.pop("name", None)  # already in `what`
-        if "tool" in extra:
-            extra = {"call": f"{extra.pop('tool')} {show(extra.pop('args', {}), 50)}", **extra}
-        note = "  ".join(f"{k}={v if k == 'call' else show(v, 50)}" for k, v in extra.items())
-        out.append(f"{loaded.seq(i):>6}  {what:<40}  {note}".rstrip())
-    if loaded.torn_tail:
-        out.append(f"{'':>6}  (torn tail: an unfinished last line, not part of the run)")
-    sys.stdout.write("\n".join(out) + "\n")
+    from ._errors import TraceCorruption
+    from ._show import show
+
+    view = "golden" if args.golden else "json" if args.json else "record" if args.record is not None else "timeline"
+    width = args.width or shutil.get_terminal_size((100, 24)).columns
+    try:
+        show(args.trace, sys.stdout.write, view=view, width=width, seq=args.record)
+    except TraceCorruption as e:
+        sys.stdout.flush()  # what came before the damage, then the damage
+        return _corruption(e)
     return 0
+
+
+_UNREADABLE = ("not-a-trace", "torn-header", "line-too-long", "schema")  # not a trace we can read at all: exit 2
+
+
+def _corruption(e: TraceCorruption) -> int:
+    """Print a TraceCorruption compiler style (for editors to jump to); its exit code."""
+    where = f" (seq {e.seq})" if e.seq is not None else ""
+    print(f"{e.path}:{e.line}: {e.reason}{where}: {e.detail}", file=sys.stderr)
+    return 2 if e.reason in _UNREADABLE else 1
 
 
 def _replay_setup(p: argparse.ArgumentParser) -> None:
@@ -86,15 +96,11 @@ def _replay(args: argparse.Namespace) -> int:
     try:
         rep = replay(args.trace)
     except TraceCorruption as e:
-        code = 2 if e.reason in ("not-a-trace", "torn-header", "line-too-long", "schema") else 1
-        seq = e.seq
-        if args.json:
-            error = {"line": e.line, "seq": seq, "reason": e.reason, "detail": e.detail}
-            sys.stdout.buffer.write(orjson.dumps({"ok": False, "error": error}) + b"\n")
-        else:  # compiler style, for editors to jump to
-            where = f" (seq {seq})" if seq is not None else ""
-            print(f"{e.path}:{e.line}: {e.reason}{where}: {e.detail}", file=sys.stderr)
-        return code
+        if not args.json:
+            return _corruption(e)
+        error = {"line": e.line, "seq": e.seq, "reason": e.reason, "detail": e.detail}
+        sys.stdout.buffer.write(orjson.dumps({"ok": False, "error": error}) + b"\n")
+        return 2 if e.reason in _UNREADABLE else 1
     except HarnessError as e:
         if not args.json:
             raise
@@ -232,6 +238,12 @@ def _rerun(args: argparse.Namespace) -> int:
     except (ReplayDrift, ReplayViolation) as e:
         print(f"{args.trace}:{e.line}: {type(e).__name__}: {e}", file=sys.stderr)
         return 1
+    except HarnessError:
+        raise
+    except Exception as e:  # the agent's own failure: its cause, not a traceback
+        kept = f"; what was written up to it is in {args.out}" if args.out and os.path.exists(args.out) else ""
+        print(f"harness rerun: the agent raised {_cause(e)}{kept}", file=sys.stderr)
+        return 1
     where = f", written to {r.trace}" if args.out else ""
     if r.equal:
         print(f"equal: {len(r.records)} records, {r.live_calls} live calls, state {r.state}{where}")
@@ -245,7 +257,9 @@ def _rerun(args: argparse.Namespace) -> int:
 def _fork_setup(p: argparse.ArgumentParser) -> None:
     _agent_arg(p)
     p.add_argument("--at", required=True, type=int, metavar="SEQ", help="seq of the crossing to change (see `show`)")
-    p.add_argument("--set", required=True, metavar="JSON", help="the new response of that crossing, as JSON")
+    value = p.add_mutually_exclusive_group(required=True)
+    value.add_argument("--set", metavar="JSON", help="the new response of that crossing, as JSON")
+    value.add_argument("--set-text", metavar="TEXT", help="the new response of that crossing: this string")
     p.add_argument("--out", help="the child trace (default: <child run id>.jsonl beside the parent)")
 
 
@@ -256,18 +270,36 @@ def _fork(args: argparse.Namespace) -> int:
     from ._errors import ReplayDrift, ReplayViolation
     from ._rerun import fork, load_agent
 
-    try:
-        value = orjson.loads(args.set)
-    except orjson.JSONDecodeError as e:
-        raise HarnessError(f"--set is not valid JSON: {e}") from None
+    value: Any = args.set_text
+    if args.set is not None:
+        try:
+            value = orjson.loads(args.set)
+        except orjson.JSONDecodeError as e:
+            hint = " (for a string, --set-text TEXT)" if not args.set.lstrip().startswith('"') else ""
+            raise HarnessError(f"--set is not valid JSON: {e}{hint}") from None
     planner, tools, verifier = load_agent(args.agent)
     try:
         r = fork(args.trace, at=args.at, value=value, planner=planner, tools=tools, verifier=verifier, out=args.out)
     except (ReplayDrift, ReplayViolation) as e:
         print(f"{args.trace}:{e.line}: {type(e).__name__}: {e}", file=sys.stderr)
         return 1
+    except HarnessError:
+        raise
+    except Exception as e:  # the agent's own failure (a model server that is down): its cause, not a traceback
+        print(
+            f"harness fork: the agent raised {_cause(e)}; the fork did not finish and its child trace was "
+            "removed (a failed fork leaves no file)",
+            file=sys.stderr,
+        )
+        return 1
     print(f"{r.trace}: fork {r.run_id} of {r.parent} at seq {r.branch}: {r.live_calls} live calls, state {r.state}")
     return 0
+
+
+def _cause(e: BaseException) -> str:
+    """`URLError: <urlopen error [Errno 111] Connection refused>` on one line, for an exception from agent code."""
+    text = " ".join(str(e).split())
+    return f"{type(e).__name__}: {text}" if text else type(e).__name__
 
 
 def _show_diff(recording: str, records: list[dict[str, Any]]) -> None:
@@ -294,7 +326,8 @@ def main(argv: list[str] | None = None) -> int:
     except HarnessError as e:
         print(f"harness {args.command}: {e}", file=sys.stderr)
         return 2
-    except BrokenPipeError:  # `harness show big.jsonl | head`
+    except BrokenPipeError:  # `harness show big.jsonl | head`: stop quietly
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so the exit's flush cannot fail again
         return 0
 
 

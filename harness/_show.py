@@ -1,0 +1,160 @@
+"""`harness show`: a trace as people read it, streamed record by record.
+
+How it works: replay() validates the file and hands each record to a
+callback once it has passed every check (`replay(on_record=...)`); the
+callback formats that one record and writes it out at once. So a trace of any
+length is shown in constant memory (one record at a time, nothing kept that
+grows with the file), and a corrupt trace is shown up to its damage before
+replay() raises the TraceCorruption that names it.
+
+What a timeline line holds: the seq, what the record is (`PLAN -> ACT  step
+0, attempt 1`), then its fields as compact JSON, whole: a value is wrapped
+at the width, never cut, so a model prompt reads in full. Fields that only
+make sense to a machine (seq, ts, crc, hash) are left out; a `now()` reading
+is shown as a UTC time; a fork's header names its `parent` and `branch`, and
+its records say whether they were `reused` from the parent, are the
+`mutated` crossing or ran `live`.
+
+Other views: `json` writes each line exactly as read; `record` one record in
+full, indented; `golden` the normalized view (the git textconv), which
+refuses a corrupt trace before writing anything.
+"""
+
+from __future__ import annotations
+
+import os
+import textwrap
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+import orjson
+
+from ._diff import describe_record
+from ._errors import HarnessError
+from ._normalize import GOLDEN_HEAD, is_golden_file, normalize_record, parse_golden
+from ._replay import Replay, replay
+
+INDENT = 10  # where a wrapped field starts: past the seq column
+MIN_WIDTH = 40
+_HIDDEN = frozenset({"seq", "ts", "crc", "hash", "kind", "from", "to", "step", "attempt", "boundary", "reused"})
+Write = Callable[[str], Any]
+
+
+def _json(value: Any) -> str:
+    return orjson.dumps(value).decode()
+
+
+def _time(value: Any) -> str:
+    if type(value) in (int, float):
+        try:
+            return datetime.fromtimestamp(value, UTC).isoformat()
+        except (OverflowError, OSError, ValueError):
+            pass
+    return _json(value)
+
+
+class Timeline:
+    """Formats records as timeline lines; knows the trace's fork lineage from its header."""
+
+    def __init__(self, width: int):
+        self.width = max(width, MIN_WIDTH)
+        self.branch: int | None = None
+
+    def lines(self, seq: int, rec: Mapping[str, Any]) -> list[str]:
+        kind = rec.get("kind")
+        if kind == "header" and type(rec.get("branch")) is int:
+            self.branch = rec["branch"]
+        what = describe_record(rec)
+        if kind == "transition":
+            what = f"{rec.get('from')} -> {rec.get('to')}"
+            what = f"{what:<22}step {rec.get('step')}, attempt {rec.get('attempt')}"
+        notes = self.notes(seq, rec)
+        head = f"{seq:>6}  {what}"
+        one = f"{seq:>6}  {what:<40}  {'  '.join(notes)}".rstrip()
+        if len(one) <= self.width:
+            return [one]
+        out = [head]
+        room = self.width - INDENT
+        for note in notes:
+            wrapped = textwrap.wrap(
+                note, room, break_long_words=True, break_on_hyphens=False, subsequent_indent="  "
+            ) or [note]
+            out.extend(" " * INDENT + part for part in wrapped)
+        return out
+
+    def notes(self, seq: int, rec: Mapping[str, Any]) -> list[str]:
+        kind = rec.get("kind")
+        notes = []
+        if rec.get("reused") is True:
+            notes.append("reused")
+        elif self.branch is not None and seq == self.branch:
+            notes.append("mutated")
+        elif self.branch is not None and seq > self.branch:
+            notes.append("live")
+        fields = {k: v for k, v in rec.items() if k not in _HIDDEN}
+        if kind == "checkpoint":
+            fields.pop("name", None)  # already in `what`
+        if kind == "header" and "ts" in rec:
+            fields["started"] = rec["ts"]
+        if kind == "crossing" and rec.get("boundary") == "now" and "response" in fields:
+            fields.pop("request", None)  # always null
+            notes.append(f"now={_time(fields.pop('response'))}")
+        if "tool" in fields:
+            fields = {"call": f"{fields.pop('tool')} {_json(fields.pop('args', {}))}", **fields}
+        for k, v in fields.items():
+            shown = v if k == "call" else _time(v) if k == "started" else _json(v)
+            notes.append(f"{k}={shown}")
+        return notes
+
+
+def show(
+    trace: str | os.PathLike[str], write: Write, *, view: str = "timeline", width: int = 100, seq: int | None = None
+) -> Replay | None:
+    """Write the trace at `trace` through `write`, one record at a time.
+
+    view: "timeline" (wrapped at `width`), "json" (each line as read),
+    "record" (the record at `seq`, whole and indented) or "golden" (the
+    normalized view). Returns the Replay of a trace file (None for a golden
+    file); raises TraceCorruption after writing the records before the damage
+    ("golden" writes nothing then), HarnessError for an unreadable file or,
+    with view="record", a seq the trace does not hold.
+    """
+    path = os.fspath(trace)
+    timeline = Timeline(width)
+    found: list[bool] = []
+    held = 0
+
+    def emit(n: int, raw: bytes | None, rec: Mapping[str, Any]) -> None:
+        if view == "timeline":
+            write("\n".join(timeline.lines(n, rec)) + "\n")
+        elif view == "json":
+            write((raw.decode() if raw is not None else _json(rec)) + "\n")
+        elif view == "golden":
+            write(_json(normalize_record(rec)) + "\n")
+        elif n == seq:
+            write(orjson.dumps(rec, option=orjson.OPT_INDENT_2).decode() + "\n")
+            found.append(True)
+
+    if is_golden_file(path):
+        try:
+            with open(path, "rb") as f:
+                records = parse_golden(f.read(), path)
+        except OSError as e:
+            raise HarnessError(f"{path}: cannot read: {e.strerror}") from None
+        if view == "golden":
+            write(GOLDEN_HEAD + "\n")
+        for n, rec in enumerate(records, 1):
+            emit(n, None, rec)
+        rep, held = None, len(records)
+    else:
+        if view == "golden":  # the textconv: refuse a corrupt trace before writing a byte
+            replay(path)
+            write(GOLDEN_HEAD + "\n")
+        rep = replay(path, on_record=lambda line, rec: emit(rec["seq"], line, rec))
+        if rep.torn_tail and view == "timeline":
+            write(f"{'':>6}  (torn tail: an unfinished last line, not part of the run)\n")
+    if view == "record" and not found:
+        count = rep.records if rep is not None else held
+        raise HarnessError(f"{path}: no record with seq {seq} (it holds seq 1 to {count})")
+    return rep
