@@ -146,11 +146,21 @@ def rebuild(error: dict[str, str]) -> BaseException:
 
 
 def differences(recorded: Any, now: Any, where: str = "") -> dict[str, tuple[Any, Any]]:
-    """Dotted paths where two JSON values differ, with both values."""
+    """Paths where two JSON values differ, with both values, as `harness diff` names them.
+
+    Objects are followed key by key (`request.model`), lists of the same
+    length item by item (`messages[1].content`); a list whose length changed
+    is reported whole, and a key on one side only has None on the other.
+    """
     if isinstance(recorded, dict) and isinstance(now, dict):
         out: dict[str, tuple[Any, Any]] = {}
         for k in [*recorded, *(k for k in now if k not in recorded)]:
             out.update(differences(recorded.get(k), now.get(k), f"{where}.{k}" if where else str(k)))
+        return out
+    if isinstance(recorded, list) and isinstance(now, list) and len(recorded) == len(now):
+        out = {}
+        for n, (x, y) in enumerate(zip(recorded, now, strict=True)):
+            out.update(differences(x, y, f"{where}[{n}]"))
         return out
     if recorded == now and type(recorded) is type(now):
         return {}

@@ -518,10 +518,36 @@ def where(m: Moved, *, a: str = "a", b: str = "b") -> str:
 _SKIP = frozenset({"kind", "from", "to", "step", "attempt"})
 
 
+def show_pair(old: Any, new: Any, width: int = _SHOW) -> tuple[str, str]:
+    """Two values as compact JSON, each cut to width characters around where they first differ.
+
+    As pytest does for long strings: when a text is too long, the window
+    starts a little before the first differing character, the same place on
+    both sides, and `…` marks each side that was cut; so the difference is
+    always in view.
+    """
+    a, b = show(old, 1 << 62), show(new, 1 << 62)
+    if len(a) <= width and len(b) <= width:
+        return a, b
+    first = next((n for n, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
+    start = max(0, first - width // 3)
+    return _window(a, start, width), _window(b, start, width)
+
+
+def _window(text: str, start: int, width: int) -> str:
+    if len(text) <= width and start == 0:
+        return text
+    cut = text[start:]
+    head = "…" if start else ""
+    if len(head) + len(cut) <= width:
+        return head + cut
+    return head + cut[: width - len(head) - 1] + "…"
+
+
 def details(m: Moved) -> list[str]:
     """`field: old -> new` per change; for an inserted or removed record, its payload in one line."""
     if m.op == "changed":
-        return [f"{c.field}: {show(c.old)} -> {show(c.new)}" for c in m.changes]
+        return [f"{c.field}: {' -> '.join(show_pair(c.old, c.new))}" for c in m.changes]
     rest = {k: v for k, v in (m.record or {}).items() if k not in _SKIP}
     return [show(rest, 110)] if rest else []
 
