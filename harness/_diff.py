@@ -214,7 +214,8 @@ def diff(a: Source | Loaded, b: Source | Loaded) -> Diff:
         lo += 1
     else:
         start_b = next(walk_b, (None, start_b))[1]
-    walk_a.close(), walk_b.close()
+    walk_a.close()
+    walk_b.close()
     hi_a, hi_b = na, nb
     stop_a, stop_b = _end(la), _end(lb)
     if hi_a > lo and hi_b > lo:
@@ -223,7 +224,8 @@ def diff(a: Source | Loaded, b: Source | Loaded) -> Diff:
             if hi_a == lo or hi_b == lo or not _same(x, y):
                 break
             hi_a, hi_b, stop_a, stop_b = hi_a - 1, hi_b - 1, at_a, at_b
-        back_a.close(), back_b.close()
+        back_a.close()
+        back_b.close()
     moved: list[Moved] = []
     if lo < hi_a or lo < hi_b:
         la.hold(lo, hi_a, start_a, stop_a)

@@ -26,7 +26,7 @@ and only the region the engine asks for is held in memory.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Generator, Mapping, Sequence
 from typing import Any
 
 import orjson
@@ -180,7 +180,9 @@ class Loaded:
     being parsed.
     """
 
-    __slots__ = ("_base", "_end", "_n", "_norm", "_path", "_raw", "_records", "_seqs", "first_line", "name", "torn_tail")
+    __slots__ = (
+        "_base", "_end", "_n", "_norm", "_path", "_raw", "_records", "_seqs", "first_line", "name", "torn_tail",
+    )  # fmt: skip
 
     def __init__(
         self, name: str, *, records: Sequence[Mapping[str, Any]] | None = None, path: str | None = None,
@@ -235,7 +237,7 @@ class Loaded:
     def _changed(self) -> HarnessError:
         return HarnessError(f"{self.name} changed while it was compared; compare it again")
 
-    def forward(self) -> Iterator[tuple[Item, int]]:
+    def forward(self) -> Generator[tuple[Item, int]]:
         """Each record from the first, with where it starts (a byte offset in a trace file, else its index)."""
         if self._path is None:
             yield from ((r, i) for i, r in enumerate(self._records or ()))
@@ -258,7 +260,7 @@ class Loaded:
             if rest or n != self._n:
                 raise self._changed()
 
-    def backward(self) -> Iterator[tuple[Item, int]]:
+    def backward(self) -> Generator[tuple[Item, int]]:
         """Each record from the last, with where it starts (as forward())."""
         if self._path is None:
             records = self._records or ()

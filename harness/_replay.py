@@ -235,7 +235,9 @@ def _claimed(line: bytes) -> int | None:
     return int(found[1]) if found else None
 
 
-def _scan(path: str, f: Any, on_record: Callable[[bytes, dict[str, Any]], None] | None = None) -> Replay:  # one loop on purpose: it is the hot path
+def _scan(
+    path: str, f: Any, on_record: Callable[[bytes, dict[str, Any]], None] | None = None
+) -> Replay:  # one loop on purpose: it is the hot path
     checkpoints, crossings = _Lines(path, 1, _checkpoint), _Lines(path, 2, _crossing)
     ck_pos, cr_pos = checkpoints._pos, crossings._pos
     edges = S.EDGES

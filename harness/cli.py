@@ -12,9 +12,12 @@ import argparse
 import os
 import sys
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ._errors import HarnessError
+
+if TYPE_CHECKING:
+    from ._errors import TraceCorruption
 
 Setup = Callable[[argparse.ArgumentParser], None]
 Command = Callable[[argparse.Namespace], int]
@@ -187,31 +190,48 @@ def _reconcile(args: argparse.Namespace) -> int:
 # --- runs, rerun, fork (issue 4: recorded boundaries) ------------------------------------
 
 
+STATUSES = ("running", "paused", "interrupted", "done", "failed", "unreadable")  # what `harness runs` reports
+
+
 def _runs_setup(p: argparse.ArgumentParser) -> None:
     p.add_argument("folder", nargs="?", help="the runs folder (default: $HARNESS_RUNS_DIR, else ./runs)")
     p.add_argument("--json", action="store_true", help="print a JSON list of objects instead of a table")
+    p.add_argument(
+        "--status", action="append", metavar="STATUS",
+        help=f"only runs in this status ({', '.join(STATUSES)}); repeat it or give a comma list for several",
+    )  # fmt: skip
 
 
-@command("runs", "List the runs in a runs folder: id, status, start and end, records, parent.", _runs_setup)
+@command("runs", "List the runs in a runs folder: id, status, start and end, records, parent, path.", _runs_setup)
 def _runs(args: argparse.Namespace) -> int:
     import orjson
 
     from ._runs import list_runs
 
-    runs = list_runs(args.folder)
+    wanted = {s.strip() for given in args.status or () for s in given.split(",") if s.strip()}
+    unknown = sorted(wanted - set(STATUSES))
+    if unknown:
+        raise HarnessError(f"--status {', '.join(unknown)}: not a status; choose from {', '.join(STATUSES)}")
+    runs = [r for r in list_runs(args.folder) if not wanted or r.status in wanted]
     if args.json:
         sys.stdout.buffer.write(orjson.dumps([r.to_json() for r in runs], option=orjson.OPT_INDENT_2) + b"\n")
         return 0
-    rows = [("ID", "STATUS", "STARTED", "ENDED", "RECORDS", "ENTRYPOINT", "PARENT")]
+    rows: list[tuple[str, ...]] = [("ID", "STATUS", "STARTED", "ENDED", "RECORDS", "ENTRYPOINT", "PARENT", "PATH")]
     for r in runs:
         j = r.to_json()
         parent = f"{r.parent}@{r.branch}" if r.parent and r.branch is not None else r.parent or "-"
         ended, entry = j["ended"] or "-", r.entrypoint or "-"
-        rows.append((r.id, r.status, j["started"] or "-", ended, str(r.records), entry, parent))
+        cells = (r.id, r.status, j["started"] or "-", ended, str(r.records), entry, parent, r.path)
+        rows.append(tuple(map(_printable, cells)))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
     for row in rows:
         print("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=False)) + "  " + row[-1])
     return 0
+
+
+def _printable(text: str) -> str:
+    """A file name (or an id taken from one) that is not UTF-8, with its odd bytes as \\xNN escapes."""
+    return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
 
 
 def _agent_arg(p: argparse.ArgumentParser) -> None:

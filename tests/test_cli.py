@@ -161,7 +161,8 @@ def test_bad_input_is_one_line_on_stderr_and_a_nonzero_exit(tmp_path: Path, kind
     bad = bad_inputs(tmp_path)[kind]
     good = run(tmp_path / "good.jsonl")
     replay_code = 1 if kind == "corrupt" else 2
-    calls = [(("show", bad), replay_code), (("replay", bad), replay_code), (("diff", good, bad), 2), (("diff", bad, good), 2)]
+    calls = [(("show", bad), replay_code), (("replay", bad), replay_code)]
+    calls += [(("diff", good, bad), 2), (("diff", bad, good), 2)]
     for args, code in calls:
         out = harness(*args)
         assert out.returncode == code, (args, out.stderr)
@@ -175,3 +176,111 @@ def test_misuse_exits_2(tmp_path: Path) -> None:
     out = harness("diff", run(tmp_path / "a.jsonl"))
     assert out.returncode == 2 and "Traceback" not in out.stderr
     assert harness("diff", "--format", "html", tmp_path / "a.jsonl", tmp_path / "a.jsonl").returncode == 2
+
+
+# --- runs: a path column and a status filter -------------------------------------------------
+
+
+def test_runs_shows_each_path_and_filters_by_status(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from harness.cli import main
+    from harness.testing import power_cut
+
+    folder = tmp_path / "runs"
+    folder.mkdir()
+    run(folder / "nightly refund.jsonl")
+    run(folder / "retry.jsonl", ScriptedTool({1: ToolError("a"), 2: ToolError("b"), 3: ToolError("c")}))
+    with pytest.raises(RuntimeError):
+        run(folder / "crashed.jsonl", power_cut(1))
+    (folder / "odd-\udcff.jsonl").write_bytes(b"junk\n")  # a name that is not UTF-8: unreadable, still listed
+    assert main(["runs", str(folder)]) == 0
+    table = capsys.readouterr().out.splitlines()
+    assert table[0].split() == ["ID", "STATUS", "STARTED", "ENDED", "RECORDS", "ENTRYPOINT", "PARENT", "PATH"]
+    by_path = {line.rsplit("  ", 1)[1]: line.split()[1] for line in table[1:]}
+    assert by_path == {
+        str(folder / "nightly refund.jsonl"): "done", str(folder / "retry.jsonl"): "failed",
+        str(folder / "crashed.jsonl"): "interrupted", str(folder / "odd-\\xff.jsonl"): "unreadable",
+    }  # fmt: skip
+
+    def listed(*status: str) -> set[str]:
+        assert main(["runs", str(folder), "--json", *(a for s in status for a in ("--status", s))]) == 0
+        return {Path(r["path"]).name for r in orjson.loads(capsys.readouterr().out)}
+
+    assert listed("done") == {"nightly refund.jsonl"}
+    assert listed("done", "interrupted") == listed("done,interrupted") == {"nightly refund.jsonl", "crashed.jsonl"}
+    assert listed("paused") == set()
+    assert main(["runs", str(folder), "--status", "failed"]) == 0
+    rows = capsys.readouterr().out.splitlines()
+    assert len(rows) == 2 and rows[1].endswith(str(folder / "retry.jsonl"))
+    assert main(["runs", str(folder), "--status", "finished"]) == 2
+    assert "--status finished: not a status; choose from running, paused" in capsys.readouterr().err
+
+
+# --- fork: a string value, and an agent that fails after the branch ------------------------------
+
+
+def closed_port() -> int:
+    """A port on 127.0.0.1 that nothing listens on: a model server that is down."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def recorded_refund(tmp_path: Path) -> tuple[Path, int]:
+    """The refund agent copied beside a trace it recorded; the seq of its decision (the first model call)."""
+    agent = Path(__file__).with_name("refund_agent.py")
+    shutil.copy(agent, tmp_path / "refund_agent.py")
+    subprocess.run([sys.executable, "refund_agent.py", "parent.jsonl"], cwd=tmp_path, check=True, timeout=60)
+    decision = next(r for r in read_records(tmp_path / "parent.jsonl") if r.get("boundary") == "llm")
+    return tmp_path / "parent.jsonl", decision["seq"]
+
+
+def fork_cli(tmp_path: Path, *args: Any, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    cmd = [HARNESS, "fork", "parent.jsonl", "--agent", "refund_agent:make_agent", *map(str, args)]
+    return subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=60, env=env)
+
+
+def test_fork_set_text_gives_a_string_value(tmp_path: Path) -> None:
+    _, at = recorded_refund(tmp_path)
+    out = fork_cli(tmp_path, "--at", at, "--set-text", "deny", "--out", "child.jsonl")
+    assert out.returncode == 0, out.stderr
+    child = read_records(tmp_path / "child.jsonl")
+    assert child[at - 1]["response"] == "deny"
+    assert [r["name"] for r in child if r["kind"] == "checkpoint"] == ["lookup", "explain", "review", "close"]
+    both = fork_cli(tmp_path, "--at", at, "--set", '"x"', "--set-text", "x", "--out", "other.jsonl")
+    assert both.returncode == 2 and "not allowed with argument" in both.stderr
+    bare = fork_cli(tmp_path, "--at", at, "--set", "deny", "--out", "other.jsonl")  # a string needs JSON quotes
+    assert bare.returncode == 2 and "--set is not valid JSON" in bare.stderr and "--set-text TEXT" in bare.stderr
+    assert not (tmp_path / "other.jsonl").exists()
+
+
+def test_fork_whose_model_server_is_down_says_why_in_one_line_and_leaves_no_file(tmp_path: Path) -> None:
+    import os
+
+    _, at = recorded_refund(tmp_path)
+    before = sorted(p.name for p in tmp_path.iterdir())
+    env = {**os.environ, "MODEL_URL": f"http://127.0.0.1:{closed_port()}/v1"}
+    for out in (["--out", "child.jsonl"], []):  # a named child, and the default one beside the parent
+        r = fork_cli(tmp_path, "--at", at, "--set-text", "deny", *out, env=env)
+        assert r.returncode == 1 and r.stdout == ""
+        assert r.stderr.splitlines() == [
+            "harness fork: the agent raised URLError: <urlopen error [Errno 111] Connection refused>; the fork did "
+            "not finish and its child trace was removed (a failed fork leaves no file)"
+        ]
+        assert sorted(p.name for p in tmp_path.iterdir() if p.name != "__pycache__") == before
+
+
+def test_fork_removes_the_child_whatever_the_agent_raises(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import urllib.error
+
+    import refund_agent
+
+    import harness
+
+    parent, at = recorded_refund(tmp_path)
+    planner, tools, _ = refund_agent.make_agent()
+    monkeypatch.setenv("MODEL_URL", f"http://127.0.0.1:{closed_port()}/v1")
+    with pytest.raises(urllib.error.URLError):
+        harness.fork(parent, at=at, value="deny", planner=planner, tools=tools, out=tmp_path / "child.jsonl")
+    assert not (tmp_path / "child.jsonl").exists()

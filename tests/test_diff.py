@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import harness
 from harness import Executor, HarnessError, Tool, ToolError, TraceCorruption, diff, normalize
 from harness._normalize import render
 from harness.testing import ScriptedTool, counter, fixed_plan, read_records, steps, write_trace
@@ -266,3 +267,105 @@ def test_long_traces_of_few_distinct_records_with_a_few_edits(xs: list[int], dat
     left, right = matched(result, a, b)
     assert left == right
     assert len(result.moved) <= 8  # aligned, not reported whole
+
+
+# --- what a diff shows of long values, and of a run that took another path ------------------------
+
+
+def test_a_long_value_is_shown_around_its_first_difference(tmp_path: Path) -> None:
+    def tool(reason: str) -> Any:  # a model's answer: JSON in a string, so one long string value
+        letter = "the customer wrote a long letter. " * 8
+        return lambda i: orjson.dumps({"text": letter, "reason": reason if i == 1 else "a", "more": letter}).decode()
+
+    a = run(tmp_path / "a.jsonl", tool("customer changed their mind"), n=2)
+    b = run(tmp_path / "b.jsonl", tool("duplicate order"), n=2)
+    result = diff(a, b)
+    first = result.text().splitlines()[1]
+    assert first.startswith("  result: …") and first.count("…") == 4  # both sides cut at both ends
+    old, new = first.removeprefix("  result: ").split(" -> ")
+    assert '\\"reason\\":\\"c' in old and '\\"reason\\":\\"d' in new  # the difference is in view
+    assert old.index("reason") == new.index("reason")  # at the same place on both sides
+    assert '\\"reason\\":\\"c' in result.markdown() and '\\"reason\\":\\"d' in result.markdown()
+    assert len(old) <= 60 and len(new) <= 60
+    short = diff([{"kind": "event", "x": "abc"}], [{"kind": "event", "x": "abd"}])
+    assert short.text().splitlines()[1] == '  x: "abc" -> "abd"'  # short values are shown whole
+
+
+def test_a_fork_that_takes_another_path_reads_as_steps_replaced(tmp_path: Path) -> None:
+    import refund_agent
+
+    parent = tmp_path / "parent.jsonl"
+    refund_agent.record(parent)
+    decision = next(c for c in harness.replay(parent).crossings if c.kind == "llm")
+    planner, tools, _ = refund_agent.make_agent()
+    child = tmp_path / "child.jsonl"
+    harness.fork(parent, at=decision.seq, value="deny", planner=planner, tools=tools, out=child)
+    result = diff(parent, child)
+    assert result.first is not None and result.first.seq_b == decision.seq
+    assert [c.field for c in result.first.changes] == ["response"]
+    # the steps after the decision were replaced: refund and notify removed, explain and review inserted, whole
+    assert [r["name"] for r in read_records(parent) if r["kind"] == "checkpoint"][1:3] == ["refund", "notify"]
+    removed = {m.record.get("name") for m in result.removed if m.record and m.kind == "checkpoint"}
+    inserted = {m.record.get("name") for m in result.inserted if m.record and m.kind == "checkpoint"}
+    assert (removed, inserted) == ({"refund", "notify"}, {"explain", "review"})
+    assert [m.seq_a for m in result.removed] == list(range(decision.seq + 1, decision.seq + 11))
+    assert [m.seq_b for m in result.inserted] == list(range(decision.seq + 1, decision.seq + 11))
+    # what is left changed belongs to the same step on both sides: the close step, planned on other facts
+    records_a, records_b = read_records(parent), read_records(child)
+    for m in result.changed[1:]:
+        assert m.seq_a is not None and m.seq_b is not None
+        a, b = records_a[m.seq_a - 1], records_b[m.seq_b - 1]
+        assert (a["kind"], a.get("step"), a.get("name"), a.get("tool")) == (
+            b["kind"], b.get("step"), b.get("name"), b.get("tool"),
+        )  # fmt: skip
+    assert result.counts() == "5 changed, 10 inserted, 10 removed"
+
+
+def test_replay_drift_names_the_path_into_lists_and_objects(tmp_path: Path) -> None:
+    from harness import ReplayDrift, Step
+
+    def agent(question: str) -> Any:
+        def planner(goal: Any, done: list[Any]) -> Step | None:
+            if done:
+                return None
+            messages = [{"role": "system", "content": "be brief"}, {"role": "user", "content": question}]
+            return Step("ask", "work", {"said": harness.llm({"model": "m", "messages": messages}, lambda r: "ok")})
+
+        return planner
+
+    trace = tmp_path / "run.jsonl"
+    Executor(planner=agent("refund order 42?"), tools={"work": lambda said: said}, trace=trace).run("g")
+    with pytest.raises(ReplayDrift) as e:
+        harness.rerun(trace, planner=agent("refund order 43?"), tools={"work": lambda said: said})
+    assert e.value.fields == {"messages[1].content": ("refund order 42?", "refund order 43?")}
+    assert "messages[1].content: recorded 'refund order 42?', now 'refund order 43?'" in str(e.value)
+
+
+# --- diff reads trace files from both ends: the same answers as for records in memory --------------
+
+
+def padded(marks: dict[int, str], n: int) -> Any:
+    """A tool whose results are ~20 KB (records span the 64 KiB read window), marked on chosen calls."""
+    calls = iter(range(n * 2))
+
+    def tool(i: int) -> dict[str, Any]:
+        call = next(calls)
+        return {"i": i, "pad": "x" * 20_000, "mark": marks.get(call, "same")}
+
+    return tool
+
+
+@pytest.mark.parametrize(
+    "marks_b, n_b",
+    [({}, 8), ({0: "first"}, 8), ({4: "middle"}, 8), ({7: "last"}, 8), ({}, 5), ({}, 11), ({2: "x", 6: "y"}, 7)],
+    ids=["equal", "first", "middle", "last", "shorter", "longer", "two-and-shorter"],
+)
+def test_a_diff_of_files_equals_the_diff_of_their_records(tmp_path: Path, marks_b: dict[int, str], n_b: int) -> None:
+    a = run(tmp_path / "a.jsonl", padded({}, 8), n=8)
+    b = run(tmp_path / "b.jsonl", padded(marks_b, n_b), n=n_b)
+    from_files = diff(a, b)
+    in_memory = diff(read_records(a), read_records(b))
+    assert from_files.as_json() == in_memory.as_json()
+    assert from_files.text() == in_memory.text().replace("<records>", str(a), 1).replace("<records>", str(b), 1)
+    assert from_files.equal == (marks_b == {} and n_b == 8)
+    assert diff(b, a).as_json() == diff(read_records(b), read_records(a)).as_json()

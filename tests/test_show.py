@@ -67,9 +67,8 @@ def test_the_width_defaults_to_the_terminal_and_else_100(
     assert main(["show", str(parent)]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert 90 < max(map(len, lines)) <= 100  # captured output is no terminal: 100 columns
-    wide = subprocess.run(
-        [HARNESS, "show", str(parent)], capture_output=True, text=True, timeout=60, env={**os.environ, "COLUMNS": "3000"}
-    )
+    env = {**os.environ, "COLUMNS": "3000"}
+    wide = subprocess.run([HARNESS, "show", str(parent)], capture_output=True, text=True, timeout=60, env=env)
     assert all(line[:6].strip() for line in wide.stdout.splitlines())  # 3000 columns: no record wraps
 
 
