@@ -29,6 +29,8 @@ Lines (the keys of the JSON):
   against the same functions in a bare loop plus five raw appends per step;
 - resume_linearity: resume time at the big size / (10 x at the small size);
 - replay_peak_rss_mb: peak RSS of a fresh process replaying the big trace;
+- show_peak_rss_mb, diff_peak_rss_mb: the same for `harness show` of it and
+  `harness diff` of it against itself (equal traces: memory must stay flat);
 - diff_100k_s: seconds for `harness.diff` of two traces differing in one record.
 
 --quick runs in under a minute with smaller traces (the JSON says which
@@ -103,6 +105,8 @@ TARGETS = {
     "step_overhead_vs_bare": 2.0,
     "resume_linearity": 1.3,
     "replay_peak_rss_mb": 64.0,
+    "show_peak_rss_mb": 64.0,
+    "diff_peak_rss_mb": 64.0,
     "diff_100k_s": None,
 }
 KEYS = tuple(TARGETS)
@@ -602,18 +606,27 @@ def resume_seconds(trace: str) -> Sample:
 # the child reads VmHWM, the high-water mark of its own address space: ru_maxrss would also count the
 # parent's pages, which Linux carries over into the child's figure when subprocess forks (vfork) and execs
 _RSS = """
-import sys
+import contextlib, os, sys
 from harness import replay
+from harness.cli import main
 if sys.argv[2] == "replay":
     r = replay(sys.argv[1])
     assert r.records > 0 and len(r.checkpoints) > 0
+elif sys.argv[2] in ("show", "diff"):  # the commands, their output thrown away
+    with open(os.devnull, "w") as null, contextlib.redirect_stdout(null):
+        args = ["show", sys.argv[1]] if sys.argv[2] == "show" else ["diff", sys.argv[1], sys.argv[1]]
+        assert main(args) == 0
 with open("/proc/self/status") as f:
     print(next(line.split()[1] for line in f if line.startswith("VmHWM:")))
 """
 
 
 def peak_rss_mb(trace: str, what: str) -> float:
-    """Peak resident memory, in MiB, of a fresh interpreter that imports harness and (what="replay") replays trace."""
+    """Peak resident memory, in MiB, of a fresh interpreter that imports harness and then runs `what` on trace.
+
+    what: "import" (nothing more), "replay" (replay()), "show" (`harness show TRACE`) or "diff"
+    (`harness diff TRACE TRACE`: two equal traces, the case whose memory must not grow with the file).
+    """
     out = subprocess.run([sys.executable, "-c", _RSS, trace, what], check=True, capture_output=True, text=True)
     return int(out.stdout) / 1024  # VmHWM is in kB
 
@@ -726,6 +739,9 @@ def run(mode: str, folder: str, log: Callable[[str], None], *, wall: bool = Fals
     log(f"peak memory replaying {sizes.rss} records")
     rss_trace = prefix(sizes.rss)
     out["replay_peak_rss_mb"] = peak_rss_mb(rss_trace, "replay")
+    log(f"peak memory of harness show and harness diff (the trace against itself) at {sizes.rss} records")
+    out["show_peak_rss_mb"] = peak_rss_mb(rss_trace, "show")
+    out["diff_peak_rss_mb"] = peak_rss_mb(rss_trace, "diff")
     detail["rss_mb_import_only"] = peak_rss_mb(rss_trace, "import")
 
     log(f"diff of two {sizes.diff}-record traces")
@@ -748,6 +764,8 @@ def table(result: dict[str, Any]) -> str:
         "step_overhead_vs_bare": f"executor step / bare loop + 5 raw appends ({sizes['steps']} steps)",
         "resume_linearity": f"resume at {sizes['resume'][-1]} / (10 x at {sizes['resume'][0]}), per record",
         "replay_peak_rss_mb": f"peak RSS replaying {sizes['rss']} records, MB",
+        "show_peak_rss_mb": f"peak RSS of `harness show` of {sizes['rss']} records, MB",
+        "diff_peak_rss_mb": f"peak RSS of `harness diff` of {sizes['rss']} records against themselves, MB",
         "diff_100k_s": f"harness.diff of two {sizes['diff']}-record traces, s",
     }
     rows = ["| key | what | measured | target |", "|---|---|---|---|"]

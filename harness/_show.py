@@ -23,7 +23,6 @@ refuses a corrupt trace before writing anything.
 from __future__ import annotations
 
 import os
-import textwrap
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
@@ -54,6 +53,29 @@ def _time(value: Any) -> str:
     return _json(value)
 
 
+def wrap(text: str, room: int, indent: str) -> list[str]:
+    """text in lines of at most `room` characters after `indent` (continuations 2 more).
+
+    A line breaks at its last space (which is dropped) or after its last comma in its second half, else
+    inside a word: nothing is left out but the space a line broke at.
+    """
+    out = []
+    while len(text) > room:
+        space = text.rfind(" ", room // 2, room + 1)
+        comma = text.rfind(",", room // 2, room)
+        if space > 0 and space >= comma:
+            out.append(indent + text[:space])
+            text = text[space + 1 :]
+        else:
+            cut = comma + 1 if comma > 0 else room
+            out.append(indent + text[:cut])
+            text = text[cut:]
+        if len(out) == 1:
+            indent, room = indent + "  ", room - 2
+    out.append(indent + text)
+    return out
+
+
 class Timeline:
     """Formats records as timeline lines; knows the trace's fork lineage from its header."""
 
@@ -75,12 +97,8 @@ class Timeline:
         if len(one) <= self.width:
             return [one]
         out = [head]
-        room = self.width - INDENT
         for note in notes:
-            wrapped = textwrap.wrap(
-                note, room, break_long_words=True, break_on_hyphens=False, subsequent_indent="  "
-            ) or [note]
-            out.extend(" " * INDENT + part for part in wrapped)
+            out.extend(wrap(note, self.width - INDENT, " " * INDENT))
         return out
 
     def notes(self, seq: int, rec: Mapping[str, Any]) -> list[str]:

@@ -26,6 +26,7 @@ def test_smoke_run_writes_every_key(tmp_path: Path) -> None:
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     figures = json.loads(out.read_text())
+    assert {"replay_peak_rss_mb", "show_peak_rss_mb", "diff_peak_rss_mb"} <= set(KEYS)  # memory of each reader
     for key in KEYS:
         assert key in figures, key
         assert key in done.stdout, key  # the markdown table names every line too
