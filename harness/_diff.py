@@ -277,7 +277,8 @@ class _Steps:
         if isinstance(item, bytes):
             if b'"kind":"transition"' in item[:64]:
                 self.last_transition = item
-                if b'"to":"ACT"' in item[:120]:
+                to = item.find(b',"to":"')  # the first is the record's own: from and to come before any value
+                if item.startswith(b'ACT"', to + 7):
                     self.last_intent = item
         elif item.get("kind") == "transition":
             self.last_transition = item

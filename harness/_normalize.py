@@ -26,6 +26,7 @@ and only the region the engine asks for is held in memory.
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Generator, Mapping, Sequence
 from typing import Any
 
@@ -155,8 +156,13 @@ def parse_golden(text: str | bytes, name: str) -> list[dict[str, Any]]:
 
 
 def is_golden_file(path: str) -> bool:
-    """Whether the file at path starts like a golden file (any version) rather than a trace."""
+    """Whether the file at path starts like a golden file (any version) rather than a trace.
+
+    Only a regular file is opened (a FIFO would block): anything else is left to replay() to refuse.
+    """
     try:
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            return False
         with open(path, "rb") as f:
             start = f.read(64).lstrip()
     except OSError:
