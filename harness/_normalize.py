@@ -288,7 +288,7 @@ class Loaded:
                 for line in reversed(lines[1:] if pos > 0 else lines):
                     at -= len(line) + 1
                     yield line, at
-                rest = first + b"\n" if first else b""  # b"": the block began at a line start
+                rest = first + b"\n" if first is not None else b""  # b"\n" alone: the block began with a newline
 
     def hold(self, lo: int, hi: int, start: int, stop: int) -> None:
         """Keep records lo to hi (starting at `start`, the next one at `stop`) in memory; forget the others."""

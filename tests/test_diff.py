@@ -369,3 +369,20 @@ def test_a_diff_of_files_equals_the_diff_of_their_records(tmp_path: Path, marks_
     assert from_files.text() == in_memory.text().replace("<records>", str(a), 1).replace("<records>", str(b), 1)
     assert from_files.equal == (marks_b == {} and n_b == 8)
     assert diff(b, a).as_json() == diff(read_records(b), read_records(a)).as_json()
+
+
+def test_a_trace_walked_from_either_end_gives_the_same_lines_whatever_the_window(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every place a read window can end (inside a line, on its newline, just after it) gives the same lines."""
+    import harness._normalize as N
+
+    trace = run(tmp_path / "a.jsonl", counter(), n=3)
+    data = trace.read_bytes()
+    lines = data.split(b"\n")[:-1]
+    starts = [sum(len(x) + 1 for x in lines[:n]) for n in range(len(lines))]
+    for window in [*range(1, 200), 1 << 16]:
+        monkeypatch.setattr(N, "_CHUNK", window)
+        side = N.Loaded.trace(str(trace))
+        assert list(side.forward()) == list(zip(lines, starts, strict=True)), window
+        assert list(side.backward()) == list(zip(lines, starts, strict=True))[::-1], window
