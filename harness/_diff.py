@@ -1,14 +1,19 @@
 """Compare two traces after normalization, and say what moved.
 
-How it aligns: the common prefix and suffix are skipped first (two lines of
-trace files whose bytes agree once seq, ts and crc are cut off are equal
-unparsed), so two long traces that differ in one place cost one linear
-pass. The middle is aligned on canonical record bytes with patience diff
+How it aligns: the common prefix and suffix are skipped first, read from
+both ends of the files (two lines whose bytes agree once seq, ts and crc are
+cut off are equal unparsed), so two long traces that differ in one place
+cost one linear pass, and only the middle is ever held in memory. Each
+record of the middle is tagged with its step's identity (the step number,
+name and tool of its intent; a model call made while planning belongs to
+the step being planned), and only records with the same identity can match
+or pair: a run that took another path reads as steps removed and inserted.
+The middle is aligned on identity and canonical record bytes with patience diff
 (records unique on both sides anchor the alignment, recursively); a stretch
 with no such record is aligned by difflib when short, by Myers' shortest edit
 script when long and nearly equal (repeated records shifted by one), and is
 otherwise reported whole. Unmatched stretches facing each other are
-then paired by shape (kind, from, to, step, boundary): a paired record is
+then paired by identity and shape (kind, from, to, step, boundary): a paired record is
 "changed", with dotted field paths and old and new values; the rest are
 "inserted" or "removed". An inserted retry is therefore two inserted records
 (and the attempt numbers it moves), never a cascade of changes to the end.
@@ -37,7 +42,7 @@ from ._normalize import Item, Loaded, Source, normalize_record, quick, view
 
 _SMALL = 250_000  # product of stretch lengths up to which difflib aligns an anchorless stretch
 _EDITS = 300  # beyond it, Myers gives up on a long anchorless stretch (its records are then all reported)
-_SHOW = 60  # characters of a value shown in text
+_SHOW = 60  # characters of a value shown in text (around the first difference when it is longer)
 
 
 class _Absent:

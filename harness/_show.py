@@ -25,7 +25,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Literal
 
 import orjson
 
@@ -38,6 +38,7 @@ INDENT = 10  # where a wrapped field starts: past the seq column
 MIN_WIDTH = 40
 _HIDDEN = frozenset({"seq", "ts", "crc", "hash", "kind", "from", "to", "step", "attempt", "boundary", "reused"})
 Write = Callable[[str], Any]
+View = Literal["timeline", "json", "record", "golden"]
 
 
 def _json(value: Any) -> str:
@@ -126,8 +127,8 @@ class Timeline:
         return notes
 
 
-def show(
-    trace: str | os.PathLike[str], write: Write, *, view: str = "timeline", width: int = 100, seq: int | None = None
+def show_trace(
+    trace: str | os.PathLike[str], write: Write, *, view: View = "timeline", width: int = 100, seq: int | None = None
 ) -> Replay | None:
     """Write the trace at `trace` through `write`, one record at a time.
 

@@ -62,12 +62,14 @@ def _show(args: argparse.Namespace) -> int:
     import shutil
 
     from ._errors import TraceCorruption
-    from ._show import show
+    from ._show import View, show_trace
 
-    view = "golden" if args.golden else "json" if args.json else "record" if args.record is not None else "timeline"
+    view: View = "timeline"
+    if args.golden or args.json or args.record is not None:
+        view = "golden" if args.golden else "json" if args.json else "record"
     width = args.width or shutil.get_terminal_size((100, 24)).columns
     try:
-        show(args.trace, sys.stdout.write, view=view, width=width, seq=args.record)
+        show_trace(args.trace, sys.stdout.write, view=view, width=width, seq=args.record)
     except TraceCorruption as e:
         sys.stdout.flush()  # what came before the damage, then the damage
         return _corruption(e)
