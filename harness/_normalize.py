@@ -245,6 +245,19 @@ class Loaded:
 
     def forward(self) -> Generator[tuple[Item, int]]:
         """Each record from the first, with where it starts (a byte offset in a trace file, else its index)."""
+        try:
+            yield from self._forward()
+        except OSError as e:  # a read error after replay() read it (EIO): named, never a traceback
+            raise HarnessError(f"{self.name}: cannot read: {e.strerror}") from None
+
+    def backward(self) -> Generator[tuple[Item, int]]:
+        """Each record from the last, with where it starts (as forward())."""
+        try:
+            yield from self._backward()
+        except OSError as e:
+            raise HarnessError(f"{self.name}: cannot read: {e.strerror}") from None
+
+    def _forward(self) -> Generator[tuple[Item, int]]:
         if self._path is None:
             yield from ((r, i) for i, r in enumerate(self._records or ()))
             return
@@ -266,8 +279,7 @@ class Loaded:
             if rest or n != self._n:
                 raise self._changed()
 
-    def backward(self) -> Generator[tuple[Item, int]]:
-        """Each record from the last, with where it starts (as forward())."""
+    def _backward(self) -> Generator[tuple[Item, int]]:
         if self._path is None:
             records = self._records or ()
             yield from ((records[i], i) for i in range(len(records) - 1, -1, -1))
@@ -295,9 +307,12 @@ class Loaded:
         self._norm.clear()
         if self._path is None:
             return
-        with open(self._path, "rb") as f:
-            f.seek(start)
-            data = f.read(stop - start)
+        try:
+            with open(self._path, "rb") as f:
+                f.seek(start)
+                data = f.read(stop - start)
+        except OSError as e:
+            raise HarnessError(f"{self.name}: cannot read: {e.strerror}") from None
         raw = data.split(b"\n")
         raw.pop()
         if len(raw) != hi - lo:
