@@ -59,6 +59,17 @@ def make_agent() -> tuple[Any, dict[str, Any], None]:
     return planner, {name: tool(name) for name in ("lookup", "pay", "email", "ticket", "close")}, None
 
 
+def make_broken() -> tuple[Any, dict[str, Any], None]:
+    """The agent after a bad edit: its planner fails once the order is looked up."""
+
+    def broken(goal: Any, done: list[Checkpoint]) -> Step | None:
+        if done:
+            raise KeyError("amount")
+        return planner(goal, done)
+
+    return broken, make_agent()[1], None
+
+
 def record(trace: Any) -> None:
     """Record a run of the agent (the model answering) at trace."""
     harness.Executor(planner=planner, tools=make_agent()[1], trace=trace).run({"order": 42})

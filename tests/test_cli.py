@@ -284,3 +284,15 @@ def test_fork_removes_the_child_whatever_the_agent_raises(tmp_path: Path, monkey
     with pytest.raises(urllib.error.URLError):
         harness.fork(parent, at=at, value="deny", planner=planner, tools=tools, out=tmp_path / "child.jsonl")
     assert not (tmp_path / "child.jsonl").exists()
+
+
+def test_rerun_whose_agent_raises_says_why_in_one_line(tmp_path: Path) -> None:
+    recorded_refund(tmp_path)
+    cmd = [HARNESS, "rerun", "parent.jsonl", "--agent", "refund_agent:make_broken", "--out", "again.jsonl"]
+    r = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1 and r.stdout == ""
+    assert r.stderr.splitlines() == [
+        "harness rerun: the agent raised KeyError: 'amount'; what was written up to it is in again.jsonl"
+    ]
+    kept = read_records(tmp_path / "again.jsonl")  # the rerun got as far as the first step
+    assert [r["name"] for r in kept if r["kind"] == "checkpoint"] == ["lookup"]
