@@ -32,7 +32,7 @@ from typing import Any
 
 import orjson
 
-from ._errors import HarnessError
+from ._errors import HarnessError, TraceUnreadable
 from ._executor import Outcome
 from ._replay import Replay, replay
 
@@ -213,8 +213,12 @@ class Loaded:
         if isinstance(source, str | os.PathLike):
             path = os.fspath(source)
             if is_golden_file(path):
-                with open(path, "rb") as f:
-                    return cls.golden(f.read(), path)
+                try:
+                    with open(path, "rb") as f:
+                        text = f.read()
+                except OSError as e:
+                    raise TraceUnreadable(path, f"cannot read: {e.strerror}") from None
+                return cls.golden(text, path)
             return cls.trace(path)
         if isinstance(source, Sequence):
             records: Sequence[Mapping[str, Any]] = source  # type: ignore[assignment]  # str was handled above
@@ -248,14 +252,14 @@ class Loaded:
         try:
             yield from self._forward()
         except OSError as e:  # a read error after replay() read it (EIO): named, never a traceback
-            raise HarnessError(f"{self.name}: cannot read: {e.strerror}") from None
+            raise TraceUnreadable(self.name, f"cannot read: {e.strerror}") from None
 
     def backward(self) -> Generator[tuple[Item, int]]:
         """Each record from the last, with where it starts (as forward())."""
         try:
             yield from self._backward()
         except OSError as e:
-            raise HarnessError(f"{self.name}: cannot read: {e.strerror}") from None
+            raise TraceUnreadable(self.name, f"cannot read: {e.strerror}") from None
 
     def _forward(self) -> Generator[tuple[Item, int]]:
         if self._path is None:
@@ -312,7 +316,7 @@ class Loaded:
                 f.seek(start)
                 data = f.read(stop - start)
         except OSError as e:
-            raise HarnessError(f"{self.name}: cannot read: {e.strerror}") from None
+            raise TraceUnreadable(self.name, f"cannot read: {e.strerror}") from None
         raw = data.split(b"\n")
         raw.pop()
         if len(raw) != hi - lo:

@@ -30,7 +30,7 @@ from typing import Any, Literal
 import orjson
 
 from ._diff import describe_record
-from ._errors import HarnessError
+from ._errors import HarnessError, TraceUnreadable
 from ._normalize import GOLDEN_HEAD, is_golden_file, normalize_record, parse_golden
 from ._replay import Replay, replay
 
@@ -160,7 +160,7 @@ def show_trace(
             with open(path, "rb") as f:
                 records = parse_golden(f.read(), path)
         except OSError as e:
-            raise HarnessError(f"{path}: cannot read: {e.strerror}") from None
+            raise TraceUnreadable(path, f"cannot read: {e.strerror}") from None
         if view == "golden":
             write(GOLDEN_HEAD + "\n")
         for n, rec in enumerate(records, 1):
