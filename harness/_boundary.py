@@ -13,7 +13,13 @@ Rules kept here:
 - an exception raised by a call is recorded as the crossing's outcome,
   then raised again;
 - a strict session (rerun, fork) never calls live: a missing crossing is a
-  ReplayViolation, a different request a ReplayDrift.
+  ReplayViolation, a different request a ReplayDrift;
+- a request is redacted (the session's `Redaction`) before it is hashed,
+  compared or written, and a response or error before it is written;
+- a crossing may bring its own `match`: a function from a request to the
+  part of it that must be equal (`harness.http` drops ignored query
+  parameters and body fields this way). It is applied to the recorded and
+  to the new request alike; the stored `hash` is the hash of that part.
 """
 
 from __future__ import annotations
@@ -23,29 +29,39 @@ import sys
 import time
 import uuid as _uuid
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from contextvars import ContextVar
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ._errors import ReplayDrift, ReplayViolation, ToolError
 from ._journal import check_value
+from ._redact import DEFAULT, Redaction
 from ._replay import Crossing, request_hash
 
 if TYPE_CHECKING:
     from ._journal import Journal
 
 T = TypeVar("T")
+Match = Callable[[Any], Any]  # a request -> the part of it a recorded crossing must equal
 _current: ContextVar[Session | None] = ContextVar("harness_session", default=None)
 
 
 class Session:
     """The crossings of one run: where new ones are written and recorded ones come from."""
 
-    def __init__(self, journal: Journal | None, recorded: Iterable[Crossing] = (), *, strict: bool = False):
+    def __init__(
+        self,
+        journal: Journal | None,
+        recorded: Iterable[Crossing] = (),
+        *,
+        strict: bool = False,
+        redact: Redaction = DEFAULT,
+    ):
         self.journal = journal
         self.recorded = deque(recorded)
         self.strict = strict
+        self.redact = redact
         self.nested = False
         self.live_calls = 0
 
@@ -54,7 +70,7 @@ class Session:
         """Whether a crossing may be served from the recording (or must be, in a strict session)."""
         return self.strict or bool(self.recorded)
 
-    def serve(self, kind: str, request: Any) -> Crossing | None:
+    def serve(self, kind: str, request: Any, match: Match | None = None) -> Crossing | None:
         """The recorded crossing to use instead of a live call, or None to call live."""
         if not self.recorded:
             if self.strict:
@@ -64,12 +80,13 @@ class Session:
                 )
             return None
         rec = self.recorded[0]
-        if rec.kind == kind and rec.hash == request_hash(kind, request):
+        if rec.kind == kind and same(kind, rec, request, match):
             return self.recorded.popleft()
         if not self.strict:  # resuming changed code: the rest of the old recording no longer applies
             self.recorded.clear()
             return None
-        fields = differences(rec.request, request) if rec.kind == kind else {"kind": (rec.kind, kind)}
+        was, now = (rec.request, request) if match is None else (match(rec.request), match(request))
+        fields = differences(was, now) if rec.kind == kind else {"kind": (rec.kind, kind)}
         shown = "; ".join(f"{k}: recorded {a!r}, now {b!r}" for k, a, b in ((k, *v) for k, v in fields.items()))
         raise ReplayDrift(
             f"seq {rec.seq}: the run drifted from its recording at a {rec.kind} crossing: {shown}",
@@ -78,11 +95,16 @@ class Session:
             fields=fields,
         )
 
-    def cross(self, kind: str, request: Any, call: Callable[[], T]) -> T:
+    def enter(self, kind: str, request: Any, match: Match | None = None) -> tuple[Any, Crossing | None]:
+        """The request as it is compared and written (redacted), and the crossing to serve, if any."""
+        check_value("request", request)  # before it is hashed: NotSerializable, not orjson's TypeError
+        request = self.redact(request)
+        return request, self.serve(kind, request, match)
+
+    def cross(self, kind: str, request: Any, call: Callable[[], T], match: Match | None = None) -> T:
         if self.nested:
             return call()
-        check_value("request", request)  # before it is hashed: NotSerializable, not orjson's TypeError
-        rec = self.serve(kind, request)
+        request, rec = self.enter(kind, request, match)
         if rec is not None:
             return outcome(rec)  # type: ignore[no-any-return]
         self.live_calls += 1
@@ -90,16 +112,36 @@ class Session:
         try:
             response = call()
         except Exception as e:
-            self._record(kind, request, "error", error_of(e))
+            self._record(kind, request, "error", error_of(e), match)
             raise
         finally:  # also after a KeyboardInterrupt: later crossings must still be recorded
             self.nested = False
-        self._record(kind, request, "response", response)
+        self._record(kind, request, "response", response, match)
         return response
 
-    def _record(self, kind: str, request: Any, outcome: str, value: Any) -> None:
+    async def across(self, kind: str, request: Any, acall: Callable[[], Awaitable[T]], match: Match | None = None) -> T:
+        """cross() for a coroutine: the same recording, serving and strict rerun errors."""
+        if self.nested:
+            return await acall()
+        request, rec = self.enter(kind, request, match)
+        if rec is not None:
+            return outcome(rec)  # type: ignore[no-any-return]
+        self.live_calls += 1
+        self.nested = True
+        try:
+            response = await acall()
+        except Exception as e:
+            self._record(kind, request, "error", error_of(e), match)
+            raise
+        finally:
+            self.nested = False
+        self._record(kind, request, "response", response, match)
+        return response
+
+    def _record(self, kind: str, request: Any, outcome: str, value: Any, match: Match | None = None) -> None:
         assert self.journal is not None
-        fields = {"boundary": kind, "request": request, "hash": request_hash(kind, request), outcome: value}
+        key = request if match is None else match(request)
+        fields = {"boundary": kind, "request": request, "hash": request_hash(kind, key), outcome: self.redact(value)}
         self.journal.append("crossing", fields, check=(outcome,))
 
     def activate(self) -> Any:
@@ -145,6 +187,13 @@ def rebuild(error: dict[str, str]) -> BaseException:
     return ToolError(f"{error['type']}: {error['message']}")
 
 
+def same(kind: str, rec: Crossing, request: Any, match: Match | None) -> bool:
+    """Whether a recorded crossing answers request: equal hashes of both (of what match keeps of both)."""
+    if match is None:
+        return rec.hash == request_hash(kind, request)
+    return request_hash(kind, match(rec.request)) == request_hash(kind, match(request))
+
+
 def differences(recorded: Any, now: Any, where: str = "") -> dict[str, tuple[Any, Any]]:
     """Paths where two JSON values differ, with both values, as `harness diff` names them.
 
@@ -167,12 +216,28 @@ def differences(recorded: Any, now: Any, where: str = "") -> dict[str, tuple[Any
     return {where or "request": (recorded, now)}
 
 
-def boundary(kind: str, request: Any, call: Callable[[], T]) -> T:
-    """Cross a boundary: record (or, on re-execution, serve) what `call()` returns for `request`."""
+def boundary(kind: str, request: Any, call: Callable[[], T], *, match: Match | None = None) -> T:
+    """Cross a boundary: record (or, on re-execution, serve) what `call()` returns for `request`.
+
+    `match(request)` (optional) is the part of a request a recorded one must equal to be served.
+    """
     session = _current.get()
     if session is None:
         return call()
-    return session.cross(kind, request, call)
+    return session.cross(kind, request, call, match)
+
+
+async def aboundary(kind: str, request: Any, acall: Callable[[], Awaitable[T]], *, match: Match | None = None) -> T:
+    """boundary() for async code: `await acall()` is recorded (or served) for `request`."""
+    session = _current.get()
+    if session is None:
+        return await acall()
+    return await session.across(kind, request, acall, match)
+
+
+def active() -> bool:
+    """Whether a run (an Executor or a Recorder) is recording or serving crossings here."""
+    return _current.get() is not None
 
 
 def now() -> datetime:

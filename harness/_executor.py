@@ -21,7 +21,7 @@ import os
 import platform
 import sys
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import KW_ONLY, dataclass, field
 from typing import Any
 
@@ -38,6 +38,7 @@ from ._errors import (
     VerificationFailed,
 )
 from ._journal import SCHEMA, Journal, a, canonical, check_value, set_aside
+from ._redact import Redaction, Rule
 from ._replay import Checkpoint, Replay, replay
 from ._runs import runs_dir
 
@@ -162,6 +163,7 @@ class Executor:
         durability: str = "flush",
         entrypoint: str | None = None,
         max_steps: int | None = MAX_STEPS,
+        redact: Redaction | Iterable[Rule] | None = None,
     ):
         if not isinstance(tools, Mapping):
             raise TypeError(
@@ -184,6 +186,8 @@ class Executor:
         self.durability = durability
         self.entrypoint = entrypoint or (sys.argv[0] if sys.argv and sys.argv[0] else "<python>")
         self.max_steps = max_steps
+        # secrets replaced by a marker in every value written (None: the default rules; a list adds to them)
+        self.redact = Redaction.of(redact)
         for name, tool in self.tools.items():
             if type(name) is not str:
                 raise TypeError(f"tools must be a dict of name -> callable or harness.Tool; key {name!r} is not a str")
@@ -224,11 +228,11 @@ class Executor:
     def _start(
         self, journal: Journal, goal: Any, run_id: str, *, session: Session | None = None, **lineage: Any
     ) -> Outcome:
-        header = {"schema": SCHEMA, "run_id": run_id, "goal": goal, "tools": self.contracts}
+        header = {"schema": SCHEMA, "run_id": run_id, "goal": self.redact(goal), "tools": self.contracts}
         header.update(lineage)
         header["env"] = environment(self.entrypoint)
         journal.append("header", header, sync=True)
-        run = _Run(journal, session or Session(journal), goal, run_id, [], S.INIT)
+        run = _Run(journal, session or Session(journal, redact=self.redact), goal, run_id, [], S.INIT)
         run.move(S.PLAN)
         return self._drive(run)
 
@@ -242,7 +246,7 @@ class Executor:
             set_aside(path, 0)
             journal.continue_after(0, 0, 0)
             return self._start(journal, goal, uuid.uuid4().hex)
-        if canonical(rep.goal) != canonical(goal):
+        if canonical(rep.goal) != canonical(self.redact(goal)):
             raise ResumeMismatch(path, "goal", rep.goal, goal)
         if rep.header.get("tools") != self.contracts:
             raise ResumeMismatch(path, "tools", rep.header.get("tools"), self.contracts)
@@ -253,7 +257,7 @@ class Executor:
         journal.append(
             "resume", {"set_aside": os.path.basename(aside) if aside else None, "env": environment(self.entrypoint)}
         )
-        session = Session(journal, rep.resumable_crossings())
+        session = Session(journal, rep.resumable_crossings(), redact=self.redact)
         return self._continue(journal, session, rep)
 
     def _continue(self, journal: Journal, session: Session, rep: Replay) -> Outcome:
@@ -328,8 +332,8 @@ class Executor:
                         if self._retry_or_fail(run, error):
                             return run.outcome(error)
                         continue
-                    try:  # the trace's own copy, and the tool's
-                        run.result = check_value("result", raw, tool=run.intent["tool"], step=run.step)
+                    try:  # the trace's own copy (redacted: what a resumed run reads back), and the tool's
+                        run.result = self.redact(check_value("result", raw, tool=run.intent["tool"], step=run.step))
                     except NotSerializable:
                         if inspect.isawaitable(raw):
                             raise _async(f"tool {run.intent['tool']!r}", raw) from None
@@ -359,7 +363,8 @@ class Executor:
         return False
 
     def _call(self, session: Session, intent: dict[str, Any]) -> Any:
-        recorded = session.serve("tool", {"tool": intent["tool"], "args": intent["args"]}) if session.serving else None
+        request = session.redact({"tool": intent["tool"], "args": intent["args"]})
+        recorded = session.serve("tool", request) if session.serving else None
         if recorded is not None:
             if recorded.error is not None:
                 raise _Served(recorded.error)
@@ -466,8 +471,9 @@ class _Run:
         return fields
 
     def move(self, to: str, *, sync: bool = False, check: tuple[str, ...] = (), **fields: Any) -> int:
-        """Write the transition into `to` and take it."""
-        return self.journal.append("transition", self.edge(to, **fields), sync=sync, check=check)
+        """Write the transition into `to` (its values redacted) and take it."""
+        fields = self.edge(to, **self.session.redact.fields(fields))
+        return self.journal.append("transition", fields, sync=sync, check=check)
 
     def checkpoint(self, *, vouch: bool) -> None:
         """Write the checkpoint (after its vouching VERIFY -> CHECKPOINT) and move on to the next step.

@@ -13,13 +13,16 @@ Rules kept here:
   nothing is written;
 - the header and the end record are synced to disk (fsync), whatever the
   durability; with durability="fsync" every event is too;
-- nothing is written after the end: log() and end() then raise.
+- nothing is written after the end: log() and end() then raise;
+- secrets are redacted (`redact=`, default rules by default) in the goal,
+  every event's data, every crossing and the end's error before they are written.
 """
 
 from __future__ import annotations
 
 import os
 import uuid
+from collections.abc import Iterable
 from types import TracebackType
 from typing import Any
 
@@ -27,6 +30,7 @@ from ._boundary import Session, deactivate, error_of
 from ._errors import HarnessError, TraceExists
 from ._executor import environment
 from ._journal import SCHEMA, Journal, check_value
+from ._redact import Redaction, Rule
 
 STATUSES = ("success", "failure", "error")
 
@@ -45,6 +49,7 @@ class Recorder:
         entrypoint: str,
         goal: Any = None,
         durability: str = "flush",
+        redact: Redaction | Iterable[Rule] | None = None,
     ):
         check_value("goal", goal)
         if durability not in ("flush", "fsync"):
@@ -53,6 +58,7 @@ class Recorder:
         self.entrypoint = str(entrypoint)
         self.goal = goal
         self.durability = durability
+        self.redact = Redaction.of(redact)
         self.run_id = uuid.uuid4().hex
         self.status: str | None = None
         self._journal: Journal | None = None
@@ -65,14 +71,14 @@ class Recorder:
         try:
             if journal.size():
                 raise TraceExists(self.path)
-            header = {"schema": SCHEMA, "run_id": self.run_id, "goal": self.goal, "tools": {}}
+            header = {"schema": SCHEMA, "run_id": self.run_id, "goal": self.redact(self.goal), "tools": {}}
             header["env"] = environment(self.entrypoint)
             journal.append("header", header, sync=True)
         except BaseException:
             journal.close()
             raise
         self._journal = journal
-        self._token = Session(journal).activate()
+        self._token = Session(journal, redact=self.redact).activate()
         return self
 
     def log(self, type: str, data: Any = None) -> int:
@@ -80,7 +86,8 @@ class Recorder:
         journal = self._open("log")
         if not isinstance(type, str) or not type:
             raise HarnessError(f"{self.path}: an event type must be a non-empty str, not {type!r}")
-        return journal.append("event", {"type": type, "data": data}, check=("data",))
+        check_value("data", data)
+        return journal.append("event", {"type": type, "data": self.redact(data)})
 
     def end(self, status: str = "success", *, error: BaseException | None = None) -> int:
         """Write the end record (synced); returns its seq. Nothing can be logged after it."""
@@ -89,7 +96,7 @@ class Recorder:
             raise HarnessError(f"{self.path}: status must be one of {', '.join(STATUSES)}, not {status!r}")
         fields: dict[str, Any] = {"status": status}
         if error is not None:
-            fields["error"] = error_of(error)
+            fields["error"] = self.redact(error_of(error))
         seq = journal.append("end", fields, sync=True)
         self.status = status
         self._stop_recording()  # a crossing after the end would break the trace

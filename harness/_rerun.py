@@ -35,19 +35,19 @@ import uuid
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any, TypeVar, cast
+from typing import Any, cast
 
 import orjson
 
 from . import _state as S
-from ._boundary import Session, differences, outcome
+from ._boundary import Match, Session, differences, same
 from ._errors import HarnessError, ReplayDrift, ReplayViolation, TraceUnreadable
 from ._executor import MAX_STEPS, Executor, RetryPolicy, Step, Tool, environment
 from ._journal import Journal, check_value
 from ._normalize import normalize, normalize_record
+from ._redact import Redaction, Rule
 from ._replay import Checkpoint, Crossing, Replay, replay, request_hash
 
-T = TypeVar("T")
 Planner = Callable[[Any, list[Checkpoint]], Step | None]
 Verifier = Callable[[Step, Any], bool]
 
@@ -88,12 +88,14 @@ def rerun(
     verifier: Verifier | None = None,
     out: str | os.PathLike[str] | None = None,
     retry: RetryPolicy | None = None,
+    redact: Redaction | Iterable[Rule] | None = None,
 ) -> Rerun:
     """Re-execute the run recorded in `trace`, calling no tool and no model.
 
     The new trace goes to `out` when given (a new file; after a ReplayDrift
     it keeps what was written up to it), else it is only returned as
-    `.records`. `retry` defaults to what the recording shows.
+    `.records`. `retry` defaults to what the recording shows; `redact` should
+    be what the recording was made with (default: the default rules).
     """
     rec = _Recording(os.fspath(trace))
     if out is not None:
@@ -102,7 +104,7 @@ def rerun(
     path = os.fspath(out) if out is not None else os.path.join(scratch or "", "rerun.jsonl")
     try:
         stops = [*rec.resumes, *([] if rec.rep.complete else [rec.rep.last_seq + 1])]
-        done = _execute(rec, path, planner, tools, verifier, retry, stops=stops)
+        done = _execute(rec, path, planner, tools, verifier, retry, stops=stops, redact=redact)
         return done if out is not None else replace(done, trace=None)
     finally:
         if scratch is not None:
@@ -119,6 +121,7 @@ def fork(
     verifier: Verifier | None = None,
     out: str | os.PathLike[str] | None = None,
     retry: RetryPolicy | None = None,
+    redact: Redaction | Iterable[Rule] | None = None,
 ) -> Rerun:
     """Re-execute `trace` up to the crossing at seq `at`, answer it with `value`, run the rest live.
 
@@ -148,6 +151,7 @@ def fork(
             branch=at,
             value=value,
             run_id=run_id,
+            redact=redact,
         )
     except BaseException:  # a child that is no whole fork of its parent: leave nothing half made behind
         if os.path.exists(path):
@@ -245,24 +249,26 @@ class _Replaying(Session):
 
     journal: _Writer
 
-    def __init__(self, journal: _Writer, recorded: Iterable[Crossing], *, branch: int | None, value: Any):
-        super().__init__(journal, recorded, strict=True)
+    def __init__(
+        self, journal: _Writer, recorded: Iterable[Crossing], *, branch: int | None, value: Any, redact: Redaction
+    ):
+        super().__init__(journal, recorded, strict=True, redact=redact)
         self.again: deque[Crossing] = deque()  # served again after a seam, already in the new trace
         self.branch, self.value = branch, value
         self.live = False
         self.failure: HarnessError | None = None  # kept in case agent code swallows it
 
-    def take(self, kind: str, request: Any) -> tuple[Crossing, bool]:
+    def take(self, kind: str, request: Any, match: Match | None = None) -> tuple[Crossing, bool]:
         """The crossing to serve, and whether the new trace holds it already."""
         if self.again:
             rec = self.again[0]
-            if rec.kind == kind and rec.hash == request_hash(kind, request):
+            if rec.kind == kind and same(kind, rec, request, match):
                 return self.again.popleft(), True
             self.again.clear()  # as a resume does: the old crossings no longer apply
         if self.journal.at_stop():
             raise _Seam
         try:
-            found = Session.serve(self, kind, request)
+            found = Session.serve(self, kind, request, match)
         except ReplayViolation as e:
             seq = self.journal.seq + 1  # where the recording would have had to hold it
             violation = ReplayViolation(f"seq {seq}: {e}", seq=seq, line=seq)
@@ -289,19 +295,22 @@ class _Replaying(Session):
             found = replace(found, response=self.value, error=None)
         return found, False
 
-    def serve(self, kind: str, request: Any) -> Crossing | None:
-        return None if self.live else self.take(kind, request)[0]
+    def serve(self, kind: str, request: Any, match: Match | None = None) -> Crossing | None:
+        return None if self.live else self.take(kind, request, match)[0]
 
-    def cross(self, kind: str, request: Any, call: Callable[[], T]) -> T:
-        if self.nested or self.live:
-            return super().cross(kind, request, call)
+    def enter(self, kind: str, request: Any, match: Match | None = None) -> tuple[Any, Crossing | None]:
+        """Serve the crossing and write it to the new trace as the recording has it (live after a branch)."""
+        if self.live:
+            return super().enter(kind, request, match)
         check_value("request", request)
-        rec, written = self.take(kind, request)
-        if not written:
-            fields = {"boundary": kind, "request": request, "hash": request_hash(kind, request)}
-            fields.update({"response": rec.response} if rec.error is None else {"error": rec.error})
-            self.journal.append("crossing", fields)
-        return outcome(rec)  # type: ignore[no-any-return]
+        request = self.redact(request)
+        rec, written = self.take(kind, request, match)
+        if not written:  # the recorded request: what matching ignores stays as it was recorded
+            key = rec.request if match is None else match(rec.request)
+            fields = {"boundary": kind, "request": rec.request, "hash": request_hash(kind, key)}
+            fields.update({"response": self.redact(rec.response)} if rec.error is None else {"error": rec.error})
+            self.journal.append("crossing", fields, check=("response",) if rec.error is None else ())
+        return request, rec
 
 
 def _execute(
@@ -316,6 +325,7 @@ def _execute(
     branch: int | None = None,
     value: Any = None,
     run_id: str | None = None,
+    redact: Redaction | Iterable[Rule] | None = None,
 ) -> Rerun:
     env = rec.rep.header.get("env") or {}
     ex = Executor(
@@ -326,6 +336,7 @@ def _execute(
         retry=retry or rec.retry(),
         max_steps=rec.max_steps(),
         entrypoint=str(env.get("entrypoint") or "<rerun>"),
+        redact=redact,
     )
     run_id = run_id or uuid.uuid4().hex
     lineage: dict[str, Any] = {"parent": rec.rep.run_id}
@@ -334,7 +345,7 @@ def _execute(
     writer = cast(_Writer, _Writer.open(path))
     with writer:
         writer.stops, writer.below, writer.parent = deque(stops), branch or 0, rec.records
-        session = _Replaying(writer, rec.crossings, branch=branch, value=value)
+        session = _Replaying(writer, rec.crossings, branch=branch, value=value, redact=ex.redact)
         try:
             _drive(ex, writer, session, rec, run_id, lineage)
         except (ReplayDrift, ReplayViolation) as e:
