@@ -6,8 +6,9 @@ the run from that file and refuses a trace that cannot support its story.
 """
 
 from importlib.metadata import PackageNotFoundError, version
+from typing import Any
 
-from ._boundary import boundary, llm, now, random, uuid4
+from ._boundary import aboundary, boundary, llm, now, random, uuid4
 from ._diff import Diff, diff
 from ._errors import (
     HarnessError,
@@ -27,6 +28,7 @@ from ._executor import Executor, Outcome, RetryPolicy, Step, Tool
 from ._normalize import normalize
 from ._reconcile import reconcile
 from ._recorder import Recorder
+from ._redact import MARKER, Redaction, RedactionRuleError
 from ._replay import Checkpoint, Crossing, Replay, replay
 from ._rerun import Rerun, fork, rerun
 from ._runs import RunInfo, list_runs
@@ -36,7 +38,18 @@ try:  # the distribution is harness-trace: `harness` on the package index is an 
 except PackageNotFoundError:  # running from a source tree that was never installed
     __version__ = "0+unknown"
 
+
+def __getattr__(name: str) -> Any:
+    """`harness.http` is imported on first use: it needs the optional httpx (`harness[http]`)."""
+    if name == "http":
+        import importlib
+
+        return importlib.import_module(".http", __name__)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 __all__ = [
+    "MARKER",
     "Checkpoint",
     "Crossing",
     "Diff",
@@ -46,6 +59,8 @@ __all__ = [
     "NotSerializable",
     "Outcome",
     "Recorder",
+    "Redaction",
+    "RedactionRuleError",
     "Replay",
     "ReplayDrift",
     "ReplayViolation",
@@ -62,6 +77,7 @@ __all__ = [
     "TraceUnreadable",
     "VerificationFailed",
     "__version__",
+    "aboundary",
     "boundary",
     "diff",
     "fork",

@@ -167,10 +167,7 @@ class Redaction:
 
     def text(self, s: str) -> str:
         for p in self._patterns:
-            if p.groups:
-                s = p.sub(self._group, s)
-            else:
-                s = p.sub(self.marker, s)
+            s = p.sub(self._group, s) if p.groups else p.sub(self.marker, s)
         return s
 
     def _group(self, m: re.Match[str]) -> str:

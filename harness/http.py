@@ -1,0 +1,415 @@
+"""Record every request an httpx client makes, with no change to the code that uses the client.
+
+`transport()` and `async_transport()` return httpx transports that wrap
+`httpx.HTTPTransport` / `httpx.AsyncHTTPTransport`. Give one to a client
+(`httpx.Client(transport=harness.http.transport())`), or give that client to
+an SDK that takes an `http_client` (openai, anthropic): inside a run
+(an Executor or a Recorder) every request is a boundary of kind `http`,
+recorded, and served from the recording on resume, rerun and fork. Outside a
+run the transport just calls through.
+
+What a crossing holds (all JSON):
+- request: `method`, `url`, `headers` (lower-case names; all but the
+  volatile ones in `VOLATILE_HEADERS`), and the body as `body` (parsed JSON,
+  when the content type is JSON), `text` (UTF-8 text) or `base64`; no body
+  key when the body is empty;
+- response: `status`, `headers`, and the body the same way, or, for a
+  streamed response (`text/event-stream`, or chunked transfer encoding),
+  `chunks`: the list of chunks as received (each a str, or `{"base64": ...}`),
+  served again chunk for chunk;
+- an error (connection refused, a timeout) is the crossing's error and is
+  raised again, as the same httpx exception class, on rerun.
+
+Rules kept here:
+- matching (`match_on`, `ignore_query`, `ignore_body`) decides which part of a
+  request must equal the recorded one; the request is stored whole (redacted),
+  and both sides are cut down the same way before they are compared;
+- the response body reaches the client decoded (no content-encoding), and a
+  JSON body is served as the same JSON value, not necessarily the same bytes;
+- while recording, a streamed response is read whole before the client sees
+  its first chunk: chunk boundaries are kept, the pacing is not;
+- secrets go through the transport's `redact=` rules, then the run's, before
+  the request is hashed and before anything is written; the live client
+  still receives the real response.
+
+httpx is an optional extra: `pip install 'harness[http]'`.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from ._boundary import aboundary, active, boundary
+from ._errors import HarnessError
+from ._journal import problem
+from ._redact import Redaction, Rule, parse_path
+
+try:
+    import httpx
+except ImportError:  # pragma: no cover - exercised where httpx is absent
+    raise HarnessError("harness.http needs httpx: pip install 'harness[http]' (or pip install httpx)") from None
+
+__all__ = ["MATCH_ON", "VOLATILE_HEADERS", "AsyncRecordingTransport", "Matcher", "RecordingTransport",
+           "async_transport", "transport"]  # fmt: skip
+
+KIND = "http"
+MATCH_ON = ("method", "url", "body")
+FIELDS = ("method", "scheme", "host", "port", "path", "query", "url", "headers", "body")
+# names (or prefixes, ending in *) of headers that change between two runs of the same program
+VOLATILE_HEADERS = (
+    "user-agent", "content-length", "host", "connection", "keep-alive", "accept-encoding", "content-encoding",
+    "transfer-encoding", "date", "server", "x-stainless-*", "traceparent", "tracestate",
+)  # fmt: skip
+_BODY_KEYS = ("body", "text", "base64")
+_NOT_SERVED = frozenset({"content-length", "content-encoding", "transfer-encoding"})  # the body is served decoded
+
+
+@dataclass(frozen=True, slots=True)
+class Matcher:
+    """Which part of a request a recorded request must equal (vcrpy's `match_on`).
+
+    `on`: any of method, scheme, host, port, path, query, url (all five),
+    headers, body. `ignore_query`: query parameter names left out of the
+    url/query. `ignore_body`: JSON paths left out of a JSON body
+    (`$.timestamp`, `$.metadata.request_id`, `$.messages[*].id`).
+    Calling it on a recorded request gives what is compared (and hashed).
+    """
+
+    on: tuple[str, ...] = MATCH_ON
+    ignore_query: frozenset[str] = frozenset()
+    ignore_body: tuple[str, ...] = ()
+    _paths: tuple[tuple[str | int, ...], ...] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        on = (self.on,) if isinstance(self.on, str) else tuple(self.on)
+        bad = [f for f in on if f not in FIELDS]
+        if bad or not on:
+            raise HarnessError(
+                f"match_on {self.on!r}: {'unknown field ' + repr(bad[0]) if bad else 'names no field'}; "
+                f"choose among {', '.join(FIELDS)}"
+            )
+        object.__setattr__(self, "on", on)
+        object.__setattr__(self, "ignore_query", frozenset(self.ignore_query))
+        paths = (self.ignore_body,) if isinstance(self.ignore_body, str) else tuple(self.ignore_body)
+        object.__setattr__(self, "ignore_body", paths)
+        object.__setattr__(self, "_paths", tuple(parse_path(p) for p in paths))
+
+    def __call__(self, request: Any) -> Any:
+        if not isinstance(request, dict):
+            return request
+        out: dict[str, Any] = {}
+        url = _url_parts(request.get("url"), self.ignore_query)
+        for f in self.on:
+            if f == "method":
+                out[f] = str(request.get("method", "")).upper()
+            elif f == "url":
+                out[f] = url
+            elif f in ("scheme", "host", "port", "path", "query"):
+                out[f] = url.get(f)
+            elif f == "headers":
+                out[f] = request.get("headers")
+            else:
+                out[f] = self._body(request)
+        return out
+
+    def _body(self, request: dict[str, Any]) -> Any:
+        for key in _BODY_KEYS:
+            if key in request:
+                value = request[key]
+                if key == "body":
+                    for path in self._paths:
+                        value = _drop(value, path)
+                return {key: value}
+        return None
+
+
+def _url_parts(url: Any, ignore: frozenset[str]) -> dict[str, Any]:
+    if not isinstance(url, str):
+        return {"url": url}
+    u = httpx.URL(url)
+    query = sorted([k, v] for k, v in u.params.multi_items() if k not in ignore)
+    return {"scheme": u.scheme, "host": u.host, "port": u.port, "path": u.path, "query": query}
+
+
+def _drop(value: Any, path: tuple[str | int, ...]) -> Any:
+    """value without what path reaches (a copy; the input is not touched)."""
+    step, rest = path[0], path[1:]
+    if isinstance(value, dict):
+        keys = list(value) if step == "*" else [step] if step in value else []
+        if not keys:
+            return value
+        out = dict(value)
+        for k in keys:
+            if rest:
+                out[k] = _drop(value[k], rest)
+            else:
+                del out[k]
+        return out
+    if isinstance(value, list):
+        if step == "*":
+            idx = list(range(len(value)))
+        elif isinstance(step, int) and -len(value) <= step < len(value):
+            idx = [step % len(value)]
+        else:
+            return value
+        if not rest:
+            return [v for i, v in enumerate(value) if i not in idx]
+        lst = list(value)
+        for i in idx:
+            lst[i] = _drop(value[i], rest)
+        return lst
+    return value
+
+
+def _skip(skip_headers: Iterable[str]) -> Callable[[str], bool]:
+    names = {h.lower() for h in skip_headers if not h.endswith("*")}
+    prefixes = tuple(h[:-1].lower() for h in skip_headers if h.endswith("*"))
+    return lambda name: name in names or name.startswith(prefixes)
+
+
+def _headers(pairs: Iterable[tuple[str, str]], skip: Callable[[str], bool]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for name, value in pairs:
+        name = name.lower()
+        if skip(name):
+            continue
+        if name in out:  # a repeated header (set-cookie): its values in order
+            had = out[name]
+            out[name] = [*had, value] if isinstance(had, list) else [had, value]
+        else:
+            out[name] = value
+    return out
+
+
+def _body(content: bytes, content_type: str) -> dict[str, Any]:
+    """The canonical form of a body: parsed JSON, UTF-8 text, or base64; {} when empty."""
+    if not content:
+        return {}
+    media = content_type.split(";", 1)[0].strip().lower()
+    if media == "application/json" or media.endswith("+json"):
+        try:
+            parsed = orjson.loads(content)
+        except orjson.JSONDecodeError:
+            parsed = None
+        else:
+            if problem(parsed) is None:
+                return {"body": parsed}
+    try:
+        return {"text": content.decode("utf-8")}
+    except UnicodeDecodeError:
+        return {"base64": base64.b64encode(content).decode("ascii")}
+
+
+def _chunk(data: bytes) -> Any:
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:  # binary, or a multi-byte character cut between two chunks
+        return {"base64": base64.b64encode(data).decode("ascii")}
+
+
+def _unchunk(chunk: Any) -> bytes:
+    if isinstance(chunk, str):
+        return chunk.encode("utf-8")
+    if isinstance(chunk, dict) and isinstance(chunk.get("base64"), str):
+        return base64.b64decode(chunk["base64"])
+    raise HarnessError(f"a recorded http chunk is {chunk!r:.80}, not a str or {{'base64': ...}}")
+
+
+def _content(recorded: dict[str, Any]) -> bytes:
+    if "body" in recorded:
+        return orjson.dumps(recorded["body"])
+    if "text" in recorded:
+        return str(recorded["text"]).encode("utf-8")
+    if "base64" in recorded:
+        return base64.b64decode(recorded["base64"])
+    return b""
+
+
+def _streamed(response: httpx.Response) -> bool:
+    media = response.headers.get("content-type", "").split(";", 1)[0].strip().lower()
+    return media == "text/event-stream" or "chunked" in response.headers.get("transfer-encoding", "").lower()
+
+
+class _Chunks(httpx.SyncByteStream, httpx.AsyncByteStream):
+    """A response body served chunk for chunk, to sync and async clients alike."""
+
+    def __init__(self, chunks: list[bytes]):
+        self.chunks = chunks
+
+    def __iter__(self) -> Iterator[bytes]:
+        yield from self.chunks
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        for c in self.chunks:
+            yield c
+
+    def close(self) -> None:
+        pass
+
+    async def aclose(self) -> None:
+        pass
+
+
+class _Recording:
+    """What the sync and async transports share: describing, matching, redacting, rebuilding."""
+
+    def __init__(
+        self,
+        match_on: Iterable[str],
+        ignore_query: Iterable[str],
+        ignore_body: Iterable[str],
+        skip_headers: Iterable[str],
+        redact: Redaction | Iterable[Rule] | None,
+    ):
+        self.match = Matcher(tuple(match_on), frozenset(ignore_query), tuple(ignore_body))
+        self.skip = _skip(tuple(skip_headers))
+        self.redact = Redaction.of(redact)
+
+    def request(self, request: httpx.Request, content: bytes) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "method": request.method,
+            "url": str(request.url),
+            "headers": _headers(request.headers.multi_items(), self.skip),
+        }
+        out.update(_body(content, request.headers.get("content-type", "")))
+        return out
+
+    def response(self, response: httpx.Response, chunks: list[bytes]) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "status": response.status_code,
+            "headers": _headers(response.headers.multi_items(), self.skip),
+        }
+        if _streamed(response):
+            out["chunks"] = [_chunk(c) for c in chunks if c]
+        else:
+            out.update(_body(b"".join(chunks), response.headers.get("content-type", "")))
+        return out
+
+    def rebuild(self, recorded: Any, request: httpx.Request) -> httpx.Response:
+        if not isinstance(recorded, dict) or type(recorded.get("status")) is not int:
+            raise HarnessError(f"a recorded http response is {recorded!r:.120}, not one harness.http wrote")
+        headers: list[tuple[str, str]] = []
+        for name, value in (recorded.get("headers") or {}).items():
+            if name.lower() not in _NOT_SERVED:
+                headers.extend((name, v) for v in (value if isinstance(value, list) else [value]))
+        if "chunks" in recorded:
+            stream: Any = _Chunks([_unchunk(c) for c in recorded["chunks"]])
+        else:
+            stream = httpx.ByteStream(_content(recorded))
+        return httpx.Response(recorded["status"], headers=headers, stream=stream, request=request)
+
+
+def _with_request(e: httpx.HTTPError, request: httpx.Request) -> None:
+    """A served httpx error carries the request, as a live one does."""
+    try:
+        e.request  # noqa: B018  # raises RuntimeError when unset
+    except RuntimeError:
+        e.request = request
+
+
+class RecordingTransport(httpx.BaseTransport):
+    """An httpx transport whose requests are recorded boundaries of kind `http` inside a run."""
+
+    def __init__(self, wrapped: httpx.BaseTransport, recording: _Recording):
+        self.wrapped, self.recording = wrapped, recording
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        if not active():
+            return self.wrapped.handle_request(request)
+        rec = self.recording
+        shown = rec.redact(rec.request(request, request.read()))
+        real: list[dict[str, Any]] = []  # the live response, unredacted: what the client gets
+
+        def live() -> dict[str, Any]:
+            response = self.wrapped.handle_request(request)
+            try:
+                chunks = list(response.iter_bytes())
+            finally:
+                response.close()
+            real.append(rec.response(response, chunks))
+            return rec.redact(real[0])  # type: ignore[no-any-return]
+
+        try:
+            recorded = boundary(KIND, shown, live, match=rec.match)
+        except httpx.HTTPError as e:
+            _with_request(e, request)
+            raise
+        return rec.rebuild(real[0] if real else recorded, request)
+
+    def close(self) -> None:
+        self.wrapped.close()
+
+
+class AsyncRecordingTransport(httpx.AsyncBaseTransport):
+    """The async twin of RecordingTransport."""
+
+    def __init__(self, wrapped: httpx.AsyncBaseTransport, recording: _Recording):
+        self.wrapped, self.recording = wrapped, recording
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        if not active():
+            return await self.wrapped.handle_async_request(request)
+        rec = self.recording
+        shown = rec.redact(rec.request(request, await request.aread()))
+        real: list[dict[str, Any]] = []
+
+        async def live() -> dict[str, Any]:
+            response = await self.wrapped.handle_async_request(request)
+            try:
+                chunks = [c async for c in response.aiter_bytes()]
+            finally:
+                await response.aclose()
+            real.append(rec.response(response, chunks))
+            return rec.redact(real[0])  # type: ignore[no-any-return]
+
+        try:
+            recorded = await aboundary(KIND, shown, live, match=rec.match)
+        except httpx.HTTPError as e:
+            _with_request(e, request)
+            raise
+        return rec.rebuild(real[0] if real else recorded, request)
+
+    async def aclose(self) -> None:
+        await self.wrapped.aclose()
+
+
+def transport(
+    *,
+    match_on: Iterable[str] = MATCH_ON,
+    ignore_query: Iterable[str] = (),
+    ignore_body: Iterable[str] = (),
+    skip_headers: Iterable[str] = VOLATILE_HEADERS,
+    redact: Redaction | Iterable[Rule] | None = None,
+    wrap: httpx.BaseTransport | None = None,
+    **options: Any,
+) -> RecordingTransport:
+    """An httpx transport that records each request as an `http` crossing inside a run.
+
+    `wrap`: the transport that makes the live calls (default
+    `httpx.HTTPTransport(**options)`, e.g. `retries=2`, `verify=False`).
+    `skip_headers`: header names (or prefixes ending in `*`) not recorded.
+    `redact`: rules added to the defaults (see `harness.Redaction`).
+    See the module docstring for matching.
+    """
+    inner = wrap if wrap is not None else httpx.HTTPTransport(**options)
+    return RecordingTransport(inner, _Recording(match_on, ignore_query, ignore_body, skip_headers, redact))
+
+
+def async_transport(
+    *,
+    match_on: Iterable[str] = MATCH_ON,
+    ignore_query: Iterable[str] = (),
+    ignore_body: Iterable[str] = (),
+    skip_headers: Iterable[str] = VOLATILE_HEADERS,
+    redact: Redaction | Iterable[Rule] | None = None,
+    wrap: httpx.AsyncBaseTransport | None = None,
+    **options: Any,
+) -> AsyncRecordingTransport:
+    """transport() for `httpx.AsyncClient` (and `openai.AsyncOpenAI(http_client=...)`)."""
+    inner = wrap if wrap is not None else httpx.AsyncHTTPTransport(**options)
+    return AsyncRecordingTransport(inner, _Recording(match_on, ignore_query, ignore_body, skip_headers, redact))

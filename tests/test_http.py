@@ -1,0 +1,305 @@
+"""harness.http against a real OpenAI-compatible server on 127.0.0.1, driven by the real openai client.
+
+Each test records a run while the server answers, stops the server (its
+port then refuses connections), and re-executes: any live call would fail.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+import harness
+from harness import Executor, Recorder, ReplayDrift, Step, fork, replay, rerun
+
+httpx = pytest.importorskip("httpx", reason="harness.http needs httpx: pip install 'harness[test]'")
+openai = pytest.importorskip("openai", reason="the end-to-end tests drive the real openai client")
+
+from harness import http as hhttp  # noqa: E402  # after the skip: it needs httpx
+
+from chat_server import ChatServer  # noqa: E402
+
+KEY = "sk-test-REALKEY0123456789abcdefXYZ"
+OTHER_KEY = "sk-test-OTHERKEY9876543210zyxwvuABC"
+
+
+@pytest.fixture
+def server() -> Iterator[ChatServer]:
+    s = ChatServer()
+    try:
+        yield s
+    finally:
+        if s.thread.is_alive():
+            s.stop()
+
+
+def chat_agent(url: str, key: str = KEY, *, stream: bool = False, asynchronous: bool = False, **options: Any) -> Any:
+    """(planner, tools, verifier): one model question per step, each answer noted by a tool."""
+    client = openai.OpenAI(
+        base_url=url + "/v1", api_key=key, max_retries=0, http_client=httpx.Client(transport=hhttp.transport(**options))
+    )
+
+    def ask(question: str) -> str:
+        messages = [{"role": "user", "content": question}]
+        if asynchronous:
+            return asyncio.run(ask_async(messages))
+        if stream:
+            chunks = client.chat.completions.create(model="test-model", messages=messages, stream=True)
+            return "".join(c.choices[0].delta.content or "" for c in chunks)
+        reply = client.chat.completions.create(model="test-model", messages=messages)
+        return reply.choices[0].message.content or ""
+
+    async def ask_async(messages: list[dict[str, str]]) -> str:
+        transport = hhttp.async_transport(**options)
+        async with openai.AsyncOpenAI(
+            base_url=url + "/v1", api_key=key, max_retries=0, http_client=httpx.AsyncClient(transport=transport)
+        ) as aclient:
+            if stream:
+                chunks = await aclient.chat.completions.create(model="test-model", messages=messages, stream=True)
+                return "".join([c.choices[0].delta.content or "" async for c in chunks])
+            reply = await aclient.chat.completions.create(model="test-model", messages=messages)
+            return reply.choices[0].message.content or ""
+
+    def planner(goal: dict[str, Any], progress: list[Any]) -> Step | None:
+        if len(progress) == len(goal["questions"]):
+            return None
+        question = goal["questions"][len(progress)]
+        return Step(name=f"ask {len(progress)}", tool="note", args={"question": question, "answer": ask(question)})
+
+    return planner, {"note": lambda question, answer: {"noted": answer}}, None
+
+
+GOAL = {"questions": ["what is a journal", "why append only"]}
+
+
+def record(url: str, trace: Path, **options: Any) -> harness.Outcome:
+    planner, tools, verifier = chat_agent(url, **options)
+    return Executor(planner=planner, tools=tools, verifier=verifier, trace=trace).run(GOAL)
+
+
+def http_crossings(trace: Path) -> list[harness.Crossing]:
+    return [c for c in replay(trace).crossings if c.kind == "http"]
+
+
+def all_bytes(folder: Path) -> bytes:
+    return b"".join(p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file())
+
+
+def test_openai_run_is_recorded_and_reruns_with_the_server_stopped(server: ChatServer, trace: Path) -> None:
+    out = record(server.url, trace)
+    assert out.state == "DONE"
+    assert [c.result["noted"] for c in out.checkpoints] == ["echo: what is a journal", "echo: why append only"]
+    assert [s["authorization"] for s in server.seen] == [f"Bearer {KEY}"] * 2  # the live calls had the key
+
+    calls = http_crossings(trace)
+    assert len(calls) == 2
+    req, resp = calls[0].request, calls[0].response
+    assert req["method"] == "POST" and req["url"] == f"{server.url}/v1/chat/completions"
+    assert req["body"]["messages"] == [{"role": "user", "content": "what is a journal"}]
+    assert req["headers"]["authorization"] == "[REDACTED]"
+    assert "user-agent" not in req["headers"] and not any(h.startswith("x-stainless") for h in req["headers"])
+    assert resp["status"] == 200 and resp["headers"]["content-type"] == "application/json"
+    assert resp["body"]["choices"][0]["message"]["content"] == "echo: what is a journal"
+
+    server.stop()
+    with pytest.raises(httpx.ConnectError):  # nobody answers any more
+        httpx.post(server.url + "/v1/chat/completions", json={})
+    planner, tools, verifier = chat_agent(server.url, OTHER_KEY)  # another key: redacted before hashing
+    again = rerun(trace, planner=planner, tools=tools, verifier=verifier, out=trace.parent / "again.jsonl")
+    assert again.equal and again.live_calls == 0 and again.state == "DONE"
+    assert len(server.seen) == 2
+
+
+def test_a_fork_changes_one_model_answer(server: ChatServer, trace: Path) -> None:
+    record(server.url, trace)
+    server.stop()
+    last = http_crossings(trace)[-1]
+    answer = orjson.loads(orjson.dumps(last.response))
+    answer["body"]["choices"][0]["message"]["content"] = "because a crash cannot tear what is already written"
+    planner, tools, verifier = chat_agent(server.url)
+    child = fork(trace, at=last.seq, value=answer, planner=planner, tools=tools, verifier=verifier,
+                 out=trace.parent / "child.jsonl")  # fmt: skip
+    assert child.state == "DONE" and child.branch == last.seq
+    notes = [c.result["noted"] for c in replay(trace.parent / "child.jsonl").checkpoints]
+    assert notes == ["echo: what is a journal", "because a crash cannot tear what is already written"]
+    assert harness.diff(trace, trace.parent / "child.jsonl").first is not None
+    assert len(server.seen) == 2  # served up to the branch, and nothing after it needed the model
+
+
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "async"])
+def test_a_streamed_answer_is_recorded_whole_and_replayed_chunk_for_chunk(
+    server: ChatServer, trace: Path, asynchronous: bool
+) -> None:
+    out = record(server.url, trace, stream=True, asynchronous=asynchronous)
+    assert [c.result["noted"] for c in out.checkpoints] == ["echo: what is a journal", "echo: why append only"]
+    resp = http_crossings(trace)[0].response
+    assert resp["headers"]["content-type"] == "text/event-stream" and "body" not in resp
+    chunks = resp["chunks"]
+    assert len(chunks) == 6 and chunks[-1] == "data: [DONE]\n\n"  # one event per word, then [DONE]
+    assert orjson.loads(chunks[1].removeprefix("data: "))["choices"][0]["delta"]["content"] == " what"
+
+    server.stop()
+    planner, tools, verifier = chat_agent(server.url, stream=True, asynchronous=asynchronous)
+    again = rerun(trace, planner=planner, tools=tools, verifier=verifier)
+    assert again.equal and again.live_calls == 0
+
+
+
+def test_a_raw_stream_is_replayed_chunk_for_chunk(server: ChatServer, trace: Path) -> None:
+    seen: list[bytes] = []
+
+    def reader(goal: Any, progress: list[Any]) -> Step | None:
+        if progress:
+            return None
+        with httpx.Client(transport=hhttp.transport()) as client:
+            body = {"model": "test-model", "messages": [{"role": "user", "content": "a b c"}], "stream": True}
+            with client.stream("POST", server.url + "/v1/chat/completions", json=body) as r:
+                seen.extend(r.iter_bytes())
+        return Step(name="read", tool="note", args={"chunks": len(seen)})
+
+    tools = {"note": lambda chunks: chunks}
+    Executor(planner=reader, tools=tools, trace=trace).run("raw")
+    live = list(seen)
+    assert len(live) == 5  # "echo:", "a", "b", "c", [DONE]: one chunk each
+    server.stop()
+    seen.clear()
+    assert rerun(trace, planner=reader, tools=tools).equal
+    assert seen == live
+
+
+def test_a_refused_connection_is_recorded_and_raised_again_as_the_same_type(tmp_path: Path) -> None:
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{s.getsockname()[1]}/v1/ping"
+    raised: list[BaseException] = []
+
+    def planner(goal: Any, progress: list[Any]) -> Step | None:
+        if progress:
+            return None
+        with httpx.Client(transport=hhttp.transport()) as client:
+            try:
+                client.get(url)
+            except httpx.HTTPError as e:
+                raised.append(e)
+                return Step(name="offline", tool="note", args={"error": type(e).__name__, "url": str(e.request.url)})
+        return Step(name="online", tool="note", args={})
+
+    tools = {"note": lambda **kw: kw}
+    trace = tmp_path / "run.jsonl"
+    Executor(planner=planner, tools=tools, trace=trace).run("ping")
+    (cross,) = http_crossings(trace)
+    assert cross.error is not None and cross.error["type"] == "httpx.ConnectError" and cross.response is None
+    again = rerun(trace, planner=planner, tools=tools)
+    assert again.equal and again.live_calls == 0
+    assert [type(e) for e in raised] == [httpx.ConnectError, httpx.ConnectError]
+    assert str(raised[1]) == str(raised[0]) and raised[1].request.url == url
+
+
+def test_matching_can_ignore_a_query_parameter_and_a_body_field(server: ChatServer, tmp_path: Path) -> None:
+    clock = iter(range(100))
+    lenient = {"ignore_query": ["ts"], "ignore_body": ["$.sent_at", "$.items[*].nonce"]}
+
+    def make(options: dict[str, Any]) -> Callable[..., Step | None]:
+        def planner(goal: Any, progress: list[Any]) -> Step | None:
+            if progress:
+                return None
+            t = next(clock)  # read straight from "the world": differs on rerun
+            with httpx.Client(transport=hhttp.transport(**options)) as client:
+                body = {"q": "x", "sent_at": t, "items": [{"id": 1, "nonce": t}]}
+                got = client.post(server.url + f"/echo?page=2&ts={t}", json=body).json()
+            return Step(name="echo", tool="note", args={"q": got["body"]["q"], "page": got["query"]["page"]})
+
+        return planner
+
+    tools = {"note": lambda **kw: kw}
+    trace = tmp_path / "run.jsonl"
+    Executor(planner=make(lenient), tools=tools, trace=trace).run("echo")
+    server.stop()
+    again = rerun(trace, planner=make(lenient), tools=tools, out=tmp_path / "again.jsonl")
+    assert again.equal and again.live_calls == 0
+    (was,), (now,) = http_crossings(trace), http_crossings(tmp_path / "again.jsonl")
+    assert now.request == was.request  # written as recorded: the ignored fields keep their recorded values
+    assert was.request["body"]["sent_at"] == 0 and "ts=0" in was.request["url"]
+
+    with pytest.raises(ReplayDrift) as e:  # by default every body field counts
+        rerun(trace, planner=make({}), tools=tools)
+    assert e.value.seq == was.seq
+    assert set(e.value.fields) == {"url.query", "body.body.sent_at", "body.body.items"}
+
+
+def test_match_on_chooses_the_fields_that_count(server: ChatServer, tmp_path: Path) -> None:
+    paths = iter(["/echo?a=1", "/echo?a=2"])
+
+    def planner(goal: Any, progress: list[Any]) -> Step | None:
+        if progress:
+            return None
+        with httpx.Client(transport=hhttp.transport(match_on=["method", "path"])) as client:
+            status = client.post(server.url + next(paths), json={"n": len(server.seen)}).status_code
+        return Step(name="echo", tool="note", args={"status": status})
+
+    tools = {"note": lambda **kw: kw}
+    Executor(planner=planner, tools=tools, trace=tmp_path / "run.jsonl").run("echo")
+    server.stop()
+    assert rerun(tmp_path / "run.jsonl", planner=planner, tools=tools).equal  # query and body differ: not matched
+
+    with pytest.raises(harness.HarnessError, match="unknown field 'uri'"):
+        hhttp.transport(match_on=["uri"])
+
+
+def test_outside_a_run_the_transport_just_calls_through(server: ChatServer) -> None:
+    with httpx.Client(transport=hhttp.transport()) as client:
+        r = client.post(server.url + "/echo?x=1", json={"a": 1})
+    assert r.status_code == 200 and r.json() == {"body": {"a": 1}, "query": {"x": "1"}}
+    assert r.headers["content-length"] == str(len(r.content))  # untouched: not rebuilt
+
+
+def test_a_recorder_records_plain_httpx_and_the_live_client_gets_the_real_response(
+    server: ChatServer, tmp_path: Path
+) -> None:
+    trace = tmp_path / "rec.jsonl"
+    with Recorder(trace, entrypoint="test") as rec, httpx.Client(
+        transport=hhttp.transport(redact=["x-team-secret"])
+    ) as client:
+        r = client.post(server.url + "/echo", json={"a": 1}, headers={"x-team-secret": "hunter2", "x-kind": "plain"})
+        rec.log("status", r.status_code)
+    assert r.headers["set-cookie"].startswith("session=s3cr3t-cookie")  # the live caller sees everything
+    (c,) = http_crossings(trace)
+    assert c.request["headers"]["x-team-secret"] == "[REDACTED]" and c.request["headers"]["x-kind"] == "plain"
+    assert c.response["headers"]["set-cookie"] == "[REDACTED]"
+    assert c.response["body"] == {"body": {"a": 1}, "query": {}}
+    data = trace.read_bytes()
+    assert b"hunter2" not in data and b"s3cr3t" not in data
+
+
+def test_async_transport_outside_a_run_and_bodies_that_are_not_json(server: ChatServer, tmp_path: Path) -> None:
+    async def call() -> Any:
+        async with httpx.AsyncClient(transport=hhttp.async_transport()) as client:
+            return await client.post(server.url + "/nowhere", content=b"\xff\x00binary")
+
+    assert asyncio.run(call()).status_code == 404
+    trace = tmp_path / "rec.jsonl"
+    with Recorder(trace, entrypoint="test"):
+        assert asyncio.run(call()).json() == {"error": {"message": "no route /nowhere"}}
+    (c,) = http_crossings(trace)
+    assert c.request["base64"] == "/wBiaW5hcnk=" and "body" not in c.request
+    assert c.response["status"] == 404
+
+
+def test_a_secret_key_never_reaches_the_trace_or_its_siblings(server: ChatServer, tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    for stream in (False, True):
+        record(server.url, runs / f"stream-{stream}.jsonl", stream=stream)
+    planner, tools, verifier = chat_agent(server.url, asynchronous=True)
+    Executor(planner=planner, tools=tools, verifier=verifier, trace=runs / "async.jsonl").run(GOAL)
+    assert all(s["authorization"] == f"Bearer {KEY}" for s in server.seen)
+    data = all_bytes(runs)
+    assert data.count(b"[REDACTED]") >= 6
+    for form in (KEY, KEY[3:], KEY.encode().hex()):
+        assert form.encode() not in data
