@@ -21,9 +21,9 @@ from harness import Executor, Recorder, ReplayDrift, Step, fork, replay, rerun
 httpx = pytest.importorskip("httpx", reason="harness.http needs httpx: pip install 'harness[test]'")
 openai = pytest.importorskip("openai", reason="the end-to-end tests drive the real openai client")
 
-from harness import http as hhttp  # noqa: E402  # after the skip: it needs httpx
-
 from chat_server import ChatServer  # noqa: E402
+
+from harness import http as hhttp  # noqa: E402  # after the skip: it needs httpx
 
 KEY = "sk-test-REALKEY0123456789abcdefXYZ"
 OTHER_KEY = "sk-test-OTHERKEY9876543210zyxwvuABC"
@@ -150,7 +150,6 @@ def test_a_streamed_answer_is_recorded_whole_and_replayed_chunk_for_chunk(
     assert again.equal and again.live_calls == 0
 
 
-
 def test_a_raw_stream_is_replayed_chunk_for_chunk(server: ChatServer, trace: Path) -> None:
     seen: list[bytes] = []
 
@@ -263,9 +262,10 @@ def test_a_recorder_records_plain_httpx_and_the_live_client_gets_the_real_respon
     server: ChatServer, tmp_path: Path
 ) -> None:
     trace = tmp_path / "rec.jsonl"
-    with Recorder(trace, entrypoint="test") as rec, httpx.Client(
-        transport=hhttp.transport(redact=["x-team-secret"])
-    ) as client:
+    with (
+        Recorder(trace, entrypoint="test") as rec,
+        httpx.Client(transport=hhttp.transport(redact=["x-team-secret"])) as client,
+    ):
         r = client.post(server.url + "/echo", json={"a": 1}, headers={"x-team-secret": "hunter2", "x-kind": "plain"})
         rec.log("status", r.status_code)
     assert r.headers["set-cookie"].startswith("session=s3cr3t-cookie")  # the live caller sees everything

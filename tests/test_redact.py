@@ -1,0 +1,207 @@
+"""Redaction: secrets are replaced by a marker before anything is written, and before hashing."""
+
+from __future__ import annotations
+
+import copy
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import harness
+from harness import MARKER, Executor, Recorder, Redaction, RedactionRuleError, Step, ToolError, replay, rerun
+from harness._redact import DEFAULT
+
+KEY = "sk-proj-LIVEKEY0123456789abcdefghij"
+OTHER = "sk-proj-NEWKEY9876543210zyxwvutsrq"
+
+
+@pytest.mark.parametrize(
+    "header", ["Authorization", "proxy-authorization", "API-Key", "x-api-key", "Cookie", "set-cookie", "X-Goog-Api-Key"]
+)
+def test_default_header_names_are_redacted_whatever_their_case(header: str) -> None:
+    assert DEFAULT({"headers": {header: "anything", "accept": "*/*"}}) == {"headers": {header: MARKER, "accept": "*/*"}}
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (f"key {KEY} in prose", f"key {MARKER} in prose"),
+        ("sk-ant-api03-abcdefghijklmnopqrstu", MARKER),
+        ("Authorization: Bearer abc.def-ghi", f"Authorization: Bearer {MARKER}"),
+        ("aws AKIAIOSFODNN7EXAMPLE here", f"aws {MARKER} here"),
+        ("ghp_" + "a1" * 18, MARKER),
+        ("xoxb-123456789012-abcdef", MARKER),
+        ("AIza" + "B" * 35, MARKER),
+        ("https://h/x?page=2&api_key=abc123&q=1", f"https://h/x?page=2&api_key={MARKER}&q=1"),
+        ("an sk-short word and a skill", "an sk-short word and a skill"),  # not token shaped: kept
+    ],
+)
+def test_default_patterns_replace_tokens_in_any_string(text: str, expected: str) -> None:
+    assert DEFAULT(text) == expected
+    assert DEFAULT({"deep": [{"in": text}]}) == {"deep": [{"in": expected}]}
+
+
+def test_json_paths_key_names_and_patterns_from_the_user() -> None:
+    r = Redaction(
+        ("$.user.ssn", "$.items[*].secret", "$.list[0]", "$['odd key']", "session_token", re.compile(r"pin=(\d+)"))
+    )
+    value = {
+        "user": {"ssn": "123-45-6789", "name": "Ada"},
+        "items": [{"secret": 1, "keep": 2}, {"secret": {"x": 1}}],
+        "list": ["a", "b"],
+        "odd key": "v",
+        "nested": {"Session_Token": "t0k", "note": "pin=4242 ok"},
+        "absent": {"ssn": "not at the path: kept"},
+    }
+    before = copy.deepcopy(value)
+    out = r(value)
+    assert out == {
+        "user": {"ssn": MARKER, "name": "Ada"},
+        "items": [{"secret": MARKER, "keep": 2}, {"secret": MARKER}],
+        "list": [MARKER, "b"],
+        "odd key": MARKER,
+        "nested": {"Session_Token": MARKER, "note": f"pin={MARKER} ok"},
+        "absent": {"ssn": "not at the path: kept"},
+    }
+    assert value == before  # the input is never touched
+    assert r(out) == out  # idempotent: a value read back from a trace redacts to itself
+    untouched = {"a": [1, 2.5, None, True], "b": "plain"}
+    assert r(untouched) is untouched  # nothing to hide: no copy
+
+
+def test_user_rules_add_to_the_defaults_unless_asked_not_to() -> None:
+    assert Redaction.of(None) is DEFAULT
+    added = Redaction.of(["x-team"])
+    assert added({"x-team": "a", "authorization": "b"}) == {"x-team": MARKER, "authorization": MARKER}
+    only = Redaction(("x-team",), defaults=False)
+    assert only({"x-team": "a", "authorization": "b"}) == {"x-team": MARKER, "authorization": "b"}
+    assert Redaction.of(only) is only
+    assert Redaction(marker="***")({"cookie": "c"}) == {"cookie": "***"}
+
+
+@pytest.mark.parametrize(
+    ("rule", "says"),
+    [
+        (42, "not a non-empty str"),
+        ("", "not a non-empty str"),
+        (re.compile(rb"x"), "str pattern"),
+        (re.compile(r"\[REDACTED\]"), "matches the marker"),
+        ("$", "names no field"),
+        ("$.a[", "cannot read the path"),
+    ],
+)
+def test_a_bad_rule_is_a_clear_error(rule: Any, says: str) -> None:
+    with pytest.raises(RedactionRuleError, match=re.escape(says)) as e:
+        Redaction((rule,))
+    assert e.value.rule == rule and isinstance(e.value, harness.HarnessError)
+    with pytest.raises(RedactionRuleError):
+        Executor(planner=lambda g, p: None, tools={}, redact=[rule])
+
+
+def agent(key: str, seen: list[Any]) -> tuple[Any, dict[str, Any]]:
+    """A planner that calls a "model" through harness.llm with the key in its request."""
+
+    def model(request: dict[str, Any]) -> dict[str, Any]:
+        return {"text": f"step {request['n']}", "set-cookie": "sid=abc", "echo": request["headers"]["authorization"]}
+
+    def planner(goal: dict[str, Any], progress: list[Any]) -> Step | None:
+        seen.append([c.result for c in progress])
+        if len(progress) == 2:
+            return None
+        reply = harness.llm({"n": len(progress), "headers": {"authorization": f"Bearer {key}"}, "ssn": "1-2-3"}, model)
+        return Step(name=reply["text"], tool="use", args={"token": key, "text": reply["text"], "ssn": "1-2-3"})
+
+    def use(token: str, text: str, ssn: str) -> dict[str, Any]:
+        return {"done": text, "api_key": token, "said": f"used {token}"}
+
+    return planner, {"use": use}
+
+
+def all_bytes(folder: Path) -> bytes:
+    return b"".join(p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file())
+
+
+def test_an_executor_writes_no_secret_and_a_rerun_with_another_key_still_matches(tmp_path: Path) -> None:
+    seen: list[Any] = []
+    planner, tools = agent(KEY, seen)
+    trace = tmp_path / "run.jsonl"
+    goal = {"task": "two steps", "credentials": {"api_key": KEY}}
+    out = Executor(planner=planner, tools=tools, trace=trace, redact=["$.ssn", "$.args.ssn"]).run(goal)
+    assert out.state == "DONE"
+    data = all_bytes(tmp_path)
+    assert KEY.encode() not in data and KEY[8:].encode() not in data and b"1-2-3" not in data
+    assert b"sid=abc" not in data
+    rep = replay(trace)
+    assert rep.goal == {"task": "two steps", "credentials": {"api_key": MARKER}}
+    assert rep.checkpoints[0].result == {"done": "step 0", "api_key": MARKER, "said": f"used {MARKER}"}
+    (first, _) = [c for c in rep.crossings if c.kind == "llm"]
+    assert first.request["headers"]["authorization"] == MARKER and first.request["ssn"] == MARKER
+    assert first.response["set-cookie"] == MARKER and first.response["echo"] == f"Bearer {MARKER}"
+    # what the planner is handed is what the trace holds, live as on resume
+    assert seen[1] == [{"done": "step 0", "api_key": MARKER, "said": f"used {MARKER}"}]
+
+    planner2, tools2 = agent(OTHER, [])
+    again = rerun(trace, planner=planner2, tools=tools2, redact=["$.ssn", "$.args.ssn"], out=tmp_path / "again.jsonl")
+    assert again.equal and again.live_calls == 0
+    assert OTHER.encode() not in all_bytes(tmp_path)
+
+
+def test_a_resume_with_a_secret_in_the_goal_is_not_a_mismatch(tmp_path: Path) -> None:
+    trace = tmp_path / "run.jsonl"
+    goal = {"credentials": f"Bearer {KEY}", "n": 2}
+    calls: list[int] = []
+
+    def planner(goal: dict[str, Any], progress: list[Any]) -> Step | None:
+        return None if len(progress) == goal["n"] else Step(name=f"s{len(progress)}", tool="work", args={})
+
+    def crashing() -> int:
+        calls.append(1)
+        if len(calls) == 2:
+            raise RuntimeError("the process dies here")
+        return len(calls)
+
+    with pytest.raises(RuntimeError):
+        Executor(planner=planner, tools={"work": crashing}, trace=trace).run(goal)
+    out = Executor(planner=planner, tools={"work": lambda: 7}, trace=trace, resume=True).run(goal)
+    assert out.state == "DONE" and [c.result for c in out.checkpoints] == [1, 7]
+    assert KEY.encode() not in trace.read_bytes()
+
+
+def test_a_tool_error_message_is_redacted(tmp_path: Path) -> None:
+    def failing() -> None:
+        raise ToolError(f"401 for key {KEY}")
+
+    out = Executor(
+        planner=lambda g, p: Step(name="x", tool="t", args={}), tools={"t": failing}, trace=tmp_path / "r.jsonl"
+    ).run("g")
+    assert out.state == "FAILED" and out.error == {"type": "ToolError", "message": f"401 for key {KEY}"}  # live
+    assert replay(tmp_path / "r.jsonl").last["error"] == {"type": "ToolError", "message": f"401 for key {MARKER}"}
+    assert KEY.encode() not in (tmp_path / "r.jsonl").read_bytes()
+
+
+def test_a_recorder_redacts_events_crossings_and_the_error(tmp_path: Path) -> None:
+    trace = tmp_path / "rec.jsonl"
+    with pytest.raises(ValueError), Recorder(trace, entrypoint="t", goal={"x-api-key": KEY}, redact=["$.card"]) as rec:
+        rec.log("input", {"card": "4111 1111", "prompt": f"use {KEY}"})
+        harness.boundary("db", {"dsn": "postgres://u@h", "authorization": KEY}, lambda: {"cookie": "c=1"})
+        raise ValueError(f"bad key {KEY}")
+    data = trace.read_bytes()
+    assert KEY.encode() not in data and b"4111" not in data and b"c=1" not in data
+    assert data.count(MARKER.encode()) == 6
+
+
+def test_redaction_does_not_change_what_the_live_caller_gets(tmp_path: Path) -> None:
+    got: list[Any] = []
+
+    def planner(goal: Any, progress: list[Any]) -> Step | None:
+        if progress:
+            return None
+        got.append(harness.boundary("vault", {"name": "db"}, lambda: {"password": "p", "token": KEY}))
+        return Step(name="s", tool="t", args={})
+
+    Executor(planner=planner, tools={"t": lambda: 1}, trace=tmp_path / "r.jsonl", redact=["password"]).run("g")
+    assert got == [{"password": "p", "token": KEY}]
+    (c,) = replay(tmp_path / "r.jsonl").crossings[:1]
+    assert c.response == {"password": MARKER, "token": MARKER}
