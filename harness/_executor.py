@@ -323,7 +323,8 @@ class Executor:
                     if self.contracts[planned.tool]["effect"] == "idempotent":
                         run.intent["key"] = f"{run.id}-{run.step}-{run.attempt}"
                     check_value("args", planned.args, tool=planned.tool, step=run.step)
-                    run.move(S.ACT, sync=planned.tool in self.declared, **run.intent)
+                    intent = self.redact.fields(run.intent)  # the live call gets run.intent, the trace this
+                    run.move(S.ACT, sync=planned.tool in self.declared, **intent)
                 elif run.state == S.ACT:
                     try:
                         raw = self._call(run.session, run.intent)
@@ -355,6 +356,7 @@ class Executor:
 
     def _retry_or_fail(self, run: _Run, error: dict[str, Any]) -> bool:
         """Record a failed attempt: re-plan while attempts are left; True when the run FAILED."""
+        error = self.redact(error)
         if run.attempt >= self.retry.max_attempts:
             run.move(S.FAILED, error=error)
             return True
@@ -363,8 +365,10 @@ class Executor:
         return False
 
     def _call(self, session: Session, intent: dict[str, Any]) -> Any:
-        request = session.redact({"tool": intent["tool"], "args": intent["args"]})
-        recorded = session.serve("tool", request) if session.serving else None
+        if session.serving:  # recorded args are redacted: so is what they are compared with
+            recorded = session.serve("tool", session.redact({"tool": intent["tool"], "args": intent["args"]}))
+        else:
+            recorded = None
         if recorded is not None:
             if recorded.error is not None:
                 raise _Served(recorded.error)
@@ -471,9 +475,8 @@ class _Run:
         return fields
 
     def move(self, to: str, *, sync: bool = False, check: tuple[str, ...] = (), **fields: Any) -> int:
-        """Write the transition into `to` (its values redacted) and take it."""
-        fields = self.edge(to, **self.session.redact.fields(fields))
-        return self.journal.append("transition", fields, sync=sync, check=check)
+        """Write the transition into `to` and take it."""
+        return self.journal.append("transition", self.edge(to, **fields), sync=sync, check=check)
 
     def checkpoint(self, *, vouch: bool) -> None:
         """Write the checkpoint (after its vouching VERIFY -> CHECKPOINT) and move on to the next step.

@@ -22,6 +22,10 @@ Rules kept here:
   something changed and never touches its input;
 - it is idempotent (redacting twice gives the same value), so a value read
   back from a trace redacts to itself;
+- most values hold no secret: a few searches over the value's JSON text
+  (in C) clear them without a walk; a user pattern whose match could depend
+  on where a string starts or ends (anchors, lookarounds, backreferences)
+  turns that shortcut off, never on;
 - the Session redacts a request before hashing it, so a rerun that sends
   another key still matches the recording.
 """
@@ -33,6 +37,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Union
 
+import orjson
+
 from ._errors import HarnessError
 
 MARKER = "[REDACTED]"
@@ -41,15 +47,18 @@ DEFAULT_KEYS = (
     "authorization", "proxy-authorization", "api-key", "x-api-key", "x-goog-api-key", "api_key", "apikey",
     "cookie", "set-cookie",
 )  # fmt: skip
+# Each starts with a literal, so that a search skips through text in C; a lookbehind right after the
+# literal stands for \b (a string's ends read the same in the value and in its JSON text: see _clean).
 DEFAULT_PATTERNS = (
-    re.compile(r"\bBearer\s+([^\s\"',;]+)", re.IGNORECASE),
-    re.compile(r"\bsk-[A-Za-z0-9_\-]{16,}"),  # OpenAI, Anthropic (sk-ant-...), and look-alikes
-    re.compile(r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b"),  # AWS access key ids
-    re.compile(r"\bgh[pousr]_[A-Za-z0-9]{30,}\b"),  # GitHub tokens
-    re.compile(r"\bgithub_pat_[A-Za-z0-9_]{40,}\b"),
-    re.compile(r"\bxox[abposr]-[A-Za-z0-9\-]{10,}"),  # Slack
-    re.compile(r"\bAIza[0-9A-Za-z_\-]{35}\b"),  # Google API keys
-    re.compile(r"[?&](?:api[_-]?key|access_token|token|key|secret)=([^&#\s\"']+)", re.IGNORECASE),
+    re.compile(r"earer(?<=[Bb]earer)\s+([\w.~+/=\-]+)"),  # Bearer <token>: keeps the word
+    re.compile(r"sk-(?<!\wsk-)[A-Za-z0-9_\-]{16,}"),  # OpenAI, Anthropic (sk-ant-...), and look-alikes
+    re.compile(r"A[KS]IA(?<!\wA[KS]IA)[0-9A-Z]{16}(?![0-9A-Za-z])"),  # AWS access key ids
+    re.compile(r"gh[pousr]_(?<!\wgh._)[A-Za-z0-9]{30,}"),  # GitHub tokens
+    re.compile(r"github_pat_(?<!\wgithub_pat_)[A-Za-z0-9_]{40,}"),
+    re.compile(r"xox[abposr]-(?<!\wxox.-)[A-Za-z0-9\-]{10,}"),  # Slack
+    re.compile(r"AIza(?<!\wAIza)[0-9A-Za-z_\-]{35}"),  # Google API keys
+    re.compile(r"\?(?:api_key|api-key|apikey|access_token|token|key|secret)=([\w.~+/%\-]+)"),  # in a URL
+    re.compile(r"&(?:api_key|api-key|apikey|access_token|token|key|secret)=([\w.~+/%\-]+)"),
 )
 DEFAULT_RULES: tuple[str | re.Pattern[str], ...] = (*DEFAULT_KEYS, *DEFAULT_PATTERNS)
 
@@ -105,6 +114,8 @@ class Redaction:
     _keys: frozenset[str] = field(init=False, repr=False, compare=False)
     _paths: tuple[tuple[str | int, ...], ...] = field(init=False, repr=False, compare=False)
     _patterns: tuple[re.Pattern[str], ...] = field(init=False, repr=False, compare=False)
+    _marks: tuple[str, ...] = field(init=False, repr=False, compare=False)
+    _fast: bool = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.rules, tuple):
@@ -130,6 +141,9 @@ class Redaction:
         object.__setattr__(self, "_keys", frozenset(keys))
         object.__setattr__(self, "_paths", tuple(paths))
         object.__setattr__(self, "_patterns", tuple(patterns))
+        marks = sorted((f'{k}":' for k in keys), key=len)  # a mark that ends another one finds both
+        object.__setattr__(self, "_marks", tuple(m for i, m in enumerate(marks) if not m.endswith(tuple(marks[:i]))))
+        object.__setattr__(self, "_fast", _fast(keys, patterns))
 
     @classmethod
     def of(cls, redact: Redaction | Iterable[Rule] | None) -> Redaction:
@@ -147,23 +161,56 @@ class Redaction:
 
     def __call__(self, value: Any) -> Any:
         """value with every secret replaced by the marker (value itself when nothing changed)."""
-        if value is None or isinstance(value, bool | int | float):
-            return value
-        out = self._walk(value)
-        for path in self._paths:
-            out = self._at(out, path)
-        return out
+        return self._apply(value, walk=not self._clean(value))
 
     def fields(self, fields: dict[str, Any]) -> dict[str, Any]:
         """A record's fields with each value redacted on its own (JSON paths start at each value)."""
+        walk = bool(fields) and not self._clean(fields)
+        if not walk and not self._paths:
+            return fields
         out = None
         for k, v in fields.items():
-            r = self(v)
+            r = self._apply(v, walk=walk)
             if r is not v:
                 if out is None:
                     out = dict(fields)
                 out[k] = r
         return fields if out is None else out
+
+    def _apply(self, value: Any, *, walk: bool) -> Any:
+        if value is None or isinstance(value, bool | int | float):
+            return value
+        out = self._walk(value) if walk else value
+        for path in self._paths:
+            out = self._at(out, path)
+        return out
+
+    def _clean(self, value: Any) -> bool:
+        """True when no key rule and no pattern can apply anywhere in value: a few searches, in C.
+
+        In a JSON text without a backslash every string stands verbatim between
+        quotes, and a quote reads like a string's end to a pattern that does not
+        look at the ends (see _fast): a match in a string is a match in the text.
+        """
+        if value is None or isinstance(value, bool | int | float) or not (self._keys or self._patterns):
+            return True
+        if not self._fast:
+            return False
+        try:
+            text = orjson.dumps(value).decode()
+        except TypeError:  # not JSON (the caller's check will say so): walk it
+            return False
+        if "\\" in text:
+            return False
+        if self._marks:
+            low = text.lower()
+            for m in self._marks:  # plain loops: a generator costs more than the searches
+                if m in low:
+                    return False
+        for p in self._patterns:  # noqa: SIM110  # a loop: all() over a generator costs more here
+            if p.search(text) is not None:
+                return False
+        return True
 
     def text(self, s: str) -> str:
         for p in self._patterns:
@@ -225,6 +272,16 @@ class Redaction:
                 lst[i] = self._at(value[i], rest)
             return lst
         return value
+
+
+_UNSAFE = re.compile(r"\^|\$|\\[AZz]|\(\?[=!<]|\\\d|\(\?P=")  # could depend on where a string starts or ends
+
+
+def _fast(keys: Iterable[str], patterns: Iterable[re.Pattern[str]]) -> bool:
+    """Whether _clean may clear a value by searching its JSON text (else every value is walked)."""
+    if any(not k.isascii() or not k.isprintable() or '"' in k or "\\" in k for k in keys):
+        return False
+    return all(p in DEFAULT_PATTERNS or not _UNSAFE.search(p.pattern) for p in patterns)
 
 
 DEFAULT = Redaction()
