@@ -113,19 +113,14 @@ class Matcher:
                 out[f] = url.get(f)
             elif f == "headers":
                 out[f] = request.get("headers")
-            else:
-                out[f] = self._body(request)
-        return out
-
-    def _body(self, request: dict[str, Any]) -> Any:
-        for key in _BODY_KEYS:
-            if key in request:
-                value = request[key]
+            else:  # the body under the key it is stored under: body (JSON), text or base64
+                key = next((k for k in _BODY_KEYS if k in request), "body")
+                value = request.get(key)
                 if key == "body":
                     for path in self._paths:
                         value = _drop(value, path)
-                return {key: value}
-        return None
+                out[key] = value
+        return out
 
 
 def _url_parts(url: Any, ignore: frozenset[str]) -> dict[str, Any]:

@@ -229,7 +229,7 @@ def test_matching_can_ignore_a_query_parameter_and_a_body_field(server: ChatServ
     with pytest.raises(ReplayDrift) as e:  # by default every body field counts
         rerun(trace, planner=make({}), tools=tools)
     assert e.value.seq == was.seq
-    assert set(e.value.fields) == {"url.query", "body.body.sent_at", "body.body.items"}
+    assert set(e.value.fields) == {"url.query", "body.sent_at", "body.items"}
 
 
 def test_match_on_chooses_the_fields_that_count(server: ChatServer, tmp_path: Path) -> None:
@@ -303,3 +303,78 @@ def test_a_secret_key_never_reaches_the_trace_or_its_siblings(server: ChatServer
     assert data.count(b"[REDACTED]") >= 6
     for form in (KEY, KEY[3:], KEY.encode().hex()):
         assert form.encode() not in data
+
+
+def test_matcher_cuts_a_request_down_to_what_counts() -> None:
+    request = {
+        "method": "post",
+        "url": "https://api.example.com:8443/v1/x?b=2&ts=9&a=1",
+        "headers": {"accept": "*/*"},
+        "body": {"q": 1, "sent_at": 9, "items": [{"id": 1, "nonce": 5}], "meta": {"rid": "r"}},
+    }
+    m = hhttp.Matcher(ignore_query=frozenset({"ts"}), ignore_body=("$.sent_at", "$.items[*].nonce", "$.meta.rid"))
+    assert m(request) == {
+        "method": "POST",
+        "url": {
+            "scheme": "https",
+            "host": "api.example.com",
+            "port": 8443,
+            "path": "/v1/x",
+            "query": [["a", "1"], ["b", "2"]],
+        },
+        "body": {"q": 1, "items": [{"id": 1}], "meta": {}},
+    }
+    assert hhttp.Matcher(on=("host", "headers"))(request) == {"host": "api.example.com", "headers": {"accept": "*/*"}}
+    assert hhttp.Matcher(on=("method", "body"))({"method": "GET", "url": "http://h/"}) == {
+        "method": "GET",
+        "body": None,
+    }
+    assert hhttp.Matcher()({"method": "PUT", "url": "http://h/", "text": "hi"})["text"] == "hi"
+    with pytest.raises(harness.HarnessError, match="names no field"):
+        hhttp.Matcher(on=())
+    with pytest.raises(harness.RedactionRuleError, match="cannot read the path"):
+        hhttp.transport(ignore_body=["$.a["])
+
+
+def test_a_forked_value_that_is_no_http_response_is_a_clear_error(server: ChatServer, trace: Path) -> None:
+    record(server.url, trace)
+    server.stop()
+    planner, tools, verifier = chat_agent(server.url)
+    at = http_crossings(trace)[0].seq
+    with pytest.raises(harness.HarnessError, match=r"not one harness\.http wrote"):
+        fork(trace, at=at, value="just text", planner=planner, tools=tools, verifier=verifier)
+    assert sorted(p.name for p in trace.parent.iterdir()) == ["run.jsonl"]  # a failed fork leaves no file
+
+
+def test_aboundary_records_serves_and_reruns_strictly(tmp_path: Path) -> None:
+    async def model(n: int) -> dict[str, Any]:
+        await asyncio.sleep(0)
+        return {"answer": n * 10}
+
+    def make(extra: bool = False, shift: int = 0) -> Callable[..., Step | None]:
+        def planner(goal: Any, progress: list[Any]) -> Step | None:
+            if len(progress) == 2:
+                if extra:
+                    asyncio.run(harness.aboundary("model", {"n": 99}, lambda: model(99)))
+                return None
+            n = len(progress) + shift
+            reply = asyncio.run(harness.aboundary("model", {"n": n}, lambda: model(n)))
+            return Step(name=f"s{n}", tool="note", args=reply)
+
+        return planner
+
+    tools = {"note": lambda answer: answer}
+    trace = tmp_path / "run.jsonl"
+    assert Executor(planner=make(), tools=tools, trace=trace).run("g").state == "DONE"
+    assert [(c.kind, c.request, c.response) for c in replay(trace).crossings if c.kind == "model"] == [
+        ("model", {"n": 0}, {"answer": 0}),
+        ("model", {"n": 1}, {"answer": 10}),
+    ]
+    again = rerun(trace, planner=make(), tools=tools)
+    assert again.equal and again.live_calls == 0
+    with pytest.raises(ReplayDrift) as drift:
+        rerun(trace, planner=make(shift=1), tools=tools)
+    assert drift.value.fields == {"n": (0, 1)}
+    with pytest.raises(harness.ReplayViolation):
+        rerun(trace, planner=make(extra=True), tools=tools)
+    assert asyncio.run(harness.aboundary("model", {"n": 3}, lambda: model(3))) == {"answer": 30}  # outside a run
