@@ -242,6 +242,26 @@ def _agent_arg(p: argparse.ArgumentParser) -> None:
         "--agent", required=True, metavar="MODULE:FACTORY",
         help="factory returning (planner, tools, verifier), imported with the current directory on sys.path",
     )
+    p.add_argument(
+        "--redact", action="append", default=[], metavar="RULE",
+        help="a redaction rule the run was recorded with, beyond the defaults (repeatable): "
+        "a key name, a $.json.path, or re:REGEX",
+    )  # fmt: skip
+
+
+def _redact_rules(args: argparse.Namespace) -> list[Any]:
+    import re
+
+    rules: list[Any] = []
+    for rule in args.redact:
+        if rule.startswith("re:"):
+            try:
+                rules.append(re.compile(rule[3:]))
+            except re.error as e:
+                raise HarnessError(f"--redact {rule!r}: not a regular expression: {e}") from None
+        else:
+            rules.append(rule)
+    return rules
 
 
 def _rerun_setup(p: argparse.ArgumentParser) -> None:
@@ -256,7 +276,8 @@ def _rerun(args: argparse.Namespace) -> int:
 
     planner, tools, verifier = load_agent(args.agent)
     try:
-        r = rerun(args.trace, planner=planner, tools=tools, verifier=verifier, out=args.out)
+        redact = _redact_rules(args)
+        r = rerun(args.trace, planner=planner, tools=tools, verifier=verifier, out=args.out, redact=redact)
     except (ReplayDrift, ReplayViolation) as e:
         print(f"{args.trace}:{e.line}: {type(e).__name__}: {e}", file=sys.stderr)
         return 1
@@ -301,7 +322,11 @@ def _fork(args: argparse.Namespace) -> int:
             raise HarnessError(f"--set is not valid JSON: {e}{hint}") from None
     planner, tools, verifier = load_agent(args.agent)
     try:
-        r = fork(args.trace, at=args.at, value=value, planner=planner, tools=tools, verifier=verifier, out=args.out)
+        redact = _redact_rules(args)
+        r = fork(
+            args.trace, at=args.at, value=value, planner=planner, tools=tools, verifier=verifier, out=args.out,
+            redact=redact,
+        )  # fmt: skip
     except (ReplayDrift, ReplayViolation) as e:
         print(f"{args.trace}:{e.line}: {type(e).__name__}: {e}", file=sys.stderr)
         return 1

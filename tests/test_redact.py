@@ -205,3 +205,51 @@ def test_redaction_does_not_change_what_the_live_caller_gets(tmp_path: Path) -> 
     assert got == [{"password": "p", "token": KEY}]
     (c,) = replay(tmp_path / "r.jsonl").crossings[:1]
     assert c.response == {"password": MARKER, "token": MARKER}
+
+
+AGENT = """
+import harness
+from harness import Step
+
+def make_agent():
+    def planner(goal, progress):
+        if progress:
+            return None
+        reply = harness.llm({"prompt": "hi", "ssn": "123-45-6789"}, lambda r: {"text": "hello"})
+        return Step(name="say", tool="say", args=reply)
+    return planner, {"say": lambda text: text}, None
+"""
+
+
+def test_cli_rerun_and_fork_take_the_rules_the_run_was_recorded_with(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    (tmp_path / "redacting_agent.py").write_text(AGENT)
+    sys.path.insert(0, str(tmp_path))
+    try:
+        import redacting_agent  # type: ignore[import-not-found]
+    finally:
+        sys.path.remove(str(tmp_path))
+    planner, tools, verifier = redacting_agent.make_agent()
+    Executor(planner=planner, tools=tools, verifier=verifier, trace=tmp_path / "run.jsonl", redact=["$.ssn"]).run("g")
+    assert b"123-45-6789" not in (tmp_path / "run.jsonl").read_bytes()
+
+    exe = Path(sys.executable).with_name("harness")
+    cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "harness.cli"]
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([*cmd, *args], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+
+    agent = ["--agent", "redacting_agent:make_agent"]
+    ok = cli("rerun", "run.jsonl", *agent, "--redact", "$.ssn")
+    assert ok.returncode == 0 and ok.stdout.startswith("equal:"), ok.stderr
+    drift = cli("rerun", "run.jsonl", *agent)  # the recording hides the ssn, this rerun does not
+    assert drift.returncode == 1 and "ReplayDrift" in drift.stderr and "ssn" in drift.stderr
+    at = str(replay(tmp_path / "run.jsonl").crossings[0].seq)
+    forked = cli("fork", "run.jsonl", *agent, "--redact", "$.ssn", "--redact", "re:\\d{3}-\\d{2}", "--at", at,
+                 "--set", '{"text": "bye"}', "--out", "child.jsonl")  # fmt: skip
+    assert forked.returncode == 0, forked.stderr
+    assert replay(tmp_path / "child.jsonl").checkpoints[0].result == "bye"
+    bad = cli("rerun", "run.jsonl", *agent, "--redact", "re:(")
+    assert bad.returncode == 2 and "not a regular expression" in bad.stderr
