@@ -101,6 +101,7 @@ class Tool:
 
 PLAIN = {"effect": "at-least-once", "version": None}
 MAX_STEPS = 10_000  # the default step limit: a planner that never says DONE ends FAILED, not with a full disk
+_RECORDED: Any = object()  # _continue(): the goal as the trace has it
 _INTENT = ("name", "tool", "args", "key")  # the fields of a transition into ACT, beside step and attempt
 
 
@@ -258,12 +259,13 @@ class Executor:
             "resume", {"set_aside": os.path.basename(aside) if aside else None, "env": environment(self.entrypoint)}
         )
         session = Session(journal, rep.resumable_crossings(), redact=self.redact)
-        return self._continue(journal, session, rep)
+        return self._continue(journal, session, rep, goal)  # the caller's goal: the trace's may be redacted
 
-    def _continue(self, journal: Journal, session: Session, rep: Replay) -> Outcome:
+    def _continue(self, journal: Journal, session: Session, rep: Replay, goal: Any = _RECORDED) -> Outcome:
         """Drive a run on from the state a replay rebuilt."""
         last, intent = rep.last or {}, rep.intent
-        run = _Run(journal, session, rep.goal, rep.run_id, list(rep.checkpoints), rep.state)
+        goal = rep.goal if goal is _RECORDED else goal
+        run = _Run(journal, session, goal, rep.run_id, list(rep.checkpoints), rep.state)
         if run.state in (S.INIT, S.PLAN):
             if run.state == S.INIT:
                 run.move(S.PLAN)

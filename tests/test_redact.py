@@ -152,8 +152,10 @@ def test_a_resume_with_a_secret_in_the_goal_is_not_a_mismatch(tmp_path: Path) ->
     trace = tmp_path / "run.jsonl"
     goal = {"credentials": f"Bearer {KEY}", "n": 2}
     calls: list[int] = []
+    goals: list[Any] = []
 
     def planner(goal: dict[str, Any], progress: list[Any]) -> Step | None:
+        goals.append(goal["credentials"])
         return None if len(progress) == goal["n"] else Step(name=f"s{len(progress)}", tool="work", args={})
 
     def crashing() -> int:
@@ -166,6 +168,7 @@ def test_a_resume_with_a_secret_in_the_goal_is_not_a_mismatch(tmp_path: Path) ->
         Executor(planner=planner, tools={"work": crashing}, trace=trace).run(goal)
     out = Executor(planner=planner, tools={"work": lambda: 7}, trace=trace, resume=True).run(goal)
     assert out.state == "DONE" and [c.result for c in out.checkpoints] == [1, 7]
+    assert set(goals) == {f"Bearer {KEY}"}  # a resumed planner gets the caller's goal, not the marker
     assert KEY.encode() not in trace.read_bytes()
 
 
