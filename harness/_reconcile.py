@@ -10,16 +10,29 @@ lock is taken first, and a trace with no uncertain operation is left as it was.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from typing import Any
 
 from . import _state as S
 from ._errors import HarnessError, TraceUnreadable
 from ._journal import Journal, check_value, set_aside
+from ._redact import Redaction, Rule
 from ._replay import replay
 
 
-def reconcile(trace: str | os.PathLike[str], *, happened: bool, result: Any = None, evidence: str = "") -> int:
-    """Record whether the paused operation happened; returns the reconcile record's seq."""
+def reconcile(
+    trace: str | os.PathLike[str],
+    *,
+    happened: bool,
+    result: Any = None,
+    evidence: str = "",
+    redact: Redaction | Iterable[Rule] | None = None,
+) -> int:
+    """Record whether the paused operation happened; returns the reconcile record's seq.
+
+    `result` and `evidence` are redacted (`redact`: as for the Executor) before they are written.
+    """
+    rules = Redaction.of(redact)
     path = os.fspath(trace)
     if not happened and result is not None:
         raise HarnessError(f"{path}: a result was given for an operation that did not happen; nothing was written")
@@ -39,7 +52,7 @@ def reconcile(trace: str | os.PathLike[str], *, happened: bool, result: Any = No
         fields = {
             "op": rep.pending["seq"],
             "happened": bool(happened),
-            "result": result if happened else None,
-            "evidence": str(evidence),
+            "result": rules(result) if happened else None,
+            "evidence": rules(str(evidence)),
         }
         return journal.append("reconcile", fields, sync=True)

@@ -256,3 +256,22 @@ def test_cli_rerun_and_fork_take_the_rules_the_run_was_recorded_with(tmp_path: P
     assert replay(tmp_path / "child.jsonl").checkpoints[0].result == "bye"
     bad = cli("rerun", "run.jsonl", *agent, "--redact", "re:(")
     assert bad.returncode == 2 and "not a regular expression" in bad.stderr
+
+
+def test_an_operators_reconcile_is_redacted_too(tmp_path: Path) -> None:
+    class Crash(BaseException):
+        pass
+
+    def pay() -> None:
+        raise Crash
+
+    trace = tmp_path / "run.jsonl"
+    plan = lambda goal, progress: None if progress else Step(name="pay", tool="pay", args={})  # noqa: E731
+    tools = {"pay": harness.Tool(pay, idempotent=False)}
+    with pytest.raises(Crash):
+        Executor(planner=plan, tools=tools, trace=trace).run("g")
+    assert Executor(planner=plan, tools=tools, trace=trace, resume=True).run("g").state == "PAUSED"
+    harness.reconcile(trace, happened=True, result={"receipt": 1, "token": KEY}, evidence=f"checked with {KEY}")
+    out = Executor(planner=plan, tools=tools, trace=trace, resume=True).run("g")
+    assert out.state == "DONE" and out.checkpoints[0].result == {"receipt": 1, "token": MARKER}
+    assert KEY.encode() not in trace.read_bytes()
