@@ -19,7 +19,6 @@ import harness
 from harness import Executor, Recorder, ReplayDrift, Step, fork, replay, rerun
 
 httpx = pytest.importorskip("httpx", reason="harness.http needs httpx: pip install 'harness[test]'")
-openai = pytest.importorskip("openai", reason="the end-to-end tests drive the real openai client")
 
 from chat_server import ChatServer  # noqa: E402
 
@@ -41,6 +40,7 @@ def server() -> Iterator[ChatServer]:
 
 def chat_agent(url: str, key: str = KEY, *, stream: bool = False, asynchronous: bool = False, **options: Any) -> Any:
     """(planner, tools, verifier): one model question per step, each answer noted by a tool."""
+    openai = pytest.importorskip("openai", reason="the end-to-end tests drive the real openai client")
     client = openai.OpenAI(
         base_url=url + "/v1", api_key=key, max_retries=0, http_client=httpx.Client(transport=hhttp.transport(**options))
     )
@@ -140,9 +140,16 @@ def test_a_streamed_answer_is_recorded_whole_and_replayed_chunk_for_chunk(
     assert [c.result["noted"] for c in out.checkpoints] == ["echo: what is a journal", "echo: why append only"]
     resp = http_crossings(trace)[0].response
     assert resp["headers"]["content-type"] == "text/event-stream" and "body" not in resp
-    chunks = resp["chunks"]
-    assert len(chunks) == 6 and chunks[-1] == "data: [DONE]\n\n"  # one event per word, then [DONE]
-    assert orjson.loads(chunks[1].removeprefix("data: "))["choices"][0]["delta"]["content"] == " what"
+    chunks = resp["chunks"]  # one per event as sent (the server writes each in one send), then [DONE]
+    assert len(chunks) >= 6 and chunks[-1].endswith("data: [DONE]\n\n")
+    events = [e for e in "".join(chunks).split("\n\n") if e]
+    assert [orjson.loads(e.removeprefix("data: "))["choices"][0]["delta"]["content"] for e in events[:-1]] == [
+        "echo:",
+        " what",
+        " is",
+        " a",
+        " journal",
+    ]
 
     server.stop()
     planner, tools, verifier = chat_agent(server.url, stream=True, asynchronous=asynchronous)
@@ -165,7 +172,7 @@ def test_a_raw_stream_is_replayed_chunk_for_chunk(server: ChatServer, trace: Pat
     tools = {"note": lambda chunks: chunks}
     Executor(planner=reader, tools=tools, trace=trace).run("raw")
     live = list(seen)
-    assert len(live) == 5  # "echo:", "a", "b", "c", [DONE]: one chunk each
+    assert len(live) >= 5  # "echo:", "a", "b", "c", [DONE]: a chunk each (more if the network split one)
     server.stop()
     seen.clear()
     assert rerun(trace, planner=reader, tools=tools).equal
