@@ -161,6 +161,11 @@ def _drop(value: Any, path: tuple[str | int, ...]) -> Any:
     return value
 
 
+def _names(names: Iterable[str]) -> tuple[str, ...]:
+    """A list of names from an option: "ts" is one name, not two letters."""
+    return (names,) if isinstance(names, str) else tuple(names)
+
+
 def _skip(skip_headers: Iterable[str]) -> Callable[[str], bool]:
     names = {h.lower() for h in skip_headers if not h.endswith("*")}
     prefixes = tuple(h[:-1].lower() for h in skip_headers if h.endswith("*"))
@@ -261,8 +266,8 @@ class _Recording:
         skip_headers: Iterable[str],
         redact: Redaction | Iterable[Rule] | None,
     ):
-        self.match = Matcher(tuple(match_on), frozenset(ignore_query), tuple(ignore_body))
-        self.skip = _skip(tuple(skip_headers))
+        self.match = Matcher(_names(match_on), frozenset(_names(ignore_query)), _names(ignore_body))
+        self.skip = _skip(_names(skip_headers))
         self.redact = Redaction.of(redact)
 
     def request(self, request: httpx.Request, content: bytes) -> dict[str, Any]:

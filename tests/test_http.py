@@ -341,6 +341,9 @@ def test_matcher_cuts_a_request_down_to_what_counts() -> None:
         hhttp.Matcher(on=())
     with pytest.raises(harness.RedactionRuleError, match="cannot read the path"):
         hhttp.transport(ignore_body=["$.a["])
+    single = hhttp.transport(match_on="url", ignore_query="ts", ignore_body="$.t", skip_headers="x-trace")
+    assert single.recording.match == hhttp.Matcher(("url",), frozenset({"ts"}), ("$.t",))  # one name, not letters
+    assert single.recording.skip("x-trace") and not single.recording.skip("x")
 
 
 def test_a_forked_value_that_is_no_http_response_is_a_clear_error(server: ChatServer, trace: Path) -> None:
