@@ -63,7 +63,7 @@ FIELDS = ("method", "scheme", "host", "port", "path", "query", "url", "headers",
 # names (or prefixes, ending in *) of headers that change between two runs of the same program
 VOLATILE_HEADERS = (
     "user-agent", "content-length", "host", "connection", "keep-alive", "accept-encoding", "content-encoding",
-    "transfer-encoding", "date", "server", "x-stainless-*", "traceparent", "tracestate",
+    "transfer-encoding", "date", "server", "x-stainless-*", "traceparent", "tracestate", "idempotency-key",
 )  # fmt: skip
 _BODY_KEYS = ("body", "text", "base64")
 _NOT_SERVED = frozenset({"content-length", "content-encoding", "transfer-encoding"})  # the body is served decoded
