@@ -40,7 +40,7 @@ except PackageNotFoundError:  # running from a source tree that was never instal
 
 
 def __getattr__(name: str) -> Any:
-    """`harness.http` is imported on first use: it needs the optional httpx (`harness[http]`)."""
+    """`harness.http` is imported on first use: it needs the optional httpx (`harness-trace[http]`)."""
     if name == "http":
         import importlib
 

@@ -32,7 +32,7 @@ Rules kept here:
   the request is hashed and before anything is written; the live client
   still receives the real response.
 
-httpx is an optional extra: `pip install 'harness[http]'`.
+httpx is an optional extra: `pip install 'harness-trace[http]'`.
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ from ._redact import Redaction, Rule, parse_path
 try:
     import httpx
 except ImportError:  # pragma: no cover - exercised where httpx is absent
-    raise HarnessError("harness.http needs httpx: pip install 'harness[http]' (or pip install httpx)") from None
+    raise HarnessError("harness.http needs httpx: pip install 'harness-trace[http]' (or pip install httpx)") from None
 
 __all__ = ["MATCH_ON", "VOLATILE_HEADERS", "AsyncRecordingTransport", "Matcher", "RecordingTransport",
            "async_transport", "transport"]  # fmt: skip

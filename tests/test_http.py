@@ -18,7 +18,7 @@ import pytest
 import harness
 from harness import Executor, Recorder, ReplayDrift, Step, fork, replay, rerun
 
-httpx = pytest.importorskip("httpx", reason="harness.http needs httpx: pip install 'harness[test]'")
+httpx = pytest.importorskip("httpx", reason="harness.http needs httpx: pip install -e '.[test]'")
 
 from chat_server import ChatServer  # noqa: E402
 
