@@ -127,8 +127,11 @@ def _url_parts(url: Any, ignore: frozenset[str]) -> dict[str, Any]:
     if not isinstance(url, str):
         return {"url": url}
     u = httpx.URL(url)
-    query = sorted([k, v] for k, v in u.params.multi_items() if k not in ignore)
-    return {"scheme": u.scheme, "host": u.host, "port": u.port, "path": u.path, "query": query}
+    query: dict[str, Any] = {}  # name -> value, or its values in order when repeated; names in any order
+    for k, v in u.params.multi_items():
+        if k not in ignore:
+            query[k] = [*query[k], v] if isinstance(query.get(k), list) else [query[k], v] if k in query else v
+    return {"scheme": u.scheme, "host": u.host, "port": u.port, "path": u.path, "query": dict(sorted(query.items()))}
 
 
 def _drop(value: Any, path: tuple[str | int, ...]) -> Any:
