@@ -356,6 +356,27 @@ def _show_diff(recording: str, records: list[dict[str, Any]]) -> None:
         print(line)
 
 
+# --- serve: the web viewer (issue 10) -------------------------------------------------------
+
+
+def _serve_setup(p: argparse.ArgumentParser) -> None:
+    p.add_argument("folder", nargs="?", metavar="RUNS_DIR", help="default: $HARNESS_RUNS_DIR, else ./runs")
+    p.add_argument("--host", default="127.0.0.1", help="the address to listen on (default: 127.0.0.1, this machine)")
+    p.add_argument("--port", type=int, default=8000, help="default: 8000; 0 picks a free port")
+    p.add_argument(
+        "--agent", metavar="MODULE:FACTORY",
+        help="enable fork from the page with this agent factory (as `harness fork --agent`)",
+    )  # fmt: skip
+
+
+@command("serve", "Browse runs in a web browser, live while they are written (needs harness[web]).", _serve_setup)
+def _serve(args: argparse.Namespace) -> int:
+    from .viewer import serve
+
+    serve(args.folder, host=args.host, port=args.port, agent=args.agent)
+    return 0
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="harness", description="Inspect, check and compare harness traces.")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")

@@ -1,0 +1,472 @@
+"""The viewer's web application: pages, a JSON API and a live event stream, on Starlette.
+
+Routes (a run's address is its trace's file name without `.jsonl`,
+relative to the runs folder; `_paths` refuses anything that would leave it):
+
+    GET  /                           the runs page
+    GET  /runs/{run}                 a run's page
+    GET  /diff?a=RUN&b=RUN           the diff page
+    GET  /static/...                 the page's own JS and CSS (shipped in the package)
+    GET  /api/config                 {folder, fork}: whether forking is on (`--agent`)
+    GET  /api/runs                   the runs table, newest first (ETag: 304 while nothing changed)
+    GET  /api/runs/{run}             a run's summary: header, status, verdict, lanes, one letter per record
+    GET  /api/runs/{run}/records     ?start=&count=: a window of records as the timeline shows them
+    GET  /api/runs/{run}/record      ?line=N: one record whole, with its seq, line, lane and role
+    GET  /api/runs/{run}/events      server-sent events: complete lines from byte ?from= or Last-Event-ID
+    POST /api/runs/{run}/fork        {"at": SEQ, "value": JSON}: fork in the background (403 without --agent)
+    GET  /api/jobs/{job}             how a background fork is going
+    GET  /api/diff?a=RUN&b=RUN       harness.diff(a, b), as `harness diff --format json` prints it
+
+Guarantees: the server opens traces read-only (a fork writes a new file
+through harness.fork); every response carries a Content-Security-Policy
+that allows only the package's own scripts and styles; a HarnessError
+becomes a JSON error with a 4xx status, never a 500; the event stream sends
+only complete lines, each with `id:` = the byte offset after it, so a
+client reconnecting with Last-Event-ID gets each record once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import os
+import threading
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from importlib import resources
+from typing import Any
+
+import orjson
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+from starlette.middleware.trustedhost import TrustedHostMiddleware
+from starlette.requests import Request
+from starlette.responses import FileResponse, Response, StreamingResponse
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from .. import diff as harness_diff
+from .. import fork as harness_fork
+from .._errors import HarnessError
+from .._rerun import load_agent
+from .._runs import run_info
+from ._index import CLASSES, Index, Indexes
+from ._listing import Listing
+from ._paths import RunNotFound, address, trace_path, well_formed
+
+STATIC = str(resources.files("harness.viewer") / "static")
+DIFF_SHOWN = 1000  # differences listed on the diff page (the counts are always whole)
+WINDOW = 2000  # at most this many records per /records request
+POLL = 0.2  # seconds between looks at a trace that a live stream follows
+HEARTBEAT = 10.0  # seconds between keep-alive comments on a quiet stream
+
+CSP = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
+    "font-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+)
+HEADERS = [
+    (b"content-security-policy", CSP.encode()),
+    (b"x-content-type-options", b"nosniff"),
+    (b"referrer-policy", b"no-referrer"),
+    (b"x-frame-options", b"DENY"),
+]
+
+
+@dataclass
+class Job:
+    """A fork running in the background."""
+
+    id: str
+    parent: str
+    child: str
+    at: int
+    state: str = "running"  # running, done, failed
+    error: str | None = None
+    result: dict[str, Any] | None = None
+
+
+@dataclass
+class Viewer:
+    """What the application serves: the runs folder, and the agent factory that enables forking."""
+
+    folder: str
+    agent: str | None = None
+    stopping: Callable[[], bool] = lambda: False  # the server is shutting down: live streams end
+    indexes: Indexes = field(default_factory=Indexes)
+    jobs: dict[str, Job] = field(default_factory=dict)
+    listing: Listing = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.listing = Listing(self.folder)
+
+    def path(self, run: str, *, exists: bool = True) -> str:
+        return trace_path(self.folder, run, exists=exists)
+
+
+class SecurityHeaders:
+    """Adds the Content-Security-Policy (and friends) to every response, streams included."""
+
+    def __init__(self, app: ASGIApp):
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def send_with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message["headers"] = [*message.get("headers", []), *HEADERS]
+            await send(message)
+
+        await self.app(scope, receive, send_with_headers)
+
+
+def create_app(folder: str, *, agent: str | None = None, hosts: list[str] | None = None) -> Starlette:
+    """The viewer for runs folder `folder`; `agent` (`module:factory`) turns fork on.
+
+    `hosts`: the Host header values accepted (DNS-rebinding protection);
+    by default the loopback names.
+    """
+    viewer = Viewer(os.path.abspath(folder), agent)
+    routes = [
+        Route("/", _page("runs.html")),
+        Route("/diff", _page("diff.html")),
+        Route("/runs/{run:path}", _run_page),
+        Route("/api/config", _config),
+        Route("/api/runs", _runs),
+        Route("/api/runs/{run:path}/events", _events),
+        Route("/api/runs/{run:path}/records", _records),
+        Route("/api/runs/{run:path}/record", _record),
+        Route("/api/runs/{run:path}/fork", _fork, methods=["POST"]),
+        Route("/api/runs/{run:path}", _summary),
+        Route("/api/jobs/{job}", _job),
+        Route("/api/diff", _diff),
+        Mount("/static", StaticFiles(directory=STATIC), name="static"),
+    ]
+    allowed = hosts or ["127.0.0.1", "localhost", "[::1]", "testserver"]
+    app = Starlette(
+        routes=routes,
+        middleware=[Middleware(SecurityHeaders), Middleware(TrustedHostMiddleware, allowed_hosts=allowed)],
+        exception_handlers={HarnessError: _harness_error, HTTPException: _http_error},
+    )
+    app.state.viewer = viewer
+    return app
+
+
+def _viewer(request: Request) -> Viewer:
+    v: Viewer = request.app.state.viewer
+    return v
+
+
+def _json(data: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
+    return Response(orjson.dumps(data), status, headers=headers, media_type="application/json")
+
+
+async def _harness_error(request: Request, exc: Exception) -> Response:
+    status = 404 if isinstance(exc, RunNotFound) else 400
+    if request.url.path.startswith("/api/"):
+        return _json({"error": type(exc).__name__, "message": str(exc)}, status)
+    return Response(f"{status}: {exc}\n", status, media_type="text/plain")
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    if request.url.path.startswith("/api/"):
+        return _json({"error": "HTTPException", "message": exc.detail}, exc.status_code)
+    return Response(f"{exc.status_code}: {exc.detail}\n", exc.status_code, media_type="text/plain")
+
+
+def _page(name: str) -> Callable[[Request], Any]:
+    async def page(request: Request) -> Response:
+        return FileResponse(os.path.join(STATIC, name), headers={"cache-control": "no-cache"})
+
+    return page
+
+
+async def _run_page(request: Request) -> Response:
+    run = request.path_params["run"]
+    # a fork's child page may open before the fork has created the file
+    _viewer(request).path(run, exists="job" not in request.query_params)
+    return FileResponse(os.path.join(STATIC, "run.html"), headers={"cache-control": "no-cache"})
+
+
+async def _config(request: Request) -> Response:
+    v = _viewer(request)
+    return _json({"folder": v.folder, "fork": v.agent is not None, "agent": v.agent, "classes": CLASSES})
+
+
+async def _runs(request: Request) -> Response:
+    v = _viewer(request)
+    rows = await run_in_threadpool(v.listing.runs)
+    body = orjson.dumps({"folder": v.folder, "runs": rows})
+    etag = '"' + hashlib.blake2b(body, digest_size=12).hexdigest() + '"'
+    if request.headers.get("if-none-match") == etag:
+        return Response(status_code=304, headers={"etag": etag})
+    return Response(body, media_type="application/json", headers={"etag": etag, "cache-control": "no-cache"})
+
+
+def _index(v: Viewer, run: str) -> Index:
+    return v.indexes.get(v.path(run)).extend()
+
+
+def _summary_of(v: Viewer, run: str) -> dict[str, Any]:
+    path = v.path(run)
+    idx = v.indexes.get(path).extend()
+    verdict = idx.verdict()
+    idx.extend()  # the file may have grown while replay() read it
+    shown = len(idx)
+    if verdict.error is not None:
+        shown = min(shown, max(0, (verdict.error["line"] or 1) - 1))
+    broken = idx.broken if verdict.error is None else None
+    info = run_info(path)
+    header = idx.header or {}
+    torn = idx.size - idx.end if shown == len(idx) and idx.broken is None else 0
+    last_ts = idx.last.get("ts") if idx.last else None
+    pending = verdict.pending
+    reconcile = None
+    if pending is not None:
+        trace = _quote(path)
+        reconcile = {
+            "happened": f"harness reconcile {trace} --happened --result 'RESULT_AS_JSON' --evidence 'HOW_YOU_KNOW'",
+            "not_happened": f"harness reconcile {trace} --not-happened --evidence 'HOW_YOU_KNOW'",
+        }
+    parent = header.get("parent")
+    return {
+        "id": run, "path": path, "status": info.status, "state": verdict.state, "header": header,
+        "records": shown, "indexed": len(idx), "end": idx.offsets[shown] if shown < len(idx) else idx.end,
+        "error": verdict.error, "broken": broken, "torn": torn, "pending": pending, "reconcile": reconcile,
+        "lanes": idx.lane_names, "codes": idx.codes[:shown].decode("ascii"),
+        "lane_codes": bytes(48 + n for n in idx.lanes[:shown]).decode("latin-1") if len(idx.lane_names) > 1 else "",
+        "started": header.get("ts"), "last_ts": last_ts,
+        "parent": parent, "parent_id": _find_parent(v, path, parent) if isinstance(parent, str) else None,
+        "branch": header.get("branch"),
+    }  # fmt: skip
+
+
+def _quote(text: str) -> str:
+    import shlex
+
+    return shlex.quote(text)
+
+
+def _find_parent(v: Viewer, path: str, parent: str) -> str | None:
+    """The address of the run whose run_id is `parent`: most likely a sibling named after it."""
+    folder = os.path.dirname(path)
+    guess = os.path.join(folder, parent + ".jsonl")
+    if os.path.isfile(guess):
+        return address(v.folder, guess)
+    for row in v.listing.runs():
+        if row["run_id"] == parent:
+            return str(row["id"])
+    return None
+
+
+async def _summary(request: Request) -> Response:
+    v = _viewer(request)
+    return _json(await run_in_threadpool(_summary_of, v, request.path_params["run"]))
+
+
+def _int(request: Request, name: str, default: int | None = None) -> int:
+    raw = request.query_params.get(name)
+    if raw is None:
+        if default is None:
+            raise HTTPException(400, f"missing query parameter {name}")
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise HTTPException(400, f"{name} must be an integer, not {raw!r}") from None
+
+
+def _window(v: Viewer, run: str, start: int, count: int) -> dict[str, Any]:
+    idx = _index(v, run)
+    verdict = idx.verdict()
+    limit = len(idx)
+    if verdict.error is not None:
+        limit = min(limit, max(0, (verdict.error["line"] or 1) - 1))
+    start = max(0, min(start, limit))
+    stop = min(limit, start + max(0, min(count, WINDOW)))
+    out = []
+    for i, line in enumerate(idx.raw(start, stop), start):
+        out.append(idx.brief(i, orjson.loads(line)))
+    return {"start": start, "records": out, "total": limit}
+
+
+async def _records(request: Request) -> Response:
+    v = _viewer(request)
+    start, count = _int(request, "start", 0), _int(request, "count", 500)
+    return _json(await run_in_threadpool(_window, v, request.path_params["run"], start, count))
+
+
+def _one(v: Viewer, run: str, line: int) -> dict[str, Any]:
+    idx = _index(v, run)
+    verdict = idx.verdict()
+    limit = len(idx)
+    if verdict.error is not None:
+        limit = min(limit, max(0, (verdict.error["line"] or 1) - 1))
+    if not 1 <= line <= limit:
+        raise RunNotFound(run, f"it has no line {line} to show (lines 1..{limit})")
+    raw = idx.raw(line - 1, line)[0]
+    rec = orjson.loads(raw)
+    return {
+        "line": line, "offset": idx.offsets[line - 1], "bytes": len(raw) + 1,
+        "lane": idx.lane_names[idx.lanes[line - 1]], "col": idx.cols[line - 1],
+        "brief": idx.brief(line - 1, rec), "record": rec,
+        "forkable": _forkable(rec),
+    }  # fmt: skip
+
+
+def _forkable(rec: dict[str, Any]) -> dict[str, Any] | None:
+    """What a fork at this record would change (its seq and recorded value), or None if it carries no crossing."""
+    seq = rec.get("seq")
+    if rec.get("kind") == "crossing" and "response" in rec:
+        return {"at": seq, "value": rec["response"], "what": f"the {rec.get('boundary')} response"}
+    if rec.get("kind") == "transition" and rec.get("from") == "ACT" and rec.get("to") == "VERIFY":
+        return {"at": seq, "value": rec.get("result"), "what": "the tool's result"}
+    return None
+
+
+async def _record(request: Request) -> Response:
+    v = _viewer(request)
+    line = _int(request, "line")
+    return _json(await run_in_threadpool(_one, v, request.path_params["run"], line))
+
+
+async def _events(request: Request) -> Response:
+    v = _viewer(request)
+    run = request.path_params["run"]
+    path = v.path(run)
+    idx = await run_in_threadpool(_index, v, run)
+    raw = request.headers.get("last-event-id") or request.query_params.get("from") or "0"
+    try:
+        offset = int(raw)
+    except ValueError:
+        raise HTTPException(400, f"the offset must be an integer byte position, not {raw!r}") from None
+    first = idx.find(offset)
+    if first is None:
+        raise HTTPException(400, f"no line of {run} starts at byte {offset}; resume from an id the stream sent")
+    return StreamingResponse(
+        _stream(v, idx, path, first, request),
+        media_type="text/event-stream",
+        headers={"cache-control": "no-cache", "x-accel-buffering": "no"},
+    )
+
+
+async def _stream(v: Viewer, idx: Index, path: str, i: int, request: Request) -> AsyncIterator[bytes]:
+    """Complete lines from line i on, as they land; ends when the writer is gone and all is sent."""
+    quiet = time.monotonic()
+    yield b"retry: 1000\n\n"
+    while True:
+        n = len(idx)
+        if i < n:
+            batch = []
+            for j, line in enumerate(idx.raw(i, min(n, i + 500)), i):
+                brief = orjson.dumps(idx.brief(j, orjson.loads(line)))
+                head = b'{"line":%d,"offset":%d,"brief":' % (j + 1, idx.offsets[j])
+                batch.append(b"id: %d\nevent: record\ndata: %s%s,\"record\":%s}\n\n" % (
+                    idx.next_offset(j), head, brief, line))  # fmt: skip
+                i = j + 1
+            yield b"".join(batch)
+            quiet = time.monotonic()
+            continue
+        if idx.broken is not None:
+            yield b"event: corrupt\ndata: %s\n\n" % orjson.dumps(idx.broken)
+            return
+        if v.stopping():
+            return
+        await asyncio.sleep(POLL)
+        if await request.is_disconnected():
+            return
+        before = len(idx)
+        await run_in_threadpool(idx.extend)
+        if len(idx) > before:
+            continue
+        status = (await run_in_threadpool(run_info, path)).status
+        if status != "running":
+            await run_in_threadpool(idx.extend)  # the writer may have written its last line, then gone
+            if len(idx) > before:
+                continue
+            end = {"status": status, "torn": idx.size - idx.end, "end": idx.end}
+            yield b"event: end\ndata: %s\n\n" % orjson.dumps(end)
+            return
+        if time.monotonic() - quiet > HEARTBEAT:
+            quiet = time.monotonic()
+            yield b": still running\n\n"
+
+
+async def _fork(request: Request) -> Response:
+    v = _viewer(request)
+    run = request.path_params["run"]
+    if v.agent is None:
+        return _json(
+            {"error": "ForkDisabled", "message": "start `harness serve` with --agent module:factory to fork"}, 403
+        )
+    origin = request.headers.get("origin")
+    if origin is not None and origin.split("://", 1)[-1] != request.headers.get("host"):
+        return _json({"error": "Forbidden", "message": "a fork must be asked for from the viewer's own page"}, 403)
+    if request.headers.get("content-type", "").split(";")[0].strip() != "application/json":
+        raise HTTPException(415, 'send the fork as application/json: {"at": SEQ, "value": JSON}')
+    path = v.path(run)
+    try:
+        body = orjson.loads(await request.body())
+    except orjson.JSONDecodeError as e:
+        raise HTTPException(400, f"the body is not JSON: {e}") from None
+    if not isinstance(body, dict) or type(body.get("at")) is not int or "value" not in body:
+        raise HTTPException(400, 'expected {"at": SEQ (an int), "value": the new value}')
+    name = uuid.uuid4().hex
+    child_path = os.path.join(os.path.dirname(path), name + ".jsonl")
+    job = Job(uuid.uuid4().hex, run, address(v.folder, child_path), body["at"])
+    v.jobs[job.id] = job
+    threading.Thread(
+        target=_run_fork, args=(v, job, path, child_path, body["value"]), daemon=True, name=f"fork-{job.id}"
+    ).start()
+    return _json({"job": job.id, "child": job.child, "url": f"/runs/{job.child}?job={job.id}"}, 202)
+
+
+def _run_fork(v: Viewer, job: Job, parent: str, child: str, value: Any) -> None:
+    assert v.agent is not None
+    try:
+        planner, tools, verifier = load_agent(v.agent)
+        r = harness_fork(parent, at=job.at, value=value, planner=planner, tools=tools, verifier=verifier, out=child)
+    except Exception as e:  # a fork that fails is reported on its job, whatever the agent raised
+        job.state, job.error = "failed", f"{type(e).__name__}: {e}"
+        return
+    job.state = "done"
+    job.result = {"run_id": r.run_id, "state": r.state, "live_calls": r.live_calls, "branch": r.branch}
+
+
+async def _job(request: Request) -> Response:
+    job = _viewer(request).jobs.get(request.path_params["job"])
+    if job is None:
+        raise HTTPException(404, "no such fork job (jobs live as long as the server)")
+    return _json({"job": job.id, "parent": job.parent, "child": job.child, "at": job.at, "state": job.state,
+                  "error": job.error, "result": job.result})  # fmt: skip
+
+
+def _diff_of(v: Viewer, a: str, b: str) -> dict[str, Any]:
+    d = harness_diff(v.path(a), v.path(b))
+    first = d.first
+    return {
+        "a": a, "b": b, "equal": d.equal, "records_a": d.records_a, "records_b": d.records_b,
+        "headline": d.headline(), "counts": d.counts(), "first": first.first_json() if first else None,
+        "changed": len(d.changed), "inserted": len(d.inserted), "removed": len(d.removed), "total": len(d.moved),
+        "moved": [
+            {"op": m.op, "describe": m.describe(), **m.first_json(), "record": m.record} for m in d.moved[:DIFF_SHOWN]
+        ],
+    }  # fmt: skip
+
+
+async def _diff(request: Request) -> Response:
+    v = _viewer(request)
+    a, b = request.query_params.get("a"), request.query_params.get("b")
+    if not a or not b:
+        raise HTTPException(400, "give two runs: /api/diff?a=RUN&b=RUN")
+    if not (well_formed(a) and well_formed(b)):
+        raise RunNotFound(a if not well_formed(a) else b, "not a run address")
+    return _json(await run_in_threadpool(_diff_of, v, a, b))

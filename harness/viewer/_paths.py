@@ -1,0 +1,50 @@
+"""Run addresses: a trace's file name without `.jsonl`, relative to the runs folder, and back.
+
+`trace_path(folder, run)` is the only way the viewer turns a name from a
+URL into a file. It refuses (RunNotFound, which the server answers with 404)
+an empty or absolute name, a `..` or empty part, a backslash or NUL, a name
+whose file is missing, and any name whose real path (symlinks resolved)
+lies outside the runs folder's real path. So no URL can make the viewer
+read outside the runs folder.
+"""
+
+from __future__ import annotations
+
+import os
+
+from .._errors import HarnessError
+
+
+class RunNotFound(HarnessError):
+    """No run has this address in the runs folder (or the address tries to leave it)."""
+
+    def __init__(self, run: str, why: str):
+        super().__init__(f"no run {run!r} in the runs folder: {why}")
+        self.run, self.why = run, why
+
+
+def well_formed(run: str) -> bool:
+    """Whether `run` can name a file under the runs folder at all (it may still not exist)."""
+    if not run or "\\" in run or "\x00" in run or run.startswith("/") or os.path.isabs(run):
+        return False
+    return all(part not in ("", ".", "..") for part in run.split("/"))
+
+
+def trace_path(folder: str, run: str, *, exists: bool = True) -> str:
+    """The trace file of run address `run` in `folder`; RunNotFound if there is none or it lies outside."""
+    if not well_formed(run):
+        raise RunNotFound(run, "not a run address (a file name without .jsonl, inside the runs folder)")
+    path = os.path.join(folder, run + ".jsonl")
+    root = os.path.realpath(folder)
+    real = os.path.realpath(path)
+    if os.path.commonpath([root, real]) != root:
+        raise RunNotFound(run, "it leads outside the runs folder")
+    if exists and not os.path.isfile(real):
+        raise RunNotFound(run, "no such trace file")
+    return path
+
+
+def address(folder: str, path: str) -> str:
+    """The run address of the trace at `path` (a file in `folder`)."""
+    rel = os.path.relpath(path, folder).replace(os.sep, "/")
+    return rel.removesuffix(".jsonl")

@@ -1,0 +1,334 @@
+// A run's page: header, banners (corruption, torn tail, paused), a timeline with one lane per agent,
+// the records of the current window, and a panel with the record clicked, whole. Live runs grow in place.
+import { h, api, runUrl, apiRun, shortId, time, duration, badge, pretty, nav, fail } from "/static/common.js";
+
+const WINDOW = 300; // records drawn at once; the overview above shows them all
+const CELL = 30; // px per timeline column
+const GLYPH = { H: "◆", P: "P", A: "A", V: "V", C: "C", K: "✓", D: "■", F: "✕", Z: "॥", R: "↻", X: "⇄",
+  E: "!", r: "⟲", c: "✎", s: "⊡", e: "•", n: "■", o: "?" };
+const NAMES = { H: "header", P: "PLAN", A: "ACT", V: "VERIFY", C: "CHECKPOINT", K: "checkpoint", D: "DONE",
+  F: "FAILED / failure", Z: "PAUSED", R: "retry", X: "crossing", E: "error", r: "resume", c: "reconcile",
+  s: "seal", e: "event", n: "end", o: "other" };
+const COLOR = {};
+const PRIORITY = { F: 5, E: 5, R: 4, Z: 3, D: 2, n: 2 };
+
+const app = document.getElementById("app");
+const id = decodeURIComponent(location.pathname.slice("/runs/".length));
+const params = new URLSearchParams(location.search);
+const st = {
+  summary: null, config: null, codes: "", laneCodes: "", lanes: [], total: 0, start: 0, window: [],
+  follow: false, selected: null, source: null, live: false, end: 0, redraw: false,
+};
+
+const head = h("section", { class: "run-head" });
+const banners = h("div", { class: "banners" });
+const overview = h("canvas", { class: "overview", height: 40, title: "the whole run: click to move the window" });
+const lanesBox = h("div", { class: "lanes" });
+const pager = h("div", { class: "pager" });
+const table = h("tbody");
+const detail = h("aside", { class: "detail", hidden: true });
+const legend = h("div", { class: "legend" });
+
+app.replaceChildren(nav(""), h("main", { class: "run" },
+  head, banners,
+  h("section", { class: "card timeline" },
+    h("div", { class: "card-title" }, h("h2", {}, "Timeline"), legend),
+    overview, lanesBox, pager),
+  h("section", { class: "card" },
+    h("table", { class: "records" },
+      h("thead", {}, h("tr", {}, ["Seq", "Line", "Agent", "Record", "Step", "Att.", "Role", "What"].map((t) => h("th", {}, t)))),
+      table))),
+  detail);
+
+function colorOf(cls) {
+  if (!COLOR[cls]) COLOR[cls] = getComputedStyle(document.body).getPropertyValue(`--c-${cls}`).trim() || "#94a3b8";
+  return COLOR[cls];
+}
+
+function drawLegend() {
+  const used = new Set(st.codes);
+  const items = Object.keys(NAMES).filter((c) => used.has(c)).map((c) =>
+    h("span", { class: "key" }, h("span", { class: `chip-mini cls-${c}` }, GLYPH[c]), NAMES[c]));
+  if (st.summary && st.summary.branch != null) {
+    for (const r of ["reused", "mutated", "live"]) items.push(h("span", { class: "key" }, h("span", { class: `chip-mini role-${r}` }, ""), r));
+  }
+  legend.replaceChildren(...items);
+}
+
+function drawHead() {
+  const s = st.summary, hd = s.header || {};
+  const end = s.last_ts ?? s.started;
+  const meta = [
+    ["run id", hd.run_id ?? "—"], ["started", time(s.started)],
+    ["duration", s.started != null && end != null ? duration(end - s.started) : "—"],
+    ["records", String(st.total)], ["lanes", st.lanes.join(", ") || "main"],
+    ["entrypoint", (hd.env && hd.env.entrypoint) || "—"], ["file", s.path],
+  ];
+  const parent = s.parent
+    ? h("div", { class: "parent" }, "fork of ",
+        s.parent_id ? h("a", { href: runUrl(s.parent_id) }, shortId(s.parent)) : h("code", {}, s.parent),
+        s.branch != null ? ` at seq ${s.branch}` : " (rerun)",
+        s.parent_id ? h("a", { class: "button small", href: `/diff?a=${encodeURIComponent(s.parent_id)}&b=${encodeURIComponent(id)}` }, "Diff with parent") : "")
+    : "";
+  head.replaceChildren(
+    h("div", { class: "titlebar" }, h("h1", {}, "Run ", h("span", { class: "mono" }, id)), badge(s.status),
+      s.state ? h("span", { class: "state" }, "state ", h("strong", {}, s.state)) : "",
+      st.live ? h("span", { class: "live-dot", title: "following the file as it is written" }, "live") : ""),
+    h("div", { class: "goal" }, h("span", { class: "label" }, "goal"), h("code", {}, hd.goal === undefined ? "—" : typeof hd.goal === "string" ? hd.goal : JSON.stringify(hd.goal))),
+    h("dl", { class: "meta" }, meta.flatMap(([k, v]) => [h("dt", {}, k), h("dd", {}, v)])),
+    parent);
+}
+
+function drawBanners(extra) {
+  const s = st.summary, out = [];
+  if (s.error) {
+    const e = s.error;
+    out.push(h("div", { class: "banner error", id: "corruption" },
+      h("strong", {}, e.reason === "unreadable" ? "Unreadable trace" : "TraceCorruption"),
+      e.line != null ? ` at line ${e.line}` : "", e.seq != null ? ` (seq ${e.seq})` : "", e.reason !== "unreadable" ? `: ${e.reason}` : "",
+      h("div", { class: "detail-text" }, e.detail),
+      h("div", { class: "hint" }, e.line != null ? `The ${Math.max(0, e.line - 1)} records before it are shown below; nothing after it is.` : "")));
+  }
+  if (s.broken) {
+    out.push(h("div", { class: "banner error" }, h("strong", {}, "Unreadable line "), `${s.broken.line}: ${s.broken.detail}`));
+  }
+  if (s.torn > 0 && s.status !== "running") {
+    out.push(h("div", { class: "banner warn", id: "torn" }, h("strong", {}, "Torn tail: "),
+      `${s.torn} bytes after the last complete line, an unfinished record from a writer that stopped mid-line. `,
+      "It is not part of the run; resuming sets it aside in a .torn-N file."));
+  }
+  if (s.pending) {
+    const p = s.pending;
+    out.push(h("div", { class: "banner paused", id: "paused" },
+      h("strong", {}, "PAUSED: "), `step ${p.step} called the unsafe tool `, h("code", {}, p.tool), " at seq ",
+      h("a", { href: "#", onclick: (ev) => { ev.preventDefault(); openLine(p.seq); } }, String(p.seq)),
+      " and the run died before its outcome was recorded. Did it take effect? Tell harness, then resume the run:",
+      h("div", { class: "args" }, h("span", { class: "label" }, "args"), h("code", {}, JSON.stringify(p.args))),
+      h("pre", { class: "command" }, s.reconcile.happened),
+      h("pre", { class: "command" }, s.reconcile.not_happened)));
+  }
+  if (extra) out.push(extra);
+  banners.replaceChildren(...out);
+}
+
+function drawOverview() {
+  const n = st.codes.length, lanes = Math.max(1, st.lanes.length);
+  const ratio = window.devicePixelRatio || 1;
+  const w = Math.max(100, overview.clientWidth), laneH = lanes > 1 ? 14 : 26;
+  overview.style.height = `${lanes * laneH + 6}px`;
+  overview.width = Math.floor(w * ratio);
+  overview.height = Math.floor((lanes * laneH + 6) * ratio);
+  const ctx = overview.getContext("2d");
+  ctx.scale(ratio, ratio);
+  ctx.clearRect(0, 0, w, lanes * laneH + 6);
+  if (!n) return;
+  const best = new Array(lanes * w).fill(null);
+  for (let i = 0; i < n; i++) {
+    const x = Math.floor((i * w) / n), lane = st.laneCodes ? st.laneCodes.charCodeAt(i) - 48 : 0;
+    const k = lane * w + x, c = st.codes[i], prev = best[k];
+    if (prev === null || (PRIORITY[c] || 0) > (PRIORITY[prev] || 0)) best[k] = c;
+  }
+  const barW = Math.max(1, w / n);
+  for (let k = 0; k < best.length; k++) {
+    if (best[k] === null) continue;
+    const lane = Math.floor(k / w), x = k % w;
+    ctx.fillStyle = colorOf(best[k]);
+    ctx.fillRect(x, 3 + lane * laneH + 1, Math.ceil(barW), laneH - 2);
+  }
+  ctx.strokeStyle = "#0f172a";
+  ctx.lineWidth = 1.5;
+  const x0 = (st.start * w) / n, x1 = ((st.start + st.window.length) * w) / n;
+  ctx.strokeRect(x0 + 0.75, 1, Math.max(3, x1 - x0 - 1.5), lanes * laneH + 4);
+}
+
+function chip(b) {
+  const cls = `chip cls-${b.cls}` + (b.role ? ` role-${b.role}` : "") + (st.selected === b.line ? " selected" : "") + (b.failed ? " failed" : "");
+  const title = `seq ${b.seq} · ${b.label}` + (b.step != null ? ` · step ${b.step}` : "") + (b.attempt != null ? ` · attempt ${b.attempt}` : "") + (b.role ? ` · ${b.role}` : "") + (b.note ? `\n${b.note}` : "");
+  return h("button", { class: cls, title, "data-line": b.line, style: { left: `${(b.col - st.col0) * CELL + 4}px` }, onclick: () => openLine(b.line) }, GLYPH[b.cls] || "?");
+}
+
+function drawWindow() {
+  const rows = st.window;
+  st.col0 = rows.length ? Math.min(...rows.map((b) => b.col)) : 0;
+  const width = rows.length ? (Math.max(...rows.map((b) => b.col)) - st.col0 + 1) * CELL + 8 : 0;
+  const lanes = st.lanes.length ? st.lanes : ["main"];
+  const byLane = lanes.map(() => []);
+  for (const b of rows) (byLane[b.lane] || (byLane[b.lane] = [])).push(chip(b));
+  lanesBox.replaceChildren(
+    h("div", { class: "lane-names" }, lanes.map((name) => h("div", { class: "lane-name", title: name }, name))),
+    h("div", { class: "lane-scroll" }, h("div", { class: "lane-rows", style: { width: `${width}px` } },
+      lanes.map((name, i) => h("div", { class: "lane", "data-agent": name }, byLane[i] || [])))));
+  const from = rows.length ? st.start + 1 : 0, to = st.start + rows.length;
+  pager.replaceChildren(
+    h("button", { onclick: () => load(0), disabled: st.start === 0 }, "« first"),
+    h("button", { onclick: () => load(Math.max(0, st.start - WINDOW)), disabled: st.start === 0 }, "◀ earlier"),
+    h("span", { class: "range" }, `records ${from}–${to} of ${st.total}`),
+    h("button", { onclick: () => load(st.start + WINDOW), disabled: to >= st.total }, "later ▶"),
+    h("button", { onclick: () => load(Math.max(0, st.total - WINDOW)), disabled: to >= st.total }, "last »"),
+    h("label", { class: "follow" }, h("input", { type: "checkbox", checked: st.follow, onchange: (e) => { st.follow = e.target.checked; if (st.follow) load(Math.max(0, st.total - WINDOW)); } }), " follow the end"));
+  table.replaceChildren(...rows.map((b) => h("tr", { class: `rec${st.selected === b.line ? " selected" : ""}${b.failed || b.cls === "F" ? " failed" : ""}${b.cls === "R" ? " retry" : ""}`, "data-line": b.line, onclick: () => openLine(b.line) },
+    h("td", { class: "num" }, b.seq ?? "—"), h("td", { class: "num dim" }, b.line), h("td", {}, b.agent),
+    h("td", {}, h("span", { class: `chip-mini cls-${b.cls}` }, GLYPH[b.cls] || "?"), " ", b.label),
+    h("td", { class: "num" }, b.step ?? ""), h("td", { class: "num" }, b.attempt ?? ""),
+    h("td", {}, b.role ? h("span", { class: `role-tag role-${b.role}` }, b.role) : ""),
+    h("td", { class: "note" }, b.note))));
+  if (st.follow) { const sc = lanesBox.querySelector(".lane-scroll"); if (sc) sc.scrollLeft = sc.scrollWidth; }
+}
+
+function drawAll() {
+  drawHead(); drawLegend(); drawOverview(); drawWindow();
+}
+
+async function load(start) {
+  const body = await api(apiRun(id, `/records?start=${start}&count=${WINDOW}`));
+  st.start = body.start;
+  st.window = body.records;
+  drawOverview();
+  drawWindow();
+}
+
+overview.addEventListener("click", (ev) => {
+  const rect = overview.getBoundingClientRect();
+  const at = Math.floor(((ev.clientX - rect.left) / rect.width) * st.total);
+  st.follow = false;
+  load(Math.max(0, Math.min(st.total - WINDOW, at - WINDOW / 2)));
+});
+
+function field(name, value, cls) {
+  return h("section", { class: `field ${cls || ""}` }, h("h3", {}, name), h("pre", {}, typeof value === "string" ? value : pretty(value)));
+}
+
+async function openLine(line) {
+  st.selected = line;
+  if (line <= st.start || line > st.start + st.window.length) {
+    await load(Math.max(0, Math.min(Math.max(0, st.total - WINDOW), line - 1 - Math.floor(WINDOW / 2))));
+  } else {
+    drawWindow();
+  }
+  const body = await api(apiRun(id, `/record?line=${line}`));
+  const r = body.record, b = body.brief;
+  const known = ["seq", "kind", "ts", "crc", "from", "to", "step", "attempt", "agent", "vc", "key", "reused"];
+  const meta = [["seq", r.seq], ["line", body.line], ["kind", r.kind], ["agent", body.lane], ["role", b.role],
+    ["step", r.step], ["attempt", r.attempt], ["key", r.key], ["time", r.ts != null ? time(r.ts) : null],
+    ["bytes", body.bytes]].filter(([, v]) => v !== undefined && v !== null);
+  const sections = [];
+  if (r.vc !== undefined) sections.push(field("vector clock", r.vc));
+  for (const [k, v] of Object.entries(r)) {
+    if (known.includes(k)) continue;
+    sections.push(field(k === "response" || k === "result" ? (r.kind === "checkpoint" ? "checkpoint result" : k) : k, v, k === "error" ? "error" : ""));
+  }
+  const forkBox = [];
+  if (st.config && st.config.fork && body.forkable) {
+    const editor = h("textarea", { class: "json", id: "fork-value", spellcheck: "false", rows: 6 });
+    editor.value = pretty(body.forkable.value);
+    const msg = h("div", { class: "fork-msg" });
+    forkBox.push(h("section", { class: "fork" }, h("h3", {}, `Fork here: replace ${body.forkable.what} at seq ${body.forkable.at}`),
+      editor,
+      h("button", { class: "primary", id: "fork-button", onclick: async () => {
+        let value;
+        try { value = JSON.parse(editor.value); } catch (e) { msg.textContent = `Not JSON: ${e.message}`; return; }
+        msg.textContent = "Forking…";
+        try {
+          const res = await api(apiRun(id, "/fork"), { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ at: body.forkable.at, value }) });
+          location.href = res.url;
+        } catch (e) { msg.textContent = e.message; }
+      } }, "Fork here"), msg));
+  }
+  detail.hidden = false;
+  detail.replaceChildren(
+    h("div", { class: "detail-head" }, h("span", { class: `chip-mini cls-${b.cls}` }, GLYPH[b.cls] || "?"),
+      h("h2", {}, b.label), h("button", { class: "close", title: "close", onclick: () => { detail.hidden = true; st.selected = null; drawWindow(); } }, "×")),
+    h("dl", { class: "meta" }, meta.flatMap(([k, v]) => [h("dt", {}, k), h("dd", {}, String(v))])),
+    ...sections, ...forkBox,
+    h("details", {}, h("summary", {}, "The whole record"), h("pre", { class: "whole" }, pretty(r))));
+  document.body.classList.add("with-detail");
+}
+
+function follow() {
+  const s = st.summary;
+  if (s.error || s.broken) return;
+  st.live = true;
+  const es = new EventSource(apiRun(id, `/events?from=${s.end}`));
+  st.source = es;
+  es.addEventListener("record", (ev) => {
+    const m = JSON.parse(ev.data), b = m.brief;
+    if (m.line <= st.total) return; // never twice
+    if (!st.lanes[b.lane]) { st.lanes[b.lane] = b.agent; st.laneCodes = st.laneCodes || "0".repeat(st.codes.length); }
+    st.codes += b.cls;
+    if (st.lanes.length > 1) st.laneCodes += String.fromCharCode(48 + b.lane);
+    st.total = m.line;
+    st.summary.last_ts = m.record.ts ?? st.summary.last_ts;
+    if (st.follow || st.start + st.window.length === st.total - 1) {
+      st.window.push(b);
+      if (st.window.length > WINDOW) { st.window.shift(); st.start += 1; }
+    }
+    schedule();
+  });
+  es.addEventListener("end", async () => {
+    es.close();
+    st.live = false;
+    await refreshSummary();
+  });
+  es.addEventListener("corrupt", async () => { es.close(); st.live = false; await refreshSummary(); });
+}
+
+function schedule() {
+  if (st.redraw) return;
+  st.redraw = true;
+  requestAnimationFrame(() => { st.redraw = false; drawAll(); });
+}
+
+async function refreshSummary() {
+  st.summary = await api(apiRun(id));
+  st.lanes = st.summary.lanes; st.codes = st.summary.codes; st.laneCodes = st.summary.lane_codes; st.total = st.summary.records;
+  drawBanners(jobBanner);
+  drawAll();
+  document.body.dataset.status = st.summary.status;
+}
+
+let jobBanner = null;
+async function waitForJob(job) {
+  for (;;) {
+    const j = await api(`/api/jobs/${encodeURIComponent(job)}`);
+    const text = j.state === "running" ? `Fork of ${j.parent} at seq ${j.at}: running…`
+      : j.state === "done" ? `Fork of ${j.parent} at seq ${j.at}: done, state ${j.result.state}, ${j.result.live_calls} live calls after the branch.`
+      : `Fork of ${j.parent} at seq ${j.at} failed: ${j.error}`;
+    jobBanner = h("div", { class: `banner ${j.state === "failed" ? "error" : "info"}`, id: "job" }, text);
+    if (st.summary) drawBanners(jobBanner); else banners.replaceChildren(jobBanner);
+    if (j.state !== "running") return j;
+    await new Promise((r) => setTimeout(r, 400));
+  }
+}
+
+async function main() {
+  try {
+    st.config = await api("/api/config");
+    const job = params.get("job");
+    let jobDone = null;
+    if (job) jobDone = waitForJob(job);
+    for (let tries = 0; ; tries++) {
+      try { st.summary = await api(apiRun(id)); break; } catch (e) {
+        if (!(job && e.status === 404 && tries < 100)) throw e;
+        if (jobDone && (await Promise.race([jobDone, new Promise((r) => setTimeout(() => r(null), 300))]))?.state === "failed") throw e;
+      }
+    }
+    const s = st.summary;
+    st.lanes = s.lanes; st.codes = s.codes; st.laneCodes = s.lane_codes; st.total = s.records;
+    st.follow = s.status === "running";
+    drawBanners(jobBanner);
+    drawHead();
+    await load(st.follow ? Math.max(0, st.total - WINDOW) : 0);
+    drawLegend();
+    document.body.dataset.status = s.status;
+    document.body.dataset.loaded = "1";
+    if (s.status === "running" || job) follow();
+    const want = parseInt(params.get("line") || "", 10);
+    if (want > 0) openLine(want);
+  } catch (err) {
+    fail(banners, err);
+    document.body.dataset.loaded = "error";
+  }
+}
+
+window.addEventListener("resize", () => drawOverview());
+main();
