@@ -1,0 +1,566 @@
+"""The viewer's HTTP API through Starlette's test client, and `harness serve` as a real process.
+
+Every endpoint is exercised on a runs folder holding one run of each kind
+(tests/viewer_runs.py). The event stream is read while a real executor in
+another process writes the trace; `harness serve` is started as a
+subprocess, asked over HTTP and stopped with SIGINT.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import re
+import shlex
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+pytest.importorskip("starlette", reason="the viewer needs the web extra: pip install 'harness[web]'")
+pytest.importorskip("httpx", reason="Starlette's TestClient needs httpx (in the test extra)")
+
+import warnings
+
+import httpx
+
+with warnings.catch_warnings():  # Starlette >= 1.x prefers httpx2 for its TestClient; httpx still works
+    warnings.simplefilter("ignore")
+    from starlette.testclient import TestClient
+
+from viewer_runs import AGENT, ROOT, fork_value, make_folder, search_seq
+
+import harness
+from harness.testing import read_records
+from harness.viewer import create_app
+
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, str]]:
+    path = tmp_path_factory.mktemp("runs")
+    return path, make_folder(path)
+
+
+@pytest.fixture(scope="module")
+def client(folder: tuple[Path, dict[str, str]]) -> Iterator[TestClient]:
+    with TestClient(create_app(folder[0])) as c:
+        yield c
+
+
+def snapshot(path: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(path.iterdir())}
+
+
+# --- the runs page ------------------------------------------------------------------------
+
+
+def test_the_runs_table_says_what_list_runs_says_newest_first(client: TestClient, folder: Any) -> None:
+    path, ids = folder
+    body = client.get("/api/runs").json()
+    rows = {r["id"]: r for r in body["runs"]}
+    assert body["folder"] == str(path)
+    listed = {Path(r.path).stem: r for r in harness.list_runs(path)}
+    assert set(rows) == set(listed)
+    for run, info in listed.items():
+        assert rows[run]["status"] == info.status and rows[run]["records"] == info.records
+    assert [rows[ids[k]]["status"] for k in ("done", "failed", "paused", "killed", "unreadable")] == [
+        "done",
+        "failed",
+        "paused",
+        "interrupted",
+        "unreadable",
+    ]
+    starts = [r["start_ts"] for r in body["runs"] if r["start_ts"] is not None]
+    assert starts == sorted(starts, reverse=True)
+    done, child = rows[ids["done"]], rows[ids["fork"]]
+    assert "Should a small web app" in done["goal"] and done["steps"] == 3 and done["attempt"] == 1
+    assert child["parent"] == done["run_id"] and child["parent_id"] == ids["done"]
+    assert child["branch"] == search_seq(path / f"{ids['done']}.jsonl")
+    failed = rows[ids["failed"]]
+    assert failed["steps"] == 0 and failed["attempt"] == 3  # out of attempts on its first step
+
+
+def test_the_runs_table_answers_304_while_nothing_changed(client: TestClient, tmp_path: Path) -> None:
+    first = client.get("/api/runs")
+    again = client.get("/api/runs", headers={"if-none-match": first.headers["etag"]})
+    assert again.status_code == 304 and again.content == b""
+
+
+def test_a_new_run_shows_up_in_the_table(tmp_path: Path) -> None:
+    with TestClient(create_app(tmp_path)) as c:
+        assert c.get("/api/runs").json()["runs"] == []
+        etag = c.get("/api/runs").headers["etag"]
+        harness.Executor(planner=lambda g, p: None, tools={}, runs_dir=tmp_path).run("nothing to do")
+        r = c.get("/api/runs", headers={"if-none-match": etag})
+        assert r.status_code == 200 and [row["goal"] for row in r.json()["runs"]] == ["nothing to do"]
+
+
+# --- a run --------------------------------------------------------------------------------
+
+
+def test_a_finished_run_summary_and_records(client: TestClient, folder: Any) -> None:
+    path, ids = folder
+    trace = path / f"{ids['done']}.jsonl"
+    recs = read_records(trace)
+    s = client.get(f"/api/runs/{ids['done']}").json()
+    assert (s["status"], s["state"], s["records"], s["error"], s["torn"]) == ("done", "DONE", len(recs), None, 0)
+    assert s["lanes"] == ["main"] and s["lane_codes"] == "" and len(s["codes"]) == len(recs)
+    assert s["codes"][0] == "H" and s["codes"][-1] == "D" and s["end"] == trace.stat().st_size
+    window = client.get(f"/api/runs/{ids['done']}/records?start=2&count=5").json()
+    assert window["start"] == 2 and window["total"] == len(recs)
+    assert [b["seq"] for b in window["records"]] == [3, 4, 5, 6, 7]
+    assert [b["col"] for b in window["records"]] == [2, 3, 4, 5, 6]  # sequential: one column per record
+    one = client.get(f"/api/runs/{ids['done']}/record?line=4").json()
+    assert one["record"] == recs[3] and one["line"] == 4 and one["lane"] == "main"
+
+
+def test_a_record_is_given_whole_with_what_a_fork_would_change(client: TestClient, folder: Any) -> None:
+    path, ids = folder
+    at = search_seq(path / f"{ids['done']}.jsonl")
+    one = client.get(f"/api/runs/{ids['done']}/record?line={at}").json()
+    assert one["record"]["kind"] == "transition" and one["record"]["to"] == "VERIFY"
+    assert one["forkable"] == {"at": at, "value": one["record"]["result"], "what": "the tool's result"}
+    llm = next(r for r in read_records(path / f"{ids['done']}.jsonl") if r.get("boundary") == "llm")
+    got = client.get(f"/api/runs/{ids['done']}/record?line={llm['seq']}").json()
+    assert got["record"]["request"] == llm["request"] and got["forkable"]["value"] == llm["response"]
+
+
+def test_fork_roles_come_from_the_child_header_and_reused_marks(client: TestClient, folder: Any) -> None:
+    path, ids = folder
+    s = client.get(f"/api/runs/{ids['fork']}").json()
+    branch = s["branch"]
+    assert s["parent_id"] == ids["done"] and branch == search_seq(path / f"{ids['done']}.jsonl")
+    roles = {b["seq"]: b["role"] for b in client.get(f"/api/runs/{ids['fork']}/records?count=100").json()["records"]}
+    assert roles[1] is None and roles[branch] == "mutated" and roles[branch + 1] == "live"
+    assert {roles[q] for q in range(2, branch)} == {"reused"}
+    plain = client.get(f"/api/runs/{ids['done']}/records").json()["records"]
+    assert {b["role"] for b in plain} == {None}
+
+
+def test_a_paused_run_names_its_operation_and_the_reconcile_commands(folder: Any, tmp_path: Path) -> None:
+    path, _ids = folder
+    copy = tmp_path / "runs"
+    copy.mkdir()
+    (copy / "paused.jsonl").write_bytes((path / "paused.jsonl").read_bytes())
+    with TestClient(create_app(copy)) as c:
+        s = c.get("/api/runs/paused").json()
+    assert s["status"] == "paused" and s["state"] == "PAUSED"
+    assert s["pending"] == {"seq": s["pending"]["seq"], "step": 1, "tool": "pay", "args": {"amount": 5}}
+    cmd = s["reconcile"]["not_happened"]
+    assert cmd.startswith(f"harness reconcile {copy / 'paused.jsonl'} --not-happened")
+    assert "--happened --result" in s["reconcile"]["happened"]
+    done = subprocess.run(shlex.split(cmd), capture_output=True, text=True, cwd=tmp_path)  # the exact command
+    assert done.returncode == 0, done.stderr
+    assert harness.replay(copy / "paused.jsonl").reconcile is not None
+
+
+def test_a_corrupt_trace_shows_the_corruption_and_everything_before_it(client: TestClient, folder: Any) -> None:
+    path, _ids = folder
+    r = client.get("/api/runs/corrupt")
+    assert r.status_code == 200
+    s = r.json()
+    assert s["error"]["line"] == 7 and s["error"]["reason"] == "checksum" and s["error"]["seq"] == 7
+    assert s["records"] == 6 and len(s["codes"]) == 6
+    window = client.get("/api/runs/corrupt/records?count=100").json()
+    assert [b["line"] for b in window["records"]] == [1, 2, 3, 4, 5, 6] and window["total"] == 6
+    assert client.get("/api/runs/corrupt/record?line=7").status_code == 404
+    assert client.get("/api/runs/corrupt/record?line=6").json()["record"] == read_records(path / "corrupt.jsonl")[5]
+
+
+@pytest.mark.parametrize(
+    "content",
+    [b"", b"not a trace\n", b'{"seq":1,"kind":"head', b"\x00\xff" * 100],
+    ids=["empty", "foreign", "torn-header", "binary"],
+)
+def test_a_file_that_is_no_trace_is_an_error_on_the_page_never_a_500(tmp_path: Path, content: bytes) -> None:
+    (tmp_path / "x.jsonl").write_bytes(content)
+    with TestClient(create_app(tmp_path), raise_server_exceptions=False) as c:
+        assert c.get("/api/runs").status_code == 200
+        r = c.get("/api/runs/x")
+        assert r.status_code == 200 and r.json()["error"] is not None and r.json()["records"] == 0
+        assert c.get("/api/runs/x/records").json()["records"] == []
+        assert c.get("/api/runs/x/record?line=1").status_code == 404
+        assert c.get("/runs/x").status_code == 200
+
+
+def test_a_torn_tail_is_reported_and_never_served(client: TestClient, folder: Any) -> None:
+    path, _ids = folder
+    s = client.get("/api/runs/torn").json()
+    complete = read_records(path / "torn.jsonl")
+    assert (
+        s["error"] is None
+        and s["records"] == len(complete)
+        and s["torn"] == len(b'{"seq":99,"kind":"transition","from":"AC')
+    )
+    events = list(sse(client, "/api/runs/torn/events"))
+    assert [e["data"]["record"] for e in events if e["event"] == "record"] == complete
+    assert events[-1]["event"] == "end" and events[-1]["data"]["torn"] == s["torn"]
+
+
+def test_lanes_come_from_the_agent_field_and_columns_from_vector_clocks(client: TestClient) -> None:
+    s = client.get("/api/runs/agents").json()
+    assert s["lanes"] == ["main", "worker_a", "worker_b"] and s["error"] is None
+    briefs = client.get("/api/runs/agents/records").json()["records"]
+    place = {b["seq"]: (b["agent"], b["col"]) for b in briefs}
+    # header, INIT -> PLAN, then main's crossing; the two workers run side by side; main joins them
+    assert place[3] == ("main", 2)
+    assert place[4] == ("worker_a", 3) and place[5] == ("worker_b", 3)
+    assert place[6] == ("worker_a", 4) and place[7] == ("worker_b", 4)
+    assert place[8] == ("main", 5)
+    assert s["lane_codes"] == "00012120"
+
+
+# --- addresses ------------------------------------------------------------------------------
+
+
+def test_addresses_cannot_leave_the_runs_folder(folder: Any, tmp_path: Path) -> None:
+    path, ids = folder
+    outside = tmp_path / "secret.jsonl"
+    outside.write_bytes((path / f"{ids['done']}.jsonl").read_bytes())
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    (runs / "sub").mkdir()
+    (runs / "sub" / "inside.jsonl").write_bytes(outside.read_bytes())
+    (runs / "link-out.jsonl").symlink_to(outside)
+    (runs / "dir-out").symlink_to(tmp_path)
+    (runs / "link-in.jsonl").symlink_to(runs / "sub" / "inside.jsonl")
+    with TestClient(create_app(runs)) as c:
+        for bad in [
+            "..%2Fsecret",
+            "../secret",
+            "%2E%2E/secret",
+            "sub/../../secret",
+            "link-out",
+            "dir-out/secret",
+            "%2Fetc%2Fpasswd",
+            "/etc/passwd",
+            "sub//inside",
+            "missing",
+            "sub%5C..%5C..%5Csecret",
+            "a%00b",
+        ]:
+            for url in (f"/api/runs/{bad}", f"/api/runs/{bad}/records", f"/api/runs/{bad}/events", f"/runs/{bad}"):
+                r = c.get(url)
+                assert r.status_code == 404, (url, r.status_code)
+        assert c.get("/api/diff?a=..%2Fsecret&b=sub/inside").status_code == 404
+        assert c.get("/api/runs/sub/inside").json()["state"] == "DONE"
+        assert c.get("/api/runs/link-in").json()["state"] == "DONE"
+
+
+def test_every_response_carries_a_content_security_policy(client: TestClient, folder: Any) -> None:
+    _path, ids = folder
+    for url in [
+        "/",
+        f"/runs/{ids['done']}",
+        "/diff",
+        "/static/run.js",
+        "/static/style.css",
+        "/api/runs",
+        f"/api/runs/{ids['done']}",
+        "/api/runs/nope",
+        f"/api/runs/{ids['done']}/events",
+    ]:
+        r = client.get(url)
+        csp = r.headers["content-security-policy"]
+        assert "default-src 'none'" in csp and "script-src 'self'" in csp and "unsafe-inline" not in csp, url
+        assert r.headers["x-content-type-options"] == "nosniff"
+
+
+def test_pages_load_only_assets_shipped_in_the_package(client: TestClient) -> None:
+    for page in ["/", "/diff"]:
+        html = client.get(page).text
+        refs = re.findall(r'(?:src|href)="([^"]+)"', html)
+        assert refs and all(ref.startswith("/static/") or ref == "data:," for ref in refs), refs
+        for ref in refs:
+            if ref.startswith("/static/"):
+                assert client.get(ref).status_code == 200
+    for name in ["common.js", "runs.js", "run.js", "diff.js"]:
+        text = client.get(f"/static/{name}").text
+        assert "http://" not in text and "https://" not in text and "innerHTML" not in text
+
+
+def test_a_foreign_host_header_is_refused(client: TestClient) -> None:
+    assert client.get("/api/runs", headers={"host": "evil.example"}).status_code == 400
+
+
+# --- the live stream --------------------------------------------------------------------------
+
+
+def sse(
+    client: TestClient, url: str, headers: dict[str, str] | None = None, stop: int | None = None
+) -> Iterator[dict[str, Any]]:
+    """Parsed events of an SSE response; with `stop`, the connection is closed after that many records."""
+    n = 0
+    with client.stream("GET", url, headers=headers or {}) as r:
+        assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
+        event: dict[str, Any] = {}
+        for line in r.iter_lines():
+            if line == "":
+                if "data" in event:
+                    event["data"] = orjson.loads(event["data"])
+                    yield event
+                    n += event["event"] == "record"
+                    if stop is not None and n >= stop:
+                        return
+                event = {}
+                continue
+            if line.startswith(":"):
+                continue
+            key, _, value = line.partition(": ")
+            event[key] = value
+
+
+def test_events_from_an_offset_are_complete_lines_and_resume_by_last_event_id(client: TestClient, folder: Any) -> None:
+    path, ids = folder
+    trace = path / f"{ids['done']}.jsonl"
+    data = trace.read_bytes()
+    recs = read_records(trace)
+    first = list(sse(client, f"/api/runs/{ids['done']}/events", stop=5))
+    assert [e["data"]["record"] for e in first] == recs[:5]
+    for e in first:  # id: the byte offset after the line; offset: where it starts
+        start, end = e["data"]["offset"], int(e["id"])
+        assert data[start:end] == orjson.dumps(e["data"]["record"]) + b"\n"
+    rest = list(sse(client, f"/api/runs/{ids['done']}/events", headers={"last-event-id": first[-1]["id"]}))
+    assert [e["data"]["record"] for e in rest if e["event"] == "record"] == recs[5:]
+    assert rest[-1]["event"] == "end" and rest[-1]["data"]["status"] == "done"
+    by_query = list(sse(client, f"/api/runs/{ids['done']}/events?from={first[2]['id']}"))
+    assert by_query[0]["data"]["line"] == 4
+    assert client.get(f"/api/runs/{ids['done']}/events?from=7").status_code == 400  # not where a line starts
+    assert client.get(f"/api/runs/{ids['done']}/events?from=x").status_code == 400
+
+
+def test_events_follow_a_trace_a_real_executor_writes_in_another_process(tmp_path: Path) -> None:
+    trace, gate = tmp_path / "live.jsonl", tmp_path / "go"
+    writer = subprocess.Popen(
+        [sys.executable, str(ROOT / "tests" / "viewer_runs.py"), "slow", str(trace), "12", str(gate)]
+    )
+    try:
+        while not (trace.exists() and trace.read_bytes().count(b'"to":"ACT"') >= 3):
+            assert writer.poll() is None
+            time.sleep(0.02)
+        with TestClient(create_app(tmp_path)) as c:
+            seen: list[dict[str, Any]] = []
+            # first connection: what is there, read while the writer waits at step 3; then dropped mid-run
+            for e in sse(c, "/api/runs/live/events", stop=8):
+                seen.append(e)
+            assert writer.poll() is None  # still running: these records came from a file being written
+            threading.Timer(0.3, gate.touch).start()
+            for e in sse(c, "/api/runs/live/events", headers={"last-event-id": seen[-1]["id"]}):
+                seen.append(e)
+        assert writer.wait(timeout=60) == 0
+    finally:
+        if writer.poll() is None:
+            writer.kill()
+    records = [e["data"]["record"] for e in seen if e["event"] == "record"]
+    assert records == read_records(trace)  # each record once, in order, none torn
+    assert [e["data"]["line"] for e in seen if e["event"] == "record"] == list(range(1, len(records) + 1))
+    assert seen[-1]["event"] == "end" and seen[-1]["data"]["status"] == "done"
+    assert records[-1]["to"] == "DONE"
+
+
+# --- diff ------------------------------------------------------------------------------------
+
+
+def test_diff_is_harness_diff_with_the_first_divergence(client: TestClient, folder: Any) -> None:
+    path, ids = folder
+    d = client.get(f"/api/diff?a={ids['done']}&b={ids['fork']}").json()
+    engine = harness.diff(path / f"{ids['done']}.jsonl", path / f"{ids['fork']}.jsonl")
+    assert d["equal"] is False and d["first"] == engine.as_json()["first"]
+    assert d["first"]["seq_b"] == search_seq(path / f"{ids['done']}.jsonl")
+    assert (d["changed"], d["inserted"], d["removed"]) == (
+        len(engine.changed),
+        len(engine.inserted),
+        len(engine.removed),
+    )
+    assert [m["op"] for m in d["moved"]] == [m.op for m in engine.moved]
+    same = client.get(f"/api/diff?a={ids['done']}&b={ids['done']}").json()
+    assert same["equal"] is True and same["moved"] == []
+    assert client.get("/api/diff?a=corrupt&b=corrupt").status_code == 400  # a corrupt trace cannot be diffed
+    assert client.get("/api/diff?a=x").status_code == 400
+
+
+# --- fork ------------------------------------------------------------------------------------
+
+
+def test_without_agent_the_api_refuses_to_fork(client: TestClient, folder: Any) -> None:
+    path, ids = folder
+    before = snapshot(path)
+    r = client.post(f"/api/runs/{ids['done']}/fork", json={"at": 6, "value": {}})
+    assert r.status_code == 403 and "--agent" in r.json()["message"]
+    assert client.get("/api/config").json()["fork"] is False
+    assert snapshot(path) == before
+
+
+def test_with_agent_a_fork_runs_in_the_background_and_writes_a_child(
+    folder: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path, ids = folder
+    monkeypatch.chdir(ROOT)  # --agent imports from the current directory
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    parent = runs / f"{ids['done']}.jsonl"
+    parent.write_bytes((path / f"{ids['done']}.jsonl").read_bytes())
+    original = parent.read_bytes()
+    at = search_seq(parent)
+    with TestClient(create_app(runs, agent=AGENT)) as c:
+        assert c.get("/api/config").json()["fork"] is True
+        assert (
+            c.post(f"/api/runs/{ids['done']}/fork", content=b"{}", headers={"content-type": "text/plain"}).status_code
+            == 415
+        )
+        assert c.post(f"/api/runs/{ids['done']}/fork", json={"at": "six"}).status_code == 400
+        cross = c.post(
+            f"/api/runs/{ids['done']}/fork", json={"at": at, "value": {}}, headers={"origin": "http://evil.example"}
+        )
+        assert cross.status_code == 403
+        r = c.post(f"/api/runs/{ids['done']}/fork", json={"at": at, "value": fork_value(parent)})
+        assert r.status_code == 202
+        job = r.json()
+        assert job["url"] == f"/runs/{job['child']}?job={job['job']}"
+        assert c.get(job["url"]).status_code == 200
+        for _ in range(500):
+            state = c.get(f"/api/jobs/{job['job']}").json()
+            if state["state"] != "running":
+                break
+            time.sleep(0.02)
+        assert state["state"] == "done", state
+        child = c.get(f"/api/runs/{job['child']}").json()
+        assert child["parent_id"] == ids["done"] and child["branch"] == at and child["state"] == "DONE"
+        assert child["header"]["parent"] == harness.replay(parent).run_id
+        bad = c.post(f"/api/runs/{ids['done']}/fork", json={"at": 2, "value": 1}).json()  # seq 2 carries no crossing
+        for _ in range(500):
+            failed = c.get(f"/api/jobs/{bad['job']}").json()
+            if failed["state"] != "running":
+                break
+            time.sleep(0.02)
+        assert failed["state"] == "failed" and "does not carry a crossing" in failed["error"]
+        assert not (runs / f"{bad['child']}.jsonl").exists()
+    assert parent.read_bytes() == original  # the server never writes to a trace
+
+
+def test_the_server_never_writes_to_the_runs_folder(client: TestClient, folder: Any) -> None:
+    path, ids = folder
+    before = snapshot(path)
+    for run in ids.values():
+        client.get(f"/api/runs/{run}")
+        client.get(f"/api/runs/{run}/records")
+        client.get(f"/api/runs/{run}/record?line=1")
+        list(sse(client, f"/api/runs/{run}/events"))
+    client.get("/api/runs")
+    assert snapshot(path) == before
+
+
+# --- harness serve -----------------------------------------------------------------------------
+
+
+def test_runs_dir_defaults_to_harness_runs_dir_else_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "env").mkdir()
+    (tmp_path / "runs").mkdir()
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HARNESS_RUNS_DIR", str(tmp_path / "env"))
+    assert create_app().state.viewer.folder == str(tmp_path / "env")
+    monkeypatch.delenv("HARNESS_RUNS_DIR")
+    assert create_app().state.viewer.folder == str(tmp_path / "runs")
+    with pytest.raises(harness.HarnessError, match="no such runs folder"):
+        create_app(tmp_path / "nope")
+
+
+def start(args: list[str], **kw: Any) -> tuple[subprocess.Popen[str], str]:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "harness.cli", "serve", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        **kw,
+    )
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    found = re.search(r"http://127\.0\.0\.1:(\d+)/", line)
+    assert found, (line, proc.stderr.read() if proc.poll() is not None and proc.stderr else "")
+    return proc, found[0]
+
+
+def test_serve_binds_loopback_prints_its_url_and_stops_on_ctrl_c(folder: Any, tmp_path: Path) -> None:
+    path, _ids = folder
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    (runs / "held.jsonl").write_bytes((path / "killed.jsonl").read_bytes())
+    env = {**os.environ, "HARNESS_RUNS_DIR": str(runs)}
+    proc, url = start(["--port", "0"], env=env)
+    held = open(runs / "held.jsonl", "rb")  # noqa: SIM115 - closed in finally; a writer's lock: the run looks live, its stream stays open
+    fcntl.flock(held, fcntl.LOCK_EX)
+    try:
+        assert httpx.get(url + "api/runs").json()["folder"] == str(runs)
+        port = int(url.rsplit(":", 1)[1].strip("/"))
+        with pytest.raises(httpx.ConnectError):  # not on the machine's other addresses
+            httpx.get(f"http://{external_ip()}:{port}/api/runs", timeout=2)
+        opened = threading.Event()
+
+        def follow() -> None:
+            with httpx.stream("GET", url + "api/runs/held/events", timeout=30) as r:
+                for _ in r.iter_lines():
+                    opened.set()
+
+        reader = threading.Thread(target=follow, daemon=True)
+        reader.start()
+        assert opened.wait(10)
+        proc.send_signal(signal.SIGINT)
+        _out, err = proc.communicate(timeout=20)
+        assert proc.returncode == 0, err
+        assert "Traceback" not in err
+        reader.join(10)
+        assert not reader.is_alive()  # the open stream ended with the server
+    finally:
+        held.close()
+        if proc.poll() is None:
+            proc.kill()
+
+
+def external_ip() -> str:
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        try:
+            s.connect(("10.255.255.255", 1))  # no packet is sent: this only picks the outgoing interface
+            ip = str(s.getsockname()[0])
+        except OSError:
+            ip = "127.0.0.1"
+    if ip.startswith("127."):
+        pytest.skip("this machine has no address besides loopback to check against")
+    return ip
+
+
+def test_serve_without_the_web_extra_says_what_to_install(tmp_path: Path) -> None:
+    blocker = tmp_path / "blocked"
+    for name in ("starlette", "uvicorn"):
+        (blocker / name).mkdir(parents=True)
+        (blocker / name / "__init__.py").write_text(f"raise ImportError('{name} is not installed')\n")
+    env = {**os.environ, "PYTHONPATH": f"{blocker}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    r = subprocess.run(
+        [sys.executable, "-m", "harness.cli", "serve", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
+    assert r.returncode == 2
+    assert "pip install 'harness[web]'" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_serve_with_a_wrong_agent_fails_at_start(tmp_path: Path) -> None:
+    r = subprocess.run(
+        [sys.executable, "-m", "harness.cli", "serve", str(tmp_path), "--agent", "no_such_module:f"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert r.returncode == 2 and "cannot import no_such_module" in r.stderr

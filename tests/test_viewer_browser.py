@@ -1,0 +1,281 @@
+"""The viewer in a real headless Chromium, driven by Playwright, against `harness serve` run as a process.
+
+One browser for the module, one server with `--agent` (fork on) over a
+runs folder holding one run of each kind, and a second without it. The
+pages are used as a person would: read the table, click a record, watch a
+live run grow, follow a diff, fork from a record's panel.
+
+Chromium is Debian's (`apt-get install chromium`, which .ci/run does),
+driven through `executable_path`; Playwright's own browser download is not
+used. Without a chromium on PATH these tests skip, saying so.
+
+With HARNESS_VIEWER_SCREENSHOTS=DIR the tests save the README's
+screenshots of the three pages into DIR (docs/ in the repository).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+pytest.importorskip("starlette", reason="the viewer needs the web extra: pip install 'harness[web]'")
+pytest.importorskip("uvicorn", reason="the viewer needs the web extra: pip install 'harness[web]'")
+sync_api = pytest.importorskip("playwright.sync_api", reason="browser tests need the playwright package")
+
+from viewer_runs import AGENT, ROOT, XSS, fork_value, make_folder, search_seq  # noqa: E402
+
+import harness  # noqa: E402
+from harness.testing import read_records  # noqa: E402
+
+CHROMIUM = next((p for p in map(shutil.which, ("chromium", "chromium-browser", "google-chrome")) if p), None)
+pytestmark = pytest.mark.skipif(
+    CHROMIUM is None, reason="no chromium on PATH: install it (as root: apt-get update && apt-get install -y chromium)"
+)
+TIMEOUT = 30_000  # ms: generous, the machine is shared; nothing here is a timing assertion
+SHOTS = os.environ.get("HARNESS_VIEWER_SCREENSHOTS")
+
+
+def serve(folder: Path, *extra: str) -> tuple[subprocess.Popen[str], str]:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "harness.cli", "serve", str(folder), "--port", "0", *extra],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+    )
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    found = re.search(r"http://127\.0\.0\.1:\d+/", line)
+    if not found:
+        proc.kill()
+        raise AssertionError(f"harness serve did not start: {line!r} {proc.communicate()[1]}")
+    return proc, found[0]
+
+
+def stop(proc: subprocess.Popen[str]) -> None:
+    proc.terminate()
+    try:
+        proc.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, str]]:
+    path = tmp_path_factory.mktemp("runs")
+    return path, make_folder(path)
+
+
+@pytest.fixture(scope="module")
+def server(folder: tuple[Path, dict[str, str]]) -> Iterator[str]:
+    proc, url = serve(folder[0], "--agent", AGENT)
+    yield url
+    stop(proc)
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    with sync_api.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        yield b
+        b.close()
+
+
+@pytest.fixture
+def page(browser: Any) -> Iterator[Any]:
+    context = browser.new_context(viewport={"width": 1400, "height": 900})
+    pg = context.new_page()
+    pg.set_default_timeout(TIMEOUT)
+    errors: list[str] = []
+    pg.on("pageerror", lambda e: errors.append(str(e)))
+    pg.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    yield pg
+    context.close()
+    assert not [e for e in errors if "Content Security Policy" in e or "TypeError" in e or "ReferenceError" in e], (
+        errors
+    )
+
+
+def open_page(page: Any, url: str) -> None:
+    page.goto(url)
+    page.wait_for_selector("body[data-loaded]")
+
+
+def until(check: Any, what: str) -> None:
+    """Poll `check()` until true (the page's CSP forbids the string eval of wait_for_function's polling)."""
+    deadline = time.monotonic() + TIMEOUT / 1000
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"the page never showed {what}")
+        time.sleep(0.05)
+
+
+def shot(page: Any, name: str) -> None:
+    if SHOTS:
+        Path(SHOTS).mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(Path(SHOTS) / name))
+
+
+def test_the_runs_page_lists_finished_paused_crashed_and_corrupt_runs(page: Any, server: str, folder: Any) -> None:
+    path, ids = folder
+    open_page(page, server)
+    expected = {
+        "done": "done",
+        "fork": "done",
+        "failed": "failed",
+        "paused": "paused",
+        "killed": "interrupted",
+        "unreadable": "unreadable",
+        "corrupt": "done",
+        "torn": "interrupted",
+    }
+    for role, status in expected.items():
+        row = page.locator(f'tr[data-id="{ids[role]}"]')
+        assert row.locator(".badge").inner_text() == status, role
+    fork_row = page.locator(f'tr[data-id="{ids["fork"]}"]')
+    assert (
+        "fork of" in fork_row.inner_text()
+        and fork_row.locator("td.parent a").get_attribute("href") == f"/runs/{ids['done']}"
+    )
+    shot(page, "viewer-runs.png")
+    page.fill("#filter", "pay 5")
+    until(lambda: page.locator("tr.run").count() == 1, "one row for the filter")
+    assert page.locator("tr.run").get_attribute("data-id") == "paused"
+    page.fill("#filter", "")
+    page.select_option("#status", "interrupted")
+    until(lambda: page.locator("tr.run").count() == 3, "three interrupted runs")  # killed, torn, two agents
+    # the corrupt run's damage is in its middle: its own page, which reads the whole file, shows it
+    open_page(page, f"{server}runs/corrupt")
+    banner = page.locator("#corruption").inner_text()
+    assert "TraceCorruption" in banner and "line 7" in banner and "checksum" in banner
+    assert page.locator("table.records tr.rec").count() == 6
+
+
+def test_a_run_page_shows_its_records_and_the_panel_opens_on_click(page: Any, server: str, folder: Any) -> None:
+    path, ids = folder
+    recs = read_records(path / f"{ids['fork']}.jsonl")
+    open_page(page, f"{server}runs/{ids['fork']}")
+    assert page.locator("table.records tr.rec").count() == len(recs)
+    assert page.locator(".lane .chip").count() == len(recs)
+    assert page.locator(".chip.role-mutated").count() == 1 and page.locator(".chip.role-reused").count() > 0
+    llm = next(r for r in recs if r.get("boundary") == "llm" and r["seq"] > recs[0].get("branch", 0))
+    page.click(f'.chip[data-line="{llm["seq"]}"]')
+    panel = page.locator("aside.detail")
+    panel.wait_for(state="visible")
+    text = panel.inner_text()
+    assert "crossing llm" in text and llm["request"]["prompt"][:30] in text and str(llm["seq"]) in text
+    page.click("aside.detail summary")
+    whole = orjson.loads(page.locator("aside.detail pre.whole").inner_text())
+    assert whole == llm
+    shot(page, "viewer-run.png")
+
+
+def test_a_paused_run_shows_its_operation_and_the_reconcile_command(page: Any, server: str, folder: Any) -> None:
+    path, ids = folder
+    open_page(page, f"{server}runs/paused")
+    banner = page.locator("#paused").inner_text()
+    assert "PAUSED" in banner and "pay" in banner
+    assert f"harness reconcile {path / 'paused.jsonl'} --not-happened" in banner
+    open_page(page, f"{server}runs/torn")
+    assert "Torn tail" in page.locator("#torn").inner_text()
+
+
+def test_trace_strings_are_shown_as_text_and_execute_nothing(page: Any, server: str) -> None:
+    open_page(page, server)
+    open_page(page, f"{server}runs/xss")
+    assert "<script>window.__pwned = 1</script><img src=x onerror=" in page.locator(".run-head .goal").inner_text()
+    page.click('.chip[data-line="3"]')
+    page.locator("aside.detail").wait_for(state="visible")
+    assert XSS in page.locator("aside.detail").inner_text()
+    page.click('tr.rec[data-line="4"]')
+    until(lambda: "VERIFY" in page.locator("aside.detail h2").inner_text(), "the ACT -> VERIFY record")
+    assert page.evaluate("window.__pwned") is None
+    assert page.locator("img").count() == 0 and page.locator("main script").count() == 0
+
+
+def test_a_live_run_grows_on_the_page_while_a_child_process_writes_it(page: Any, server: str, folder: Any) -> None:
+    path, _ = folder
+    name = f"live-{uuid.uuid4().hex[:8]}"
+    trace, gate = path / f"{name}.jsonl", path / f"{name}.go"
+    writer = subprocess.Popen(
+        [sys.executable, str(ROOT / "tests" / "viewer_runs.py"), "slow", str(trace), "8", str(gate)]
+    )
+    try:
+        while not (trace.exists() and trace.read_bytes().count(b'"to":"ACT"') >= 3):
+            assert writer.poll() is None
+            time.sleep(0.02)
+        open_page(page, f"{server}runs/{name}")
+        assert page.locator(".run-head .badge").inner_text() == "running"
+        before = page.locator("table.records tr.rec").count()
+        assert before == len(read_records(trace))
+        gate.touch()  # the writer goes on: the page follows
+        until(lambda: page.locator("table.records tr.rec").count() > before, "records written after it opened")
+        assert writer.wait(timeout=60) == 0
+        page.wait_for_selector('body[data-status="done"]')
+        final = read_records(trace)
+        assert page.locator("table.records tr.rec").count() == len(final)
+        assert page.locator("table.records tr.rec").last.inner_text().split()[0] == str(final[-1]["seq"])
+    finally:
+        if writer.poll() is None:
+            writer.kill()
+
+
+def test_a_diff_highlights_the_first_divergence(page: Any, server: str, folder: Any) -> None:
+    path, ids = folder
+    branch = search_seq(path / f"{ids['done']}.jsonl")
+    open_page(page, f"{server}diff?a={ids['done']}&b={ids['fork']}")
+    first = page.locator("#first").inner_text()
+    assert f"seq {branch}" in first
+    row = page.locator("table.diff tr.first")
+    assert (
+        row.count() == 1
+        and "first divergence" in row.inner_text()
+        and row.locator(".op-tag").text_content() == "changed"
+    )
+    assert row.locator("td.num").nth(1).inner_text() == str(branch)
+    engine = harness.diff(path / f"{ids['done']}.jsonl", path / f"{ids['fork']}.jsonl")
+    assert page.locator("table.diff tr.moved").count() == len(engine.moved)
+    shot(page, "viewer-diff.png")
+
+
+def test_fork_from_the_page_creates_a_child_run(page: Any, server: str, folder: Any) -> None:
+    path, ids = folder
+    parent = path / f"{ids['done']}.jsonl"
+    branch = search_seq(parent)
+    before = set(path.glob("*.jsonl"))
+    open_page(page, f"{server}runs/{ids['done']}?line={branch}")
+    page.locator("#fork-value").wait_for(state="visible")
+    page.fill("#fork-value", orjson.dumps(fork_value(parent)).decode())
+    page.click("#fork-button")
+    page.wait_for_url(re.compile(r".*/runs/[0-9a-f]{32}\?job=[0-9a-f]{32}$"))
+    page.wait_for_selector('body[data-status="done"]')
+    assert "done, state DONE" in page.locator("#job").inner_text()
+    new = set(path.glob("*.jsonl")) - before
+    assert len(new) == 1
+    child = new.pop()
+    header = read_records(child)[0]
+    assert header["parent"] == harness.replay(parent).run_id and header["branch"] == branch
+    assert page.locator("table.records tr.rec").count() == len(read_records(child))
+
+
+def test_without_agent_there_is_no_fork_button(page: Any, folder: Any) -> None:
+    path, ids = folder
+    proc, url = serve(path)
+    try:
+        branch = search_seq(path / f"{ids['done']}.jsonl")
+        open_page(page, f"{url}runs/{ids['done']}?line={branch}")
+        page.locator("aside.detail h2").wait_for(state="visible")
+        assert page.locator("#fork-button").count() == 0 and page.locator("#fork-value").count() == 0
+    finally:
+        stop(proc)

@@ -1,0 +1,175 @@
+"""Runs for the viewer's tests: one of each kind a runs folder holds, made the way users make them.
+
+`make_folder(folder)` writes a finished run of the research agent and a fork
+of it, a failed run, a paused run (an unsafe call in flight at a crash, then
+resumed), a crashed run (its writer SIGKILLed mid-run), a trace damaged in
+the middle, one whose header is damaged, one with a torn tail, a run with
+two agents (records carrying `agent` and `vc`) and a run whose strings are
+HTML. It returns their run addresses by role.
+
+Run as a script, it is a slow writer for the live tests:
+    python tests/viewer_runs.py slow TRACE STEPS GATE
+writes a run of STEPS steps; from step 3 on each step waits until the file
+GATE exists, so a test can watch the run while it is being written.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import harness
+from harness import Executor, Step, Tool
+from harness.testing import fixed_plan, flaky, power_cut, steps, write_trace
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from examples import research_agent  # noqa: E402 - the repository root is on the path just above
+
+XSS = '<script>window.__pwned = 1</script><img src=x onerror="window.__pwned = 2">'
+AGENT = "examples.research_agent:make_agent"
+
+
+def research_run(folder: Path) -> harness.Outcome:
+    planner, tools, verifier = research_agent.make_agent()
+    ex = Executor(planner=planner, tools=tools, verifier=verifier, runs_dir=folder)
+    return ex.run({"question": research_agent.QUESTION})
+
+
+def search_seq(trace: str | os.PathLike[str]) -> int:
+    """The seq of the research run's search result: where its example forks."""
+    rep = harness.replay(trace)
+    return next(c.seq for c in rep.crossings if c.kind == "tool" and c.request["tool"] == "search")
+
+
+def fork_value(trace: str | os.PathLike[str]) -> dict[str, Any]:
+    rep = harness.replay(trace)
+    found = next(c for c in rep.crossings if c.kind == "tool" and c.request["tool"] == "search")
+    url = "https://notes.example/postgres-for-growth"
+    return {"query": found.response["query"], "hits": [{"url": url, "title": research_agent.CORPUS[url][0]}]}
+
+
+def killed_run(trace: Path, gate: Path | None = None) -> None:
+    """A run whose writer is SIGKILLed after a few steps: status interrupted, no torn line."""
+    gate = gate or trace.with_suffix(".never")
+    child = subprocess.Popen([sys.executable, __file__, "slow", str(trace), "10", str(gate)], cwd=ROOT)
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:  # wait until step 3 waits on the gate
+            if trace.exists() and trace.read_bytes().count(b'"to":"ACT"') >= 3:
+                break
+            time.sleep(0.02)
+        else:
+            raise AssertionError("the slow writer did not get to step 3")
+    finally:
+        os.kill(child.pid, signal.SIGKILL)
+        child.wait()
+
+
+def make_folder(folder: Path) -> dict[str, str]:
+    """Write one run of each kind into `folder`; return {role: run address}."""
+    folder.mkdir(parents=True, exist_ok=True)
+    ids: dict[str, str] = {}
+    done = research_run(folder)
+    ids["done"] = Path(done.trace).stem
+    planner, tools, verifier = research_agent.make_agent()
+    child = harness.fork(
+        done.trace,
+        at=search_seq(done.trace),
+        value=fork_value(done.trace),
+        planner=planner,
+        tools=tools,
+        verifier=verifier,
+    )
+    assert child.trace is not None
+    ids["fork"] = Path(child.trace).stem
+
+    failed = Executor(planner=fixed_plan(steps(3)), tools={"work": flaky(5)}, runs_dir=folder).run("fails at step 0")
+    ids["failed"] = Path(failed.trace).stem
+
+    paused = folder / "paused.jsonl"
+    pay = [Step("look", "look", {"q": "balance"}), Step("pay", "pay", {"amount": 5})]
+    tools2: dict[str, Any] = {"look": dict, "pay": Tool(power_cut(1), idempotent=False)}
+    with contextlib.suppress(RuntimeError):  # the power cut: the unsafe call's outcome is unknown
+        Executor(planner=fixed_plan(pay), tools=tools2, trace=paused).run("pay 5")
+    out = Executor(planner=fixed_plan(pay), tools=tools2, trace=paused, resume=True).run("pay 5")
+    assert out.state == "PAUSED"
+    ids["paused"] = "paused"
+
+    killed_run(folder / "killed.jsonl")
+    ids["killed"] = "killed"
+
+    lines = Path(done.trace).read_bytes().splitlines(keepends=True)
+    bad = bytearray(lines[6])
+    bad[bad.index(b'"kind"') + 2] ^= 0x01  # one bit flipped on line 7: its checksum fails
+    (folder / "corrupt.jsonl").write_bytes(b"".join([*lines[:6], bytes(bad), *lines[7:]]))
+    ids["corrupt"] = "corrupt"
+    (folder / "broken-header.jsonl").write_bytes(b"not a trace at all\n" + b"".join(lines[1:]))
+    ids["unreadable"] = "broken-header"
+
+    torn = folder / "torn.jsonl"
+    shutil.copyfile(folder / "killed.jsonl", torn)
+    with open(torn, "ab") as f:
+        f.write(b'{"seq":99,"kind":"transition","from":"AC')
+    ids["torn"] = "torn"
+
+    write_trace(folder / "agents.jsonl", two_agents())
+    ids["agents"] = "agents"
+
+    xss_tools = {"work": lambda **a: {"html": XSS, **a}}
+    xss_plan = fixed_plan([Step(XSS, "work", {"note": XSS})])
+    Executor(planner=xss_plan, tools=xss_tools, trace=folder / "xss.jsonl").run({"title": XSS})
+    ids["xss"] = "xss"
+    return ids
+
+
+def two_agents() -> list[dict[str, Any]]:
+    """A run where two workers cross boundaries concurrently after the main agent plans."""
+    recs: list[dict[str, Any]] = [
+        {"seq": 1, "kind": "header", "schema": 1, "run_id": "a" * 32, "goal": "two workers", "tools": {}, "ts": 1.0},
+        {"seq": 2, "kind": "transition", "from": "INIT", "to": "PLAN", "step": 0, "attempt": 1, "ts": 2.0},
+    ]
+    clocks = [
+        ("main", {"main": 1}),
+        ("worker_a", {"main": 1, "worker_a": 1}),
+        ("worker_b", {"main": 1, "worker_b": 1}),
+        ("worker_a", {"main": 1, "worker_a": 2}),
+        ("worker_b", {"main": 1, "worker_b": 2}),
+        ("main", {"main": 2, "worker_a": 2, "worker_b": 2}),
+    ]
+    for n, (agent, vc) in enumerate(clocks):
+        rec: dict[str, Any] = {
+            "seq": 3 + n,
+            "kind": "crossing",
+            "boundary": "llm",
+            "request": {"n": n},
+            "hash": "0" * 16,
+            "response": f"answer {n}",
+        }
+        if agent != "main":
+            rec["agent"] = agent
+        rec["vc"] = vc
+        rec["ts"] = 3.0 + n
+        recs.append(rec)
+    return recs
+
+
+def slow(trace: str, n: int, gate: str) -> None:
+    def work(i: int) -> dict[str, int]:
+        while i >= 3 and not os.path.exists(gate):
+            time.sleep(0.02)
+        return {"i": i}
+
+    Executor(planner=fixed_plan(steps(n)), tools={"work": work}, trace=trace).run(f"{n} slow steps")
+
+
+if __name__ == "__main__" and sys.argv[1] == "slow":
+    slow(sys.argv[2], int(sys.argv[3]), sys.argv[4])
