@@ -128,7 +128,7 @@ def shot(page: Any, name: str) -> None:
 
 
 def test_the_runs_page_lists_finished_paused_crashed_and_corrupt_runs(page: Any, server: str, folder: Any) -> None:
-    path, ids = folder
+    _path, ids = folder
     open_page(page, server)
     expected = {
         "done": "done",
@@ -182,7 +182,7 @@ def test_a_run_page_shows_its_records_and_the_panel_opens_on_click(page: Any, se
 
 
 def test_a_paused_run_shows_its_operation_and_the_reconcile_command(page: Any, server: str, folder: Any) -> None:
-    path, ids = folder
+    path, _ids = folder
     open_page(page, f"{server}runs/paused")
     banner = page.locator("#paused").inner_text()
     assert "PAUSED" in banner and "pay" in banner

@@ -102,5 +102,8 @@ def serve(
     )
     try:
         server.run(sockets=[sock])
+    except KeyboardInterrupt:  # uvicorn shut down cleanly, then raises the Ctrl-C it caught again
+        pass
     finally:
         sock.close()
+    print("harness serve: stopped", file=out or sys.stdout, flush=True)

@@ -309,9 +309,9 @@ class Index:
         error = rec.get("error")
         return {
             "line": i + 1, "seq": rec.get("seq"), "kind": rec.get("kind"), "cls": chr(self.codes[i]),
-            "lane": self.lanes[i], "agent": self.lane_names[self.lanes[i]], "col": self.cols[i], "role": role(rec, self.header),
-            "label": label(rec), "note": note(rec), "step": rec.get("step"), "attempt": rec.get("attempt"),
-            "failed": error is not None,
+            "lane": self.lanes[i], "agent": self.lane_names[self.lanes[i]], "col": self.cols[i],
+            "role": role(rec, self.header), "label": label(rec), "note": note(rec),
+            "step": rec.get("step"), "attempt": rec.get("attempt"), "failed": error is not None,
         }  # fmt: skip
 
 

@@ -51,7 +51,8 @@ class Listing:
                 row["id"] = address(self.folder, info.path)
                 del row["path"]
                 row.update(self._ends(info.path, heads, tails))
-                by_run_id.setdefault(row["run_id"], row["id"])
+                if row["id"] == row["run_id"] or row["run_id"] not in by_run_id:  # a copy never hides the original
+                    by_run_id[row["run_id"]] = row["id"]
                 rows.append(row)
             self._heads, self._tails = heads, tails  # forget files that are gone
         for row in rows:
