@@ -1,0 +1,94 @@
+"""How fast the web viewer opens big folders and big traces (the figures in README "Web viewer").
+
+    python bench/viewer.py            # 10,000 traces in a folder, a 100,000-record trace
+    python bench/viewer.py --quick    # 1,000 traces, a 10,000-record trace
+
+Measured server-side through Starlette's TestClient (the HTTP request and
+JSON encoding included, the browser's rendering not): the runs table
+(`GET /api/runs`) cold (first listing) and warm (the page's refresh), a
+big run's first paint (`GET /api/runs/{id}`: index and replay() verdict,
+then the first window of 300 records), one record, and a window in the
+middle. Each figure is the median of a few runs. Nothing is asserted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+import warnings
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from harness import Executor  # noqa: E402
+from harness.testing import fixed_plan, steps  # noqa: E402
+from harness.viewer import create_app  # noqa: E402
+
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    from starlette.testclient import TestClient
+
+
+def timed(fn, rounds: int = 5) -> float:  # type: ignore[no-untyped-def]
+    times = []
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true")
+    args = ap.parse_args()
+    n_runs, n_records = (1_000, 10_000) if args.quick else (10_000, 100_000)
+    root = Path(tempfile.mkdtemp(prefix="viewer-bench-"))
+    try:
+        many = root / "many"
+        many.mkdir()
+        Executor(planner=fixed_plan(steps(4)), tools={"work": dict}, trace=many / "seed.jsonl").run("four steps")
+        seed = (many / "seed.jsonl").read_bytes()
+        for i in range(n_runs - 1):
+            (many / f"run-{i:05d}.jsonl").write_bytes(seed)
+        big = root / "big"
+        big.mkdir()
+        Executor(planner=fixed_plan(steps(n_records // 5)), tools={"work": dict}, trace=big / "long.jsonl").run("long")
+        size = (big / "long.jsonl").stat().st_size
+
+        with TestClient(create_app(many)) as c:
+            t0 = time.perf_counter()
+            rows = len(c.get("/api/runs").json()["runs"])
+            cold = time.perf_counter() - t0
+            warm = timed(lambda: c.get("/api/runs"))
+            body = len(c.get("/api/runs").content)
+        print(f"runs table, {rows} traces: cold {cold * 1000:.0f} ms, warm {warm * 1000:.0f} ms, {body / 1e6:.1f} MB JSON")
+
+        def first_paint() -> None:
+            with TestClient(create_app(big)) as c2:  # a new server: nothing indexed yet
+                c2.get("/api/runs/long").raise_for_status()
+                c2.get("/api/runs/long/records?start=0&count=300").raise_for_status()
+
+        with TestClient(create_app(big)) as c:
+            summary = c.get("/api/runs/long")
+            records = summary.json()["records"]
+            one = timed(lambda: c.get(f"/api/runs/long/record?line={records // 2}"), 20)
+            middle = timed(lambda: c.get(f"/api/runs/long/records?start={records // 2}&count=300"), 20)
+            again = timed(lambda: c.get("/api/runs/long"), 3)
+        paint = timed(first_paint, 3)
+        print(
+            f"run page, {records} records ({size / 1e6:.0f} MB): first open {paint * 1000:.0f} ms "
+            f"(summary {len(summary.content) / 1e3:.0f} KB), summary again {again * 1000:.0f} ms, "
+            f"a window of 300 {middle * 1000:.1f} ms, one record {one * 1000:.1f} ms"
+        )
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
