@@ -219,6 +219,20 @@ def test_lanes_come_from_the_agent_field_and_columns_from_vector_clocks(client: 
     assert s["lane_codes"] == "00012120"
 
 
+def test_annotations_beside_a_trace_are_shown_as_they_are(folder: Any, tmp_path: Path) -> None:
+    path, ids = folder
+    (tmp_path / "a.jsonl").write_bytes((path / f"{ids['done']}.jsonl").read_bytes())
+    (tmp_path / "b.jsonl").write_bytes((path / f"{ids['done']}.jsonl").read_bytes())
+    (tmp_path / "c.jsonl").write_bytes((path / f"{ids['done']}.jsonl").read_bytes())
+    notes = [{"seq": 6, "note": "the search result that decided the answer <b>"}]
+    (tmp_path / "a.jsonl.annotations.json").write_bytes(orjson.dumps(notes))
+    (tmp_path / "b.jsonl.annotations.json").write_bytes(b"{not json")
+    with TestClient(create_app(tmp_path)) as c:
+        assert c.get("/api/runs/a").json()["annotations"] == {"file": "a.jsonl.annotations.json", "data": notes}
+        assert "not valid JSON" in c.get("/api/runs/b").json()["annotations"]["error"]
+        assert c.get("/api/runs/c").json()["annotations"] is None
+
+
 # --- addresses ------------------------------------------------------------------------------
 
 

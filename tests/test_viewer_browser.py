@@ -175,10 +175,10 @@ def test_a_run_page_shows_its_records_and_the_panel_opens_on_click(page: Any, se
     panel.wait_for(state="visible")
     text = panel.inner_text()
     assert "crossing llm" in text and llm["request"]["prompt"][:30] in text and str(llm["seq"]) in text
+    shot(page, "viewer-run.png")
     page.click("aside.detail summary")
     whole = orjson.loads(page.locator("aside.detail pre.whole").inner_text())
     assert whole == llm
-    shot(page, "viewer-run.png")
 
 
 def test_a_paused_run_shows_its_operation_and_the_reconcile_command(page: Any, server: str, folder: Any) -> None:

@@ -61,6 +61,7 @@ from ._paths import RunNotFound, address, trace_path, well_formed
 
 STATIC = str(resources.files("harness.viewer") / "static")
 DIFF_SHOWN = 1000  # differences listed on the diff page (the counts are always whole)
+ANNOTATIONS = 1 << 20  # bytes of an annotations file shown at most
 WINDOW = 2000  # at most this many records per /records request
 POLL = 0.2  # seconds between looks at a trace that a live stream follows
 HEARTBEAT = 10.0  # seconds between keep-alive comments on a quiet stream
@@ -245,8 +246,26 @@ def _summary_of(v: Viewer, run: str) -> dict[str, Any]:
         "lane_codes": bytes(48 + n for n in idx.lanes[:shown]).decode("latin-1") if len(idx.lane_names) > 1 else "",
         "started": header.get("ts"), "last_ts": last_ts,
         "parent": parent, "parent_id": _find_parent(v, path, parent) if isinstance(parent, str) else None,
-        "branch": header.get("branch"),
+        "branch": header.get("branch"), "annotations": _annotations(path),
     }  # fmt: skip
+
+
+def _annotations(path: str) -> dict[str, Any] | None:
+    """`TRACE.annotations.json` beside the trace (or `<run>.annotations.json`), shown as it is; None without one."""
+    for candidate in (path + ".annotations.json", path.removesuffix(".jsonl") + ".annotations.json"):
+        try:
+            with open(candidate, "rb") as f:
+                data = f.read(ANNOTATIONS + 1)
+        except OSError:
+            continue
+        name = os.path.basename(candidate)
+        if len(data) > ANNOTATIONS:
+            return {"file": name, "error": f"larger than {ANNOTATIONS} bytes; not shown"}
+        try:
+            return {"file": name, "data": orjson.loads(data)}
+        except orjson.JSONDecodeError as e:
+            return {"file": name, "error": f"not valid JSON: {e}"}
+    return None
 
 
 def _quote(text: str) -> str:

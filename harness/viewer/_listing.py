@@ -51,6 +51,8 @@ class Listing:
                 row["id"] = address(self.folder, info.path)
                 del row["path"]
                 row.update(self._ends(info.path, heads, tails))
+                if info.status == "unreadable":  # its last line belongs to no run we can name
+                    row.update(steps=None, step=None, attempt=None, last_ts=None)
                 if row["id"] == row["run_id"] or row["run_id"] not in by_run_id:  # a copy never hides the original
                     by_run_id[row["run_id"]] = row["id"]
                 rows.append(row)

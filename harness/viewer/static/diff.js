@@ -31,7 +31,7 @@ function drawDiff(d) {
     return;
   }
   const f = d.first;
-  const rows = d.moved.map((m, i) => h("tr", { class: `moved op-${m.op}${i === 0 ? " first" : ""}` },
+  const rows = d.moved.map((m, i) => h("tr", { class: `moved moved-${m.op}${i === 0 ? " first" : ""}` },
     h("td", {}, h("span", { class: `op-tag op-${m.op}` }, m.op), i === 0 ? h("span", { class: "first-tag" }, "first divergence") : ""),
     h("td", { class: "num" }, side(d.a, m.seq_a)), h("td", { class: "num" }, side(d.b, m.seq_b)),
     h("td", {}, m.describe),

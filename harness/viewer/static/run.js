@@ -62,7 +62,7 @@ function drawHead() {
     ["run id", hd.run_id ?? "—"], ["started", time(s.started)],
     ["duration", s.started != null && end != null ? duration(end - s.started) : "—"],
     ["records", String(st.total)], ["lanes", st.lanes.join(", ") || "main"],
-    ["entrypoint", (hd.env && hd.env.entrypoint) || "—"], ["file", s.path],
+    ["entrypoint", (hd.env && hd.env.entrypoint) || "—"],
   ];
   const parent = s.parent
     ? h("div", { class: "parent" }, "fork of ",
@@ -76,6 +76,7 @@ function drawHead() {
       st.live ? h("span", { class: "live-dot", title: "following the file as it is written" }, "live") : ""),
     h("div", { class: "goal" }, h("span", { class: "label" }, "goal"), h("code", {}, hd.goal === undefined ? "—" : typeof hd.goal === "string" ? hd.goal : JSON.stringify(hd.goal))),
     h("dl", { class: "meta" }, meta.flatMap(([k, v]) => [h("dt", {}, k), h("dd", {}, v)])),
+    h("div", { class: "file" }, h("span", { class: "label" }, "file"), h("code", {}, s.path)),
     parent);
 }
 
@@ -106,6 +107,12 @@ function drawBanners(extra) {
       h("div", { class: "args" }, h("span", { class: "label" }, "args"), h("code", {}, JSON.stringify(p.args))),
       h("pre", { class: "command" }, s.reconcile.happened),
       h("pre", { class: "command" }, s.reconcile.not_happened)));
+  }
+  if (s.annotations) {
+    const a = s.annotations;
+    out.push(h("details", { class: "banner info annotations", id: "annotations", open: true },
+      h("summary", {}, h("strong", {}, "Annotations "), h("code", {}, a.file)),
+      a.error ? h("div", { class: "detail-text" }, a.error) : h("pre", {}, pretty(a.data))));
   }
   if (extra) out.push(extra);
   banners.replaceChildren(...out);
@@ -168,7 +175,7 @@ function drawWindow() {
     h("label", { class: "follow" }, h("input", { type: "checkbox", checked: st.follow, onchange: (e) => { st.follow = e.target.checked; if (st.follow) load(Math.max(0, st.total - WINDOW)); } }), " follow the end"));
   table.replaceChildren(...rows.map((b) => h("tr", { class: `rec${st.selected === b.line ? " selected" : ""}${b.failed || b.cls === "F" ? " failed" : ""}${b.cls === "R" ? " retry" : ""}`, "data-line": b.line, onclick: () => openLine(b.line) },
     h("td", { class: "num" }, b.seq ?? "—"), h("td", { class: "num dim" }, b.line), h("td", {}, b.agent),
-    h("td", {}, h("span", { class: `chip-mini cls-${b.cls}` }, GLYPH[b.cls] || "?"), " ", b.label),
+    h("td", { class: "what" }, h("span", { class: `chip-mini cls-${b.cls}` }, GLYPH[b.cls] || "?"), " ", b.label),
     h("td", { class: "num" }, b.step ?? ""), h("td", { class: "num" }, b.attempt ?? ""),
     h("td", {}, b.role ? h("span", { class: `role-tag role-${b.role}` }, b.role) : ""),
     h("td", { class: "note" }, b.note))));
