@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -24,13 +25,17 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from harness import Executor  # noqa: E402
-from harness.testing import fixed_plan, steps  # noqa: E402
-from harness.viewer import create_app  # noqa: E402
+from harness import Executor
+from harness.testing import fixed_plan, steps
+from harness.viewer import create_app
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")
     from starlette.testclient import TestClient
+
+
+def local(app, **options):  # type: ignore[no-untyped-def]
+    return TestClient(app, base_url="http://127.0.0.1", **options)
 
 
 def timed(fn, rounds: int = 5) -> float:  # type: ignore[no-untyped-def]
@@ -40,6 +45,39 @@ def timed(fn, rounds: int = 5) -> float:  # type: ignore[no-untyped-def]
         fn()
         times.append(time.perf_counter() - t0)
     return statistics.median(times)
+
+
+def in_browser(many: Path, big: Path) -> None:
+    """Both pages in headless Chromium: from navigation to drawn (body[data-loaded]), a new server each time."""
+    chromium = shutil.which("chromium")
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        chromium = None
+    if chromium is None:
+        print("in the browser: skipped (needs the playwright package and a chromium on PATH)")
+        return
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=chromium, args=["--no-sandbox"])
+        for label, folder, path in (("runs page", many, "/"), ("run page, 100k records", big, "/runs/long")):
+            times = []
+            for _ in range(3):
+                proc = subprocess.Popen(
+                    [sys.executable, "-m", "harness.cli", "serve", str(folder), "--port", "0"],
+                    stdout=subprocess.PIPE, text=True,
+                )  # fmt: skip
+                assert proc.stdout is not None
+                url = proc.stdout.readline().split()[2].rstrip("/")
+                page = browser.new_page()
+                t0 = time.perf_counter()
+                page.goto(url + path)
+                page.wait_for_selector("body[data-loaded]", timeout=60_000)
+                times.append(time.perf_counter() - t0)
+                page.close()
+                proc.terminate()
+                proc.wait()
+            print(f"in the browser, {label}: drawn {statistics.median(times) * 1000:.0f} ms after navigation")
+        browser.close()
 
 
 def main() -> int:
@@ -60,20 +98,20 @@ def main() -> int:
         Executor(planner=fixed_plan(steps(n_records // 5)), tools={"work": dict}, trace=big / "long.jsonl").run("long")
         size = (big / "long.jsonl").stat().st_size
 
-        with TestClient(create_app(many)) as c:
+        with local(create_app(many)) as c:
             t0 = time.perf_counter()
             rows = len(c.get("/api/runs").json()["runs"])
             cold = time.perf_counter() - t0
             warm = timed(lambda: c.get("/api/runs"))
             body = len(c.get("/api/runs").content)
-        print(f"runs table, {rows} traces: cold {cold * 1000:.0f} ms, warm {warm * 1000:.0f} ms, {body / 1e6:.1f} MB JSON")
+        print(f"runs table, {rows} traces: cold {cold * 1000:.0f} ms, warm {warm * 1000:.0f} ms, {body / 1e6:.1f} MB")
 
         def first_paint() -> None:
-            with TestClient(create_app(big)) as c2:  # a new server: nothing indexed yet
+            with local(create_app(big)) as c2:  # a new server: nothing indexed yet
                 c2.get("/api/runs/long").raise_for_status()
                 c2.get("/api/runs/long/records?start=0&count=300").raise_for_status()
 
-        with TestClient(create_app(big)) as c:
+        with local(create_app(big)) as c:
             summary = c.get("/api/runs/long")
             records = summary.json()["records"]
             one = timed(lambda: c.get(f"/api/runs/long/record?line={records // 2}"), 20)
@@ -85,6 +123,7 @@ def main() -> int:
             f"(summary {len(summary.content) / 1e3:.0f} KB), summary again {again * 1000:.0f} ms, "
             f"a window of 300 {middle * 1000:.1f} ms, one record {one * 1000:.1f} ms"
         )
+        in_browser(many, big)
     finally:
         shutil.rmtree(root, ignore_errors=True)
     return 0

@@ -38,10 +38,17 @@ with warnings.catch_warnings():  # Starlette >= 1.x prefers httpx2 for its TestC
 from viewer_runs import AGENT, ROOT, fork_value, make_folder, search_seq
 
 import harness
-from harness.testing import read_records
+from harness import Executor
+from harness.testing import fixed_plan, read_records, steps, write_trace
 from harness.viewer import create_app
+from harness.viewer._index import Index
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+
+
+def local(app: Any, **options: Any) -> TestClient:
+    """A test client that talks to the app as a browser on this machine does (Host: 127.0.0.1)."""
+    return TestClient(app, base_url="http://127.0.0.1", **options)
 
 
 @pytest.fixture(scope="module")
@@ -52,7 +59,7 @@ def folder(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, st
 
 @pytest.fixture(scope="module")
 def client(folder: tuple[Path, dict[str, str]]) -> Iterator[TestClient]:
-    with TestClient(create_app(folder[0])) as c:
+    with local(create_app(folder[0])) as c:
         yield c
 
 
@@ -96,7 +103,7 @@ def test_the_runs_table_answers_304_while_nothing_changed(client: TestClient, tm
 
 
 def test_a_new_run_shows_up_in_the_table(tmp_path: Path) -> None:
-    with TestClient(create_app(tmp_path)) as c:
+    with local(create_app(tmp_path)) as c:
         assert c.get("/api/runs").json()["runs"] == []
         etag = c.get("/api/runs").headers["etag"]
         harness.Executor(planner=lambda g, p: None, tools={}, runs_dir=tmp_path).run("nothing to do")
@@ -151,7 +158,7 @@ def test_a_paused_run_names_its_operation_and_the_reconcile_commands(folder: Any
     copy = tmp_path / "runs"
     copy.mkdir()
     (copy / "paused.jsonl").write_bytes((path / "paused.jsonl").read_bytes())
-    with TestClient(create_app(copy)) as c:
+    with local(create_app(copy)) as c:
         s = c.get("/api/runs/paused").json()
     assert s["status"] == "paused" and s["state"] == "PAUSED"
     assert s["pending"] == {"seq": s["pending"]["seq"], "step": 1, "tool": "pay", "args": {"amount": 5}}
@@ -183,7 +190,7 @@ def test_a_corrupt_trace_shows_the_corruption_and_everything_before_it(client: T
 )
 def test_a_file_that_is_no_trace_is_an_error_on_the_page_never_a_500(tmp_path: Path, content: bytes) -> None:
     (tmp_path / "x.jsonl").write_bytes(content)
-    with TestClient(create_app(tmp_path), raise_server_exceptions=False) as c:
+    with local(create_app(tmp_path), raise_server_exceptions=False) as c:
         assert c.get("/api/runs").status_code == 200
         r = c.get("/api/runs/x")
         assert r.status_code == 200 and r.json()["error"] is not None and r.json()["records"] == 0
@@ -227,10 +234,40 @@ def test_annotations_beside_a_trace_are_shown_as_they_are(folder: Any, tmp_path:
     notes = [{"seq": 6, "note": "the search result that decided the answer <b>"}]
     (tmp_path / "a.jsonl.annotations.json").write_bytes(orjson.dumps(notes))
     (tmp_path / "b.jsonl.annotations.json").write_bytes(b"{not json")
-    with TestClient(create_app(tmp_path)) as c:
+    with local(create_app(tmp_path)) as c:
         assert c.get("/api/runs/a").json()["annotations"] == {"file": "a.jsonl.annotations.json", "data": notes}
         assert "not valid JSON" in c.get("/api/runs/b").json()["annotations"]["error"]
         assert c.get("/api/runs/c").json()["annotations"] is None
+
+
+def test_a_long_trace_is_served_in_windows_never_whole(tmp_path: Path) -> None:
+    n = 4000  # steps: 20,003 records (header, INIT -> PLAN, 5 per step, PLAN -> DONE)
+    Executor(planner=fixed_plan(steps(n)), tools={"work": dict}, trace=tmp_path / "long.jsonl").run("long")
+    size = (tmp_path / "long.jsonl").stat().st_size
+    with local(create_app(tmp_path)) as c:
+        summary = c.get("/api/runs/long")
+        s = summary.json()
+        assert s["records"] == 5 * n + 3 and len(s["codes"]) == s["records"]
+        assert len(summary.content) < size / 20  # a letter per record, no record bodies
+        window = c.get("/api/runs/long/records?start=0&count=1000000").json()
+        assert len(window["records"]) == 2000 and window["total"] == s["records"]
+        middle = c.get(f"/api/runs/long/records?start={s['records'] - 3}&count=10").json()["records"]
+        assert [b["line"] for b in middle] == [s["records"] - 2, s["records"] - 1, s["records"]]
+        assert middle[-1]["cls"] == "D"
+
+
+def test_unknown_record_kinds_are_indexed_and_shown_as_they_are(tmp_path: Path) -> None:
+    header = {"seq": 1, "kind": "header", "schema": 1, "run_id": "b" * 32, "goal": "g", "tools": {}, "ts": 1.0}
+    plan = {"seq": 2, "kind": "transition", "from": "INIT", "to": "PLAN", "step": 0, "attempt": 1, "ts": 2.0}
+    odd = {"seq": 3, "kind": "telemetry", "gauge": {"tokens": 12}, "ts": 3.0}
+    write_trace(tmp_path / "odd.jsonl", [header, plan, odd])
+    idx = Index(str(tmp_path / "odd.jsonl")).extend()
+    assert len(idx) == 3 and idx.codes.decode() == "HPo" and idx.broken is None
+    brief = idx.brief(2, odd)
+    assert brief["label"] == "telemetry" and brief["cls"] == "o" and brief["note"] == '{"gauge":{"tokens":12}}'
+    with local(create_app(tmp_path)) as c:
+        s = c.get("/api/runs/odd").json()  # today's replay() does not know the kind: shown as the corruption it is
+        assert s["error"]["reason"] == "unknown-kind" and s["error"]["line"] == 3 and s["records"] == 2
 
 
 # --- addresses ------------------------------------------------------------------------------
@@ -247,7 +284,7 @@ def test_addresses_cannot_leave_the_runs_folder(folder: Any, tmp_path: Path) -> 
     (runs / "link-out.jsonl").symlink_to(outside)
     (runs / "dir-out").symlink_to(tmp_path)
     (runs / "link-in.jsonl").symlink_to(runs / "sub" / "inside.jsonl")
-    with TestClient(create_app(runs)) as c:
+    with local(create_app(runs)) as c:
         for bad in [
             "..%2Fsecret",
             "../secret",
@@ -361,7 +398,7 @@ def test_events_follow_a_trace_a_real_executor_writes_in_another_process(tmp_pat
         while not (trace.exists() and trace.read_bytes().count(b'"to":"ACT"') >= 3):
             assert writer.poll() is None
             time.sleep(0.02)
-        with TestClient(create_app(tmp_path)) as c:
+        with local(create_app(tmp_path)) as c:
             seen: list[dict[str, Any]] = []
             # first connection: what is there, read while the writer waits at step 3; then dropped mid-run
             for e in sse(c, "/api/runs/live/events", stop=8):
@@ -425,7 +462,7 @@ def test_with_agent_a_fork_runs_in_the_background_and_writes_a_child(
     parent.write_bytes((path / f"{ids['done']}.jsonl").read_bytes())
     original = parent.read_bytes()
     at = search_seq(parent)
-    with TestClient(create_app(runs, agent=AGENT)) as c:
+    with local(create_app(runs, agent=AGENT)) as c:
         assert c.get("/api/config").json()["fork"] is True
         assert (
             c.post(f"/api/runs/{ids['done']}/fork", content=b"{}", headers={"content-type": "text/plain"}).status_code

@@ -181,6 +181,18 @@ def test_a_run_page_shows_its_records_and_the_panel_opens_on_click(page: Any, se
     assert whole == llm
 
 
+def test_one_lane_per_agent_with_concurrent_records_side_by_side(page: Any, server: str) -> None:
+    open_page(page, f"{server}runs/agents")
+    assert page.locator(".lane-name").all_inner_texts() == ["main", "worker_a", "worker_b"]
+    a = page.locator('.lane[data-agent="worker_a"] .chip')
+    b = page.locator('.lane[data-agent="worker_b"] .chip')
+    assert a.count() == 2 and b.count() == 2
+    for i in range(2):  # concurrent: the same columns
+        assert a.nth(i).bounding_box()["x"] == b.nth(i).bounding_box()["x"]
+    joined = page.locator('.lane[data-agent="main"] .chip').last.bounding_box()["x"]
+    assert joined > a.nth(1).bounding_box()["x"]  # main's last record comes after both workers
+
+
 def test_a_paused_run_shows_its_operation_and_the_reconcile_command(page: Any, server: str, folder: Any) -> None:
     path, _ids = folder
     open_page(page, f"{server}runs/paused")
@@ -215,6 +227,10 @@ def test_a_live_run_grows_on_the_page_while_a_child_process_writes_it(page: Any,
         while not (trace.exists() and trace.read_bytes().count(b'"to":"ACT"') >= 3):
             assert writer.poll() is None
             time.sleep(0.02)
+        runs = page.context.new_page()  # the runs page, left open: it updates by itself
+        open_page(runs, server)
+        badge = runs.locator(f'tr[data-id="{name}"] .badge')
+        until(lambda: badge.count() == 1 and badge.inner_text() == "running", "the new run, running")
         open_page(page, f"{server}runs/{name}")
         assert page.locator(".run-head .badge").inner_text() == "running"
         before = page.locator("table.records tr.rec").count()
@@ -226,6 +242,7 @@ def test_a_live_run_grows_on_the_page_while_a_child_process_writes_it(page: Any,
         final = read_records(trace)
         assert page.locator("table.records tr.rec").count() == len(final)
         assert page.locator("table.records tr.rec").last.inner_text().split()[0] == str(final[-1]["seq"])
+        until(lambda: badge.inner_text() == "done", "the run done on the runs page, without a reload")
     finally:
         if writer.poll() is None:
             writer.kill()

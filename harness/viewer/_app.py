@@ -150,7 +150,7 @@ def create_app(folder: str, *, agent: str | None = None, hosts: list[str] | None
         Route("/api/diff", _diff),
         Mount("/static", StaticFiles(directory=STATIC), name="static"),
     ]
-    allowed = hosts or ["127.0.0.1", "localhost", "[::1]", "testserver"]
+    allowed = hosts or ["127.0.0.1", "localhost", "[::1]"]
     app = Starlette(
         routes=routes,
         middleware=[Middleware(SecurityHeaders), Middleware(TrustedHostMiddleware, allowed_hosts=allowed)],

@@ -38,6 +38,7 @@ from .._replay import replay
 _CHUNK = 1 << 20
 _SUFFIX = len(b',"crc":"00000000"}')
 _NOTE = 160  # characters of a value shown in a record's one-line note
+_PLAIN = frozenset({"seq", "kind", "ts", "crc", "agent", "vc", "reused"})
 
 # one letter per record, for the overview: what colour it takes and how it is marked
 CLASSES = {
@@ -111,6 +112,9 @@ def note(rec: dict[str, Any]) -> str:
             return short(rec[field], _NOTE)
     if kind == "reconcile":
         return f"op {rec.get('op')} happened={rec.get('happened')}"
+    if kind not in ("transition", "checkpoint", "crossing", "header", "resume", "end", "event"):
+        rest = {k: v for k, v in rec.items() if k not in _PLAIN}  # a kind this viewer does not know: what it holds
+        return short(rest, _NOTE) if rest else ""
     return ""
 
 
@@ -203,29 +207,44 @@ class Index:
                 return data[: cut + 1]
         return None
 
-    def _lines(self, data: bytes) -> None:
-        pos = 0
+    def _lines(self, data: bytes) -> None:  # the hot loop of a first open: locals, and a fast path
+        loads, crc32, classify_ = orjson.loads, zlib.crc32, classify
+        offsets, codes, lanes, cols = self.offsets, self.codes, self.lanes, self.cols
+        crc, pos, n = self.crc, self.end, len(offsets)
+        main = self._lane_of.get("main")
+        top = self._top
         for line in data.split(b"\n")[:-1]:
-            n = len(self.offsets) + 1
-            crc = zlib.crc32(line[:-_SUFFIX], self.crc)
-            if line[-_SUFFIX:] != b',"crc":"%08x"}' % crc:
+            n += 1
+            after = crc32(line[:-_SUFFIX], crc)
+            if line[-_SUFFIX:] != b',"crc":"%08x"}' % after:
                 self.broken = {"line": n, "reason": "checksum", "detail": "the line does not match its checksum"}
                 break
             try:
-                rec = orjson.loads(line)
+                rec = loads(line)
             except orjson.JSONDecodeError:
                 rec = None
-            if not isinstance(rec, dict):
+            if type(rec) is not dict:
                 self.broken = {"line": n, "reason": "malformed", "detail": "the line is not a JSON object"}
                 break
-            self.crc = crc
+            crc = after
             if n == 1 and rec.get("kind") == "header":
                 self.header = rec
-            self._place(rec)
-            self.offsets.append(self.end + pos)
-            self.last = rec
+            if main is None or "agent" in rec or "vc" in rec:
+                self._top = top
+                self._place(rec)
+                top, main = self._top, self._lane_of.get("main")
+            else:  # a record of the main agent without a clock: after everything before it
+                top += 1
+                codes.append(ord(classify_(rec)))
+                lanes.append(main)
+                cols.append(top)
+                self._barrier = top
+                self._last_col[main] = top
+            offsets.append(pos)
             pos += len(line) + 1
-        self.end += pos
+            self.last = rec
+        self._top = top
+        self.crc, self.end = crc, pos
 
     def _place(self, rec: dict[str, Any]) -> None:
         agent = rec.get("agent", "main")

@@ -46,5 +46,8 @@ def trace_path(folder: str, run: str, *, exists: bool = True) -> str:
 
 def address(folder: str, path: str) -> str:
     """The run address of the trace at `path` (a file in `folder`)."""
+    head, name = os.path.split(path)
+    if head == folder:  # the common case, and a fast one: list_runs() joins folder and name
+        return name.removesuffix(".jsonl")
     rel = os.path.relpath(path, folder).replace(os.sep, "/")
     return rel.removesuffix(".jsonl")

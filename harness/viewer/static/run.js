@@ -309,7 +309,7 @@ async function waitForJob(job) {
 
 async function main() {
   try {
-    st.config = await api("/api/config");
+    const config = api("/api/config"); // asked for alongside the summary, not before it
     const job = params.get("job");
     let jobDone = null;
     if (job) jobDone = waitForJob(job);
@@ -319,6 +319,7 @@ async function main() {
         if (jobDone && (await Promise.race([jobDone, new Promise((r) => setTimeout(() => r(null), 300))]))?.state === "failed") throw e;
       }
     }
+    st.config = await config;
     const s = st.summary;
     st.lanes = s.lanes; st.codes = s.codes; st.laneCodes = s.lane_codes; st.total = s.records;
     st.follow = s.status === "running";
