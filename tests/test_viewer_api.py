@@ -39,6 +39,7 @@ from viewer_runs import AGENT, ROOT, fork_value, make_folder, search_seq
 
 import harness
 from harness import Executor
+from harness._journal import SCHEMA  # the version this harness writes: fixtures follow it
 from harness.testing import fixed_plan, read_records, steps, write_trace
 from harness.viewer import create_app
 from harness.viewer._index import Index
@@ -257,7 +258,7 @@ def test_a_long_trace_is_served_in_windows_never_whole(tmp_path: Path) -> None:
 
 
 def test_unknown_record_kinds_are_indexed_and_shown_as_they_are(tmp_path: Path) -> None:
-    header = {"seq": 1, "kind": "header", "schema": 1, "run_id": "b" * 32, "goal": "g", "tools": {}, "ts": 1.0}
+    header = {"seq": 1, "kind": "header", "schema": SCHEMA, "run_id": "b" * 32, "goal": "g", "tools": {}, "ts": 1.0}
     plan = {"seq": 2, "kind": "transition", "from": "INIT", "to": "PLAN", "step": 0, "attempt": 1, "ts": 2.0}
     odd = {"seq": 3, "kind": "telemetry", "gauge": {"tokens": 12}, "ts": 3.0}
     write_trace(tmp_path / "odd.jsonl", [header, plan, odd])

@@ -27,6 +27,7 @@ from typing import Any
 
 import harness
 from harness import Executor, Step, Tool
+from harness._journal import SCHEMA  # the version this harness writes: fixtures follow it
 from harness.testing import fixed_plan, flaky, power_cut, steps, write_trace
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -134,7 +135,15 @@ def make_folder(folder: Path) -> dict[str, str]:
 def two_agents() -> list[dict[str, Any]]:
     """A run where two workers cross boundaries concurrently after the main agent plans."""
     recs: list[dict[str, Any]] = [
-        {"seq": 1, "kind": "header", "schema": 1, "run_id": "a" * 32, "goal": "two workers", "tools": {}, "ts": 1.0},
+        {
+            "seq": 1,
+            "kind": "header",
+            "schema": SCHEMA,
+            "run_id": "a" * 32,
+            "goal": "two workers",
+            "tools": {},
+            "ts": 1.0,
+        },
         {"seq": 2, "kind": "transition", "from": "INIT", "to": "PLAN", "step": 0, "attempt": 1, "ts": 2.0},
     ]
     clocks = [
