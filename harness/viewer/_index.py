@@ -107,7 +107,9 @@ def note(rec: dict[str, Any]) -> str:
         return f"goal {short(rec.get('goal'), _NOTE)}"
     if kind == "transition" and "tool" in rec:
         return f"{rec['tool']} {short(rec.get('args'), _NOTE)}"
-    for field in ("result", "response", "data", "evidence", "set_aside"):
+    if kind == "resume":
+        return f"set aside {rec['set_aside']}" if rec.get("set_aside") else "resumed by another process"
+    for field in ("result", "response", "data", "evidence"):
         if field in rec:
             return short(rec[field], _NOTE)
     if kind == "reconcile":

@@ -4,7 +4,7 @@ import { h, api, runUrl, apiRun, shortId, time, duration, badge, pretty, nav, fa
 
 const WINDOW = 300; // records drawn at once; the overview above shows them all
 const CELL = 30; // px per timeline column
-const GLYPH = { H: "◆", P: "P", A: "A", V: "V", C: "C", K: "✓", D: "■", F: "✕", Z: "॥", R: "↻", X: "⇄",
+const GLYPH = { H: "◆", P: "P", A: "A", V: "V", C: "C", K: "✓", D: "■", F: "✕", Z: "‖", R: "↻", X: "⇄",
   E: "!", r: "⟲", c: "✎", s: "⊡", e: "•", n: "■", o: "?" };
 const NAMES = { H: "header", P: "PLAN", A: "ACT", V: "VERIFY", C: "CHECKPOINT", K: "checkpoint", D: "DONE",
   F: "FAILED / failure", Z: "PAUSED", R: "retry", X: "crossing", E: "error", r: "resume", c: "reconcile",
@@ -98,6 +98,11 @@ function drawBanners(extra) {
       `${s.torn} bytes after the last complete line, an unfinished record from a writer that stopped mid-line. `,
       "It is not part of the run; resuming sets it aside in a .torn-N file."));
   }
+  if (s.status === "interrupted" && !s.error && !s.broken) {
+    out.push(h("div", { class: "banner info", id: "interrupted" }, h("strong", {}, "Interrupted: "),
+      `the writer stopped in ${s.state} without finishing the run (a crash or a kill). `,
+      "Run the same executor again with resume=True to finish it in this file."));
+  }
   if (s.pending) {
     const p = s.pending;
     out.push(h("div", { class: "banner paused", id: "paused" },
@@ -157,10 +162,16 @@ function chip(b) {
 function drawWindow() {
   const rows = st.window;
   st.col0 = rows.length ? Math.min(...rows.map((b) => b.col)) : 0;
-  const width = rows.length ? (Math.max(...rows.map((b) => b.col)) - st.col0 + 1) * CELL + 8 : 0;
+  const width = rows.length ? (Math.max(...rows.map((b) => b.col)) - st.col0 + 2) * CELL + 8 : 0;
   const lanes = st.lanes.length ? st.lanes : ["main"];
   const byLane = lanes.map(() => []);
   for (const b of rows) (byLane[b.lane] || (byLane[b.lane] = [])).push(chip(b));
+  const s = st.summary;
+  if (s && s.torn > 0 && s.status !== "running" && rows.length && st.start + rows.length === st.total) {
+    const last = rows[rows.length - 1];
+    (byLane[last.lane] || (byLane[last.lane] = [])).push(h("span", { class: "chip torn", title: `torn tail: ${s.torn} bytes of an unfinished record, not part of the run`,
+      style: { left: `${(last.col + 1 - st.col0) * CELL + 4}px` } }, "…"));
+  }
   lanesBox.replaceChildren(
     h("div", { class: "lane-names" }, lanes.map((name) => h("div", { class: "lane-name", title: name }, name))),
     h("div", { class: "lane-scroll" }, h("div", { class: "lane-rows", style: { width: `${width}px` } },
