@@ -10,7 +10,7 @@ const NAMES = { H: "header", P: "PLAN", A: "ACT", V: "VERIFY", C: "CHECKPOINT", 
   F: "FAILED / failure", Z: "PAUSED", R: "retry", X: "crossing", E: "error", r: "resume", c: "reconcile",
   s: "seal", e: "event", n: "end", o: "other" };
 const COLOR = {};
-const PRIORITY = { F: 5, E: 5, R: 4, Z: 3, D: 2, n: 2 };
+const PRIORITY = { F: 5, E: 5, R: 4, Z: 3, r: 3, c: 3, D: 2, n: 2 }; // what a crowded overview still shows
 
 const app = document.getElementById("app");
 const id = decodeURIComponent(location.pathname.slice("/runs/".length));
@@ -141,11 +141,16 @@ function drawOverview() {
     if (prev === null || (PRIORITY[c] || 0) > (PRIORITY[prev] || 0)) best[k] = c;
   }
   const barW = Math.max(1, w / n);
-  for (let k = 0; k < best.length; k++) {
-    if (best[k] === null) continue;
-    const lane = Math.floor(k / w), x = k % w;
-    ctx.fillStyle = colorOf(best[k]);
-    ctx.fillRect(x, 3 + lane * laneH + 1, Math.ceil(barW), laneH - 2);
+  const crowded = n > w * 2; // many records per pixel: a quiet background, and only what stands out in colour
+  for (const pass of crowded ? [false, true] : [null]) { // crowded: the background first, the marks over it
+    for (let k = 0; k < best.length; k++) {
+      if (best[k] === null) continue;
+      const notable = (PRIORITY[best[k]] || 0) > 0;
+      if (pass !== null && notable !== pass) continue;
+      const lane = Math.floor(k / w), x = k % w;
+      ctx.fillStyle = pass === false ? "#cbd5e1" : colorOf(best[k]);
+      ctx.fillRect(x, 3 + lane * laneH + 1, pass ? 2 : Math.ceil(barW), laneH - 2);
+    }
   }
   ctx.strokeStyle = "#0f172a";
   ctx.lineWidth = 1.5;
