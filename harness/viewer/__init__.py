@@ -15,9 +15,11 @@ are listed in `_app`; the pages are plain JS and CSS shipped in `static/`.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import sys
+import threading
 from typing import TYPE_CHECKING, TextIO
 
 from .._errors import HarnessError
@@ -95,6 +97,8 @@ def serve(
     config = uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=3, lifespan="off", access_log=False)
     server = uvicorn.Server(config)
     app.state.viewer.stopping = lambda: server.should_exit
+    # read the two ends of every trace once now, so the first look at the runs page finds them read
+    threading.Thread(target=_warm, args=(app,), daemon=True, name="harness-serve-warm").start()
     name = f"[{host}]" if ":" in host else host
     where = app.state.viewer.folder
     print(
@@ -107,3 +111,8 @@ def serve(
     finally:
         sock.close()
     print("harness serve: stopped", file=out or sys.stdout, flush=True)
+
+
+def _warm(app: Starlette) -> None:
+    with contextlib.suppress(HarnessError, OSError):  # the page will say what is wrong when it asks
+        app.state.viewer.listing.runs()
