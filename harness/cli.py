@@ -369,7 +369,7 @@ def _serve_setup(p: argparse.ArgumentParser) -> None:
     )  # fmt: skip
 
 
-@command("serve", "Browse runs in a web browser, live while they are written (needs harness[web]).", _serve_setup)
+@command("serve", "Browse runs in a web browser, live while they are written (needs harness-trace[web]).", _serve_setup)
 def _serve(args: argparse.Namespace) -> int:
     from .viewer import serve
 

@@ -24,7 +24,7 @@ from typing import Any
 import orjson
 import pytest
 
-pytest.importorskip("starlette", reason="the viewer needs the web extra: pip install 'harness[web]'")
+pytest.importorskip("starlette", reason="the viewer needs the web extra: pip install 'harness-trace[web]'")
 pytest.importorskip("httpx", reason="Starlette's TestClient needs httpx (in the test extra)")
 
 import warnings
@@ -605,7 +605,7 @@ def test_serve_without_the_web_extra_says_what_to_install(tmp_path: Path) -> Non
         timeout=60,
     )
     assert r.returncode == 2
-    assert "pip install 'harness[web]'" in r.stderr and "Traceback" not in r.stderr
+    assert "pip install 'harness-trace[web]'" in r.stderr and "Traceback" not in r.stderr
 
 
 def test_serve_with_a_wrong_agent_fails_at_start(tmp_path: Path) -> None:

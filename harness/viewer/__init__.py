@@ -4,7 +4,7 @@
 until Ctrl-C, then stops cleanly (open live streams end at once).
 `create_app()` returns the Starlette application itself (for tests, or to
 mount it elsewhere). Both need the optional `web` extra
-(`pip install 'harness[web]'`: Starlette and uvicorn); without it they raise
+(`pip install 'harness-trace[web]'`: Starlette and uvicorn); without it they raise
 `MissingExtra`, which says what to install. Importing this package needs
 nothing beyond harness itself.
 
@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 
 __all__ = ["MissingExtra", "create_app", "serve"]
 
-INSTALL = "pip install 'harness[web]'"
+INSTALL = "pip install 'harness-trace[web]'"
 
 
 class MissingExtra(HarnessError):
