@@ -15,6 +15,7 @@ screenshots of the three pages into DIR (docs/ in the repository).
 
 from __future__ import annotations
 
+import fcntl
 import os
 import re
 import shutil
@@ -29,8 +30,8 @@ from typing import Any
 import orjson
 import pytest
 
-pytest.importorskip("starlette", reason="the viewer needs the web extra: pip install 'harness[web]'")
-pytest.importorskip("uvicorn", reason="the viewer needs the web extra: pip install 'harness[web]'")
+pytest.importorskip("starlette", reason="the viewer needs the web extra: pip install 'harness-trace[web]'")
+pytest.importorskip("uvicorn", reason="the viewer needs the web extra: pip install 'harness-trace[web]'")
 sync_api = pytest.importorskip("playwright.sync_api", reason="browser tests need the playwright package")
 
 from viewer_runs import AGENT, ROOT, XSS, fork_value, make_folder, search_seq  # noqa: E402
@@ -246,6 +247,20 @@ def test_a_live_run_grows_on_the_page_while_a_child_process_writes_it(page: Any,
     finally:
         if writer.poll() is None:
             writer.kill()
+
+
+def test_a_run_opened_before_its_header_is_written_shows_once_it_is(page: Any, server: str, folder: Any) -> None:
+    path, ids = folder
+    trace = path / f"new-{uuid.uuid4().hex[:8]}.jsonl"
+    with open(trace, "ab") as writer:
+        fcntl.flock(writer, fcntl.LOCK_EX)  # a writer holds the file, and has written nothing yet
+        page.goto(f"{server}runs/{trace.stem}")
+        time.sleep(0.5)
+        writer.write((path / f"{ids['done']}.jsonl").read_bytes())
+        writer.flush()
+    page.wait_for_selector('body[data-status="done"]')
+    assert page.locator("table.records tr.rec").count() == len(read_records(trace))
+    assert page.locator(".banner.error").count() == 0
 
 
 def test_a_diff_highlights_the_first_divergence(page: Any, server: str, folder: Any) -> None:

@@ -335,6 +335,11 @@ async function main() {
         if (jobDone && (await Promise.race([jobDone, new Promise((r) => setTimeout(() => r(null), 300))]))?.state === "failed") throw e;
       }
     }
+    // a run being created: its writer holds the file before the header is whole; wait for the header
+    for (let tries = 0; st.summary.status === "running" && st.summary.error && tries < 100; tries++) {
+      await new Promise((r) => setTimeout(r, 200));
+      st.summary = await api(apiRun(id));
+    }
     st.config = await config;
     const s = st.summary;
     st.lanes = s.lanes; st.codes = s.codes; st.laneCodes = s.lane_codes; st.total = s.records;
