@@ -24,6 +24,8 @@ import errno
 import fcntl
 import math
 import os
+import secrets
+import stat
 import time
 import zlib
 from collections.abc import Iterable
@@ -37,6 +39,7 @@ SCHEMA = 1
 MAX_LINE = 16 * 1024 * 1024  # bytes; larger records are refused on write and on read
 SUFFIX = len(b',"crc":"00000000"}')  # bytes after the checksummed part, newline excluded
 MARK = b',"crc":"'  # where that suffix starts
+MAX_DEPTH = 254  # nesting levels of a line, the record included: orjson writes no deeper
 HEADER_START = b'{"seq":1,"kind":"header"'  # how every trace begins
 
 _DUMPS_OPTIONS = orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_SUBCLASS
@@ -52,36 +55,45 @@ def canonical(value: Any) -> bytes:
     return orjson.dumps(value, default=_refuse, option=_DUMPS_OPTIONS | orjson.OPT_SORT_KEYS)
 
 
-def problem(value: Any, where: str = "") -> tuple[str, str] | None:
+def problem(value: Any, where: str = "", depth: int = 2) -> tuple[str, str] | None:
     """(where, what) of the first part of value that a JSON round trip would change.
 
-    `what` reads after "is": `a datetime, not a JSON value`.
+    `what` reads after "is": `a datetime, not a JSON value`. `depth` is the
+    nesting level value sits at in its line: 2 for a record's field (the
+    record is level 1). Iterative, so no value is too deep to explain.
     """
-    if isinstance(value, bool) or value is None:
-        return None
-    if type(value) is str:
-        return None if _utf8(value) else (where, "a str with a lone surrogate, not valid UTF-8")
-    if type(value) is int:
-        return None if -(2**63) <= value < 2**64 else (where, f"the integer {value}, out of the 64-bit range")
-    if type(value) is float:
-        return None if math.isfinite(value) else (where, f"{value}, not a finite number")
-    if type(value) is dict:
-        for k, v in value.items():
-            if type(k) is not str:
-                return (where, f"a dict with the key {k!r}, which is {a(type(k).__name__)}, not a str")
-            if not _utf8(k):
-                return (where, f"a dict with the key {k!r}, which has a lone surrogate, not valid UTF-8")
-            found = problem(v, f"{where}.{k}")
-            if found:
-                return found
-        return None
-    if type(value) is list:
-        for i, v in enumerate(value):
-            found = problem(v, f"{where}[{i}]")
-            if found:
-                return found
-        return None
-    return (where, f"{a(type(value).__name__)}, not a JSON value")
+    stack: list[tuple[Any, str, int]] = [(value, where, depth)]
+    while stack:
+        value, where, depth = stack.pop()
+        if isinstance(value, bool) or value is None:
+            continue
+        t = type(value)
+        if t is str:
+            if not _utf8(value):
+                return (where, "a str with a lone surrogate, not valid UTF-8")
+        elif t is int:
+            if not -(2**63) <= value < 2**64:
+                return (where, f"the integer {value}, out of the 64-bit range")
+        elif t is float:
+            if not math.isfinite(value):
+                return (where, f"{value}, not a finite number")
+        elif t is dict or t is list:
+            if depth > MAX_DEPTH:
+                return (where, f"nested more than {MAX_DEPTH} levels deep, counting the record itself")
+            children: list[tuple[Any, str, int]] = []
+            if t is dict:
+                for k, v in value.items():
+                    if type(k) is not str:
+                        return (where, f"a dict with the key {k!r}, which is {a(type(k).__name__)}, not a str")
+                    if not _utf8(k):
+                        return (where, f"a dict with the key {k!r}, which has a lone surrogate, not valid UTF-8")
+                    children.append((v, f"{where}.{k}", depth + 1))
+            else:
+                children = [(v, f"{where}[{i}]", depth + 1) for i, v in enumerate(value)]
+            stack.extend(reversed(children))  # depth first, in order: the first problem is reported
+        else:
+            return (where, f"{a(t.__name__)}, not a JSON value")
+    return None
 
 
 def a(noun: str) -> str:
@@ -107,7 +119,8 @@ def check_value(field: str, value: Any, *, tool: str | None = None, step: int | 
     if t is bool or value is None:  # a str may hold a lone surrogate: it goes through the check
         return value
     try:  # the whole check runs in C; the Python walk below only explains a failure
-        back = orjson.loads(orjson.dumps(value, default=_refuse, option=_DUMPS_OPTIONS))
+        # inside a list, as inside its record: a value nested one level too deep for a line is refused here
+        back = orjson.loads(orjson.dumps([value], default=_refuse, option=_DUMPS_OPTIONS))[0]
         if back == value:
             return back
     except TypeError:
@@ -279,22 +292,80 @@ def _why(e: OSError) -> str:
     return e.strerror or str(e)
 
 
-def set_aside(path: str, data_from: int) -> str | None:
-    """Move the bytes of path after offset data_from to a new sibling file; return its name.
+def open_regular(path: str) -> int:
+    """A read-only descriptor on path, refused (TraceUnreadable) unless it is a regular file.
 
-    The caller truncates the trace afterwards; the sibling is fsynced first, so
-    nothing is lost even if we die in between.
+    Opened with O_NONBLOCK and checked with fstat before anything is read, so
+    a FIFO, a device or a socket given as a trace is refused at once instead
+    of blocking the reader. O_NONBLOCK changes nothing for a regular file.
     """
-    with open(path, "rb") as f:
-        f.seek(data_from)
-        tail = f.read()
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise unreadable(path, "no such file") from None
+    except IsADirectoryError:
+        raise unreadable(path, "is a directory, not a trace file") from None
+    except OSError as e:
+        raise unreadable(path, f"cannot read: {_why(e)}") from None
+    try:
+        mode = os.fstat(fd).st_mode
+    except OSError as e:
+        os.close(fd)
+        raise unreadable(path, f"cannot read: {_why(e)}") from None
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        what = "a directory" if stat.S_ISDIR(mode) else _KINDS.get(stat.S_IFMT(mode), "not a regular file")
+        raise unreadable(path, f"is {what}, not a trace file; a trace is a regular file")
+    return fd
+
+
+_KINDS = {stat.S_IFIFO: "a FIFO (named pipe)", stat.S_IFCHR: "a character device", stat.S_IFBLK: "a block device",
+          stat.S_IFSOCK: "a socket"}  # fmt: skip
+
+
+def unreadable(path: str, problem: str) -> TraceUnreadable:
+    """The error for a trace that cannot be read at all (as opposed to a corrupt one)."""
+    return TraceUnreadable(path, problem)
+
+
+def read_error(path: str, e: OSError) -> TraceUnreadable:
+    """A read that failed after the open (EIO, a vanished network file): named, never a raw OSError."""
+    return unreadable(path, f"read failed: {_why(e)}")
+
+
+def set_aside(path: str, data_from: int) -> str | None:
+    """Move the bytes of path after offset data_from to a new sibling `<path>.torn-N`; return its path.
+
+    The caller truncates the trace afterwards and names the sibling in the
+    record it writes next. The bytes go to a hidden temporary file first,
+    fsynced, which is then linked into place under the first `.torn-N` no
+    file or symlink holds (nothing there is ever replaced or deleted) and the
+    folder fsynced: a `.torn-N` appears whole or not at all, and nothing is
+    lost even if we die in between. If a `.torn-N` already holds exactly
+    these bytes (a process died after placing it, before truncating the
+    trace and naming it), that one is returned instead of a second copy.
+    Only the temporary file, which this call created, is ever unlinked.
+    """
+    try:
+        fd = open_regular(path)
+        try:
+            tail = _read_all(fd, data_from)
+        finally:
+            os.close(fd)
+    except (OSError, TraceUnreadable) as e:
+        why = _why(e) if isinstance(e, OSError) else e.problem
+        raise JournalError(path, f"cannot read its torn tail to set it aside: {why}") from None
     if not tail:
         return None
-    n = 1
-    while os.path.exists(aside := f"{path}.torn-{n}"):
-        n += 1
+    n, aside = _free_torn(path, 1)
+    for k in range(1, n):  # an earlier attempt's copy, placed but never named?
+        if _holds(f"{path}.torn-{k}", tail):
+            return f"{path}.torn-{k}"
+    folder = os.path.dirname(os.path.abspath(path))
+    tmp: str | None = os.path.join(folder, f".{os.path.basename(path)}.torn-{secrets.token_hex(6)}.tmp")
     try:
-        fd = os.open(aside, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        assert tmp is not None
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
         try:
             view = memoryview(tail)
             while view:  # a short write is not a failure: write the rest
@@ -302,13 +373,60 @@ def set_aside(path: str, data_from: int) -> str | None:
             os.fsync(fd)
         finally:
             os.close(fd)
-        dfd = os.open(os.path.dirname(os.path.abspath(path)), os.O_RDONLY)
+        while True:
+            try:
+                os.link(tmp, aside)  # never replaces: a name taken meanwhile raises FileExistsError
+                break
+            except FileExistsError:
+                n, aside = _free_torn(path, n + 1)
+            except OSError as e:  # a file system without hard links: rename (the trace's lock keeps harness out)
+                if e.errno not in (errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EMLINK, errno.EXDEV):
+                    raise
+                n, aside = _free_torn(path, n)
+                os.rename(tmp, aside)
+                tmp = None
+                break
+        if tmp is not None:
+            os.unlink(tmp)
+            tmp = None
+        dfd = os.open(folder, os.O_RDONLY)
         try:
             os.fsync(dfd)
         finally:
             os.close(dfd)
-    except OSError as e:  # the trace is not truncated yet: drop the partial copy, keep the tail in place
-        with contextlib.suppress(OSError):
-            os.unlink(aside)
+    except OSError as e:  # the trace is not truncated yet: its tail is still in place
+        if tmp is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
         raise JournalError(path, f"cannot set its torn tail aside in {aside}: {_why(e)}") from None
     return aside
+
+
+def _free_torn(path: str, n: int) -> tuple[int, str]:
+    """The first `<path>.torn-N` from n on that nothing holds: no file, no symlink (even a dangling one)."""
+    while os.path.lexists(aside := f"{path}.torn-{n}"):
+        n += 1
+    return n, aside
+
+
+def _holds(name: str, data: bytes) -> bool:
+    """Whether name is a regular file (not a symlink) holding exactly data."""
+    try:
+        st = os.lstat(name)
+        if not stat.S_ISREG(st.st_mode) or st.st_size != len(data):
+            return False
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        try:
+            return _read_all(fd, 0) == data
+        finally:
+            os.close(fd)
+    except OSError:
+        return False
+
+
+def _read_all(fd: int, offset: int) -> bytes:
+    parts = []
+    while chunk := os.pread(fd, 1 << 20, offset):
+        parts.append(chunk)
+        offset += len(chunk)
+    return b"".join(parts)

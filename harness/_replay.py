@@ -15,7 +15,9 @@ each line's crc, so a file changed after replay() is still caught.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import json
 import os
 import re
 import zlib
@@ -30,7 +32,7 @@ from . import _state as S
 from ._errors import HarnessError, TraceCorruption
 from ._journal import HEADER_START as _HEADER_START
 from ._journal import MARK as _MARK
-from ._journal import MAX_LINE, SCHEMA, SUFFIX, canonical, line_ok
+from ._journal import MAX_DEPTH, MAX_LINE, SCHEMA, SUFFIX, canonical, line_ok, open_regular, read_error, unreadable
 
 _CHUNK = 1 << 16  # 64 KiB: small enough that a chunk's lines are still in the CPU cache when checked
 
@@ -94,17 +96,23 @@ class _Lines:
         return out
 
     def __iter__(self) -> Iterator[Any]:
-        with open(self._path, "rb") as f:
+        with os.fdopen(open_regular(self._path), "rb") as f:
             for i in range(len(self)):
-                yield self._build(*self._read(f, i))
+                yield self._build(*self._checked(f, i))
 
     def __getitem__(self, i: int) -> Any:
         if i < 0:
             i += len(self)
         if not 0 <= i < len(self):
             raise IndexError(i)
-        with open(self._path, "rb") as f:
-            return self._build(*self._read(f, i))
+        with os.fdopen(open_regular(self._path), "rb") as f:
+            return self._build(*self._checked(f, i))
+
+    def _checked(self, f: Any, i: int) -> list[dict[str, Any]]:
+        try:
+            return self._read(f, i)
+        except OSError as e:
+            raise read_error(self._path, e) from None
 
 
 class Records(Sequence[Any]):
@@ -207,26 +215,25 @@ def replay(
     """Validate the trace at `trace` and rebuild its run, running no tool.
 
     Raises TraceCorruption (with .line, .seq, .reason) when the file cannot
-    support its story, HarnessError when it is not a readable trace at all.
+    support its story, HarnessError when it is not a readable trace at all
+    (missing, a directory, a FIFO or device, a read error).
     `on_record(line, record)`, when given, is called with each line (without
     its newline) and its record once they passed every check, in order: a
     reader that streams the trace (`harness show`) sees what precedes a
     corruption before replay() raises, and holds no more than one record.
     """
     path = os.fspath(trace)
-    try:
-        f = open(path, "rb")  # noqa: SIM115 - each open error gets its own message; `with f` below closes it
-    except IsADirectoryError:
-        raise HarnessError(f"{path}: is a directory, not a trace file") from None
-    except FileNotFoundError:
-        raise HarnessError(f"{path}: no such file") from None
-    except OSError as e:
-        raise HarnessError(f"{path}: cannot read: {e.strerror}") from None
-    with f:
-        return _scan(path, f, on_record)
+    with os.fdopen(open_regular(path), "rb") as f:
+        try:
+            return _scan(path, f, on_record)
+        except OSError as e:  # EIO and the like, after the open: the file's problem, named
+            raise read_error(path, e) from None
 
 
 _fail = TraceCorruption
+_SORTED = orjson.OPT_SORT_KEYS
+_EFFECTS = frozenset({"at-least-once", "idempotent", "unsafe"})
+_ASIDE = re.compile(r"[^/\\\x00]+\.torn-[1-9][0-9]*")  # a sibling's file name, as set_aside() makes it
 
 
 def _claimed(line: bytes) -> int | None:
@@ -235,14 +242,113 @@ def _claimed(line: bytes) -> int | None:
     return int(found[1]) if found else None
 
 
+def _unchecked(path: str, n: int, line: bytes) -> TraceCorruption:
+    """Why a line does not end with the checksum it should: the slow path of the first check."""
+    if n == 1 and not line.startswith(_HEADER_START):
+        return _fail(path, 1, "not-a-trace", "the first line is not a harness trace header")
+    if line.endswith(b'"}\r'):
+        why = (
+            "the line ends in CRLF (\\r\\n), not LF: the file was converted, most likely by git "
+            "(core.autocrlf=true on checkout). Add `*.jsonl -text` to .gitattributes (or set "
+            "core.autocrlf to false or input) and check the file out again; a trace is never edited as text"
+        )
+        return _fail(path, n, "crlf", why, _claimed(line))
+    if line[-SUFFIX:-10] != _MARK or line[-2:] != b'"}':
+        return _fail(path, n, "malformed", "the line does not end with its checksum", _claimed(line))
+    why = "the line's bytes do not match its checksum (edited, moved or damaged)"
+    return _fail(path, n, "checksum", why, _claimed(line))
+
+
+def _unparsed(path: str, n: int, line: bytes, e: orjson.JSONDecodeError) -> TraceCorruption:
+    if "depth" in str(e) or "recursion" in str(e):
+        return _fail(path, n, "too-deep", f"a value nested more than {MAX_DEPTH} levels deep", _claimed(line))
+    return _fail(path, n, "malformed", f"not a JSON object with seq and kind ({e})", _claimed(line))
+
+
+def _noncanonical(path: str, n: int, line: bytes, rec: dict[str, Any]) -> TraceCorruption:
+    """Why a line that parses is not the line harness writes for its record: the slow path of that check."""
+    seq = rec.get("seq") if type(rec.get("seq")) is int else _claimed(line)
+    try:
+        again = orjson.dumps(rec)
+    except TypeError:  # orjson writes at most MAX_DEPTH levels; harness never wrote this line
+        why = f"a value nested more than {MAX_DEPTH} levels deep (the record included); harness never writes one"
+        return _fail(path, n, "too-deep", why, seq)
+    found: list[str] = []
+
+    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
+        keys = [k for k, _ in items]
+        if not found and len(set(keys)) < len(keys):
+            dup = next(k for i, k in enumerate(keys) if k in keys[:i])
+            found.append(f"key {dup!r} appears twice in one object (two JSON parsers can read it differently)")
+        return dict(items)
+
+    def integer(text: str) -> int:
+        value = int(text)
+        if not found and not -(2**63) <= value < 2**64:
+            found.append(f"integer {text} is out of the 64-bit range harness writes (it reads back as a float)")
+        return value
+
+    with contextlib.suppress(ValueError, RecursionError):  # json sees what orjson's parse hides; depth is bounded
+        json.loads(line, object_pairs_hook=pairs, parse_int=integer)
+    if not found:
+        at = next((i for i, (a, b) in enumerate(zip(line, again, strict=False)) if a != b), min(len(line), len(again)))
+        found.append(
+            f"its bytes differ from the record re-encoded from byte {at} on ({line[at : at + 24]!r} where harness "
+            f"writes {again[at : at + 24]!r}): spaces, escapes, key order or number spelling a writer of harness "
+            "never produces"
+        )
+    return _fail(path, n, "non-canonical", found[0], seq)
+
+
+def _error_ok(error: Any) -> bool:
+    """Whether error is an `{"type": str, "message": str}` object, as every error field is."""
+    return type(error) is dict and type(error.get("type")) is str and type(error.get("message")) is str
+
+
+def _aside_problem(path: str, header: dict[str, Any], name: Any) -> str | None:
+    """Why a `set_aside` value cannot name a sibling of the trace that holds a torn tail; None if it can."""
+    if type(name) is not str or not _ASIDE.fullmatch(name):
+        return f"set_aside {name!r} is not the file name of a sibling `<trace>.torn-N` (no folder, no path)"
+    if "parent" in header:  # a rerun or fork repeats its recording's seam: the file is beside the recording
+        return None
+    if not os.path.isfile(os.path.join(os.path.dirname(path), name)):
+        return (
+            f"set_aside names {name!r}, which is not beside the trace: the torn bytes it kept were moved or "
+            "deleted. Put the file back (its content is not checked), or keep traces with their .torn-N files"
+        )
+    return None
+
+
+def _header_problem(rec: dict[str, Any]) -> tuple[str, str] | None:
+    """(reason, why) when a header record cannot start a run; None when it can."""
+    schema = rec.get("schema")
+    if type(schema) is not int or schema != SCHEMA:
+        return "schema", f"trace schema version {schema!r}; this harness reads version {SCHEMA}"
+    if type(rec.get("run_id")) is not str or "goal" not in rec:
+        return "malformed", "a header without its str run_id and its goal"
+    tools = rec.get("tools")
+    if type(tools) is not dict or not all(
+        type(c) is dict and c.get("effect") in _EFFECTS and (c.get("version") is None or type(c["version"]) is str)
+        for c in tools.values()
+    ):
+        why = 'a header whose tools is not an object of {"effect": at-least-once|idempotent|unsafe, "version"}'
+        return "malformed", why
+    if "env" in rec and type(rec["env"]) is not dict:
+        return "malformed", "a header whose env is not an object"
+    if ("parent" in rec and type(rec["parent"]) is not str) or ("branch" in rec and type(rec["branch"]) is not int):
+        return "malformed", "a header whose parent is not a str or whose branch is not an int"
+    return None
+
+
 def _scan(
     path: str, f: Any, on_record: Callable[[bytes, dict[str, Any]], None] | None = None
 ) -> Replay:  # one loop on purpose: it is the hot path
     checkpoints, crossings = _Lines(path, 1, _checkpoint), _Lines(path, 2, _crossing)
     ck_pos, cr_pos = checkpoints._pos, crossings._pos
     edges = S.EDGES
-    loads, crc32 = orjson.loads, zlib.crc32  # locals: looked up once, not on every line
+    loads, dumps, crc32 = orjson.loads, orjson.dumps, zlib.crc32  # locals: looked up once, not on every line
     header: dict[str, Any] = {}
+    tools: dict[str, Any] = {}  # the header's contracts: an intent must name one of them
     state = S.INIT
     n = seq = crc = transitions = resumes = offset = 0
     vouch: int | None = None  # step vouched for by VERIFY -> CHECKPOINT, until its checkpoint
@@ -250,9 +356,12 @@ def _scan(
     intent: dict[str, Any] | None = None
     intent_pos = (0, 0, 0)
     result: Any = None
+    verified = b""  # canonical bytes of result: results are compared by type and value, never with ==
     reconcile: dict[str, Any] | None = None
+    reconciled = b""  # canonical bytes of the reconcile record's result
     fresh = 0  # crossings since the last transition
     at_step, at_attempt = 0, 1  # what the next transition must name
+    before = ""  # the previous record's kind
     buf = b""
     while True:
         # a long partial line doubles the read, so copying stays linear; the cap keeps any line longer
@@ -270,18 +379,22 @@ def _scan(
             prev = crc
             crc = crc32(line[:-SUFFIX], crc)
             if line[-SUFFIX:] != b',"crc":"%08x"}' % crc:  # one compare on the good path; then say what is wrong
-                if n == 1 and not line.startswith(_HEADER_START):
-                    raise _fail(path, 1, "not-a-trace", "the first line is not a harness trace header")
-                if line[-SUFFIX:-10] != _MARK or line[-2:] != b'"}':
-                    raise _fail(path, n, "malformed", "the line does not end with its checksum", _claimed(line))
-                why = "the line's bytes do not match its checksum (edited, moved or damaged)"
-                raise _fail(path, n, "checksum", why, _claimed(line))
+                raise _unchecked(path, n, line)
             try:
                 rec = loads(line)
-                rseq = rec["seq"]
-                kind = rec["kind"]
-            except (orjson.JSONDecodeError, TypeError, KeyError):
-                raise _fail(path, n, "malformed", "not a JSON object with seq and kind", _claimed(line)) from None
+            except orjson.JSONDecodeError as e:
+                raise _unparsed(path, n, line, e) from None
+            if type(rec) is not dict or "seq" not in rec or "kind" not in rec:
+                raise _fail(path, n, "malformed", "not a JSON object with seq and kind", _claimed(line))
+            # Exactly the bytes harness writes for this record (orjson, in order, no spaces), so duplicate
+            # keys, integers beyond 64 bits, nesting orjson cannot write back, and any respelling are refused.
+            try:
+                same = dumps(rec) == line
+            except TypeError:  # too deep to write back
+                same = False
+            if not same:
+                raise _noncanonical(path, n, line, rec)
+            rseq, kind = rec["seq"], rec["kind"]
             if rseq != seq + 1 or type(rseq) is not int:
                 raise _fail(
                     path, n, "seq", f"expected seq {seq + 1}, found {rseq!r}", rseq if type(rseq) is int else None
@@ -289,6 +402,8 @@ def _scan(
             seq = rseq
             if state in S.TERMINAL:
                 raise _fail(path, n, "after-terminal", f"a {kind} record after the run ended in {state}", seq)
+            if type(rec.get("ts")) is not float:
+                raise _fail(path, n, "malformed", f"a {kind} record without its float ts", seq)
             try:
                 if kind == "transition":
                     src, dst, step, attempt = rec["from"], rec["to"], rec["step"], rec["attempt"]
@@ -305,26 +420,34 @@ def _scan(
                         why = "VERIFY -> CHECKPOINT is not followed by its checkpoint"
                         raise _fail(path, n, "unvouched-checkpoint", why, seq)
                     if dst == S.ACT:
-                        if (
-                            type(rec["name"]) is not str
-                            or type(rec["tool"]) is not str
-                            or type(rec["args"]) is not dict
-                        ):
-                            raise _fail(
-                                path, n, "malformed", "an intent needs a str name, a str tool, a dict of args", seq
-                            )
+                        _intent(path, n, rec, tools, header, intent if src == S.PAUSED else None)
                         intent, intent_pos = rec, (offset, length, prev)
                     elif dst == S.CHECKPOINT:
                         vouch = step
-                    elif dst == S.FAILED and type(rec["error"]) is not dict:
-                        raise _fail(path, n, "malformed", "a transition into FAILED without its error object", seq)
+                    elif dst == S.PAUSED:  # only from ACT
+                        assert intent is not None
+                        if before != "resume":
+                            why = "ACT -> PAUSED not right after a resume record: only a resuming process pauses a run"
+                            raise _fail(path, n, "bad-transition", why, seq)
+                        effect = tools[intent["tool"]]["effect"]
+                        if effect != "unsafe":
+                            why = (
+                                f"ACT -> PAUSED for {intent['tool']!r}, an {effect} tool: a resume calls it again; "
+                                "only an unsafe tool's interrupted call is of uncertain outcome"
+                            )
+                            raise _fail(path, n, "bad-transition", why, seq)
                     elif dst == S.PLAN and src != S.INIT:
                         if src == S.CHECKPOINT:
                             at_step, at_attempt = at_step + 1, 1
                         else:  # a failed attempt: the step is planned again
                             at_attempt += 1
+                    failed = dst == S.FAILED or (dst == S.PLAN and src in (S.ACT, S.VERIFY))  # a failed attempt
+                    if failed and not _error_ok(rec["error"]):
+                        why = f'{src} -> {dst} without its error object {{"type": str, "message": str}}'
+                        raise _fail(path, n, "malformed", why, seq)
                     if src == S.ACT or (src == S.PAUSED and dst == S.VERIFY):
                         result = rec["result"] if dst == S.VERIFY else None
+                        verified = dumps(result, option=_SORTED)
                         if dst != S.PAUSED:
                             cr_pos.extend(intent_pos)
                             cr_pos.extend((offset, length, prev))
@@ -333,67 +456,93 @@ def _scan(
                             raise _fail(
                                 path, n, "bad-transition", "a paused run moved on before it was reconciled", seq
                             )
-                        if reconcile["happened"] is not (dst == S.VERIFY) or result != reconcile["result"]:
+                        if reconcile["happened"] is not (dst == S.VERIFY) or (
+                            dst == S.VERIFY and verified != reconciled
+                        ):
                             why = f"PAUSED -> {dst} contradicts the reconcile record (happened={reconcile['happened']})"
+                            if dst == S.VERIFY and reconcile["happened"]:
+                                why += ": its result is not the reconciled one (compared by type and value)"
                             raise _fail(path, n, "bad-reconcile", why, seq)
                         reconcile = None
                     state, last = dst, rec
                     transitions += 1
                     fresh = 0
                 elif kind == "checkpoint":
-                    if vouch is None or rec["step"] != vouch:
+                    step = rec["step"]
+                    if vouch is None or type(step) is not int or step != vouch:
                         raise _fail(
                             path,
                             n,
                             "unvouched-checkpoint",
-                            f"checkpoint of step {rec['step']} without its VERIFY -> CHECKPOINT just before it",
+                            f"checkpoint of step {step!r} without its VERIFY -> CHECKPOINT just before it",
                             seq,
                         )
-                    if intent is None or rec["name"] != intent["name"] or rec["result"] != result:
-                        why = "the checkpoint's name or result is not the one verified"
+                    if (
+                        intent is None
+                        or rec["name"] != intent["name"]
+                        or dumps(rec["result"], option=_SORTED) != verified
+                    ):
+                        why = "the checkpoint's name or result is not the one verified (compared by type and value)"
                         raise _fail(path, n, "unvouched-checkpoint", why, seq)
                     vouch = None
                     ck_pos.extend((offset, length, prev))
                 elif kind == "crossing":
+                    if type(rec["boundary"]) is not str or "request" not in rec or type(rec["hash"]) is not str:
+                        why = "a crossing needs a str boundary, a request and a str hash"
+                        raise _fail(path, n, "malformed", why, seq)
+                    if ("response" in rec) is ("error" in rec) or ("error" in rec and not _error_ok(rec["error"])):
+                        why = 'a crossing needs either a response or an error object {"type": str, "message": str}'
+                        raise _fail(path, n, "malformed", why, seq)
                     fresh += 1
                     cr_pos.extend((offset, length, prev, offset, length, prev))
                 elif kind == "resume":
+                    bad = _aside_problem(path, header, rec["set_aside"]) if rec["set_aside"] is not None else None
+                    if bad is None and type(rec["env"]) is not dict:
+                        bad = "a resume record whose env is not an object"
+                    if bad is not None:
+                        raise _fail(path, n, "bad-resume", bad, seq)
                     resumes += 1
                 elif kind == "header":
                     if n != 1:
                         raise _fail(path, n, "bad-header", "a header after the first line", seq)
-                    if rec.get("schema") != SCHEMA:
-                        raise _fail(
-                            path,
-                            n,
-                            "schema",
-                            f"trace schema version {rec.get('schema')!r}; this harness reads version {SCHEMA}",
-                            seq,
-                        )
-                    if "run_id" not in rec or "goal" not in rec:
-                        raise _fail(path, n, "malformed", "a header without its run_id and goal", seq)
-                    header = rec
+                    found = _header_problem(rec)
+                    if found is not None:
+                        raise _fail(path, n, found[0], found[1], seq)
+                    header, tools = rec, rec["tools"]
                 elif kind == "reconcile":
                     if state != S.PAUSED or reconcile is not None:
                         raise _fail(
                             path, n, "bad-reconcile", "a reconcile record with no uncertain operation before it", seq
                         )
-                    if intent is None or rec["op"] != intent["seq"] or type(rec["happened"]) is not bool:
+                    op, happened = rec["op"], rec["happened"]
+                    if intent is None or type(op) is not int or op != intent["seq"] or type(happened) is not bool:
                         why = (
                             "the reconcile record does not name the paused operation's seq with happened true or false"
                         )
                         raise _fail(path, n, "bad-reconcile", why, seq)
-                    reconcile = rec
+                    if not happened and rec["result"] is not None:
+                        why = "a reconcile record with a result for an operation that did not happen"
+                        raise _fail(path, n, "bad-reconcile", why, seq)
+                    if type(rec["evidence"]) is not str:
+                        raise _fail(path, n, "malformed", "a reconcile record whose evidence is not a str", seq)
+                    if "set_aside" in rec:
+                        bad = _aside_problem(path, header, rec["set_aside"])
+                        if bad is not None:
+                            raise _fail(path, n, "bad-reconcile", bad, seq)
+                    reconcile, reconciled = rec, dumps(rec["result"], option=_SORTED)
                 elif kind == "event":  # a Recorder's: its runs stay in INIT until their end record
                     if state != S.INIT:
                         raise _fail(path, n, "bad-transition", f"an event record in state {state}", seq)
-                    if type(rec["type"]) is not str:
-                        raise _fail(path, n, "malformed", "an event record whose type is not a str", seq)
+                    if type(rec["type"]) is not str or "data" not in rec:
+                        raise _fail(path, n, "malformed", "an event record needs a str type and its data", seq)
                 elif kind == "end":
                     if state != S.INIT:
                         raise _fail(path, n, "bad-transition", f"an end record in state {state}", seq)
                     if rec["status"] not in ("success", "failure", "error"):
                         why = f"end status {rec['status']!r} is not success, failure or error"
+                        raise _fail(path, n, "malformed", why, seq)
+                    if "error" in rec and not _error_ok(rec["error"]):
+                        why = 'an end record whose error is not {"type": str, "message": str}'
                         raise _fail(path, n, "malformed", why, seq)
                     state = S.DONE if rec["status"] == "success" else S.FAILED
                 else:
@@ -408,6 +557,7 @@ def _scan(
                 raise _fail(path, 1, "not-a-trace", "the first record is not a header", seq)
             if on_record is not None:
                 on_record(line, rec)
+            before = kind
             offset += length
         del lines, chunk  # free this chunk and its lines before reading the next one (peak memory)
     if n == 0:
@@ -416,8 +566,14 @@ def _scan(
                 path, 1, "torn-header", "the file holds only part of a header: the writer died while creating it"
             )
         if not buf:
-            raise HarnessError(f"{path}: is empty, not a trace")
+            raise unreadable(path, "is empty, not a trace")
         raise _fail(path, 1, "not-a-trace", "no complete line; this is not a harness trace")
+    if buf and state in S.TERMINAL:  # the writer never writes after DONE/FAILED: these bytes are not a torn line
+        why = (
+            f"{len(buf)} bytes without a newline after the run ended in {state}; harness never writes after a "
+            "terminal record, so they are not a torn tail"
+        )
+        raise _fail(path, n + 1, "after-terminal", why, _claimed(buf))
     return Replay(
         path=path,
         header=header,
@@ -437,3 +593,34 @@ def _scan(
         reconcile=reconcile,
         fresh=fresh,
     )
+
+
+def _intent(
+    path: str, n: int, rec: dict[str, Any], tools: dict[str, Any], header: dict[str, Any], paused: dict[str, Any] | None
+) -> None:
+    """Refuse a transition into ACT that a resume could not act on as the writer meant: TraceCorruption."""
+    seq, tool = rec["seq"], rec["tool"]
+    if type(rec["name"]) is not str or type(tool) is not str or type(rec["args"]) is not dict:
+        raise _fail(path, n, "malformed", "an intent needs a str name, a str tool, a dict of args", seq)
+    contract = tools.get(tool)
+    if contract is None:
+        listed = ", ".join(sorted(tools)) or "none"
+        why = f"an intent naming tool {tool!r}, which the header does not list (it lists: {listed})"
+        raise _fail(path, n, "bad-intent", why, seq)
+    if contract["effect"] == "idempotent":
+        key = f"{header['run_id']}-{rec['step']}-{rec['attempt']}"
+        if rec.get("key") != key:
+            found = f"key {rec['key']!r}" if "key" in rec else "no key"
+            why = f"an intent for idempotent tool {tool!r} with {found}; its idempotency key is {key!r}"
+            raise _fail(path, n, "bad-intent", why, seq)
+    elif "key" in rec:
+        why = f"an intent with a key for {tool!r}, an {contract['effect']} tool that is never given one"
+        raise _fail(path, n, "bad-intent", why, seq)
+    if paused is not None:
+        fields = ("name", "tool", "args", "key")
+        if orjson.dumps([rec.get(k) for k in fields], option=_SORTED) != orjson.dumps(
+            [paused.get(k) for k in fields], option=_SORTED
+        ):
+            why = f"PAUSED -> ACT does not repeat the uncertain intent (seq {paused['seq']}) exactly"
+            why += " (name, tool, args and key, compared by type and value)"
+            raise _fail(path, n, "bad-intent", why, seq)

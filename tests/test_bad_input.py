@@ -20,7 +20,7 @@ NOT_TRACES: dict[str, tuple[Callable[[Path], None], str]] = {
     "plain JSONL": (lambda p: p.write_bytes(b'{"seq":1,"kind":"header","schema":1}\n{"seq":2}\n'), "malformed"),
     "text": (lambda p: p.write_text("hello\nworld\n"), "not-a-trace"),
     "no newline at all": (lambda p: p.write_bytes(b"hello"), "not-a-trace"),
-    "CRLF": (lambda p: p.write_bytes(b'{"seq":1,"kind":"header","crc":"00000000"}\r\n'), "malformed"),
+    "CRLF": (lambda p: p.write_bytes(b'{"seq":1,"kind":"header","crc":"00000000"}\r\n'), "crlf"),
     "NUL bytes": (lambda p: p.write_bytes(b"\x00" * 4096 + b"\n"), "not-a-trace"),
     "huge line": (lambda p: p.write_bytes(b"x" * (20 << 20)), "line-too-long"),
     "huge header line": (lambda p: p.write_bytes(HEADER + b"x" * (20 << 20) + b"\n"), "line-too-long"),

@@ -51,7 +51,8 @@ def test_show_prints_one_line_per_record(tmp_path: Path) -> None:
 
 def test_show_names_a_torn_tail(tmp_path: Path) -> None:
     trace = run(tmp_path / "run.jsonl")
-    trace.write_bytes(trace.read_bytes() + b'{"seq":99,"kind":"tra')
+    lines = trace.read_bytes().splitlines(keepends=True)
+    trace.write_bytes(b"".join(lines[:-1]) + b'{"seq":99,"kind":"tra')  # killed before its terminal record
     out = harness("show", trace)
     assert out.returncode == 0
     assert out.stdout.splitlines()[-1].strip() == "(torn tail: an unfinished last line, not part of the run)"

@@ -341,6 +341,7 @@ BEFORE_PAUSE = [
     HEAD,
     {"kind": T, "from": "INIT", "to": "PLAN", "step": 0, "attempt": 1},
     {"kind": T, "from": "PLAN", "to": "ACT", "step": 0, "attempt": 1, "name": "pay", "tool": "pay", "args": {}},
+    {"kind": "resume", "set_aside": None, "env": {}},  # only a resuming process pauses a run
 ]
 PAUSE = {"kind": T, "from": "ACT", "to": "PAUSED", "step": 0, "attempt": 1}
 YES = {"kind": "reconcile", "op": 3, "happened": True, "result": 7, "evidence": ""}
@@ -376,14 +377,14 @@ def test_replay_accepts_reconciled_traces(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("recs", "line", "reason"),
     [
-        ([*BEFORE_PAUSE, YES], 4, "bad-reconcile"),  # in flight, never paused
+        ([*BEFORE_PAUSE, YES], 5, "bad-reconcile"),  # in flight, never paused
         ([*BEFORE_PAUSE[:2], YES], 3, "bad-reconcile"),  # nothing in flight at all
-        ([*BEFORE_PAUSE, PAUSE, YES, YES], 6, "bad-reconcile"),  # reconciled twice
-        ([*BEFORE_PAUSE, PAUSE, YES, ON, *FINISH, YES], 11, "after-terminal"),
-        ([*BEFORE_PAUSE, PAUSE, {**YES, "op": 2}], 5, "bad-reconcile"),  # names another record
-        ([*BEFORE_PAUSE, PAUSE, NO, ON], 6, "bad-reconcile"),  # did not happen, yet a result
-        ([*BEFORE_PAUSE, PAUSE, YES, AGAIN], 6, "bad-reconcile"),  # happened, yet called again
-        ([*BEFORE_PAUSE, PAUSE, ON], 5, "bad-transition"),  # moved on with nobody's word
+        ([*BEFORE_PAUSE, PAUSE, YES, YES], 7, "bad-reconcile"),  # reconciled twice
+        ([*BEFORE_PAUSE, PAUSE, YES, ON, *FINISH, YES], 12, "after-terminal"),
+        ([*BEFORE_PAUSE, PAUSE, {**YES, "op": 2}], 6, "bad-reconcile"),  # names another record
+        ([*BEFORE_PAUSE, PAUSE, NO, ON], 7, "bad-reconcile"),  # did not happen, yet a result
+        ([*BEFORE_PAUSE, PAUSE, YES, AGAIN], 7, "bad-reconcile"),  # happened, yet called again
+        ([*BEFORE_PAUSE, PAUSE, ON], 6, "bad-transition"),  # moved on with nobody's word
     ],
 )
 def test_replay_refuses_forged_reconcile_records(

@@ -214,7 +214,7 @@ def test_recorder_traces_work_as_golden_traces(pytester: pytest.Pytester) -> Non
         (lambda rs: rs[2].update(type=7), "malformed", 3),
         (lambda rs: rs.append({"seq": 7, "kind": "event", "type": "late", "data": 1}), "after-terminal", 7),
         (lambda rs: rs.insert(1, {"seq": 2, "kind": "transition", "from": "INIT", "to": "PLAN",
-                                  "step": 0, "attempt": 1}), "bad-transition", 3),
+                                  "step": 0, "attempt": 1, "ts": 0.0}), "bad-transition", 3),
     ],
 )  # fmt: skip
 def test_replay_refuses_forged_recorder_traces(trace: Path, edit: Any, reason: str, line: int) -> None:
