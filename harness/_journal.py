@@ -174,8 +174,8 @@ class Journal:
             try:
                 fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
                 created = True
-            except FileExistsError:
-                fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CLOEXEC)
+            except FileExistsError:  # O_NONBLOCK: a FIFO must not block the open (and changes nothing for a file)
+                fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CLOEXEC | os.O_NONBLOCK)
         except IsADirectoryError:
             raise TraceUnreadable(path, "is a directory, not a trace file; nothing was written") from None
         except FileNotFoundError:  # O_CREAT: only a missing folder (or a dangling symlink) gets here
@@ -186,6 +186,11 @@ class Journal:
             raise TraceUnreadable(path, why) from None
         except OSError as e:
             raise TraceUnreadable(path, f"cannot open for writing: {_why(e)}; nothing was written") from None
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            os.close(fd)
+            what = _KINDS.get(stat.S_IFMT(mode), "not a regular file")
+            raise TraceUnreadable(path, f"is {what}, not a trace file (a trace is a regular file); nothing was written")
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

@@ -5,6 +5,8 @@ the call may or may not have taken effect. `reconcile()` appends what the
 operator established (it happened, with this result; or it did not), with
 evidence, and the next resume acts on it. Nothing else may write here: the
 lock is taken first, and a trace with no uncertain operation is left as it was.
+A torn tail (a reconcile killed mid-write) is set aside first, as a resume
+does, and the record names the `.torn-N` sibling in its `set_aside` field.
 """
 
 from __future__ import annotations
@@ -37,8 +39,10 @@ def reconcile(
     if not happened and result is not None:
         raise HarnessError(f"{path}: a result was given for an operation that did not happen; nothing was written")
     check_value("result", result)
-    if not os.path.isfile(path):  # Journal.open would create it
+    if not os.path.lexists(path):  # Journal.open would create it
         raise TraceUnreadable(path, "no such trace file; nothing was written")
+    if not os.path.isfile(path):
+        raise TraceUnreadable(path, "not a regular file, so not a trace; nothing was written")
     with Journal.open(path) as journal:
         rep = replay(path)
         if rep.state != S.PAUSED or rep.reconcile is not None or rep.pending is None:
@@ -46,8 +50,7 @@ def reconcile(
             if rep.state == S.ACT:  # a crashed run: the resume decides whether its last call is uncertain
                 why += "; resume it first, and it pauses if its last tool call is of uncertain outcome"
             raise HarnessError(f"{path}: no uncertain operation to reconcile ({why}); nothing was written")
-        if rep.torn_tail:
-            set_aside(path, rep.end)
+        aside = set_aside(path, rep.end) if rep.torn_tail else None
         journal.continue_after(rep.last_seq, rep.crc, rep.end)
         fields = {
             "op": rep.pending["seq"],
@@ -55,4 +58,6 @@ def reconcile(
             "result": rules(result) if happened else None,
             "evidence": rules(str(evidence)),
         }
+        if aside is not None:  # as a resume record does: every .torn-N is named in its trace
+            fields["set_aside"] = os.path.basename(aside)
         return journal.append("reconcile", fields, sync=True)

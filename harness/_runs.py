@@ -2,7 +2,9 @@
 
 For each `*.jsonl` file: the header line (id, entrypoint, start time,
 parent) and the last complete line (record count from its seq, end time,
-terminal state) are read; nothing in between. So listing stays fast with
+terminal state) are read; nothing in between. Only regular files are read
+(a FIFO or device named `*.jsonl` is listed as `unreadable`, never waited
+on), and a read error lists that one file as `unreadable`. So listing stays fast with
 thousands of runs, and it validates nothing: `harness replay` does that.
 
 Status: `done` / `failed` from the last record (a transition into DONE or
@@ -28,7 +30,7 @@ from typing import Any
 import orjson
 
 from ._errors import TraceUnreadable
-from ._journal import HEADER_START, MAX_LINE, line_ok
+from ._journal import HEADER_START, MAX_LINE, line_ok, open_regular
 
 _HEAD = 64 * 1024
 _TAIL = 8 * 1024
@@ -49,11 +51,21 @@ class RunInfo:
     branch: int | None = None
 
     def to_json(self) -> dict[str, Any]:
+        """The run as JSON values. A file name that is not UTF-8 shows each undecodable byte as `\\xNN`."""
         return {
-            "id": self.id, "entrypoint": self.entrypoint, "status": self.status,
+            "id": shown(self.id), "entrypoint": self.entrypoint, "status": self.status,
             "started": _iso(self.started), "ended": _iso(self.ended), "records": self.records,
-            "parent": self.parent, "branch": self.branch, "path": self.path,
+            "parent": self.parent, "branch": self.branch, "path": shown(self.path),
         }
+
+
+def shown(name: str) -> str:
+    """A file name as valid UTF-8 text: the bytes os.fsdecode() could not decode become `\\xNN` escapes.
+
+    `run-\\xff.jsonl` (backslash, x, two hex digits) stands for a name holding
+    the byte 0xff; a name that is valid UTF-8 is returned as it is.
+    """
+    return os.fsencode(name).decode("utf-8", "backslashreplace")
 
 
 def runs_dir(folder: str | os.PathLike[str] | None = None) -> str:
@@ -85,32 +97,39 @@ def run_info(path: str, locked: set[tuple[int, int, int]] | None = None) -> RunI
     """
     fallback = os.path.basename(path).removesuffix(".jsonl")
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    except OSError:
+        fd = open_regular(path)  # a FIFO or a device is refused before any read, never waited on
+    except TraceUnreadable:
         return RunInfo(fallback, path, None, "unreadable", None, None, 0)
     try:
-        size = os.fstat(fd).st_size
-        header = _header(fd)
-        if header is None:
-            head = os.pread(fd, _HEAD, 0)
-            torn = HEADER_START.startswith(head[: len(HEADER_START)]) and b"\n" not in head  # died writing it
-            status = "running" if _locked(fd, locked) else "interrupted" if torn else "unreadable"
-            return RunInfo(fallback, path, None, status, None, None, 0)
-        last = _last(fd, size) or header
-        env = header.get("env")
-        status = _terminal(last) or ("running" if _locked(fd, locked) else _waiting(last))
-        ended = _time(last.get("ts")) if status in ("done", "failed") else None
-        parent, branch = header.get("parent"), header.get("branch")
-        return RunInfo(
-            id=str(header.get("run_id", fallback)), path=path,
-            entrypoint=env.get("entrypoint") if isinstance(env, dict) else None,
-            status=status, started=_time(header.get("ts")), ended=ended,
-            records=last["seq"] if type(last.get("seq")) is int else 1,
-            parent=parent if isinstance(parent, str) else None,
-            branch=branch if type(branch) is int else None,
-        )
+        return _info(fd, path, fallback, locked)
+    except OSError:  # a read error (EIO) on this one file: listed, not fatal to the listing
+        return RunInfo(fallback, path, None, "unreadable", None, None, 0)
     finally:
         os.close(fd)
+
+
+def _info(fd: int, path: str, fallback: str, locked: set[tuple[int, int, int]] | None) -> RunInfo:
+    """What the two ends of an open trace say (see run_info())."""
+    size = os.fstat(fd).st_size
+    header = _header(fd)
+    if header is None:
+        head = os.pread(fd, _HEAD, 0)
+        torn = HEADER_START.startswith(head[: len(HEADER_START)]) and b"\n" not in head  # died writing it
+        status = "running" if _locked(fd, locked) else "interrupted" if torn else "unreadable"
+        return RunInfo(fallback, path, None, status, None, None, 0)
+    last = _last(fd, size) or header
+    env = header.get("env")
+    status = _terminal(last) or ("running" if _locked(fd, locked) else _waiting(last))
+    ended = _time(last.get("ts")) if status in ("done", "failed") else None
+    parent, branch = header.get("parent"), header.get("branch")
+    return RunInfo(
+        id=str(header.get("run_id", fallback)), path=path,
+        entrypoint=env.get("entrypoint") if isinstance(env, dict) else None,
+        status=status, started=_time(header.get("ts")), ended=ended,
+        records=last["seq"] if type(last.get("seq")) is int else 1,
+        parent=parent if isinstance(parent, str) else None,
+        branch=branch if type(branch) is int else None,
+    )
 
 
 def _header(fd: int) -> dict[str, Any] | None:
