@@ -382,10 +382,11 @@ def _scan(
                 raise _unchecked(path, n, line)
             try:
                 rec = loads(line)
+                rseq, kind = rec["seq"], rec["kind"]
             except orjson.JSONDecodeError as e:
                 raise _unparsed(path, n, line, e) from None
-            if type(rec) is not dict or "seq" not in rec or "kind" not in rec:
-                raise _fail(path, n, "malformed", "not a JSON object with seq and kind", _claimed(line))
+            except (TypeError, KeyError, IndexError):
+                raise _fail(path, n, "malformed", "not a JSON object with seq and kind", _claimed(line)) from None
             # Exactly the bytes harness writes for this record (orjson, in order, no spaces), so duplicate
             # keys, integers beyond 64 bits, nesting orjson cannot write back, and any respelling are refused.
             try:
@@ -394,7 +395,6 @@ def _scan(
                 same = False
             if not same:
                 raise _noncanonical(path, n, line, rec)
-            rseq, kind = rec["seq"], rec["kind"]
             if rseq != seq + 1 or type(rseq) is not int:
                 raise _fail(
                     path, n, "seq", f"expected seq {seq + 1}, found {rseq!r}", rseq if type(rseq) is int else None

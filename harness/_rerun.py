@@ -398,7 +398,7 @@ def _drive(
         seq = writer.seq + 1
         while state == S.PAUSED and seq <= len(records) and records[seq - 1]["kind"] == "reconcile":
             r = records[seq - 1]
-            said = {k: r[k] for k in ("op", "happened", "result", "evidence", "set_aside") if k in r}
+            said: dict[str, Any] = {k: r[k] for k in ("op", "happened", "result", "evidence", "set_aside") if k in r}
             writer.append("reconcile", said, sync=True)
             seq += 1
         if not (writer.at_stop() and seq <= len(records) and records[seq - 1]["kind"] == "resume"):

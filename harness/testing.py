@@ -17,6 +17,7 @@ its arguments, and it fails exactly on the calls you chose.
 from __future__ import annotations
 
 import os
+import zlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -116,14 +117,21 @@ def read_records(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
         return [orjson.loads(line) for line in f if line.endswith(b"\n")]
 
 
-def write_trace(path: str | os.PathLike[str], records: Iterable[Mapping[str, Any]]) -> None:
+def write_trace(path: str | os.PathLike[str], records: Iterable[Mapping[str, Any] | bytes]) -> None:
     """Write records as a trace whose checksum chain is valid, whatever they say.
 
     Each record is written as given (its `seq` too) except for its `crc`,
     which is recomputed; replay() then judges the records by their content.
+    A record given as bytes is the line's body, everything before its
+    `,"crc":"`, written exactly as is: for what a dict cannot say (a key
+    twice, spaces, an integer or a nesting orjson would not write).
     """
     crc = 0
     with open(path, "wb") as f:
         for record in records:
-            line, crc = encode({k: v for k, v in record.items() if k != "crc"}, crc)
+            if isinstance(record, bytes):
+                crc = zlib.crc32(record, crc)
+                line = record + b',"crc":"%08x"}\n' % crc
+            else:
+                line, crc = encode({k: v for k, v in record.items() if k != "crc"}, crc)
             f.write(line)
