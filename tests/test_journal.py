@@ -236,10 +236,34 @@ def test_after_a_failed_sync_the_journal_accepts_nothing_more(tmp_path: Path, sy
     assert len(path.read_bytes().splitlines()) == 1
 
 
-@pytest.mark.skipif(not os.access("/dev/full", os.W_OK), reason="needs /dev/full")
-def test_a_full_disk_is_a_clear_error() -> None:
-    with pytest.raises(JournalError, match=r"/dev/full.*disk is full"):
+def test_a_full_disk_is_a_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """write(2) failing with ENOSPC on the trace's descriptor (as in test_faults: the bytes written are real)."""
+    path = tmp_path / "j.jsonl"
+    real = os.write
+    with Journal.open(path) as j:
+        monkeypatch.setattr(os, "write", lambda fd, data: _enospc() if fd == j.fd else real(fd, data))
+        with pytest.raises(JournalError, match=rf"{path}: write of seq 1 failed: the disk is full \(ENOSPC\)"):
+            j.append("event", {})
+    assert path.read_bytes() == b""
+
+
+def _enospc() -> int:
+    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
+def test_a_device_is_not_a_trace_to_write() -> None:
+    """/dev/full once stood in for a full disk here; a trace is a regular file, for a writer too (issue 15)."""
+    with pytest.raises(JournalError, match=r"/dev/full: is a character device, not a trace file"):
         Executor(planner=fixed_plan(steps(1)), tools={"work": counter()}, trace="/dev/full").run("g")
+
+
+def test_a_fifo_is_not_a_trace_to_write(tmp_path: Path) -> None:
+    """Opened read-write, a FIFO would take the header and then block the run once its buffer filled."""
+    fifo = tmp_path / "run.jsonl"
+    os.mkfifo(fifo)
+    with pytest.raises(JournalError, match=r"is a FIFO \(named pipe\), not a trace file"):
+        Executor(planner=fixed_plan(steps(1)), tools={"work": counter()}, trace=fifo).run("g")
 
 
 def test_a_second_writer_is_refused_and_changes_nothing(trace: Path, run: Run) -> None:
