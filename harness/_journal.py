@@ -155,13 +155,14 @@ def line_ok(line: bytes, prev: int) -> bool:
 class Journal:
     """The single writer of one trace. Open with `Journal.open()`; use as a context manager."""
 
-    __slots__ = ("_broken", "crc", "created", "fd", "fsync", "path", "seq")
+    __slots__ = ("_broken", "_truncated", "crc", "created", "fd", "fsync", "path", "seq")
 
     def __init__(self, path: str, fd: int, *, fsync: bool, created: bool):
         self.path, self.fd, self.fsync, self.created = path, fd, fsync, created
         self.seq = 0
         self.crc = 0
         self._broken: str | None = None
+        self._truncated = False  # the next write is synced: it makes the truncation durable with it
 
     @classmethod
     def open(cls, path: str | os.PathLike[str], *, durability: str = "flush") -> Journal:
@@ -217,10 +218,16 @@ class Journal:
             os.close(dfd)
 
     def continue_after(self, seq: int, crc: int, end: int) -> None:
-        """Continue the chain of an existing trace whose last complete line ends at byte end."""
+        """Continue the chain of an existing trace whose last complete line ends at byte end.
+
+        A torn tail is cut off here; the record written next (the resume or
+        reconcile record naming where the tail was set aside) is synced with
+        the truncation, so the two follow each other at once: a process killed
+        in between leaves a `.torn-N` that no record names only in that instant.
+        """
         if self.size() != end:
             self._guard(lambda: os.ftruncate(self.fd, end), "truncate")
-            self._guard(lambda: _fsync(self.fd), "fsync")
+            self._truncated = True
         self.seq, self.crc = seq, crc
 
     def append(self, kind: str, fields: dict[str, Any], *, sync: bool = False, check: tuple[str, ...] = ()) -> int:
@@ -259,8 +266,9 @@ class Journal:
             self._broken = "write"
             seqs = f"seq {seq}" if seq == self.seq + 1 else f"seqs {self.seq + 1}..{seq}"
             raise JournalError(self.path, f"write of {seqs} failed: {_why(e)}") from None
-        if sync or self.fsync:
+        if sync or self.fsync or self._truncated:
             self._guard(lambda: _fsync(self.fd), "fsync")
+            self._truncated = False
         self.seq, self.crc = seq, crc
 
     def _guard(self, op: Any, name: str) -> None:

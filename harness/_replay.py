@@ -291,13 +291,22 @@ def _noncanonical(path: str, n: int, line: bytes, rec: dict[str, Any]) -> TraceC
     with contextlib.suppress(ValueError, RecursionError):  # json sees what orjson's parse hides; depth is bounded
         json.loads(line, object_pairs_hook=pairs, parse_int=integer)
     if not found:
-        at = next((i for i, (a, b) in enumerate(zip(line, again, strict=False)) if a != b), min(len(line), len(again)))
+        at = _first_difference(line, again)
         found.append(
             f"its bytes differ from the record re-encoded from byte {at} on ({line[at : at + 24]!r} where harness "
             f"writes {again[at : at + 24]!r}): spaces, escapes, key order or number spelling a writer of harness "
             "never produces"
         )
     return _fail(path, n, "non-canonical", found[0], seq)
+
+
+def _first_difference(a: bytes, b: bytes) -> int:
+    """The first index where a and b differ (or the shorter one's length): 4 KiB at a time, then byte by byte."""
+    start, end = 0, min(len(a), len(b))
+    while start < end and a[start : start + 4096] == b[start : start + 4096]:
+        start += 4096
+    stop = min(start + 4096, end)
+    return next((i for i in range(start, stop) if a[i] != b[i]), stop)
 
 
 def _error_ok(error: Any) -> bool:

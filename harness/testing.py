@@ -121,7 +121,9 @@ def write_trace(path: str | os.PathLike[str], records: Iterable[Mapping[str, Any
     """Write records as a trace whose checksum chain is valid, whatever they say.
 
     Each record is written as given (its `seq` too) except for its `crc`,
-    which is recomputed; replay() then judges the records by their content.
+    which is recomputed; replay() then judges the records by their content
+    (so a record meant to be valid needs every field replay() requires, a
+    float `ts` included: see docs/FORMAT.md).
     A record given as bytes is the line's body, everything before its
     `,"crc":"`, written exactly as is: for what a dict cannot say (a key
     twice, spaces, an integer or a nesting orjson would not write).
