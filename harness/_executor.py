@@ -254,10 +254,8 @@ class Executor:
         if rep.complete or (rep.state == S.PAUSED and rep.reconcile is None):
             return finished(rep)
         aside = set_aside(path, rep.end) if rep.torn_tail else None
-        journal.continue_after(rep.last_seq, rep.crc, rep.end)
-        journal.append(
-            "resume", {"set_aside": os.path.basename(aside) if aside else None, "env": environment(self.entrypoint)}
-        )
+        seam = {"set_aside": os.path.basename(aside) if aside else None, "env": environment(self.entrypoint)}
+        journal.continue_after(rep.last_seq, rep.crc, rep.end, ("resume", seam))  # written over the torn tail
         session = Session(journal, rep.resumable_crossings(), redact=self.redact)
         return self._continue(journal, session, rep, goal)  # the caller's goal: the trace's may be redacted
 

@@ -217,18 +217,48 @@ class Journal:
         finally:
             os.close(dfd)
 
-    def continue_after(self, seq: int, crc: int, end: int) -> None:
-        """Continue the chain of an existing trace whose last complete line ends at byte end.
+    def continue_after(
+        self, seq: int, crc: int, end: int, record: tuple[str, dict[str, Any]] | None = None, *, sync: bool = False
+    ) -> int:
+        """Continue the chain of an existing trace whose last complete line ends at byte end; return the last seq.
 
-        A torn tail is cut off here; the record written next (the resume or
-        reconcile record naming where the tail was set aside) is synced with
-        the truncation, so the two follow each other at once: a process killed
-        in between leaves a `.torn-N` that no record names only in that instant.
+        Bytes after end (a torn tail, which the caller has set aside) are cut
+        off. With `record` (kind, fields), that record is written at byte end,
+        over those bytes, and the file cut after it, then synced: the record
+        naming where the tail went replaces the tail. A process killed in
+        between leaves either the tail (not yet overwritten) or the record
+        followed by the rest of the tail, again a torn tail: never a cut-off
+        tail without the record that names its copy.
         """
-        if self.size() != end:
-            self._guard(lambda: os.ftruncate(self.fd, end), "truncate")
-            self._truncated = True
         self.seq, self.crc = seq, crc
+        size = self.size()
+        if record is None or size == end:
+            if size != end:
+                self._guard(lambda: os.ftruncate(self.fd, end), "truncate")
+                self._truncated = True
+            return seq if record is None else self.append(*record, sync=sync)
+        if self._broken:
+            raise JournalError(self.path, f"an earlier {self._broken} failed; this journal accepts nothing more")
+        kind, fields = record
+        line, crc = encode({"seq": seq + 1, "kind": kind, **fields, "ts": time.time()}, crc)
+        try:
+            flags = fcntl.fcntl(self.fd, fcntl.F_GETFL)
+            fcntl.fcntl(self.fd, fcntl.F_SETFL, flags & ~os.O_APPEND)  # with O_APPEND, pwrite appends (Linux)
+            try:
+                view, at = memoryview(line), end
+                while view:  # a short write: send the rest
+                    written = os.pwrite(self.fd, view, at)
+                    view, at = view[written:], at + written
+            finally:
+                fcntl.fcntl(self.fd, fcntl.F_SETFL, flags)
+        except OSError as e:
+            self._broken = "write"
+            raise JournalError(self.path, f"write of seq {seq + 1} over its torn tail failed: {_why(e)}") from None
+        if size > end + len(line):
+            self._guard(lambda: os.ftruncate(self.fd, end + len(line)), "truncate")
+        self._guard(lambda: _fsync(self.fd), "fsync")
+        self.seq, self.crc = seq + 1, crc
+        return seq + 1
 
     def append(self, kind: str, fields: dict[str, Any], *, sync: bool = False, check: tuple[str, ...] = ()) -> int:
         """Write one record and return its seq. `check` names user-supplied fields to round-trip."""
@@ -349,8 +379,8 @@ def read_error(path: str, e: OSError) -> TraceUnreadable:
 def set_aside(path: str, data_from: int) -> str | None:
     """Move the bytes of path after offset data_from to a new sibling `<path>.torn-N`; return its path.
 
-    The caller truncates the trace afterwards and names the sibling in the
-    record it writes next. The bytes go to a hidden temporary file first,
+    The caller then names the sibling in the record it writes over the tail
+    (`Journal.continue_after(..., record)`). The bytes go to a hidden temporary file first,
     fsynced, which is then linked into place under the first `.torn-N` no
     file or symlink holds (nothing there is ever replaced or deleted) and the
     folder fsynced: a `.torn-N` appears whole or not at all, and nothing is

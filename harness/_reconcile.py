@@ -51,7 +51,6 @@ def reconcile(
                 why += "; resume it first, and it pauses if its last tool call is of uncertain outcome"
             raise HarnessError(f"{path}: no uncertain operation to reconcile ({why}); nothing was written")
         aside = set_aside(path, rep.end) if rep.torn_tail else None
-        journal.continue_after(rep.last_seq, rep.crc, rep.end)
         fields = {
             "op": rep.pending["seq"],
             "happened": bool(happened),
@@ -60,4 +59,4 @@ def reconcile(
         }
         if aside is not None:  # as a resume record does: every .torn-N is named in its trace
             fields["set_aside"] = os.path.basename(aside)
-        return journal.append("reconcile", fields, sync=True)
+        return journal.continue_after(rep.last_seq, rep.crc, rep.end, ("reconcile", fields), sync=True)

@@ -187,3 +187,79 @@ def test_a_trace_whose_sibling_was_deleted_says_how_to_recover(tmp_path: Path) -
         harness.replay(trace)
     (tmp_path / "run.jsonl.torn-1").write_bytes(b"")
     assert harness.replay(trace).state == "DONE"
+
+
+def test_a_resume_killed_after_its_record_before_the_cut_leaves_a_torn_tail(tmp_path: Path) -> None:
+    """The resume record is written over the torn tail, then the file cut after it: killed in between,
+    the rest of the old tail follows the record as a new torn tail, which the next resume names too."""
+    trace = tmp_path / "run.jsonl"
+    tail = crashed_with_tail(trace, b'{"seq":7,"kind":"transition","from":"ACT","to":"VERIFY",' + b'"x"' * 200)
+    rep = harness.replay(trace)
+    aside = harness._journal.set_aside(str(trace), rep.end)
+    assert aside is not None
+    seam, _ = harness._journal.encode(
+        {"seq": rep.last_seq + 1, "kind": "resume", "set_aside": "run.jsonl.torn-1", "env": {}, "ts": 1.5}, rep.crc
+    )
+    trace.write_bytes(trace.read_bytes()[: rep.end] + seam + tail[len(seam) :])  # the pwrite done, the cut not
+    rest = harness.replay(trace)
+    assert rest.torn_tail and rest.resumes == 1
+    assert run(trace, resume=True).state == "DONE"
+    names = [r["set_aside"] for r in read_records(trace) if r["kind"] == "resume"]
+    assert names == ["run.jsonl.torn-1", "run.jsonl.torn-2"]
+    assert (tmp_path / "run.jsonl.torn-1").read_bytes() == tail
+    assert (tmp_path / "run.jsonl.torn-2").read_bytes() == tail[len(seam) :]
+
+
+CHILD = """
+import sys
+from harness import Executor
+from harness.testing import counter, fixed_plan, steps
+print("ready", flush=True)
+Executor(planner=fixed_plan(steps(3)), tools={"work": counter()}, trace=sys.argv[1], resume=True).run("g")
+print("done", flush=True)
+sys.stdin.read()  # wait to be killed, so that the pid is never reused
+"""
+
+
+def test_kills_during_set_aside_leave_every_torn_file_named(tmp_path: Path) -> None:
+    """SIGKILL at random moments of resumes that set a 4 MB torn tail aside (issue 15: before, killed
+    copies were left as `.torn-N` files that no record named). Then a clean resume: every `.torn-N`
+    on disk is named by a record, and the tail is whole in the first one."""
+    import random
+    import signal
+    import time
+
+    master = tmp_path / "master.jsonl"
+    tail = crashed_with_tail(master, b'{"seq":7,"kind":"transition","x":"' + b"y" * (4 << 20))
+    rng = random.Random(15)
+
+    def child(folder: Path) -> tuple[subprocess.Popen[str], float]:
+        shutil.copy(master, folder / "run.jsonl")
+        proc = subprocess.Popen(
+            [sys.executable, "-c", CHILD, str(folder / "run.jsonl")],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
+        return proc, time.monotonic()
+
+    calibrate = tmp_path / "calibrate"
+    calibrate.mkdir()
+    proc, started = child(calibrate)
+    assert proc.stdout is not None and proc.stdout.readline() == "done\n"
+    span = time.monotonic() - started
+    proc.kill()
+    proc.wait()
+    for k in range(12):
+        folder = tmp_path / f"kill-{k}"
+        folder.mkdir()
+        proc, started = child(folder)
+        time.sleep(rng.uniform(0, span))
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        trace = folder / "run.jsonl"
+        harness.replay(trace)  # whatever the moment: a valid trace, a torn tail at most
+        assert run(trace, resume=True).state == "DONE"
+        named = {r.get("set_aside") for r in read_records(trace) if r["kind"] in ("resume", "reconcile")}
+        on_disk = {p.name for p in folder.iterdir() if ".torn-" in p.name and not p.name.endswith(".tmp")}
+        assert on_disk <= named, f"kill {k} after {span:.3f} s: unnamed {sorted(on_disk - named)}"
+        assert (folder / "run.jsonl.torn-1").read_bytes() == tail
