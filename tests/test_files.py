@@ -19,7 +19,7 @@ import orjson
 import pytest
 
 import harness
-from harness import Executor, HarnessError, JournalError, Tool, TraceCorruption
+from harness import Executor, HarnessError, Tool, TraceCorruption, TraceUnreadable
 from harness._runs import run_info
 from harness.testing import counter, fixed_plan, power_cut, read_records, steps
 
@@ -51,8 +51,11 @@ def test_a_fifo_is_refused_before_any_read(fifo: Path) -> None:
     assert out.returncode == 2 and "FIFO" in out.stderr and "Traceback" not in out.stderr
     out = cli("replay", "--json", fifo)
     assert out.returncode == 2 and orjson.loads(out.stdout)["error"]["reason"] == "unreadable"
-    with pytest.raises(JournalError, match="FIFO"):
+    with pytest.raises(TraceUnreadable, match="FIFO"):
         run(fifo, resume=True)
+    for command in (["show"], ["show", "--golden"], ["diff", fifo]):  # each reads the trace through replay()
+        out = cli(*command, fifo)
+        assert out.returncode == 2 and "FIFO" in out.stderr and "Traceback" not in out.stderr, (command, out)
     with pytest.raises(HarnessError, match="not a regular file"):
         harness.reconcile(fifo, happened=False)
     assert run_info(str(fifo)).status == "unreadable"

@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import harness
-from harness import Executor, JournalError, NotSerializable, Step, TraceLocked, replay
+from harness import Executor, JournalError, NotSerializable, Step, TraceLocked, TraceUnreadable, replay
 from harness import _journal as journal_module
 from harness._journal import Journal
 from harness.testing import FakeLLM, counter, fixed_plan, read_records, steps
@@ -254,7 +254,7 @@ def _enospc() -> int:
 @pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
 def test_a_device_is_not_a_trace_to_write() -> None:
     """/dev/full once stood in for a full disk here; a trace is a regular file, for a writer too (issue 15)."""
-    with pytest.raises(JournalError, match=r"/dev/full: is a character device, not a trace file"):
+    with pytest.raises(TraceUnreadable, match=r"/dev/full: is a character device, not a trace file.*nothing"):
         Executor(planner=fixed_plan(steps(1)), tools={"work": counter()}, trace="/dev/full").run("g")
 
 
@@ -262,7 +262,7 @@ def test_a_fifo_is_not_a_trace_to_write(tmp_path: Path) -> None:
     """Opened read-write, a FIFO would take the header and then block the run once its buffer filled."""
     fifo = tmp_path / "run.jsonl"
     os.mkfifo(fifo)
-    with pytest.raises(JournalError, match=r"is a FIFO \(named pipe\), not a trace file"):
+    with pytest.raises(TraceUnreadable, match=r"is a FIFO \(named pipe\), not a trace file"):
         Executor(planner=fixed_plan(steps(1)), tools={"work": counter()}, trace=fifo).run("g")
 
 
