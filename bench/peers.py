@@ -47,6 +47,7 @@ synchronous) are read from the peer's own connection.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import json
 import operator
@@ -68,7 +69,7 @@ from typing import Annotated, Any, TypedDict
 GOAL = {"task": "read the parser's modules one by one", "repo": "acme/parser"}
 RUN = "bench-run"  # the run's id in the peers' stores (thread id, app id, workflow id)
 _WORDS = """the parser fails on nested quotes because the tokenizer splits escaped strings before the grammar
-sees them so a fix belongs in lexer state handling with a regression test covering backslash sequences""".split()
+sees them so a fix belongs in lexer state handling with a regression test covering backslash sequences""".split()  # noqa: SIM905 - prose reads better than a list
 
 
 CALLS = [0]  # tool calls made by this process: a resume that makes any redoes steps the crash lost
@@ -113,10 +114,8 @@ class Child:
 
     def mark(self, what: str) -> None:
         """A syscall strace sees (statfs of a path naming the phase and the point), to bracket the counted window."""
-        try:
+        with contextlib.suppress(OSError):  # the path does not exist: strace logs the call all the same
             os.statvfs(os.path.join(self.folder, f".peers-mark-{self.phase}-{what}"))
-        except OSError:
-            pass
 
     def send(self, figures: dict[str, Any]) -> None:
         with open(self.report, "w") as f:
@@ -664,8 +663,16 @@ def ratio(figures: dict[str, Any], a: str, b: str, what: str = "step_wall") -> f
 KEYS = ("step_fsync_vs_langgraph", "step_fsync_vs_dbos", "step_fsync_vs_burr", "bytes_per_step", "fsyncs_per_step")
 
 
-def run(mode: str, base: str, log: Callable[[str], None], *, peers: bool = True,
-        steps: int | None = None, rounds: int | None = None, only: Sequence[str] | None = None) -> dict[str, Any]:  # fmt: skip
+def run(
+    mode: str,
+    base: str,
+    log: Callable[[str], None],
+    *,
+    peers: bool = True,
+    steps: int | None = None,
+    rounds: int | None = None,
+    only: Sequence[str] | None = None,
+) -> dict[str, Any]:
     """Measure; returns the keys (None where a peer needed was not run) and the figures per variant."""
     sizes = MODES[mode]
     sizes = Sizes(steps=steps or sizes.steps, rounds=rounds or sizes.rounds)
@@ -703,14 +710,14 @@ def table(figures: dict[str, Any]) -> str:
         " journal, synchronous |",
         "|---|---|---|---|---|---|---|---|",
     ]
-    for name, f in figures.items():
+    for f in figures.values():
         w, c, r = f["step_us_wall"], f["step_us_cpu"], f["resume_ms_wall"]
         s = f["settings"]
         sync = f"{s.get('journal_mode', '-')}, {s.get('synchronous', '-')}" if "journal_mode" in s else "-"
         fs = "n/a" if f["fsyncs_per_step"] is None else f"{f['fsyncs_per_step']:.2f}"
         rows.append(
-            f"| {f['label']} | {f['view']} | {w['median']:.0f} ({w['min']:.0f}–{w['max']:.0f}) | {c['median']:.0f} "
-            f"| {fs} | {f['bytes_per_step']:.0f} | {r['median']:.1f} ({r['min']:.1f}–{r['max']:.1f}) | {sync} |"
+            f"| {f['label']} | {f['view']} | {w['median']:.0f} ({w['min']:.0f}-{w['max']:.0f}) | {c['median']:.0f} "
+            f"| {fs} | {f['bytes_per_step']:.0f} | {r['median']:.1f} ({r['min']:.1f}-{r['max']:.1f}) | {sync} |"
         )
     return "\n".join(rows)
 

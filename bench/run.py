@@ -1,6 +1,6 @@
 """Benchmarks: harness side by side with its baselines and the physical limits.
 
-Usage: python bench/run.py [--smoke | --quick] [--json PATH] [--dir DIR] [--wall]
+Usage: python bench/run.py [--smoke | --quick] [--json PATH] [--dir DIR] [--wall] [--peers]
 
 Every figure is a ratio of two medians measured in this process run on the
 same data: the variants of a line run interleaved (A B C, B C A, ...) so that
@@ -32,6 +32,15 @@ Lines (the keys of the JSON):
 - show_peak_rss_mb, diff_peak_rss_mb: the same for `harness show` of it and
   `harness diff` of it against itself (equal traces: memory must stay flat);
 - diff_100k_s: seconds for `harness.diff` of two traces differing in one record.
+- resume_1m_vs_10k: resume time at the biggest size / at a trace 100 x smaller
+  (1M and 10k records in full mode; the JSON's sizes say which otherwise);
+- bytes_per_step, fsyncs_per_step: harness in fsync mode on bench/peers.py's
+  agent (a ~290-byte tool result per step): bytes on disk per step, and
+  fsync/fdatasync calls per step in steady state, counted under strace;
+- step_fsync_vs_langgraph, step_fsync_vs_dbos, step_fsync_vs_burr (--peers
+  only, null otherwise): harness's fsync-mode step against the same agent on
+  LangGraph's SqliteSaver (durability="sync"), DBOS on SQLite and Burr's
+  SQLitePersister, wall time (see bench/peers.py; needs `.[peers]`).
 
 --quick runs in under a minute with smaller traces (the JSON says which
 sizes were used); --smoke is smaller still, for the test suite; the full
@@ -42,6 +51,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import importlib
 import json
 import os
 import platform
@@ -108,6 +118,12 @@ TARGETS = {
     "show_peak_rss_mb": 64.0,
     "diff_peak_rss_mb": 64.0,
     "diff_100k_s": None,
+    "resume_1m_vs_10k": 2.0,
+    "bytes_per_step": 700.0,
+    "fsyncs_per_step": 1.0,
+    "step_fsync_vs_langgraph": 0.4,
+    "step_fsync_vs_dbos": 0.2,
+    "step_fsync_vs_burr": None,
 }
 KEYS = tuple(TARGETS)
 
@@ -653,6 +669,11 @@ def diff_seconds(scratch: Scratch, trace: str) -> float | None:
 # ---------------------------------------------------------------- the run
 
 
+def _peers() -> Any:
+    """bench/peers.py, as a script's neighbour (python bench/run.py) or as bench.peers (the tests)."""
+    return importlib.import_module("peers" if not __package__ else f"{__package__}.peers")
+
+
 def machine() -> dict[str, Any]:
     cpu = platform.processor() or "unknown"
     try:
@@ -670,7 +691,8 @@ def machine() -> dict[str, Any]:
     }
 
 
-def run(mode: str, folder: str, log: Callable[[str], None], *, wall: bool = False) -> dict[str, Any]:
+def run(mode: str, folder: str, log: Callable[[str], None], *, wall: bool = False, with_peers: bool = False
+        ) -> dict[str, Any]:  # fmt: skip
     """Measure every line; CPU-bound lines are judged on CPU time unless wall=True, append lines on wall time."""
     sizes = MODES[mode]
     scratch = Scratch(folder)
@@ -726,14 +748,17 @@ def run(mode: str, folder: str, log: Callable[[str], None], *, wall: bool = Fals
     detail["replay_s"] = got.medians(1)
     detail["replay_checksums_only_vs_orjson"] = got.ratio("checksums only", "orjson", c)
 
-    log(f"resume at {', '.join(map(str, sizes.resume))} records")
+    tiny = sizes.resume[-1] // 100  # resume_1m_vs_10k: the biggest against a trace 100 x smaller
+    log(f"resume at {', '.join(map(str, (*sizes.resume, tiny)))} records")
     traces: dict[str, str] = {}
-    for n in sizes.resume:  # the cuts land on step ends, a few records past the nominal sizes
+    for n in (*sizes.resume, tiny):  # the cuts land on step ends, a few records past the nominal sizes
         path = prefix(n)
         traces[str(replay(path).records)] = path
     got = interleaved({n: functools.partial(resume_seconds, path) for n, path in traces.items()}, sizes.resume_reps)
-    small, big = next(iter(traces)), list(traces)[-1]
+    counts = list(traces)
+    small, big = counts[0], counts[len(sizes.resume) - 1]
     out["resume_linearity"] = got.ratio(big, small, clock("resume")) * int(small) / int(big)  # per record
+    out["resume_1m_vs_10k"] = got.ratio(big, counts[-1], clock("resume"))
     detail["resume_s"] = got.medians(1)
 
     log(f"peak memory replaying {sizes.rss} records")
@@ -749,6 +774,14 @@ def run(mode: str, folder: str, log: Callable[[str], None], *, wall: bool = Fals
     out["diff_100k_s"] = d
     if d is None:
         detail["diff"] = "harness.diff is not available in this build"
+
+    # bench/peers.py: harness alone by default, every peer with --peers (imported here, so the default run and the
+    # tests need no peer installed); it raises PeersMissing, saying what to install, when a peer is absent
+    peers = _peers()
+    log("bench/peers.py: " + ("harness and its peers" if with_peers else "harness alone"))
+    got_peers = peers.run(mode, scratch.folder, log, peers=with_peers)
+    out.update(got_peers["keys"])
+    detail["peers"] = got_peers["detail"]
     return {"mode": mode, "sizes": asdict(sizes), "machine": machine(), "ratios": out, "detail": detail, **out}
 
 
@@ -767,6 +800,12 @@ def table(result: dict[str, Any]) -> str:
         "show_peak_rss_mb": f"peak RSS of `harness show` of {sizes['rss']} records, MB",
         "diff_peak_rss_mb": f"peak RSS of `harness diff` of {sizes['rss']} records against themselves, MB",
         "diff_100k_s": f"harness.diff of two {sizes['diff']}-record traces, s",
+        "resume_1m_vs_10k": f"resume at {sizes['resume'][-1]} / at {sizes['resume'][-1] // 100} records",
+        "bytes_per_step": "bytes on disk per step, fsync mode, bench/peers.py's agent",
+        "fsyncs_per_step": "fsync + fdatasync per step, fsync mode, steady state (strace)",
+        "step_fsync_vs_langgraph": 'step, fsync / LangGraph SqliteSaver durability="sync" (--peers)',
+        "step_fsync_vs_dbos": "step, fsync / DBOS on SQLite (--peers)",
+        "step_fsync_vs_burr": "step, fsync / Burr SQLitePersister (--peers)",
     }
     rows = ["| key | what | measured | target |", "|---|---|---|---|"]
     for key, target in TARGETS.items():
@@ -786,18 +825,28 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", metavar="PATH", help="write the figures here as JSON")
     p.add_argument("--dir", metavar="DIR", help="where to put the scratch files (default: a temporary folder)")
     p.add_argument("--wall", action="store_true", help="judge every line on wall-clock time, not CPU time")
+    p.add_argument("--peers", action="store_true", help="also run LangGraph, DBOS and Burr (pip install -e '.[peers]')")
     args = p.parse_args(argv)
     mode = "smoke" if args.smoke else "quick" if args.quick else "full"
 
     def log(msg: str) -> None:
         print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
+    if args.peers:  # before minutes of measuring, not after
+        peers = _peers()
+        try:
+            peers.check_installed(list(peers.VARIANTS))
+        except peers.PeersMissing as e:
+            print(f"bench/run.py --peers: {e}", file=sys.stderr)
+            return 2
     folder = tempfile.mkdtemp(prefix="harness-bench-", dir=args.dir)
     try:
-        result = run(mode, folder, log, wall=args.wall)
+        result = run(mode, folder, log, wall=args.wall, with_peers=args.peers)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
     print(table(result))
+    print()
+    print(_peers().table(result["detail"]["peers"]["variants"]))
     if args.json:
         with open(args.json, "w") as f:
             json.dump(result, f, indent=2)
