@@ -503,7 +503,7 @@ def versions() -> dict[str, str | None]:
     from importlib.metadata import PackageNotFoundError, version
 
     out: dict[str, str | None] = {}
-    for dist in ("harness", "langgraph", "langgraph-checkpoint", "langgraph-checkpoint-sqlite", "dbos", "burr",
+    for dist in ("harness-trace", "langgraph", "langgraph-checkpoint", "langgraph-checkpoint-sqlite", "dbos", "burr",
                  "sqlalchemy", "orjson"):  # fmt: skip
         try:
             out[dist] = version(dist)
@@ -707,8 +707,8 @@ def run(
 def table(figures: dict[str, Any]) -> str:
     rows = [
         "| variant | planner sees | µs/step wall (range) | µs/step CPU | fsyncs/step | bytes/step | resume ms (range) |"
-        " journal, synchronous |",
-        "|---|---|---|---|---|---|---|---|",
+        " steps redone on resume | journal, synchronous |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for f in figures.values():
         w, c, r = f["step_us_wall"], f["step_us_cpu"], f["resume_ms_wall"]
@@ -717,7 +717,8 @@ def table(figures: dict[str, Any]) -> str:
         fs = "n/a" if f["fsyncs_per_step"] is None else f"{f['fsyncs_per_step']:.2f}"
         rows.append(
             f"| {f['label']} | {f['view']} | {w['median']:.0f} ({w['min']:.0f}-{w['max']:.0f}) | {c['median']:.0f} "
-            f"| {fs} | {f['bytes_per_step']:.0f} | {r['median']:.1f} ({r['min']:.1f}-{r['max']:.1f}) | {sync} |"
+            f"| {fs} | {f['bytes_per_step']:.0f} | {r['median']:.1f} ({r['min']:.1f}-{r['max']:.1f}) "
+            f"| {f['steps_redone_on_resume']['median']:.0f} | {sync} |"
         )
     return "\n".join(rows)
 
