@@ -97,6 +97,24 @@ class ResumeMismatch(HarnessError):
         )
 
 
+class RedactedArgs(HarnessError):
+    """A resume would call a tool again, but the trace holds its args redacted and they could not be recovered.
+
+    `path` is the trace, `step` and `tool` name the call, `where` is the place
+    in its args that holds the marker (`.api_key`), `problem` why the planner,
+    asked again, did not give the live args back. The tool was not called.
+    """
+
+    def __init__(self, path: str, step: int, tool: str, where: str, problem: str):
+        self.path, self.step, self.tool, self.where, self.problem = path, step, tool, where, problem
+        super().__init__(
+            f"{path}: a resume calls tool {tool!r} of step {step} again, but the trace holds args{where} redacted, "
+            f"and {problem}. The tool was not called with the marker. Make the planner plan the same step again "
+            "from the same goal and progress (a resume asks it for the live args), or keep the secret out of the "
+            "args (let the tool read it from its environment); then resume again."
+        )
+
+
 class ToolError(HarnessError):
     """Raised by a tool to say: I failed in a way you understand, and my effect did not happen.
 

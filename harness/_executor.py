@@ -30,6 +30,9 @@ from ._boundary import Session, deactivate
 from ._errors import (
     HarnessError,
     NotSerializable,
+    RedactedArgs,
+    ReplayDrift,
+    ReplayViolation,
     ResumeMismatch,
     ToolError,
     TraceCorruption,
@@ -211,7 +214,7 @@ class Executor:
             except OSError as e:
                 raise TraceUnreadable(folder, f"cannot hold runs: {e.strerror}") from None
             path = os.path.join(folder, f"{run_id}.jsonl")
-        with Journal.open(path, durability=self.durability) as journal:
+        with Journal.open(path, durability=self.durability, redact=self.redact) as journal:
             if journal.size():
                 if not self.resume:
                     raise TraceExists(path)
@@ -229,10 +232,10 @@ class Executor:
     def _start(
         self, journal: Journal, goal: Any, run_id: str, *, session: Session | None = None, **lineage: Any
     ) -> Outcome:
-        header = {"schema": SCHEMA, "run_id": run_id, "goal": self.redact(goal), "tools": self.contracts}
+        header = {"schema": SCHEMA, "run_id": run_id, "goal": goal, "tools": self.contracts}
         header.update(lineage)
         header["env"] = environment(self.entrypoint)
-        journal.append("header", header, sync=True)
+        journal.append("header", header, sync=True, user=("goal",))
         run = _Run(journal, session or Session(journal, redact=self.redact), goal, run_id, [], S.INIT)
         run.move(S.PLAN)
         return self._drive(run)
@@ -279,16 +282,59 @@ class Executor:
             assert rep.reconcile is not None
             if rep.reconcile["happened"]:
                 run.result, run.shown = rep.reconcile["result"], check_value("result", rep.reconcile["result"])
-                run.move(S.VERIFY, sync=True, result=run.result)
+                run.move(S.VERIFY, sync=True, user=("result",), result=run.result)
             else:
-                run.move(S.ACT, sync=True, **{k: intent[k] for k in _INTENT if k in intent})
+                run.intent = self._live_intent(run, rep)
+                run.move(S.ACT, sync=True, user=("args",), **{k: run.intent[k] for k in _INTENT if k in run.intent})
         elif run.state == S.ACT and self.contracts[intent["tool"]]["effect"] == "unsafe":
             run.move(S.PAUSED, sync=True)
             return finished(replay(journal.path))
+        elif run.state == S.ACT:  # the call is made again
+            run.intent = self._live_intent(run, rep)
         elif run.state == S.CHECKPOINT and len(run.progress) > run.step:  # the checkpoint is written
             run.move(S.PLAN)
             run.step, run.attempt = run.step + 1, 1
         return self._drive(run)
+
+    def _live_intent(self, run: _Run, rep: Replay) -> dict[str, Any]:
+        """The intent a resume calls again: the recorded one, unless redaction put the marker in its args.
+
+        Then the planner is asked again, with the same goal and progress, the
+        crossings it made while planning that step served from the trace
+        (none is made live, none written), and the args of the Step it gives
+        are used once they redact to the recorded ones (ResumeMismatch if
+        not). A planner that cannot give them back is a RedactedArgs: a tool
+        is never called with the marker. A rerun serves every call from its
+        recording and needs none of this.
+        """
+        intent = rep.intent
+        assert intent is not None
+        where = _marked(intent["args"], self.redact.marker)
+        if where is None or run.session.strict:
+            return intent
+        tool, step = intent["tool"], intent["step"]
+        start, stop = rep.planned
+        session = Session(None, rep.crossings[start:stop], strict=True, redact=self.redact)
+        token = session.activate()
+        try:
+            planned = self.planner(run.goal, run.progress)
+        except (ReplayDrift, ReplayViolation) as e:
+            why = f"the planner, asked again, made another model or boundary call than it did then ({e})"
+            raise RedactedArgs(rep.path, step, tool, where, why) from None
+        except Exception as e:
+            why = f"the planner, asked again, raised {type(e).__name__}: {e}"
+            raise RedactedArgs(rep.path, step, tool, where, why) from e
+        finally:
+            deactivate(token)
+        if not isinstance(planned, Step) or planned.tool != tool or planned.name != intent["name"]:
+            why = f"the planner, asked again, planned {planned!r:.200} instead of step {intent['name']!r}"
+            raise RedactedArgs(rep.path, step, tool, where, why)
+        check_value("args", planned.args, tool=tool, step=step)
+        shown = self.redact(planned.args)
+        if canonical(shown) != canonical(intent["args"]):
+            raise ResumeMismatch(rep.path, f"args of step {step} (tool {tool!r})", intent["args"], shown)
+        run.planned = planned  # the verifier is shown the live Step
+        return {**intent, "args": planned.args}
 
     def _drive(self, run: _Run) -> Outcome:
         """The loop: one state at a time, each transition on the file before it is acted on."""
@@ -311,7 +357,7 @@ class Executor:
                             f"{self.max_steps} steps, the limit (Executor(max_steps=...), None for no limit)",
                             "max_steps": self.max_steps,
                         }
-                        run.move(S.FAILED, error=error)
+                        run.move(S.FAILED, user=("error",), error=error)
                         return run.outcome(error)
                     if planned.tool not in self.tools:
                         raise HarnessError(
@@ -323,24 +369,25 @@ class Executor:
                     if self.contracts[planned.tool]["effect"] == "idempotent":
                         run.intent["key"] = f"{run.id}-{run.step}-{run.attempt}"
                     check_value("args", planned.args, tool=planned.tool, step=run.step)
-                    intent = self.redact.fields(run.intent)  # the live call gets run.intent, the trace this
-                    run.move(S.ACT, sync=planned.tool in self.declared, **intent)
+                    # the live call gets run.intent; the trace its args redacted (the journal does it)
+                    run.move(S.ACT, sync=planned.tool in self.declared, user=("args",), **run.intent)
                 elif run.state == S.ACT:
                     try:
                         raw = self._call(run.session, run.intent)
                     except ToolError as e:
                         error = e.error if isinstance(e, _Served) else {"type": type(e).__name__, "message": str(e)}
                         if self._retry_or_fail(run, error):
-                            return run.outcome(error)
+                            return run.outcome(error)  # the live error; the trace has it redacted
                         continue
-                    try:  # the trace's own copy (redacted: what a resumed run reads back), and the tool's
-                        run.result = self.redact(check_value("result", raw, tool=run.intent["tool"], step=run.step))
+                    try:  # the trace's own copy, and the tool's
+                        result = check_value("result", raw, tool=run.intent["tool"], step=run.step)
                     except NotSerializable:
                         if inspect.isawaitable(raw):
                             raise _async(f"tool {run.intent['tool']!r}", raw) from None
                         raise
                     run.shown = raw
-                    run.move(S.VERIFY, sync=run.intent["tool"] in self.declared, result=run.result)
+                    sync = run.intent["tool"] in self.declared  # redacted as written: what a resumed run reads back
+                    run.result = run.move(S.VERIFY, sync=sync, user=("result",), result=result)["result"]
                 elif run.state == S.VERIFY:
                     why = self._verify(run)
                     if why is not None:
@@ -355,12 +402,11 @@ class Executor:
             deactivate(token)
 
     def _retry_or_fail(self, run: _Run, error: dict[str, Any]) -> bool:
-        """Record a failed attempt: re-plan while attempts are left; True when the run FAILED."""
-        error = self.redact(error)
+        """Record a failed attempt (redacted): re-plan while attempts are left; True when the run FAILED."""
         if run.attempt >= self.retry.max_attempts:
-            run.move(S.FAILED, error=error)
+            run.move(S.FAILED, user=("error",), error=error)
             return True
-        run.move(S.PLAN, error=error)
+        run.move(S.PLAN, user=("error",), error=error)
         run.attempt += 1
         return False
 
@@ -432,6 +478,23 @@ class Progress(list[Checkpoint]):
         return (list, (list(self),))
 
 
+def _marked(value: Any, marker: str, where: str = "") -> str | None:
+    """Where in value (`.api_key`, `.items[0]`) a str holds the marker, or None."""
+    if isinstance(value, str):
+        return where if marker in value else None
+    if isinstance(value, dict):
+        items: Iterable[tuple[Any, Any]] = ((f".{k}", v) for k, v in value.items())
+    elif isinstance(value, list):
+        items = ((f"[{i}]", v) for i, v in enumerate(value))
+    else:
+        return None
+    for step, v in items:
+        found = _marked(v, marker, where + step)
+        if found is not None:
+            return found
+    return None
+
+
 def _async(what: str, made: Any = None) -> HarnessError:
     """The error for an async planner, verifier or tool given to run(); closes the coroutine it made."""
     if inspect.iscoroutine(made):
@@ -474,9 +537,11 @@ class _Run:
         self.state = to
         return fields
 
-    def move(self, to: str, *, sync: bool = False, check: tuple[str, ...] = (), **fields: Any) -> int:
-        """Write the transition into `to` and take it."""
-        return self.journal.append("transition", self.edge(to, **fields), sync=sync, check=check)
+    def move(self, to: str, *, sync: bool = False, user: tuple[str, ...] = (), **fields: Any) -> dict[str, Any]:
+        """Write the transition into `to` and take it; returns its fields as written (`user` ones redacted)."""
+        written = self.edge(to, **fields)
+        self.journal.append("transition", written, sync=sync, user=user)
+        return written
 
     def checkpoint(self, *, vouch: bool) -> None:
         """Write the checkpoint (after its vouching VERIFY -> CHECKPOINT) and move on to the next step.
@@ -484,8 +549,8 @@ class _Run:
         Nothing happens between these records, so they go out in one write.
         """
         name = self.intent["name"]
-        records = [("transition", self.edge(S.CHECKPOINT))] if vouch else []
-        records.append(("checkpoint", {"step": self.step, "name": name, "result": self.result}))
+        records: list[tuple[Any, ...]] = [("transition", self.edge(S.CHECKPOINT))] if vouch else []
+        records.append(("checkpoint", {"step": self.step, "name": name, "result": self.result}, ("result",)))
         records.append(("transition", self.edge(S.PLAN)))
         seq = self.journal.append_many(records) - 1
         list.append(self.progress, Checkpoint(self.step, name, self.result, seq))

@@ -14,7 +14,10 @@ Rules kept here:
 - after a failed write or sync the journal refuses everything: an fsync error
   is never retried and trusted (see "fsyncgate" in docs/FORMAT.md);
 - an exclusive flock on the descriptor for the writer's life: a second writer,
-  in any thread or process, fails at once; the kernel drops it with the process.
+  in any thread or process, fails at once; the kernel drops it with the process;
+- with a `Redaction`, the user fields a caller names (`check=`, `user=`) are
+  redacted before their record is written: the search for anything to redact
+  runs on the line's bytes, and only a hit walks the fields and encodes again.
 """
 
 from __future__ import annotations
@@ -29,11 +32,14 @@ import stat
 import time
 import zlib
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from ._errors import JournalError, NotSerializable, TraceLocked, TraceUnreadable
+
+if TYPE_CHECKING:
+    from ._redact import Redaction
 
 SCHEMA = 1
 MAX_LINE = 16 * 1024 * 1024  # bytes; larger records are refused on write and on read
@@ -43,7 +49,8 @@ MAX_DEPTH = 254  # nesting levels of a line, the record included: orjson writes 
 HEADER_START = b'{"seq":1,"kind":"header"'  # how every trace begins
 
 _DUMPS_OPTIONS = orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_SUBCLASS
-_fsync = getattr(os, "fdatasync", os.fsync)  # the data and the size are what we need back
+_fsync = getattr(os, "fdatasync", os.fsync)
+_NOTHING: Any = object()  # the data and the size are what we need back
 
 
 def _refuse(value: Any) -> Any:
@@ -155,17 +162,21 @@ def line_ok(line: bytes, prev: int) -> bool:
 class Journal:
     """The single writer of one trace. Open with `Journal.open()`; use as a context manager."""
 
-    __slots__ = ("_broken", "_truncated", "crc", "created", "fd", "fsync", "path", "seq")
+    __slots__ = ("_broken", "_redacted", "_truncated", "crc", "created", "fd", "fsync", "path", "redact", "seq")
 
-    def __init__(self, path: str, fd: int, *, fsync: bool, created: bool):
+    def __init__(self, path: str, fd: int, *, fsync: bool, created: bool, redact: Redaction | None = None):
         self.path, self.fd, self.fsync, self.created = path, fd, fsync, created
+        self.redact = redact  # what the user fields of each record go through (None: nothing is redacted)
+        self._redacted: Any = _NOTHING  # the user value of the last record with one, as written
         self.seq = 0
         self.crc = 0
         self._broken: str | None = None
         self._truncated = False  # the next write is synced: it makes the truncation durable with it
 
     @classmethod
-    def open(cls, path: str | os.PathLike[str], *, durability: str = "flush") -> Journal:
+    def open(
+        cls, path: str | os.PathLike[str], *, durability: str = "flush", redact: Redaction | None = None
+    ) -> Journal:
         """Open (creating if needed) and lock path. Takes the lock before anything else."""
         if durability not in ("flush", "fsync"):
             raise ValueError(f"durability must be 'flush' or 'fsync', not {durability!r}")
@@ -197,7 +208,7 @@ class Journal:
         except BlockingIOError:
             os.close(fd)
             raise TraceLocked(path) from None
-        journal = cls(path, fd, fsync=durability == "fsync", created=created)
+        journal = cls(path, fd, fsync=durability == "fsync", created=created, redact=redact)
         if created:
             try:
                 journal.sync_dir()
@@ -218,7 +229,14 @@ class Journal:
             os.close(dfd)
 
     def continue_after(
-        self, seq: int, crc: int, end: int, record: tuple[str, dict[str, Any]] | None = None, *, sync: bool = False
+        self,
+        seq: int,
+        crc: int,
+        end: int,
+        record: tuple[str, dict[str, Any]] | None = None,
+        *,
+        sync: bool = False,
+        user: tuple[str, ...] = (),
     ) -> int:
         """Continue the chain of an existing trace whose last complete line ends at byte end; return the last seq.
 
@@ -236,11 +254,11 @@ class Journal:
             if size != end:
                 self._guard(lambda: os.ftruncate(self.fd, end), "truncate")
                 self._truncated = True
-            return seq if record is None else self.append(*record, sync=sync)
+            return seq if record is None else self.append(*record, sync=sync, user=user)
         if self._broken:
             raise JournalError(self.path, f"an earlier {self._broken} failed; this journal accepts nothing more")
         kind, fields = record
-        line, crc = encode({"seq": seq + 1, "kind": kind, **fields, "ts": time.time()}, crc)
+        line, crc = self.line(seq + 1, kind, fields, crc, user)
         try:
             flags = fcntl.fcntl(self.fd, fcntl.F_GETFL)
             fcntl.fcntl(self.fd, fcntl.F_SETFL, flags & ~os.O_APPEND)  # with O_APPEND, pwrite appends (Linux)
@@ -260,28 +278,72 @@ class Journal:
         self.seq, self.crc = seq + 1, crc
         return seq + 1
 
-    def append(self, kind: str, fields: dict[str, Any], *, sync: bool = False, check: tuple[str, ...] = ()) -> int:
-        """Write one record and return its seq. `check` names user-supplied fields to round-trip."""
+    def append(
+        self,
+        kind: str,
+        fields: dict[str, Any],
+        *,
+        sync: bool = False,
+        check: tuple[str, ...] = (),
+        user: tuple[str, ...] = (),
+    ) -> int:
+        """Write one record and return its seq.
+
+        `check` names user-supplied fields to round-trip; those and `user` are
+        redacted (see `line`).
+        """
         for name in check:
             check_value(name, fields[name])
         seq = self.seq + 1
-        line, crc = encode({"seq": seq, "kind": kind, **fields, "ts": time.time()}, self.crc)
+        line, crc = self.line(seq, kind, fields, self.crc, (*check, *user) if check else user)
         self._write(line, seq, crc, sync)
         return seq
 
-    def append_many(self, records: Iterable[tuple[str, dict[str, Any]]], *, sync: bool = False) -> int:
+    def append_many(self, records: Iterable[tuple[Any, ...]], *, sync: bool = False) -> int:
         """Write records that follow each other with nothing done between them, in one write.
 
-        All are encoded before any byte is written: one that cannot be stored
-        raises NotSerializable and none is written. Returns the last seq.
+        Each is (kind, fields) or (kind, fields, user). All are encoded before
+        any byte is written: one that cannot be stored raises NotSerializable
+        and none is written. Returns the last seq.
         """
         seq, crc, lines = self.seq, self.crc, []
-        for kind, fields in records:
+        for kind, fields, *user in records:
             seq += 1
-            line, crc = encode({"seq": seq, "kind": kind, **fields, "ts": time.time()}, crc)
+            line, crc = self.line(seq, kind, fields, crc, user[0] if user else ())
             lines.append(line)
         self._write(b"".join(lines), seq, crc, sync)
         return seq
+
+    def line(self, seq: int, kind: str, fields: dict[str, Any], crc: int, user: tuple[str, ...]) -> tuple[bytes, int]:
+        """The line of a record and its crc, with its fields `user` redacted; `fields` gets their redacted values.
+
+        The redaction's search runs on the encoded line; only when it finds
+        something are the user fields walked and the record encoded again.
+        """
+        record = {"seq": seq, "kind": kind, **fields, "ts": time.time()}
+        line, out = encode(record, crc)
+        if not user or self.redact is None:
+            return line, out
+        if len(user) == 1 and fields.get(user[0], _NOTHING) is self._redacted:
+            return line, out  # the value just written, redacted, once more (a checkpoint's result)
+        redacted = self.redact.record(line, record, user)
+        if redacted is not None:
+            line, out = encode(redacted, crc)
+            for name in user:
+                if name in fields:
+                    fields[name] = redacted[name]
+        self._redacted = fields.get(user[0], _NOTHING) if len(user) == 1 else _NOTHING
+        return line, out
+
+    def redacted(self, fields: dict[str, Any], user: tuple[str, ...]) -> None:
+        """Give fields `user` their redacted values, as line() writes them (for a writer that compares first)."""
+        if not user or self.redact is None:
+            return
+        try:
+            data = orjson.dumps(fields, default=_refuse, option=_DUMPS_OPTIONS)
+        except TypeError:
+            data = b"\\"  # not JSON (encoding it will say so): walk it
+        fields.update(self.redact.record(data, fields, user) or ())
 
     def _write(self, data: bytes, seq: int, crc: int, sync: bool) -> None:
         """Write data, the lines up to seq, and acknowledge them only once they are where durability says."""

@@ -43,7 +43,7 @@ def reconcile(
         raise TraceUnreadable(path, "no such trace file; nothing was written")
     if not os.path.isfile(path):
         raise TraceUnreadable(path, "not a regular file, so not a trace; nothing was written")
-    with Journal.open(path) as journal:
+    with Journal.open(path, redact=rules) as journal:
         rep = replay(path)
         if rep.state != S.PAUSED or rep.reconcile is not None or rep.pending is None:
             why = "it is already reconciled" if rep.reconcile is not None else f"its state is {rep.state}"
@@ -54,9 +54,10 @@ def reconcile(
         fields = {
             "op": rep.pending["seq"],
             "happened": bool(happened),
-            "result": rules(result) if happened else None,
-            "evidence": rules(str(evidence)),
+            "result": result if happened else None,
+            "evidence": str(evidence),
         }
         if aside is not None:  # as a resume record does: every .torn-N is named in its trace
             fields["set_aside"] = os.path.basename(aside)
-        return journal.continue_after(rep.last_seq, rep.crc, rep.end, ("reconcile", fields), sync=True)
+        record = ("reconcile", fields)
+        return journal.continue_after(rep.last_seq, rep.crc, rep.end, record, sync=True, user=("result", "evidence"))

@@ -67,13 +67,13 @@ class Recorder:
     def __enter__(self) -> Recorder:
         if self._journal is not None or self.status is not None:
             raise HarnessError(f"{self.path}: this Recorder was already used; make a new one for another run")
-        journal = Journal.open(self.path, durability=self.durability)
+        journal = Journal.open(self.path, durability=self.durability, redact=self.redact)
         try:
             if journal.size():
                 raise TraceExists(self.path)
-            header = {"schema": SCHEMA, "run_id": self.run_id, "goal": self.redact(self.goal), "tools": {}}
+            header = {"schema": SCHEMA, "run_id": self.run_id, "goal": self.goal, "tools": {}}
             header["env"] = environment(self.entrypoint)
-            journal.append("header", header, sync=True)
+            journal.append("header", header, sync=True, user=("goal",))
         except BaseException:
             journal.close()
             raise
@@ -87,7 +87,7 @@ class Recorder:
         if not isinstance(type, str) or not type:
             raise HarnessError(f"{self.path}: an event type must be a non-empty str, not {type!r}")
         check_value("data", data)
-        return journal.append("event", {"type": type, "data": self.redact(data)})
+        return journal.append("event", {"type": type, "data": data}, user=("data",))
 
     def end(self, status: str = "success", *, error: BaseException | None = None) -> int:
         """Write the end record (synced); returns its seq. Nothing can be logged after it."""
@@ -96,8 +96,8 @@ class Recorder:
             raise HarnessError(f"{self.path}: status must be one of {', '.join(STATUSES)}, not {status!r}")
         fields: dict[str, Any] = {"status": status}
         if error is not None:
-            fields["error"] = self.redact(error_of(error))
-        seq = journal.append("end", fields, sync=True)
+            fields["error"] = error_of(error)
+        seq = journal.append("end", fields, sync=True, user=("error",))
         self.status = status
         self._stop_recording()  # a crossing after the end would break the trace
         return seq

@@ -45,20 +45,45 @@ MARKER = "[REDACTED]"
 
 DEFAULT_KEYS = (
     "authorization", "proxy-authorization", "api-key", "x-api-key", "x-goog-api-key", "api_key", "apikey",
-    "cookie", "set-cookie",
+    "cookie", "set-cookie", "x-auth-token", "x-access-token",
+    "access_token", "refresh_token", "id_token", "auth_token", "session_token", "client_secret", "api_secret",
+    "secret_key", "private_key", "aws_secret_access_key", "password", "passwd",
 )  # fmt: skip
+# a query or form parameter that holds a secret: in a URL (?name=, &name=) or starting a string (a form body)
+FORM_NAMES = (
+    "api_key", "api-key", "apikey", "access_token", "refresh_token", "id_token", "client_secret", "password",
+    "passwd", "token", "key", "secret",
+)  # fmt: skip
+
+
+def _form_pattern(names: Iterable[str]) -> re.Pattern[str]:
+    """`name=value` where name is one of names and starts the string, or follows ?, & or a quote.
+
+    It starts with the literal `=` (a search skips through text in C) and
+    looks behind it, one fixed-width lookbehind per name length; `[a-z]=`
+    first turns most other `=` away at once.
+    """
+    by_len: dict[int, list[str]] = {}
+    for n in names:
+        by_len.setdefault(len(n), []).append(re.escape(n))
+    behind = "|".join(f'(?<=(?<![^?&"])(?:{"|".join(g)})=)' for g in by_len.values())
+    return re.compile(f"=(?<=[a-z]=)(?:{behind})([\\w.~+/%\\-]+)")
+
+
 # Each starts with a literal, so that a search skips through text in C; a lookbehind right after the
 # literal stands for \b (a string's ends read the same in the value and in its JSON text: see _clean).
 DEFAULT_PATTERNS = (
     re.compile(r"earer(?<=[Bb]earer)\s+([\w.~+/=\-]+)"),  # Bearer <token>: keeps the word
+    # Basic <base64 of user:password>, not a word after it (one with a capital or a digit past its first letter)
+    re.compile(r"asic(?<=\bBasic)\s+(?=.[a-z0-9+/]*[A-Z0-9+/])([A-Za-z0-9+/]{6,}={0,2})"),
     re.compile(r"sk-(?<!\wsk-)[A-Za-z0-9_\-]{16,}"),  # OpenAI, Anthropic (sk-ant-...), and look-alikes
     re.compile(r"A[KS]IA(?<!\wA[KS]IA)[0-9A-Z]{16}(?![0-9A-Za-z])"),  # AWS access key ids
     re.compile(r"gh[pousr]_(?<!\wgh._)[A-Za-z0-9]{30,}"),  # GitHub tokens
     re.compile(r"github_pat_(?<!\wgithub_pat_)[A-Za-z0-9_]{40,}"),
+    re.compile(r"glpat-(?<!\wglpat-)[A-Za-z0-9_\-]{20,}"),  # GitLab personal access tokens
     re.compile(r"xox[abposr]-(?<!\wxox.-)[A-Za-z0-9\-]{10,}"),  # Slack
     re.compile(r"AIza(?<!\wAIza)[0-9A-Za-z_\-]{35}"),  # Google API keys
-    re.compile(r"\?(?:api_key|api-key|apikey|access_token|token|key|secret)=([\w.~+/%\-]+)"),  # in a URL
-    re.compile(r"&(?:api_key|api-key|apikey|access_token|token|key|secret)=([\w.~+/%\-]+)"),
+    _form_pattern(FORM_NAMES),  # api_key=..., ?token=..., &password=...
 )
 DEFAULT_RULES: tuple[str | re.Pattern[str], ...] = (*DEFAULT_KEYS, *DEFAULT_PATTERNS)
 
@@ -114,7 +139,7 @@ class Redaction:
     _keys: frozenset[str] = field(init=False, repr=False, compare=False)
     _paths: tuple[tuple[str | int, ...], ...] = field(init=False, repr=False, compare=False)
     _patterns: tuple[re.Pattern[str], ...] = field(init=False, repr=False, compare=False)
-    _marks: tuple[str, ...] = field(init=False, repr=False, compare=False)
+    _tails: tuple[tuple[int, frozenset[str]], ...] = field(init=False, repr=False, compare=False)
     _fast: bool = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -141,8 +166,12 @@ class Redaction:
         object.__setattr__(self, "_keys", frozenset(keys))
         object.__setattr__(self, "_paths", tuple(paths))
         object.__setattr__(self, "_patterns", tuple(patterns))
-        marks = sorted((f'{k}":' for k in keys), key=len)  # a mark that ends another one finds both
-        object.__setattr__(self, "_marks", tuple(m for i, m in enumerate(marks) if not m.endswith(tuple(marks[:i]))))
+        # the last five characters of each key, by length: a key ends right before `":` in a JSON text; a hit
+        # may be a false alarm (the walk then changes nothing), a miss is certain
+        tails: dict[int, set[str]] = {}
+        for k in keys:
+            tails.setdefault(len(k[-5:]), set()).add(k[-5:])
+        object.__setattr__(self, "_tails", tuple((n, frozenset(t)) for n, t in sorted(tails.items())))
         object.__setattr__(self, "_fast", _fast(keys, patterns))
 
     @classmethod
@@ -182,35 +211,74 @@ class Redaction:
             return value
         out = self._walk(value) if walk else value
         for path in self._paths:
-            out = self._at(out, path)
+            out = at(out, path, self.marker)
         return out
 
     def _clean(self, value: Any) -> bool:
-        """True when no key rule and no pattern can apply anywhere in value: a few searches, in C.
-
-        In a JSON text without a backslash every string stands verbatim between
-        quotes, and a quote reads like a string's end to a pattern that does not
-        look at the ends (see _fast): a match in a string is a match in the text.
-        """
+        """True when no key rule and no pattern can apply anywhere in value: a few searches, in C."""
         if value is None or isinstance(value, bool | int | float) or not (self._keys or self._patterns):
             return True
         if not self._fast:
             return False
         try:
-            text = orjson.dumps(value).decode()
+            data = orjson.dumps(value)
         except TypeError:  # not JSON (the caller's check will say so): walk it
             return False
-        if "\\" in text:
+        return self.clean_json(data)
+
+    def clean_json(self, data: bytes) -> bool:
+        """True when no key rule and no pattern can apply to any key or string of the JSON text data.
+
+        In a JSON text without a backslash every string stands verbatim between
+        quotes, and a quote reads like a string's end to a pattern that does not
+        look at the ends (see _fast): a match in a string is a match in the text.
+        JSON paths are not searched for: they are applied whatever this says.
+        """
+        if not (self._keys or self._patterns):
+            return True
+        if not self._fast or b"\\" in data:
             return False
-        if self._marks:
-            low = text.lower()
-            for m in self._marks:  # plain loops: a generator costs more than the searches
-                if m in low:
-                    return False
+        text = data.decode()
+        if self._tails:  # one scan for every key: what stands before each `":`
+            befores = text.lower().split('":')
+            for n, tails in self._tails:  # plain loops: a generator costs more than the searches
+                for before in befores:
+                    if before[-n:] in tails:
+                        return False
         for p in self._patterns:  # noqa: SIM110  # a loop: all() over a generator costs more here
             if p.search(text) is not None:
                 return False
         return True
+
+    def record(self, data: bytes, record: dict[str, Any], names: Iterable[str]) -> dict[str, Any] | None:
+        """record with its fields `names` redacted, or None when none changed.
+
+        data is record's JSON text (the line being written): the search for
+        anything to redact runs on it, from the first place one of those
+        fields could start (a JSON text names a key `"name":` only as a key),
+        and the fields are walked only on a hit. JSON paths start at each
+        field's value.
+        """
+        if not (self._keys or self._patterns or self._paths):
+            return None
+        start = len(data)
+        for name in names:
+            at = data.find(b'"' + name.encode() + b'":')
+            if 0 <= at < start:
+                start = at
+        walk = not self.clean_json(data[start:])
+        if not walk and not self._paths:
+            return None
+        out = None
+        for name in names:
+            if name in record:
+                v = record[name]
+                r = self._apply(v, walk=walk)
+                if r is not v:
+                    if out is None:
+                        out = dict(record)
+                    out[name] = r
+        return out
 
     def text(self, s: str) -> str:
         for p in self._patterns:
@@ -247,31 +315,44 @@ class Redaction:
             return value if changed is None else changed
         return value
 
-    def _at(self, value: Any, path: Sequence[str | int]) -> Any:
-        """value with what path reaches replaced by the marker (copies along the way, never in place)."""
-        if not path:
-            return self.marker
-        step, rest = path[0], path[1:]
-        if isinstance(value, dict):
-            keys = list(value) if step == "*" else [step] if step in value else []
-            if not keys:
-                return value
-            out = dict(value)
-            for k in keys:
-                out[k] = self._at(value[k], rest)
-            return out
-        if isinstance(value, list):
-            if step == "*":
-                idx = range(len(value))
-            elif isinstance(step, int) and -len(value) <= step < len(value):
-                idx = range(step % len(value), step % len(value) + 1)
+
+DROP: Any = object()  # at(): remove what the path reaches instead of replacing it
+
+
+def at(value: Any, path: Sequence[str | int], put: Any = DROP) -> Any:
+    """value with what path reaches replaced by `put`, or removed with DROP; a copy along the way, never in place.
+
+    A path is what parse_path() returns: keys, list indexes (negative from the
+    end) and "*" for every key or item. value itself when the path reaches nothing.
+    """
+    step, rest = path[0], path[1:]
+    if isinstance(value, dict):
+        keys = list(value) if step == "*" else [step] if step in value else []
+        if not keys:
+            return value
+        out = dict(value)
+        for k in keys:
+            if rest:
+                out[k] = at(value[k], rest, put)
+            elif put is DROP:
+                del out[k]
             else:
-                return value
-            lst = list(value)
-            for i in idx:
-                lst[i] = self._at(value[i], rest)
-            return lst
-        return value
+                out[k] = put
+        return out
+    if isinstance(value, list):
+        if step == "*":
+            idx = range(len(value))
+        elif isinstance(step, int) and -len(value) <= step < len(value):
+            idx = range(step % len(value), step % len(value) + 1)
+        else:
+            return value
+        if not rest and put is DROP:
+            return [v for i, v in enumerate(value) if i not in idx]
+        lst = list(value)
+        for i in idx:
+            lst[i] = at(value[i], rest, put) if rest else put
+        return lst
+    return value
 
 
 _UNSAFE = re.compile(r"\^|\$|\\[AZz]|\(\?[=!<]|\\\d|\(\?P=")  # could depend on where a string starts or ends

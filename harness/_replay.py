@@ -178,6 +178,8 @@ class Replay:
     result: Any = field(repr=False)  # the last tool result (state VERIFY or CHECKPOINT)
     reconcile: dict[str, Any] | None = field(repr=False)  # an operator's word on a PAUSED run
     fresh: int = field(repr=False)  # crossings since the last transition
+    # crossings[planned[0]:planned[1]]: those the planner made while planning the last intent (a resume asks it again)
+    planned: tuple[int, int] = field(default=(0, 0), repr=False)
 
     @property
     def run_id(self) -> str:
@@ -369,6 +371,7 @@ def _scan(
     reconcile: dict[str, Any] | None = None
     reconciled = b""  # canonical bytes of the reconcile record's result
     fresh = 0  # crossings since the last transition
+    planned = (0, 0)  # the crossings made while planning the last intent, as indexes into crossings
     at_step, at_attempt = 0, 1  # what the next transition must name
     before = ""  # the previous record's kind
     buf = b""
@@ -431,6 +434,8 @@ def _scan(
                     if dst == S.ACT:
                         _intent(path, n, rec, tools, header, intent if src == S.PAUSED else None)
                         intent, intent_pos = rec, (offset, length, prev)
+                        if src != S.PAUSED:  # PAUSED -> ACT repeats the intent planned before the pause
+                            planned = (len(cr_pos) // 6 - fresh, len(cr_pos) // 6)
                     elif dst == S.CHECKPOINT:
                         vouch = step
                     elif dst == S.PAUSED:  # only from ACT
@@ -601,6 +606,7 @@ def _scan(
         result=result,
         reconcile=reconcile,
         fresh=fresh,
+        planned=planned,
     )
 
 

@@ -212,14 +212,23 @@ class _Writer(Journal):
     def at_stop(self) -> bool:
         return bool(self.stops) and self.seq + 1 == self.stops[0]
 
-    def append(self, kind: str, fields: dict[str, Any], *, sync: bool = False, check: tuple[str, ...] = ()) -> int:
+    def append(
+        self,
+        kind: str,
+        fields: dict[str, Any],
+        *,
+        sync: bool = False,
+        check: tuple[str, ...] = (),
+        user: tuple[str, ...] = (),
+    ) -> int:
         for name in check:
             check_value(name, fields[name])
-        return self.append_many(((kind, fields),), sync=sync)
+        return self.append_many(((kind, fields, (*check, *user)),), sync=sync)
 
-    def append_many(self, records: Iterable[tuple[str, dict[str, Any]]], *, sync: bool = False) -> int:
+    def append_many(self, records: Iterable[tuple[Any, ...]], *, sync: bool = False) -> int:
         batch: list[tuple[str, dict[str, Any]]] = []
-        for kind, fields in records:
+        for kind, fields, *user in records:
+            self.redacted(fields, user[0] if user else ())  # as it will be written: compared with the parent so
             seq = self.seq + len(batch) + 1
             if self.stops and seq == self.stops[0]:  # the recorded process stopped here
                 if batch:
@@ -308,8 +317,8 @@ class _Replaying(Session):
         if not written:  # the recorded request: what matching ignores stays as it was recorded
             key = rec.request if match is None else match(rec.request)
             fields = {"boundary": kind, "request": rec.request, "hash": request_hash(kind, key)}
-            fields.update({"response": self.redact(rec.response)} if rec.error is None else {"error": rec.error})
-            self.journal.append("crossing", fields, check=("response",) if rec.error is None else ())
+            fields.update({"response": rec.response} if rec.error is None else {"error": rec.error})
+            self.journal.append("crossing", fields, check=("response",) if rec.error is None else (), user=("request",))
         return request, rec
 
 
@@ -342,7 +351,7 @@ def _execute(
     lineage: dict[str, Any] = {"parent": rec.rep.run_id}
     if branch is not None:
         lineage["branch"] = branch
-    writer = cast(_Writer, _Writer.open(path))
+    writer = cast(_Writer, _Writer.open(path, redact=ex.redact))
     with writer:
         writer.stops, writer.below, writer.parent = deque(stops), branch or 0, rec.records
         session = _Replaying(writer, rec.crossings, branch=branch, value=value, redact=ex.redact)

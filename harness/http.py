@@ -47,7 +47,7 @@ import orjson
 from ._boundary import aboundary, active, boundary
 from ._errors import HarnessError
 from ._journal import problem
-from ._redact import Redaction, Rule, parse_path
+from ._redact import Redaction, Rule, at, parse_path
 
 try:
     import httpx
@@ -118,7 +118,7 @@ class Matcher:
                 value = request.get(key)
                 if key == "body":
                     for path in self._paths:
-                        value = _drop(value, path)
+                        value = at(value, path)
                 out[key] = value
         return out
 
@@ -132,36 +132,6 @@ def _url_parts(url: Any, ignore: frozenset[str]) -> dict[str, Any]:
         if k not in ignore:
             query[k] = [*query[k], v] if isinstance(query.get(k), list) else [query[k], v] if k in query else v
     return {"scheme": u.scheme, "host": u.host, "port": u.port, "path": u.path, "query": dict(sorted(query.items()))}
-
-
-def _drop(value: Any, path: tuple[str | int, ...]) -> Any:
-    """value without what path reaches (a copy; the input is not touched)."""
-    step, rest = path[0], path[1:]
-    if isinstance(value, dict):
-        keys = list(value) if step == "*" else [step] if step in value else []
-        if not keys:
-            return value
-        out = dict(value)
-        for k in keys:
-            if rest:
-                out[k] = _drop(value[k], rest)
-            else:
-                del out[k]
-        return out
-    if isinstance(value, list):
-        if step == "*":
-            idx = list(range(len(value)))
-        elif isinstance(step, int) and -len(value) <= step < len(value):
-            idx = [step % len(value)]
-        else:
-            return value
-        if not rest:
-            return [v for i, v in enumerate(value) if i not in idx]
-        lst = list(value)
-        for i in idx:
-            lst[i] = _drop(value[i], rest)
-        return lst
-    return value
 
 
 def _names(names: Iterable[str]) -> tuple[str, ...]:

@@ -7,11 +7,13 @@ import re
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 
 import harness
 from harness import MARKER, Executor, Recorder, Redaction, RedactionRuleError, Step, ToolError, replay, rerun
-from harness._redact import DEFAULT
+from harness._journal import Journal
+from harness._redact import DEFAULT, at, parse_path
 
 KEY = "sk-proj-LIVEKEY0123456789abcdefghij"
 OTHER = "sk-proj-NEWKEY9876543210zyxwvutsrq"
@@ -36,11 +38,40 @@ def test_default_header_names_are_redacted_whatever_their_case(header: str) -> N
         ("AIza" + "B" * 35, MARKER),
         ("https://h/x?page=2&api_key=abc123&q=1", f"https://h/x?page=2&api_key={MARKER}&q=1"),
         ("an sk-short word and a skill", "an sk-short word and a skill"),  # not token shaped: kept
+        # a form body that starts with a secret, and the other parameter names
+        ("api_key=SECRET&x=1", f"api_key={MARKER}&x=1"),
+        ("grant=1&client_secret=s3cr3t&password=hunter2", f"grant=1&client_secret={MARKER}&password={MARKER}"),
+        (
+            "https://h/cb?code=1&access_token=ya29.a0&refresh_token=1//0g",
+            f"https://h/cb?code=1&access_token={MARKER}&refresh_token={MARKER}",
+        ),
+        ("sorted(xs, key=len) and mykey=1", "sorted(xs, key=len) and mykey=1"),  # code, not a parameter: kept
+        ("Authorization: Basic dXNlcjpwYXNzd29yZA==", f"Authorization: Basic {MARKER}"),
+        ("Basic information", "Basic information"),  # a word, not base64 credentials: kept
+        ("glpat-" + "x1Y2z3" * 4, MARKER),  # GitLab
     ],
 )
 def test_default_patterns_replace_tokens_in_any_string(text: str, expected: str) -> None:
     assert DEFAULT(text) == expected
     assert DEFAULT({"deep": [{"in": text}]}) == {"deep": [{"in": expected}]}
+
+
+@pytest.mark.parametrize(
+    "key", ["access_token", "refresh_token", "id_token", "client_secret", "Password", "passwd", "private_key"]
+)
+def test_default_key_names_cover_oauth_tokens_and_passwords(key: str) -> None:
+    token = {"token_type": "bearer", key: "ya29.live", "expires_in": 3600}
+    assert DEFAULT(token) == {"token_type": "bearer", key: MARKER, "expires_in": 3600}
+    assert DEFAULT.fields({"response": {"body": token}}) == {"response": {"body": DEFAULT(token)}}
+
+
+def test_one_json_path_walker_replaces_or_drops() -> None:
+    value = {"a": [{"b": 1, "c": 2}, {"b": 3}], "d": {"e": None}}
+    assert at(value, parse_path("$.a[*].b"), MARKER) == {"a": [{"b": MARKER, "c": 2}, {"b": MARKER}], "d": {"e": None}}
+    assert at(value, parse_path("$.a[*].b")) == {"a": [{"c": 2}, {}], "d": {"e": None}}
+    assert at(value, parse_path("$.a[1]")) == {"a": [{"b": 1, "c": 2}], "d": {"e": None}}
+    assert at(value, parse_path("$.d.e"), MARKER) == {"a": value["a"], "d": {"e": MARKER}}
+    assert at(value, parse_path("$.x.y")) is value  # reaches nothing: the value itself
 
 
 def test_json_paths_key_names_and_patterns_from_the_user() -> None:
@@ -275,3 +306,129 @@ def test_an_operators_reconcile_is_redacted_too(tmp_path: Path) -> None:
     out = Executor(planner=plan, tools=tools, trace=trace, resume=True).run("g")
     assert out.state == "DONE" and out.checkpoints[0].result == {"receipt": 1, "token": MARKER}
     assert KEY.encode() not in trace.read_bytes()
+
+
+def test_the_journal_redacts_the_user_fields_it_is_told_of_in_every_kind_of_write(tmp_path: Path) -> None:
+    trace = tmp_path / "j.jsonl"
+    with Journal.open(trace, redact=Redaction(("$.ssn",))) as journal:
+        one = {"data": {"token": f"Bearer {KEY}", "ssn": "1-2-3"}, "note": f"not a user field {KEY}"}
+        journal.append("event", one, user=("data",))
+        assert one["data"] == {"token": f"Bearer {MARKER}", "ssn": MARKER}  # the caller gets what was written
+        journal.append("event", {"data": {"api_key": KEY}}, check=("data",))  # a checked field is a user field
+        journal.append_many([("event", {"data": KEY}, ("data",)), ("event", {"data": "plain"})])
+        journal.continue_after(journal.seq, journal.crc, journal.size(), ("event", {"data": KEY}), user=("data",))
+    lines = [orjson.loads(line) for line in trace.read_bytes().splitlines()]
+    assert [r["data"] for r in lines] == [one["data"], {"api_key": MARKER}, MARKER, "plain", MARKER]
+    assert lines[0]["note"] == f"not a user field {KEY}"  # only what the caller names is a user field
+
+
+def test_a_journal_without_rules_writes_values_as_they_are(tmp_path: Path) -> None:
+    with Journal.open(tmp_path / "j.jsonl") as journal:
+        journal.append("event", {"data": KEY}, user=("data",))
+    assert KEY.encode() in (tmp_path / "j.jsonl").read_bytes()
+
+
+class Crash(BaseException):
+    """Not an Exception: nothing in the executor catches it, as with a process killed mid-call."""
+
+
+def paying_agent(key: str, calls: list[Any], *, planned: list[Any] | None = None) -> tuple[Any, dict[str, Any]]:
+    """A planner that asks a model (a recorded crossing) and plans one payment with the key in its args."""
+    asked: list[int] = [] if planned is None else planned
+
+    def planner(goal: Any, progress: list[Any]) -> Step | None:
+        if progress:
+            return None
+        reply = harness.llm({"q": "amount?"}, lambda req: (asked.append(1), {"amount": 5})[1])
+        return Step(name="pay", tool="pay", args={"api_key": key, "amount": reply["amount"]})
+
+    def pay(api_key: str, amount: int, idempotency_key: str | None = None) -> dict[str, Any]:
+        calls.append(api_key)
+        if len(calls) == 1:
+            raise RuntimeError("connection reset")  # not a ToolError: the process dies as in a crash
+        return {"paid": amount}
+
+    return planner, {"pay": pay}
+
+
+def test_a_resume_calls_the_tool_with_the_live_args_not_the_marker(tmp_path: Path) -> None:
+    trace = tmp_path / "run.jsonl"
+    calls: list[Any] = []
+    asked: list[int] = []
+    planner, tools = paying_agent(KEY, calls, planned=asked)
+    tools = {"pay": harness.Tool(tools["pay"], idempotent=True)}
+    with pytest.raises(RuntimeError):
+        Executor(planner=planner, tools=tools, trace=trace).run("g")
+    assert replay(trace).intent["args"]["api_key"] == MARKER
+    out = Executor(planner=planner, tools=tools, trace=trace, resume=True).run("g")
+    assert out.state == "DONE" and calls == [KEY, KEY]  # never the marker
+    assert asked == [1]  # asked again, the planner's model call was served from the trace
+    assert KEY.encode() not in trace.read_bytes()
+
+
+def test_a_plain_tool_after_a_sigkill_is_called_again_with_the_live_args(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+    import textwrap
+
+    trace = tmp_path / "run.jsonl"
+    script = tmp_path / "agent.py"
+    script.write_text(
+        textwrap.dedent(f"""
+        import os, signal, sys, harness
+        KEY = {KEY!r}
+        def planner(goal, progress):
+            return None if progress else harness.Step(name="pay", tool="pay", args={{"api_key": KEY}})
+        def pay(api_key):
+            if sys.argv[2] == "first":
+                os.kill(os.getpid(), signal.SIGKILL)
+            print("called with", api_key)
+            return "ok"
+        resume = sys.argv[2] != "first"
+        print(harness.Executor(planner=planner, tools={{"pay": pay}}, trace=sys.argv[1], resume=resume).run("g").state)
+    """)
+    )
+    first = subprocess.run([sys.executable, str(script), str(trace), "first"], capture_output=True, text=True)
+    assert first.returncode == -9
+    again = subprocess.run([sys.executable, str(script), str(trace), "again"], capture_output=True, text=True)
+    assert again.returncode == 0, again.stderr
+    assert again.stdout.split("\n")[:2] == [f"called with {KEY}", "DONE"]
+
+
+def test_a_resume_after_reconcile_not_happened_calls_the_unsafe_tool_with_the_live_args(tmp_path: Path) -> None:
+    trace = tmp_path / "run.jsonl"
+    calls: list[Any] = []
+    planner, tools = paying_agent(KEY, calls)
+    tools = {"pay": harness.Tool(tools["pay"], idempotent=False)}
+    with pytest.raises(RuntimeError):
+        Executor(planner=planner, tools=tools, trace=trace).run("g")
+    assert Executor(planner=planner, tools=tools, trace=trace, resume=True).run("g").state == "PAUSED"
+    harness.reconcile(trace, happened=False, evidence="no payment in the ledger")
+    out = Executor(planner=planner, tools=tools, trace=trace, resume=True).run("g")
+    assert out.state == "DONE" and calls == [KEY, KEY]
+    assert KEY.encode() not in trace.read_bytes()
+
+
+def test_a_resume_whose_planner_gives_other_args_is_a_mismatch_and_calls_nothing(tmp_path: Path) -> None:
+    trace = tmp_path / "run.jsonl"
+    calls: list[Any] = []
+    planner, tools = paying_agent(KEY, calls)
+    with pytest.raises(RuntimeError):
+        Executor(planner=planner, tools=tools, trace=trace).run("g")
+    with pytest.raises(harness.ResumeMismatch, match="args of step 0"):  # another key redacts alike; 6 is not 5
+        Executor(planner=lambda g, p: Step("pay", "pay", {"api_key": OTHER, "amount": 6}), tools=tools, trace=trace,
+                 resume=True).run("g")  # fmt: skip
+    assert calls == [KEY]
+
+
+def test_a_resume_whose_planner_cannot_plan_the_call_again_says_which_tool_and_field(tmp_path: Path) -> None:
+    trace = tmp_path / "run.jsonl"
+    calls: list[Any] = []
+    planner, tools = paying_agent(KEY, calls)
+    with pytest.raises(RuntimeError):
+        Executor(planner=planner, tools=tools, trace=trace).run("g")
+    with pytest.raises(harness.RedactedArgs) as e:
+        Executor(planner=lambda g, p: None, tools=tools, trace=trace, resume=True).run("g")
+    assert (e.value.tool, e.value.step, e.value.where) == ("pay", 0, ".api_key")
+    assert "keep the secret out of the args" in str(e.value) and KEY not in str(e.value)
+    assert calls == [KEY]
