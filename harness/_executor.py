@@ -233,7 +233,10 @@ class Executor:
         self, journal: Journal, goal: Any, run_id: str, *, session: Session | None = None, **lineage: Any
     ) -> Outcome:
         header = {"schema": SCHEMA, "run_id": run_id, "goal": goal, "tools": self.contracts}
+        header["redact"] = self.redact.header()  # the user's rules (not secrets): what a rerun reads back
         header.update(lineage)
+        if header["redact"] is None:
+            del header["redact"]
         header["env"] = environment(self.entrypoint)
         journal.append("header", header, sync=True, user=("goal",))
         run = _Run(journal, session or Session(journal, redact=self.redact), goal, run_id, [], S.INIT)

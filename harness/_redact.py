@@ -188,6 +188,48 @@ class Redaction:
         except TypeError:
             raise RedactionRuleError(redact, "redact= takes a list of rules or a harness.Redaction") from None
 
+    def header(self) -> dict[str, Any] | None:
+        """The rules as a trace header records them (its `redact` field); None for the defaults alone.
+
+        Key names, JSON paths and pattern sources (with their flags) are not
+        secrets: a rerun or fork reads them back (`from_header`).
+        """
+        if not self.rules and self.defaults and self.marker == MARKER:
+            return None
+        out: dict[str, Any] = {
+            "rules": [r for r in self.rules if isinstance(r, str)],
+            "patterns": [[p.pattern, p.flags] for p in self.rules if isinstance(p, re.Pattern)],
+            "defaults": self.defaults,
+        }
+        if self.marker != MARKER:
+            out["marker"] = self.marker
+        return out
+
+    @classmethod
+    def from_header(cls, recorded: Any, path: str) -> Redaction:
+        """The Redaction a trace header's `redact` field records (the defaults when there is none)."""
+        if recorded is None:
+            return DEFAULT
+        try:
+            patterns = tuple(re.compile(source, flags) for source, flags in recorded["patterns"])
+            return cls(
+                (*recorded["rules"], *patterns), defaults=recorded["defaults"], marker=recorded.get("marker", MARKER)
+            )
+        except (KeyError, TypeError, ValueError, re.error, HarnessError) as e:
+            raise HarnessError(
+                f"{path}: the header's redact field {recorded!r:.200} cannot be read back ({e}); "
+                "it holds the redaction rules the run was recorded with: pass them again with redact="
+            ) from None
+
+    def plus(self, more: Redaction | Iterable[Rule] | None) -> Redaction:
+        """These rules with more added (a Redaction given whole replaces them); `redact=` of rerun and fork."""
+        if more is None:
+            return self
+        if isinstance(more, Redaction):
+            return more
+        extra = Redaction.of(more).rules
+        return Redaction((*self.rules, *extra), defaults=self.defaults, marker=self.marker) if extra else self
+
     def __call__(self, value: Any) -> Any:
         """value with every secret replaced by the marker (value itself when nothing changed)."""
         return self._apply(value, walk=not self._clean(value))

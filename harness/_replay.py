@@ -346,6 +346,8 @@ def _header_problem(rec: dict[str, Any]) -> tuple[str, str] | None:
         return "malformed", why
     if "env" in rec and type(rec["env"]) is not dict:
         return "malformed", "a header whose env is not an object"
+    if "redact" in rec and type(rec["redact"]) is not dict:
+        return "malformed", "a header whose redact is not an object"
     if ("parent" in rec and type(rec["parent"]) is not str) or ("branch" in rec and type(rec["branch"]) is not int):
         return "malformed", "a header whose parent is not a str or whose branch is not an int"
     return None

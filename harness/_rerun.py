@@ -94,8 +94,9 @@ def rerun(
 
     The new trace goes to `out` when given (a new file; after a ReplayDrift
     it keeps what was written up to it), else it is only returned as
-    `.records`. `retry` defaults to what the recording shows; `redact` should
-    be what the recording was made with (default: the default rules).
+    `.records`. `retry` defaults to what the recording shows; the redaction
+    rules are those the recording's header names, plus `redact` (a list of
+    rules; a Redaction replaces them).
     """
     rec = _Recording(os.fspath(trace))
     if out is not None:
@@ -130,6 +131,7 @@ def fork(
     A fork that fails leaves no file, whatever the failure: a HarnessError
     (drift before the branch, say) or an exception the agent raised after the
     branch (a model server that is down); the exception is raised again.
+    Redaction: the rules the parent's header names, plus `redact`, as rerun().
     """
     check_value("value", value)
     rec = _Recording(os.fspath(trace))
@@ -337,6 +339,7 @@ def _execute(
     redact: Redaction | Iterable[Rule] | None = None,
 ) -> Rerun:
     env = rec.rep.header.get("env") or {}
+    recorded = rec.rep.header.get("redact")
     ex = Executor(
         planner=planner,
         tools=tools,
@@ -345,10 +348,10 @@ def _execute(
         retry=retry or rec.retry(),
         max_steps=rec.max_steps(),
         entrypoint=str(env.get("entrypoint") or "<rerun>"),
-        redact=redact,
+        redact=Redaction.from_header(recorded, rec.path).plus(redact),
     )
     run_id = run_id or uuid.uuid4().hex
-    lineage: dict[str, Any] = {"parent": rec.rep.run_id}
+    lineage: dict[str, Any] = {"parent": rec.rep.run_id, "redact": recorded}  # as the parent: more rules are ours
     if branch is not None:
         lineage["branch"] = branch
     writer = cast(_Writer, _Writer.open(path, redact=ex.redact))

@@ -244,7 +244,7 @@ def _agent_arg(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--redact", action="append", default=[], metavar="RULE",
-        help="a redaction rule the run was recorded with, beyond the defaults (repeatable): "
+        help="a redaction rule to add to those the trace's header records (repeatable): "
         "a key name, a $.json.path, or re:REGEX",
     )  # fmt: skip
 

@@ -255,7 +255,7 @@ def make_agent():
 """
 
 
-def test_cli_rerun_and_fork_take_the_rules_the_run_was_recorded_with(tmp_path: Path) -> None:
+def test_cli_rerun_and_fork_read_the_rules_the_run_was_recorded_with_from_its_header(tmp_path: Path) -> None:
     import subprocess
     import sys
 
@@ -276,10 +276,13 @@ def test_cli_rerun_and_fork_take_the_rules_the_run_was_recorded_with(tmp_path: P
         return subprocess.run([*cmd, *args], cwd=tmp_path, capture_output=True, text=True, timeout=120)
 
     agent = ["--agent", "redacting_agent:make_agent"]
-    ok = cli("rerun", "run.jsonl", *agent, "--redact", "$.ssn")
+    assert replay(tmp_path / "run.jsonl").header["redact"] == {"rules": ["$.ssn"], "patterns": [], "defaults": True}
+    ok = cli("rerun", "run.jsonl", *agent)  # the header's rules: no --redact needed
     assert ok.returncode == 0 and ok.stdout.startswith("equal:"), ok.stderr
-    drift = cli("rerun", "run.jsonl", *agent)  # the recording hides the ssn, this rerun does not
-    assert drift.returncode == 1 and "ReplayDrift" in drift.stderr and "ssn" in drift.stderr
+    ok = cli("rerun", "run.jsonl", *agent, "--redact", "$.ssn")  # the same rule again changes nothing
+    assert ok.returncode == 0 and ok.stdout.startswith("equal:"), ok.stderr
+    drift = cli("rerun", "run.jsonl", *agent, "--redact", "text")  # one more rule: the recording did not hide it
+    assert drift.returncode == 1 and "ReplayDrift" in drift.stderr, drift.stderr
     at = str(replay(tmp_path / "run.jsonl").crossings[0].seq)
     forked = cli("fork", "run.jsonl", *agent, "--redact", "$.ssn", "--redact", "re:\\d{3}-\\d{2}", "--at", at,
                  "--set", '{"text": "bye"}', "--out", "child.jsonl")  # fmt: skip
@@ -432,3 +435,36 @@ def test_a_resume_whose_planner_cannot_plan_the_call_again_says_which_tool_and_f
     assert (e.value.tool, e.value.step, e.value.where) == ("pay", 0, ".api_key")
     assert "keep the secret out of the args" in str(e.value) and KEY not in str(e.value)
     assert calls == [KEY]
+
+
+def test_rerun_and_fork_read_the_recorded_rules_from_the_header(tmp_path: Path) -> None:
+    rules = ["x-session", "$.ssn", "$.args.ssn", re.compile(r"pin=(\d+)", re.IGNORECASE)]
+
+    def make() -> tuple[Any, dict[str, Any]]:
+        def planner(goal: Any, progress: list[Any]) -> Step | None:
+            if progress:
+                return None
+            said = harness.llm({"x-session": "s1", "q": "PIN=1234"}, lambda r: {"text": "hello"})
+            return Step(name="say", tool="say", args={"ssn": "1-2-3", "text": said["text"]})
+
+        return planner, {"say": lambda ssn, text: text}
+
+    planner, tools = make()
+    trace = tmp_path / "run.jsonl"
+    Executor(planner=planner, tools=tools, trace=trace, redact=rules).run("g")
+    header = replay(trace).header
+    assert header["redact"] == {"rules": ["x-session", "$.ssn", "$.args.ssn"], "patterns": [["pin=(\\d+)", 34]],
+                                "defaults": True}  # fmt: skip
+    assert Redaction.from_header(header["redact"], str(trace)) == Redaction(tuple(rules))
+    again = rerun(trace, planner=planner, tools=tools)  # no rules given: the header's
+    assert again.equal and again.live_calls == 0
+    at = replay(trace).crossings[0].seq
+    child = harness.fork(trace, at=at, value={"text": "bye"}, planner=planner, tools=tools, out=tmp_path / "c.jsonl")
+    assert child.state == "DONE" and replay(tmp_path / "c.jsonl").header["redact"] == header["redact"]
+    data = all_bytes(tmp_path)
+    assert b"1-2-3" not in data and b"1234" not in data and b'"s1"' not in data
+
+
+def test_a_run_with_the_default_rules_writes_no_redact_field(tmp_path: Path) -> None:
+    Executor(planner=lambda g, p: None, tools={}, trace=tmp_path / "r.jsonl").run("g")
+    assert "redact" not in replay(tmp_path / "r.jsonl").header
