@@ -12,6 +12,7 @@ from ._boundary import aboundary, boundary, llm, now, random, uuid4
 from ._diff import Diff, diff
 from ._errors import (
     HarnessError,
+    HttpRecordingError,
     JournalError,
     NotSerializable,
     RedactedArgs,
@@ -56,6 +57,7 @@ __all__ = [
     "Diff",
     "Executor",
     "HarnessError",
+    "HttpRecordingError",
     "JournalError",
     "NotSerializable",
     "Outcome",

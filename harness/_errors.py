@@ -115,6 +115,19 @@ class RedactedArgs(HarnessError):
         )
 
 
+class HttpRecordingError(HarnessError, ValueError):
+    """A harness.http option, or an http exchange, that cannot be recorded or served.
+
+    `field` names what is wrong (`match_on`, `response`, `chunk`), `value` is
+    what was given or found (shortened), `problem` says what is wrong with it
+    and how to fix it.
+    """
+
+    def __init__(self, field: str, value: Any, problem: str):
+        self.field, self.value, self.problem = field, value, problem
+        super().__init__(f"{field} {value!r:.120}: {problem}")
+
+
 class ToolError(HarnessError):
     """Raised by a tool to say: I failed in a way you understand, and my effect did not happen.
 

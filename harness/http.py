@@ -26,11 +26,15 @@ Rules kept here:
   and both sides are cut down the same way before they are compared;
 - the response body reaches the client decoded (no content-encoding), and a
   JSON body is served as the same JSON value, not necessarily the same bytes;
-- while recording, a streamed response is read whole before the client sees
-  its first chunk: chunk boundaries are kept, the pacing is not;
+- while recording, a response (streamed ones too) is read whole before the
+  client sees its first chunk: chunk boundaries are kept, the pacing is not;
+  at most `max_body` bytes (16 MiB, what a trace line can hold), beyond
+  which the call fails with HttpRecordingError (recorded as its error), so a
+  stream that never ends cannot hold the run forever or fill the memory;
 - secrets go through the transport's `redact=` rules, then the run's, before
   the request is hashed and before anything is written; the live client
-  still receives the real response.
+  still receives the real response. An error's message goes through the
+  transport's rules as it is raised (the client sees that message too).
 
 httpx is an optional extra: `pip install 'harness-trace[http]'`.
 """
@@ -45,7 +49,7 @@ from typing import Any
 import orjson
 
 from ._boundary import aboundary, active, boundary
-from ._errors import HarnessError
+from ._errors import HarnessError, HttpRecordingError
 from ._journal import problem
 from ._redact import Redaction, Rule, at, parse_path
 
@@ -54,10 +58,11 @@ try:
 except ImportError:  # pragma: no cover - exercised where httpx is absent
     raise HarnessError("harness.http needs httpx: pip install 'harness-trace[http]' (or pip install httpx)") from None
 
-__all__ = ["MATCH_ON", "VOLATILE_HEADERS", "AsyncRecordingTransport", "Matcher", "RecordingTransport",
-           "async_transport", "transport"]  # fmt: skip
+__all__ = ["MATCH_ON", "MAX_BODY", "VOLATILE_HEADERS", "AsyncRecordingTransport", "HttpRecordingError", "Matcher",
+           "RecordingTransport", "async_transport", "transport"]  # fmt: skip
 
 KIND = "http"
+MAX_BODY = 16 * 1024 * 1024  # bytes of a response read while recording: a trace line holds no more anyway
 MATCH_ON = ("method", "url", "body")
 FIELDS = ("method", "scheme", "host", "port", "path", "query", "url", "headers", "body")
 # names (or prefixes, ending in *) of headers that change between two runs of the same program
@@ -89,10 +94,8 @@ class Matcher:
         on = (self.on,) if isinstance(self.on, str) else tuple(self.on)
         bad = [f for f in on if f not in FIELDS]
         if bad or not on:
-            raise HarnessError(
-                f"match_on {self.on!r}: {'unknown field ' + repr(bad[0]) if bad else 'names no field'}; "
-                f"choose among {', '.join(FIELDS)}"
-            )
+            what = f"unknown field {bad[0]!r}" if bad else "names no field"
+            raise HttpRecordingError("match_on", self.on, f"{what}; choose among {', '.join(FIELDS)}")
         object.__setattr__(self, "on", on)
         object.__setattr__(self, "ignore_query", frozenset(self.ignore_query))
         paths = (self.ignore_body,) if isinstance(self.ignore_body, str) else tuple(self.ignore_body)
@@ -190,7 +193,7 @@ def _unchunk(chunk: Any) -> bytes:
         return chunk.encode("utf-8")
     if isinstance(chunk, dict) and isinstance(chunk.get("base64"), str):
         return base64.b64decode(chunk["base64"])
-    raise HarnessError(f"a recorded http chunk is {chunk!r:.80}, not a str or {{'base64': ...}}")
+    raise HttpRecordingError("chunk", chunk, "a recorded http chunk is a str or {'base64': ...}, not this")
 
 
 def _content(recorded: dict[str, Any]) -> bytes:
@@ -238,10 +241,31 @@ class _Recording:
         ignore_body: Iterable[str],
         skip_headers: Iterable[str],
         redact: Redaction | Iterable[Rule] | None,
+        max_body: int = MAX_BODY,
     ):
         self.match = Matcher(_names(match_on), frozenset(_names(ignore_query)), _names(ignore_body))
         self.skip = _skip(_names(skip_headers))
         self.redact = Redaction.of(redact)
+        if type(max_body) is not int or max_body < 1:
+            raise HttpRecordingError("max_body", max_body, "a positive int: the most bytes of a response to record")
+        self.max_body = max_body
+
+    def add(self, chunks: list[bytes], chunk: bytes, seen: int, request: httpx.Request) -> int:
+        """Keep one more chunk of a response being recorded; HttpRecordingError past max_body."""
+        seen += len(chunk)
+        if seen > self.max_body:
+            why = (
+                f"more than {self.max_body} bytes arrived while recording (a stream that does not end?); "
+                "a response is read whole before the client sees it: raise transport(max_body=...), "
+                "or make this request outside the run"
+            )
+            raise HttpRecordingError("response", self.redact(str(request.url)), why)
+        chunks.append(chunk)
+        return seen
+
+    def error(self, e: httpx.HTTPError) -> None:
+        """Redact a live error's message with the transport's rules (the run's apply when it is recorded)."""
+        e.args = tuple(self.redact(a) if isinstance(a, str) else a for a in e.args)
 
     def request(self, request: httpx.Request, content: bytes) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -265,7 +289,8 @@ class _Recording:
 
     def rebuild(self, recorded: Any, request: httpx.Request) -> httpx.Response:
         if not isinstance(recorded, dict) or type(recorded.get("status")) is not int:
-            raise HarnessError(f"a recorded http response is {recorded!r:.120}, not one harness.http wrote")
+            why = "not one harness.http wrote: a response is an object with an int status (fork --set it so)"
+            raise HttpRecordingError("response", recorded, why)
         headers: list[tuple[str, str]] = []
         for name, value in (recorded.get("headers") or {}).items():
             if name.lower() not in _NOT_SERVED:
@@ -299,11 +324,18 @@ class RecordingTransport(httpx.BaseTransport):
         real: list[dict[str, Any]] = []  # the live response, unredacted: what the client gets
 
         def live() -> dict[str, Any]:
-            response = self.wrapped.handle_request(request)
             try:
-                chunks = list(response.iter_bytes())
-            finally:
-                response.close()
+                response = self.wrapped.handle_request(request)
+                chunks: list[bytes] = []
+                try:
+                    seen = 0
+                    for chunk in response.iter_bytes():
+                        seen = rec.add(chunks, chunk, seen, request)
+                finally:
+                    response.close()
+            except httpx.HTTPError as e:
+                rec.error(e)
+                raise
             real.append(rec.response(response, chunks))
             return rec.redact(real[0])  # type: ignore[no-any-return]
 
@@ -332,11 +364,18 @@ class AsyncRecordingTransport(httpx.AsyncBaseTransport):
         real: list[dict[str, Any]] = []
 
         async def live() -> dict[str, Any]:
-            response = await self.wrapped.handle_async_request(request)
             try:
-                chunks = [c async for c in response.aiter_bytes()]
-            finally:
-                await response.aclose()
+                response = await self.wrapped.handle_async_request(request)
+                chunks: list[bytes] = []
+                try:
+                    seen = 0
+                    async for chunk in response.aiter_bytes():
+                        seen = rec.add(chunks, chunk, seen, request)
+                finally:
+                    await response.aclose()
+            except httpx.HTTPError as e:
+                rec.error(e)
+                raise
             real.append(rec.response(response, chunks))
             return rec.redact(real[0])  # type: ignore[no-any-return]
 
@@ -359,6 +398,7 @@ def transport(
     skip_headers: Iterable[str] = VOLATILE_HEADERS,
     redact: Redaction | Iterable[Rule] | None = None,
     wrap: httpx.BaseTransport | None = None,
+    max_body: int = MAX_BODY,
     **options: Any,
 ) -> RecordingTransport:
     """An httpx transport that records each request as an `http` crossing inside a run.
@@ -366,11 +406,14 @@ def transport(
     `wrap`: the transport that makes the live calls (default
     `httpx.HTTPTransport(**options)`, e.g. `retries=2`, `verify=False`).
     `skip_headers`: header names (or prefixes ending in `*`) not recorded.
-    `redact`: rules added to the defaults (see `harness.Redaction`).
+    `redact`: rules added to the defaults (see `harness.Redaction`), for
+    requests, responses and the messages of errors.
+    `max_body`: the most bytes of one response read while recording
+    (HttpRecordingError beyond; default MAX_BODY, 16 MiB).
     See the module docstring for matching.
     """
     inner = wrap if wrap is not None else httpx.HTTPTransport(**options)
-    return RecordingTransport(inner, _Recording(match_on, ignore_query, ignore_body, skip_headers, redact))
+    return RecordingTransport(inner, _Recording(match_on, ignore_query, ignore_body, skip_headers, redact, max_body))
 
 
 def async_transport(
@@ -381,8 +424,10 @@ def async_transport(
     skip_headers: Iterable[str] = VOLATILE_HEADERS,
     redact: Redaction | Iterable[Rule] | None = None,
     wrap: httpx.AsyncBaseTransport | None = None,
+    max_body: int = MAX_BODY,
     **options: Any,
 ) -> AsyncRecordingTransport:
     """transport() for `httpx.AsyncClient` (and `openai.AsyncOpenAI(http_client=...)`)."""
     inner = wrap if wrap is not None else httpx.AsyncHTTPTransport(**options)
-    return AsyncRecordingTransport(inner, _Recording(match_on, ignore_query, ignore_body, skip_headers, redact))
+    recording = _Recording(match_on, ignore_query, ignore_body, skip_headers, redact, max_body)
+    return AsyncRecordingTransport(inner, recording)

@@ -390,3 +390,63 @@ def test_aboundary_records_serves_and_reruns_strictly(tmp_path: Path) -> None:
     with pytest.raises(harness.ReplayViolation):
         rerun(trace, planner=make(extra=True), tools=tools)
     assert asyncio.run(harness.aboundary("model", {"n": 3}, lambda: model(3))) == {"answer": 30}  # outside a run
+
+
+def test_a_response_larger_than_max_body_while_recording_is_a_clear_error(server: ChatServer, trace: Path) -> None:
+    failed: list[BaseException] = []
+
+    def reader(goal: Any, progress: list[Any]) -> Step | None:
+        if progress:
+            return None
+        with httpx.Client(transport=hhttp.transport(max_body=64)) as client:
+            body = {"model": "test-model", "messages": [{"role": "user", "content": "a b c d e f"}], "stream": True}
+            try:
+                with client.stream("POST", server.url + "/v1/chat/completions", json=body) as r:
+                    list(r.iter_bytes())
+            except harness.HttpRecordingError as e:
+                failed.append(e)
+        return Step(name="read", tool="note", args={"failed": len(failed)})
+
+    Executor(planner=reader, tools={"note": lambda failed: failed}, trace=trace).run("raw")
+    (e,) = failed
+    assert isinstance(e, harness.HttpRecordingError) and e.field == "response"
+    assert "more than 64 bytes" in e.problem and "max_body" in e.problem and "/v1/chat/completions" in str(e.value)
+    (cross,) = http_crossings(trace)
+    assert cross.error is not None and cross.error["type"].endswith("HttpRecordingError")  # recorded as its error
+    with pytest.raises(harness.HttpRecordingError, match="positive int") as bad:
+        hhttp.transport(max_body=0)
+    assert bad.value.field == "max_body" and bad.value.value == 0
+
+
+def test_http_errors_carry_fields(server: ChatServer, trace: Path) -> None:
+    with pytest.raises(harness.HttpRecordingError) as e:
+        hhttp.transport(match_on=["uri"])
+    assert (e.value.field, e.value.value) == ("match_on", ("uri",)) and "unknown field 'uri'" in e.value.problem
+    record(server.url, trace)
+    server.stop()
+    planner, tools, verifier = chat_agent(server.url)
+    with pytest.raises(harness.HttpRecordingError) as e:
+        fork(trace, at=http_crossings(trace)[0].seq, value={"no": "status"}, planner=planner, tools=tools,
+             verifier=verifier)  # fmt: skip
+    assert e.value.field == "response" and e.value.value == {"no": "status"}
+
+
+class Unreachable(httpx.BaseTransport):
+    """The live side of a transport whose connection fails with a signed URL in the message."""
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        raise httpx.ConnectError(f"cannot reach {request.url}", request=request)
+
+
+def test_the_transports_own_rules_apply_to_a_recorded_error(tmp_path: Path) -> None:
+    import re
+
+    signed = "http://127.0.0.1:9/v1/file?sig=S3CRETSIGNATURE"
+    rules = [re.compile(r"sig=(\w+)")]
+    client = httpx.Client(transport=hhttp.transport(wrap=Unreachable(), redact=rules))
+    with Recorder(tmp_path / "run.jsonl", entrypoint="t"), client, pytest.raises(httpx.ConnectError) as e:
+        client.get(signed)
+    assert "S3CRETSIGNATURE" not in str(e.value) and "sig=[REDACTED]" in str(e.value)
+    assert b"S3CRETSIGNATURE" not in (tmp_path / "run.jsonl").read_bytes()
+    (cross,) = http_crossings(tmp_path / "run.jsonl")
+    assert cross.error is not None and "sig=[REDACTED]" in cross.error["message"]
