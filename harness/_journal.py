@@ -32,14 +32,12 @@ import stat
 import time
 import zlib
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import orjson
 
 from ._errors import JournalError, NotSerializable, TraceLocked, TraceUnreadable
-
-if TYPE_CHECKING:
-    from ._redact import Redaction
+from ._redact import Redaction, user_text
 
 SCHEMA = 1
 MAX_LINE = 16 * 1024 * 1024  # bytes; larger records are refused on write and on read
@@ -49,8 +47,7 @@ MAX_DEPTH = 254  # nesting levels of a line, the record included: orjson writes 
 HEADER_START = b'{"seq":1,"kind":"header"'  # how every trace begins
 
 _DUMPS_OPTIONS = orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_SUBCLASS
-_fsync = getattr(os, "fdatasync", os.fsync)
-_NOTHING: Any = object()  # the data and the size are what we need back
+_fsync = getattr(os, "fdatasync", os.fsync)  # the data and the size are what we need back
 
 
 def _refuse(value: Any) -> Any:
@@ -167,7 +164,7 @@ class Journal:
     def __init__(self, path: str, fd: int, *, fsync: bool, created: bool, redact: Redaction | None = None):
         self.path, self.fd, self.fsync, self.created = path, fd, fsync, created
         self.redact = redact  # what the user fields of each record go through (None: nothing is redacted)
-        self._redacted: Any = _NOTHING  # the user value of the last record with one, as written
+        self._redacted = b""  # the text of the last record's user fields, as written (redacted)
         self.seq = 0
         self.crc = 0
         self._broken: str | None = None
@@ -307,9 +304,9 @@ class Journal:
         and none is written. Returns the last seq.
         """
         seq, crc, lines = self.seq, self.crc, []
-        for kind, fields, *user in records:
+        for record in records:
             seq += 1
-            line, crc = self.line(seq, kind, fields, crc, user[0] if user else ())
+            line, crc = self.line(seq, record[0], record[1], crc, record[2] if len(record) > 2 else ())
             lines.append(line)
         self._write(b"".join(lines), seq, crc, sync)
         return seq
@@ -324,15 +321,17 @@ class Journal:
         line, out = encode(record, crc)
         if not user or self.redact is None:
             return line, out
-        if len(user) == 1 and fields.get(user[0], _NOTHING) is self._redacted:
-            return line, out  # the value just written, redacted, once more (a checkpoint's result)
-        redacted = self.redact.record(line, record, user)
+        text = user_text(line, user)
+        if text == self._redacted:
+            return line, out  # the very text of the last user fields written, redacted (a checkpoint's result)
+        redacted = self.redact.record(text, record, user)
         if redacted is not None:
             line, out = encode(redacted, crc)
+            text = user_text(line, user)
             for name in user:
                 if name in fields:
                     fields[name] = redacted[name]
-        self._redacted = fields.get(user[0], _NOTHING) if len(user) == 1 else _NOTHING
+        self._redacted = text
         return line, out
 
     def redacted(self, fields: dict[str, Any], user: tuple[str, ...]) -> None:
@@ -343,7 +342,7 @@ class Journal:
             data = orjson.dumps(fields, default=_refuse, option=_DUMPS_OPTIONS)
         except TypeError:
             data = b"\\"  # not JSON (encoding it will say so): walk it
-        fields.update(self.redact.record(data, fields, user) or ())
+        fields.update(self.redact.record(user_text(data, user), fields, user) or ())
 
     def _write(self, data: bytes, seq: int, crc: int, sync: bool) -> None:
         """Write data, the lines up to seq, and acknowledge them only once they are where durability says."""

@@ -32,6 +32,7 @@ Rules kept here:
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -292,23 +293,16 @@ class Redaction:
                 return False
         return True
 
-    def record(self, data: bytes, record: dict[str, Any], names: Iterable[str]) -> dict[str, Any] | None:
+    def record(self, text: bytes, record: dict[str, Any], names: Iterable[str]) -> dict[str, Any] | None:
         """record with its fields `names` redacted, or None when none changed.
 
-        data is record's JSON text (the line being written): the search for
-        anything to redact runs on it, from the first place one of those
-        fields could start (a JSON text names a key `"name":` only as a key),
-        and the fields are walked only on a hit. JSON paths start at each
-        field's value.
+        text is the part of record's JSON text that holds those fields
+        (`user_text`): the search for anything to redact runs on it, and the
+        fields are walked only on a hit. JSON paths start at each field's value.
         """
         if not (self._keys or self._patterns or self._paths):
             return None
-        start = len(data)
-        for name in names:
-            at = data.find(b'"' + name.encode() + b'":')
-            if 0 <= at < start:
-                start = at
-        walk = not self.clean_json(data[start:])
+        walk = not self.clean_json(text)
         if not walk and not self._paths:
             return None
         out = None
@@ -395,6 +389,27 @@ def at(value: Any, path: Sequence[str | int], put: Any = DROP) -> Any:
             lst[i] = at(value[i], rest, put) if rest else put
         return lst
     return value
+
+
+def user_text(data: bytes, names: Iterable[str]) -> bytes:
+    """The part of a record's JSON text data that holds the fields names: from the first to the record's `ts`.
+
+    A JSON text names a key `"name":` only as a key, so the first such text
+    is at or before the field; a record's `ts` is its last field.
+    """
+    start = len(data)
+    for name in names:
+        at = data.find(_key(name))
+        if 0 <= at < start:
+            start = at
+    end = data.rfind(b',"ts":')
+    return data[start:end] if end > start else data[start:]
+
+
+@functools.cache
+def _key(name: str) -> bytes:
+    """How a record field's name reads in its line: `"name":`."""
+    return b'"%s":' % name.encode()
 
 
 _UNSAFE = re.compile(r"\^|\$|\\[AZz]|\(\?[=!<]|\\\d|\(\?P=")  # could depend on where a string starts or ends
