@@ -72,6 +72,8 @@ class Recorder:
             if journal.size():
                 raise TraceExists(self.path)
             header = {"schema": SCHEMA, "run_id": self.run_id, "goal": self.goal, "tools": {}}
+            if (rules := self.redact.header()) is not None:  # the user's rules, as an Executor records them
+                header["redact"] = rules
             header["env"] = environment(self.entrypoint)
             journal.append("header", header, sync=True, user=("goal",))
         except BaseException:

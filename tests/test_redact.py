@@ -478,3 +478,9 @@ def test_rerun_and_fork_read_the_recorded_rules_from_the_header(tmp_path: Path) 
 def test_a_run_with_the_default_rules_writes_no_redact_field(tmp_path: Path) -> None:
     Executor(planner=lambda g, p: None, tools={}, trace=tmp_path / "r.jsonl").run("g")
     assert "redact" not in replay(tmp_path / "r.jsonl").header
+    with Recorder(tmp_path / "rec.jsonl", entrypoint="t"):
+        pass
+    assert "redact" not in replay(tmp_path / "rec.jsonl").header
+    with Recorder(tmp_path / "own.jsonl", entrypoint="t", redact=["pin"]):
+        pass
+    assert replay(tmp_path / "own.jsonl").header["redact"] == {"rules": ["pin"], "patterns": [], "defaults": True}
