@@ -552,8 +552,9 @@ class _Run:
         Nothing happens between these records, so they go out in one write.
         """
         name = self.intent["name"]
-        records: list[tuple[Any, ...]] = [("transition", self.edge(S.CHECKPOINT))] if vouch else []
-        records.append(("checkpoint", {"step": self.step, "name": name, "result": self.result}, ("result",)))
+        records = [("transition", self.edge(S.CHECKPOINT))] if vouch else []
+        # self.result is the VERIFY record's result as the journal wrote it (redacted): not searched again
+        records.append(("checkpoint", {"step": self.step, "name": name, "result": self.result}))
         records.append(("transition", self.edge(S.PLAN)))
         seq = self.journal.append_many(records) - 1
         list.append(self.progress, Checkpoint(self.step, name, self.result, seq))

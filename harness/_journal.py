@@ -159,12 +159,11 @@ def line_ok(line: bytes, prev: int) -> bool:
 class Journal:
     """The single writer of one trace. Open with `Journal.open()`; use as a context manager."""
 
-    __slots__ = ("_broken", "_last_user", "_truncated", "crc", "created", "fd", "fsync", "path", "redact", "seq")
+    __slots__ = ("_broken", "_truncated", "crc", "created", "fd", "fsync", "path", "redact", "seq")
 
     def __init__(self, path: str, fd: int, *, fsync: bool, created: bool, redact: Redaction | None = None):
         self.path, self.fd, self.fsync, self.created = path, fd, fsync, created
         self.redact = redact  # what the user fields of each record go through (None: nothing is redacted)
-        self._last_user = b""  # the text of the last record's user fields, as written (redacted)
         self.seq = 0
         self.crc = 0
         self._broken: str | None = None
@@ -321,17 +320,12 @@ class Journal:
         line, out = encode(record, crc)
         if not user or self.redact is None:
             return line, out
-        text = user_text(line, user)
-        if text == self._last_user:
-            return line, out  # the very text of the last user fields written, redacted (a checkpoint's result)
-        redacted = self.redact.record(text, record, user)
+        redacted = self.redact.record(user_text(line, user), record, user)
         if redacted is not None:
             line, out = encode(redacted, crc)
-            text = user_text(line, user)
             for name in user:
                 if name in fields:
                     fields[name] = redacted[name]
-        self._last_user = text
         return line, out
 
     def redacted(self, fields: dict[str, Any], user: tuple[str, ...]) -> None:

@@ -391,19 +391,21 @@ def at(value: Any, path: Sequence[str | int], put: Any = DROP) -> Any:
     return value
 
 
-def user_text(data: bytes, names: Iterable[str]) -> bytes:
-    """The part of a record's JSON text data that holds the fields names: from the first to the record's `ts`.
+def user_text(data: bytes, names: Sequence[str]) -> bytes:
+    """The part of a record's JSON text data that holds the fields names: from the first of them on.
 
     A JSON text names a key `"name":` only as a key, so the first such text
-    is at or before the field; a record's `ts` is its last field.
+    is at or before the field.
     """
+    if len(names) == 1:  # the common case, without the loop
+        at = data.find(_key(names[0]))
+        return data[at:] if at >= 0 else b""
     start = len(data)
     for name in names:
         at = data.find(_key(name))
         if 0 <= at < start:
             start = at
-    end = data.rfind(b',"ts":')
-    return data[start:end] if end > start else data[start:]
+    return data[start:]
 
 
 @functools.cache
