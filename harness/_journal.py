@@ -254,7 +254,11 @@ class Journal:
         if self._broken:
             raise JournalError(self.path, f"an earlier {self._broken} failed; this journal accepts nothing more")
         kind, fields = record
-        line, crc = self.line(seq + 1, kind, fields, crc, user)
+        whole = {"seq": seq + 1, "kind": kind, **fields, "ts": time.time()}
+        line, out = encode(whole, crc)
+        if user and self.redact is not None:
+            line, out = self._redact(whole, line, out, fields, user, crc)
+        crc = out
         try:
             flags = fcntl.fcntl(self.fd, fcntl.F_GETFL)
             fcntl.fcntl(self.fd, fcntl.F_SETFL, flags & ~os.O_APPEND)  # with O_APPEND, pwrite appends (Linux)
@@ -291,7 +295,10 @@ class Journal:
         for name in check:
             check_value(name, fields[name])
         seq = self.seq + 1
-        line, crc = self.line(seq, kind, fields, self.crc, (*check, *user) if check else user)
+        record = {"seq": seq, "kind": kind, **fields, "ts": time.time()}
+        line, crc = encode(record, self.crc)
+        if (check or user) and self.redact is not None:
+            line, crc = self._redact(record, line, crc, fields, (*check, *user) if check else user, self.crc)
         self._write(line, seq, crc, sync)
         return seq
 
@@ -305,31 +312,35 @@ class Journal:
         seq, crc, lines = self.seq, self.crc, []
         for record in records:
             seq += 1
-            line, crc = self.line(seq, record[0], record[1], crc, record[2] if len(record) > 2 else ())
+            fields = record[1]
+            written = {"seq": seq, "kind": record[0], **fields, "ts": time.time()}
+            line, out = encode(written, crc)
+            if len(record) > 2 and record[2] and self.redact is not None:
+                line, out = self._redact(written, line, out, fields, record[2], crc)
             lines.append(line)
+            crc = out
         self._write(b"".join(lines), seq, crc, sync)
         return seq
 
-    def line(self, seq: int, kind: str, fields: dict[str, Any], crc: int, user: tuple[str, ...]) -> tuple[bytes, int]:
-        """The line of a record and its crc, with its fields `user` redacted; `fields` gets their redacted values.
+    def _redact(
+        self, record: dict[str, Any], line: bytes, out: int, fields: dict[str, Any], user: tuple[str, ...], crc: int
+    ) -> tuple[bytes, int]:
+        """record's line (and its crc), encoded from crc, with its fields `user` redacted; fields gets their values.
 
-        The redaction's search runs on the encoded line; only when it finds
+        The search runs on the line already encoded; only when it finds
         something are the user fields walked and the record encoded again.
         """
-        record = {"seq": seq, "kind": kind, **fields, "ts": time.time()}
-        line, out = encode(record, crc)
-        if not user or self.redact is None:
-            return line, out
+        assert self.redact is not None
         redacted = self.redact.record(user_text(line, user), record, user)
-        if redacted is not None:
-            line, out = encode(redacted, crc)
-            for name in user:
-                if name in fields:
-                    fields[name] = redacted[name]
-        return line, out
+        if redacted is None:
+            return line, out
+        for name in user:
+            if name in fields:
+                fields[name] = redacted[name]
+        return encode(redacted, crc)
 
     def redacted(self, fields: dict[str, Any], user: tuple[str, ...]) -> None:
-        """Give fields `user` their redacted values, as line() writes them (for a writer that compares first)."""
+        """Give fields `user` their redacted values, as they are written (for a writer that compares first)."""
         if not user or self.redact is None:
             return
         try:

@@ -65,6 +65,13 @@ def test_default_key_names_cover_oauth_tokens_and_passwords(key: str) -> None:
     assert DEFAULT.fields({"response": {"body": token}}) == {"response": {"body": DEFAULT(token)}}
 
 
+@pytest.mark.parametrize("pad", [0, 400])  # a short text is searched mark by mark, a long one cut at each key
+def test_a_key_anywhere_in_a_short_or_long_value_is_found(pad: int) -> None:
+    value = {"note": "x" * pad, "nested": [{"Client_Secret": "s", "ok": 1}]}
+    assert DEFAULT(value) == {"note": "x" * pad, "nested": [{"Client_Secret": MARKER, "ok": 1}]}
+    assert not DEFAULT.clean_json(orjson.dumps(value)) and DEFAULT.clean_json(orjson.dumps({"note": "x" * pad}))
+
+
 def test_one_json_path_walker_replaces_or_drops() -> None:
     value = {"a": [{"b": 1, "c": 2}, {"b": 3}], "d": {"e": None}}
     assert at(value, parse_path("$.a[*].b"), MARKER) == {"a": [{"b": MARKER, "c": 2}, {"b": MARKER}], "d": {"e": None}}
