@@ -26,7 +26,7 @@ Lines (the keys of the JSON):
 - replay_*: `replay()` of a trace against `orjson.loads` of every line, and
   against reading the same lines back from SQLite and decoding them;
 - step_overhead_vs_bare: the executor with a no-op planner, tool and verifier,
-  against the same functions in a bare loop plus five raw appends per step;
+  against the same functions in a bare loop plus three raw appends per step;
 - resume_linearity: resume time at the big size / (10 x at the small size);
 - replay_peak_rss_mb: peak RSS of a fresh process replaying the big trace;
 - show_peak_rss_mb, diff_peak_rss_mb: the same for `harness show` of it and
@@ -72,7 +72,7 @@ import orjson
 
 import harness
 from harness import Executor, Step, Tool, replay
-from harness._journal import SUFFIX, Journal, check_value, encode
+from harness._journal import SCHEMA, SUFFIX, Journal, check_value, encode
 from harness._replay import _CHUNK, request_hash
 from harness.testing import read_records
 from harness.testing import write_trace as forge
@@ -189,9 +189,9 @@ def trace_records(*, seed: int = 1) -> Iterator[tuple[bool, Append]]:
     names = list(TOOLS)
     contracts = Executor(planner=lambda g, p: None, tools=TOOLS).contracts
     env = {"python": "3.11.7", "platform": "Linux-x86_64", "cwd": "/work", "entrypoint": "bench", "harness": "0.1.0"}
-    yield False, ("header", {"schema": 1, "run_id": RUN_ID, "goal": GOAL, "tools": contracts, "env": env}, ())
+    yield False, ("header", {"schema": SCHEMA, "run_id": RUN_ID, "goal": GOAL, "tools": contracts, "env": env}, ())
     yield False, ("transition", {"from": "INIT", "to": "PLAN", "step": 0, "attempt": 1}, ())
-    step = 0
+    step, seq = 0, 2  # seq: of the last record yielded
     while True:
         if step % 2 == 0:  # the planner asked a model
             request = {"model": "model-1", "prompt": _text(rng, 80, 200)}
@@ -199,6 +199,7 @@ def trace_records(*, seed: int = 1) -> Iterator[tuple[bool, Append]]:
             fields: dict[str, Any] = {"boundary": "llm", "request": request, "hash": request_hash("llm", request)}
             fields["response"] = response
             yield False, ("crossing", fields, ("request", "response"))
+            seq += 1
         tool = rng.choice(names)
         name = f"{tool}-{step}"
         args = _args(rng, tool, step)
@@ -208,16 +209,18 @@ def trace_records(*, seed: int = 1) -> Iterator[tuple[bool, Append]]:
             if tool == "run_tests":
                 intent["key"] = f"{RUN_ID}-{step}-{attempt}"
             yield False, ("transition", {"from": "PLAN", "to": "ACT", **intent}, ("args",))
+            seq += 1
             if attempt < attempts:
                 error = {"type": "ToolError", "message": "timed out after 30 s"}
                 fields = {"from": "ACT", "to": "PLAN", "step": step, "attempt": attempt, "error": error}
                 yield False, ("transition", fields, ())
+                seq += 1
         result = _result(rng, tool)
         base = {"step": step, "attempt": attempts}
         yield False, ("transition", {"from": "ACT", "to": "VERIFY", **base, "result": result}, ("result",))
-        yield False, ("transition", {"from": "VERIFY", "to": "CHECKPOINT", **base}, ())
-        yield False, ("checkpoint", {"step": step, "name": name, "result": result}, ())
-        yield True, ("transition", {"from": "CHECKPOINT", "to": "PLAN", **base}, ())
+        seq += 1
+        yield True, ("checkpoint", {"step": step, "name": name, "verified": seq}, ())  # names the record above
+        seq += 1
         step += 1
 
 
@@ -251,7 +254,7 @@ def cut(src: str, dst: str, n: int) -> int:
         for line in f:
             out.write(line)
             count += 1
-            if count >= n and line.startswith(b'{"seq":%d,"kind":"transition","from":"CHECKPOINT"' % count):
+            if count >= n and line.startswith(b'{"seq":%d,"kind":"checkpoint"' % count):
                 return count
     raise ValueError(f"{src} has no step end after line {n}")
 
@@ -545,7 +548,7 @@ def bench_steps(scratch: Scratch, sizes: Sizes) -> Rounds:
         return t
 
     def bare() -> Sample:
-        """The same calls and five appends per step, written by hand with no checks and no checksums."""
+        """The same calls and three appends per step, written by hand with no checks and no checksums."""
         path = scratch()
         dumps, write, newline = orjson.dumps, os.write, orjson.OPT_APPEND_NEWLINE
         t0 = clocks()
@@ -562,15 +565,11 @@ def bench_steps(scratch: Scratch, sizes: Sizes) -> Rounds:
                    "ts": time.time()}  # fmt: skip
             write(fd, dumps(put, option=newline))
             verifier(s, result)
-            put = {"seq": seq + 3, "kind": "transition", "from": "VERIFY", "to": "CHECKPOINT", **base,
+            put = {"seq": seq + 3, "kind": "checkpoint", "step": i, "name": s.name, "verified": seq + 2,
                    "ts": time.time()}  # fmt: skip
             write(fd, dumps(put, option=newline))
-            put = {"seq": seq + 4, "kind": "checkpoint", "step": i, "name": s.name, "result": result, "ts": time.time()}
-            write(fd, dumps(put, option=newline))
             progress.append(result)
-            put = {"seq": seq + 5, "kind": "transition", "from": "CHECKPOINT", "to": "PLAN", **base, "ts": time.time()}
-            write(fd, dumps(put, option=newline))
-            seq, i = seq + 5, i + 1
+            seq, i = seq + 3, i + 1
         os.close(fd)
         t = since(t0, n)
         os.unlink(path)
@@ -580,26 +579,22 @@ def bench_steps(scratch: Scratch, sizes: Sizes) -> Rounds:
         """Not a baseline: the executor's journal calls of a step alone, in three writes (a diagnostic).
 
         As the executor makes them: PLAN -> ACT with its args checked; ACT -> VERIFY
-        with the tool's result round-tripped (check_value); then VERIFY -> CHECKPOINT,
-        the checkpoint and CHECKPOINT -> PLAN in one append_many. The records are
-        built before the clock starts, so this times the journal's work only.
+        with the tool's result round-tripped (check_value); then the checkpoint record
+        naming it. The records are built before the clock starts, so this times the
+        journal's work only.
         """
         path = scratch()
         base, result = {"step": 0, "attempt": 1}, {"ok": True}
         intent = {"from": "PLAN", "to": "ACT", **base, "name": step.name, "tool": step.tool, "args": step.args}
         verify = {"from": "ACT", "to": "VERIFY", **base, "result": result}
-        batch = [
-            ("transition", {"from": "VERIFY", "to": "CHECKPOINT", **base}),
-            ("checkpoint", {"step": 0, "name": step.name, "result": result}),
-            ("transition", {"from": "CHECKPOINT", "to": "PLAN", **base}),
-        ]
+        checkpoint = {"step": 0, "name": step.name, "verified": 2}
         with Journal.open(path) as journal:
-            append, append_many = journal.append, journal.append_many
+            append = journal.append
             t0 = clocks()
             for _ in range(n):
                 append("transition", intent, check=("args",))
                 append("transition", verify, check=("result",))  # the executor calls check_value, then appends
-                append_many(batch)
+                append("checkpoint", checkpoint)
             t = since(t0, n)
         os.unlink(path)
         return t

@@ -3,9 +3,11 @@
 One loop, one state at a time (PLAN -> ACT -> VERIFY -> CHECKPOINT ...).
 Each transition is written before the executor acts on it: the transition
 into ACT (the intent: tool, args, idempotency key) is on the file before the
-tool runs, the result is on the file before it is verified, and a checkpoint
-is written only right after the VERIFY -> CHECKPOINT transition that vouches
-for it. Resuming is the same loop started from the state `replay()` rebuilds.
+tool runs, the result is on the file before it is verified, and the
+checkpoint record (VERIFY -> CHECKPOINT -> PLAN in one line) names the record
+holding the result it vouches for instead of copying it. A run that ends
+(DONE or FAILED) writes its seal with its last record. Resuming is the same
+loop started from the state `replay()` rebuilds.
 
 Failures: ToolError and a rejected verification are retried under the
 RetryPolicy and end in FAILED when attempts run out, all recorded. Any other
@@ -26,6 +28,7 @@ from dataclasses import KW_ONLY, dataclass, field
 from typing import Any
 
 from . import _state as S
+from ._blobs import THRESHOLD
 from ._boundary import Session, deactivate
 from ._errors import (
     HarnessError,
@@ -167,6 +170,8 @@ class Executor:
         durability: str = "flush",
         entrypoint: str | None = None,
         max_steps: int | None = MAX_STEPS,
+        blob_threshold: int = THRESHOLD,
+        seal_key: str | bytes | None = None,
         redact: Redaction | Iterable[Rule] | None = None,
     ):
         if not isinstance(tools, Mapping):
@@ -188,6 +193,10 @@ class Executor:
         self.resume = resume
         self.retry = retry
         self.durability = durability
+        if type(blob_threshold) is not int or blob_threshold < 0:
+            raise ValueError(f"blob_threshold must be an int of bytes >= 0, not {blob_threshold!r}")
+        self.blob_threshold = blob_threshold
+        self.seal_key = seal_key
         self.entrypoint = entrypoint or (sys.argv[0] if sys.argv and sys.argv[0] else "<python>")
         self.max_steps = max_steps
         # secrets replaced by a marker in every value written (None: the default rules; a list adds to them)
@@ -214,7 +223,13 @@ class Executor:
             except OSError as e:
                 raise TraceUnreadable(folder, f"cannot hold runs: {e.strerror}") from None
             path = os.path.join(folder, f"{run_id}.jsonl")
-        with Journal.open(path, durability=self.durability, redact=self.redact) as journal:
+        from ._seal import key_of
+
+        key = key_of(self.seal_key)  # a bad key fails before anything is written
+        with Journal.open(
+            path, durability=self.durability, redact=self.redact, blob_threshold=self.blob_threshold
+        ) as journal:
+            journal.seal_key = key
             if journal.size():
                 if not self.resume:
                     raise TraceExists(path)
@@ -257,8 +272,16 @@ class Executor:
             raise ResumeMismatch(path, "goal", rep.goal, goal)
         if rep.header.get("tools") != self.contracts:
             raise ResumeMismatch(path, "tools", rep.header.get("tools"), self.contracts)
+        journal.digests.update(rep.blobs)
+        if rep.complete and rep.seal is None:  # its writer died writing the end: the seal is all that is missing
+            aside = set_aside(path, rep.end) if rep.torn_tail else None
+            seal = journal.seal_fields(rep.end, state=rep.state, key=journal.seal_key)
+            if aside:
+                seal["set_aside"] = os.path.basename(aside)
+            journal.continue_after(rep.last_seq, rep.crc, rep.end, ("seal", seal), sync=True)  # over the torn seal
+            return finished(replay(path))
         if rep.complete or (rep.state == S.PAUSED and rep.reconcile is None):
-            return finished(rep)
+            return finished(rep)  # a finished run is never appended to
         aside = set_aside(path, rep.end) if rep.torn_tail else None
         seam = {"set_aside": os.path.basename(aside) if aside else None, "env": environment(self.entrypoint)}
         journal.continue_after(rep.last_seq, rep.crc, rep.end, ("resume", seam))  # written over the torn tail
@@ -273,19 +296,20 @@ class Executor:
         if run.state in (S.INIT, S.PLAN):
             if run.state == S.INIT:
                 run.move(S.PLAN)
-            elif last["from"] in (S.ACT, S.VERIFY):  # a retry was decided
+            elif last.get("from") in (S.ACT, S.VERIFY):  # a retry was decided
                 run.step, run.attempt = last["step"], last["attempt"] + 1
             else:
                 run.step = len(run.progress)
             return self._drive(run)
         assert intent is not None
         run.step, run.attempt, run.intent, run.result = intent["step"], intent["attempt"], intent, rep.result
-        run.shown = check_value("result", rep.result)
+        run.shown, run.result_seq = check_value("result", rep.result), rep.result_seq
         if run.state == S.PAUSED:
             assert rep.reconcile is not None
             if rep.reconcile["happened"]:
                 run.result, run.shown = rep.reconcile["result"], check_value("result", rep.reconcile["result"])
-                run.move(S.VERIFY, sync=True, user=("result",), result=run.result)
+                run.result = run.move(S.VERIFY, sync=True, user=("result",), result=run.result)["result"]
+                run.result_seq = run.journal.seq
             else:
                 run.intent = self._live_intent(run, rep)
                 run.move(S.ACT, sync=True, user=("args",), **{k: run.intent[k] for k in _INTENT if k in run.intent})
@@ -294,9 +318,6 @@ class Executor:
             return finished(replay(journal.path))
         elif run.state == S.ACT:  # the call is made again
             run.intent = self._live_intent(run, rep)
-        elif run.state == S.CHECKPOINT and len(run.progress) > run.step:  # the checkpoint is written
-            run.move(S.PLAN)
-            run.step, run.attempt = run.step + 1, 1
         return self._drive(run)
 
     def _live_intent(self, run: _Run, rep: Replay) -> dict[str, Any]:
@@ -391,6 +412,7 @@ class Executor:
                     run.shown = raw
                     sync = run.intent["tool"] in self.declared  # redacted as written: what a resumed run reads back
                     run.result = run.move(S.VERIFY, sync=sync, user=("result",), result=result)["result"]
+                    run.result_seq = run.journal.seq  # the record the checkpoint will name
                 elif run.state == S.VERIFY:
                     why = self._verify(run)
                     if why is not None:
@@ -398,9 +420,7 @@ class Executor:
                         if self._retry_or_fail(run, error):
                             return run.outcome(error)
                         continue
-                    run.checkpoint(vouch=True)
-                else:  # CHECKPOINT: only on resume, when the vouching transition is all that was written
-                    run.checkpoint(vouch=False)
+                    run.checkpoint()
         finally:
             deactivate(token)
 
@@ -517,8 +537,8 @@ class _Run:
     """
 
     __slots__ = (
-        "attempt", "goal", "id", "intent", "journal", "planned", "progress", "result", "session", "shown", "state",
-        "step",
+        "attempt", "goal", "id", "intent", "journal", "planned", "progress", "result", "result_seq", "session",
+        "shown", "state", "step",
     )  # fmt: skip
 
     def __init__(
@@ -530,6 +550,7 @@ class _Run:
         self.intent: dict[str, Any] = {}
         self.planned: Step | None = None
         self.result: Any = None
+        self.result_seq = 0  # the record holding `result`, which the checkpoint names
         self.shown: Any = None
 
     def edge(self, to: str, **fields: Any) -> dict[str, Any]:
@@ -541,23 +562,28 @@ class _Run:
         return fields
 
     def move(self, to: str, *, sync: bool = False, user: tuple[str, ...] = (), **fields: Any) -> dict[str, Any]:
-        """Write the transition into `to` and take it; returns its fields as written (`user` ones redacted)."""
+        """Write the transition into `to` and take it; returns its fields as written (`user` ones redacted).
+
+        A run that ends writes its seal with its last record, in one write.
+        """
         written = self.edge(to, **fields)
-        self.journal.append("transition", written, sync=sync, user=user)
+        if to in S.TERMINAL:
+            self.journal.finish("transition", written, state=to, key=self.journal.seal_key, user=user)
+        else:
+            self.journal.append("transition", written, sync=sync, user=user)
         return written
 
-    def checkpoint(self, *, vouch: bool) -> None:
-        """Write the checkpoint (after its vouching VERIFY -> CHECKPOINT) and move on to the next step.
+    def checkpoint(self) -> None:
+        """Write the checkpoint record: the moves VERIFY -> CHECKPOINT -> PLAN, naming the verified result.
 
-        Nothing happens between these records, so they go out in one write.
+        Neither the result nor the step's name is copied: `verified` is the seq
+        of the record holding the result (as the journal wrote it, redacted),
+        which follows the intent naming the step.
         """
-        name = self.intent["name"]
-        records = [("transition", self.edge(S.CHECKPOINT))] if vouch else []
-        # self.result is the VERIFY record's result as the journal wrote it (redacted): not searched again
-        records.append(("checkpoint", {"step": self.step, "name": name, "result": self.result}))
-        records.append(("transition", self.edge(S.PLAN)))
-        seq = self.journal.append_many(records) - 1
-        list.append(self.progress, Checkpoint(self.step, name, self.result, seq))
+        for to in S.CHECKPOINT_MOVES:
+            self.edge(to)  # the table allows each move, or this is an internal error
+        seq = self.journal.append("checkpoint", {"step": self.step, "verified": self.result_seq})
+        list.append(self.progress, Checkpoint(self.step, self.intent["name"], self.result, seq))
         self.step, self.attempt, self.planned = self.step + 1, 1, None
 
     def outcome(self, error: dict[str, Any] | None = None) -> Outcome:

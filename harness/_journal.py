@@ -17,7 +17,10 @@ Rules kept here:
   in any thread or process, fails at once; the kernel drops it with the process;
 - with a `Redaction`, the user fields a caller names (`check=`, `user=`) are
   redacted before their record is written: the search for anything to redact
-  runs on the line's bytes, and only a hit walks the fields and encodes again.
+  runs on the line's bytes, and only a hit walks the fields and encodes again;
+- a payload larger than `blob_threshold` is stored in a blob (_blobs.py), as
+  redacted, before the line naming it is written; a run's terminal record and
+  its seal (_seal.py) go out in one write, so no torn seal follows a finished run.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import hashlib
 import math
 import os
 import secrets
@@ -36,10 +40,11 @@ from typing import Any
 
 import orjson
 
+from . import _blobs
 from ._errors import JournalError, NotSerializable, TraceLocked, TraceUnreadable
 from ._redact import Redaction, user_text
 
-SCHEMA = 1
+SCHEMA = 2
 MAX_LINE = 16 * 1024 * 1024  # bytes; larger records are refused on write and on read
 SUFFIX = len(b',"crc":"00000000"}')  # bytes after the checksummed part, newline excluded
 MARK = b',"crc":"'  # where that suffix starts
@@ -151,6 +156,11 @@ def encode(record: dict[str, Any], crc: int) -> tuple[bytes, int]:
     return line, crc
 
 
+def now() -> float:
+    """A record's `ts`: the wall clock in seconds, to the millisecond (finer digits cost bytes on every line)."""
+    return round(time.time(), 3)
+
+
 def line_ok(line: bytes, prev: int) -> bool:
     """Whether line (without its newline) ends with the crc of its bytes, chained on prev."""
     return line[-SUFFIX:] == b',"crc":"%08x"}' % zlib.crc32(line[:-SUFFIX], prev)
@@ -159,23 +169,45 @@ def line_ok(line: bytes, prev: int) -> bool:
 class Journal:
     """The single writer of one trace. Open with `Journal.open()`; use as a context manager."""
 
-    __slots__ = ("_broken", "_truncated", "crc", "created", "fd", "fsync", "path", "redact", "seq")
+    __slots__ = (
+        "_broken", "_truncated", "blob_threshold", "crc", "created", "digests", "fd", "fsync", "path", "redact",
+        "seal_key", "seq",
+    )  # fmt: skip
 
-    def __init__(self, path: str, fd: int, *, fsync: bool, created: bool, redact: Redaction | None = None):
+    def __init__(
+        self,
+        path: str,
+        fd: int,
+        *,
+        fsync: bool,
+        created: bool,
+        redact: Redaction | None = None,
+        blob_threshold: int = _blobs.THRESHOLD,
+    ):
         self.path, self.fd, self.fsync, self.created = path, fd, fsync, created
         self.redact = redact  # what the user fields of each record go through (None: nothing is redacted)
         self.seq = 0
         self.crc = 0
         self._broken: str | None = None
         self._truncated = False  # the next write is synced: it makes the truncation durable with it
+        self.blob_threshold = blob_threshold
+        self.digests: set[str] = set()  # every blob the trace names: what its seal lists
+        self.seal_key: bytes | None = None  # an HMAC key for the seal, else an unkeyed seal
 
     @classmethod
     def open(
-        cls, path: str | os.PathLike[str], *, durability: str = "flush", redact: Redaction | None = None
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        durability: str = "flush",
+        redact: Redaction | None = None,
+        blob_threshold: int = _blobs.THRESHOLD,
     ) -> Journal:
         """Open (creating if needed) and lock path. Takes the lock before anything else."""
         if durability not in ("flush", "fsync"):
             raise ValueError(f"durability must be 'flush' or 'fsync', not {durability!r}")
+        if type(blob_threshold) is not int or blob_threshold < 0:
+            raise ValueError(f"blob_threshold must be an int of bytes >= 0, not {blob_threshold!r}")
         path = os.fspath(path)
         created = False
         try:
@@ -204,7 +236,9 @@ class Journal:
         except BlockingIOError:
             os.close(fd)
             raise TraceLocked(path) from None
-        journal = cls(path, fd, fsync=durability == "fsync", created=created, redact=redact)
+        journal = cls(
+            path, fd, fsync=durability == "fsync", created=created, redact=redact, blob_threshold=blob_threshold
+        )
         if created:
             try:
                 journal.sync_dir()
@@ -254,11 +288,7 @@ class Journal:
         if self._broken:
             raise JournalError(self.path, f"an earlier {self._broken} failed; this journal accepts nothing more")
         kind, fields = record
-        whole = {"seq": seq + 1, "kind": kind, **fields, "ts": time.time()}
-        line, out = encode(whole, crc)
-        if user and self.redact is not None:
-            line, out = self._redact(whole, line, out, fields, user, crc)
-        crc = out
+        line, crc = self._encode(seq + 1, kind, fields, crc, user)
         try:
             flags = fcntl.fcntl(self.fd, fcntl.F_GETFL)
             fcntl.fcntl(self.fd, fcntl.F_SETFL, flags & ~os.O_APPEND)  # with O_APPEND, pwrite appends (Linux)
@@ -295,12 +325,98 @@ class Journal:
         for name in check:
             check_value(name, fields[name])
         seq = self.seq + 1
-        record = {"seq": seq, "kind": kind, **fields, "ts": time.time()}
-        line, crc = encode(record, self.crc)
-        if (check or user) and self.redact is not None:
-            line, crc = self._redact(record, line, crc, fields, (*check, *user) if check else user, self.crc)
+        line, crc = self._encode(seq, kind, fields, self.crc, (*check, *user) if check else user)
         self._write(line, seq, crc, sync)
         return seq
+
+    def _encode(
+        self, seq: int, kind: str, fields: dict[str, Any], crc: int, user: tuple[str, ...] = ()
+    ) -> tuple[bytes, int]:
+        """The record's line and crc: `user` fields redacted (fields gets their values), large payloads in blobs.
+
+        Only a line longer than the blob threshold is looked at for payloads to store.
+        """
+        record = {"seq": seq, "kind": kind, **fields, "ts": now()}
+        try:
+            line, out = encode(record, crc)
+        except NotSerializable:
+            if kind not in _blobs.FIELDS:
+                raise
+            line = b""  # too long for a line: it may fit once its payloads are blobs
+        if line and user and self.redact is not None:
+            line, out = self._redact(record, line, out, fields, user, crc)
+        if len(line) > self.blob_threshold or not line:  # no payload can be larger than its line
+            if not line:
+                self.redacted(fields, user)
+            stored = self._store(kind, fields)
+            if stored is not None:
+                line, out = encode({"seq": seq, "kind": kind, **stored, "ts": record["ts"]}, crc)
+            elif not line:
+                line, out = encode({"seq": seq, "kind": kind, **fields, "ts": record["ts"]}, crc)  # NotSerializable
+        return line, out
+
+    def _store(self, kind: str, fields: dict[str, Any]) -> dict[str, Any] | None:
+        """fields with each payload larger than the threshold stored as a blob; None when none is."""
+        named: dict[str, Any] = {}
+        for name in _blobs.FIELDS.get(kind, ()):
+            if name not in fields:
+                continue
+            try:
+                data = orjson.dumps(fields[name], default=_refuse, option=_DUMPS_OPTIONS)
+            except TypeError as e:
+                raise _unstorable({name: fields[name]}, e) from None
+            if len(data) > self.blob_threshold:
+                named[name] = {"sha256": self.put_blob(data), "size": len(data)}
+        if not named:
+            return None
+        return {**{k: v for k, v in fields.items() if k not in named}, "blobs": named}
+
+    def put_blob(self, data: bytes) -> str:
+        """Store data as a blob beside the trace (before any line names it); its sha256."""
+        if self._broken:
+            raise JournalError(self.path, f"an earlier {self._broken} failed; this journal accepts nothing more")
+        folder = _blobs.folder_of(self.path)
+        try:
+            name = _blobs.put(folder, data, sync_dir=self.fsync)
+        except OSError as e:
+            raise JournalError(self.path, f"cannot store a blob in {folder}: {_why(e)}") from None
+        self.digests.add(name)
+        return name
+
+    def finish(
+        self, kind: str, fields: dict[str, Any], *, state: str, key: bytes | None, user: tuple[str, ...] = ()
+    ) -> int:
+        """Write the record that ends the run and its seal, in one synced write; returns the end's seq."""
+        seq = self.seq + 1
+        line, crc = self._encode(seq, kind, fields, self.crc, user)
+        seal_line, seal_crc = self._seal_line(seq + 1, line, crc, state, key)
+        self._write(line + seal_line, seq + 1, seal_crc, True)
+        return seq
+
+    def seal_fields(self, end: int, *, state: str, key: bytes | None) -> dict[str, Any]:
+        """The fields of a seal over the file's first `end` bytes (a run whose writer died before its seal)."""
+        from . import _seal
+
+        return _seal.fields(self._prefix_sha256(b"", end), self.digests, state, key)
+
+    def _seal_line(self, seq: int, before: bytes, crc: int, state: str, key: bytes | None) -> tuple[bytes, int]:
+        from . import _seal
+
+        seal = _seal.fields(self._prefix_sha256(before), self.digests, state, key)
+        return encode({"seq": seq, "kind": "seal", **seal, "ts": now()}, crc)
+
+    def _prefix_sha256(self, tail: bytes, end: int | None = None) -> str:
+        """sha256 of the file's bytes up to end (all of them by default: on disk, under our lock), then tail."""
+        h = hashlib.sha256()
+        offset, size = 0, self.size() if end is None else end
+        while offset < size:
+            chunk = os.pread(self.fd, min(1 << 20, size - offset), offset)
+            if not chunk:
+                break
+            h.update(chunk)
+            offset += len(chunk)
+        h.update(tail)
+        return h.hexdigest()
 
     def append_many(self, records: Iterable[tuple[Any, ...]], *, sync: bool = False) -> int:
         """Write records that follow each other with nothing done between them, in one write.
@@ -312,13 +428,8 @@ class Journal:
         seq, crc, lines = self.seq, self.crc, []
         for record in records:
             seq += 1
-            fields = record[1]
-            written = {"seq": seq, "kind": record[0], **fields, "ts": time.time()}
-            line, out = encode(written, crc)
-            if len(record) > 2 and record[2] and self.redact is not None:
-                line, out = self._redact(written, line, out, fields, record[2], crc)
+            line, crc = self._encode(seq, record[0], record[1], crc, record[2] if len(record) > 2 else ())
             lines.append(line)
-            crc = out
         self._write(b"".join(lines), seq, crc, sync)
         return seq
 

@@ -4,9 +4,12 @@
 steps, attempts, tools, args, results, errors, checkpoints, crossings,
 resumes) and drops what changes between two runs of the same program: seq
 numbers, wall-clock values, run ids, checksums and hashes, the host
-environment, idempotency keys (they embed the run id), fork lineage, and the
-trace's own file name. Dropping seq makes an inserted record an insertion,
-not a renumbering of every later one; the record's position still gives it.
+environment, idempotency keys (they embed the run id), fork lineage, the
+trace's own file name, the seq a checkpoint or a reconcile record points
+to, and a seal's digests (its `state` stays). Payloads stored in blobs
+are read back in place: the view is the same whether a payload was inline
+or not. Dropping seq makes an inserted record an insertion, not a
+renumbering of every later one; the record's position still gives it.
 
 Rules kept here:
 - one record in, one record out, in order: record i of the view is seq i+1;
@@ -32,11 +35,12 @@ from typing import Any
 
 import orjson
 
+from . import _blobs
 from ._errors import HarnessError, TraceUnreadable
 from ._executor import Outcome
 from ._replay import Replay, replay
 
-FORMAT, VERSION = "harness-golden", 1
+FORMAT, VERSION = "harness-golden", 2  # 2: trace schema 2 (one checkpoint record per step, seals)
 GOLDEN_HEAD = orjson.dumps({"format": FORMAT, "version": VERSION}).decode()
 RERECORD = "re-record it with `pytest --snapshot-update` (or `harness show --golden TRACE`)"
 
@@ -85,6 +89,10 @@ def normalize_record(record: Mapping[str, Any], *, nested: bool = True) -> dict[
     out = {k: _canon(record[k]) for k in plan} if nested else {k: record[k] for k in plan}
     if kind == "reconcile":
         out.pop("op", None)  # the seq of the paused operation: a seq number
+    elif kind == "checkpoint":
+        out.pop("verified", None)  # the seq of the record holding the result: a seq number
+    elif kind == "seal":  # digests of bytes that hold wall-clock times; keyed or not is not behaviour
+        out = {k: v for k, v in out.items() if k in ("kind", "state")}
     elif kind == "crossing" and out.get("boundary") == "now":
         out.pop("response", None)  # a wall-clock reading
     aside = out.get("set_aside")
@@ -334,7 +342,12 @@ class Loaded:
         """The normalized record i (of the held region, for a trace file)."""
         rec = self._norm.get(i)
         if rec is None:
-            raw = orjson.loads(self._raw[i - self._base]) if self._path is not None else self._records[i]  # type: ignore[index]
+            if self._path is not None:
+                raw = orjson.loads(self._raw[i - self._base])
+                if "blobs" in raw:
+                    raw = _blobs.inline(self._path, raw)
+            else:
+                raw = self._records[i]  # type: ignore[index]
             rec = self._norm[i] = normalize_record(raw, nested=False)
         return rec
 

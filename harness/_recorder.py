@@ -12,7 +12,8 @@ Rules kept here:
 - an event's data must survive a JSON round trip, else NotSerializable and
   nothing is written;
 - the header and the end record are synced to disk (fsync), whatever the
-  durability; with durability="fsync" every event is too;
+  durability; with durability="fsync" every event is too; the end record and
+  the run's seal go out in one write;
 - nothing is written after the end: log() and end() then raise;
 - secrets are redacted (`redact=`, default rules by default) in the goal,
   every event's data, every crossing and the end's error before they are written.
@@ -26,11 +27,14 @@ from collections.abc import Iterable
 from types import TracebackType
 from typing import Any
 
+from ._blobs import THRESHOLD
 from ._boundary import Session, deactivate, error_of
 from ._errors import HarnessError, TraceExists
 from ._executor import environment
 from ._journal import SCHEMA, Journal, check_value
 from ._redact import Redaction, Rule
+from ._seal import key_of
+from ._state import DONE, FAILED
 
 STATUSES = ("success", "failure", "error")
 
@@ -50,6 +54,8 @@ class Recorder:
         goal: Any = None,
         durability: str = "flush",
         redact: Redaction | Iterable[Rule] | None = None,
+        blob_threshold: int = THRESHOLD,
+        seal_key: str | bytes | None = None,
     ):
         check_value("goal", goal)
         if durability not in ("flush", "fsync"):
@@ -59,6 +65,8 @@ class Recorder:
         self.goal = goal
         self.durability = durability
         self.redact = Redaction.of(redact)
+        self.blob_threshold = blob_threshold
+        self.seal_key = key_of(seal_key)
         self.run_id = uuid.uuid4().hex
         self.status: str | None = None
         self._journal: Journal | None = None
@@ -67,7 +75,10 @@ class Recorder:
     def __enter__(self) -> Recorder:
         if self._journal is not None or self.status is not None:
             raise HarnessError(f"{self.path}: this Recorder was already used; make a new one for another run")
-        journal = Journal.open(self.path, durability=self.durability, redact=self.redact)
+        journal = Journal.open(
+            self.path, durability=self.durability, redact=self.redact, blob_threshold=self.blob_threshold
+        )
+        journal.seal_key = self.seal_key
         try:
             if journal.size():
                 raise TraceExists(self.path)
@@ -99,7 +110,9 @@ class Recorder:
         fields: dict[str, Any] = {"status": status}
         if error is not None:
             fields["error"] = error_of(error)
-        seq = journal.append("end", fields, sync=True, user=("error",))
+        seq = journal.finish(
+            "end", fields, state=DONE if status == "success" else FAILED, key=self.seal_key, user=("error",)
+        )
         self.status = status
         self._stop_recording()  # a crossing after the end would break the trace
         return seq
@@ -116,9 +129,7 @@ class Recorder:
             raise HarnessError(f"{self.path}: the run already ended ({self.status}); nothing can follow the end")
         return self._journal
 
-    def __exit__(
-        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         journal = self._journal
         if journal is None:
             return

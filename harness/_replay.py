@@ -10,7 +10,13 @@ never an error.
 
 No record stays in memory: checkpoints and crossings are kept as
 (offset, length, previous crc) triples and decoded on access, re-checking
-each line's crc, so a file changed after replay() is still caught.
+each line's crc, so a file changed after replay() is still caught. A
+checkpoint names the record holding its result (`verified`); its result is
+read from there, and its name from the intent before it. Blob-stored
+payloads are read (and their sha256 checked) on access too; the scan only
+checks that each named blob is there with its size. A `seal` record is
+checked against a sha256 of every byte before it and the blobs the trace
+names.
 """
 
 from __future__ import annotations
@@ -28,7 +34,9 @@ from typing import Any, overload
 
 import orjson
 
+from . import _blobs
 from . import _state as S
+from ._blobs import BlobRef
 from ._errors import HarnessError, TraceCorruption
 from ._journal import HEADER_START as _HEADER_START
 from ._journal import MARK as _MARK
@@ -84,16 +92,16 @@ class _Lines:
         return len(self._pos) // (3 * self._width)
 
     def _read(self, f: Any, i: int) -> list[dict[str, Any]]:
-        out = []
         base = i * 3 * self._width
-        for j in range(self._width):
-            off, length, prev = self._pos[base + 3 * j : base + 3 * j + 3]
-            f.seek(off)
-            line = f.read(length - 1)  # without its newline
-            if len(line) != length - 1 or not line_ok(line, prev):
-                raise HarnessError(f"{self._path} changed after it was replayed (at byte {off}); replay it again")
-            out.append(orjson.loads(line))
-        return out
+        return [self._line(f, *self._pos[base + 3 * j : base + 3 * j + 3]) for j in range(self._width)]
+
+    def _line(self, f: Any, off: int, length: int, prev: int) -> dict[str, Any]:
+        """The record at off, its crc checked again and its blob-stored payloads read back."""
+        f.seek(off)
+        line = f.read(length - 1)  # without its newline
+        if len(line) != length - 1 or not line_ok(line, prev):
+            raise HarnessError(f"{self._path} changed after it was replayed (at byte {off}); replay it again")
+        return _blobs.inline(self._path, orjson.loads(line))
 
     def __iter__(self) -> Iterator[Any]:
         with os.fdopen(open_regular(self._path), "rb") as f:
@@ -113,6 +121,26 @@ class _Lines:
             return self._read(f, i)
         except OSError as e:
             raise read_error(self._path, e) from None
+
+
+class _Checkpoints(_Lines):
+    """Checkpoints, each kept as its line's position and the index of the tool crossing whose result it vouches for.
+
+    The crossing holds the intent (the step's name) and the result: nothing is stored twice, in memory or on file.
+    """
+
+    __slots__ = ("_crossings",)
+
+    def __init__(self, path: str, crossings: _Lines):
+        super().__init__(path, 1, _checkpoint)
+        self._crossings = crossings
+
+    def __len__(self) -> int:
+        return len(self._pos) // 4
+
+    def _read(self, f: Any, i: int) -> list[dict[str, Any]]:
+        off, length, prev, crossing = self._pos[4 * i : 4 * i + 4]
+        return [self._line(f, off, length, prev), *self._crossings._read(f, crossing)]
 
 
 class Records(Sequence[Any]):
@@ -143,8 +171,23 @@ class Records(Sequence[Any]):
         return f"<{len(self)} records of {self._lines._path}>"
 
 
-def _checkpoint(rec: dict[str, Any]) -> Checkpoint:
-    return Checkpoint(rec["step"], rec["name"], rec["result"], rec["seq"])
+def _checkpoint(rec: dict[str, Any], intent: dict[str, Any], verified: dict[str, Any]) -> Checkpoint:
+    return Checkpoint(rec["step"], intent["name"], verified["result"], rec["seq"])
+
+
+@dataclass(frozen=True, slots=True)
+class Artifact:
+    """A named output of a run (`harness.artifact()`), stored as blob `sha256` beside the trace."""
+
+    seq: int
+    name: str
+    sha256: str
+    size: int
+    trace: str = field(repr=False, default="")
+
+    def read(self) -> bytes:
+        """Its bytes, checked against its sha256 (TraceCorruption if missing or altered)."""
+        return _blobs.read(self.trace, self.seq, self.sha256, self.size)
 
 
 def _crossing(req: dict[str, Any], resp: dict[str, Any]) -> Crossing:
@@ -173,13 +216,22 @@ class Replay:
     # where a resuming writer continues: end of the last complete line, its crc
     end: int = field(repr=False)
     crc: int = field(repr=False)
-    last: dict[str, Any] | None = field(repr=False)  # the last transition
+    last: dict[str, Any] | None = field(repr=False)  # the last record that moved the state (transition, checkpoint)
     intent: dict[str, Any] | None = field(repr=False)  # the last transition into ACT
-    result: Any = field(repr=False)  # the last tool result (state VERIFY or CHECKPOINT)
+    result: Any = field(repr=False)  # the last tool result (state VERIFY)
     reconcile: dict[str, Any] | None = field(repr=False)  # an operator's word on a PAUSED run
     fresh: int = field(repr=False)  # crossings since the last transition
     # crossings[planned[0]:planned[1]]: those the planner made while planning the last intent (a resume asks it again)
     planned: tuple[int, int] = field(default=(0, 0), repr=False)
+    result_seq: int = field(repr=False, default=0)  # the record holding `result`
+    # every blob the trace names (payloads and artifacts): sha256 -> (size, first line naming it)
+    blobs: dict[str, tuple[int, int]] = field(repr=False, default_factory=dict)
+    artifacts: tuple[Artifact, ...] = ()
+    seal: dict[str, Any] | None = field(repr=False, default=None)  # the seal record, when sealed
+
+    @property
+    def sealed(self) -> bool:
+        return self.seal is not None
 
     @property
     def run_id(self) -> str:
@@ -330,11 +382,11 @@ def _aside_problem(path: str, header: dict[str, Any], name: Any) -> str | None:
     return None
 
 
-def _header_problem(rec: dict[str, Any]) -> tuple[str, str] | None:
+def _header_problem(path: str, rec: dict[str, Any]) -> tuple[str, str] | None:
     """(reason, why) when a header record cannot start a run; None when it can."""
     schema = rec.get("schema")
     if type(schema) is not int or schema != SCHEMA:
-        return "schema", f"trace schema version {schema!r}; this harness reads version {SCHEMA}"
+        return "schema", _schema_advice(path, schema)
     if type(rec.get("run_id")) is not str or "goal" not in rec:
         return "malformed", "a header without its str run_id and its goal"
     tools = rec.get("tools")
@@ -356,7 +408,8 @@ def _header_problem(rec: dict[str, Any]) -> tuple[str, str] | None:
 def _scan(
     path: str, f: Any, on_record: Callable[[bytes, dict[str, Any]], None] | None = None
 ) -> Replay:  # one loop on purpose: it is the hot path
-    checkpoints, crossings = _Lines(path, 1, _checkpoint), _Lines(path, 2, _crossing)
+    crossings = _Lines(path, 2, _crossing)
+    checkpoints = _Checkpoints(path, crossings)
     ck_pos, cr_pos = checkpoints._pos, crossings._pos
     edges = S.EDGES
     loads, dumps, crc32 = orjson.loads, orjson.dumps, zlib.crc32  # locals: looked up once, not on every line
@@ -364,14 +417,15 @@ def _scan(
     tools: dict[str, Any] = {}  # the header's contracts: an intent must name one of them
     state = S.INIT
     n = seq = crc = transitions = resumes = offset = 0
-    vouch: int | None = None  # step vouched for by VERIFY -> CHECKPOINT, until its checkpoint
     last: dict[str, Any] | None = None
     intent: dict[str, Any] | None = None
     intent_pos = (0, 0, 0)
-    result: Any = None
-    verified = b""  # canonical bytes of result: results are compared by type and value, never with ==
+    result: Any = None  # the result being verified (a BlobRef while its blob is not read)
+    result_seq, result_crossing = 0, 0  # the record holding it, and its tool crossing's index
     reconcile: dict[str, Any] | None = None
-    reconciled = b""  # canonical bytes of the reconcile record's result
+    blobs: dict[str, tuple[int, int]] = {}
+    artifacts: list[Artifact] = []
+    seal: dict[str, Any] | None = None
     fresh = 0  # crossings since the last transition
     planned = (0, 0)  # the crossings made while planning the last intent, as indexes into crossings
     at_step, at_attempt = 0, 1  # what the next transition must name
@@ -414,11 +468,14 @@ def _scan(
                     path, n, "seq", f"expected seq {seq + 1}, found {rseq!r}", rseq if type(rseq) is int else None
                 )
             seq = rseq
-            if state in S.TERMINAL:
-                raise _fail(path, n, "after-terminal", f"a {kind} record after the run ended in {state}", seq)
+            if state in S.TERMINAL and (kind != "seal" or seal is not None):
+                what = " and was sealed" if seal is not None else ""
+                raise _fail(path, n, "after-terminal", f"a {kind} record after the run ended in {state}{what}", seq)
             if type(rec.get("ts")) is not float:
                 raise _fail(path, n, "malformed", f"a {kind} record without its float ts", seq)
             try:
+                if "blobs" in rec or kind == "artifact":
+                    _check_blobs(path, n, seq, rec, blobs)
                 if kind == "transition":
                     src, dst, step, attempt = rec["from"], rec["to"], rec["step"], rec["attempt"]
                     if src != state:
@@ -430,16 +487,14 @@ def _scan(
                             f"step {step!r}, attempt {attempt!r} where step {at_step}, attempt {at_attempt} comes next"
                         )
                         raise _fail(path, n, "bad-transition", why, seq)
-                    if vouch is not None:
-                        why = "VERIFY -> CHECKPOINT is not followed by its checkpoint"
-                        raise _fail(path, n, "unvouched-checkpoint", why, seq)
+                    if dst == S.CHECKPOINT:
+                        why = "VERIFY -> CHECKPOINT is written as a checkpoint record, not a transition"
+                        raise _fail(path, n, "bad-transition", why, seq)
                     if dst == S.ACT:
                         _intent(path, n, rec, tools, header, intent if src == S.PAUSED else None)
                         intent, intent_pos = rec, (offset, length, prev)
                         if src != S.PAUSED:  # PAUSED -> ACT repeats the intent planned before the pause
                             planned = (len(cr_pos) // 6 - fresh, len(cr_pos) // 6)
-                    elif dst == S.CHECKPOINT:
-                        vouch = step
                     elif dst == S.PAUSED:  # only from ACT
                         assert intent is not None
                         if before != "resume":
@@ -452,28 +507,26 @@ def _scan(
                                 "only an unsafe tool's interrupted call is of uncertain outcome"
                             )
                             raise _fail(path, n, "bad-transition", why, seq)
-                    elif dst == S.PLAN and src != S.INIT:
-                        if src == S.CHECKPOINT:
-                            at_step, at_attempt = at_step + 1, 1
-                        else:  # a failed attempt: the step is planned again
-                            at_attempt += 1
+                    elif dst == S.PLAN and src != S.INIT:  # a failed attempt: the step is planned again
+                        at_attempt += 1
                     failed = dst == S.FAILED or (dst == S.PLAN and src in (S.ACT, S.VERIFY))  # a failed attempt
                     if failed and not _error_ok(rec["error"]):
                         why = f'{src} -> {dst} without its error object {{"type": str, "message": str}}'
                         raise _fail(path, n, "malformed", why, seq)
                     if src == S.ACT or (src == S.PAUSED and dst == S.VERIFY):
-                        result = rec["result"] if dst == S.VERIFY else None
-                        verified = dumps(result, option=_SORTED)
+                        result = _payload(rec, "result") if dst == S.VERIFY else None
                         if dst != S.PAUSED:
                             cr_pos.extend(intent_pos)
                             cr_pos.extend((offset, length, prev))
+                        if dst == S.VERIFY:
+                            result_seq, result_crossing = seq, len(cr_pos) // 6 - 1
                     if src == S.PAUSED:
                         if reconcile is None:
                             raise _fail(
                                 path, n, "bad-transition", "a paused run moved on before it was reconciled", seq
                             )
                         if reconcile["happened"] is not (dst == S.VERIFY) or (
-                            dst == S.VERIFY and verified != reconciled
+                            dst == S.VERIFY and not _same(result, _payload(reconcile, "result"))
                         ):
                             why = f"PAUSED -> {dst} contradicts the reconcile record (happened={reconcile['happened']})"
                             if dst == S.VERIFY and reconcile["happened"]:
@@ -483,30 +536,41 @@ def _scan(
                     state, last = dst, rec
                     transitions += 1
                     fresh = 0
-                elif kind == "checkpoint":
+                elif kind == "checkpoint":  # the moves VERIFY -> CHECKPOINT -> PLAN, in one line
                     step = rec["step"]
-                    if vouch is None or type(step) is not int or step != vouch:
-                        raise _fail(
-                            path,
-                            n,
-                            "unvouched-checkpoint",
-                            f"checkpoint of step {step!r} without its VERIFY -> CHECKPOINT just before it",
-                            seq,
-                        )
-                    if (
-                        intent is None
-                        or rec["name"] != intent["name"]
-                        or dumps(rec["result"], option=_SORTED) != verified
-                    ):
-                        why = "the checkpoint's name or result is not the one verified (compared by type and value)"
+                    if state != S.VERIFY or type(step) is not int or step != at_step:
+                        why = f"a checkpoint of step {step!r} in state {state}, step {at_step}: nothing verified"
                         raise _fail(path, n, "unvouched-checkpoint", why, seq)
-                    vouch = None
-                    ck_pos.extend((offset, length, prev))
+                    if type(rec["verified"]) is not int or rec["verified"] != result_seq:
+                        why = (
+                            f"the checkpoint names seq {rec['verified']!r}; the verified result is at seq {result_seq}"
+                        )
+                        raise _fail(path, n, "unvouched-checkpoint", why, seq)
+                    for move in S.CHECKPOINT_MOVES:  # the table allows each move, or this is no checkpoint
+                        illegal = S.check(state, move)
+                        if illegal:
+                            raise _fail(path, n, "bad-transition", illegal, seq)
+                        state = move
+                    at_step, at_attempt = at_step + 1, 1
+                    transitions += len(S.CHECKPOINT_MOVES)
+                    last, fresh = rec, 0
+                    ck_pos.extend((offset, length, prev, result_crossing))
+                elif kind == "artifact":
+                    if type(rec["name"]) is not str:
+                        raise _fail(path, n, "malformed", "an artifact record whose name is not a str", seq)
+                    artifacts.append(Artifact(seq, rec["name"], rec["sha256"], rec["size"], path))
                 elif kind == "crossing":
-                    if type(rec["boundary"]) is not str or "request" not in rec or type(rec["hash"]) is not str:
+                    named = rec.get("blobs") or {}
+                    if (
+                        type(rec["boundary"]) is not str
+                        or not _has(rec, named, "request")
+                        or type(rec["hash"]) is not str
+                    ):
                         why = "a crossing needs a str boundary, a request and a str hash"
                         raise _fail(path, n, "malformed", why, seq)
-                    if ("response" in rec) is ("error" in rec) or ("error" in rec and not _error_ok(rec["error"])):
+                    if _has(rec, named, "response") is ("error" in rec) or (
+                        "error" in rec and not _error_ok(rec["error"])
+                    ):
                         why = 'a crossing needs either a response or an error object {"type": str, "message": str}'
                         raise _fail(path, n, "malformed", why, seq)
                     fresh += 1
@@ -518,10 +582,17 @@ def _scan(
                     if bad is not None:
                         raise _fail(path, n, "bad-resume", bad, seq)
                     resumes += 1
+                elif kind == "seal":
+                    if state not in S.TERMINAL:
+                        raise _fail(path, n, "seal", f"a seal in state {state}: only a run that ended is sealed", seq)
+                    unsealed = _seal_mismatch(path, offset, rec, blobs, state)
+                    if unsealed:
+                        raise _fail(path, n, "seal", unsealed, seq)
+                    seal = rec
                 elif kind == "header":
                     if n != 1:
                         raise _fail(path, n, "bad-header", "a header after the first line", seq)
-                    found = _header_problem(rec)
+                    found = _header_problem(path, rec)
                     if found is not None:
                         raise _fail(path, n, found[0], found[1], seq)
                     header, tools = rec, rec["tools"]
@@ -536,7 +607,7 @@ def _scan(
                             "the reconcile record does not name the paused operation's seq with happened true or false"
                         )
                         raise _fail(path, n, "bad-reconcile", why, seq)
-                    if not happened and rec["result"] is not None:
+                    if not happened and _payload(rec, "result") is not None:
                         why = "a reconcile record with a result for an operation that did not happen"
                         raise _fail(path, n, "bad-reconcile", why, seq)
                     if type(rec["evidence"]) is not str:
@@ -545,11 +616,11 @@ def _scan(
                         bad = _aside_problem(path, header, rec["set_aside"])
                         if bad is not None:
                             raise _fail(path, n, "bad-reconcile", bad, seq)
-                    reconcile, reconciled = rec, dumps(rec["result"], option=_SORTED)
+                    reconcile = rec
                 elif kind == "event":  # a Recorder's: its runs stay in INIT until their end record
                     if state != S.INIT:
                         raise _fail(path, n, "bad-transition", f"an event record in state {state}", seq)
-                    if type(rec["type"]) is not str or "data" not in rec:
+                    if type(rec["type"]) is not str or not _has(rec, rec.get("blobs") or {}, "data"):
                         raise _fail(path, n, "malformed", "an event record needs a str type and its data", seq)
                 elif kind == "end":
                     if state != S.INIT:
@@ -565,10 +636,6 @@ def _scan(
                     raise _fail(path, n, "unknown-kind", f"unknown record kind {kind!r}", seq)
             except (KeyError, TypeError) as e:
                 raise _fail(path, n, "malformed", f"a {kind} record without a valid {e} field", seq) from None
-            if vouch is not None and kind not in ("transition", "checkpoint", "resume"):
-                raise _fail(
-                    path, n, "unvouched-checkpoint", "VERIFY -> CHECKPOINT is not followed by its checkpoint", seq
-                )
             if n == 1 and kind != "header":
                 raise _fail(path, 1, "not-a-trace", "the first record is not a header", seq)
             if on_record is not None:
@@ -584,12 +651,20 @@ def _scan(
         if not buf:
             raise unreadable(path, "is empty, not a trace")
         raise _fail(path, 1, "not-a-trace", "no complete line; this is not a harness trace")
-    if buf and state in S.TERMINAL:  # the writer never writes after DONE/FAILED: these bytes are not a torn line
-        why = (
-            f"{len(buf)} bytes without a newline after the run ended in {state}; harness never writes after a "
-            "terminal record, so they are not a torn tail"
-        )
-        raise _fail(path, n + 1, "after-terminal", why, _claimed(buf))
+    if buf and state in S.TERMINAL:  # the end and its seal go out in one write: only a torn seal can follow the end
+        if seal is not None:
+            raise _fail(path, n + 1, "after-terminal", f"{len(buf)} bytes after the seal: a sealed trace is immutable")
+        start = b'{"seq":%d,"kind":"seal",' % (seq + 1)
+        if not (buf.startswith(start) or start.startswith(buf)):
+            why = (
+                f"{len(buf)} bytes without a newline after the run ended in {state}, and they are not the start "
+                "of its seal: harness writes nothing else after a terminal record, so they are not a torn tail"
+            )
+            raise _fail(path, n + 1, "after-terminal", why, _claimed(buf))
+    if isinstance(result, BlobRef):
+        result = orjson.loads(_blobs.read(path, result_seq, result.sha256, result.size))
+    if reconcile is not None and "result" not in reconcile:
+        reconcile = _blobs.inline(path, reconcile)
     return Replay(
         path=path,
         header=header,
@@ -609,6 +684,10 @@ def _scan(
         reconcile=reconcile,
         fresh=fresh,
         planned=planned,
+        result_seq=result_seq,
+        blobs=blobs,
+        artifacts=tuple(artifacts),
+        seal=seal,
     )
 
 
@@ -641,3 +720,55 @@ def _intent(
             why = f"PAUSED -> ACT does not repeat the uncertain intent (seq {paused['seq']}) exactly"
             why += " (name, tool, args and key, compared by type and value)"
             raise _fail(path, n, "bad-intent", why, seq)
+
+
+def _schema_advice(path: str, found: Any) -> str:
+    if type(found) is int and found < SCHEMA:
+        return (
+            f"trace schema version {found}; this harness reads version {SCHEMA}. Run `harness migrate {path}` "
+            "to upgrade it in place (a backup of the original is kept beside it)"
+        )
+    return f"trace schema version {found!r}; this harness reads version {SCHEMA} (a newer harness wrote it?)"
+
+
+def _check_blobs(path: str, n: int, seq: int, rec: dict[str, Any], seen: dict[str, tuple[int, int]]) -> None:
+    """Every blob the record names is well named and present with its size (its bytes are checked when read)."""
+    try:
+        named = _blobs.refs(rec)
+    except (ValueError, KeyError) as e:
+        raise _fail(path, n, "malformed", f"a {rec['kind']} record naming blobs badly: {e}", seq) from None
+    folder = _blobs.folder_of(path)
+    for _, name, size in named:
+        if name in seen:
+            continue
+        why = _blobs.missing(folder, name, size)
+        if why:
+            raise _fail(path, n, "blob", why, seq)
+        seen[name] = (size, n)
+
+
+def _has(rec: dict[str, Any], named: dict[str, Any], field: str) -> bool:
+    """Whether the record holds field, inline or in a blob."""
+    return field in rec or field in named
+
+
+def _payload(rec: dict[str, Any], field: str) -> Any:
+    """The record's field, or a BlobRef when it is stored in a blob (KeyError when it has neither)."""
+    if field in rec:
+        return rec[field]
+    return BlobRef(**rec["blobs"][field])
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Whether two results are the same value, compared by type and value; either may be a blob not read."""
+    if isinstance(a, BlobRef) or isinstance(b, BlobRef):
+        return _blobs.value_digest(a) == _blobs.value_digest(b)
+    return bool(orjson.dumps(a, option=_SORTED) == orjson.dumps(b, option=_SORTED))
+
+
+def _seal_mismatch(path: str, offset: int, rec: dict[str, Any], blobs: dict[str, Any], state: str) -> str | None:
+    from ._seal import mismatch, prefix_sha256
+
+    if type(rec.get("sha256")) is not str or type(rec.get("digests")) is not list:
+        return "a seal without its sha256 and digests"
+    return mismatch(rec, prefix_sha256(path, offset), blobs, state)

@@ -39,6 +39,7 @@ from typing import Any, cast
 
 import orjson
 
+from . import _blobs
 from . import _state as S
 from ._boundary import Match, Session, differences, same
 from ._errors import HarnessError, ReplayDrift, ReplayViolation, TraceUnreadable
@@ -193,13 +194,19 @@ class _Recording:
         return RetryPolicy(max([RetryPolicy().max_attempts, *seen]))
 
 
+def _unsealed(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The records without a final seal: a recording sealed or not (migrated, say) reruns equal."""
+    return records[:-1] if records and records[-1]["kind"] == "seal" else records
+
+
 def _records(path: str, end: int) -> list[dict[str, Any]]:
+    """The records of the trace's complete lines, blob-stored payloads read back in place."""
     try:
         with open(path, "rb") as f:
             data = f.read(end)
     except OSError as e:  # replay() read it a moment ago: it was moved or its rights changed since
         raise TraceUnreadable(path, f"cannot read: {e.strerror}") from None
-    return [orjson.loads(line) for line in data.split(b"\n")[:-1]]
+    return [_blobs.inline(path, orjson.loads(line)) for line in data.split(b"\n")[:-1]]
 
 
 class _Writer(Journal):
@@ -236,23 +243,36 @@ class _Writer(Journal):
                 if batch:
                     super().append_many(batch, sync=sync)
                 raise _Seam
-            if seq < self.below:
-                was = normalize_record(self.parent[seq - 1])
-                now = normalize_record({"seq": seq, "kind": kind, **fields})
-                if was != now:
-                    found = differences(was, now)
-                    shown = "; ".join(f"{k}: parent {x!r}, fork {y!r}" for k, (x, y) in found.items())
-                    raise ReplayDrift(
-                        f"seq {seq}: before its branch at seq {self.below} the fork wrote another record than "
-                        f"the parent: {shown}",
-                        seq=seq,
-                        line=seq,
-                        fields=found,
-                    )
-                if kind != "header":
-                    fields = {**fields, "reused": True}
-            batch.append((kind, fields))
+            batch.append((kind, self._vet(seq, kind, fields)))
         return super().append_many(batch, sync=sync)
+
+    def finish(
+        self, kind: str, fields: dict[str, Any], *, state: str, key: bytes | None, user: tuple[str, ...] = ()
+    ) -> int:
+        self.redacted(fields, user)  # as it will be written: compared with the parent so
+        seq = self.seq + 1
+        if self.stops and seq == self.stops[0]:
+            raise _Seam
+        return super().finish(kind, self._vet(seq, kind, fields), state=state, key=key)
+
+    def _vet(self, seq: int, kind: str, fields: dict[str, Any]) -> dict[str, Any]:
+        """fields as the new trace holds them: before a fork's branch, checked against the parent and marked."""
+        if seq < self.below:
+            was = normalize_record(self.parent[seq - 1])
+            now = normalize_record({"seq": seq, "kind": kind, **fields})
+            if was != now:
+                found = differences(was, now)
+                shown = "; ".join(f"{k}: parent {x!r}, fork {y!r}" for k, (x, y) in found.items())
+                raise ReplayDrift(
+                    f"seq {seq}: before its branch at seq {self.below} the fork wrote another record than "
+                    f"the parent: {shown}",
+                    seq=seq,
+                    line=seq,
+                    fields=found,
+                )
+            if kind != "header":
+                fields = {**fields, "reused": True}
+        return fields
 
 
 class _Replaying(Session):
@@ -371,7 +391,7 @@ def _execute(
                 f"{rec.path}: the fork ended at seq {writer.seq} without reaching the crossing at seq {branch}"
             )
         new = _records(path, writer.size())
-    same = normalize(new) == normalize(rec.records)
+    same = normalize(_unsealed(new)) == normalize(_unsealed(rec.records))
     return Rerun(
         run_id=run_id,
         parent=rec.rep.run_id,

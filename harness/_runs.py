@@ -8,7 +8,7 @@ on), and a read error lists that one file as `unreadable`. So listing stays fast
 thousands of runs, and it validates nothing: `harness replay` does that.
 
 Status: `done` / `failed` from the last record (a transition into DONE or
-FAILED, or a Recorder's `end`); otherwise `running` when a live writer holds
+FAILED, a Recorder's `end`, or the seal after either); otherwise `running` when a live writer holds
 the trace's lock, else `paused` (waiting for an operator: last record a
 transition into PAUSED, or its reconcile) or `interrupted` (the writer is
 gone without a terminal record: a crash, a kill). A file whose header
@@ -179,6 +179,8 @@ def _last(fd: int, size: int) -> dict[str, Any] | None:
 
 def _terminal(last: dict[str, Any]) -> str | None:
     kind = last.get("kind")
+    if kind == "seal" and last.get("state") in ("DONE", "FAILED"):
+        return "done" if last["state"] == "DONE" else "failed"
     if kind == "end":
         return "done" if last.get("status") == "success" else "failed"
     if kind == "transition" and last.get("to") in ("DONE", "FAILED"):

@@ -6,6 +6,12 @@ same function for every transition it reads, and the README diagram is
 generated from `EDGES` (see `mermaid()`), so the three cannot drift apart.
 A run starts in INIT; DONE and FAILED are terminal; PAUSED is not: a run
 waits there for an operator to reconcile an operation of uncertain outcome.
+
+Most records make one move (a `transition` record: from -> to). A
+`checkpoint` record makes the moves in `CHECKPOINT_MOVES`, in one line: the
+verifier vouched (VERIFY -> CHECKPOINT) and the next step begins
+(CHECKPOINT -> PLAN). Both are checked against the table like any other, so
+a run never rests in CHECKPOINT: the line is either whole or torn.
 """
 
 from __future__ import annotations
@@ -28,17 +34,19 @@ EDGES: dict[str, dict[str, str]] = {
         PAUSED: "resume found an unsafe call in flight",
     },
     VERIFY: {
-        CHECKPOINT: "verifier vouched",
+        CHECKPOINT: "verifier vouched (checkpoint record)",
         PLAN: "rejected with attempts left, re-plan",
         FAILED: "rejected, no attempt left",
     },
-    CHECKPOINT: {PLAN: "next step"},
+    CHECKPOINT: {PLAN: "next step (the same checkpoint record)"},
     PAUSED: {VERIFY: "reconciled as happened", ACT: "reconciled as not happened"},
     DONE: {},
     FAILED: {},
 }
 
 TERMINAL = frozenset({DONE, FAILED})
+# the moves one checkpoint record makes, from VERIFY
+CHECKPOINT_MOVES = (CHECKPOINT, PLAN)
 
 
 def check(current: str, new: str) -> str | None:

@@ -45,14 +45,15 @@ def test_show_prints_one_line_per_record(tmp_path: Path) -> None:
     assert lines[2].split()[:9] == ["3", "PLAN", "->", "ACT", "step", "0,", "attempt", "1", "call=work"]
     assert lines[2].split()[9:] == ['{"i":0}', 'name="step-0"']
     assert lines[3].split() == ["4", "ACT", "->", "VERIFY", "step", "0,", "attempt", "1", 'result={"i":0}']
-    assert lines[5].split() == ["6", "checkpoint,", "step", "0", '"step-0"', 'result={"i":0}']
-    assert lines[-1].split()[:4] == [str(len(lines)), "PLAN", "->", "DONE"]
+    assert lines[4].split() == ["5", "checkpoint,", "step", "0", '"step-0"']  # its result is seq 4's
+    assert lines[-2].split()[:4] == [str(len(lines) - 1), "PLAN", "->", "DONE"]
+    assert lines[-1].split()[:3] == [str(len(lines)), "seal", 'state="DONE"']
 
 
 def test_show_names_a_torn_tail(tmp_path: Path) -> None:
     trace = run(tmp_path / "run.jsonl")
-    lines = trace.read_bytes().splitlines(keepends=True)
-    trace.write_bytes(b"".join(lines[:-1]) + b'{"seq":99,"kind":"tra')  # killed before its terminal record
+    unfinished = b"".join(trace.read_bytes().splitlines(keepends=True)[:5])  # bytes after a seal are corruption
+    trace.write_bytes(unfinished + b'{"seq":99,"kind":"tra')
     out = harness("show", trace)
     assert out.returncode == 0
     assert out.stdout.splitlines()[-1].strip() == "(torn tail: an unfinished last line, not part of the run)"
@@ -63,7 +64,7 @@ def test_show_golden_prints_the_normalized_view_and_is_stable_on_its_own_output(
     out = harness("show", "--golden", trace)
     assert out.returncode == 0
     assert out.stdout == render(normalize(trace))
-    assert out.stdout.splitlines()[0] == '{"format":"harness-golden","version":1}'
+    assert out.stdout.splitlines()[0] == '{"format":"harness-golden","version":2}'
     golden = tmp_path / "golden.jsonl"
     golden.write_text(out.stdout)
     assert harness("show", "--golden", golden).stdout == out.stdout
@@ -80,7 +81,8 @@ def test_replay_summarizes_a_valid_trace(tmp_path: Path) -> None:
     assert data["ok"] is True and data["state"] == "DONE" and data["run_id"] == records[0]["run_id"]
     assert data["records"] == len(records) and data["last_seq"] == len(records)
     assert data["checkpoints"] == 2 and data["resumes"] == 0 and data["torn_tail"] is False
-    assert data["transitions"] == sum(r["kind"] == "transition" for r in records)
+    moves = sum(r["kind"] == "transition" for r in records) + 2 * sum(r["kind"] == "checkpoint" for r in records)
+    assert data["transitions"] == moves  # a checkpoint record is two moves: VERIFY -> CHECKPOINT -> PLAN
 
 
 def test_replay_reports_corruption_compiler_style(tmp_path: Path) -> None:
@@ -120,8 +122,8 @@ def test_diff_exit_codes_and_formats(tmp_path: Path) -> None:
     different = harness("diff", a, c)
     assert different.returncode == 1 and different.stderr == ""
     assert different.stdout.splitlines()[0] == (
-        "first difference at seq 9: transition ACT -> PLAN, step 1, attempt 1 inserted"
-        " (3 changed, 2 inserted, 0 removed)"
+        "first difference at seq 7: transition ACT -> PLAN, step 1, attempt 1 inserted"
+        " (1 changed, 2 inserted, 0 removed)"
     )
     assert different.stdout == diff(a, c).text(limit=None)
 
@@ -132,8 +134,8 @@ def test_diff_exit_codes_and_formats(tmp_path: Path) -> None:
 
     md = harness("diff", "--format", "markdown", a, c)
     assert md.returncode == 1
-    assert md.stdout.startswith(f"**Traces differ**: `{a}` → `{c}`: 3 changed, 2 inserted, 0 removed.")
-    assert "| inserted |  | 9 | transition ACT -> PLAN, step 1, attempt 1 |" in md.stdout
+    assert md.stdout.startswith(f"**Traces differ**: `{a}` → `{c}`: 1 changed, 2 inserted, 0 removed.")
+    assert "| inserted |  | 7 | transition ACT -> PLAN, step 1, attempt 1 |" in md.stdout
 
 
 def test_diff_of_a_golden_file_and_a_trace(tmp_path: Path) -> None:

@@ -51,7 +51,7 @@ def test_an_inserted_retry_is_two_inserted_records_not_a_cascade(tmp_path: Path)
     # what the retry moves is the attempt number of step 2's remaining records, and nothing after step 2
     assert {m.step for m in result.changed} == {2}
     assert {c.field for m in result.changed for c in m.changes} == {"attempt"}
-    assert len(result.changed) == 3  # ACT -> VERIFY, VERIFY -> CHECKPOINT, CHECKPOINT -> PLAN
+    assert len(result.changed) == 1  # ACT -> VERIFY (the checkpoint record has no attempt)
     first = result.as_json()["first"]
     seq = next(r["seq"] for r in read_records(b) if r.get("error"))
     assert first == {
@@ -65,7 +65,7 @@ def test_an_inserted_retry_is_two_inserted_records_not_a_cascade(tmp_path: Path)
 
     back = diff(b, a)  # the other way round, the same records are removed
     assert [(m.from_, m.to, m.seq_a) for m in back.removed] == [("ACT", "PLAN", seq), ("PLAN", "ACT", seq + 1)]
-    assert back.inserted == () and len(back.changed) == 3
+    assert back.inserted == () and len(back.changed) == 1
 
 
 def test_a_changed_result_names_the_dotted_field_with_old_and_new_values(tmp_path: Path) -> None:
@@ -75,21 +75,21 @@ def test_a_changed_result_names_the_dotted_field_with_old_and_new_values(tmp_pat
     a = run(tmp_path / "a.jsonl", tool(0), n=3)
     b = run(tmp_path / "b.jsonl", tool(1), n=3)
     result = diff(a, b)
-    assert [(m.kind, m.to, m.step) for m in result.changed] == [("transition", "VERIFY", 1), ("checkpoint", None, 1)]
+    # the result is stored once, on ACT -> VERIFY: the checkpoint names it and does not change
+    assert [(m.kind, m.to, m.step) for m in result.changed] == [("transition", "VERIFY", 1)]
     assert result.as_json()["first"] == {
-        "seq_a": 9, "seq_b": 9, "line_a": 9, "line_b": 9, "kind": "transition", "from": "ACT", "to": "VERIFY",
+        "seq_a": 7, "seq_b": 7, "line_a": 7, "line_b": 7, "kind": "transition", "from": "ACT", "to": "VERIFY",
         "step": 1, "attempt": 1, "changes": [{"field": "result.value", "old": 10, "new": 11}],
     }  # fmt: skip
     lines = result.text().splitlines()
     assert lines[0] == (
-        "first difference at seq 9: transition ACT -> VERIFY, step 1, attempt 1 changed"
-        " (2 changed, 0 inserted, 0 removed)"
+        "first difference at seq 7: transition ACT -> VERIFY, step 1, attempt 1 changed"
+        " (1 changed, 0 inserted, 0 removed)"
     )
     assert lines[1] == "  result.value: 10 -> 11"
-    assert lines[2] == 'changed seq 11: checkpoint, step 1 "step-1"'
     md = result.markdown()
-    assert md.startswith(f"**Traces differ**: `{a}` → `{b}`: 2 changed, 0 inserted, 0 removed.")
-    assert "| changed | 9 | 9 | transition ACT -> VERIFY, step 1, attempt 1 | result.value: 10 -> 11 |" in md
+    assert md.startswith(f"**Traces differ**: `{a}` → `{b}`: 1 changed, 0 inserted, 0 removed.")
+    assert "| changed | 7 | 7 | transition ACT -> VERIFY, step 1, attempt 1 | result.value: 10 -> 11 |" in md
 
 
 def test_list_elements_and_absent_fields_have_their_own_paths() -> None:
@@ -160,9 +160,8 @@ def test_a_golden_file_and_its_trace_normalize_the_same(tmp_path: Path) -> None:
 
 
 def test_a_torn_tail_is_not_part_of_the_run(tmp_path: Path) -> None:
-    done = run(tmp_path / "done.jsonl", counter(), n=2)
-    a = tmp_path / "a.jsonl"  # the run killed before its last record (after a terminal one, bytes are corruption)
-    a.write_bytes(done.read_bytes()[: done.read_bytes().rstrip(b"\n").rfind(b"\n") + 1])
+    a = run(tmp_path / "a.jsonl", counter(), n=2)
+    a.write_bytes(b"".join(a.read_bytes().splitlines(keepends=True)[:5]))  # an unfinished run: no seal
     b = tmp_path / "b.jsonl"
     b.write_bytes(a.read_bytes() + b'{"seq":99,"kind":"trans')
     assert diff(a, b).equal

@@ -336,7 +336,7 @@ def test_reconcile_refuses_bad_input_and_writes_nothing(tmp_path: Path) -> None:
 # --- replay refuses forged reconcile records ----------------------------------------------
 
 UNSAFE = {"pay": {"effect": "unsafe", "version": None}}
-HEAD = {"kind": "header", "schema": 1, "run_id": "r", "goal": "g", "tools": UNSAFE, "env": {}}
+HEAD = {"kind": "header", "schema": 2, "run_id": "r", "goal": "g", "tools": UNSAFE, "env": {}}
 T = "transition"
 BEFORE_PAUSE = [
     HEAD,
@@ -350,9 +350,7 @@ NO = {"kind": "reconcile", "op": 3, "happened": False, "result": None, "evidence
 ON = {"kind": T, "from": "PAUSED", "to": "VERIFY", "step": 0, "attempt": 1, "result": 7}
 AGAIN = {"kind": T, "from": "PAUSED", "to": "ACT", "step": 0, "attempt": 1, "name": "pay", "tool": "pay", "args": {}}
 FINISH = [
-    {"kind": T, "from": "VERIFY", "to": "CHECKPOINT", "step": 0, "attempt": 1},
-    {"kind": "checkpoint", "step": 0, "name": "pay", "result": 7},
-    {"kind": T, "from": "CHECKPOINT", "to": "PLAN", "step": 0, "attempt": 1},
+    {"kind": "checkpoint", "step": 0, "verified": 7},  # seq 7 is ON, holding the result
     {"kind": T, "from": "PLAN", "to": "DONE", "step": 1, "attempt": 1},
 ]
 
@@ -381,7 +379,7 @@ def test_replay_accepts_reconciled_traces(tmp_path: Path) -> None:
         ([*BEFORE_PAUSE, YES], 5, "bad-reconcile"),  # in flight, never paused
         ([*BEFORE_PAUSE[:2], YES], 3, "bad-reconcile"),  # nothing in flight at all
         ([*BEFORE_PAUSE, PAUSE, YES, YES], 7, "bad-reconcile"),  # reconciled twice
-        ([*BEFORE_PAUSE, PAUSE, YES, ON, *FINISH, YES], 12, "after-terminal"),
+        ([*BEFORE_PAUSE, PAUSE, YES, ON, *FINISH, YES], 10, "after-terminal"),
         ([*BEFORE_PAUSE, PAUSE, {**YES, "op": 2}], 6, "bad-reconcile"),  # names another record
         ([*BEFORE_PAUSE, PAUSE, NO, ON], 7, "bad-reconcile"),  # did not happen, yet a result
         ([*BEFORE_PAUSE, PAUSE, YES, AGAIN], 7, "bad-reconcile"),  # happened, yet called again

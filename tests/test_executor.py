@@ -16,7 +16,15 @@ Run = Callable[..., harness.Outcome]  # the `run` fixture of conftest.py
 
 
 def moves(trace: Path) -> list[tuple[str, str, int, int]]:
-    return [(r["from"], r["to"], r["step"], r["attempt"]) for r in read_records(trace) if r["kind"] == "transition"]
+    """The state moves of the trace; a checkpoint record is VERIFY -> CHECKPOINT -> PLAN at the attempt verified."""
+    out: list[tuple[str, str, int, int]] = []
+    for r in read_records(trace):
+        if r["kind"] == "transition":
+            out.append((r["from"], r["to"], r["step"], r["attempt"]))
+        elif r["kind"] == "checkpoint":
+            attempt = out[-1][3]
+            out += [("VERIFY", "CHECKPOINT", r["step"], attempt), ("CHECKPOINT", "PLAN", r["step"], attempt)]
+    return out
 
 
 def test_a_run_walks_plan_act_verify_checkpoint_for_every_step(trace: Path, run: Run) -> None:
@@ -82,7 +90,8 @@ def test_when_attempts_run_out_the_run_ends_failed_on_the_file(trace: Path, run:
         options["verifier"] = rejecting(5, "raise")
     out = run(tool, **options)
     assert out.state == "FAILED" and len(tool.calls) == 2 and out.checkpoints == ()
-    last = read_records(trace)[-1]
+    last, seal = read_records(trace)[-2:]
+    assert (seal["kind"], seal["state"]) == ("seal", "FAILED")
     assert (last["from"], last["to"], last["attempt"]) == ("ACT" if cause == "tool" else "VERIFY", "FAILED", 2)
     assert last["error"] == out.error and out.error is not None
     assert out.error["message"] == ("flaky: failure 2 of 5" if cause == "tool" else "not good enough (2)")

@@ -269,8 +269,9 @@ def test_a_clean_run_syncs_declared_tools_only(tmp_path: Path) -> None:
     assert world.faults is not None
     with injected(world.faults):
         world.check_done(world.executor().run(GOAL))
-    # the new file's directory, the header, send's intent (declined), send's intent and result, charge's
-    assert world.faults.count["fsync"] == 1 + 1 + 1 + 2 + 2
+    # the new file's directory, the header, send's intent (declined), send's intent and result, charge's,
+    # the end and its seal
+    assert world.faults.count["fsync"] == 1 + 1 + 1 + 2 + 2 + 1
 
 
 # --- compound: a fault while resuming from a fault ---------------------------------------------

@@ -33,17 +33,19 @@ def test_a_clean_exit_ends_with_success_and_replays_done(trace: Path) -> None:
     assert (header["goal"], header["tools"], header["env"]["entrypoint"]) == (GOAL, {}, "my_agent.py")
     assert [(r["kind"], r.get("type")) for r in records[1:]] == [
         ("event", "input"), ("event", "tool_call"), ("event", "artifact_ref"), ("event", "output"), ("end", None),
+        ("seal", None),
     ]  # fmt: skip
-    assert records[4]["data"] == {"result": "world"} and records[-1]["status"] == "success"
+    assert records[4]["data"] == {"result": "world"} and records[-2]["status"] == "success"
     rep = harness.replay(trace)
-    assert (rep.state, rep.complete, rep.records, rep.torn_tail, len(rep.crossings)) == ("DONE", True, 6, False, 0)
+    assert (rep.state, rep.complete, rep.records, rep.torn_tail, len(rep.crossings)) == ("DONE", True, 7, False, 0)
+    assert rep.sealed and rep.seal is not None and rep.seal["state"] == "DONE"
 
 
 def test_an_exception_ends_with_error_and_propagates(trace: Path) -> None:
     with pytest.raises(KeyError, match="missing"), Recorder(trace, entrypoint="a.py") as rec:
         rec.log("input", {"x": 1})
         raise KeyError("missing")
-    end = read_records(trace)[-1]
+    end = read_records(trace)[-2]
     assert end["status"] == "error" and end["error"] == {"type": "builtins.KeyError", "message": "'missing'"}
     assert harness.replay(trace).state == "FAILED"
 
@@ -57,7 +59,7 @@ def test_end_sets_the_status_and_nothing_may_follow(trace: Path) -> None:
         with pytest.raises(HarnessError, match="already ended"):
             rec.end("success")
         harness.now()  # a crossing after the end is not recorded: it would break the trace
-    assert [r["kind"] for r in read_records(trace)] == ["header", "event", "end"]
+    assert [r["kind"] for r in read_records(trace)] == ["header", "event", "end", "seal"]
     assert harness.replay(trace).state == "FAILED"
 
 
@@ -73,7 +75,7 @@ def test_bad_input_is_refused_and_writes_nothing(trace: Path, tmp_path: Path) ->
             rec.end("ok")
         assert trace.read_bytes() == before
         rec.log("input", {"ok": 2})  # still usable
-    assert harness.replay(trace).state == "DONE" and harness.replay(trace).records == 4
+    assert harness.replay(trace).state == "DONE" and harness.replay(trace).records == 5
     with pytest.raises(NotSerializable, match="goal"):
         Recorder(tmp_path / "g.jsonl", entrypoint="a.py", goal={1: "int key"})
     assert not (tmp_path / "g.jsonl").exists()
@@ -210,9 +212,10 @@ def test_recorder_traces_work_as_golden_traces(pytester: pytest.Pytester) -> Non
 @pytest.mark.parametrize(
     ("edit", "reason", "line"),
     [
-        (lambda rs: rs[-1].update(status="banana"), "malformed", 6),
+        (lambda rs: rs[-2].update(status="banana"), "malformed", 6),
         (lambda rs: rs[2].update(type=7), "malformed", 3),
-        (lambda rs: rs.append({"seq": 7, "kind": "event", "type": "late", "data": 1}), "after-terminal", 7),
+        (lambda rs: rs.insert(6, {"seq": 7, "kind": "event", "type": "late", "data": 1}), "after-terminal", 7),
+        (lambda rs: rs.append({"seq": 8, "kind": "event", "type": "late", "data": 1}), "after-terminal", 8),
         (lambda rs: rs.insert(1, {"seq": 2, "kind": "transition", "from": "INIT", "to": "PLAN",
                                   "step": 0, "attempt": 1, "ts": 0.0}), "bad-transition", 3),
     ],

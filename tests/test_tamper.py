@@ -73,18 +73,18 @@ def crashed(trace: Path, run: Run) -> Path:
 def test_a_forged_checkpoint_with_a_valid_checksum_is_caught_by_the_state_rule(crashed: Path) -> None:
     last = read_records(crashed)[-1]  # PLAN -> ACT of step 2: the tool never returned
     forged, _ = encode({"seq": last["seq"] + 1, "kind": "checkpoint", "step": 2, "name": "step-2",
-                        "result": {"i": 2}, "ts": 0.0}, int(last["crc"], 16))  # fmt: skip
+                        "verified": last["seq"], "ts": 0.0}, int(last["crc"], 16))  # fmt: skip
     with crashed.open("ab") as f:
         f.write(forged)
     e = refused(crashed, last["seq"] + 1, "unvouched-checkpoint")
     assert e.seq == last["seq"] + 1
 
 
-def test_a_checkpoint_without_its_verify_transition_is_refused(done: Path) -> None:
+def test_a_checkpoint_without_its_verified_result_is_refused(done: Path) -> None:
     records = read_records(done)
-    vouch = line_of(done, "transition", 2, to="CHECKPOINT") - 1
-    write_trace(done, renumber(records[:vouch] + records[vouch + 1 :]))  # drop VERIFY -> CHECKPOINT
-    refused(done, vouch + 1, "unvouched-checkpoint")
+    result = line_of(done, "transition", 2, to="VERIFY") - 1
+    write_trace(done, renumber(records[:result] + records[result + 1 :]))  # drop ACT -> VERIFY: nothing verified
+    refused(done, result + 1, "unvouched-checkpoint")
 
 
 def test_a_checkpoint_for_another_step_than_the_vouched_one_is_refused(done: Path) -> None:
@@ -95,20 +95,30 @@ def test_a_checkpoint_for_another_step_than_the_vouched_one_is_refused(done: Pat
     refused(done, ck + 1, "unvouched-checkpoint")
 
 
-@pytest.mark.parametrize("field", ["result", "name"])
+@pytest.mark.parametrize("field", ["verified", "name"])
 def test_a_checkpoint_that_differs_from_what_was_verified_is_refused(done: Path, field: str) -> None:
     records = read_records(done)
     ck = line_of(done, "checkpoint", 1) - 1
-    records[ck][field] = {"i": 7} if field == "result" else "step-7"
+    records[ck][field] = 3 if field == "verified" else "step-7"  # seq 3 holds an intent, not step 1's result
     write_trace(done, records)
     refused(done, ck + 1, "unvouched-checkpoint")
 
 
-def test_a_vouching_transition_not_followed_by_its_checkpoint_is_refused(done: Path) -> None:
+def test_a_verified_result_not_followed_by_its_checkpoint_is_refused(done: Path) -> None:
     records = read_records(done)
     ck = line_of(done, "checkpoint", 0) - 1
-    write_trace(done, renumber(records[:ck] + records[ck + 1 :]))
-    refused(done, ck + 1, "unvouched-checkpoint")
+    write_trace(done, renumber(records[:ck] + records[ck + 1 :]))  # the next intent leaves PLAN, the run is in VERIFY
+    e = refused(done, ck + 1, "bad-transition")
+    assert "the run is in VERIFY" in str(e)
+
+
+def test_a_checkpoint_written_as_transitions_is_refused(done: Path) -> None:
+    """Schema 1's VERIFY -> CHECKPOINT transition: in schema 2 only a checkpoint record makes that move."""
+    records = read_records(done)
+    ck = line_of(done, "checkpoint", 0) - 1
+    records[ck] = {"seq": ck + 1, "kind": "transition", "from": "VERIFY", "to": "CHECKPOINT", "step": 0, "attempt": 1}
+    write_trace(done, records)
+    refused(done, ck + 1, "bad-transition")
 
 
 # --- the seq and the chain ----------------------------------------------------------------
@@ -146,7 +156,7 @@ def test_two_swapped_lines_are_caught_at_the_first(done: Path) -> None:
 
 
 def test_one_changed_digit_inside_a_result_is_caught(done: Path) -> None:
-    n = line_of(done, "checkpoint", 1)
+    n = line_of(done, "transition", 1, to="VERIFY")
     old = lines(done)
     assert b'"result":{"i":1}' in old[n - 1]
     old[n - 1] = old[n - 1].replace(b'"result":{"i":1}', b'"result":{"i":7}')
@@ -205,10 +215,10 @@ def test_an_unknown_kind(done: Path) -> None:
 
 def test_a_schema_this_version_does_not_read_names_both_versions(done: Path) -> None:
     records = read_records(done)
-    records[0]["schema"] = 2
+    records[0]["schema"] = 3
     write_trace(done, records)
     e = refused(done, 1, "schema")
-    assert "version 2" in str(e) and "version 1" in str(e)
+    assert "version 3" in str(e) and "version 2" in str(e)
 
 
 def test_a_second_header(done: Path) -> None:
@@ -224,7 +234,7 @@ def test_a_first_record_that_is_not_a_header(done: Path) -> None:
 
 @pytest.mark.parametrize(
     ("line", "field"),
-    [(1, "run_id"), (1, "goal"), (3, "to"), (3, "from"), (6, "step"), (6, "result"), (6, "name"), (4, "seq"),
+    [(1, "run_id"), (1, "goal"), (3, "to"), (3, "from"), (5, "step"), (5, "verified"), (5, "name"), (4, "seq"),
      (3, "tool"), (3, "args"), (3, "name"), (3, "attempt"), (4, "result"), (2, "step")],
 )  # fmt: skip
 def test_a_record_without_a_required_field_is_malformed(done: Path, line: int, field: str) -> None:
@@ -257,7 +267,7 @@ def test_steps_and_attempts_must_follow_on_from_each_other(done: Path) -> None:
 
 def test_an_attempt_out_of_nowhere_is_refused(done: Path) -> None:
     records = read_records(done)
-    for r in records[2:7]:  # step 0's PLAN -> ACT .. CHECKPOINT -> PLAN claim attempt 9
+    for r in records[2:4]:  # step 0's PLAN -> ACT and ACT -> VERIFY claim attempt 9
         r["attempt"] = 9
     write_trace(done, records)
     refused(done, 3, "bad-transition")
@@ -292,7 +302,8 @@ def rich_trace(path: Path) -> bytes:
     with pytest.raises(RuntimeError):
         harness.Executor(planner=plan, tools={"work": tool}, trace=path).run("g")
     harness.Executor(planner=plan, tools={"work": tool}, trace=path, resume=True).run("g")
-    assert {r["kind"] for r in read_records(path)} == {"header", "transition", "checkpoint", "crossing", "resume"}
+    kinds = {r["kind"] for r in read_records(path)}
+    assert kinds == {"header", "transition", "checkpoint", "crossing", "resume", "seal"}
     return path.read_bytes()
 
 

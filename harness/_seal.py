@@ -1,0 +1,244 @@
+"""The seal: the last record of a finished run, vouching for every byte and blob before it.
+
+A run that ends in DONE or FAILED writes its terminal record and a `seal`
+record in one write. The seal holds `state` (the terminal state),
+`sha256` (of every byte of the trace before the seal's line), `digests` (the
+sorted sha256 of every blob and artifact the trace names) and, when a key is
+given (`seal_key=` or $HARNESS_SEAL_KEY), `hmac`: HMAC-SHA256 with that key
+of the canonical JSON of {"digests", "sha256", "state"}. A sealed trace is
+immutable: nothing may follow the seal.
+
+What it proves (the threat model, also in docs/FORMAT.md):
+- the per-line CRC chain catches accidents, not forgers: anyone can rewrite
+  a line and recompute the chain;
+- an unkeyed seal adds a digest of the whole file and of every blob, which
+  catches accidents anywhere (a blob swapped, a byte flipped) but not a
+  forger, who can recompute it too;
+- a keyed seal cannot be recomputed without the key: a trace or blob changed
+  by someone without the key fails `verify()`.
+
+`seal()` seals a run that ended unsealed (written before seals existed, or
+migrated): the trace is copied with the seal appended to a temporary file,
+fsynced and renamed into place, so an interrupted seal leaves the original.
+`verify()` checks every line, every blob's bytes, and the seal.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import hmac
+import os
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from . import _blobs
+from . import _state as S
+from ._errors import HarnessError, TraceCorruption
+from ._journal import Journal, encode
+
+ENV = "HARNESS_SEAL_KEY"
+
+
+def key_of(seal_key: str | bytes | None) -> bytes | None:
+    """The key to seal (or verify) with: seal_key, else $HARNESS_SEAL_KEY, else None (unkeyed)."""
+    if seal_key is None:
+        seal_key = os.environ.get(ENV) or None
+    if seal_key is None:
+        return None
+    key = seal_key.encode() if isinstance(seal_key, str) else bytes(seal_key)
+    if not key:
+        raise HarnessError(f"an empty seal key seals nothing; unset {ENV} or give a key")
+    return key
+
+
+def _message(sha256: str, digests: list[str], state: str) -> bytes:
+    return orjson.dumps({"digests": digests, "sha256": sha256, "state": state}, option=orjson.OPT_SORT_KEYS)
+
+
+def fields(sha256: str, digests: Iterable[str], state: str, key: bytes | None) -> dict[str, Any]:
+    """The fields of a seal record over a prefix whose sha256 is given."""
+    blobs = sorted(set(digests))
+    out: dict[str, Any] = {"state": state, "sha256": sha256, "digests": blobs}
+    if key is not None:
+        out["hmac"] = hmac.new(key, _message(sha256, blobs, state), hashlib.sha256).hexdigest()
+    return out
+
+
+def mismatch(rec: dict[str, Any], sha256: str, digests: Iterable[str], state: str) -> str | None:
+    """None when the seal record matches the trace before it, else what differs (accidents; no key needed)."""
+    if rec.get("state") != state:
+        return f"the seal says the run ended {rec.get('state')!r}, the trace says {state}"
+    if rec.get("sha256") != sha256:
+        return "the bytes before the seal are not the ones it sealed (sha256 differs)"
+    if rec.get("digests") != sorted(set(digests)):
+        return "the seal lists other blobs than the trace names"
+    if "hmac" in rec and type(rec["hmac"]) is not str:
+        return "the seal's hmac is not a str"
+    return None
+
+
+def hmac_ok(rec: dict[str, Any], key: bytes) -> bool:
+    expected = hmac.new(key, _message(rec["sha256"], rec["digests"], rec["state"]), hashlib.sha256).hexdigest()
+    return hmac.compare_digest(expected, str(rec.get("hmac")))
+
+
+def prefix_sha256(path: str, end: int) -> str:
+    """sha256 of the first `end` bytes of the file."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        left = end
+        while left > 0:
+            chunk = f.read(min(1 << 20, left))
+            if not chunk:
+                break
+            h.update(chunk)
+            left -= len(chunk)
+    return h.hexdigest()
+
+
+@dataclass(frozen=True, slots=True)
+class Sealed:
+    """What `seal()` did: `seq` of the seal record, `already` when the trace was sealed before."""
+
+    path: str
+    seq: int
+    keyed: bool
+    already: bool
+
+
+def seal(trace: str | os.PathLike[str], *, seal_key: str | bytes | None = None) -> Sealed:
+    """Seal a run that ended (DONE or FAILED) without a seal. A sealed trace is left as it is."""
+    from ._replay import replay
+
+    path = os.fspath(trace)
+    if not os.path.isfile(path):
+        raise HarnessError(f"{path}: no such trace file; nothing was written")
+    key = key_of(seal_key)
+    with Journal.open(path):  # the writer's lock: no run may be appending while we seal
+        rep = replay(path)
+        if rep.seal is not None:
+            return Sealed(path, rep.last_seq, "hmac" in rep.seal, True)
+        if not rep.complete:
+            raise HarnessError(
+                f"{path}: the run has not ended (state {rep.state}); only a run that ended DONE or FAILED can be "
+                "sealed. Resume it to the end first; nothing was written"
+            )
+        if rep.torn_tail:
+            raise HarnessError(f"{path}: bytes after the run's end; nothing was written")
+        with open(path, "rb") as f:
+            data = f.read(rep.end)
+        sealed = fields(hashlib.sha256(data).hexdigest(), rep.blobs, rep.state, key)
+        line, _ = encode({"seq": rep.last_seq + 1, "kind": "seal", **sealed, "ts": _now()}, rep.crc)
+        write_atomically(path, data + line)
+    replay(path)  # the sealed trace reads back
+    return Sealed(path, rep.last_seq + 1, key is not None, False)
+
+
+def _now() -> float:
+    import time
+
+    return time.time()
+
+
+def write_atomically(path: str, data: bytes) -> None:
+    """Replace the file at path with data: a temporary file beside it, fsynced, renamed, folder fsynced."""
+    folder = os.path.dirname(os.path.abspath(path))
+    tmp = os.path.join(folder, f".{os.path.basename(path)}.{uuid.uuid4().hex}.tmp")
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    dfd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(dfd)
+    finally:
+        os.close(dfd)
+
+
+@dataclass(frozen=True, slots=True)
+class Verification:
+    """What `verify()` checked and found. `ok`: sealed, and nothing altered."""
+
+    path: str
+    lines: int
+    blobs: int
+    sealed: bool
+    keyed: bool
+    state: str | None
+    problems: tuple[str, ...]
+    unreadable: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return self.sealed and not self.problems and not self.unreadable
+
+    def report(self) -> list[str]:
+        """What was checked, one line each, then the verdict."""
+        if self.unreadable:
+            return [f"{self.path}: unreadable: {self.problems[0]}"]
+        out = [f"{self.path}: {self.lines} lines: checksum chain, seq and state machine checked"]
+        out.append(f"  {self.blobs} blobs and artifacts: size and sha256 of each checked")
+        if self.sealed:
+            how = "keyed seal (HMAC-SHA256) checked with the key" if self.keyed else "unkeyed seal (sha256) checked"
+            out.append(f"  {how}: every byte and blob before it, state {self.state}")
+        out += [f"  problem: {p}" for p in self.problems]
+        if self.ok:
+            out.append("  verdict: sealed and intact")
+        elif not self.sealed and not self.problems:
+            out.append(f"  verdict: intact but NOT sealed; seal it with `harness seal {self.path}`")
+        else:
+            out.append("  verdict: ALTERED or not provable")
+        return out
+
+
+def verify(trace: str | os.PathLike[str], *, seal_key: str | bytes | None = None) -> Verification:
+    """Check every line, every blob's bytes and the seal (with the key when there is one)."""
+    from ._replay import replay
+
+    path = os.fspath(trace)
+    key = key_of(seal_key)
+    try:
+        rep = replay(path)
+    except TraceCorruption as e:
+        if e.reason in ("not-a-trace", "torn-header", "schema"):
+            return Verification(path, 0, 0, False, False, None, (str(e),), unreadable=True)
+        return Verification(path, e.line - 1, 0, False, False, None, (str(e),))
+    except HarnessError as e:
+        return Verification(path, 0, 0, False, False, None, (str(e),), unreadable=True)
+    problems = []
+    for name, (size, line) in sorted(rep.blobs.items()):
+        try:
+            _blobs.read(path, line, name, size)
+        except TraceCorruption as e:
+            problems.append(str(e))
+    if rep.torn_tail:
+        problems.append("the trace ends in a torn line")
+    seal = rep.seal
+    keyed = False
+    if seal is not None:
+        if "hmac" in seal:
+            if key is None:
+                problems.append(f"the seal is keyed (HMAC-SHA256) but no key was given: set {ENV} or pass --key")
+            elif not hmac_ok(seal, key):
+                problems.append("the keyed seal does not match: the trace was rewritten, or sealed with another key")
+            else:
+                keyed = True
+        elif key is not None:
+            problems.append("a key was given but the seal has no HMAC: anyone could have written this seal")
+    state = rep.state if rep.state in S.TERMINAL else None
+    return Verification(path, rep.records, len(rep.blobs), seal is not None, keyed, state, tuple(problems))
