@@ -8,7 +8,8 @@ the run from that file and refuses a trace that cannot support its story.
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
-from ._boundary import aboundary, boundary, llm, now, random, uuid4
+from ._annotations import annotate, annotations
+from ._boundary import aboundary, artifact, boundary, llm, now, random, uuid4
 from ._diff import Diff, diff
 from ._errors import (
     HarnessError,
@@ -27,13 +28,16 @@ from ._errors import (
     VerificationFailed,
 )
 from ._executor import Executor, Outcome, RetryPolicy, Step, Tool
+from ._migrate import Migrated, migrate
 from ._normalize import normalize
 from ._reconcile import reconcile
 from ._recorder import Recorder
 from ._redact import MARKER, Redaction, RedactionRuleError
-from ._replay import Checkpoint, Crossing, Replay, replay
+from ._replay import Artifact, Checkpoint, Crossing, Replay, replay
 from ._rerun import Rerun, fork, rerun
 from ._runs import RunInfo, list_runs
+from ._seal import Sealed, Verification, seal, verify
+from .bundle import Bundled, BundleError, export, import_bundle
 
 try:  # the distribution is harness-trace: `harness` on the package index is an unrelated project
     __version__ = version("harness-trace")
@@ -52,6 +56,9 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "MARKER",
+    "Artifact",
+    "BundleError",
+    "Bundled",
     "Checkpoint",
     "Crossing",
     "Diff",
@@ -59,6 +66,7 @@ __all__ = [
     "HarnessError",
     "HttpRecordingError",
     "JournalError",
+    "Migrated",
     "NotSerializable",
     "Outcome",
     "Recorder",
@@ -72,6 +80,7 @@ __all__ = [
     "ResumeMismatch",
     "RetryPolicy",
     "RunInfo",
+    "Sealed",
     "Step",
     "Tool",
     "ToolError",
@@ -79,19 +88,28 @@ __all__ = [
     "TraceExists",
     "TraceLocked",
     "TraceUnreadable",
+    "Verification",
     "VerificationFailed",
     "__version__",
     "aboundary",
+    "annotate",
+    "annotations",
+    "artifact",
     "boundary",
     "diff",
+    "export",
     "fork",
+    "import_bundle",
     "list_runs",
     "llm",
+    "migrate",
     "normalize",
     "now",
     "random",
     "reconcile",
     "replay",
     "rerun",
+    "seal",
     "uuid4",
+    "verify",
 ]

@@ -24,6 +24,7 @@ Rules kept here:
 
 from __future__ import annotations
 
+import os
 import random as _random
 import sys
 import time
@@ -34,7 +35,7 @@ from contextvars import ContextVar
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from ._errors import ReplayDrift, ReplayViolation, ToolError
+from ._errors import HarnessError, ReplayDrift, ReplayViolation, ToolError
 from ._journal import check_value
 from ._redact import DEFAULT, Redaction
 from ._replay import Crossing, request_hash
@@ -258,3 +259,36 @@ def uuid4() -> _uuid.UUID:
 def llm(request: Any, call: Callable[[Any], T]) -> T:
     """A model call: `call(request)` returns the response, recorded with the request."""
     return boundary("llm", request, lambda: call(request))
+
+
+def artifact(name: str, data: bytes | str | os.PathLike[str]) -> str:
+    """Record a named output of the run (bytes, text, or the file at a path) as a blob; returns its sha256.
+
+    Inside a run only, and from the agent's own code: a rerun does not call
+    tools, so an artifact made inside one could not be recorded again.
+    """
+    session = _current.get()
+    if session is None or session.journal is None:
+        raise HarnessError(f"artifact({name!r}): outside a run; call it inside Executor.run() or a Recorder")
+    if session.nested:
+        raise HarnessError(
+            f"artifact({name!r}) inside a tool or boundary call; return the data and record it from the "
+            "planner or verifier, so that a rerun (which calls no tool) records it too"
+        )
+    if not isinstance(name, str) or not name:
+        raise HarnessError(f"an artifact needs a non-empty str name, not {name!r}")
+    if isinstance(data, os.PathLike):
+        try:
+            with open(data, "rb") as f:
+                content = f.read()
+        except OSError as e:
+            raise HarnessError(f"artifact({name!r}): cannot read {os.fspath(data)}: {e.strerror}") from None
+    elif isinstance(data, str):
+        content = data.encode()
+    elif isinstance(data, bytes | bytearray | memoryview):
+        content = bytes(data)
+    else:
+        raise HarnessError(f"artifact({name!r}): data must be bytes, a str or a path, not {type(data).__name__}")
+    digest = session.journal.put_blob(content)
+    session.journal.append("artifact", {"name": name, "sha256": digest, "size": len(content)})
+    return digest

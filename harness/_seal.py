@@ -39,7 +39,7 @@ import orjson
 from . import _blobs
 from . import _state as S
 from ._errors import HarnessError, TraceCorruption
-from ._journal import Journal, encode
+from ._journal import Journal, encode, now
 
 ENV = "HARNESS_SEAL_KEY"
 
@@ -133,16 +133,10 @@ def seal(trace: str | os.PathLike[str], *, seal_key: str | bytes | None = None) 
         with open(path, "rb") as f:
             data = f.read(rep.end)
         sealed = fields(hashlib.sha256(data).hexdigest(), rep.blobs, rep.state, key)
-        line, _ = encode({"seq": rep.last_seq + 1, "kind": "seal", **sealed, "ts": _now()}, rep.crc)
+        line, _ = encode({"seq": rep.last_seq + 1, "kind": "seal", **sealed, "ts": now()}, rep.crc)
         write_atomically(path, data + line)
     replay(path)  # the sealed trace reads back
     return Sealed(path, rep.last_seq + 1, key is not None, False)
-
-
-def _now() -> float:
-    import time
-
-    return time.time()
 
 
 def write_atomically(path: str, data: bytes) -> None:

@@ -61,6 +61,9 @@ def _show_setup(p: argparse.ArgumentParser) -> None:
 def _show(args: argparse.Namespace) -> int:
     import shutil
 
+    import orjson
+
+    from ._annotations import annotations
     from ._errors import TraceCorruption
     from ._show import View, show_trace
 
@@ -69,10 +72,13 @@ def _show(args: argparse.Namespace) -> int:
         view = "golden" if args.golden else "json" if args.json else "record"
     width = args.width or shutil.get_terminal_size((100, 24)).columns
     try:
-        show_trace(args.trace, sys.stdout.write, view=view, width=width, seq=args.record)
+        shown = show_trace(args.trace, sys.stdout.write, view=view, width=width, seq=args.record)
     except TraceCorruption as e:
         sys.stdout.flush()  # what came before the damage, then the damage
         return _corruption(e)
+    if view == "timeline" and shown is not None:  # notes added after the fact, outside the seal
+        for note in annotations(args.trace):
+            sys.stdout.write(f"{'note':>6}  {note['key']}: {orjson.dumps(note['value']).decode()}  ({note['at']})\n")
     return 0
 
 
@@ -239,7 +245,9 @@ def _printable(text: str) -> str:
 def _agent_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("trace", help="the recorded trace")
     p.add_argument(
-        "--agent", required=True, metavar="MODULE:FACTORY",
+        "--agent",
+        required=True,
+        metavar="MODULE:FACTORY",
         help="factory returning (planner, tools, verifier), imported with the current directory on sys.path",
     )
     p.add_argument(
@@ -374,6 +382,103 @@ def _serve(args: argparse.Namespace) -> int:
     from .viewer import serve
 
     serve(args.folder, host=args.host, port=args.port, agent=args.agent)
+    return 0
+
+
+# --- seal, verify, annotate, export, import, migrate (issue 11: sealed records) -----------
+
+
+def _seal_setup(p: argparse.ArgumentParser) -> None:
+    p.add_argument("trace", help="the trace of a run that ended (DONE or FAILED) without a seal")
+    p.add_argument("--key", help="HMAC key for a keyed seal (default: $HARNESS_SEAL_KEY; none: unkeyed)")
+
+
+@command("seal", "Seal a run that ended without a seal; a sealed trace is immutable.", _seal_setup)
+def _seal(args: argparse.Namespace) -> int:
+    from ._seal import seal
+
+    done = seal(args.trace, seal_key=args.key)
+    how = "keyed (HMAC-SHA256)" if done.keyed else "unkeyed (sha256)"
+    print(f"{args.trace}: {'already sealed' if done.already else 'sealed'}, {how}, seal at seq {done.seq}")
+    return 0
+
+
+@command(
+    "verify", "Check the seal, every blob and every line. Exit 0 sealed and intact, 1 not, 2 unreadable.", _seal_setup
+)
+def _verify(args: argparse.Namespace) -> int:
+    from ._seal import verify
+
+    v = verify(args.trace, seal_key=args.key)
+    print("\n".join(v.report()))
+    return 0 if v.ok else 2 if v.unreadable else 1
+
+
+def _annotate_setup(p: argparse.ArgumentParser) -> None:
+    p.add_argument("trace", help="the run's trace")
+    p.add_argument("--note", required=True, metavar="TEXT", help="the note")
+    p.add_argument("--key", default="note", help="what kind of note (default: note)")
+
+
+@command("annotate", "Add a note to a run, beside its trace and outside its seal.", _annotate_setup)
+def _annotate(args: argparse.Namespace) -> int:
+    from ._annotations import annotate, annotations_path
+
+    annotate(args.trace, args.key, args.note)
+    print(f"{args.trace}: noted in {annotations_path(args.trace)}")
+    return 0
+
+
+def _export_setup(p: argparse.ArgumentParser) -> None:
+    p.add_argument("source", help="a trace, or a runs folder with --all")
+    p.add_argument("--all", action="store_true", help="every run of the runs folder (all must be sealed)")
+    p.add_argument("-o", "--out", required=True, help="the zip to write")
+
+
+@command("export", "Bundle sealed runs, their blobs and annotations into a zip with a manifest.", _export_setup)
+def _export(args: argparse.Namespace) -> int:
+    from .bundle import export, runs_in
+
+    traces = runs_in(args.source) if args.all else [args.source]
+    done = export(traces, args.out)
+    print(f"{done.path}: {len(done.runs)} runs, {len(done.files)} files, {done.bytes} bytes")
+    return 0
+
+
+def _import_setup(p: argparse.ArgumentParser) -> None:
+    p.add_argument("bundle", help="a zip written by `harness export`")
+    p.add_argument("--into", help="the runs folder (default: $HARNESS_RUNS_DIR, else ./runs)")
+
+
+@command("import", "Check a bundle completely, then add its runs to a runs folder.", _import_setup)
+def _import(args: argparse.Namespace) -> int:
+    from ._runs import runs_dir
+    from .bundle import import_bundle
+
+    done = import_bundle(args.bundle, runs_dir(args.into))
+    same = f", {len(done.skipped)} already there" if done.skipped else ""
+    print(f"{done.path}: imported {len(done.runs)} runs, {len(done.files)} files{same}")
+    return 0
+
+
+def _migrate_setup(p: argparse.ArgumentParser) -> None:
+    p.add_argument("trace", help="a trace written by an older harness")
+
+
+@command("migrate", "Upgrade a trace of an older schema in place, keeping a backup.", _migrate_setup)
+def _migrate(args: argparse.Namespace) -> int:
+    from ._migrate import migrate
+
+    m = migrate(args.trace)
+    if m.backup is None:
+        print(f"{args.trace}: already schema {m.to_schema}; nothing to do")
+        return 0
+    print(f"{args.trace}: migrated from schema {m.from_schema} to {m.to_schema} ({m.records_before} -> "
+          f"{m.records_after} records); the original is kept in {m.backup}")  # fmt: skip
+    if m.torn_bytes:
+        print(f"  a torn tail of {m.torn_bytes} bytes was left out (it is in the backup)")
+    if m.state in ("DONE", "FAILED"):
+        print(f"  the run ended {m.state}; seal it with `harness seal {args.trace}`")
     return 0
 
 

@@ -1,0 +1,212 @@
+"""Upgrade a trace written by an older schema, in place, with a backup beside it.
+
+`migrate(trace)` reads the old trace (its checksum chain must hold), copies
+it to `TRACE.v<old>-backup-<UTC timestamp>`, applies the numbered migrations
+in `MIGRATIONS` one schema at a time, writes the result to a temporary file
+in the same folder, checks it with `replay()`, and only then renames it into
+place. The rename is atomic: a migration that fails or is killed at any
+point leaves the original byte-identical (a killed one may leave its
+temporary file, named `.TRACE.*.tmp`).
+
+Rules kept here:
+- payloads, results, errors, request hashes and timestamps are copied as
+  they are; a migration moves and renumbers records, it never edits what a
+  record says happened to make an old trace replay;
+- the checksum chain is computed again (it covers the bytes, which change);
+- a torn tail is not migrated: it stays in the backup, and the report says so.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import orjson
+
+from ._errors import HarnessError, TraceCorruption
+from ._journal import SCHEMA, Journal, encode, line_ok
+
+Records = list[dict[str, Any]]
+
+
+def _1_to_2(records: Records, path: str) -> Records:
+    """Schema 1 -> 2: a step's VERIFY -> CHECKPOINT, checkpoint and CHECKPOINT -> PLAN become one checkpoint record.
+
+    The new record names the record holding the verified result (`verified`)
+    instead of copying the result; seqs are renumbered, and the seqs that
+    records point to (a reconcile's `op`, a fork's `branch`) follow them.
+    """
+    out: Records = []
+    new_seq: dict[int, int] = {}
+    result_seq = 0  # old seq of the last transition into VERIFY
+    result: Any = None
+    intent: dict[str, Any] = {}
+    merged: dict[str, Any] | None = None  # the checkpoint record made for the step being closed
+    for rec in records:
+        kind, old = rec["kind"], rec["seq"]
+        if kind == "transition" and rec["to"] == "VERIFY":
+            result_seq, result = old, rec.get("result")
+        elif kind == "transition" and rec["to"] == "ACT":
+            intent = rec
+        if kind == "transition" and rec["to"] == "CHECKPOINT":
+            merged = {"seq": len(out) + 1, "kind": "checkpoint", "step": rec["step"], "name": intent.get("name"),
+                      "verified": new_seq[result_seq]}  # fmt: skip
+            if rec.get("reused"):
+                merged["reused"] = True
+            merged["ts"] = rec["ts"]
+            out.append(merged)
+            new_seq[old] = merged["seq"]
+            continue
+        if merged is not None and kind == "checkpoint":
+            if rec.get("result") != result or rec.get("name") != merged["name"]:
+                raise HarnessError(
+                    f"{path}:{old}: the schema-1 checkpoint is not the result that was verified; it cannot be "
+                    "migrated (replay it with harness 0.1 to see why); nothing was changed"
+                )
+            new_seq[old] = merged["seq"]
+            continue
+        if merged is not None and kind == "transition" and rec["from"] == "CHECKPOINT":
+            new_seq[old] = merged["seq"]
+            merged = None
+            continue
+        if kind == "transition":  # the step's records are behind us
+            merged = None
+        copy = {"seq": len(out) + 1, **{k: v for k, v in rec.items() if k != "seq"}}
+        new_seq[old] = copy["seq"]
+        out.append(copy)
+    header = out[0]
+    header["schema"] = 2
+    if type(header.get("branch")) is int:  # a fork: the parent's seq, numbered as the parent is now
+        header["branch"] = new_seq.get(header["branch"], header["branch"])
+    for rec in out:
+        if rec["kind"] == "reconcile" and type(rec.get("op")) is int:
+            rec["op"] = new_seq[rec["op"]]
+    return out
+
+
+# (from version, the function that upgrades a trace of that version by one)
+MIGRATIONS: list[tuple[int, Callable[[Records, str], Records]]] = [
+    (1, _1_to_2),
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Migrated:
+    """What `migrate()` did. `backup` is None when there was nothing to do (already current)."""
+
+    path: str
+    from_schema: int
+    to_schema: int
+    records_before: int
+    records_after: int
+    backup: str | None
+    torn_bytes: int
+    state: str
+
+
+def migrate(trace: str | os.PathLike[str]) -> Migrated:
+    """Upgrade the trace at `trace` to this harness's schema, in place, keeping a backup of the original."""
+    from ._replay import replay
+
+    path = os.fspath(trace)
+    if not os.path.isfile(path):
+        raise HarnessError(f"{path}: no such trace file; nothing was changed")
+    with Journal.open(path):  # the writer's lock: no run may be appending while we migrate
+        with open(path, "rb") as f:
+            data = f.read()
+        records, torn = _read(path, data)
+        version = records[0].get("schema")
+        if version == SCHEMA:
+            rep = replay(path)
+            return Migrated(path, SCHEMA, SCHEMA, len(records), len(records), None, 0, rep.state)
+        if type(version) is not int or version > SCHEMA or version < MIGRATIONS[0][0]:
+            raise HarnessError(f"{path}: schema {version!r} cannot be migrated to {SCHEMA} by this harness")
+        before = len(records)
+        backup = _backup(path, data, version)
+        for start, step in MIGRATIONS:
+            if start >= version:
+                records = step(records, path)
+        folder = os.path.dirname(os.path.abspath(path))
+        tmp = os.path.join(folder, f".{os.path.basename(path)}.{uuid.uuid4().hex}.tmp")
+        try:
+            _write(tmp, records)
+            try:
+                rep = _check(tmp)
+            except HarnessError as e:
+                raise HarnessError(
+                    f"{path}: the migrated trace does not replay ({e}); the original is unchanged, "
+                    "please report this with the backup attached"
+                ) from None
+            os.replace(tmp, path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+        _sync_dir(folder)
+    return Migrated(path, version, SCHEMA, before, len(records), backup, len(torn), rep.state)
+
+
+def _check(tmp: str) -> Any:
+    """The migrated trace as replay() reads it (a separate function: tests interrupt a migration here)."""
+    from ._replay import replay
+
+    return replay(tmp)
+
+
+def _read(path: str, data: bytes) -> tuple[Records, bytes]:
+    """The records of every complete line (the chain checked) and the torn tail after them."""
+    lines = data.split(b"\n")
+    torn = lines.pop()
+    records, crc = [], 0
+    for n, line in enumerate(lines, 1):
+        if not line_ok(line, crc):
+            raise TraceCorruption(path, n, "checksum", "the line does not match its checksum; cannot migrate")
+        crc = int(line[-10:-2], 16)
+        try:
+            rec = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            raise TraceCorruption(path, n, "malformed", "not a JSON object; cannot migrate") from None
+        if not isinstance(rec, dict) or rec.get("seq") != n:
+            raise TraceCorruption(path, n, "seq", "a record out of sequence; cannot migrate")
+        records.append(rec)
+    if not records or records[0].get("kind") != "header":
+        raise TraceCorruption(path, 1, "not-a-trace", "no header line; not a harness trace")
+    return records, torn
+
+
+def _backup(path: str, data: bytes, version: int) -> str:
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S.%fZ")
+    backup = f"{path}.v{version}-backup-{stamp}"
+    tmp = f"{backup}.tmp"
+    with open(tmp, "xb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, backup)
+    shutil.copystat(path, backup)
+    _sync_dir(os.path.dirname(os.path.abspath(path)))
+    return backup
+
+
+def _write(tmp: str, records: Records) -> None:
+    crc = 0
+    with open(tmp, "xb") as f:
+        for rec in records:
+            line, crc = encode({k: v for k, v in rec.items() if k != "crc"}, crc)
+            f.write(line)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _sync_dir(folder: str) -> None:
+    dfd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(dfd)
+    finally:
+        os.close(dfd)

@@ -1,0 +1,301 @@
+"""Export sealed runs to a zip bundle, and import a bundle safely.
+
+A bundle holds, under relative paths only: each run's trace (`<name>.jsonl`),
+its annotations (`<name>.jsonl.annotations.json`, when there are any), every
+blob and artifact it names (`blobs/<sha256>`), and `manifest.json`:
+{"format": "harness-bundle", "version": 1, "files": [{"path", "sha256",
+"size"}, ...]} listing every other file. Only sealed runs are exported (an
+unsealed one is refused with the command that seals it), and each run is
+replayed and each blob's bytes checked first.
+
+`import_bundle()` checks everything before anything lands: no absolute
+path, no `..`, no symlink or directory entry, no duplicate name, no file
+missing from the manifest or the manifest's files missing from the archive,
+no digest or size that differs, no more than `max_bytes` unpacked (1 GiB by
+default), no entry whose compression ratio is absurd (a zip bomb). Files
+are extracted into a temporary folder inside the target, every trace is
+replayed there (its seal and blobs checked), and only then are they renamed
+into place: blobs first, traces last, so a trace is never visible before
+its blobs. A file already there with other bytes is refused before anything
+moves; one with the same bytes is left as it is.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import stat
+import uuid
+import zipfile
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import orjson
+
+from . import _blobs
+from ._annotations import annotations_path
+from ._errors import HarnessError, TraceCorruption
+
+FORMAT, VERSION = "harness-bundle", 1
+MANIFEST = "manifest.json"
+MAX_BYTES = 1 << 30  # unpacked bytes an import accepts by default
+MAX_RATIO = 200  # unpacked / compressed size of one entry beyond which it is refused as a zip bomb
+_DATE = (1980, 1, 1, 0, 0, 0)  # every entry's time: a bundle of the same files is the same bytes
+
+
+class BundleError(HarnessError):
+    """A bundle that cannot be exported or imported; `path` is the bundle, `problem` says why."""
+
+    def __init__(self, path: str, problem: str):
+        self.path, self.problem = path, problem
+        super().__init__(f"{path}: {problem}; nothing was written")
+
+
+@dataclass(frozen=True, slots=True)
+class Bundled:
+    """What export or import did: the runs (trace file names) and every file, relative."""
+
+    path: str
+    runs: tuple[str, ...]
+    files: tuple[str, ...]
+    bytes: int
+    skipped: tuple[str, ...] = ()  # on import: files already there with the same bytes
+
+
+def _sealed_refusal(trace: str) -> str | None:
+    """None when the run at trace is sealed and intact, else why not and what to do."""
+    from ._replay import replay
+
+    try:
+        rep = replay(trace)
+    except HarnessError as e:
+        return f"{trace}: cannot be exported: {e}"
+    if rep.seal is None:
+        if not rep.complete:
+            return (
+                f"{trace}: the run has not ended (state {rep.state}); only sealed runs are exported. "
+                f"Resume it to its end (a run that ends is sealed), or for an ended run: harness seal {trace}"
+            )
+        return f"{trace}: not sealed; only sealed runs are exported. Seal it: harness seal {trace}"
+    for name, (size, line) in rep.blobs.items():
+        try:
+            _blobs.read(trace, line, name, size)
+        except TraceCorruption as e:
+            return f"{trace}: cannot be exported: {e}"
+    return None
+
+
+def export(traces: Iterable[str | os.PathLike[str]], out: str | os.PathLike[str]) -> Bundled:
+    """Write the sealed runs at `traces` (with their blobs and annotations) to the zip `out`."""
+    from ._replay import replay
+
+    paths = [os.fspath(t) for t in traces]
+    target = os.fspath(out)
+    if not paths:
+        raise BundleError(target, "no run to export")
+    refused = [why for why in map(_sealed_refusal, paths) if why]
+    if refused:
+        raise BundleError(target, "refused to export unsealed or damaged runs:\n  " + "\n  ".join(refused))
+    names = [os.path.basename(p) for p in paths]
+    if len(set(names)) != len(names):
+        raise BundleError(target, "two runs with the same file name cannot share a bundle")
+    files: dict[str, str] = {}  # bundle path -> file on disk
+    for path, name in zip(paths, names, strict=True):
+        files[name] = path
+        if os.path.exists(annotations_path(path)):
+            files[name + ".annotations.json"] = annotations_path(path)
+        folder = _blobs.folder_of(path)
+        for digest in replay(path).blobs:
+            files[f"{_blobs.FOLDER}/{digest}"] = os.path.join(folder, digest)
+    entries, total = [], 0
+    tmp = os.path.join(os.path.dirname(os.path.abspath(target)), f".{os.path.basename(target)}.{uuid.uuid4().hex}")
+    try:
+        with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as zf:
+            for rel in sorted(files):
+                h, size = hashlib.sha256(), 0
+                with open(files[rel], "rb") as src, zf.open(_info(rel), "w", force_zip64=True) as dst:
+                    while chunk := src.read(1 << 20):
+                        h.update(chunk)
+                        dst.write(chunk)
+                        size += len(chunk)
+                entries.append({"path": rel, "sha256": h.hexdigest(), "size": size})
+                total += size
+            manifest = {"format": FORMAT, "version": VERSION, "files": entries}
+            zf.writestr(_info(MANIFEST), orjson.dumps(manifest, option=orjson.OPT_INDENT_2) + b"\n")
+        os.replace(tmp, target)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    return Bundled(target, tuple(names), tuple(sorted(files)), total)
+
+
+def _info(name: str) -> zipfile.ZipInfo:
+    info = zipfile.ZipInfo(name, _DATE)
+    info.compress_type = zipfile.ZIP_DEFLATED
+    info.external_attr = (stat.S_IFREG | 0o644) << 16
+    return info
+
+
+def _safe(name: str) -> bool:
+    parts = name.split("/")
+    return (
+        bool(name)
+        and not name.startswith(("/", "\\"))
+        and "\\" not in name
+        and ":" not in parts[0]
+        and all(p not in ("", ".", "..") for p in parts)
+    )
+
+
+def _check_entries(path: str, zf: zipfile.ZipFile, max_bytes: int, max_ratio: float) -> dict[str, dict[str, object]]:
+    """The manifest's files by path, once every entry of the archive has passed the checks (no byte read yet)."""
+    seen: set[str] = set()
+    total = 0
+    for info in zf.infolist():
+        name = info.filename
+        if name in seen:
+            raise BundleError(path, f"the name {name!r} appears twice in the archive")
+        seen.add(name)
+        if not _safe(name):
+            raise BundleError(path, f"unsafe path {name!r} (absolute, '..', or not a plain relative path)")
+        kind = (info.external_attr >> 16) & 0o170000
+        if info.is_dir() or kind not in (0, stat.S_IFREG):
+            raise BundleError(path, f"{name!r} is not a regular file (a symlink, a directory or a device)")
+        total += info.file_size
+        if total > max_bytes:
+            raise BundleError(path, f"unpacks to more than {max_bytes} bytes (the limit; pass a larger max_bytes)")
+        if info.file_size > 1 << 20 and info.file_size > max_ratio * max(info.compress_size, 1):
+            raise BundleError(path, f"{name!r} expands {info.file_size // max(info.compress_size, 1)}x: a zip bomb?")
+    if MANIFEST not in seen:
+        raise BundleError(path, "no manifest.json: not a harness bundle")
+    try:
+        manifest = orjson.loads(_read(path, zf, MANIFEST, 16 << 20))
+        listed = {f["path"]: f for f in manifest["files"]}
+        ok = manifest.get("format") == FORMAT and all(
+            isinstance(p, str) and type(f["size"]) is int and isinstance(f["sha256"], str) for p, f in listed.items()
+        )
+    except (orjson.JSONDecodeError, KeyError, TypeError, AttributeError):
+        ok = False
+    if not ok:
+        raise BundleError(path, "manifest.json is not a harness bundle manifest")
+    if len(listed) != len(manifest["files"]):
+        raise BundleError(path, "the manifest lists a file twice")
+    extra = seen - set(listed) - {MANIFEST}
+    if extra:
+        raise BundleError(path, f"files not in the manifest: {', '.join(sorted(extra))}")
+    missing = set(listed) - seen
+    if missing:
+        raise BundleError(path, f"files in the manifest but not in the archive: {', '.join(sorted(missing))}")
+    for name, f in listed.items():
+        if zf.getinfo(name).file_size != f["size"]:
+            raise BundleError(
+                path, f"{name}: the manifest says {f['size']} bytes, the archive {zf.getinfo(name).file_size}"
+            )
+    return listed
+
+
+def _read(path: str, zf: zipfile.ZipFile, name: str, limit: int) -> bytes:
+    """An entry's bytes, never more than limit (whatever its header claims)."""
+    try:
+        with zf.open(name) as f:
+            data = f.read(limit + 1)
+    except (zipfile.BadZipFile, OSError, EOFError, ValueError) as e:  # truncated, damaged, bad CRC
+        raise BundleError(path, f"{name}: cannot be read from the archive ({e})") from None
+    if len(data) > limit:
+        raise BundleError(path, f"{name}: more bytes than declared")
+    return data
+
+
+def import_bundle(
+    bundle: str | os.PathLike[str],
+    into: str | os.PathLike[str],
+    *,
+    max_bytes: int = MAX_BYTES,
+    max_ratio: float = MAX_RATIO,
+) -> Bundled:
+    """Check the bundle, then add its runs, blobs and annotations to the runs folder `into`."""
+    from ._replay import replay
+
+    path, target = os.fspath(bundle), os.fspath(into)
+    try:
+        zf = zipfile.ZipFile(path)
+    except FileNotFoundError:
+        raise BundleError(path, "no such file") from None
+    except (zipfile.BadZipFile, OSError, EOFError) as e:
+        raise BundleError(path, f"not a zip archive, or a truncated one ({e})") from None
+    with zf:
+        listed = _check_entries(path, zf, max_bytes, max_ratio)
+        os.makedirs(target, exist_ok=True)
+        staging = os.path.join(target, f".import-{uuid.uuid4().hex}")
+        os.mkdir(staging)
+        try:
+            for name, f in sorted(listed.items()):
+                data = _read(path, zf, name, int(f["size"]))  # type: ignore[call-overload]
+                if len(data) != f["size"] or hashlib.sha256(data).hexdigest() != f["sha256"]:
+                    raise BundleError(path, f"{name}: its bytes do not match the manifest's sha256")
+                if name.startswith(_blobs.FOLDER + "/") and _blobs.digest(data) != name.split("/", 1)[1]:
+                    raise BundleError(path, f"{name}: a blob whose bytes do not hash to its name")
+                dest = os.path.join(staging, *name.split("/"))
+                os.makedirs(os.path.dirname(dest), exist_ok=True)
+                with open(dest, "xb") as out:
+                    out.write(data)
+                    out.flush()
+                    os.fsync(out.fileno())
+            runs = sorted(n for n in listed if "/" not in n and n.endswith(".jsonl"))
+            for run in runs:
+                try:
+                    rep = replay(os.path.join(staging, run))
+                except HarnessError as e:
+                    raise BundleError(path, f"{run} does not replay: {e}") from None
+                if rep.seal is None:
+                    raise BundleError(path, f"{run} is not sealed; a bundle holds sealed runs only")
+                for digest, (size, line) in rep.blobs.items():
+                    _blobs.read(os.path.join(staging, run), line, digest, size)
+            skipped = []
+            for name in listed:  # refuse before anything moves
+                dest = os.path.join(target, *name.split("/"))
+                if os.path.lexists(dest):
+                    if not os.path.isfile(dest) or os.path.islink(dest) or _file_sha256(dest) != listed[name]["sha256"]:
+                        raise BundleError(path, f"{dest} exists with other bytes; refusing to overwrite it")
+                    skipped.append(name)
+            order = sorted(listed, key=lambda n: (not n.startswith(_blobs.FOLDER + "/"), n.endswith(".jsonl"), n))
+            for name in order:
+                if name in skipped:
+                    continue
+                dest = os.path.join(target, *name.split("/"))
+                os.makedirs(os.path.dirname(dest), exist_ok=True)
+                os.replace(os.path.join(staging, *name.split("/")), dest)
+            _sync(target)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+    total = sum(int(f["size"]) for f in listed.values())  # type: ignore[call-overload]
+    return Bundled(path, tuple(runs), tuple(sorted(listed)), total, tuple(sorted(skipped)))
+
+
+def _file_sha256(path: str) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _sync(folder: str) -> None:
+    for d in (folder, os.path.join(folder, _blobs.FOLDER)):
+        if os.path.isdir(d):
+            fd = os.open(d, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+
+
+def runs_in(folder: str | os.PathLike[str]) -> list[str]:
+    """Every trace in a runs folder, by name."""
+    path = os.fspath(folder)
+    try:
+        return sorted(os.path.join(path, n) for n in os.listdir(path) if n.endswith(".jsonl"))
+    except OSError as e:
+        raise HarnessError(f"{path}: cannot list runs: {e.strerror}") from None
