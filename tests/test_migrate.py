@@ -1,0 +1,160 @@
+"""harness migrate against the real schema-1 bytes committed in tests/fixtures/schema1."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import harness
+from harness import HarnessError, TraceCorruption, replay
+from harness.testing import read_records
+
+FIXTURES = Path(__file__).parent / "fixtures" / "schema1"
+TRACES = sorted(p.name for p in FIXTURES.glob("*.jsonl"))
+
+
+@pytest.fixture
+def old(tmp_path: Path) -> Path:
+    """A copy of the schema-1 fixtures (and the torn tail set aside beside one of them)."""
+    for p in FIXTURES.iterdir():
+        if p.suffix != ".py" and p.suffix != ".md":
+            shutil.copy(p, tmp_path / p.name)
+    return tmp_path
+
+
+def harness_cli(*args: object) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "harness.cli", *map(str, args)], capture_output=True, text=True, timeout=60
+    )
+
+
+@pytest.mark.parametrize("name", TRACES)
+def test_replay_of_a_schema_1_trace_names_the_migrate_command(old: Path, name: str) -> None:
+    with pytest.raises(TraceCorruption) as e:
+        replay(old / name)
+    assert (e.value.reason, e.value.line) == ("schema", 1)
+    assert f"harness migrate {old / name}" in str(e.value)
+
+
+@pytest.mark.parametrize("name", TRACES)
+def test_every_fixture_migrates_and_tells_the_same_story(old: Path, name: str) -> None:
+    trace = old / name
+    before = trace.read_bytes()
+    v1 = read_records(trace)
+    done = harness.migrate(trace)
+    assert done.backup is not None and Path(done.backup).read_bytes() == before
+    assert Path(done.backup).name.startswith(f"{name}.v1-backup-")
+    rep = replay(trace)
+    assert rep.header["schema"] == 2 and rep.run_id == v1[0]["run_id"] and rep.goal == v1[0]["goal"]
+    assert rep.state == done.state
+    # results and payloads are copied, never rewritten: the checkpoints hold the results v1's checkpoints held
+    assert [(c.step, c.name, c.result) for c in rep.checkpoints] == [
+        (r["step"], r["name"], r["result"]) for r in v1 if r["kind"] == "checkpoint"
+    ]
+    v1_crossings = [(r["boundary"], r["request"], r.get("response"), r["hash"]) for r in v1 if r["kind"] == "crossing"]
+    v2 = read_records(trace)
+    assert v1_crossings == [
+        (r["boundary"], r["request"], r.get("response"), r["hash"]) for r in v2 if r["kind"] == "crossing"
+    ]
+    assert len(v2) == len(v1) - 2 * sum(r["kind"] == "checkpoint" for r in v1)  # three records of a step become one
+    assert rep.resumes == sum(r["kind"] == "resume" for r in v1)
+    assert not rep.sealed  # migration does not seal: `harness seal` does
+    again = harness.migrate(trace)
+    assert again.backup is None and trace.read_bytes() == (old / name).read_bytes()
+
+
+def test_a_migrated_fork_child_still_names_the_branch_its_parent_has(old: Path) -> None:
+    harness.migrate(old / "fork_parent.jsonl")
+    harness.migrate(old / "fork_child.jsonl")
+    child = replay(old / "fork_child.jsonl")
+    branch = child.header["branch"]
+    parent = {c.seq: c for c in replay(old / "fork_parent.jsonl").crossings}
+    assert parent[branch].kind == "llm"  # the parent's crossing at the renumbered seq is the one forked
+    forked = next(c for c in child.crossings if c.seq == branch)
+    assert (forked.request, forked.response) == (parent[branch].request, "another query")
+
+
+def test_a_migrated_paused_run_keeps_its_reconcile_pointing_at_the_intent(old: Path) -> None:
+    harness.migrate(old / "paused.jsonl")
+    records = read_records(old / "paused.jsonl")
+    (rec,) = [r for r in records if r["kind"] == "reconcile"]
+    intent = records[rec["op"] - 1]
+    assert (intent["kind"], intent["to"], intent["tool"]) == ("transition", "ACT", "work")
+
+
+def test_a_migrated_run_can_be_sealed_and_verified(old: Path) -> None:
+    trace = old / "happy.jsonl"
+    harness.migrate(trace)
+    assert harness_cli("verify", trace).returncode == 1  # intact, not sealed
+    sealed = harness_cli("seal", trace)
+    assert sealed.returncode == 0, sealed.stderr
+    out = harness_cli("verify", trace)
+    assert out.returncode == 0 and "sealed and intact" in out.stdout
+
+
+def test_the_cli_migrates_and_says_where_the_backup_is(old: Path) -> None:
+    trace = old / "failed.jsonl"
+    out = harness_cli("migrate", trace)
+    assert out.returncode == 0, out.stderr
+    assert "from schema 1 to 2" in out.stdout and ".v1-backup-" in out.stdout and "harness seal" in out.stdout
+    assert harness_cli("migrate", trace).stdout.strip().endswith("already schema 2; nothing to do")
+
+
+def test_a_failed_migration_leaves_the_original_byte_identical(old: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import harness._migrate as m
+
+    trace = old / "crash_resume.jsonl"
+    before = trace.read_bytes()
+
+    def broken(tmp: str) -> None:
+        raise HarnessError("injected: the check failed")
+
+    monkeypatch.setattr(m, "_check", broken)
+    with pytest.raises(HarnessError, match="original is unchanged"):
+        harness.migrate(trace)
+    assert trace.read_bytes() == before
+    assert not list(old.glob(".*.tmp"))  # the temporary file is gone too
+
+
+KILL = """
+import os, signal, sys
+import harness._migrate as m
+def die(tmp):
+    os.kill(os.getpid(), signal.SIGKILL)  # after the migrated file is written, before it is renamed
+m._check = die
+m.migrate(sys.argv[1])
+"""
+
+
+def test_a_migration_killed_before_its_rename_leaves_the_original_byte_identical(old: Path) -> None:
+    trace = old / "paused.jsonl"
+    before = trace.read_bytes()
+    done = subprocess.run([sys.executable, "-c", KILL, str(trace)], timeout=60)
+    assert done.returncode == -9
+    assert trace.read_bytes() == before
+    assert harness.migrate(trace).backup is not None  # and it can be migrated afterwards
+
+
+def test_a_damaged_schema_1_trace_is_refused_untouched(old: Path) -> None:
+    trace = old / "happy.jsonl"
+    data = bytearray(trace.read_bytes())
+    data[300] ^= 1
+    trace.write_bytes(bytes(data))
+    with pytest.raises(TraceCorruption) as e:
+        harness.migrate(trace)
+    assert e.value.reason == "checksum" and trace.read_bytes() == bytes(data)
+    assert not list(old.glob("happy.jsonl.v1-backup-*"))
+
+
+def test_a_torn_tail_is_left_in_the_backup(old: Path) -> None:
+    trace = old / "happy.jsonl"
+    lines = trace.read_bytes().splitlines(keepends=True)
+    trace.write_bytes(b"".join(lines[:10]) + lines[10][:30])
+    done = harness.migrate(trace)
+    assert done.torn_bytes == 30 and done.backup is not None
+    assert Path(done.backup).read_bytes().endswith(lines[10][:30])
+    assert not replay(trace).torn_tail
