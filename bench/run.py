@@ -31,7 +31,7 @@ Lines (the keys of the JSON):
 - replay_peak_rss_mb: peak RSS of a fresh process replaying the big trace;
 - show_peak_rss_mb, diff_peak_rss_mb: the same for `harness show` of it and
   `harness diff` of it against itself (equal traces: memory must stay flat);
-- diff_100k_s: seconds for `harness.diff` of two traces differing in one record.
+- diff_100k_s: seconds for `harness.diff` of two traces differing in one record;
 - resume_1m_vs_10k: resume time at the biggest size / at a trace 100 x smaller
   (1M and 10k records in full mode; the JSON's sizes say which otherwise);
 - bytes_per_step, fsyncs_per_step: harness in fsync mode on bench/peers.py's
@@ -41,6 +41,11 @@ Lines (the keys of the JSON):
   only, null otherwise): harness's fsync-mode step against the same agent on
   LangGraph's SqliteSaver (durability="sync"), DBOS on SQLite and Burr's
   SQLitePersister, wall time (see bench/peers.py; needs `.[peers]`).
+- blob_trace_vs_inline, blob_replay_vs_inline: a run whose model answers are
+  200 KiB each, with blobs (the default threshold) against all inline: trace
+  size, and replay() time (reading every answer back);
+- export_vs_zipfile, import_vs_zipfile: `harness export` / `import` time of
+  that run's folder against `zipfile` writing / reading the same files alone.
 
 --quick runs in under a minute with smaller traces (the JSON says which
 sizes were used); --smoke is smaller still, for the test suite; the full
@@ -124,6 +129,10 @@ TARGETS = {
     "step_fsync_vs_langgraph": 0.4,
     "step_fsync_vs_dbos": 0.2,
     "step_fsync_vs_burr": None,
+    "blob_trace_vs_inline": None,
+    "blob_replay_vs_inline": None,
+    "export_vs_zipfile": None,
+    "import_vs_zipfile": None,
 }
 KEYS = tuple(TARGETS)
 
@@ -602,6 +611,83 @@ def bench_steps(scratch: Scratch, sizes: Sizes) -> Rounds:
     return interleaved({"harness": executor, "bare": bare, "appends only": appends_only}, sizes.reps)
 
 
+def bench_blobs(folder: str, answers: int, reps: int) -> dict[str, float]:
+    """A run whose model answers are 200 KiB each: trace size and replay time with blobs and all inline."""
+    import zipfile
+
+    from harness.bundle import export, import_bundle
+
+    answer = _text(random.Random(7), 200 * 1024, 200 * 1024)
+
+    def plan(goal: Any, progress: list[Any]) -> Step | None:
+        if len(progress) == answers:
+            return None
+        text = harness.llm({"model": "model-1", "prompt": f"part {len(progress)}"}, lambda r: answer + str(r))
+        return Step(f"write-{len(progress)}", "write", {"chars": len(text)})
+
+    out: dict[str, float] = {}
+    traces = {}
+    for name, threshold in (("blobs", 64 * 1024), ("inline", 10**9)):
+        sub = os.path.join(folder, name)
+        os.makedirs(sub)
+        traces[name] = os.path.join(sub, "run.jsonl")
+        Executor(planner=plan, tools={"write": lambda chars: {"ok": chars}}, trace=traces[name],
+                 blob_threshold=threshold).run(GOAL)  # fmt: skip
+        out[f"{name}_trace_bytes"] = os.path.getsize(traces[name])
+
+    def replayed(path: str) -> Callable[[], Sample]:
+        def go() -> Sample:
+            t0 = clocks()
+            rep = replay(path)
+            assert all(c.response is not None for c in rep.crossings)  # every answer read back
+            return since(t0)
+
+        return go
+
+    got = interleaved({k: replayed(p) for k, p in traces.items()}, reps)
+    out["replay_ratio"] = got.ratio("blobs", "inline", CPU)
+    blobs_dir = os.path.dirname(traces["blobs"])
+    files = [
+        traces["blobs"],
+        *(os.path.join(blobs_dir, "blobs", n) for n in os.listdir(os.path.join(blobs_dir, "blobs"))),
+    ]
+    zips = {k: os.path.join(folder, f"{k}.zip") for k in ("harness", "zipfile")}
+
+    def exported() -> Sample:
+        t0 = clocks()
+        export([traces["blobs"]], zips["harness"])
+        return since(t0)
+
+    def zipped() -> Sample:
+        t0 = clocks()
+        with zipfile.ZipFile(zips["zipfile"], "w", zipfile.ZIP_DEFLATED) as zf:
+            for f in files:
+                zf.write(f, os.path.relpath(f, blobs_dir))
+        return since(t0)
+
+    got = interleaved({"harness": exported, "zipfile": zipped}, reps)
+    out["export_ratio"] = got.ratio("harness", "zipfile", WALL)
+    n = [0]
+
+    def imported() -> Sample:
+        n[0] += 1
+        t0 = clocks()
+        import_bundle(zips["harness"], os.path.join(folder, f"into-{n[0]}"))
+        return since(t0)
+
+    def unzipped() -> Sample:
+        n[0] += 1
+        t0 = clocks()
+        with zipfile.ZipFile(zips["zipfile"]) as zf:
+            zf.extractall(os.path.join(folder, f"plain-{n[0]}"))
+        return since(t0)
+
+    got = interleaved({"harness": imported, "zipfile": unzipped}, reps)
+    out["import_ratio"] = got.ratio("harness", "zipfile", WALL)
+    out["bundle_mb"] = sum(os.path.getsize(f) for f in files) / 1e6
+    return out
+
+
 def resume_seconds(trace: str) -> Sample:
     """Time to resume the generated run (paused in PLAN) and finish it; the file is put back after."""
     size = os.path.getsize(trace)
@@ -764,6 +850,18 @@ def run(mode: str, folder: str, log: Callable[[str], None], *, wall: bool = Fals
     out["diff_peak_rss_mb"] = peak_rss_mb(rss_trace, "diff")
     detail["rss_mb_import_only"] = peak_rss_mb(rss_trace, "import")
 
+    log("200 KiB model answers: blobs against inline; export and import against zipfile")
+    blob_folder = tempfile.mkdtemp(dir=folder)
+    try:
+        got_blobs = bench_blobs(blob_folder, 4 if sizes.reps <= 3 else 20, sizes.reps)
+    finally:
+        shutil.rmtree(blob_folder, ignore_errors=True)
+    out["blob_trace_vs_inline"] = got_blobs["blobs_trace_bytes"] / got_blobs["inline_trace_bytes"]
+    out["blob_replay_vs_inline"] = got_blobs["replay_ratio"]
+    out["export_vs_zipfile"] = got_blobs["export_ratio"]
+    out["import_vs_zipfile"] = got_blobs["import_ratio"]
+    detail["blobs"] = got_blobs
+
     log(f"diff of two {sizes.diff}-record traces")
     d = diff_seconds(scratch, prefix(sizes.diff))
     out["diff_100k_s"] = d
@@ -789,7 +887,11 @@ def table(result: dict[str, Any]) -> str:
         "append_fsync_vs_sqlite": "Journal.append, fsync / SQLite WAL synchronous=FULL, commit per record",
         "replay_vs_orjson": f"replay() / orjson.loads of every line ({sizes['replay']} records)",
         "replay_vs_sqlite": "replay() / SELECT + orjson.loads from SQLite",
-        "step_overhead_vs_bare": f"executor step / bare loop + 5 raw appends ({sizes['steps']} steps)",
+        "step_overhead_vs_bare": f"executor step / bare loop + 3 raw appends ({sizes['steps']} steps)",
+        "blob_trace_vs_inline": "trace size, 200 KiB model answers: blobs / inline",
+        "blob_replay_vs_inline": "replay() reading every 200 KiB answer: blobs / inline",
+        "export_vs_zipfile": "harness export / zipfile writing the same files",
+        "import_vs_zipfile": "harness import (all checks) / zipfile.extractall",
         "resume_linearity": f"resume at {sizes['resume'][-1]} / (10 x at {sizes['resume'][0]}), per record",
         "replay_peak_rss_mb": f"peak RSS replaying {sizes['rss']} records, MB",
         "show_peak_rss_mb": f"peak RSS of `harness show` of {sizes['rss']} records, MB",
