@@ -228,7 +228,7 @@ def trace_records(*, seed: int = 1) -> Iterator[tuple[bool, Append]]:
         base = {"step": step, "attempt": attempts}
         yield False, ("transition", {"from": "ACT", "to": "VERIFY", **base, "result": result}, ("result",))
         seq += 1
-        yield True, ("checkpoint", {"step": step, "name": name, "verified": seq}, ())  # names the record above
+        yield True, ("checkpoint", {"step": step, "verified": seq}, ())  # names the record above
         seq += 1
         step += 1
 
@@ -574,7 +574,7 @@ def bench_steps(scratch: Scratch, sizes: Sizes) -> Rounds:
                    "ts": time.time()}  # fmt: skip
             write(fd, dumps(put, option=newline))
             verifier(s, result)
-            put = {"seq": seq + 3, "kind": "checkpoint", "step": i, "name": s.name, "verified": seq + 2,
+            put = {"seq": seq + 3, "kind": "checkpoint", "step": i, "verified": seq + 2,
                    "ts": time.time()}  # fmt: skip
             write(fd, dumps(put, option=newline))
             progress.append(result)
@@ -596,7 +596,7 @@ def bench_steps(scratch: Scratch, sizes: Sizes) -> Rounds:
         base, result = {"step": 0, "attempt": 1}, {"ok": True}
         intent = {"from": "PLAN", "to": "ACT", **base, "name": step.name, "tool": step.tool, "args": step.args}
         verify = {"from": "ACT", "to": "VERIFY", **base, "result": result}
-        checkpoint = {"step": 0, "name": step.name, "verified": 2}
+        checkpoint = {"step": 0, "verified": 2}
         with Journal.open(path) as journal:
             append = journal.append
             t0 = clocks()

@@ -55,8 +55,7 @@ def _1_to_2(records: Records, path: str) -> Records:
         elif kind == "transition" and rec["to"] == "ACT":
             intent = rec
         if kind == "transition" and rec["to"] == "CHECKPOINT":
-            merged = {"seq": len(out) + 1, "kind": "checkpoint", "step": rec["step"], "name": intent.get("name"),
-                      "verified": new_seq[result_seq]}  # fmt: skip
+            merged = {"seq": len(out) + 1, "kind": "checkpoint", "step": rec["step"], "verified": new_seq[result_seq]}
             if rec.get("reused"):
                 merged["reused"] = True
             merged["ts"] = rec["ts"]
@@ -64,7 +63,7 @@ def _1_to_2(records: Records, path: str) -> Records:
             new_seq[old] = merged["seq"]
             continue
         if merged is not None and kind == "checkpoint":
-            if rec.get("result") != result or rec.get("name") != merged["name"]:
+            if rec.get("result") != result or rec.get("name") != intent.get("name"):
                 raise HarnessError(
                     f"{path}:{old}: the schema-1 checkpoint is not the result that was verified; it cannot be "
                     "migrated (replay it with harness 0.1 to see why); nothing was changed"
