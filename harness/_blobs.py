@@ -26,6 +26,7 @@ import contextlib
 import hashlib
 import os
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -148,11 +149,11 @@ def read(trace: str, line: int, name: str, size: int) -> bytes:
     return data
 
 
-def inline(trace: str, rec: dict[str, Any]) -> dict[str, Any]:
+def inline(trace: str, rec: Mapping[str, Any]) -> dict[str, Any]:
     """The record with every blob-stored field read back in place (the record as if written inline)."""
     named = rec.get("blobs")
     if not named:
-        return rec
+        return dict(rec) if not isinstance(rec, dict) else rec
     out = {k: v for k, v in rec.items() if k != "blobs"}
     line = rec.get("seq") if type(rec.get("seq")) is int else 0
     for field, ref in named.items():

@@ -113,7 +113,8 @@ def normalize(trace: Source) -> list[dict[str, Any]]:
         trace = trace.path
     if isinstance(trace, str | os.PathLike) and not is_golden_file(os.fspath(trace)):
         out: list[dict[str, Any]] = []  # one pass: replay() validates and hands over each record
-        replay(trace, on_record=lambda line, rec: out.append(normalize_record(rec)))
+        path = os.fspath(trace)
+        replay(path, on_record=lambda line, rec: out.append(normalize_record(_blobs.inline(path, rec))))
         return out
     loaded = Loaded.load(trace)
     return [normalize_record(loaded.record(i)) for i in range(len(loaded))]
@@ -285,7 +286,7 @@ class Loaded:
                 pos += len(chunk)
                 rest = lines.pop()
                 for line in lines:
-                    yield line, start
+                    yield self._item(line), start
                     start += len(line) + 1
                     n += 1
             if rest or n != self._n:
@@ -311,8 +312,14 @@ class Loaded:
                 first = lines[0] if pos > 0 else None  # may be cut: completed by the next block
                 for line in reversed(lines[1:] if pos > 0 else lines):
                     at -= len(line) + 1
-                    yield line, at
+                    yield self._item(line), at
                 rest = first + b"\n" if first is not None else b""  # b"\n" alone: the block began with a newline
+
+    def _item(self, line: bytes) -> Item:
+        """The raw line, or the record with its blob-stored payloads read back in place when it names blobs."""
+        if b'"blobs":{' not in line or self._path is None:
+            return line
+        return _blobs.inline(self._path, orjson.loads(line))
 
     def hold(self, lo: int, hi: int, start: int, stop: int) -> None:
         """Keep records lo to hi (starting at `start`, the next one at `stop`) in memory; forget the others."""

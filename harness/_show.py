@@ -29,6 +29,7 @@ from typing import Any, Literal
 
 import orjson
 
+from . import _blobs
 from ._diff import describe_record
 from ._errors import HarnessError, TraceUnreadable
 from ._normalize import GOLDEN_HEAD, is_golden_file, normalize_record, parse_golden
@@ -150,7 +151,7 @@ def show_trace(
         elif view == "json":
             write((raw.decode() if raw is not None else _json(rec)) + "\n")
         elif view == "golden":
-            write(_json(normalize_record(rec)) + "\n")
+            write(_json(normalize_record(_blobs.inline(path, rec) if "blobs" in rec else rec)) + "\n")
         elif n == seq:
             write(orjson.dumps(rec, option=orjson.OPT_INDENT_2).decode() + "\n")
             found.append(True)

@@ -11,7 +11,7 @@ from typing import Any
 import orjson
 import pytest
 
-from harness import Executor, ToolError, diff, normalize
+from harness import Executor, ToolError, diff, normalize, replay
 from harness._normalize import render
 from harness.testing import ScriptedTool, counter, fixed_plan, read_records, steps, write_trace
 
@@ -45,7 +45,7 @@ def test_show_prints_one_line_per_record(tmp_path: Path) -> None:
     assert lines[2].split()[:9] == ["3", "PLAN", "->", "ACT", "step", "0,", "attempt", "1", "call=work"]
     assert lines[2].split()[9:] == ['{"i":0}', 'name="step-0"']
     assert lines[3].split() == ["4", "ACT", "->", "VERIFY", "step", "0,", "attempt", "1", 'result={"i":0}']
-    assert lines[4].split() == ["5", "checkpoint,", "step", "0"]  # its name and result are on seqs 3 and 4
+    assert lines[4].split() == ["5", "checkpoint,", "step", "0", "verified=4"]  # its result is seq 4's
     assert lines[-2].split()[:4] == [str(len(lines) - 1), "PLAN", "->", "DONE"]
     assert lines[-1].split()[:3] == [str(len(lines)), "seal", 'state="DONE"']
 
@@ -250,7 +250,9 @@ def test_fork_set_text_gives_a_string_value(tmp_path: Path) -> None:
     assert out.returncode == 0, out.stderr
     child = read_records(tmp_path / "child.jsonl")
     assert child[at - 1]["response"] == "deny"
-    assert [r["name"] for r in child if r["kind"] == "checkpoint"] == ["lookup", "explain", "review", "close"]
+    assert [c.name for c in replay(tmp_path / "child.jsonl").checkpoints] == [
+        "lookup", "explain", "review", "close",
+    ]  # fmt: skip
     both = fork_cli(tmp_path, "--at", at, "--set", '"x"', "--set-text", "x", "--out", "other.jsonl")
     assert both.returncode == 2 and "not allowed with argument" in both.stderr
     bare = fork_cli(tmp_path, "--at", at, "--set", "deny", "--out", "other.jsonl")  # a string needs JSON quotes
@@ -297,5 +299,5 @@ def test_rerun_whose_agent_raises_says_why_in_one_line(tmp_path: Path) -> None:
     assert r.stderr.splitlines() == [
         "harness rerun: the agent raised KeyError: 'amount'; what was written up to it is in again.jsonl"
     ]
-    kept = read_records(tmp_path / "again.jsonl")  # the rerun got as far as the first step
-    assert [r["name"] for r in kept if r["kind"] == "checkpoint"] == ["lookup"]
+    kept = replay(tmp_path / "again.jsonl")  # the rerun got as far as the first step
+    assert [c.name for c in kept.checkpoints] == ["lookup"]

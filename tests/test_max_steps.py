@@ -25,7 +25,8 @@ def test_a_planner_that_never_ends_fails_at_the_limit_with_a_recorded_error(trac
         "(Executor(max_steps=...), None for no limit)",
         "max_steps": 5,
     }
-    last = read_records(trace)[-1]
+    last, seal = read_records(trace)[-2:]
+    assert seal["kind"] == "seal"
     assert (last["from"], last["to"], last["step"], last["attempt"], last["error"]) == (
         "PLAN", "FAILED", 5, 1, out.error
     )  # fmt: skip
@@ -78,7 +79,7 @@ def test_a_rerun_of_a_run_that_hit_the_limit_hits_it_again(trace: Path) -> None:
 )
 def test_replay_refuses_a_transition_into_failed_without_its_error(trace: Path, error: Any, said: str) -> None:
     Executor(planner=endless, tools={"work": counter()}, trace=trace, max_steps=1).run("g")
-    records = read_records(trace)
+    records = read_records(trace)[:-1]  # the run without its seal: the last record moves into FAILED
     del records[-1]["error"]
     if error is not None:
         records[-1]["error"] = error

@@ -102,16 +102,16 @@ def test_a_fork_shows_its_lineage(parent: Path, tmp_path: Path) -> None:
 
 def test_a_corrupt_trace_is_shown_up_to_its_damage_then_the_corruption(parent: Path) -> None:
     lines = parent.read_bytes().split(b"\n")
-    lines[5] = lines[5].replace(b'"step":0', b'"step":7', 1)  # line 6 changed, its checksum left as it was
+    lines[4] = lines[4].replace(b'"step":0', b'"step":7', 1)  # line 5 changed, its checksum left as it was
     parent.write_bytes(b"\n".join(lines))
     out = harness_cli("show", "--width", 1000, parent)
     assert out.returncode == 1
-    assert records_shown(out.stdout) == [1, 2, 3, 4, 5]
+    assert records_shown(out.stdout) == [1, 2, 3, 4]
     assert out.stderr.splitlines() == [
-        f"{parent}:6: checksum (seq 6): the line's bytes do not match its checksum (edited, moved or damaged)"
+        f"{parent}:5: checksum (seq 5): the line's bytes do not match its checksum (edited, moved or damaged)"
     ]
     as_json = harness_cli("show", "--json", parent)
-    assert as_json.returncode == 1 and as_json.stdout.encode() == b"\n".join(lines[:5]) + b"\n"
+    assert as_json.returncode == 1 and as_json.stdout.encode() == b"\n".join(lines[:4]) + b"\n"
     golden = harness_cli("show", "--golden", parent)  # the git textconv refuses the file: nothing on stdout
     assert golden.returncode == 1 and golden.stdout == "" and "checksum" in golden.stderr
     record = harness_cli("show", "--record", 3, parent)
