@@ -375,3 +375,29 @@ def test_import_refuses_a_truncated_archive(tmp_path: Path) -> None:
         assert not (tmp_path / "into" / "a.jsonl").exists()
     out = cli("import", tmp_path / "t.zip", "--into", tmp_path / "into")
     assert out.returncode == 2 and "Traceback" not in out.stderr
+
+
+def test_a_torn_seal_is_a_torn_tail_that_resume_completes(tmp_path: Path) -> None:
+    trace = tmp_path / "run.jsonl"
+    ex = Executor(planner=fixed_plan(steps(2)), tools={"work": lambda i: i}, trace=trace)
+    ex.run("g")
+    lines = trace.read_bytes().splitlines(keepends=True)
+    torn = lines[-1][:40]  # the writer died in the middle of the end's write: the end whole, its seal not
+    trace.write_bytes(b"".join(lines[:-1]) + torn)
+    rep = replay(trace)
+    assert rep.torn_tail and rep.state == "DONE" and not rep.sealed
+    out = Executor(planner=fixed_plan(steps(2)), tools={"work": lambda i: i}, trace=trace, resume=True).run("g")
+    assert out.state == "DONE" and replay(trace).sealed and not replay(trace).torn_tail
+    assert (tmp_path / "run.jsonl.torn-1").read_bytes() == torn
+    assert cli("verify", trace).returncode == 0
+
+
+@pytest.mark.parametrize("tail", [b'{"seq":99,"kind":"event"', b"garbage", b'{"seq":7,"kind":"transition"'])
+def test_other_bytes_after_the_end_are_corruption_not_a_torn_tail(tmp_path: Path, tail: bytes) -> None:
+    trace = tmp_path / "run.jsonl"
+    Executor(planner=fixed_plan(steps(1)), tools={"work": lambda i: i}, trace=trace).run("g")
+    lines = trace.read_bytes().splitlines(keepends=True)
+    trace.write_bytes(b"".join(lines[:-1]) + tail)  # after PLAN -> DONE (seq 6), without its seal
+    with pytest.raises(TraceCorruption) as e:
+        replay(trace)
+    assert (e.value.reason, e.value.line) == ("after-terminal", len(lines))
