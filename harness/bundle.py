@@ -251,8 +251,7 @@ def import_bundle(
                     raise BundleError(path, f"{run} does not replay: {e}") from None
                 if rep.seal is None:
                     raise BundleError(path, f"{run} is not sealed; a bundle holds sealed runs only")
-                for digest, (size, line) in rep.blobs.items():
-                    _blobs.read(os.path.join(staging, run), line, digest, size)
+                # replay() found each blob it names with its size; each blob's bytes were hashed to its name above
             skipped = []
             for name in listed:  # refuse before anything moves
                 dest = os.path.join(target, *name.split("/"))
