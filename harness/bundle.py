@@ -227,9 +227,12 @@ def import_bundle(
         raise BundleError(path, f"not a zip archive, or a truncated one ({e})") from None
     with zf:
         listed = _check_entries(path, zf, max_bytes, max_ratio)
-        os.makedirs(target, exist_ok=True)
         staging = os.path.join(target, f".import-{uuid.uuid4().hex}")
-        os.mkdir(staging)
+        try:
+            os.makedirs(target, exist_ok=True)
+            os.mkdir(staging)
+        except OSError as e:
+            raise BundleError(path, f"cannot write into {target}: {e.strerror}") from None
         try:
             for name, f in sorted(listed.items()):
                 data = _read(path, zf, name, int(f["size"]))  # type: ignore[call-overload]
@@ -267,6 +270,11 @@ def import_bundle(
                 os.makedirs(os.path.dirname(dest), exist_ok=True)
                 os.replace(os.path.join(staging, *name.split("/")), dest)
             _sync(target)
+        except OSError as e:  # a full disk, a kill of the file system: the runs not yet moved never appear
+            raise HarnessError(
+                f"{path}: cannot write into {target}: {e.strerror}; no run was imported that is not whole (blobs "
+                "moved already are content-addressed and harmless). Fix the cause and import again"
+            ) from None
         finally:
             shutil.rmtree(staging, ignore_errors=True)
     total = sum(int(f["size"]) for f in listed.values())  # type: ignore[call-overload]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import io
 import os
 import stat
@@ -16,6 +17,7 @@ import pytest
 
 import harness
 from harness import BundleError, Executor, HarnessError, Step, TraceCorruption, replay
+from harness._journal import encode
 from harness.testing import FakeLLM, fixed_plan, read_records, steps
 
 BIG = "x" * 100_000
@@ -132,23 +134,18 @@ def test_a_keyed_seal_catches_a_rewrite_without_the_key(tmp_path: Path) -> None:
     wrong = cli("verify", trace, "--key", "other")
     assert wrong.returncode == 1 and "does not match" in wrong.stdout
     assert cli("verify", trace).returncode == 1  # keyed, and no key to check it with
-    # a forger rewrites a result, recomputes every crc and the seal's sha256, but has no key
+    # a forger changes an intent's args, recomputes every crc and the seal's sha256, but has no key
     records = read_records(trace)
-    target = next(r for r in records if r["kind"] == "transition" and r.get("to") == "DONE")
-    target["step"] = target["step"]  # the same story ...
-    records[3]["args"] = {"i": 99} if "args" in records[3] else records[3].get("args")
-    from harness._journal import encode
-
+    intent = next(r for r in records if r["kind"] == "transition" and r["to"] == "ACT")
+    intent["args"] = {"i": 99}
     data, crc = b"", 0
     for r in records[:-1]:
         line, crc = encode({k: v for k, v in r.items() if k != "crc"}, crc)
         data += line
-    import hashlib
-
     seal = {**records[-1], "sha256": hashlib.sha256(data).hexdigest()}
     line, _ = encode({k: v for k, v in seal.items() if k != "crc"}, crc)
     trace.write_bytes(data + line)
-    replay(trace)  # the unkeyed checks pass: a rewrite is not an accident
+    assert replay(trace).sealed  # the checks without a key pass: a rewrite is no accident
     out = cli("verify", trace, "--key", "secret")
     assert out.returncode == 1 and "does not match" in out.stdout
 
@@ -291,8 +288,6 @@ def test_import_refuses_to_overwrite_a_differing_run(tmp_path: Path) -> None:
 def hostile(path: Path, entries: list[tuple[str, bytes]], *, manifest: list[dict[str, Any]] | None = None,
             symlink: str | None = None) -> Path:  # fmt: skip
     """A zip with these entries and a manifest that lists them truthfully (unless given one)."""
-    import hashlib
-
     with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
         for name, data in entries:
             zf.writestr(name, data)
@@ -401,3 +396,28 @@ def test_other_bytes_after_the_end_are_corruption_not_a_torn_tail(tmp_path: Path
     with pytest.raises(TraceCorruption) as e:
         replay(trace)
     assert (e.value.reason, e.value.line) == ("after-terminal", len(lines))
+
+
+def test_an_import_that_fails_midway_lands_no_trace(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    big_run(tmp_path, name="a.jsonl")
+    harness.export([tmp_path / "a.jsonl"], tmp_path / "a.zip")
+    import harness.bundle as bundle
+
+    moved: list[str] = []
+    real = os.replace
+
+    def failing(src: Any, dst: Any) -> None:
+        if moved:  # the second rename fails, as a full disk or a kill would stop it
+            raise OSError(28, "No space left on device")
+        moved.append(os.fspath(dst))
+        real(src, dst)
+
+    monkeypatch.setattr(bundle.os, "replace", failing)
+    into = tmp_path / "into"
+    with pytest.raises(HarnessError, match="No space left on device; no run was imported"):
+        harness.import_bundle(tmp_path / "a.zip", into)
+    assert moved and "/blobs/" in moved[0]  # blobs go first: content-addressed, harmless alone
+    assert not (into / "a.jsonl").exists() and not list(into.glob(".import-*"))  # no trace, no staging left
+    monkeypatch.setattr(bundle.os, "replace", real)
+    done = harness.import_bundle(tmp_path / "a.zip", into)  # and the import can simply be run again
+    assert done.runs == ("a.jsonl",) and replay(into / "a.jsonl").sealed
