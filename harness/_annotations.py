@@ -55,5 +55,10 @@ def annotate(trace: str | os.PathLike[str], key: str, value: Any) -> dict[str, A
     note = {"key": key, "value": value, "at": datetime.now(UTC).isoformat(timespec="milliseconds")}
     notes.append(note)
     body = {"format": FORMAT, "version": VERSION, "notes": notes}
-    write_atomically(annotations_path(path), orjson.dumps(body, option=orjson.OPT_INDENT_2) + b"\n")
+    try:
+        write_atomically(annotations_path(path), orjson.dumps(body, option=orjson.OPT_INDENT_2) + b"\n")
+    except OSError as e:
+        raise HarnessError(
+            f"{annotations_path(path)}: cannot write ({e.strerror}); the notes are as they were"
+        ) from None
     return note

@@ -127,7 +127,10 @@ def migrate(trace: str | os.PathLike[str]) -> Migrated:
         if type(version) is not int or version > SCHEMA or version < MIGRATIONS[0][0]:
             raise HarnessError(f"{path}: schema {version!r} cannot be migrated to {SCHEMA} by this harness")
         before = len(records)
-        backup = _backup(path, data, version)
+        try:
+            backup = _backup(path, data, version)
+        except OSError as e:
+            raise HarnessError(f"{path}: cannot write its backup ({e.strerror}); nothing was changed") from None
         for start, step in MIGRATIONS:
             if start >= version:
                 records = step(records, path)
@@ -143,9 +146,13 @@ def migrate(trace: str | os.PathLike[str]) -> Migrated:
                     "please report this with the backup attached"
                 ) from None
             os.replace(tmp, path)
-        except BaseException:
+        except BaseException as e:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
+            if isinstance(e, OSError):
+                raise HarnessError(
+                    f"{path}: cannot write the migrated trace ({e.strerror}); the original is unchanged"
+                ) from None
             raise
         _sync_dir(folder)
     return Migrated(path, version, SCHEMA, before, len(records), backup, len(torn), rep.state)

@@ -134,7 +134,12 @@ def seal(trace: str | os.PathLike[str], *, seal_key: str | bytes | None = None) 
             data = f.read(rep.end)
         sealed = fields(hashlib.sha256(data).hexdigest(), rep.blobs, rep.state, key)
         line, _ = encode({"seq": rep.last_seq + 1, "kind": "seal", **sealed, "ts": now()}, rep.crc)
-        write_atomically(path, data + line)
+        try:
+            write_atomically(path, data + line)
+        except OSError as e:
+            raise HarnessError(
+                f"{path}: cannot write the sealed trace ({e.strerror}); the trace is unchanged"
+            ) from None
     replay(path)  # the sealed trace reads back
     return Sealed(path, rep.last_seq + 1, key is not None, False)
 

@@ -124,9 +124,11 @@ def export(traces: Iterable[str | os.PathLike[str]], out: str | os.PathLike[str]
             manifest = {"format": FORMAT, "version": VERSION, "files": entries}
             zf.writestr(_info(MANIFEST), orjson.dumps(manifest, option=orjson.OPT_INDENT_2) + b"\n")
         os.replace(tmp, target)
-    except BaseException:
+    except BaseException as e:
         if os.path.exists(tmp):
             os.unlink(tmp)
+        if isinstance(e, OSError):
+            raise BundleError(target, f"cannot write the bundle: {e.strerror or e}") from None
         raise
     return Bundled(target, tuple(names), tuple(sorted(files)), total)
 
