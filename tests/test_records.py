@@ -421,3 +421,41 @@ def test_an_import_that_fails_midway_lands_no_trace(tmp_path: Path, monkeypatch:
     monkeypatch.setattr(bundle.os, "replace", real)
     done = harness.import_bundle(tmp_path / "a.zip", into)  # and the import can simply be run again
     assert done.runs == ("a.jsonl",) and replay(into / "a.jsonl").sealed
+
+
+KILLED_IN_A_BLOB = """
+import os, signal, sys
+import harness._blobs as blobs
+from harness import Executor
+from harness.testing import fixed_plan, steps
+
+trace, when = sys.argv[1], sys.argv[2]
+real = os.replace
+calls = []
+
+def replace(src, dst):
+    calls.append(dst)
+    if len(calls) == 2 and when == "before-rename":
+        os.kill(os.getpid(), signal.SIGKILL)  # the second blob is written to its temporary file, not renamed
+    real(src, dst)
+    if len(calls) == 2 and when == "after-rename":
+        os.kill(os.getpid(), signal.SIGKILL)  # the blob is in place, the line naming it is not written
+
+blobs.os.replace = replace
+Executor(planner=fixed_plan(steps(3)), tools={"work": lambda i: {"i": i, "page": "p" * 100_000}}, trace=trace).run("g")
+"""
+
+
+@pytest.mark.parametrize("when", ["before-rename", "after-rename"])
+def test_a_writer_killed_while_storing_a_blob_leaves_a_trace_that_resumes(tmp_path: Path, when: str) -> None:
+    trace = tmp_path / "run.jsonl"
+    child = subprocess.run([sys.executable, "-c", KILLED_IN_A_BLOB, str(trace), when], timeout=60)
+    assert child.returncode == -9
+    rep = replay(trace)  # every blob a line names is there: the line is written only after its blob
+    assert rep.state == "ACT" and len(rep.checkpoints) == 1 and len(rep.blobs) == 1
+    out = Executor(
+        planner=fixed_plan(steps(3)), tools={"work": lambda i: {"i": i, "page": "p" * 100_000}}, trace=trace,
+        resume=True,
+    ).run("g")  # fmt: skip
+    assert out.state == "DONE" and [c.result["i"] for c in out.checkpoints] == [0, 1, 2]
+    assert cli("verify", trace).returncode == 0
