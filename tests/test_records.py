@@ -459,3 +459,41 @@ def test_a_writer_killed_while_storing_a_blob_leaves_a_trace_that_resumes(tmp_pa
     ).run("g")  # fmt: skip
     assert out.state == "DONE" and [c.result["i"] for c in out.checkpoints] == [0, 1, 2]
     assert cli("verify", trace).returncode == 0
+
+
+def test_rerun_and_fork_see_blob_stored_payloads_as_inline(tmp_path: Path) -> None:
+    trace = big_run(tmp_path)
+    model = FakeLLM(lambda request: {"answer": BIG, "n": request})
+
+    def plan(goal: Any, done: list[Any]) -> Step | None:
+        if len(done) == 2:
+            harness.artifact("report.md", f"# {len(done)} steps\n")
+            return None
+        harness.llm(len(done), model)
+        return Step(f"s{len(done)}", "work", {"i": len(done)})
+
+    def refuse(**args: Any) -> Any:
+        raise AssertionError("a rerun calls no tool")
+
+    again = harness.rerun(trace, planner=plan, tools={"work": refuse}, out=tmp_path / "again.jsonl")
+    assert again.equal and again.live_calls == 0 and model.requests == []
+    answer = next(c for c in replay(trace).crossings if c.kind == "llm")
+    child = harness.fork(
+        trace, at=answer.seq, value={"answer": "short", "n": 0}, planner=plan,
+        tools={"work": lambda i: {"i": i, "page": BIG}}, out=tmp_path / "child.jsonl",
+    )  # fmt: skip
+    first = harness.diff(trace, tmp_path / "child.jsonl").first
+    assert child.state == "DONE" and first is not None and first.seq_b == answer.seq
+    assert [c.field for c in first.changes] == ["response.answer"]
+
+
+def test_a_recorder_stores_large_event_data_in_blobs_and_seals_with_a_key(tmp_path: Path) -> None:
+    trace = tmp_path / "rec.jsonl"
+    with harness.Recorder(trace, entrypoint="loop.py", blob_threshold=1000, seal_key="k") as rec:
+        rec.log("page", {"html": BIG})
+        rec.log("small", {"ok": True})
+    records = read_records(trace)
+    assert "blobs" in records[1] and "data" not in records[1] and records[2]["data"] == {"ok": True}
+    assert records[-1]["kind"] == "seal" and "hmac" in records[-1]
+    assert harness.normalize(trace)[1]["data"] == {"html": BIG}
+    assert harness.verify(trace, seal_key="k").ok and not harness.verify(trace, seal_key="other").ok
