@@ -122,7 +122,7 @@ def test_a_finished_run_summary_and_records(client: TestClient, folder: Any) -> 
     s = client.get(f"/api/runs/{ids['done']}").json()
     assert (s["status"], s["state"], s["records"], s["error"], s["torn"]) == ("done", "DONE", len(recs), None, 0)
     assert s["lanes"] == ["main"] and s["lane_codes"] == "" and len(s["codes"]) == len(recs)
-    assert s["codes"][0] == "H" and s["codes"][-1] == "D" and s["end"] == trace.stat().st_size
+    assert s["codes"][0] == "H" and s["codes"][-2:] == "Ds" and s["end"] == trace.stat().st_size  # DONE, seal
     window = client.get(f"/api/runs/{ids['done']}/records?start=2&count=5").json()
     assert window["start"] == 2 and window["total"] == len(recs)
     assert [b["seq"] for b in window["records"]] == [3, 4, 5, 6, 7]
@@ -242,19 +242,19 @@ def test_annotations_beside_a_trace_are_shown_as_they_are(folder: Any, tmp_path:
 
 
 def test_a_long_trace_is_served_in_windows_never_whole(tmp_path: Path) -> None:
-    n = 4000  # steps: 20,003 records (header, INIT -> PLAN, 5 per step, PLAN -> DONE)
+    n = 4000  # steps: 12,004 records (header, INIT -> PLAN, 3 per step, PLAN -> DONE, seal)
     Executor(planner=fixed_plan(steps(n)), tools={"work": dict}, trace=tmp_path / "long.jsonl").run("long")
     size = (tmp_path / "long.jsonl").stat().st_size
     with local(create_app(tmp_path)) as c:
         summary = c.get("/api/runs/long")
         s = summary.json()
-        assert s["records"] == 5 * n + 3 and len(s["codes"]) == s["records"]
+        assert s["records"] == 3 * n + 4 and len(s["codes"]) == s["records"]
         assert len(summary.content) < size / 20  # a letter per record, no record bodies
         window = c.get("/api/runs/long/records?start=0&count=1000000").json()
         assert len(window["records"]) == 2000 and window["total"] == s["records"]
         middle = c.get(f"/api/runs/long/records?start={s['records'] - 3}&count=10").json()["records"]
         assert [b["line"] for b in middle] == [s["records"] - 2, s["records"] - 1, s["records"]]
-        assert middle[-1]["cls"] == "D"
+        assert [b["cls"] for b in middle[-2:]] == ["D", "s"]  # DONE, then its seal
 
 
 def test_unknown_record_kinds_are_indexed_and_shown_as_they_are(tmp_path: Path) -> None:
@@ -416,7 +416,7 @@ def test_events_follow_a_trace_a_real_executor_writes_in_another_process(tmp_pat
     assert records == read_records(trace)  # each record once, in order, none torn
     assert [e["data"]["line"] for e in seen if e["event"] == "record"] == list(range(1, len(records) + 1))
     assert seen[-1]["event"] == "end" and seen[-1]["data"]["status"] == "done"
-    assert records[-1]["to"] == "DONE"
+    assert records[-2]["to"] == "DONE" and records[-1]["kind"] == "seal"
 
 
 # --- diff ------------------------------------------------------------------------------------

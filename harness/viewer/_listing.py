@@ -105,15 +105,21 @@ def _head_of(rec: dict[str, Any] | None) -> dict[str, Any]:
 
 
 def _tail(f: Any, size: int) -> dict[str, Any]:
+    """What the last record says; for a sealed run, the record the seal follows (its end), with the seal's time."""
     n = _TAIL
     while True:
         start = max(0, size - n)
         f.seek(start)
         data = f.read(size - start)
-        end = data.rfind(b"\n")
-        begin = data.rfind(b"\n", 0, end) + 1 if end >= 0 else -1
-        if end >= 0 and (begin > 0 or start == 0):
-            return _tail_of(_parse(data[begin:end]))
+        lines = data.split(b"\n")[:-1]  # complete lines (the part after the last newline is torn or empty)
+        if start > 0:
+            lines = lines[1:]  # the first may be cut
+        if lines:
+            last = _parse(lines[-1])
+            if last is None or last.get("kind") != "seal":
+                return _tail_of(last)
+            if len(lines) > 1:
+                return {**_tail_of(_parse(lines[-2])), "last_ts": _ts(last.get("ts"))}
         if start == 0 or n >= _MAX:
             return _tail_of(None)
         n *= 4
