@@ -117,7 +117,8 @@ def test_a_checkpoint_written_as_transitions_is_refused(done: Path) -> None:
     """Schema 1's VERIFY -> CHECKPOINT transition: in schema 2 only a checkpoint record makes that move."""
     records = read_records(done)
     ck = line_of(done, "checkpoint", 0) - 1
-    records[ck] = {"seq": ck + 1, "kind": "transition", "from": "VERIFY", "to": "CHECKPOINT", "step": 0, "attempt": 1}
+    records[ck] = {"seq": ck + 1, "kind": "transition", "from": "VERIFY", "to": "CHECKPOINT", "step": 0, "attempt": 1,
+                   "ts": 1.5}  # fmt: skip
     write_trace(done, records)
     refused(done, ck + 1, "bad-transition")
 
