@@ -586,6 +586,8 @@ def _scan(
                     if state not in S.TERMINAL:
                         raise _fail(path, n, "seal", f"a seal in state {state}: only a run that ended is sealed", seq)
                     unsealed = _seal_mismatch(path, offset, rec, blobs, state)
+                    if unsealed is None and "set_aside" in rec:  # a resume completed a torn seal: where it went
+                        unsealed = _aside_problem(path, header, rec["set_aside"])
                     if unsealed:
                         raise _fail(path, n, "seal", unsealed, seq)
                     seal = rec

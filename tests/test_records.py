@@ -384,7 +384,12 @@ def test_a_torn_seal_is_a_torn_tail_that_resume_completes(tmp_path: Path) -> Non
     out = Executor(planner=fixed_plan(steps(2)), tools={"work": lambda i: i}, trace=trace, resume=True).run("g")
     assert out.state == "DONE" and replay(trace).sealed and not replay(trace).torn_tail
     assert (tmp_path / "run.jsonl.torn-1").read_bytes() == torn
+    assert read_records(trace)[-1]["set_aside"] == "run.jsonl.torn-1"  # the seal names where the torn one went
     assert cli("verify", trace).returncode == 0
+    (tmp_path / "run.jsonl.torn-1").unlink()  # a seal naming a set-aside that is gone: as for a resume record
+    with pytest.raises(TraceCorruption) as e:
+        replay(trace)
+    assert e.value.reason == "seal" and "run.jsonl.torn-1" in str(e.value)
 
 
 @pytest.mark.parametrize("tail", [b'{"seq":99,"kind":"event"', b"garbage", b'{"seq":7,"kind":"transition"'])
