@@ -40,12 +40,18 @@ Lines (the keys of the JSON):
 - step_fsync_vs_langgraph, step_fsync_vs_dbos, step_fsync_vs_burr (--peers
   only, null otherwise): harness's fsync-mode step against the same agent on
   LangGraph's SqliteSaver (durability="sync"), DBOS on SQLite and Burr's
-  SQLitePersister, wall time (see bench/peers.py; needs `.[peers]`).
+  SQLitePersister, wall time (see bench/peers.py; needs `.[peers]`);
 - blob_trace_vs_inline, blob_replay_vs_inline: a run whose model answers are
   200 KiB each, with blobs (the default threshold) against all inline: trace
   size, and replay() time (reading every answer back);
 - export_vs_zipfile, import_vs_zipfile: `harness export` / `import` time of
-  that run's folder against `zipfile` writing / reading the same files alone.
+  that run's folder against `zipfile` writing / reading the same files alone;
+- parallel_step_vs_sequential: wall time of one parallel step of 8 calls
+  against 8 sequential steps, each tool waiting LATENCY as a network call
+  would (the detail also gives the same with no-op tools: the pure cost);
+- journal_8_threads_vs_1: records per second appended by 8 threads sharing
+  one journal, against one thread on the same shared path (the detail also
+  gives the shared path against the lean single-agent one).
 
 --quick runs in under a minute with smaller traces (the JSON says which
 sizes were used); --smoke is smaller still, for the test suite; the full
@@ -133,8 +139,11 @@ TARGETS = {
     "blob_replay_vs_inline": None,
     "export_vs_zipfile": None,
     "import_vs_zipfile": None,
+    "parallel_step_vs_sequential": 0.25,
+    "journal_8_threads_vs_1": None,
 }
 KEYS = tuple(TARGETS)
+LATENCY = 0.02  # seconds a tool of the parallel-step line waits, as a network call would
 
 
 # ---------------------------------------------------------------- the data
@@ -747,6 +756,83 @@ def diff_seconds(scratch: Scratch, trace: str) -> float | None:
     return t
 
 
+def bench_parallel(scratch: Scratch, sizes: Sizes, latency: float) -> Rounds:
+    """One parallel step of 8 calls against 8 sequential steps, the same tool."""
+
+    def tool(i: int) -> dict[str, Any]:
+        if latency:
+            time.sleep(latency)
+        return {"i": i}
+
+    def parallel(goal: Any, progress: list[Any]) -> Any:
+        return [Step(f"call{i}", "t", {"i": i}) for i in range(8)] if not progress else None
+
+    def sequential(goal: Any, progress: list[Any]) -> Any:
+        return Step(f"call{len(progress)}", "t", {"i": len(progress)}) if len(progress) < 8 else None
+
+    def once(planner: Any) -> Callable[[], Sample]:
+        def go() -> Sample:
+            path = scratch()
+            t0 = clocks()
+            out = Executor(planner=planner, tools={"t": tool}, trace=path).run(GOAL)
+            t = since(t0)
+            assert out.state == "DONE" and len(out.checkpoints) == 8
+            os.unlink(path)
+            return t
+
+        return go
+
+    return interleaved({"parallel": once(parallel), "sequential": once(sequential)}, max(sizes.reps, 5))
+
+
+def bench_threads(scratch: Scratch, sizes: Sizes) -> Rounds:
+    """Records per second into one shared journal: 8 threads against 1, and the lean single-agent path."""
+    import threading
+
+    n = sizes.append
+    appends = take(n)
+    local = threading.local()
+
+    def stamp() -> tuple[str, dict[str, int]]:
+        local.n = getattr(local, "n", 0) + 1
+        return local.name, {local.name: local.n}
+
+    def write(journal: Journal, name: str, part: list[Append]) -> None:
+        local.name, local.n = name, 0
+        for kind, fields, check in part:
+            journal.append(kind, fields, check=check)
+
+    def threads(k: int) -> Callable[[], Sample]:
+        def go() -> Sample:
+            path = scratch()
+            with Journal.open(path) as journal:
+                journal.share(stamp)
+                parts = [appends[i::k] for i in range(k)]
+                workers = [threading.Thread(target=write, args=(journal, f"a{i}", parts[i])) for i in range(k)]
+                t0 = clocks()
+                for w in workers:
+                    w.start()
+                for w in workers:
+                    w.join()
+                t = since(t0, n)
+            os.unlink(path)
+            return t
+
+        return go
+
+    def lean() -> Sample:
+        path = scratch()
+        with Journal.open(path) as journal:
+            t0 = clocks()
+            for kind, fields, check in appends:
+                journal.append(kind, fields, check=check)
+            t = since(t0, n)
+        os.unlink(path)
+        return t
+
+    return interleaved({"8 threads": threads(8), "1 thread": threads(1), "lean": lean}, sizes.reps)
+
+
 # ---------------------------------------------------------------- the run
 
 
@@ -868,6 +954,22 @@ def run(mode: str, folder: str, log: Callable[[str], None], *, wall: bool = Fals
     if d is None:
         detail["diff"] = "harness.diff is not available in this build"
 
+    log("a parallel step of 8 calls against 8 sequential steps")
+    got = bench_parallel(scratch, sizes, LATENCY)
+    out["parallel_step_vs_sequential"] = got.ratio("parallel", "sequential", WALL)
+    detail["parallel_step_ms"] = got.medians(1e3)
+    got = bench_parallel(scratch, sizes, 0.0)
+    detail["parallel_noop_step_vs_sequential"] = got.ratio("parallel", "sequential", WALL)
+    detail["parallel_noop_step_ms"] = got.medians(1e3)
+    detail["clock"]["parallel"] = "wall"
+
+    log(f"{sizes.append} appends from 8 threads into one journal")
+    got = bench_threads(scratch, sizes)
+    out["journal_8_threads_vs_1"] = got.ratio("1 thread", "8 threads", WALL)  # time per record: > 1 is faster
+    detail["journal_threads_us_per_record"] = got.medians(1e6)
+    detail["journal_shared_vs_lean_1_thread"] = got.ratio("1 thread", "lean", WALL)
+    detail["clock"]["journal_threads"] = "wall"
+
     # bench/peers.py: harness alone by default, every peer with --peers (imported here, so the default run and the
     # tests need no peer installed); it raises PeersMissing, saying what to install, when a peer is absent
     peers = _peers()
@@ -903,6 +1005,8 @@ def table(result: dict[str, Any]) -> str:
         "step_fsync_vs_langgraph": 'step, fsync / LangGraph SqliteSaver durability="sync" (--peers)',
         "step_fsync_vs_dbos": "step, fsync / DBOS on SQLite (--peers)",
         "step_fsync_vs_burr": "step, fsync / Burr SQLitePersister (--peers)",
+        "parallel_step_vs_sequential": f"1 parallel step of 8 calls / 8 sequential steps, tools waiting {LATENCY} s",
+        "journal_8_threads_vs_1": f"records/s, 8 threads sharing a journal / 1 thread ({sizes['append']} records)",
     }
     rows = ["| key | what | measured | target |", "|---|---|---|---|"]
     for key, target in TARGETS.items():

@@ -8,8 +8,10 @@ the run from that file and refuses a trace that cannot support its story.
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
+from ._agents import Handle, Message, current_agent, join, receive, send, spawn
 from ._annotations import annotate, annotations
-from ._boundary import aboundary, artifact, boundary, llm, now, random, uuid4
+from ._async import AsyncHandle, aspawn
+from ._boundary import aboundary, allm, artifact, boundary, llm, now, random, uuid4
 from ._diff import Diff, diff
 from ._errors import (
     HarnessError,
@@ -57,15 +59,18 @@ def __getattr__(name: str) -> Any:
 __all__ = [
     "MARKER",
     "Artifact",
+    "AsyncHandle",
     "BundleError",
     "Bundled",
     "Checkpoint",
     "Crossing",
     "Diff",
     "Executor",
+    "Handle",
     "HarnessError",
     "HttpRecordingError",
     "JournalError",
+    "Message",
     "Migrated",
     "NotSerializable",
     "Outcome",
@@ -92,24 +97,31 @@ __all__ = [
     "VerificationFailed",
     "__version__",
     "aboundary",
+    "allm",
     "annotate",
     "annotations",
     "artifact",
+    "aspawn",
     "boundary",
+    "current_agent",
     "diff",
     "export",
     "fork",
     "import_bundle",
+    "join",
     "list_runs",
     "llm",
     "migrate",
     "normalize",
     "now",
     "random",
+    "receive",
     "reconcile",
     "replay",
     "rerun",
     "seal",
+    "send",
+    "spawn",
     "uuid4",
     "verify",
 ]

@@ -20,6 +20,11 @@ Rules kept here:
   part of it that must be equal (`harness.http` drops ignored query
   parameters and body fields this way). It is applied to the recorded and
   to the new request alike; the stored `hash` is the hash of that part.
+- recorded crossings are served per agent, each agent its own in its own
+  order (see _agents.py); "a crossing made while another crossing's call
+  runs" is per agent too;
+- a crossing from a thread the run did not start, while no call of the run
+  is in flight, raises HarnessError and fails the run (it would be a lie).
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from __future__ import annotations
 import os
 import random as _random
 import sys
+import threading
 import time
 import uuid as _uuid
 from collections import deque
@@ -35,6 +41,7 @@ from contextvars import ContextVar
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from ._agents import MAIN, Agents, _agent
 from ._errors import HarnessError, ReplayDrift, ReplayViolation, ToolError
 from ._journal import check_value
 from ._redact import DEFAULT, Redaction
@@ -45,11 +52,16 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 Match = Callable[[Any], Any]  # a request -> the part of it a recorded crossing must equal
+Arrived = Callable[[Any, bool], None]  # (response, served): runs before a crossing's record is written
 _current: ContextVar[Session | None] = ContextVar("harness_session", default=None)
 
 
 class Session:
-    """The crossings of one run: where new ones are written and recorded ones come from."""
+    """The crossings of one run: where new ones are written and recorded ones come from.
+
+    Recorded crossings are kept per agent, each in its own order, so every
+    agent is served its own whatever the threads do.
+    """
 
     def __init__(
         self,
@@ -60,55 +72,108 @@ class Session:
         redact: Redaction = DEFAULT,
     ):
         self.journal = journal
-        self.recorded = deque(recorded)
+        self.recorded: dict[str, deque[Crossing]] = {}
+        for c in recorded:
+            self.recorded.setdefault(c.agent, deque()).append(c)
         self.strict = strict
         self.redact = redact
-        self.nested = False
-        self.live_calls = 0
+        self.agents = Agents(self)
+        self.calls: dict[str, int] = {}  # live calls per agent
+        self.failure: HarnessError | None = None  # kept in case agent code swallows it
+
+    @property
+    def nested(self) -> bool:
+        """Whether a call of the current agent is running (its crossings belong to that call)."""
+        return (_agent.get() or self.agents.main).nested
+
+    @nested.setter
+    def nested(self, value: bool) -> None:
+        (_agent.get() or self.agents.main).nested = value
+
+    @property
+    def live_calls(self) -> int:
+        return sum(self.calls.values())
+
+    def count_live(self) -> None:
+        """One live call by the current agent (only its own thread writes its count)."""
+        name = (_agent.get() or self.agents.main).name
+        self.calls[name] = self.calls.get(name, 0) + 1
+
+    def left(self) -> int:
+        """Recorded crossings not served (yet)."""
+        return sum(len(q) for q in self.recorded.values())
+
+    def queue(self) -> deque[Crossing]:
+        """The current agent's recorded crossings, in its own order."""
+        name = (_agent.get() or self.agents.main).name
+        q = self.recorded.get(name)
+        if q is None:
+            q = self.recorded[name] = deque()
+        return q
 
     @property
     def serving(self) -> bool:
         """Whether a crossing may be served from the recording (or must be, in a strict session)."""
-        return self.strict or bool(self.recorded)
+        return self.strict or bool(self.queue())
 
     def serve(self, kind: str, request: Any, match: Match | None = None) -> Crossing | None:
         """The recorded crossing to use instead of a live call, or None to call live."""
-        if not self.recorded:
+        queue = self.queue()
+        if not queue:
             if self.strict:
                 raise ReplayViolation(
                     f"a live {kind} call with request {request!r} during a re-execution: the recording "
                     "has no crossing left here. Route it through harness, or record the run again.",
+                    agent=(_agent.get() or self.agents.main).name,
                 )
             return None
-        rec = self.recorded[0]
+        rec = queue[0]
         if rec.kind == kind and same(kind, rec, request, match):
-            return self.recorded.popleft()
+            return queue.popleft()
         if not self.strict:  # resuming changed code: the rest of the old recording no longer applies
-            self.recorded.clear()
+            queue.clear()
             return None
         was, now = (rec.request, request) if match is None else (match(rec.request), match(request))
         fields = differences(was, now) if rec.kind == kind else {"kind": (rec.kind, kind)}
         shown = "; ".join(f"{k}: recorded {a!r}, now {b!r}" for k, a, b in ((k, *v) for k, v in fields.items()))
+        who = "" if rec.agent == MAIN else f" (agent {rec.agent})"
         raise ReplayDrift(
-            f"seq {rec.seq}: the run drifted from its recording at a {rec.kind} crossing: {shown}",
+            f"seq {rec.seq}{who}: the run drifted from its recording at a {rec.kind} crossing: {shown}",
             seq=rec.seq,
             line=rec.seq,
             fields=fields,
+            agent=rec.agent,
         )
 
-    def enter(self, kind: str, request: Any, match: Match | None = None) -> tuple[Any, Crossing | None]:
-        """The request as it is compared and written (redacted), and the crossing to serve, if any."""
+    def enter(
+        self, kind: str, request: Any, match: Match | None = None, arrived: Arrived | None = None
+    ) -> tuple[Any, Crossing | None]:
+        """The request as it is compared and written (redacted), and the crossing to serve, if any.
+
+        `arrived(response, served)` runs before a crossing's record is written (a receive merges its clock).
+        """
         check_value("request", request)  # before it is hashed: NotSerializable, not orjson's TypeError
         request = self.redact(request)
-        return request, self.serve(kind, request, match)
+        rec = self.serve(kind, request, match)
+        if rec is not None and arrived is not None and rec.error is None:
+            arrived(rec.response, True)
+        return request, rec
 
-    def cross(self, kind: str, request: Any, call: Callable[[], T], match: Match | None = None) -> T:
+    def cross(
+        self,
+        kind: str,
+        request: Any,
+        call: Callable[[], T],
+        match: Match | None = None,
+        *,
+        arrived: Arrived | None = None,
+    ) -> T:
         if self.nested:
             return call()
-        request, rec = self.enter(kind, request, match)
+        request, rec = self.enter(kind, request, match, arrived)
         if rec is not None:
             return outcome(rec)  # type: ignore[no-any-return]
-        self.live_calls += 1
+        self.count_live()
         self.nested = True
         try:
             response = call()
@@ -117,6 +182,8 @@ class Session:
             raise
         finally:  # also after a KeyboardInterrupt: later crossings must still be recorded
             self.nested = False
+        if arrived is not None:
+            arrived(response, False)
         self._record(kind, request, "response", response, match)
         return response
 
@@ -127,7 +194,7 @@ class Session:
         request, rec = self.enter(kind, request, match)
         if rec is not None:
             return outcome(rec)  # type: ignore[no-any-return]
-        self.live_calls += 1
+        self.count_live()
         self.nested = True
         try:
             response = await acall()
@@ -146,11 +213,30 @@ class Session:
         self.journal.append("crossing", fields, check=(outcome,), user=("request",))  # the journal redacts
 
     def activate(self) -> Any:
-        return _current.set(self)
+        with _active_lock:
+            _active.append(self)
+        return (self, _current.set(self))
+
+    def stray(self, kind: str) -> HarnessError:
+        """The error for a crossing made on a thread this run did not start; the run fails with it too."""
+        e = HarnessError(
+            f"a {kind} crossing on thread {threading.current_thread().name!r}, which the run did not start: it "
+            "would be neither recorded nor served on rerun. Start the thread with harness.spawn() (or run it "
+            "inside contextvars.copy_context() of the run's thread)."
+        )
+        self.failure = self.failure or e
+        return e
+
+
+_active: list[Session] = []  # the sessions of runs in progress in this process
+_active_lock = threading.Lock()
 
 
 def deactivate(token: Any) -> None:
-    _current.reset(token)
+    session, var_token = token
+    _current.reset(var_token)
+    with _active_lock:
+        _active.remove(session)
 
 
 def error_of(e: BaseException) -> dict[str, str]:
@@ -224,6 +310,10 @@ def boundary(kind: str, request: Any, call: Callable[[], T], *, match: Match | N
     """
     session = _current.get()
     if session is None:
+        if _active:  # a run is in progress: is this a thread it did not start?
+            stray = _stray()
+            if stray is not None:
+                raise stray.stray(kind)
         return call()
     return session.cross(kind, request, call, match)
 
@@ -232,6 +322,10 @@ async def aboundary(kind: str, request: Any, acall: Callable[[], Awaitable[T]], 
     """boundary() for async code: `await acall()` is recorded (or served) for `request`."""
     session = _current.get()
     if session is None:
+        if _active:  # a run is in progress: is this a thread it did not start?
+            stray = _stray()
+            if stray is not None:
+                raise stray.stray(kind)
         return await acall()
     return await session.across(kind, request, acall, match)
 
@@ -239,6 +333,24 @@ async def aboundary(kind: str, request: Any, acall: Callable[[], Awaitable[T]], 
 def active() -> bool:
     """Whether a run (an Executor or a Recorder) is recording or serving crossings here."""
     return _current.get() is not None
+
+
+def _stray() -> Session | None:
+    """The run a crossing from a foreign thread would lie to: one in progress with no call in flight.
+
+    While a call (a tool, a model call) is in flight, a helper thread's
+    crossings belong to that call, as crossings nested in it do.
+    """
+    with _active_lock:
+        for session in _active:
+            if session.journal is not None and not session.agents.in_flight():
+                return session
+    return None
+
+
+async def allm(request: Any, acall: Callable[[Any], Awaitable[T]]) -> T:
+    """llm() for an async model client: `await acall(request)`, recorded with the request."""
+    return await aboundary("llm", request, lambda: acall(request))
 
 
 def now() -> datetime:

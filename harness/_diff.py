@@ -207,6 +207,8 @@ def diff(a: Source | Loaded, b: Source | Loaded) -> Diff:
     """
     la, lb = Loaded.load(a), Loaded.load(b)
     na, nb = len(la), len(lb)
+    if la.causal or lb.causal:  # a run with agents: each agent's records aligned with its own
+        return Diff(la.name, lb.name, na, nb, _by_agent(la, lb))
     steps = _Steps()
     lo, start_a, start_b = 0, _end(la), _end(lb)
     walk_a, walk_b = la.forward(), lb.forward()
@@ -250,6 +252,57 @@ def diff(a: Source | Loaded, b: Source | Loaded) -> Diff:
 def _end(side: Loaded) -> int:
     """Where a walk of side ends: its last complete line's end in a trace file, else its length."""
     return side._end if side._path is not None else len(side)
+
+
+class _View:
+    """One agent's records of a side, in its own order, read through the side (seq and line kept)."""
+
+    def __init__(self, side: Loaded, rows: list[int]):
+        self.side, self.rows = side, rows
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def record(self, i: int) -> dict[str, Any]:
+        return self.side.record(self.rows[i])
+
+    def key(self, i: int) -> bytes:
+        return self.side.key(self.rows[i])
+
+    def seq(self, i: int) -> int:
+        return self.side.seq(self.rows[i])
+
+    def line(self, i: int) -> int:
+        return self.side.line(self.rows[i])
+
+
+def _by_agent(la: Loaded, lb: Loaded) -> tuple[Moved, ...]:
+    """Align each agent's own sequence with the same agent's on the other side; report in causal order.
+
+    Both sides are in the canonical causal order (sum of the clock, then agent),
+    so the first difference reported is a causally earliest one: the branch point.
+    """
+    rows: dict[str, tuple[list[int], list[int]]] = {}
+    for side, k in ((la, 0), (lb, 1)):
+        if side._path is not None:  # a run without agents facing one with: all of it, held
+            side.hold(0, len(side), 0, side._end)
+        for i in range(len(side)):
+            rows.setdefault(str(side.record(i).get("agent", "main")), ([], []))[k].append(i)
+    place_b = {lb.seq(j): j for j in range(len(lb))}
+    found: list[tuple[float, Moved]] = []
+    for ia, ib in rows.values():
+        va, vb = _View(la, ia), _View(lb, ib)
+        pairs = _align([va.key(i) for i in range(len(va))], [vb.key(j) for j in range(len(vb))])
+        i = j = 0
+        for pi, pj in [*pairs, (len(va), len(vb))]:
+            if i < pi or j < pj:
+                before = ib[j - 1] if 0 < j <= len(ib) else -1  # where a removed record sat: after this one of b
+                ids_a, ids_b = [b""] * (pi - i), [b""] * (pj - j)  # an agent's records pair by shape alone
+                for m in _stretch(va, vb, i, pi, j, pj, ids_a, ids_b):  # type: ignore[arg-type]  # reads as a Loaded
+                    found.append((place_b[m.seq_b] if m.seq_b is not None else before + 0.5, m))
+            i, j = pi + 1, pj + 1
+    found.sort(key=lambda x: x[0])  # stable: one agent's differences keep their order
+    return tuple(m for _, m in found)
 
 
 def _same(x: Item, y: Item) -> bool:

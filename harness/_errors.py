@@ -142,14 +142,14 @@ class VerificationFailed(HarnessError):
 class ReplayViolation(HarnessError):
     """A re-execution crossed a boundary that the recording does not have."""
 
-    def __init__(self, message: str, *, seq: int | None = None, line: int | None = None):
-        self.seq, self.line = seq, line
+    def __init__(self, message: str, *, seq: int | None = None, line: int | None = None, agent: str = "main"):
+        self.seq, self.line, self.agent = seq, line, agent
         super().__init__(message)
 
 
 class ReplayDrift(HarnessError):
     """A re-execution made a crossing whose request differs from the recorded one."""
 
-    def __init__(self, message: str, *, seq: int, line: int, fields: dict[str, tuple[Any, Any]]):
-        self.seq, self.line, self.fields = seq, line, fields
+    def __init__(self, message: str, *, seq: int, line: int, fields: dict[str, tuple[Any, Any]], agent: str = "main"):
+        self.seq, self.line, self.fields, self.agent = seq, line, fields, agent
         super().__init__(message)

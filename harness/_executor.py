@@ -9,6 +9,13 @@ holding the result it vouches for instead of copying it. A run that ends
 (DONE or FAILED) writes its seal with its last record. Resuming is the same
 loop started from the state `replay()` rebuilds.
 
+Parallel steps: when the planner returns a list of steps, each call runs the
+same loop in a thread of its own (an agent, `step-<N>`), with its step fixed,
+from PLAN to its checkpoint: its own intent, result, retries and contract.
+The run joins the calls in planner order, which is the order their
+checkpoints take in progress, and fails with the first failed call's error.
+At most `max_parallel` calls hold a slot at a time.
+
 Failures: ToolError and a rejected verification are retried under the
 RetryPolicy and end in FAILED when attempts run out, all recorded. Any other
 exception propagates out of run() and leaves the file as a crash would.
@@ -16,12 +23,14 @@ exception propagates out of run() and leaves the file as a crash would.
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import functools
 import inspect
 import os
 import platform
 import sys
+import threading
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import KW_ONLY, dataclass, field
@@ -45,7 +54,7 @@ from ._errors import (
 )
 from ._journal import SCHEMA, Journal, a, canonical, check_value, set_aside
 from ._redact import Redaction, Rule
-from ._replay import Checkpoint, Replay, replay
+from ._replay import Call, Checkpoint, Replay, replay
 from ._runs import runs_dir
 
 
@@ -160,7 +169,7 @@ class Executor:
     def __init__(
         self,
         *,
-        planner: Callable[[Any, list[Checkpoint]], Step | None],
+        planner: Callable[[Any, list[Checkpoint]], Step | list[Step] | None],
         tools: Mapping[str, Callable[..., Any] | Tool],
         verifier: Callable[[Step, Any], bool] | None = None,
         trace: str | os.PathLike[str] | None = None,
@@ -173,6 +182,7 @@ class Executor:
         blob_threshold: int = THRESHOLD,
         seal_key: str | bytes | None = None,
         redact: Redaction | Iterable[Rule] | None = None,
+        max_parallel: int = 8,
     ):
         if not isinstance(tools, Mapping):
             raise TypeError(
@@ -197,6 +207,9 @@ class Executor:
             raise ValueError(f"blob_threshold must be an int of bytes >= 0, not {blob_threshold!r}")
         self.blob_threshold = blob_threshold
         self.seal_key = seal_key
+        if type(max_parallel) is not int or max_parallel < 1:
+            raise ValueError(f"max_parallel must be an int of at least 1, not {max_parallel!r}")
+        self.max_parallel = max_parallel
         self.entrypoint = entrypoint or (sys.argv[0] if sys.argv and sys.argv[0] else "<python>")
         self.max_steps = max_steps
         # secrets replaced by a marker in every value written (None: the default rules; a list adds to them)
@@ -244,6 +257,19 @@ class Executor:
             if inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(type(fn).__call__):
                 raise _async(what)
 
+    async def arun(self, goal: Any) -> Outcome:
+        """run() for async agents: planners, tools and verifiers may be `async def` (plain ones still work).
+
+        The executor waits in a worker thread; each awaitable runs as a task on
+        the running loop, so the calls of a parallel step are concurrent tasks.
+        """
+        from ._async import Bridge, bridged
+
+        bridge = Bridge(asyncio.get_running_loop())
+        ex = copy.copy(self)
+        ex.planner, ex.tools, ex.verifier = bridged(bridge, self.planner, self.tools, self.verifier)
+        return await asyncio.to_thread(ex.run, goal)
+
     def _start(
         self, journal: Journal, goal: Any, run_id: str, *, session: Session | None = None, **lineage: Any
     ) -> Outcome:
@@ -280,12 +306,19 @@ class Executor:
                 seal["set_aside"] = os.path.basename(aside)
             journal.continue_after(rep.last_seq, rep.crc, rep.end, ("seal", seal), sync=True)  # over the torn seal
             return finished(replay(path))
-        if rep.complete or (rep.state == S.PAUSED and rep.reconcile is None):
+        waiting = any(c.state == S.PAUSED and c.reconcile is None for c in rep.group)
+        if rep.complete or (rep.state == S.PAUSED and (rep.reconcile is None if not rep.group else waiting)):
             return finished(rep)  # a finished run is never appended to
         aside = set_aside(path, rep.end) if rep.torn_tail else None
         seam = {"set_aside": os.path.basename(aside) if aside else None, "env": environment(self.entrypoint)}
+        clocks = rep.clocks
+        if clocks is not None:  # the run had spawned: the resume is one more event of main, with its clock
+            main = {**clocks["main"], "main": clocks["main"]["main"] + 1}
+            seam["vc"], clocks = main, {**clocks, "main": main}
         journal.continue_after(rep.last_seq, rep.crc, rep.end, ("resume", seam))  # written over the torn tail
         session = Session(journal, rep.resumable_crossings(), redact=self.redact)
+        if clocks is not None:  # every record from here on carries its clock
+            session.agents.share(journal, clocks)
         return self._continue(journal, session, rep, goal)  # the caller's goal: the trace's may be redacted
 
     def _continue(self, journal: Journal, session: Session, rep: Replay, goal: Any = _RECORDED) -> Outcome:
@@ -293,6 +326,14 @@ class Executor:
         last, intent = rep.last or {}, rep.intent
         goal = rep.goal if goal is _RECORDED else goal
         run = _Run(journal, session, goal, rep.run_id, list(rep.checkpoints), rep.state)
+        if rep.group:  # a parallel step was open: its calls go on, each from where its lane stands
+            run.state, run.step = S.PLAN, rep.group[0].step
+            token = session.activate()
+            try:
+                done = self._resume_group(run, rep)
+            finally:
+                deactivate(token)
+            return done or self._drive(run)
         if run.state in (S.INIT, S.PLAN):
             if run.state == S.INIT:
                 run.move(S.PLAN)
@@ -309,7 +350,7 @@ class Executor:
             if rep.reconcile["happened"]:
                 run.result, run.shown = rep.reconcile["result"], check_value("result", rep.reconcile["result"])
                 run.result = run.move(S.VERIFY, sync=True, user=("result",), result=run.result)["result"]
-                run.result_seq = run.journal.seq
+                run.result_seq = run.wrote
             else:
                 run.intent = self._live_intent(run, rep)
                 run.move(S.ACT, sync=True, user=("args",), **{k: run.intent[k] for k in _INTENT if k in run.intent})
@@ -361,33 +402,30 @@ class Executor:
         return {**intent, "args": planned.args}
 
     def _drive(self, run: _Run) -> Outcome:
-        """The loop: one state at a time, each transition on the file before it is acted on."""
-        token = run.session.activate()
+        """The loop: one state at a time, each transition on the file before it is acted on.
+
+        A call of a parallel step (a lane) runs the same loop in its own thread,
+        with its step fixed, and stops at its checkpoint.
+        """
+        token = None if run.lane else run.session.activate()
         try:
             while True:
                 if run.state == S.PLAN:
-                    planned = self.planner(run.goal, run.progress)
+                    planned: Any = run.planned if run.lane else self.planner(run.goal, run.progress)
+                    run.check_session()
                     if planned is None:
-                        run.move(S.DONE)
+                        run.end(S.DONE)
                         return run.outcome()
+                    if type(planned) is not Step and isinstance(planned, list | tuple) and not run.lane:
+                        ended = self._parallel(run, list(planned))
+                        if ended is not None:
+                            return ended
+                        continue
                     if not isinstance(planned, Step):
-                        if inspect.isawaitable(planned):
-                            raise _async("the planner", planned)
-                        raise HarnessError(f"the planner returned {planned!r}; it must return a Step or None")
-                    if self.max_steps is not None and run.step >= self.max_steps:
-                        error = {
-                            "type": "MaxSteps",
-                            "message": f"the planner planned step {run.step} ({planned.name!r}) after "
-                            f"{self.max_steps} steps, the limit (Executor(max_steps=...), None for no limit)",
-                            "max_steps": self.max_steps,
-                        }
-                        run.move(S.FAILED, user=("error",), error=error)
-                        return run.outcome(error)
-                    if planned.tool not in self.tools:
-                        raise HarnessError(
-                            f"the planner chose tool {planned.tool!r}, which this executor does not have "
-                            f"(it has: {', '.join(self.tools) or 'none'})"
-                        )
+                        self._check_planned(planned)  # raises: says what the planner must return
+                    if not run.lane and self.max_steps is not None and run.step >= self.max_steps:
+                        return run.too_many(planned.name, self.max_steps)
+                    self._check_planned(planned)
                     run.planned = planned
                     run.intent = {"name": planned.name, "tool": planned.tool, "args": planned.args}
                     if self.contracts[planned.tool]["effect"] == "idempotent":
@@ -412,22 +450,129 @@ class Executor:
                     run.shown = raw
                     sync = run.intent["tool"] in self.declared  # redacted as written: what a resumed run reads back
                     run.result = run.move(S.VERIFY, sync=sync, user=("result",), result=result)["result"]
-                    run.result_seq = run.journal.seq  # the record the checkpoint will name
+                    run.result_seq = run.wrote  # the record the checkpoint will name
                 elif run.state == S.VERIFY:
                     why = self._verify(run)
+                    run.check_session()
                     if why is not None:
                         error = {"type": "VerificationFailed", "message": why}
                         if self._retry_or_fail(run, error):
                             return run.outcome(error)
                         continue
                     run.checkpoint()
+                    if run.lane:  # a call ends with its checkpoint
+                        return run.outcome()
         finally:
-            deactivate(token)
+            if token is not None:
+                deactivate(token)
+
+    # --- parallel steps ------------------------------------------------------------------------------
+
+    def _parallel(self, run: _Run, steps: list[Any]) -> Outcome | None:
+        """Run a list of steps as concurrent calls, each a lane of its own; None when all checkpointed."""
+        if not steps:
+            raise HarnessError("the planner returned an empty list; return a Step, a list of Steps, or None")
+        for planned in steps:
+            self._check_planned(planned)
+        if self.max_steps is not None and run.step + len(steps) > self.max_steps:
+            return run.too_many(steps[max(0, self.max_steps - run.step)].name, self.max_steps)
+        slots = threading.BoundedSemaphore(self.max_parallel)
+        handles = []
+        for i, planned in enumerate(steps):
+            call = run.call(run.step + i, planned)
+            extra = {"step": call.step, "name": planned.name, "tool": planned.tool, "args": planned.args}
+            check_value("args", planned.args)
+            handles.append(run.session.agents.spawn(f"step-{call.step}", self._lane, (call, slots), {}, extra))
+        return self._close(run, handles, run.step + len(steps))
+
+    def _lane(self, call: _Run, slots: threading.BoundedSemaphore) -> Outcome:
+        with slots:  # at most max_parallel calls in flight; a waiting call has written nothing yet
+            return self._drive(call)
+
+    def _close(self, run: _Run, handles: list[Any], next_step: int) -> Outcome | None:
+        """Join the calls in planner order; their checkpoints join the progress in that order."""
+        for h in handles:
+            h.wait()
+        crashed = next((h.error for h in handles if h.error is not None), None)
+        if crashed is not None:  # not a ToolError (those are retried and recorded): it propagates, unjoined,
+            raise crashed  # so the file reads as a crash does and a resume takes the calls up again
+        if any(h.value.state == S.PAUSED for h in handles):  # left unjoined: the next resume takes them up
+            return finished(replay(run.journal.path))
+        done: list[Outcome] = [h.join() for h in handles]
+        failed = next((o for o in done if o.state == S.FAILED), None)
+        for o in done:
+            list.extend(run.progress, o.checkpoints)
+        if failed is not None:
+            last = failed.pending or {}
+            run.step, run.attempt = last.get("step", run.step), last.get("attempt", 1)
+            run.end(S.FAILED, error=failed.error)
+            return run.outcome(failed.error)
+        run.step, run.attempt = next_step, 1
+        return None
+
+    def _resume_group(self, run: _Run, rep: Replay) -> Outcome | None:
+        """Go on with an open parallel step after a crash: a call that checkpointed is not run again."""
+        slots = threading.BoundedSemaphore(self.max_parallel)
+        handles = []
+        for c in rep.group:
+            if c.joined:
+                continue
+            planned = Step(c.planned["name"], c.planned["tool"], c.planned["args"])
+            call = run.call(c.step, planned)
+            extra = {"step": c.step, **c.planned}
+            handles.append(run.session.agents.spawn(c.agent, self._resume_lane, (call, c, slots), {}, extra))
+        return self._close(run, handles, rep.group[0].step + len(rep.group))
+
+    def _resume_lane(self, call: _Run, c: Call, slots: threading.BoundedSemaphore) -> Outcome:
+        """One call of a parallel step, from where its lane stood (as _continue does for the run)."""
+        if c.done and c.checkpoint is not None:
+            list.append(call.progress, c.checkpoint)
+            return call.outcome()  # (in PLAN, done)
+        call.state, call.attempt = c.state, c.attempt
+        if c.state == S.FAILED:
+            error = (c.last or {}).get("error")
+            call.failed_at = {"step": c.step, "attempt": (c.last or {}).get("attempt", c.attempt)}
+            return call.outcome(error)
+        if c.state == S.PLAN:
+            if c.last is not None and c.last.get("from") in (S.ACT, S.VERIFY):  # a retry was decided
+                call.attempt = c.last["attempt"] + 1
+            return self._lane(call, slots)
+        assert c.intent is not None
+        call.attempt, call.intent, call.result = c.intent["attempt"], c.intent, c.result
+        call.shown, call.result_seq = check_value("result", c.result), c.result_seq
+        if c.state == S.PAUSED:
+            if c.reconcile is None:
+                return call.outcome()
+            if c.reconcile["happened"]:
+                call.result = c.reconcile["result"]
+                call.shown = check_value("result", call.result)
+                call.result = call.move(S.VERIFY, sync=True, user=("result",), result=call.result)["result"]
+                call.result_seq = call.wrote
+            else:
+                call.move(S.ACT, sync=True, user=("args",), **{k: c.intent[k] for k in _INTENT if k in c.intent})
+        elif c.state == S.ACT and self.contracts[c.intent["tool"]]["effect"] == "unsafe":
+            call.move(S.PAUSED, sync=True)
+            return call.outcome()
+        return self._lane(call, slots)
+
+    def _check_planned(self, planned: Any) -> None:
+        if not isinstance(planned, Step):
+            if inspect.isawaitable(planned):
+                raise _async("the planner", planned)
+            raise HarnessError(
+                f"the planner returned {planned!r}; it must return a Step or None "
+                "(or a list of Steps to run in parallel)"
+            )
+        if planned.tool not in self.tools:
+            raise HarnessError(
+                f"the planner chose tool {planned.tool!r}, which this executor does not have "
+                f"(it has: {', '.join(self.tools) or 'none'})"
+            )
 
     def _retry_or_fail(self, run: _Run, error: dict[str, Any]) -> bool:
         """Record a failed attempt (redacted): re-plan while attempts are left; True when the run FAILED."""
         if run.attempt >= self.retry.max_attempts:
-            run.move(S.FAILED, user=("error",), error=error)
+            run.end(S.FAILED, user=("error",), error=error)
             return True
         run.move(S.PLAN, user=("error",), error=error)
         run.attempt += 1
@@ -447,7 +592,7 @@ class Executor:
         kwargs = dict(intent["args"])
         if "key" in intent:
             kwargs["idempotency_key"] = intent["key"]
-        session.live_calls += 1
+        session.count_live()
         session.nested = True
         try:
             return fn(**kwargs)
@@ -537,8 +682,22 @@ class _Run:
     """
 
     __slots__ = (
-        "attempt", "goal", "id", "intent", "journal", "planned", "progress", "result", "result_seq", "session",
-        "shown", "state", "step",
+        "attempt",
+        "failed_at",
+        "goal",
+        "id",
+        "intent",
+        "journal",
+        "lane",
+        "planned",
+        "progress",
+        "result",
+        "result_seq",
+        "session",
+        "shown",
+        "state",
+        "step",
+        "wrote",
     )  # fmt: skip
 
     def __init__(
@@ -551,7 +710,16 @@ class _Run:
         self.planned: Step | None = None
         self.result: Any = None
         self.result_seq = 0  # the record holding `result`, which the checkpoint names
+        self.wrote = 0  # the seq of the last record this (sub-)run wrote
         self.shown: Any = None
+        self.lane = False  # a call of a parallel step: its own sub-run, which ends at its checkpoint
+        self.failed_at: dict[str, Any] | None = None
+
+    def call(self, step: int, planned: Step) -> _Run:
+        """The sub-run of one call of a parallel step, in PLAN at its own step."""
+        sub = _Run(self.journal, self.session, self.goal, self.id, [], S.PLAN)
+        sub.step, sub.planned, sub.lane = step, planned, True
+        return sub
 
     def edge(self, to: str, **fields: Any) -> dict[str, Any]:
         """The transition into `to`, which the state table must allow; the run takes it."""
@@ -567,11 +735,37 @@ class _Run:
         A run that ends writes its seal with its last record, in one write.
         """
         written = self.edge(to, **fields)
-        if to in S.TERMINAL:
-            self.journal.finish("transition", written, state=to, key=self.journal.seal_key, user=user)
+        if to in S.TERMINAL and not self.lane:  # (a call's FAILED is its own end, not the run's)
+            self.wrote = self.journal.finish("transition", written, state=to, key=self.journal.seal_key, user=user)
         else:
-            self.journal.append("transition", written, sync=sync, user=user)
+            self.wrote = self.journal.append("transition", written, sync=sync, user=user)
         return written
+
+    def end(self, to: str, **fields: Any) -> None:
+        """Write the run's last record, once every agent it started has ended (and is joined)."""
+        if self.lane:  # a call's own end: the run decides after joining every call
+            self.failed_at = {"step": self.step, "attempt": self.attempt}
+            self.move(to, **fields)
+            return
+        self.session.agents.settle()
+        self.check_session()
+        self.move(to, **fields)
+
+    def too_many(self, name: str, max_steps: int) -> Outcome:
+        """End the run FAILED: the planner planned a step past the limit."""
+        error = {
+            "type": "MaxSteps",
+            "message": f"the planner planned step {max(self.step, max_steps)} ({name!r}) after "
+            f"{max_steps} steps, the limit (Executor(max_steps=...), None for no limit)",
+            "max_steps": max_steps,
+        }
+        self.end(S.FAILED, user=("error",), error=error)
+        return self.outcome(error)
+
+    def check_session(self) -> None:
+        """Raise what went wrong in agent code that swallowed it (a stray thread's crossing, say)."""
+        if self.session.failure is not None:
+            raise self.session.failure
 
     def checkpoint(self) -> None:
         """Write the checkpoint record: the moves VERIFY -> CHECKPOINT -> PLAN, naming the verified result.
@@ -584,10 +778,12 @@ class _Run:
             self.edge(to)  # the table allows each move, or this is an internal error
         seq = self.journal.append("checkpoint", {"step": self.step, "verified": self.result_seq})
         list.append(self.progress, Checkpoint(self.step, self.intent["name"], self.result, seq))
+        if self.lane:  # a call ends with its checkpoint: back in PLAN, done
+            return
         self.step, self.attempt, self.planned = self.step + 1, 1, None
 
     def outcome(self, error: dict[str, Any] | None = None) -> Outcome:
-        return Outcome(self.state, tuple(self.progress), self.id, self.journal.path, error=error)
+        return Outcome(self.state, tuple(self.progress), self.id, self.journal.path, self.failed_at, error)
 
 
 def finished(rep: Replay) -> Outcome:

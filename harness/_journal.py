@@ -21,6 +21,9 @@ Rules kept here:
 - a payload larger than `blob_threshold` is stored in a blob (_blobs.py), as
   redacted, before the line naming it is written; a run's terminal record and
   its seal (_seal.py) go out in one write, so no torn seal follows a finished run.
+- once a run has several agents (`share()`), each agent's thread stamps and
+  encodes its own records and only the seq, the crc chain and the write are
+  under a lock; until then the single-thread path takes no lock at all.
 """
 
 from __future__ import annotations
@@ -33,9 +36,10 @@ import math
 import os
 import secrets
 import stat
+import threading
 import time
 import zlib
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import orjson
@@ -161,6 +165,19 @@ def now() -> float:
     return round(time.time(), 3)
 
 
+def encode_tail(record: dict[str, Any]) -> memoryview:
+    """A record without its seq, as the bytes that follow `{"seq":N,` (and precede the crc); not copied."""
+    try:
+        body = orjson.dumps(record, default=_refuse, option=_DUMPS_OPTIONS)
+    except TypeError as e:
+        raise _unstorable(record, e) from None
+    if len(body) + 40 > MAX_LINE:
+        raise NotSerializable(
+            record["kind"], "", f"the record is {len(body)} bytes; a trace line holds at most {MAX_LINE}"
+        )
+    return memoryview(body)[1:-1]
+
+
 def line_ok(line: bytes, prev: int) -> bool:
     """Whether line (without its newline) ends with the crc of its bytes, chained on prev."""
     return line[-SUFFIX:] == b',"crc":"%08x"}' % zlib.crc32(line[:-SUFFIX], prev)
@@ -170,8 +187,8 @@ class Journal:
     """The single writer of one trace. Open with `Journal.open()`; use as a context manager."""
 
     __slots__ = (
-        "_broken", "_truncated", "blob_threshold", "crc", "created", "digests", "fd", "fsync", "path", "redact",
-        "seal_key", "seq",
+        "_broken", "_lock", "_stamp", "_truncated", "blob_threshold", "crc", "created", "digests", "fd", "fsync",
+        "path", "redact", "seal_key", "seq",
     )  # fmt: skip
 
     def __init__(
@@ -193,6 +210,19 @@ class Journal:
         self.blob_threshold = blob_threshold
         self.digests: set[str] = set()  # every blob the trace names: what its seal lists
         self.seal_key: bytes | None = None  # an HMAC key for the seal, else an unkeyed seal
+        self._lock: threading.Lock | None = None  # set once several agents write (share())
+        self._stamp: Callable[[], tuple[str, dict[str, int]]] | None = None
+
+    def share(self, stamp: Callable[[], tuple[str, dict[str, int]]]) -> None:
+        """From now on several threads append, and each record carries its agent's clock from `stamp()`.
+
+        Called from the only thread writing so far, before any other starts.
+        """
+        self._stamp, self._lock = stamp, threading.Lock()
+
+    @property
+    def shared(self) -> bool:
+        return self._lock is not None
 
     @classmethod
     def open(
@@ -324,6 +354,8 @@ class Journal:
         """
         for name in check:
             check_value(name, fields[name])
+        if self._lock is not None:
+            return self._append_shared(((kind, fields, (*check, *user)),), sync)
         seq = self.seq + 1
         line, crc = self._encode(seq, kind, fields, self.crc, (*check, *user) if check else user)
         self._write(line, seq, crc, sync)
@@ -386,7 +418,19 @@ class Journal:
     def finish(
         self, kind: str, fields: dict[str, Any], *, state: str, key: bytes | None, user: tuple[str, ...] = ()
     ) -> int:
-        """Write the record that ends the run and its seal, in one synced write; returns the end's seq."""
+        """Write the record that ends the run and its seal, in one synced write; returns the end's seq.
+
+        In a run with agents the end is one more event of main, with its clock
+        (its agents are joined by then); the seal is no agent's event and has none.
+        """
+        if self._lock is not None:
+            assert self._stamp is not None
+            fields["vc"] = self._stamp()[1]
+            with self._lock:
+                return self._finish(kind, fields, state, key, user)
+        return self._finish(kind, fields, state, key, user)
+
+    def _finish(self, kind: str, fields: dict[str, Any], state: str, key: bytes | None, user: tuple[str, ...]) -> int:
         seq = self.seq + 1
         line, crc = self._encode(seq, kind, fields, self.crc, user)
         seal_line, seal_crc = self._seal_line(seq + 1, line, crc, state, key)
@@ -425,6 +469,8 @@ class Journal:
         any byte is written: one that cannot be stored raises NotSerializable
         and none is written. Returns the last seq.
         """
+        if self._lock is not None:
+            return self._append_shared(records, sync)
         seq, crc, lines = self.seq, self.crc, []
         for record in records:
             seq += 1
@@ -460,6 +506,59 @@ class Journal:
             data = b"\\"  # not JSON (encoding it will say so): walk it
         fields.update(self.redact.record(user_text(data, user), fields, user) or ())
 
+    def _append_shared(self, records: Iterable[tuple[Any, ...]], sync: bool) -> int:
+        """Append for one of several agents: stamp and encode here, in the agent's thread; lock only
+        around what must be serial (the seq, the crc chain, the write).
+
+        The agent's records are stamped in the agent's own order (only its thread
+        writes them); another agent's records may land between two of its writes.
+        """
+        assert self._stamp is not None and self._lock is not None
+        stamp, annotate, tails = self._stamp, type(self).annotate is not Journal.annotate, []
+        for record in records:  # (kind, fields) or (kind, fields, user)
+            kind, fields = record[0], record[1]
+            if len(record) > 2 and record[2] and self.redact is not None:
+                self.redacted(fields, record[2])
+            agent, vc = stamp()
+            head = {"kind": kind} if agent == "main" else {"kind": kind, "agent": agent}
+            ts = now()
+            rec = {**head, **fields, "vc": vc, "ts": ts}
+            tail: memoryview | None
+            try:
+                tail = encode_tail(rec)
+            except NotSerializable:
+                if kind not in _blobs.FIELDS:
+                    raise
+                tail = None  # too long for a line: it may fit once its payloads are blobs
+            if tail is None or len(tail) > self.blob_threshold:
+                stored = self._store(kind, fields)
+                if stored is not None:
+                    rec, tail = {**head, **stored, "vc": vc, "ts": ts}, None
+                elif tail is None:
+                    encode_tail(rec)  # raises NotSerializable, naming the record
+            if annotate:
+                del rec["ts"]
+                rec = self.annotate(rec, agent, vc)
+                rec["ts"], tail = ts, None
+            tails.append(tail if tail is not None else encode_tail(rec))
+        crc32 = zlib.crc32
+        with self._lock:
+            if self.fd < 0:  # the run ended (closed its trace) while this agent went on
+                raise JournalError(self.path, "an agent wrote after the run had closed its trace (join your agents)")
+            seq, crc = self.seq, self.crc
+            parts: list[bytes | memoryview] = []
+            for tail in tails:
+                seq += 1
+                lead = b'{"seq":%d,' % seq
+                crc = crc32(tail, crc32(lead, crc))
+                parts += (lead, tail, b',"crc":"%08x"}\n' % crc)
+            self._write(b"".join(parts), seq, crc, sync)
+        return seq
+
+    def annotate(self, record: dict[str, Any], agent: str, vc: dict[str, int]) -> dict[str, Any]:
+        """A shared record about to be written, once its clock is known (a fork marks its lineage here)."""
+        return record
+
     def _write(self, data: bytes, seq: int, crc: int, sync: bool) -> None:
         """Write data, the lines up to seq, and acknowledge them only once they are where durability says."""
         if self._broken:
@@ -486,9 +585,16 @@ class Journal:
             raise JournalError(self.path, f"{name} failed after seq {self.seq}: {_why(e)}") from None
 
     def close(self) -> None:
+        if self._lock is not None:  # an agent may be writing: not in the middle of its write
+            with self._lock:
+                self._close()
+        else:
+            self._close()
+
+    def _close(self) -> None:
         if self.fd >= 0:
-            os.close(self.fd)  # also releases the flock
-            self.fd = -1
+            fd, self.fd = self.fd, -1
+            os.close(fd)  # also releases the flock
 
     def __enter__(self) -> Journal:
         return self

@@ -12,7 +12,11 @@ or not. Dropping seq makes an inserted record an insertion, not a
 renumbering of every later one; the record's position still gives it.
 
 Rules kept here:
-- one record in, one record out, in order: record i of the view is seq i+1;
+- one record in, one record out, in order: record i of the view is seq i+1,
+  except in a run with agents, whose records come in one canonical linear
+  extension of happens-before (`causal_key`: the sum of the clock, then the
+  agent; within an agent its own order), so the view of a concurrent run is
+  the same however its threads interleaved;
 - the same keys come out in the same order every time (kind, then ORDER,
   then the rest sorted; nested objects sorted), so a run renders to the
   same bytes whenever it behaves the same;
@@ -30,6 +34,7 @@ from __future__ import annotations
 
 import os
 import stat
+import sys
 from collections.abc import Generator, Mapping, Sequence
 from typing import Any
 
@@ -46,7 +51,7 @@ RERECORD = "re-record it with `pytest --snapshot-update` (or `harness show --gol
 
 # top-level fields that differ between two runs of the same program
 DROP = frozenset(
-    {"seq", "ts", "crc", "hash", "run_id", "env", "key", "parent", "branch", "reused", "duration", "elapsed"}
+    {"seq", "ts", "crc", "hash", "run_id", "env", "key", "parent", "branch", "reused", "mutated", "duration", "elapsed"}
 )
 # the fields that come first, in this order; others follow sorted
 ORDER = (
@@ -76,6 +81,21 @@ def _plan(keys: tuple[str, ...]) -> tuple[str, ...]:
             sorted((k for k in keys if k not in DROP), key=lambda k: (_RANK.get(k, len(ORDER)), k))
         )
     return plan
+
+
+def causal_key(record: Mapping[str, Any], seq: int) -> tuple[int, str]:
+    """Where a record goes in the canonical order: the sum of its clock, then its agent.
+
+    If a happened before b, a's clock is below b's and so is its sum; two
+    records of one agent never tie. A record without a clock was written
+    before the run spawned: its clock is {"main": seq}, whose sum is seq.
+    """
+    vc = record.get("vc")
+    if isinstance(vc, dict):
+        return sum(vc.values()), str(record.get("agent", "main"))
+    if record.get("kind") == "seal":  # no agent's event: it closes the file, after every record
+        return sys.maxsize, ""
+    return seq, "main"
 
 
 def normalize_record(record: Mapping[str, Any], *, nested: bool = True) -> dict[str, Any]:
@@ -114,7 +134,19 @@ def normalize(trace: Source) -> list[dict[str, Any]]:
     if isinstance(trace, str | os.PathLike) and not is_golden_file(os.fspath(trace)):
         out: list[dict[str, Any]] = []  # one pass: replay() validates and hands over each record
         path = os.fspath(trace)
-        replay(path, on_record=lambda line, rec: out.append(normalize_record(_blobs.inline(path, rec))))
+        keys: list[tuple[int, str]] = []
+        spawned = False
+
+        def take(line: bytes, rec: dict[str, Any]) -> None:
+            nonlocal spawned
+            out.append(normalize_record(_blobs.inline(path, rec)))
+            keys.append(causal_key(rec, rec["seq"]))
+            spawned = spawned or "vc" in rec
+
+        replay(path, on_record=take)
+        if spawned:  # a run with agents: its records in the canonical causal order
+            order = sorted(range(len(out)), key=keys.__getitem__)
+            return [out[i] for i in order]
         return out
     loaded = Loaded.load(trace)
     return [normalize_record(loaded.record(i)) for i in range(len(loaded))]
@@ -196,7 +228,8 @@ class Loaded:
     """
 
     __slots__ = (
-        "_base", "_end", "_n", "_norm", "_path", "_raw", "_records", "_seqs", "first_line", "name", "torn_tail",
+        "_base", "_end", "_n", "_norm", "_path", "_raw", "_records", "_seqs", "causal", "first_line", "name",
+        "torn_tail",
     )  # fmt: skip
 
     def __init__(
@@ -210,6 +243,8 @@ class Loaded:
         self._raw: list[bytes] = []  # a trace file's held lines: records _base to _base + len(_raw)
         self._base = 0
         self._norm: dict[int, dict[str, Any]] = {}
+        # a run with agents, in the canonical causal order (held in memory; its line numbers are its seqs)
+        self.causal = records is not None and any("vc" in r for r in records)
 
     @classmethod
     def load(cls, source: Source | Loaded) -> Loaded:
@@ -236,6 +271,9 @@ class Loaded:
                 what = type(records[bad]).__name__
                 raise HarnessError(f"record {bad} is a {what}, not a dict; pass a path or a list of records")
             seqs = [r["seq"] if type(r.get("seq")) is int else i + 1 for i, r in enumerate(records)]
+            if any("vc" in r for r in records):
+                order = sorted(range(len(records)), key=lambda i: causal_key(records[i], seqs[i]))
+                records, seqs = [records[i] for i in order], [seqs[i] for i in order]
             return cls("<records>", records=records, seqs=seqs)
         what = type(source).__name__
         raise HarnessError(f"cannot read a trace from a {what}; pass a path, a Replay, an Outcome or a list of records")
@@ -243,6 +281,15 @@ class Loaded:
     @classmethod
     def trace(cls, path: str) -> Loaded:
         rep = replay(path)  # raises on a corrupt or foreign file, naming line and reason
+        if rep.clocks is not None:  # a run with agents: its records in the canonical causal order, held
+            with open(path, "rb") as f:
+                data = f.read(rep.end)
+            records = [orjson.loads(line) for line in data.split(b"\n")[:-1]]
+            order = sorted(range(len(records)), key=lambda i: causal_key(records[i], i + 1))
+            ordered, seqs = [records[i] for i in order], [i + 1 for i in order]
+            loaded = cls(path, records=ordered, seqs=seqs, torn_tail=rep.torn_tail)
+            loaded.causal = True
+            return loaded
         # complete lines only: a torn tail is not part of the run
         return cls(path, path=path, end=rep.end, count=rep.records, torn_tail=rep.torn_tail)
 
@@ -343,6 +390,8 @@ class Loaded:
         return self._seqs[i] if self._seqs is not None else i + 1
 
     def line(self, i: int) -> int:
+        if self.causal and self._seqs is not None and self.first_line == 1:  # a trace: its line is its seq
+            return self._seqs[i]
         return i + self.first_line
 
     def record(self, i: int) -> dict[str, Any]:

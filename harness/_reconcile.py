@@ -59,5 +59,8 @@ def reconcile(
         }
         if aside is not None:  # as a resume record does: every .torn-N is named in its trace
             fields["set_aside"] = os.path.basename(aside)
+        if rep.clocks is not None:  # a run with agents: the operator's word is one more event of main
+            vc = dict(rep.clocks["main"])
+            fields["vc"] = {**vc, "main": vc["main"] + 1}
         record = ("reconcile", fields)
         return journal.continue_after(rep.last_seq, rep.crc, rep.end, record, sync=True, user=("result", "evidence"))

@@ -110,6 +110,8 @@ class Recorder:
         fields: dict[str, Any] = {"status": status}
         if error is not None:
             fields["error"] = error_of(error)
+        if self._token is not None:  # the agents it spawned end (and are joined) before the run does
+            self._token[0].agents.settle()
         seq = journal.finish(
             "end", fields, state=DONE if status == "success" else FAILED, key=self.seal_key, user=("error",)
         )
@@ -134,6 +136,8 @@ class Recorder:
         if journal is None:
             return
         try:
+            if self._token is not None and self.status is None:  # its agents end before the run does
+                self._token[0].agents.settle()
             self._stop_recording()
             if self.status is None:
                 self.end("success" if exc is None else "error", error=exc)

@@ -3,8 +3,12 @@
 The file is read in large chunks and split on newlines; each complete line
 is checked in this order: the checksum suffix is where it must be, the
 chained crc matches the bytes, the line parses as an object, the seq is the
-previous one + 1, and the record is legal in the current state (the table in
-_state.py). The first failure raises TraceCorruption naming the line. A last
+previous one + 1, once the run spawned agents its vector clock is the one
+the rules give (_agents.ClockRules), and the record is legal in the current
+state (the table in _state.py). Each call of a parallel step walks the
+state table in a lane of its own: the lane's variables are swapped into the
+loop's locals when one of its records comes, so one code path checks every
+lane. The first failure raises TraceCorruption naming the line. A last
 line without its newline is a torn tail (a writer died mid-line), reported,
 never an error.
 
@@ -36,6 +40,7 @@ import orjson
 
 from . import _blobs
 from . import _state as S
+from ._agents import MAIN, ClockRules
 from ._blobs import BlobRef
 from ._errors import HarnessError, TraceCorruption
 from ._journal import HEADER_START as _HEADER_START
@@ -61,7 +66,8 @@ class Crossing:
 
     `seq` is the record carrying the response (in a valid trace seq is also
     its line number); `error` is set instead of `response` when the crossing
-    raised (`{"type": ..., "message": ...}`).
+    raised (`{"type": ..., "message": ...}`). `agent` made it; `vc` is the
+    vector clock of its record.
     """
 
     seq: int
@@ -70,10 +76,62 @@ class Crossing:
     response: Any
     error: dict[str, Any] | None = None
     line: int = 0
+    agent: str = MAIN
+    vc: dict[str, int] = field(default_factory=dict)  # the record's clock ({"main": seq} in a run that never spawned)
 
     @property
     def hash(self) -> str:
         return request_hash(self.kind, self.request)
+
+
+class Lane:
+    """The state-machine position of one sub-run: the run itself ("main"), or one call of a parallel step.
+
+    A call's lane starts in PLAN at its step, walks the same table as the run,
+    and ends at its checkpoint (`done`), in FAILED, or PAUSED.
+    """
+
+    __slots__ = (
+        "agent", "at_attempt", "at_step", "ck", "ck_rec", "done", "intent", "intent_pos", "last", "planned",
+        "reconcile", "result", "result_crossing", "result_seq", "resumes", "state",
+    )  # fmt: skip
+
+    def __init__(self, agent: str, state: str, step: int):
+        self.agent, self.state, self.at_step, self.at_attempt = agent, state, step, 1
+        self.result_seq = self.result_crossing = 0  # the record holding its result, and that crossing's index
+        self.last: dict[str, Any] | None = None
+        self.intent: dict[str, Any] | None = None
+        self.intent_pos = (0, 0, 0)
+        self.result: Any = None
+        self.reconcile: dict[str, Any] | None = None
+        self.ck: tuple[int, int, int, int] | None = None  # where its checkpoint is (and its result's crossing)
+        self.ck_rec: Checkpoint | None = None
+        self.planned: dict[str, Any] = {}  # name, tool, args, as the spawn record gives them
+        self.done = False
+        self.resumes = 0  # resume records before its last intent
+
+    @property
+    def step(self) -> int:
+        return self.at_step
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    """One call of a parallel step still open at the end of a trace (a crash, a pause): where its lane stands."""
+
+    agent: str
+    step: int
+    state: str
+    attempt: int
+    last: dict[str, Any] | None
+    intent: dict[str, Any] | None
+    result: Any
+    reconcile: dict[str, Any] | None
+    done: bool
+    joined: bool
+    planned: dict[str, Any]
+    checkpoint: Checkpoint | None
+    result_seq: int = 0  # the record holding its result (a checkpoint names it)
 
 
 def request_hash(kind: str, request: Any) -> str:
@@ -191,12 +249,12 @@ class Artifact:
 
 
 def _crossing(req: dict[str, Any], resp: dict[str, Any]) -> Crossing:
+    seq = resp["seq"]
+    agent, vc = resp.get("agent", MAIN), resp.get("vc") or {MAIN: seq}
     if resp["kind"] == "crossing":
-        return Crossing(
-            resp["seq"], resp["boundary"], resp["request"], resp.get("response"), resp.get("error"), resp["seq"]
-        )
+        return Crossing(seq, resp["boundary"], resp["request"], resp.get("response"), resp.get("error"), seq, agent, vc)
     request = {"tool": req["tool"], "args": req["args"]}
-    return Crossing(resp["seq"], "tool", request, resp.get("result"), resp.get("error"), resp["seq"])
+    return Crossing(seq, "tool", request, resp.get("result"), resp.get("error"), seq, agent, vc)
 
 
 @dataclass(frozen=True, slots=True)
@@ -232,6 +290,16 @@ class Replay:
     @property
     def sealed(self) -> bool:
         return self.seal is not None
+    clocks: dict[str, dict[str, int]] | None = field(default=None, repr=False)  # last clock per agent, once spawned
+    group: tuple[Call, ...] = field(default=(), repr=False)  # the calls of a parallel step not closed yet
+
+    @property
+    def agents(self) -> dict[str, list[Crossing]]:
+        """Each agent's crossings, in its own order ("main" first, then by name)."""
+        out: dict[str, list[Crossing]] = {MAIN: []}
+        for c in self.crossings:
+            out.setdefault(c.agent, []).append(c)
+        return {MAIN: out.pop(MAIN), **dict(sorted(out.items()))}
 
     @property
     def run_id(self) -> str:
@@ -246,21 +314,34 @@ class Replay:
         return self.state in S.TERMINAL
 
     def resumable_crossings(self) -> list[Crossing]:
-        """The crossings since the last transition, up to the first that failed: a resume serves them again."""
-        served = []
+        """The crossings since the last transition, each agent's up to its first that failed: a resume serves
+        them again."""
+        served, failed = [], set()
         for c in self.crossings[len(self.crossings) - self.fresh :]:
             if c.error is not None:
-                break
-            served.append(c)
+                failed.add(c.agent)
+            if c.agent not in failed:
+                served.append(c)
         return served
 
     @property
     def pending(self) -> dict[str, Any] | None:
         """The operation whose outcome is uncertain, when the run is PAUSED."""
-        if self.state != S.PAUSED or self.intent is None:
+        if self.state != S.PAUSED:
             return None
-        i = self.intent
+        paused = next((c for c in self.group if c.state == S.PAUSED and c.reconcile is None), None)
+        i = paused.intent if paused is not None else self.intent
+        if i is None:
+            return None
         return {"seq": i["seq"], "step": i["step"], "tool": i["tool"], "args": i["args"]}
+
+
+def _call(x: Lane, joined: bool) -> Call:
+    checkpoint = x.ck_rec
+    return Call(
+        x.agent, x.at_step, x.state, x.at_attempt, x.last, x.intent, x.result, x.reconcile, x.done, joined, x.planned,
+        checkpoint, x.result_seq,
+    )  # fmt: skip
 
 
 def replay(
@@ -430,6 +511,12 @@ def _scan(
     planned = (0, 0)  # the crossings made while planning the last intent, as indexes into crossings
     at_step, at_attempt = 0, 1  # what the next transition must name
     before = ""  # the previous record's kind
+    clocks: ClockRules | None = None  # once the run spawned an agent
+    run_lane = lane = Lane(MAIN, S.INIT, 0)  # the lane whose variables are loaded in the locals above
+    lanes: dict[str, Lane] = {}  # the calls of parallel steps, by agent
+    group: list[Lane] = []  # the open parallel step's calls, in planner order
+    joined = 0  # how many of them the run joined (in that order)
+    ended = False  # the run reached DONE or FAILED
     buf = b""
     while True:
         # a long partial line doubles the read, so copying stays linear; the cap keeps any line longer
@@ -468,7 +555,29 @@ def _scan(
                     path, n, "seq", f"expected seq {seq + 1}, found {rseq!r}", rseq if type(rseq) is int else None
                 )
             seq = rseq
-            if state in S.TERMINAL and (kind != "seal" or seal is not None):
+            if clocks is not None or "vc" in rec or "agent" in rec:
+                if clocks is None:
+                    clocks = ClockRules(seq)
+                    if kind != "spawn":
+                        raise _fail(path, n, "vector-clock", "a clock or agent before the run spawned an agent", seq)
+                wrong = clocks.see(rec, kind)
+                if wrong is not None:
+                    raise _fail(path, n, "vector-clock", wrong, seq)
+                who = rec.get("agent", MAIN)
+                if kind == "reconcile":  # an operator's word on a paused call belongs to that call's lane
+                    for x in group:
+                        paused = intent if x is lane else x.intent
+                        if paused is not None and paused["seq"] == rec.get("op"):
+                            who = x.agent
+                if who != lane.agent and (who in lanes or lane is not run_lane):  # load that lane's variables
+                    lane.state, lane.at_step, lane.at_attempt, lane.last = state, at_step, at_attempt, last
+                    lane.result_seq, lane.result_crossing = result_seq, result_crossing
+                    lane.intent, lane.intent_pos, lane.result, lane.reconcile = intent, intent_pos, result, reconcile
+                    lane = lanes.get(who, run_lane)
+                    state, at_step, at_attempt, last = lane.state, lane.at_step, lane.at_attempt, lane.last
+                    result_seq, result_crossing = lane.result_seq, lane.result_crossing
+                    intent, intent_pos, result, reconcile = lane.intent, lane.intent_pos, lane.result, lane.reconcile
+            if ended and (kind != "seal" or seal is not None):
                 what = " and was sealed" if seal is not None else ""
                 raise _fail(path, n, "after-terminal", f"a {kind} record after the run ended in {state}{what}", seq)
             if type(rec.get("ts")) is not float:
@@ -478,6 +587,26 @@ def _scan(
                     _check_blobs(path, n, seq, rec, blobs)
                 if kind == "transition":
                     src, dst, step, attempt = rec["from"], rec["to"], rec["step"], rec["attempt"]
+                    if lane is not run_lane:
+                        if lane.done:
+                            why = f"a transition of {lane.agent}, whose call ended at its checkpoint"
+                            raise _fail(path, n, "bad-transition", why, seq)
+                    elif clocks is not None and rec.get("agent", MAIN) != MAIN:
+                        why = f"a transition of agent {rec['agent']!r}, which runs no call of a parallel step"
+                        raise _fail(path, n, "bad-transition", why, seq)
+                    elif group:  # the run moves on from a parallel step: every call joined, the failure named
+                        if joined < len(group):
+                            why = "the run moved on before it joined every call of its parallel step"
+                            raise _fail(path, n, "bad-transition", why, seq)
+                        failed_call = next((x for x in group if x.state == S.FAILED), None)
+                        if failed_call is not None and failed_call.last is not None:
+                            at_step, at_attempt = failed_call.last["step"], failed_call.last["attempt"]
+                            if dst != S.FAILED or rec.get("error") != failed_call.last.get("error"):
+                                why = f"call {failed_call.agent} failed: the run must fail with its error"
+                                raise _fail(path, n, "bad-transition", why, seq)
+                        else:
+                            at_step, at_attempt = group[0].at_step + len(group), 1
+                        group, joined = [], 0
                     if src != state:
                         raise _fail(path, n, "bad-transition", f"transition from {src} but the run is in {state}", seq)
                     if dst not in edges[state]:
@@ -493,11 +622,14 @@ def _scan(
                     if dst == S.ACT:
                         _intent(path, n, rec, tools, header, intent if src == S.PAUSED else None)
                         intent, intent_pos = rec, (offset, length, prev)
-                        if src != S.PAUSED:  # PAUSED -> ACT repeats the intent planned before the pause
-                            planned = (len(cr_pos) // 6 - fresh, len(cr_pos) // 6)
+                        if src != S.PAUSED and lane is run_lane:  # PAUSED -> ACT repeats the intent planned before
+                            planned = (len(cr_pos) // 6 - fresh, len(cr_pos) // 6)  # (a call's plan is its spawn's)
+                        lane.resumes = resumes
                     elif dst == S.PAUSED:  # only from ACT
                         assert intent is not None
-                        if before != "resume":
+                        # a call of a parallel step: its intent was written before the process that pauses it
+                        resumed = lane is not run_lane and resumes > lane.resumes
+                        if before != "resume" and not resumed:
                             why = "ACT -> PAUSED not right after a resume record: only a resuming process pauses a run"
                             raise _fail(path, n, "bad-transition", why, seq)
                         effect = tools[intent["tool"]]["effect"]
@@ -534,6 +666,8 @@ def _scan(
                             raise _fail(path, n, "bad-reconcile", why, seq)
                         reconcile = None
                     state, last = dst, rec
+                    if dst in S.TERMINAL and lane is run_lane:
+                        ended = True
                     transitions += 1
                     fresh = 0
                 elif kind == "checkpoint":  # the moves VERIFY -> CHECKPOINT -> PLAN, in one line
@@ -551,10 +685,15 @@ def _scan(
                         if illegal:
                             raise _fail(path, n, "bad-transition", illegal, seq)
                         state = move
-                    at_step, at_attempt = at_step + 1, 1
                     transitions += len(S.CHECKPOINT_MOVES)
                     last, fresh = rec, 0
-                    ck_pos.extend((offset, length, prev, result_crossing))
+                    if lane is run_lane:
+                        at_step, at_attempt = at_step + 1, 1
+                        ck_pos.extend((offset, length, prev, result_crossing))
+                    else:  # a call's checkpoint joins the progress when the run joins the call, in planner order
+                        lane.ck, lane.done = (offset, length, prev, result_crossing), True
+                        assert intent is not None
+                        lane.ck_rec = Checkpoint(rec["step"], intent["name"], result, seq)
                 elif kind == "artifact":
                     if type(rec["name"]) is not str:
                         raise _fail(path, n, "malformed", "an artifact record whose name is not a str", seq)
@@ -591,6 +730,33 @@ def _scan(
                     if unsealed:
                         raise _fail(path, n, "seal", unsealed, seq)
                     seal = rec
+                elif kind in ("spawn", "exit", "join"):  # an agent's life: its rules are the clock's (above)
+                    if clocks is None:
+                        raise _fail(path, n, "vector-clock", f"a {kind} record without its clock", seq)
+                    child = rec.get("child")
+                    if kind == "spawn" and "step" in rec:  # a call of a parallel step
+                        call = lanes.get(child)
+                        if lane is not run_lane or state != S.PLAN:
+                            raise _fail(path, n, "bad-transition", "a parallel call started outside PLAN", seq)
+                        if call is None or call not in group[joined:] or call.at_step != rec["step"]:
+                            if rec["step"] != at_step + len(group) or joined or call is not None:
+                                why = f"call {child!r} of step {rec['step']!r}; step {at_step + len(group)} comes next"
+                                raise _fail(path, n, "bad-transition", why, seq)
+                            call = lanes[child] = Lane(child, S.PLAN, rec["step"])
+                            name, tool, args = rec["name"], rec["tool"], rec["args"]
+                            if type(name) is not str or type(tool) is not str or type(args) is not dict:
+                                why = "a parallel call needs a str name, a str tool, a dict of args"
+                                raise _fail(path, n, "malformed", why, seq)
+                            call.planned = {"name": name, "tool": tool, "args": args}
+                            group.append(call)
+                    elif kind == "join" and child in lanes and lanes[child] in group:
+                        if group[joined] is not lanes[child]:
+                            why = f"call {child!r} joined out of planner order ({group[joined].agent} comes first)"
+                            raise _fail(path, n, "bad-transition", why, seq)
+                        joined += 1
+                        ck = lanes[child].ck
+                        if ck is not None:
+                            ck_pos.extend(ck)
                 elif kind == "header":
                     if n != 1:
                         raise _fail(path, n, "bad-header", "a header after the first line", seq)
@@ -634,6 +800,7 @@ def _scan(
                         why = 'an end record whose error is not {"type": str, "message": str}'
                         raise _fail(path, n, "malformed", why, seq)
                     state = S.DONE if rec["status"] == "success" else S.FAILED
+                    ended = True
                 else:
                     raise _fail(path, n, "unknown-kind", f"unknown record kind {kind!r}", seq)
             except (KeyError, TypeError) as e:
@@ -645,6 +812,17 @@ def _scan(
             before = kind
             offset += length
         del lines, chunk  # free this chunk and its lines before reading the next one (peak memory)
+    if lane is not run_lane:  # the run's own variables back in the locals
+        lane.state, lane.at_step, lane.at_attempt, lane.last = state, at_step, at_attempt, last
+        lane.result_seq, lane.result_crossing = result_seq, result_crossing
+        lane.intent, lane.intent_pos, lane.result, lane.reconcile = intent, intent_pos, result, reconcile
+        lane = run_lane
+        state, at_step, at_attempt, last = lane.state, lane.at_step, lane.at_attempt, lane.last
+        result_seq, result_crossing = lane.result_seq, lane.result_crossing
+        intent, intent_pos, result, reconcile = lane.intent, lane.intent_pos, lane.result, lane.reconcile
+    calls = tuple(_call(x, i < joined) for i, x in enumerate(group))
+    if any(c.state == S.PAUSED for c in calls) and state == S.PLAN:
+        state = S.PAUSED  # the run waits for an operator's word on a call
     if n == 0:
         if buf.startswith(_HEADER_START[: len(buf)]) and buf:
             raise _fail(
@@ -690,6 +868,8 @@ def _scan(
         blobs=blobs,
         artifacts=tuple(artifacts),
         seal=seal,
+        clocks=dict(clocks.last) if clocks is not None else None,
+        group=calls,
     )
 
 

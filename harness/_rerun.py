@@ -8,6 +8,14 @@ one raises ReplayDrift, a crossing the recording lacks ReplayViolation, both
 at the first crossing concerned. `fork()` does the same up to one crossing,
 answers that one with another value, and runs everything after it live.
 
+Agents. Each agent is served its own recorded crossings in its own order,
+checked at the same place in its own sequence (its clock's own component),
+whatever the threads do; a served receive waits until its send is made
+again. A fork's "after" is the branch's causal future: a record whose clock
+has reached the branch's (or an agent that received a message from that
+future) runs live; every other record is served and compared with the
+parent's record of the same agent at the same count, and marked reused.
+
 Resume seams. A recording can hold a process history rather than one
 process: the run stopped (killed, or an exception escaped run()) and a later
 process resumed it, writing a `resume` record (and for a paused run the
@@ -41,7 +49,9 @@ import orjson
 
 from . import _blobs
 from . import _state as S
-from ._boundary import Match, Session, differences, same
+from ._agents import MAIN
+from ._async import Bridge, bridged, is_async
+from ._boundary import Arrived, Match, Session, differences, same
 from ._errors import HarnessError, ReplayDrift, ReplayViolation, TraceUnreadable
 from ._executor import MAX_STEPS, Executor, RetryPolicy, Step, Tool, environment
 from ._journal import Journal, check_value
@@ -79,6 +89,7 @@ class Rerun:
     unused: int
     trace: str | None
     records: tuple[dict[str, Any], ...] = field(repr=False)
+    live_calls_by_agent: dict[str, int] = field(default_factory=dict)
 
 
 def rerun(
@@ -179,6 +190,20 @@ class _Recording:
         # a result taken from an operator's reconcile record is not served: resume reads it from the trace
         self.crossings = [c for c in self.rep.crossings if self.records[c.seq - 1].get("from") != S.PAUSED]
         self.resumes = [r["seq"] for r in self.records if r["kind"] == "resume"]
+        if self.rep.clocks is not None and (self.resumes or not self.rep.complete):
+            raise HarnessError(
+                f"{path}: a run with agents that was interrupted or resumed cannot be re-executed yet; "
+                "re-execute a run that went from start to end in one process"
+            )
+
+    def positions(self) -> dict[tuple[str, int], dict[str, Any]]:
+        """Each record by (agent, its own count): where a causal fork finds the parent's version of a record."""
+        out = {}
+        for r in self.records:
+            vc = r.get("vc")
+            agent = r.get("agent", MAIN)
+            out[(agent, vc[agent] if vc else r["seq"])] = r
+        return out
 
     def max_steps(self) -> int | None:
         """The step limit the recording shows it ran under: the one it hit, else the default."""
@@ -188,8 +213,10 @@ class _Recording:
 
     def retry(self) -> RetryPolicy:
         """The policy the recording shows: the last attempt of a FAILED run, else at least the default."""
-        if self.rep.state == S.FAILED and self.rep.last is not None and self.rep.last["from"] != S.PLAN:
-            return RetryPolicy(self.rep.last["attempt"])
+        last = self.rep.last
+        step_limit = last is not None and last["from"] == S.PLAN and "max_steps" in (last.get("error") or {})
+        if self.rep.state == S.FAILED and last is not None and not step_limit:  # (a parallel call's last attempt too)
+            return RetryPolicy(last["attempt"])
         seen = [r["attempt"] for r in self.records if r["kind"] == "transition"]
         return RetryPolicy(max([RetryPolicy().max_attempts, *seen]))
 
@@ -212,11 +239,14 @@ def _records(path: str, end: int) -> list[dict[str, Any]]:
 class _Writer(Journal):
     """The new trace: stops where the recording's process stopped, checks and marks a fork's prefix."""
 
-    __slots__ = ("below", "parent", "stops")
+    __slots__ = ("ahead", "below", "branch_at", "parent", "positions", "stops")
 
     stops: deque[int]
     below: int
     parent: list[dict[str, Any]]
+    branch_at: tuple[str, int] | None  # (agent, own count) of a fork's branch
+    positions: dict[tuple[str, int], dict[str, Any]]  # the parent's records by (agent, own count)
+    ahead: set[str]  # agents in the branch's causal future (a live receive may merge no clock of the branch)
 
     def at_stop(self) -> bool:
         return bool(self.stops) and self.seq + 1 == self.stops[0]
@@ -235,6 +265,8 @@ class _Writer(Journal):
         return self.append_many(((kind, fields, (*check, *user)),), sync=sync)
 
     def append_many(self, records: Iterable[tuple[Any, ...]], *, sync: bool = False) -> int:
+        if self.shared:  # agents write: a fork's lineage is decided by clocks, in annotate()
+            return super().append_many(records, sync=sync)
         batch: list[tuple[str, dict[str, Any]]] = []
         for kind, fields, *user in records:
             self.redacted(fields, user[0] if user else ())  # as it will be written: compared with the parent so
@@ -249,6 +281,8 @@ class _Writer(Journal):
     def finish(
         self, kind: str, fields: dict[str, Any], *, state: str, key: bytes | None, user: tuple[str, ...] = ()
     ) -> int:
+        if self.shared:  # a run with agents: its end is live or rerun as recorded, never before a branch
+            return super().finish(kind, fields, state=state, key=key, user=user)
         self.redacted(fields, user)  # as it will be written: compared with the parent so
         seq = self.seq + 1
         if self.stops and seq == self.stops[0]:
@@ -258,21 +292,50 @@ class _Writer(Journal):
     def _vet(self, seq: int, kind: str, fields: dict[str, Any]) -> dict[str, Any]:
         """fields as the new trace holds them: before a fork's branch, checked against the parent and marked."""
         if seq < self.below:
-            was = normalize_record(self.parent[seq - 1])
-            now = normalize_record({"seq": seq, "kind": kind, **fields})
-            if was != now:
-                found = differences(was, now)
-                shown = "; ".join(f"{k}: parent {x!r}, fork {y!r}" for k, (x, y) in found.items())
-                raise ReplayDrift(
-                    f"seq {seq}: before its branch at seq {self.below} the fork wrote another record than "
-                    f"the parent: {shown}",
-                    seq=seq,
-                    line=seq,
-                    fields=found,
-                )
+            self.same_as(self.parent[seq - 1], {"seq": seq, "kind": kind, **fields}, seq)
             if kind != "header":
                 fields = {**fields, "reused": True}
+        elif seq == self.below:
+            fields = {**fields, "mutated": True}
         return fields
+
+    def same_as(self, parent: dict[str, Any], record: dict[str, Any], seq: int) -> None:
+        was, now = normalize_record(parent), normalize_record(record)
+        if was != now:
+            found = differences(was, now)
+            shown = "; ".join(f"{k}: parent {x!r}, fork {y!r}" for k, (x, y) in found.items())
+            agent = str(parent.get("agent", MAIN))
+            raise ReplayDrift(
+                f"seq {parent['seq']}: outside its branch's causal future the fork wrote another record than "
+                f"the parent: {shown}",
+                seq=parent["seq"],
+                line=parent["seq"],
+                fields=found,
+                agent=agent,
+            )
+
+    def annotate(self, record: dict[str, Any], agent: str, vc: dict[str, int]) -> dict[str, Any]:
+        """A causal fork's lineage: the branch is mutated, its causal future live, the rest reused (and checked)."""
+        if not self.branch_at:
+            return record
+        b_agent, b_count = self.branch_at
+        count = vc[agent]
+        if agent == b_agent and count == b_count:
+            record["mutated"] = True
+        elif vc.get(b_agent, 0) < b_count and agent not in self.ahead:  # the branch's past, or concurrent with it
+            parent = self.positions.get((agent, count))
+            if parent is None:
+                raise ReplayDrift(
+                    f"the fork wrote a {record['kind']} record as event {count} of agent {agent!r}, which the "
+                    "parent does not have outside the branch's causal future",
+                    seq=0,
+                    line=0,
+                    fields={"event": (None, [agent, count])},
+                    agent=agent,
+                )
+            self.same_as(parent, record, parent["seq"])
+            record["reused"] = True
+        return record
 
 
 class _Replaying(Session):
@@ -281,13 +344,39 @@ class _Replaying(Session):
     journal: _Writer
 
     def __init__(
-        self, journal: _Writer, recorded: Iterable[Crossing], *, branch: int | None, value: Any, redact: Redaction
+        self,
+        journal: _Writer,
+        recorded: Iterable[Crossing],
+        *,
+        branch: Crossing | None,
+        value: Any,
+        redact: Redaction,
     ):
         super().__init__(journal, recorded, strict=True, redact=redact)
         self.again: deque[Crossing] = deque()  # served again after a seam, already in the new trace
         self.branch, self.value = branch, value
-        self.live = False
-        self.failure: HarnessError | None = None  # kept in case agent code swallows it
+        self.live = False  # the branch was reached
+        self.ahead: set[str] = set()  # agents that entered the branch's causal future
+
+    def place(self, kind: str = "", request: Any = None) -> tuple[str, int, bool]:
+        """(agent, own count) of the current agent's next record, and whether it is in the branch's causal future.
+
+        A receive knows its merge only from the message it gets: the recorded
+        one's send clock decides (a message whose send is in the future is too).
+        """
+        agent = self.agents.current()
+        vc = self.agents.next_vc(self.journal)
+        if self.branch is None:
+            return agent, vc[agent], False
+        b_agent = self.branch.agent
+        future = agent in self.ahead or vc.get(b_agent, 0) >= self.branch.vc[b_agent]
+        if not future and kind == "agent_msg" and isinstance(request, dict) and "receive" in request:
+            queue = self.queue()
+            sent = queue[0].response.get("sent") if queue and isinstance(queue[0].response, dict) else None
+            future = isinstance(sent, dict) and sent.get(b_agent, 0) >= self.branch.vc[b_agent]
+        if future and not (agent == b_agent and vc[agent] == self.branch.vc[b_agent]):
+            self.ahead.add(agent)  # in the branch's causal future: every later event of this agent is too
+        return agent, vc[agent], future
 
     def take(self, kind: str, request: Any, match: Match | None = None) -> tuple[Crossing, bool]:
         """The crossing to serve, and whether the new trace holds it already."""
@@ -298,45 +387,61 @@ class _Replaying(Session):
             self.again.clear()  # as a resume does: the old crossings no longer apply
         if self.journal.at_stop():
             raise _Seam
+        agent, here, _ = self.place()
         try:
             found = Session.serve(self, kind, request, match)
         except ReplayViolation as e:
             seq = self.journal.seq + 1  # where the recording would have had to hold it
-            violation = ReplayViolation(f"seq {seq}: {e}", seq=seq, line=seq)
+            where = f"seq {seq}" if agent == MAIN and not self.agents.spawned else f"agent {agent!r} event {here}"
+            violation = ReplayViolation(f"{where}: {e}", seq=seq, line=seq, agent=agent)
             self.failure = self.failure or violation
             raise violation from None
         except ReplayDrift as e:
             self.failure = self.failure or e
             raise
         assert found is not None  # strict: serve() raises rather than answer None
-        here = self.journal.seq + 1  # the record that will carry its response
-        if found.seq != here:
+        if found.vc.get(agent) != here:  # the record that will carry its response is not the recorded one
+            was = found.vc.get(agent)
+            where = "seq" if agent == MAIN and not self.agents.spawned else f"agent {agent!r} event"
             drift = ReplayDrift(
-                f"seq {found.seq}: the re-execution reached this {kind} crossing at seq {here}, not where the "
+                f"seq {found.seq}: the re-execution reached this {kind} crossing at {where} {here}, not where the "
                 "recording has it: the run took another path before it (harness diff shows where)",
                 seq=found.seq,
                 line=found.seq,
-                fields={"seq": (found.seq, here)},
+                fields={"seq": (found.seq, self.journal.seq + 1)} if where == "seq" else {"event": (was, here)},
+                agent=agent,
             )
             self.failure = self.failure or drift
             raise drift
-        if found.seq == self.branch:
+        if self.branch is not None and found.seq == self.branch.seq:
             self.live = True
-            self.recorded.clear()
+            self.queue().clear()
             found = replace(found, response=self.value, error=None)
         return found, False
 
     def serve(self, kind: str, request: Any, match: Match | None = None) -> Crossing | None:
-        return None if self.live else self.take(kind, request, match)[0]
+        if self.branch is not None:
+            agent, here, future = self.place(kind, request)
+            if future and not (agent == self.branch.agent and here == self.branch.vc[agent]):
+                self.queue().clear()  # this agent's recorded future no longer applies
+                return None
+        return self.take(kind, request, match)[0]
 
-    def enter(self, kind: str, request: Any, match: Match | None = None) -> tuple[Any, Crossing | None]:
-        """Serve the crossing and write it to the new trace as the recording has it (live after a branch)."""
-        if self.live:
-            return super().enter(kind, request, match)
+    def enter(
+        self, kind: str, request: Any, match: Match | None = None, arrived: Arrived | None = None
+    ) -> tuple[Any, Crossing | None]:
+        """Serve the crossing and write it to the new trace as the recording has it (live in a fork's future)."""
+        if self.branch is not None:
+            agent, here, future = self.place(kind, request)
+            if future and not (agent == self.branch.agent and here == self.branch.vc[agent]):
+                self.queue().clear()
+                return super().enter(kind, request, match, arrived)
         check_value("request", request)
         request = self.redact(request)
         rec, written = self.take(kind, request, match)
         if not written:  # the recorded request: what matching ignores stays as it was recorded
+            if arrived is not None and rec.error is None:
+                arrived(rec.response, True)
             key = rec.request if match is None else match(rec.request)
             fields = {"boundary": kind, "request": rec.request, "hash": request_hash(kind, key)}
             fields.update({"response": rec.response} if rec.error is None else {"error": rec.error})
@@ -358,6 +463,11 @@ def _execute(
     run_id: str | None = None,
     redact: Redaction | Iterable[Rule] | None = None,
 ) -> Rerun:
+    if is_async(planner, verifier, *tools.values()):  # async agents: awaited on a private loop
+        with Bridge() as bridge:
+            planner, tools, verifier = bridged(bridge, planner, tools, verifier)
+            return _execute(rec, path, planner, tools, verifier, retry, stops=stops, branch=branch, value=value,
+                            run_id=run_id, redact=redact)  # fmt: skip
     env = rec.rep.header.get("env") or {}
     recorded = rec.rep.header.get("redact")
     ex = Executor(
@@ -375,9 +485,13 @@ def _execute(
     if branch is not None:
         lineage["branch"] = branch
     writer = cast(_Writer, _Writer.open(path, redact=ex.redact))
+    at = next((c for c in rec.crossings if c.seq == branch), None)
     with writer:
         writer.stops, writer.below, writer.parent = deque(stops), branch or 0, rec.records
-        session = _Replaying(writer, rec.crossings, branch=branch, value=value, redact=ex.redact)
+        writer.branch_at = (at.agent, at.vc[at.agent]) if at is not None else None
+        writer.positions = rec.positions()
+        session = _Replaying(writer, rec.crossings, branch=at, value=value, redact=ex.redact)
+        writer.ahead = session.ahead
         try:
             _drive(ex, writer, session, rec, run_id, lineage)
         except (ReplayDrift, ReplayViolation) as e:
@@ -397,11 +511,12 @@ def _execute(
         parent=rec.rep.run_id,
         branch=branch,
         state=replay(path).state,
-        equal=same and not session.recorded,
+        equal=same and not session.left(),
         live_calls=session.live_calls,
-        unused=len(session.recorded),
+        unused=session.left(),
         trace=path,
         records=tuple(new),
+        live_calls_by_agent=dict(sorted(session.calls.items())),
     )
 
 

@@ -32,12 +32,15 @@ import orjson
 from . import _blobs
 from ._diff import describe_record
 from ._errors import HarnessError, TraceUnreadable
-from ._normalize import GOLDEN_HEAD, is_golden_file, normalize_record, parse_golden
+from ._normalize import GOLDEN_HEAD, causal_key, is_golden_file, normalize_record, parse_golden
 from ._replay import Replay, replay
 
 INDENT = 10  # where a wrapped field starts: past the seq column
 MIN_WIDTH = 40
-_HIDDEN = frozenset({"seq", "ts", "crc", "hash", "kind", "from", "to", "step", "attempt", "boundary", "reused"})
+_HIDDEN = frozenset(
+    {"seq", "ts", "crc", "hash", "kind", "from", "to", "step", "attempt", "boundary", "reused", "mutated"}
+    | {"agent", "vc"}  # shown before the record, as `[agent]` (or with --vector, agent and clock)
+)
 Write = Callable[[str], Any]
 View = Literal["timeline", "json", "record", "golden"]
 
@@ -81,9 +84,10 @@ def wrap(text: str, room: int, indent: str) -> list[str]:
 class Timeline:
     """Formats records as timeline lines; knows the trace's fork lineage from its header."""
 
-    def __init__(self, width: int):
+    def __init__(self, width: int, *, vector: bool = False):
         self.width = max(width, MIN_WIDTH)
         self.branch: int | None = None
+        self.vector = vector  # each record's agent and vector clock in a column of their own
 
     def lines(self, seq: int, rec: Mapping[str, Any]) -> list[str]:
         kind = rec.get("kind")
@@ -93,6 +97,13 @@ class Timeline:
         if kind == "transition":
             what = f"{rec.get('from')} -> {rec.get('to')}"
             what = f"{what:<22}step {rec.get('step')}, attempt {rec.get('attempt')}"
+        agent = rec.get("agent", "main")
+        if self.vector:  # a record written before the run spawned has the clock {"main": seq}
+            vc = rec.get("vc")
+            clock = vc if isinstance(vc, dict) else {"main": seq}
+            what = f"{agent:<12} {{{','.join(f'{a}:{n}' for a, n in clock.items())}}}  {what}"
+        elif agent != "main":
+            what = f"[{agent}] {what}"
         notes = self.notes(seq, rec)
         head = f"{seq:>6}  {what}"
         one = f"{seq:>6}  {what:<40}  {'  '.join(notes)}".rstrip()
@@ -108,6 +119,10 @@ class Timeline:
         notes = []
         if rec.get("reused") is True:
             notes.append("reused")
+        elif rec.get("mutated") is True or (self.branch is not None and seq == self.branch and "vc" not in rec):
+            notes.append("mutated")
+        elif self.branch is not None and "vc" in rec:  # a causal fork marks what it reused: the rest ran live
+            notes.append("live")
         elif self.branch is not None and seq == self.branch:
             notes.append("mutated")
         elif self.branch is not None and seq > self.branch:
@@ -129,7 +144,13 @@ class Timeline:
 
 
 def show_trace(
-    trace: str | os.PathLike[str], write: Write, *, view: View = "timeline", width: int = 100, seq: int | None = None
+    trace: str | os.PathLike[str],
+    write: Write,
+    *,
+    view: View = "timeline",
+    width: int = 100,
+    seq: int | None = None,
+    vector: bool = False,
 ) -> Replay | None:
     """Write the trace at `trace` through `write`, one record at a time.
 
@@ -138,10 +159,16 @@ def show_trace(
     normalized view). Returns the Replay of a trace file (None for a golden
     file); raises TraceCorruption after writing the records before the damage
     ("golden" writes nothing then), HarnessError for an unreadable file or,
-    with view="record", a seq the trace does not hold.
+    with view="record", a seq the trace does not hold. `vector`: the timeline
+    shows each record's agent and vector clock.
+
+    The golden view of a run with agents is in the canonical causal order:
+    the records before its first spawn stream out as they come (they come
+    first in that order), the rest are held, then sorted and written.
     """
     path = os.fspath(trace)
-    timeline = Timeline(width)
+    timeline = Timeline(width, vector=vector)
+    held_back: list[tuple[tuple[int, str], dict[str, Any]]] = []  # golden view, from the first clock on
     found: list[bool] = []
     held = 0
 
@@ -151,7 +178,11 @@ def show_trace(
         elif view == "json":
             write((raw.decode() if raw is not None else _json(rec)) + "\n")
         elif view == "golden":
-            write(_json(normalize_record(_blobs.inline(path, rec) if "blobs" in rec else rec)) + "\n")
+            normalized = normalize_record(_blobs.inline(path, rec) if "blobs" in rec else rec)
+            if raw is not None and (held_back or "vc" in rec):  # from the first clock on (the seal too)
+                held_back.append((causal_key(rec, n), normalized))
+            else:
+                write(_json(normalized) + "\n")
         elif n == seq:
             write(orjson.dumps(rec, option=orjson.OPT_INDENT_2).decode() + "\n")
             found.append(True)
@@ -172,6 +203,8 @@ def show_trace(
             replay(path)
             write(GOLDEN_HEAD + "\n")
         rep = replay(path, on_record=lambda line, rec: emit(rec["seq"], line, rec))
+        for _, normalized in sorted(held_back, key=lambda x: x[0]):
+            write(_json(normalized) + "\n")
         if rep.torn_tail and view == "timeline":
             write(f"{'':>6}  (torn tail: an unfinished last line, not part of the run)\n")
     if view == "record" and not found:

@@ -12,6 +12,13 @@ Most records make one move (a `transition` record: from -> to). A
 verifier vouched (VERIFY -> CHECKPOINT) and the next step begins
 (CHECKPOINT -> PLAN). Both are checked against the table like any other, so
 a run never rests in CHECKPOINT: the line is either whole or torn.
+
+A parallel step (the planner returns several steps) runs each call as its
+own sub-run on this same table, keyed by its step number: the call's lane
+starts in PLAN and walks PLAN -> ACT -> VERIFY -> (its checkpoint record)
+with retries, ending with its checkpoint back in PLAN, done, or in FAILED
+or PAUSED. The run itself stays in PLAN meanwhile and leaves it by
+PLAN -> FAILED when a call failed for good.
 """
 
 from __future__ import annotations
@@ -25,7 +32,7 @@ EDGES: dict[str, dict[str, str]] = {
     PLAN: {
         ACT: "step planned (intent: tool and args)",
         DONE: "planner says the goal is met",
-        FAILED: "step limit reached (max_steps)",
+        FAILED: "step limit reached (max_steps), or a call of a parallel step failed for good",
     },
     ACT: {
         VERIFY: "tool returned (result recorded)",

@@ -51,6 +51,7 @@ def _show_setup(p: argparse.ArgumentParser) -> None:
         "--width", type=int, metavar="N",
         help="wrap long values at N characters (default: the terminal's width, else 100)",
     )  # fmt: skip
+    p.add_argument("--vector", action="store_true", help="print each record's agent and vector clock")
 
 
 @command(
@@ -72,7 +73,7 @@ def _show(args: argparse.Namespace) -> int:
         view = "golden" if args.golden else "json" if args.json else "record"
     width = args.width or shutil.get_terminal_size((100, 24)).columns
     try:
-        shown = show_trace(args.trace, sys.stdout.write, view=view, width=width, seq=args.record)
+        shown = show_trace(args.trace, sys.stdout.write, view=view, width=width, seq=args.record, vector=args.vector)
     except TraceCorruption as e:
         sys.stdout.flush()  # what came before the damage, then the damage
         return _corruption(e)
@@ -348,6 +349,8 @@ def _fork(args: argparse.Namespace) -> int:
         )
         return 1
     print(f"{r.trace}: fork {r.run_id} of {r.parent} at seq {r.branch}: {r.live_calls} live calls, state {r.state}")
+    if any(agent != "main" for agent in r.live_calls_by_agent):  # a causal fork: which agents ran live
+        print("live calls by agent: " + ", ".join(f"{a} {n}" for a, n in r.live_calls_by_agent.items()))
     return 0
 
 

@@ -219,12 +219,13 @@ def test_lanes_come_from_the_agent_field_and_columns_from_vector_clocks(client: 
     assert s["lanes"] == ["main", "worker_a", "worker_b"] and s["error"] is None
     briefs = client.get("/api/runs/agents/records").json()["records"]
     place = {b["seq"]: (b["agent"], b["col"]) for b in briefs}
-    # header, INIT -> PLAN, then main's crossing; the two workers run side by side; main joins them
+    # header, INIT -> PLAN, main's crossing, two spawns; the workers run side by side (worker_a's second
+    # crossing beside worker_b's first); main joins them, each join after that worker's exit
     assert place[3] == ("main", 2)
-    assert place[4] == ("worker_a", 3) and place[5] == ("worker_b", 3)
-    assert place[6] == ("worker_a", 4) and place[7] == ("worker_b", 4)
-    assert place[8] == ("main", 5)
-    assert s["lane_codes"] == "00012120"
+    assert place[6] == ("worker_a", 4) and place[7] == ("worker_b", 5)
+    assert place[8] == ("worker_a", 5) and place[9] == ("worker_b", 6)
+    assert place[12] == ("main", 7) and place[13] == ("main", 8)
+    assert s["lane_codes"] == "00000121212000"
 
 
 def test_annotations_beside_a_trace_are_shown_as_they_are(folder: Any, tmp_path: Path) -> None:

@@ -187,11 +187,11 @@ def test_one_lane_per_agent_with_concurrent_records_side_by_side(page: Any, serv
     assert page.locator(".lane-name").all_inner_texts() == ["main", "worker_a", "worker_b"]
     a = page.locator('.lane[data-agent="worker_a"] .chip')
     b = page.locator('.lane[data-agent="worker_b"] .chip')
-    assert a.count() == 2 and b.count() == 2
-    for i in range(2):  # concurrent: the same columns
-        assert a.nth(i).bounding_box()["x"] == b.nth(i).bounding_box()["x"]
+    assert a.count() == 3 and b.count() == 3  # two crossings and an exit each
+    for i in range(2):  # concurrent: side by side (worker_b was spawned one record after worker_a)
+        assert a.nth(i + 1).bounding_box()["x"] == b.nth(i).bounding_box()["x"]
     joined = page.locator('.lane[data-agent="main"] .chip').last.bounding_box()["x"]
-    assert joined > a.nth(1).bounding_box()["x"]  # main's last record comes after both workers
+    assert joined > b.nth(2).bounding_box()["x"]  # main's last record comes after both workers
 
 
 def test_a_paused_run_shows_its_operation_and_the_reconcile_command(page: Any, server: str, folder: Any) -> None:

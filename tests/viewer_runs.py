@@ -133,7 +133,8 @@ def make_folder(folder: Path) -> dict[str, str]:
 
 
 def two_agents() -> list[dict[str, Any]]:
-    """A run where two workers cross boundaries concurrently after the main agent plans."""
+    """A run where two workers cross boundaries concurrently after the main agent plans (a valid trace:
+    spawn, exit and join records, every clock as the rules of docs/FORMAT.md give it)."""
     recs: list[dict[str, Any]] = [
         {
             "seq": 1,
@@ -145,28 +146,32 @@ def two_agents() -> list[dict[str, Any]]:
             "ts": 1.0,
         },
         {"seq": 2, "kind": "transition", "from": "INIT", "to": "PLAN", "step": 0, "attempt": 1, "ts": 2.0},
+        {"seq": 3, "kind": "crossing", "boundary": "llm", "request": {"n": 0}, "hash": "0" * 16,
+         "response": "answer 0", "ts": 3.0},
+    ]  # fmt: skip
+    a, b = {"main": 4}, {"main": 5}
+    rows: list[tuple[str, str, dict[str, Any], dict[str, int]]] = [
+        ("main", "spawn", {"child": "worker_a"}, {"main": 4}),
+        ("main", "spawn", {"child": "worker_b"}, {"main": 5}),
+        ("worker_a", "crossing", {"n": 1}, {**a, "worker_a": 1}),
+        ("worker_b", "crossing", {"n": 2}, {**b, "worker_b": 1}),
+        ("worker_a", "crossing", {"n": 3}, {**a, "worker_a": 2}),
+        ("worker_b", "crossing", {"n": 4}, {**b, "worker_b": 2}),
+        ("worker_a", "exit", {"status": "ok"}, {**a, "worker_a": 3}),
+        ("worker_b", "exit", {"status": "ok"}, {**b, "worker_b": 3}),
+        ("main", "join", {"child": "worker_a"}, {"main": 6, "worker_a": 3}),
+        ("main", "join", {"child": "worker_b"}, {"main": 7, "worker_a": 3, "worker_b": 3}),
+        ("main", "crossing", {"n": 5}, {"main": 8, "worker_a": 3, "worker_b": 3}),
     ]
-    clocks = [
-        ("main", {"main": 1}),
-        ("worker_a", {"main": 1, "worker_a": 1}),
-        ("worker_b", {"main": 1, "worker_b": 1}),
-        ("worker_a", {"main": 1, "worker_a": 2}),
-        ("worker_b", {"main": 1, "worker_b": 2}),
-        ("main", {"main": 2, "worker_a": 2, "worker_b": 2}),
-    ]
-    for n, (agent, vc) in enumerate(clocks):
-        rec: dict[str, Any] = {
-            "seq": 3 + n,
-            "kind": "crossing",
-            "boundary": "llm",
-            "request": {"n": n},
-            "hash": "0" * 16,
-            "response": f"answer {n}",
-        }
+    for n, (agent, kind, fields, vc) in enumerate(rows):
+        rec: dict[str, Any] = {"seq": 4 + n, "kind": kind}
         if agent != "main":
             rec["agent"] = agent
+        if kind == "crossing":
+            fields = {"boundary": "llm", "request": fields, "hash": "0" * 16, "response": f"answer {fields['n']}"}
+        rec.update(fields)
         rec["vc"] = vc
-        rec["ts"] = 3.0 + n
+        rec["ts"] = 4.0 + n
         recs.append(rec)
     return recs
 

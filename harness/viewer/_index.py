@@ -38,7 +38,7 @@ from .._replay import replay
 _CHUNK = 1 << 20
 _SUFFIX = len(b',"crc":"00000000"}')
 _NOTE = 160  # characters of a value shown in a record's one-line note
-_PLAIN = frozenset({"seq", "kind", "ts", "crc", "agent", "vc", "reused"})
+_PLAIN = frozenset({"seq", "kind", "ts", "crc", "agent", "vc", "reused", "mutated"})
 
 # one letter per record, for the overview: what colour it takes and how it is marked
 CLASSES = {
@@ -75,6 +75,10 @@ def role(rec: dict[str, Any], header: dict[str, Any] | None) -> str | None:
         return None
     if rec.get("reused") is True:
         return "reused"
+    if rec.get("mutated") is True:
+        return "mutated"
+    if "vc" in rec:  # a causal fork marks what it reused and the branch: the rest ran live
+        return "live"
     seq = rec.get("seq")
     if type(seq) is not int:
         return None

@@ -1,0 +1,529 @@
+"""Agents: the threads of a run, and the vector clocks that order their records.
+
+A run is a set of agents. The run's own thread is agent "main"; `spawn()`
+starts another on a new OS thread. Each agent is a process in the
+vector-clock sense: every record it writes is one event and adds one to its
+own component; it learns of other agents' events only through `spawn` (the
+child starts from its parent's clock), `join` (the joiner merges the child's
+final clock) and messages (a receive merges the clock of its send). Merging
+is the element-wise maximum, so the order in which threads happen to run
+cannot change a clock.
+
+A run that never spawns writes no clock at all: main's clock is then
+implicitly `{"main": seq}`. At the first spawn the journal becomes shared:
+from then on every record carries `vc` (and `agent` when not main), and
+appends from several threads are serialized only around seq, crc and the
+write itself (see Journal).
+
+Rules kept here:
+- file order is a linear extension of happens-before: a spawn is written
+  before its thread starts, an exit before its thread ends, a message is
+  delivered only after its send is written, a join is written after the exit;
+- a crossing made on a thread the run did not start, while no call of the
+  run is in flight, is refused (HarnessError) and remembered by the session,
+  so the run fails instead of recording a lie (its rerun would not serve it);
+- a spawn made inside a call (a tool, or another crossing) is a plain thread:
+  like the crossings of that call, it belongs to the call and is not recorded.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import threading
+import time
+from collections.abc import Callable, Iterable
+from contextvars import ContextVar
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+from ._errors import HarnessError
+
+if TYPE_CHECKING:
+    from ._boundary import Session
+    from ._journal import Journal
+
+T = TypeVar("T")
+MAIN = "main"
+
+
+class AgentState:
+    """One agent's own view: its name, its clock, and whether one of its calls is in flight."""
+
+    __slots__ = ("merge", "name", "nested", "vc")
+
+    def __init__(self, name: str, vc: dict[str, int] | None = None):
+        self.name = name
+        self.vc: dict[str, int] = dict(sorted(vc.items())) if vc else {}  # keys sorted, as records hold them
+        self.nested = False  # a call of this agent is running: its crossings belong to the call
+        self.merge: dict[str, int] | None = None  # a clock to merge into the next event (join, receive)
+
+    def next_vc(self) -> dict[str, int]:
+        """The clock the agent's next event will carry (without taking it)."""
+        vc = dict(self.vc)
+        if self.merge:
+            for k, v in self.merge.items():
+                if vc.get(k, 0) < v:
+                    vc[k] = v
+        vc[self.name] = vc.get(self.name, 0) + 1
+        return vc
+
+
+_agent: ContextVar[AgentState | None] = ContextVar("harness_agent", default=None)
+
+
+def merged(a: dict[str, int], b: dict[str, int]) -> dict[str, int]:
+    out = dict(a)
+    for k, v in b.items():
+        if out.get(k, 0) < v:
+            out[k] = v
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """What `receive()` returns: who sent it, and what."""
+
+    sender: str
+    body: Any
+
+
+@dataclass(slots=True)
+class _Mail:
+    sender: str
+    body: Any
+    vc: dict[str, int] | None  # the clock of its send record (None before the run spawned)
+
+
+class Agents:
+    """The agents of one run: names, clocks, mailboxes. One per Session."""
+
+    def __init__(self, session: Session):
+        self.session = session
+        self.cond = threading.Condition()
+        self.spawned = False  # once True, every record carries a clock
+        self.main = AgentState(MAIN)
+        self.live: dict[str, Handle[Any]] = {}
+        self.last: dict[str, dict[str, int]] = {}  # each agent's last clock, for a re-spawned name
+        self.mail: dict[str, list[_Mail]] = {}
+        self.ended: set[str] = set()  # agents whose thread finished (a waiting receive gives up on them)
+        self.sent: dict[str, int] = {}  # agent -> own count of its last send delivered (served receives wait on it)
+        self.states: dict[str, AgentState] = {}  # the agents started, by name (their latest life)
+
+    def in_flight(self) -> bool:
+        """Whether a call (a tool, a crossing) of any agent is running now."""
+        return self.main.nested or any(a.nested for a in list(self.states.values()))
+
+    # --- clocks --------------------------------------------------------------------------------------
+
+    def share(self, journal: Journal, last: dict[str, dict[str, int]] | None = None) -> None:
+        """Switch the journal to shared, clocked records (at the first spawn, or resuming a spawned trace)."""
+        if self.spawned:
+            return
+        if last:  # a resumed trace: every agent goes on from its last recorded clock
+            self.main.vc = dict(sorted(last.get(MAIN, {MAIN: journal.seq}).items()))
+            self.last = {a: dict(vc) for a, vc in last.items()}
+        else:
+            self.main.vc = {MAIN: journal.seq}  # every record so far was main's
+        self.spawned = True
+        journal.share(self.stamp)
+
+    def stamp(self) -> tuple[str, dict[str, int]]:
+        """The current agent takes one event: its name and the clock its record carries."""
+        agent = _agent.get() or self.main
+        known = len(agent.vc)
+        vc = agent.next_vc()
+        if len(vc) != known or agent.merge is not None:  # a key may have come: keep them sorted
+            vc = dict(sorted(vc.items()))
+        agent.vc, agent.merge = vc, None
+        return agent.name, dict(vc)  # the record's own copy: the agent's clock moves on
+
+    def next_count(self, journal: Journal) -> int:
+        """The own count the current agent's next record will carry (in a run that never spawned: its seq)."""
+        if not self.spawned:
+            return journal.seq + 1
+        agent = _agent.get() or self.main
+        return agent.vc.get(agent.name, 0) + 1
+
+    def current(self) -> str:
+        return (_agent.get() or self.main).name
+
+    def next_vc(self, journal: Journal) -> dict[str, int]:
+        if not self.spawned:
+            return {MAIN: journal.seq + 1}
+        return (_agent.get() or self.main).next_vc()
+
+    # --- spawn and join ------------------------------------------------------------------------------
+
+    def spawn(
+        self,
+        name: str,
+        fn: Callable[..., T],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        extra: dict[str, Any] | None = None,
+    ) -> Handle[T]:
+        journal = self.session.journal
+        assert journal is not None
+        with self.cond:
+            if name in self.live or name == MAIN:
+                raise HarnessError(
+                    f"an agent named {name!r} is already running in this run; give each live agent its own name"
+                )
+            self.live[name] = handle = Handle[T](name)
+            self.ended.discard(name)
+        try:
+            self.share(journal)
+            journal.append("spawn", {"child": name, **(extra or {})})
+        except BaseException:
+            with self.cond:
+                del self.live[name]
+            raise
+        parent = _agent.get() or self.main
+        child = self.states[name] = AgentState(name, merged(self.last.get(name, {}), parent.vc))
+        ctx = contextvars.copy_context()
+
+        def body() -> None:
+            _agent.set(child)
+            try:
+                handle._result = fn(*args, **kwargs)
+            except BaseException as e:
+                handle._error = e
+            try:
+                fields: dict[str, Any] = {"status": "ok" if handle._error is None else "error"}
+                if handle._error is not None:
+                    from ._boundary import error_of
+
+                    fields["error"] = error_of(handle._error)
+                journal.append("exit", fields)
+            except BaseException as e:  # the journal refused: the run must not believe this agent ended well
+                handle._error = handle._error or e
+            handle._vc = dict(child.vc)
+            with self.cond:
+                self.last[name] = dict(child.vc)
+                self.ended.add(name)
+                self.cond.notify_all()
+
+        handle._thread = threading.Thread(target=ctx.run, args=(body,), name=f"harness-agent-{name}", daemon=True)
+        handle._agents = self
+        handle._thread.start()
+        return handle
+
+    def joined(self, handle: Handle[Any]) -> None:
+        """Write the join record (the joiner's clock merges the child's last) and free the name."""
+        journal = self.session.journal
+        assert journal is not None
+        with self.cond:
+            if self.live.get(handle.name) is not handle:
+                return  # joined already
+            del self.live[handle.name]
+        me = _agent.get() or self.main
+        me.merge = merged(me.merge or {}, handle._vc or {})
+        journal.append("join", {"child": handle.name})
+
+    def settle(self) -> None:
+        """Join the agents still running, in the order they were spawned (before a run's last record)."""
+        for handle in list(self.live.values()):
+            with contextlib.suppress(Exception):  # already recorded in its exit record
+                task = getattr(handle, "_task", None)
+                if task is not None:  # a task (aspawn): joined on its loop, from this thread
+                    import asyncio
+
+                    asyncio.run_coroutine_threadsafe(handle.join(), task.get_loop()).result()
+                else:
+                    handle.join()
+
+    # --- messages ------------------------------------------------------------------------------------
+
+    def deliver(self, to: str, body: Any, vc: dict[str, int] | None, sender: str) -> None:
+        with self.cond:
+            self.mail.setdefault(to, []).append(_Mail(sender, body, vc))
+            if vc is not None:
+                self.sent[sender] = vc[sender]
+            self.cond.notify_all()
+
+    def take(self, me: str, sender: str | None, timeout: float | None) -> _Mail:
+        """The first message for me (from sender), waiting up to timeout seconds."""
+        with self.cond:
+            if not self._wait(lambda: self._first(me, sender) is not None, timeout, me):
+                who = f"from {sender!r} " if sender else ""
+                raise TimeoutError(f"agent {me!r} received no message {who}within {timeout} s")
+            i = self._first(me, sender)
+            assert i is not None
+            return self.mail[me].pop(i)
+
+    def _wait(self, ready: Callable[[], bool], timeout: float | None, me: str) -> bool:
+        """cond.wait_for(ready, timeout), giving up with HarnessError once the run's journal is closed."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not ready():
+            journal = self.session.journal
+            if journal is not None and journal.fd < 0:
+                raise HarnessError(f"the run ended while agent {me!r} was waiting for a message")
+            left = 0.25 if deadline is None else min(0.25, deadline - time.monotonic())
+            if left <= 0:
+                return False
+            self.cond.wait(left)
+        return True
+
+    def _first(self, me: str, sender: str | None) -> int | None:
+        for i, m in enumerate(self.mail.get(me, ())):
+            if sender is None or m.sender == sender:
+                return i
+        return None
+
+    def claim(self, me: str, sender: str, vc: dict[str, int] | None) -> None:
+        """A receive served from the recording: wait until its send is made again, then take that message."""
+        if vc is None:
+            return
+        count = vc[sender]
+
+        def ready() -> bool:
+            return self.sent.get(sender, 0) >= count or sender in self.ended
+
+        with self.cond:
+            self._wait(ready, None, me)
+            for i, m in enumerate(self.mail.get(me, ())):
+                if m.sender == sender and m.vc == vc:
+                    del self.mail[me][i]
+                    return
+
+
+class Handle(Generic[T]):
+    """A running agent. `join()` waits for it and returns what its function returned, or raises what it raised."""
+
+    def __init__(self, name: str):
+        self.name = name
+        self._thread: threading.Thread | None = None
+        self._agents: Agents | None = None
+        self._result: Any = None
+        self._error: BaseException | None = None
+        self._vc: dict[str, int] | None = None
+
+    def join(self, timeout: float | None = None) -> T:
+        assert self._thread is not None
+        self._thread.join(timeout)
+        if self._thread.is_alive():
+            raise TimeoutError(f"agent {self.name!r} is still running after {timeout} s")
+        if self._agents is not None:
+            self._agents.joined(self)
+        if self._error is not None:
+            raise self._error
+        return self._result  # type: ignore[no-any-return]
+
+    def wait(self) -> None:
+        """Wait for the agent's thread to end, without joining it (nothing is recorded)."""
+        assert self._thread is not None
+        self._thread.join()
+
+    @property
+    def value(self) -> T:
+        """What the agent's function returned, once it ended."""
+        return self._result  # type: ignore[no-any-return]
+
+    @property
+    def error(self) -> BaseException | None:
+        """What the agent's function raised, once it ended."""
+        return self._error
+
+    @property
+    def done(self) -> bool:
+        return self._thread is not None and not self._thread.is_alive()
+
+    def __repr__(self) -> str:
+        return f"<harness agent {self.name!r}{' done' if self.done else ''}>"
+
+
+# --- the public functions ----------------------------------------------------------------------------
+
+
+def _session() -> Session | None:
+    from ._boundary import _current
+
+    return _current.get()
+
+
+def current_agent() -> str | None:
+    """The name of the agent whose code is running: "main" in the run's thread, None outside a run."""
+    session = _session()
+    if session is None:
+        return None
+    agent = _agent.get()
+    return agent.name if agent is not None else MAIN
+
+
+def spawn(name: str, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> Handle[T]:
+    """Start `fn(*args, **kwargs)` on a new thread as agent `name`; returns its handle.
+
+    Outside a run (or inside a call, whose crossings are not recorded) it is a plain thread.
+    """
+    if type(name) is not str or not name or name == MAIN:
+        raise HarnessError(f"an agent needs a non-empty str name other than 'main', not {name!r}")
+    session = _session()
+    agent = _agent.get()
+    if session is None or session.journal is None or (agent or session.agents.main).nested:
+        return _plain(name, fn, args, kwargs)
+    return session.agents.spawn(name, fn, args, kwargs)
+
+
+def _plain(name: str, fn: Callable[..., T], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Handle[T]:
+    handle = Handle[T](name)
+    ctx = contextvars.copy_context()
+
+    def body() -> None:
+        try:
+            handle._result = fn(*args, **kwargs)
+        except BaseException as e:
+            handle._error = e
+
+    handle._thread = threading.Thread(target=ctx.run, args=(body,), name=f"harness-agent-{name}", daemon=True)
+    handle._thread.start()
+    return handle
+
+
+def join(*handles: Handle[Any], timeout: float | None = None) -> list[Any]:
+    """Join the handles in the given order; their results as a list.
+
+    Every handle is joined (and recorded) before anything is raised; if several
+    raised, the first in the given order is raised, whatever the timing.
+    """
+    results: list[Any] = []
+    first: BaseException | None = None
+    for h in handles:
+        try:
+            results.append(h.join(timeout))
+        except BaseException as e:
+            results.append(None)
+            first = first or e
+    if first is not None:
+        raise first
+    return results
+
+
+def send(to: str, message: Any) -> None:
+    """Send `message` (a JSON value) to agent `to`: a recorded crossing, delivered once it is written."""
+    from ._boundary import _current
+
+    session = _current.get()
+    if session is None:
+        raise HarnessError("harness.send() works between the agents of a run; call it inside a run")
+    if type(to) is not str or not to:
+        raise HarnessError(f"send() needs the name of an agent, not {to!r}")
+    agent = _agent.get() or session.agents.main
+    session.cross("agent_msg", {"send": to, "message": message}, _none)
+    agents = session.agents
+    agents.deliver(to, message, dict(agent.vc) if agents.spawned else None, agent.name)
+
+
+def _none() -> None:
+    return None
+
+
+def receive(sender: str | None = None, *, timeout: float | None = None) -> Message:
+    """The next message for this agent (from `sender` when given), waiting up to `timeout` seconds.
+
+    A recorded crossing: its clock merges the send's. On rerun the recorded
+    message is served (after its send was made again); none recorded is a
+    ReplayViolation. A timeout raises TimeoutError, recorded too.
+    """
+    from ._boundary import _current
+
+    session = _current.get()
+    if session is None:
+        raise HarnessError("harness.receive() works between the agents of a run; call it inside a run")
+    agents = session.agents
+    me = (_agent.get() or agents.main).name
+
+    def call() -> dict[str, Any]:
+        m = agents.take(me, sender, timeout)
+        return {"from": m.sender, "message": m.body, "sent": m.vc}
+
+    def arrived(response: Any, served: bool) -> None:
+        if not isinstance(response, dict):
+            return
+        vc = response.get("sent")
+        if served:
+            agents.claim(me, response["from"], vc)
+        if vc:
+            agent = _agent.get() or agents.main
+            agent.merge = merged(agent.merge or {}, vc)
+
+    got = session.cross("agent_msg", {"receive": sender}, call, arrived=arrived)
+    return Message(got["from"], got["message"])
+
+
+def crossings_of(records: Iterable[Any], agent: str) -> list[Any]:
+    return [c for c in records if c.agent == agent]
+
+
+class ClockRules:
+    """What replay() checks of the clocks: each record's `vc` must be the one the rules give.
+
+    It recomputes every clock from the records before it (own component +1 per
+    event; a spawned agent starts from its spawn's clock; a join merges the
+    child's exit; a receive merges its send's) and refuses any other value, so
+    a forged, reordered or missing clock is caught at its line, as a forged seq is.
+    """
+
+    __slots__ = ("exits", "last", "live", "sends", "spawns")
+
+    def __init__(self, seq: int):
+        self.last: dict[str, dict[str, int]] = {MAIN: {MAIN: seq - 1}}  # before the first spawn, main's count is seq
+        self.live: set[str] = set()
+        self.spawns: dict[str, dict[str, int]] = {}  # child -> the clock of its spawn, until its first event
+        self.exits: dict[str, dict[str, int]] = {}  # agent -> the clock of its exit, until joined
+        self.sends: dict[tuple[str, int], tuple[str, dict[str, int]]] = {}  # (sender, count) -> (to, clock)
+
+    def see(self, rec: dict[str, Any], kind: str) -> str | None:
+        """None when rec's agent and clock are the ones the rules give, else why not."""
+        if kind == "seal" and "vc" not in rec and "agent" not in rec:  # no agent's event: it closes the file
+            return None
+        agent = rec.get("agent", MAIN)
+        vc = rec.get("vc")
+        if type(agent) is not str or (agent == MAIN and "agent" in rec):
+            return f"agent {agent!r} is not an agent name (main's records name no agent)"
+        if type(vc) is not dict or not all(type(v) is int and type(k) is str for k, v in vc.items()):
+            return "a record without its vector clock (vc) after the run spawned an agent"
+        if agent != MAIN and agent not in self.live:
+            return f"a record of agent {agent!r}, which is not running (no spawn before it, or after its exit)"
+        expected = dict(self.last.get(agent, ()))
+        if agent in self.spawns:
+            expected = merged(expected, self.spawns.pop(agent))
+        sent: tuple[str, int, dict[str, int]] | None = None
+        if kind == "join":
+            child = rec.get("child")
+            if child not in self.exits:
+                return f"a join of agent {child!r}, which has not exited (or was joined already)"
+            expected = merged(expected, self.exits.pop(child))
+        elif kind == "crossing" and rec.get("boundary") == "agent_msg":
+            request, response = rec.get("request"), rec.get("response")
+            if isinstance(request, dict) and "receive" in request and isinstance(response, dict):
+                frm, clock = response.get("from"), response.get("sent")
+                if type(clock) is not dict or type(frm) is not str:
+                    return "a received message without its sender and the clock of its send"
+                send = self.sends.get((frm, clock.get(frm, 0)))
+                if send is None or send != (agent, clock):
+                    return f"a message received from {frm!r} with a clock no send of {frm!r} to {agent!r} carries"
+                expected = merged(expected, clock)
+            elif isinstance(request, dict) and "send" in request:
+                sent = (str(request["send"]), 0, vc)
+        expected[agent] = expected.get(agent, 0) + 1
+        if vc != expected:
+            return f"vc {vc} where the clock rules give {dict(sorted(expected.items()))}"
+        self.last[agent] = vc
+        if kind == "spawn":
+            child = rec.get("child")
+            if type(child) is not str or child == MAIN or child in self.live:
+                return f"a spawn of {child!r}: not a name, or an agent of that name is running"
+            self.live.add(child)
+            self.spawns[child] = vc
+            self.exits.pop(child, None)
+        elif kind == "exit":
+            self.live.discard(agent)
+            self.exits[agent] = vc
+        elif kind == "resume":  # the process died: its agents with it
+            self.live.clear()
+            self.spawns.clear()
+            self.exits.clear()
+        if sent is not None:
+            self.sends[(agent, vc[agent])] = (sent[0], vc)
+        return None

@@ -1,0 +1,200 @@
+"""asyncio: async planners, tools and verifiers, async crossings, tasks as agents, and SIGKILL under arun."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import harness
+from harness import Executor, Step
+from harness.testing import read_records
+
+
+async def amodel(request: Any) -> Any:
+    await asyncio.sleep(0)
+    return {"answer": request["q"].upper()}
+
+
+def refuse(**args: Any) -> Any:
+    raise AssertionError("called live during a rerun")
+
+
+async def arefuse(request: Any) -> Any:
+    raise AssertionError("called live during a rerun")
+
+
+def fan_async(n: int) -> Any:
+    async def planner(goal: Any, done: list[Any]) -> Step | list[Step] | None:
+        if not done:
+            found = await harness.allm({"q": goal}, amodel)
+            return [Step(f"call{i}", "work", {"i": i, "q": found["answer"]}) for i in range(n)]
+        return None
+
+    return planner
+
+
+def test_arun_runs_a_parallel_step_as_concurrent_tasks(tmp_path: Path) -> None:
+    started = 0
+    all_started = asyncio.Event()
+
+    async def work(i: int, q: str) -> Any:
+        nonlocal started
+        started += 1
+        if started == 3:
+            all_started.set()
+        await asyncio.wait_for(all_started.wait(), 30)  # only tasks that run concurrently get past this
+        return {"i": i, "q": q, "t": await harness.aboundary("clock", None, _one)}
+
+    async def verify(step: Step, result: Any) -> bool:
+        await asyncio.sleep(0)
+        return bool(result["q"] == "TEA")
+
+    trace = tmp_path / "t.jsonl"
+    ex = Executor(planner=fan_async(3), tools={"work": work}, verifier=verify, trace=trace)
+    out = asyncio.run(ex.arun("tea"))
+    assert out.state == "DONE" and [c.result["i"] for c in out.checkpoints] == [0, 1, 2]
+    rep = harness.replay(trace)
+    assert [c.kind for c in rep.agents["main"]] == ["llm"]
+    # the tools' own crossings belong to their calls (nested): the calls are what is recorded
+    assert {a: [c.kind for c in cs] for a, cs in rep.agents.items() if a != "main"} == {
+        "step-0": ["tool"], "step-1": ["tool"], "step-2": ["tool"]
+    }  # fmt: skip
+    # rerun and fork accept async agents
+    r = harness.rerun(trace, planner=fan_async(3), tools={"work": refuse}, verifier=verify)
+    assert r.equal and r.live_calls == 0
+    call = rep.agents["step-1"][0]
+    f = harness.fork(trace, at=call.seq, value={"i": 1, "q": "TEA", "t": 0}, planner=fan_async(3),
+                     tools={"work": refuse}, verifier=verify)  # fmt: skip
+    assert f.live_calls == 0 and f.state == "DONE"
+
+
+async def _one() -> int:
+    return 1
+
+
+def test_aspawn_makes_tasks_agents_with_their_own_clocks(tmp_path: Path) -> None:
+    async def worker(topic: str) -> str:
+        await asyncio.sleep(0.001 if topic == "a" else 0)
+        found = await harness.allm({"q": topic}, amodel)
+        return f"{harness.current_agent()}:{found['answer']}"
+
+    async def planner(goal: Any, done: list[Any]) -> Step | None:
+        if done:
+            return None
+        a = harness.aspawn("worker_a", worker, "a")
+        b = harness.aspawn("worker_b", worker, "b")
+        return Step("both", "keep", {"r": [await a.join(), await b]})
+
+    trace = tmp_path / "t.jsonl"
+    out = asyncio.run(Executor(planner=planner, tools={"keep": dict}, trace=trace).arun("g"))
+    assert out.checkpoints[0].result == {"r": ["worker_a:A", "worker_b:B"]}
+    rep = harness.replay(trace)
+    assert [c.request for c in rep.agents["worker_a"]] == [{"q": "a"}]
+    assert rep.agents["worker_b"][0].vc["worker_b"] == 1
+    r = harness.rerun(trace, planner=planner, tools={"keep": refuse})
+    assert r.equal and r.live_calls == 0
+    # drift in a task surfaces from rerun with its agent
+
+    async def drifting(topic: str) -> str:
+        return str(await harness.allm({"q": topic + "?"}, amodel))
+
+    async def other(goal: Any, done: list[Any]) -> Step | None:
+        if done:
+            return None
+        a = harness.aspawn("worker_a", worker, "a")
+        b = harness.aspawn("worker_b", drifting, "b")
+        return Step("both", "keep", {"r": [await a, await b]})
+
+    with pytest.raises(harness.ReplayDrift) as e:
+        harness.rerun(trace, planner=other, tools={"keep": refuse})
+    assert e.value.agent == "worker_b"
+
+
+KILLED = """
+import asyncio, os, sys
+from pathlib import Path
+from harness import Executor, Step
+
+trace, log, marker = sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3])
+
+async def planner(goal, done):
+    if not done:
+        return [Step(f"call{i}", "work", {"i": i}) for i in range(3)]
+    return None
+
+async def work(i):
+    with open(log, "a") as f:
+        f.write(f"{i}\\n")
+    if i == 0:  # call 0 waits until calls 1 and 2 are checkpointed, then the process dies in it
+        while sum(1 for line in open(sys.argv[1]) if '"kind":"checkpoint"' in line) < 2:
+            await asyncio.sleep(0.005)
+        marker.write_text(str(os.getpid()))
+        await asyncio.sleep(600)
+    return {"i": i}
+
+asyncio.run(Executor(planner=planner, tools={"work": work}, trace=trace).arun("g"))
+"""
+
+
+def test_a_sigkill_under_arun_resumes_without_running_a_finished_call(tmp_path: Path) -> None:
+    trace, log, marker = tmp_path / "t.jsonl", tmp_path / "calls.log", tmp_path / "inside"
+    child = subprocess.Popen([sys.executable, "-c", KILLED, str(trace), str(log), str(marker)],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120  # a hang guard for the handshake, not a timing assertion
+        while not marker.exists():
+            if child.poll() is not None:
+                pytest.fail(f"the child ended early: {child.communicate()[1].decode()}")
+            if time.monotonic() > deadline:
+                pytest.fail("the child never got inside call 0")
+            time.sleep(0.01)
+        os.kill(child.pid, signal.SIGKILL)
+    finally:
+        child.kill()
+        child.communicate()
+    calls: list[int] = []
+
+    async def work(i: int) -> Any:
+        calls.append(i)
+        return {"i": i}
+
+    async def planner(goal: Any, done: list[Any]) -> Any:
+        return [Step(f"call{i}", "work", {"i": i}) for i in range(3)] if not done else None
+
+    ex = Executor(planner=planner, tools={"work": work}, trace=trace, resume=True)
+    out = asyncio.run(ex.arun("g"))
+    assert out.state == "DONE" and calls == [0]
+    assert [c.result for c in harness.replay(trace).checkpoints] == [{"i": 0}, {"i": 1}, {"i": 2}]
+    assert sum(1 for r in read_records(trace) if r["kind"] == "resume") == 1
+
+
+def test_tasks_exchange_messages(tmp_path: Path) -> None:
+    async def producer() -> None:
+        harness.send("consumer", {"n": 1})
+
+    async def consumer() -> Any:
+        got = await asyncio.to_thread(harness.receive, timeout=30)  # receive blocks: off the loop
+        return [got.sender, got.body]
+
+    async def planner(goal: Any, done: list[Any]) -> Step | None:
+        if done:
+            return None
+        c = harness.aspawn("consumer", consumer)
+        p = harness.aspawn("producer", producer)
+        return Step("got", "keep", {"r": [await c, await p]})
+
+    trace = tmp_path / "t.jsonl"
+    out = asyncio.run(Executor(planner=planner, tools={"keep": dict}, trace=trace).arun("g"))
+    assert out.checkpoints[0].result == {"r": [["producer", {"n": 1}], None]}
+    (received,) = harness.replay(trace).agents["consumer"]
+    assert received.vc["producer"] == 1  # the receive knows its send
+    r = harness.rerun(trace, planner=planner, tools={"keep": refuse})
+    assert r.equal and r.live_calls == 0

@@ -1,0 +1,281 @@
+"""Parallel tool calls: a planner returns a list of steps, the executor runs their tools side by side."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import harness
+from harness import Executor, Step, Tool, ToolError
+from harness.testing import read_records, write_trace
+
+
+def fan(n: int, tool: str = "work", then: Step | None = None) -> Any:
+    def planner(goal: Any, done: list[Any]) -> Step | list[Step] | None:
+        if not done:
+            return [Step(f"call{i}", tool, {"i": i}) for i in range(n)]
+        if then is not None and len(done) == n:
+            return then
+        return None
+
+    return planner
+
+
+def refuse(**args: Any) -> Any:
+    raise AssertionError("called live during a rerun")
+
+
+def test_calls_overlap_and_progress_keeps_planner_order(tmp_path: Path) -> None:
+    """Each call waits until every call has started: only concurrent calls get through."""
+    started = threading.Barrier(4, timeout=30)
+    finished: list[int] = []
+
+    def work(i: int) -> Any:
+        started.wait()  # raises BrokenBarrierError if the calls ran one after another
+        time.sleep(0.01 * (4 - i))
+        finished.append(i)
+        return {"i": i}
+
+    trace = tmp_path / "t.jsonl"
+    out = Executor(planner=fan(4, then=Step("after", "work2", {})), tools={"work": work, "work2": dict},
+                   trace=trace).run("g")  # fmt: skip
+    assert out.state == "DONE"
+    assert [c.name for c in out.checkpoints] == ["call0", "call1", "call2", "call3", "after"]
+    assert [c.step for c in out.checkpoints] == [0, 1, 2, 3, 4]
+    rep = harness.replay(trace)
+    assert [c.result for c in rep.checkpoints][:4] == [{"i": i} for i in range(4)]
+    # each call's intent is on the file before its result, and results were written as they arrived
+    records = read_records(trace)
+    for i in range(4):
+        intent = next(n for n, r in enumerate(records) if r.get("to") == "ACT" and r["step"] == i)
+        result = next(n for n, r in enumerate(records) if r.get("to") == "VERIFY" and r["step"] == i)
+        assert intent < result
+    assert sorted(finished) == [0, 1, 2, 3]
+
+
+def test_at_most_max_parallel_calls_run_at_once(tmp_path: Path) -> None:
+    lock = threading.Lock()
+    running, peak = [0], [0]
+
+    def work(i: int) -> Any:
+        with lock:
+            running[0] += 1
+            peak[0] = max(peak[0], running[0])
+        time.sleep(0.005)
+        with lock:
+            running[0] -= 1
+        return i
+
+    out = Executor(planner=fan(9), tools={"work": work}, trace=tmp_path / "t.jsonl", max_parallel=2).run("g")
+    assert out.state == "DONE" and len(out.checkpoints) == 9 and peak[0] <= 2
+
+
+def test_a_call_retries_on_its_own(tmp_path: Path) -> None:
+    calls: list[int] = []
+
+    def work(i: int) -> Any:
+        calls.append(i)
+        if i == 1 and calls.count(1) == 1:
+            raise ToolError("transient")
+        return i
+
+    trace = tmp_path / "t.jsonl"
+    out = Executor(planner=fan(3), tools={"work": work}, trace=trace).run("g")
+    assert out.state == "DONE" and sorted(calls) == [0, 1, 1, 2]
+    attempts = [(r["step"], r["attempt"]) for r in read_records(trace) if r.get("to") == "ACT"]
+    assert sorted(attempts) == [(0, 1), (1, 1), (1, 2), (2, 1)]
+    r = harness.rerun(trace, planner=fan(3), tools={"work": refuse})
+    assert r.equal and r.live_calls == 0
+
+
+def test_a_call_that_fails_for_good_fails_the_run_with_its_error(tmp_path: Path) -> None:
+    def work(i: int) -> Any:
+        if i in (1, 2):
+            raise ToolError(f"no {i}")
+        return i
+
+    trace = tmp_path / "t.jsonl"
+    out = Executor(planner=fan(4), tools={"work": work}, trace=trace, retry=harness.RetryPolicy(2)).run("g")
+    assert out.state == "FAILED" and out.error == {"type": "ToolError", "message": "no 1"}  # the first in planner order
+    rep = harness.replay(trace)
+    assert rep.state == "FAILED" and [c.result for c in rep.checkpoints] == [0, 3]
+    last = read_records(trace)[-1]
+    assert (last["from"], last["to"], last["step"], last["attempt"]) == ("PLAN", "FAILED", 1, 2)
+    assert harness.rerun(trace, planner=fan(4), tools={"work": refuse}).equal
+
+
+def test_a_parallel_run_reruns_with_zero_live_calls_and_forks_one_call(tmp_path: Path) -> None:
+    trace = tmp_path / "t.jsonl"
+    Executor(planner=fan(3, then=Step("sum", "total", {})), tools={"work": lambda i: i * 10, "total": dict},
+             trace=trace).run("g")  # fmt: skip
+    r = harness.rerun(trace, planner=fan(3, then=Step("sum", "total", {})), tools={"work": refuse, "total": refuse})
+    assert r.equal and r.live_calls == 0
+    call1 = next(c for c in harness.replay(trace).crossings if c.agent == "step-1")
+    f = harness.fork(trace, at=call1.seq, value=99, planner=fan(3, then=Step("sum", "total", {})),
+                     tools={"work": refuse, "total": dict})  # fmt: skip
+    assert f.live_calls_by_agent == {"main": 1}  # only the step after the join; calls 0 and 2 are served
+    assert [c.result for c in harness.replay(f.trace or "").checkpoints][:3] == [0, 99, 20]
+
+
+KILLED = """
+import os, sys, time
+from pathlib import Path
+from harness import Executor, Step
+
+trace, log, marker = sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3])
+
+def planner(goal, done):
+    if not done:
+        return [Step(f"call{i}", "work", {"i": i}) for i in range(3)]
+    return None if len(done) == 3 else Step("after", "work", {"i": 9})
+
+def work(i):
+    with open(log, "a") as f:
+        f.write(f"{i}\\n")
+    if i == 1:  # call 1 waits until call 0 and call 2 are checkpointed, then the process dies in it
+        while sum(1 for line in open(sys.argv[1]) if '"kind":"checkpoint"' in line) < 2:
+            time.sleep(0.005)
+        marker.write_text(str(os.getpid()))
+        time.sleep(600)
+    return {"i": i}
+
+Executor(planner=planner, tools={"work": work}, trace=trace).run("g")
+"""
+
+
+def test_a_sigkill_in_a_parallel_step_resumes_without_running_a_finished_call(tmp_path: Path) -> None:
+    trace, log, marker = tmp_path / "t.jsonl", tmp_path / "calls.log", tmp_path / "inside"
+    child = subprocess.Popen([sys.executable, "-c", KILLED, str(trace), str(log), str(marker)],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120  # a hang guard for the handshake, not a timing assertion
+        while not marker.exists():
+            if child.poll() is not None:
+                pytest.fail(f"the child ended early: {child.communicate()[1].decode()}")
+            if time.monotonic() > deadline:
+                pytest.fail("the child never got inside call 1")
+            time.sleep(0.01)
+        os.kill(child.pid, signal.SIGKILL)
+    finally:
+        child.kill()
+        child.communicate()
+    assert sorted(log.read_text().split()) == ["0", "1", "2"]
+    rep = harness.replay(trace)
+    assert [(c.agent, c.state, c.done) for c in rep.group] == [
+        ("step-0", "CHECKPOINT", True), ("step-1", "ACT", False), ("step-2", "CHECKPOINT", True)
+    ]  # fmt: skip
+
+    calls: list[int] = []
+
+    def work(i: int) -> Any:
+        calls.append(i)
+        return {"i": i}
+
+    planner = fan(3, then=Step("after", "work", {"i": 9}))
+    out = Executor(planner=planner, tools={"work": work}, trace=trace, resume=True).run("g")
+    assert out.state == "DONE" and calls == [1, 9]  # calls 0 and 2 finished before the kill: not run again
+    rep = harness.replay(trace)
+    assert [c.result for c in rep.checkpoints] == [{"i": 0}, {"i": 1}, {"i": 2}, {"i": 9}]
+    assert rep.resumes == 1
+
+
+def test_an_unsafe_call_in_flight_pauses_the_run_until_reconciled(tmp_path: Path) -> None:
+    trace = tmp_path / "t.jsonl"
+    gate = threading.Event()
+
+    class Crash(BaseException):
+        pass
+
+    def pay(i: int) -> Any:
+        if i == 1:
+            gate.wait(30)
+            raise Crash  # the process "dies" inside the payment: nothing after its intent is written
+        gate.set()
+        return {"paid": i}
+
+    tools: dict[str, Any] = {"pay": Tool(pay, idempotent=False)}
+    with pytest.raises(Crash):
+        Executor(planner=fan(2, "pay"), tools=tools, trace=trace).run("g")
+    out = Executor(planner=fan(2, "pay"), tools={"pay": Tool(refuse, idempotent=False)}, trace=trace,
+                   resume=True).run("g")  # fmt: skip
+    assert out.state == "PAUSED" and out.pending is not None and out.pending["step"] == 1
+    harness.reconcile(trace, happened=True, result={"paid": 1}, evidence="bank statement")
+    out = Executor(planner=fan(2, "pay"), tools={"pay": Tool(refuse, idempotent=False)}, trace=trace,
+                   resume=True).run("g")  # fmt: skip
+    assert out.state == "DONE" and [c.result for c in out.checkpoints] == [{"paid": 0}, {"paid": 1}]
+
+
+# --- replay() keeps the lanes honest ---------------------------------------------------------------
+
+
+def reclock(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Renumber seqs and recompute every clock by the rules, so that only the lane rules can object."""
+    last: dict[str, dict[str, int]] = {}
+    spawns: dict[str, dict[str, int]] = {}
+    exits: dict[str, dict[str, int]] = {}
+    spawned = False
+    for n, r in enumerate(records, 1):
+        r["seq"] = n
+        if r["kind"] == "spawn":
+            spawned = True
+        if not spawned:
+            continue
+        agent = r.get("agent", "main")
+        vc = dict(last.get(agent, {"main": n - 1} if agent == "main" else {}))
+        for other in (spawns.pop(agent, {}), exits.pop(r["child"], {}) if r["kind"] == "join" else {}):
+            vc = {k: max(vc.get(k, 0), other.get(k, 0)) for k in {*vc, *other}}
+        vc[agent] = vc.get(agent, 0) + 1
+        r["vc"] = last[agent] = dict(sorted(vc.items()))
+        if r["kind"] == "spawn":
+            spawns[r["child"]] = vc
+        elif r["kind"] == "exit":
+            exits[agent] = vc
+    return records
+
+
+def forged_parallel(tmp_path: Path, forge: str) -> tuple[Path, int]:
+    trace = tmp_path / "t.jsonl"
+    Executor(planner=fan(3, then=Step("after", "work", {"i": 9})), tools={"work": lambda i: i}, trace=trace).run("g")
+    records = read_records(trace)
+    write_trace(tmp_path / "same.jsonl", reclock([dict(r) for r in records]))
+    harness.replay(tmp_path / "same.jsonl")  # reclocking a valid trace keeps it valid
+    joins = [i for i, r in enumerate(records) if r["kind"] == "join"]
+    if forge == "joined out of planner order":
+        records[joins[0]], records[joins[1]] = records[joins[1]], records[joins[0]]
+        at = joins[0]
+    elif forge == "moved on before every join":
+        after = records.pop(joins[2])
+        records.insert(joins[2] + 1, after)  # the run's next transition comes before the last join
+        at = joins[2]
+    elif forge == "a transition after its checkpoint":
+        ck = next(i for i, r in enumerate(records) if r["kind"] == "checkpoint" and r.get("agent") == "step-1")
+        records.insert(ck + 1, {"kind": "transition", "agent": "step-1", "from": "CHECKPOINT", "to": "PLAN",
+                                "step": 1, "attempt": 1, "ts": 0.0})  # fmt: skip
+        at = ck + 1
+    elif forge == "a call spawned out of step order":
+        spawn = next(i for i, r in enumerate(records) if r["kind"] == "spawn" and r["child"] == "step-1")
+        records[spawn]["step"] = 5
+        at = spawn
+    path = tmp_path / "forged.jsonl"
+    write_trace(path, reclock(records))
+    return path, at + 1
+
+
+@pytest.mark.parametrize(
+    "forge",
+    ["joined out of planner order", "moved on before every join", "a transition after its checkpoint",
+     "a call spawned out of step order"],
+)  # fmt: skip
+def test_replay_refuses_a_parallel_step_that_breaks_its_lanes(tmp_path: Path, forge: str) -> None:
+    path, line = forged_parallel(tmp_path, forge)
+    with pytest.raises(harness.TraceCorruption) as e:
+        harness.replay(path)
+    assert (e.value.reason, e.value.line) == ("bad-transition", line), e.value
