@@ -107,9 +107,10 @@ def test_spawned_agents_record_their_crossings_with_agent_and_clock(tmp_path: Pa
     records = read_records(trace)
     first_spawn = next(i for i, r in enumerate(records) if r["kind"] == "spawn")
     assert all("vc" not in r and "agent" not in r for r in records[:first_spawn])  # a sequential prefix
-    assert all("vc" in r for r in records[first_spawn:])
+    assert records[-1]["kind"] == "seal" and "vc" not in records[-1]  # the seal is no agent's event
+    assert all("vc" in r for r in records[first_spawn:-1])
     assert records[first_spawn]["vc"] == {"main": first_spawn + 1}  # main's count so far is the seq
-    assert all(list(r["vc"]) == sorted(r["vc"]) for r in records[first_spawn:])  # keys sorted, as FORMAT.md says
+    assert all(list(r["vc"]) == sorted(r["vc"]) for r in records[first_spawn:-1])  # keys sorted, as FORMAT.md says
     rep = harness.replay(trace)
     assert set(rep.agents) == {"main", "worker_a", "worker_b"}
     (ca,) = rep.agents["worker_a"]
@@ -248,7 +249,7 @@ def test_messages_merge_clocks_and_are_served_on_rerun(tmp_path: Path) -> None:
             assert leq(sent, r["vc"])  # a receive knows its send
     for _ in range(3):  # whatever order the threads take this time, the recorded one is served
         r = harness.rerun(trace, planner=planner, tools={"noop": refuse})
-        assert r.equal and r.live_calls == 0 and r.records[-1]["to"] == "DONE"
+        assert r.equal and r.live_calls == 0 and r.state == "DONE"
 
 
 def test_a_receive_with_nothing_recorded_is_a_violation(tmp_path: Path) -> None:
@@ -349,8 +350,8 @@ def test_live_calls_by_agent(tmp_path: Path) -> None:
     # w1's model call is mutated; nothing in w0 or w2 runs live; main's steps after the join are live
     assert f.live_calls_by_agent.get("w0", 0) == 0 and f.live_calls_by_agent.get("w2", 0) == 0
     assert f.live_calls_by_agent.get("main", 0) >= 1
-    (checkpoint,) = [rec for rec in f.records if rec["kind"] == "checkpoint"]
-    assert checkpoint["result"]["r"] == ["t0", "forked", "t2"]
+    (checkpoint,) = harness.replay(f.trace or "").checkpoints
+    assert checkpoint.result["r"] == ["t0", "forked", "t2"]
     assert all(rec.get("reused") for rec in f.records if rec.get("agent") in ("w0", "w2"))
     (mutated,) = [rec for rec in f.records if rec.get("mutated")]
     assert mutated["agent"] == "w1" and mutated["response"] == {"echo": {"topic": "forked"}}
@@ -554,7 +555,7 @@ def test_a_recorder_records_its_agents_and_joins_them_before_its_end(tmp_path: P
     assert h.done
     rep = harness.replay(trace)
     assert rep.state == "DONE" and [c.request for c in rep.agents["helper"]] == [{"q": 1}]
-    assert [r["kind"] for r in read_records(trace)][-2:] == ["join", "end"]
+    assert [r["kind"] for r in read_records(trace)][-3:] == ["join", "end", "seal"]
 
 
 def test_join_with_a_timeout_and_names_that_are_no_names(tmp_path: Path) -> None:

@@ -107,7 +107,7 @@ def test_a_call_that_fails_for_good_fails_the_run_with_its_error(tmp_path: Path)
     assert out.state == "FAILED" and out.error == {"type": "ToolError", "message": "no 1"}  # the first in planner order
     rep = harness.replay(trace)
     assert rep.state == "FAILED" and [c.result for c in rep.checkpoints] == [0, 3]
-    last = read_records(trace)[-1]
+    last = read_records(trace)[-2]  # (the seal follows)
     assert (last["from"], last["to"], last["step"], last["attempt"]) == ("PLAN", "FAILED", 1, 2)
     assert harness.rerun(trace, planner=fan(4), tools={"work": refuse}).equal
 
@@ -170,7 +170,7 @@ def test_a_sigkill_in_a_parallel_step_resumes_without_running_a_finished_call(tm
     assert sorted(log.read_text().split()) == ["0", "1", "2"]
     rep = harness.replay(trace)
     assert [(c.agent, c.state, c.done) for c in rep.group] == [
-        ("step-0", "CHECKPOINT", True), ("step-1", "ACT", False), ("step-2", "CHECKPOINT", True)
+        ("step-0", "PLAN", True), ("step-1", "ACT", False), ("step-2", "PLAN", True)
     ]  # fmt: skip
 
     calls: list[int] = []
