@@ -370,13 +370,27 @@ def _show_diff(recording: str, records: list[dict[str, Any]]) -> None:
 # --- serve: the web viewer (issue 10) -------------------------------------------------------
 
 
+def _port(text: str) -> int:
+    try:
+        port = int(text)
+    except ValueError:
+        port = -1
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port: give a number from 0 to 65535 (0 picks a free one)")
+    return port
+
+
 def _serve_setup(p: argparse.ArgumentParser) -> None:
     p.add_argument("folder", nargs="?", metavar="RUNS_DIR", help="default: $HARNESS_RUNS_DIR, else ./runs")
     p.add_argument("--host", default="127.0.0.1", help="the address to listen on (default: 127.0.0.1, this machine)")
-    p.add_argument("--port", type=int, default=8000, help="default: 8000; 0 picks a free port")
+    p.add_argument("--port", type=_port, default=8000, help="default: 8000; 0 picks a free port")
     p.add_argument(
         "--agent", metavar="MODULE:FACTORY",
         help="enable fork from the page with this agent factory (as `harness fork --agent`)",
+    )  # fmt: skip
+    p.add_argument(
+        "--allow-remote-fork", action="store_true",
+        help="allow --agent with a --host other machines can reach (anyone who reaches it can run forks)",
     )  # fmt: skip
 
 
@@ -384,7 +398,7 @@ def _serve_setup(p: argparse.ArgumentParser) -> None:
 def _serve(args: argparse.Namespace) -> int:
     from .viewer import serve
 
-    serve(args.folder, host=args.host, port=args.port, agent=args.agent)
+    serve(args.folder, host=args.host, port=args.port, agent=args.agent, allow_remote_fork=args.allow_remote_fork)
     return 0
 
 

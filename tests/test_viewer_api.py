@@ -13,6 +13,7 @@ import os
 import re
 import shlex
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -35,14 +36,15 @@ with warnings.catch_warnings():  # Starlette >= 1.x prefers httpx2 for its TestC
     warnings.simplefilter("ignore")
     from starlette.testclient import TestClient
 
-from viewer_runs import AGENT, ROOT, fork_value, make_folder, search_seq
+from viewer_runs import AGENT, ROOT, fork_value, runs_folder, search_seq  # noqa: F401 - runs_folder: the `folder` fixture
 
 import harness
 from harness import Executor
 from harness._journal import SCHEMA  # the version this harness writes: fixtures follow it
 from harness.testing import fixed_plan, read_records, steps, write_trace
-from harness.viewer import create_app
-from harness.viewer._index import Index
+from harness.viewer import RemoteForkRefused, create_app, serve
+from harness.viewer._app import JOBS_KEPT, Job, Viewer
+from harness.viewer._index import Index, classify, label, note
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
@@ -50,12 +52,6 @@ pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 def local(app: Any, **options: Any) -> TestClient:
     """A test client that talks to the app as a browser on this machine does (Host: 127.0.0.1)."""
     return TestClient(app, base_url="http://127.0.0.1", **options)
-
-
-@pytest.fixture(scope="module")
-def folder(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, str]]:
-    path = tmp_path_factory.mktemp("runs")
-    return path, make_folder(path)
 
 
 @pytest.fixture(scope="module")
@@ -228,6 +224,24 @@ def test_lanes_come_from_the_agent_field_and_columns_from_vector_clocks(client: 
     assert s["lane_codes"] == "00000121212000"
 
 
+def test_annotations_are_read_only_from_regular_files_inside_the_runs_folder(folder: Any, tmp_path: Path) -> None:
+    path, ids = folder
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    secret = tmp_path / "secret.json"
+    secret.write_bytes(b'{"password": "hunter2"}')
+    for name in ("out", "fifo", "in"):
+        (runs / f"{name}.jsonl").write_bytes((path / f"{ids['done']}.jsonl").read_bytes())
+    (runs / "out.jsonl.annotations.json").symlink_to(secret)  # a link out of the folder: not followed
+    os.mkfifo(runs / "fifo.jsonl.annotations.json")  # nobody writes it: opening it must not hang the server
+    (runs / "notes.json").write_bytes(b'{"n": 1}')
+    (runs / "in.jsonl.annotations.json").symlink_to(runs / "notes.json")  # a link inside it: read
+    with local(create_app(runs)) as c:
+        assert c.get("/api/runs/out").json()["annotations"] is None
+        assert c.get("/api/runs/fifo").json()["annotations"] is None
+        assert c.get("/api/runs/in").json()["annotations"]["data"] == {"n": 1}
+
+
 def test_annotations_beside_a_trace_are_shown_as_they_are(folder: Any, tmp_path: Path) -> None:
     path, ids = folder
     (tmp_path / "a.jsonl").write_bytes((path / f"{ids['done']}.jsonl").read_bytes())
@@ -258,18 +272,67 @@ def test_a_long_trace_is_served_in_windows_never_whole(tmp_path: Path) -> None:
         assert [b["cls"] for b in middle[-2:]] == ["D", "s"]  # DONE, then its seal
 
 
-def test_unknown_record_kinds_are_indexed_and_shown_as_they_are(tmp_path: Path) -> None:
+def test_unknown_record_kinds_are_shown_as_the_corruption_replay_says_they_are(tmp_path: Path) -> None:
     header = {"seq": 1, "kind": "header", "schema": SCHEMA, "run_id": "b" * 32, "goal": "g", "tools": {}, "ts": 1.0}
     plan = {"seq": 2, "kind": "transition", "from": "INIT", "to": "PLAN", "step": 0, "attempt": 1, "ts": 2.0}
     odd = {"seq": 3, "kind": "telemetry", "gauge": {"tokens": 12}, "ts": 3.0}
     write_trace(tmp_path / "odd.jsonl", [header, plan, odd])
-    idx = Index(str(tmp_path / "odd.jsonl")).extend()
-    assert len(idx) == 3 and idx.codes.decode() == "HPo" and idx.broken is None
-    brief = idx.brief(2, odd)
-    assert brief["label"] == "telemetry" and brief["cls"] == "o" and brief["note"] == '{"gauge":{"tokens":12}}'
+    idx = Index(str(tmp_path / "odd.jsonl")).extend()  # one replay() pass: the index stops where it does
+    assert len(idx) == 2 and idx.codes.decode() == "HP" and idx.broken["reason"] == "unknown-kind"
+    brief = idx.brief(1, plan)
+    assert brief["label"] == "INIT → PLAN" and brief["cls"] == "P"
+    assert label(odd) == "telemetry" and classify(odd) == "o" and note(odd) == '{"gauge":{"tokens":12}}'
     with local(create_app(tmp_path)) as c:
-        s = c.get("/api/runs/odd").json()  # today's replay() does not know the kind: shown as the corruption it is
+        s = c.get("/api/runs/odd").json()
         assert s["error"]["reason"] == "unknown-kind" and s["error"]["line"] == 3 and s["records"] == 2
+        assert [b["line"] for b in c.get("/api/runs/odd/records").json()["records"]] == [1, 2]
+
+
+def test_following_a_live_run_never_replays_it_for_a_window_or_a_record(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import harness.viewer._index as index_module
+
+    calls: list[str] = []
+    real = index_module.replay
+
+    def counted(path: Any, **kw: Any) -> Any:  # the real replay(), counted
+        calls.append(str(path))
+        return real(path, **kw)
+
+    monkeypatch.setattr(index_module, "replay", counted)
+    trace = tmp_path / "live.jsonl"
+    done = Executor(planner=fixed_plan(steps(6)), tools={"work": dict}, trace=tmp_path / "whole.jsonl").run("six")
+    lines = Path(done.trace).read_bytes().splitlines(keepends=True)
+    trace.write_bytes(b"".join(lines[:10]))
+    with local(create_app(tmp_path)) as c:
+        assert c.get("/api/runs/live").json()["records"] == 10
+        assert len(calls) == 1  # one pass gave the index and the verdict
+        with open(trace, "ab") as f:
+            for n, line in enumerate(lines[10:], 11):  # the writer goes on, line by line
+                f.write(line)
+                f.flush()
+                assert c.get("/api/runs/live/records?start=0&count=100").json()["total"] == n
+                assert c.get(f"/api/runs/live/record?line={n}").json()["record"]["seq"] == n
+        assert len(calls) == 1
+        s = c.get("/api/runs/live").json()  # the summary: replay()'s verdict on the longer file, once
+        assert (s["records"], s["state"], len(calls)) == (len(lines), "DONE", 2)
+        c.get("/api/runs/live")
+        assert len(calls) == 2  # nothing changed: not again
+
+
+def test_lines_appended_with_a_broken_chain_or_seq_are_not_shown(tmp_path: Path) -> None:
+    done = Executor(planner=fixed_plan(steps(2)), tools={"work": dict}, trace=tmp_path / "whole.jsonl").run("two")
+    lines = Path(done.trace).read_bytes().splitlines(keepends=True)
+    for name, bad in [("swapped", lines[6] + lines[5]), ("seq", lines[5].replace(b'"seq":6', b'"seq":9'))]:
+        trace = tmp_path / f"{name}.jsonl"
+        trace.write_bytes(b"".join(lines[:5]))
+        idx = Index(str(trace)).extend()
+        assert len(idx) == 5 and idx.broken is None
+        with open(trace, "ab") as f:
+            f.write(bad)
+        idx.extend()
+        assert len(idx) == 5 and idx.broken is not None and idx.broken["line"] == 6, name
 
 
 # --- addresses ------------------------------------------------------------------------------
@@ -523,8 +586,22 @@ def test_runs_dir_defaults_to_harness_runs_dir_else_runs(tmp_path: Path, monkeyp
     assert create_app().state.viewer.folder == str(tmp_path / "env")
     monkeypatch.delenv("HARNESS_RUNS_DIR")
     assert create_app().state.viewer.folder == str(tmp_path / "runs")
-    with pytest.raises(harness.HarnessError, match="no such runs folder"):
+    with pytest.raises(harness.TraceUnreadable, match="no such runs folder") as missing:
         create_app(tmp_path / "nope")
+    assert missing.value.path == str(tmp_path / "nope")
+    (tmp_path / "file").write_bytes(b"")
+    with pytest.raises(harness.TraceUnreadable, match="is not a folder"):
+        create_app(tmp_path / "file")
+
+
+def test_finished_fork_jobs_are_forgotten_beyond_a_bound(tmp_path: Path) -> None:
+    v = Viewer(str(tmp_path))
+    running = Job("running", "p", "c", 1)
+    v.add(running)
+    for n in range(JOBS_KEPT + 50):
+        v.add(Job(f"j{n}", "p", "c", 1, state="done"))
+    assert len(v.jobs) == JOBS_KEPT + 1 and "running" in v.jobs
+    assert f"j{JOBS_KEPT + 49}" in v.jobs and "j0" not in v.jobs  # the oldest finished go first
 
 
 def start(args: list[str], **kw: Any) -> tuple[subprocess.Popen[str], str]:
@@ -579,8 +656,6 @@ def test_serve_binds_loopback_prints_its_url_and_stops_on_ctrl_c(folder: Any, tm
 
 
 def external_ip() -> str:
-    import socket
-
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
         try:
             s.connect(("10.255.255.255", 1))  # no packet is sent: this only picks the outgoing interface
@@ -607,6 +682,55 @@ def test_serve_without_the_web_extra_says_what_to_install(tmp_path: Path) -> Non
     )
     assert r.returncode == 2
     assert "pip install 'harness-trace[web]'" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_serve_refuses_a_port_out_of_range_without_a_traceback(tmp_path: Path) -> None:
+    for port in ("99999", "-1", "http"):
+        r = subprocess.run(
+            [sys.executable, "-m", "harness.cli", "serve", str(tmp_path), "--port", port],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert r.returncode == 2 and "0 to 65535" in r.stderr and "Traceback" not in r.stderr, (port, r.stderr)
+    with pytest.raises(harness.HarnessError, match="0 to 65535"):
+        serve(tmp_path, port=99999)
+
+
+def test_serve_with_agent_on_a_reachable_address_needs_allow_remote_fork(tmp_path: Path) -> None:
+    r = subprocess.run(
+        [sys.executable, "-m", "harness.cli", "serve", str(tmp_path), "--host", "0.0.0.0", "--agent", AGENT],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+    )
+    assert r.returncode == 2 and "--allow-remote-fork" in r.stderr and "Traceback" not in r.stderr
+    with pytest.raises(RemoteForkRefused) as refused:
+        serve(tmp_path, host="192.0.2.1", agent=AGENT)
+    assert refused.value.host == "192.0.2.1"
+
+
+def test_serve_on_a_reachable_address_warns_and_still_checks_the_host_header(tmp_path: Path) -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "harness.cli", "serve", str(tmp_path), "--host", "0.0.0.0", "--port", "0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+    )
+    try:
+        assert proc.stdout is not None and proc.stderr is not None
+        warning = proc.stderr.readline()
+        assert "WARNING" in warning and "reachable from other machines" in warning and "no login" in warning
+        port = int(re.search(r":(\d+)/", proc.stdout.readline())[1])  # type: ignore[index]
+        url = f"http://127.0.0.1:{port}/api/runs"
+        assert httpx.get(url).status_code == 200
+        assert httpx.get(url, headers={"host": "evil.example"}).status_code == 400  # DNS rebinding: still refused
+        assert httpx.get(url, headers={"host": f"{socket.gethostname()}:{port}"}).status_code == 200
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.communicate(timeout=20)
 
 
 def test_serve_with_a_wrong_agent_fails_at_start(tmp_path: Path) -> None:

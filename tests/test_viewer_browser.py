@@ -34,7 +34,7 @@ pytest.importorskip("starlette", reason="the viewer needs the web extra: pip ins
 pytest.importorskip("uvicorn", reason="the viewer needs the web extra: pip install 'harness-trace[web]'")
 sync_api = pytest.importorskip("playwright.sync_api", reason="browser tests need the playwright package")
 
-from viewer_runs import AGENT, ROOT, XSS, fork_value, make_folder, search_seq  # noqa: E402
+from viewer_runs import AGENT, ROOT, XSS, fork_value, runs_folder, search_seq  # noqa: E402, F401 - runs_folder: the `folder` fixture
 
 import harness  # noqa: E402
 from harness.testing import read_records  # noqa: E402
@@ -70,12 +70,6 @@ def stop(proc: subprocess.Popen[str]) -> None:
         proc.wait(timeout=20)
     except subprocess.TimeoutExpired:
         proc.kill()
-
-
-@pytest.fixture(scope="module")
-def folder(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, str]]:
-    path = tmp_path_factory.mktemp("runs")
-    return path, make_folder(path)
 
 
 @pytest.fixture(scope="module")
@@ -255,7 +249,7 @@ def test_a_run_opened_before_its_header_is_written_shows_once_it_is(page: Any, s
     with open(trace, "ab") as writer:
         fcntl.flock(writer, fcntl.LOCK_EX)  # a writer holds the file, and has written nothing yet
         page.goto(f"{server}runs/{trace.stem}")
-        time.sleep(0.5)
+        page.wait_for_selector('body[data-waiting="header"]')  # the page has seen the file without a header
         writer.write((path / f"{ids['done']}.jsonl").read_bytes())
         writer.flush()
     page.wait_for_selector('body[data-status="done"]')

@@ -5,7 +5,9 @@ of it, a failed run, a paused run (an unsafe call in flight at a crash, then
 resumed), a crashed run (its writer SIGKILLed mid-run), a trace damaged in
 the middle, one whose header is damaged, one with a torn tail, a run with
 two agents (records carrying `agent` and `vc`) and a run whose strings are
-HTML. It returns their run addresses by role.
+HTML. It returns their run addresses by role. The `folder` fixture (one
+such folder per test module) is defined here for both viewer test modules,
+which import it.
 
 Run as a script, it is a slow writer for the live tests:
     python tests/viewer_runs.py slow TRACE STEPS GATE
@@ -25,6 +27,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 import harness
 from harness import Executor, Step, Tool
 from harness._journal import SCHEMA  # the version this harness writes: fixtures follow it
@@ -37,6 +41,13 @@ from examples import research_agent  # noqa: E402 - the repository root is on th
 
 XSS = '<script>window.__pwned = 1</script><img src=x onerror="window.__pwned = 2">'
 AGENT = "examples.research_agent:make_agent"
+
+
+@pytest.fixture(scope="module", name="folder")
+def runs_folder(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, str]]:
+    """A runs folder with one run of each kind (`make_folder`), and their addresses by role."""
+    path = tmp_path_factory.mktemp("runs")
+    return path, make_folder(path)
 
 
 def research_run(folder: Path) -> harness.Outcome:

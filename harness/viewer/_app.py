@@ -30,6 +30,8 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import os
+import shlex
+import stat
 import threading
 import time
 import uuid
@@ -45,7 +47,7 @@ from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import Request
-from starlette.responses import FileResponse, Response, StreamingResponse
+from starlette.responses import HTMLResponse, Response, StreamingResponse
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -57,12 +59,15 @@ from .._rerun import load_agent
 from .._runs import run_info
 from ._index import CLASSES, Index, Indexes
 from ._listing import Listing
-from ._paths import RunNotFound, address, trace_path, well_formed
+from ._paths import RunNotFound, address, inside, trace_path, well_formed
 
 STATIC = str(resources.files("harness.viewer") / "static")
+PAGE = (resources.files("harness.viewer") / "static" / "page.html").read_text()  # one shell; {page} names its script
+JOBS_KEPT = 100  # finished fork jobs remembered (the oldest are forgotten first); running ones always are
 DIFF_SHOWN = 1000  # differences listed on the diff page (the counts are always whole)
 ANNOTATIONS = 1 << 20  # bytes of an annotations file shown at most
 WINDOW = 2000  # at most this many records per /records request
+BATCH = 500  # records read and sent at a time on a live stream
 POLL = 0.2  # seconds between looks at a trace that a live stream follows
 HEARTBEAT = 10.0  # seconds between keep-alive comments on a quiet stream
 
@@ -105,6 +110,13 @@ class Viewer:
     def __post_init__(self) -> None:
         self.listing = Listing(self.folder)
 
+    def add(self, job: Job) -> None:
+        """Remember a new job; forget the oldest finished ones beyond JOBS_KEPT, so the dict stays small."""
+        finished = [k for k, j in self.jobs.items() if j.state != "running"]
+        for k in finished[: max(0, len(finished) - JOBS_KEPT + 1)]:
+            del self.jobs[k]
+        self.jobs[job.id] = job
+
     def path(self, run: str, *, exists: bool = True) -> str:
         return trace_path(self.folder, run, exists=exists)
 
@@ -136,8 +148,8 @@ def create_app(folder: str, *, agent: str | None = None, hosts: list[str] | None
     """
     viewer = Viewer(os.path.abspath(folder), agent)
     routes = [
-        Route("/", _page("runs.html")),
-        Route("/diff", _page("diff.html")),
+        Route("/", _page("runs")),
+        Route("/diff", _page("diff")),
         Route("/runs/{run:path}", _run_page),
         Route("/api/config", _config),
         Route("/api/runs", _runs),
@@ -183,9 +195,14 @@ async def _http_error(request: Request, exc: Exception) -> Response:
     return Response(f"{exc.status_code}: {exc.detail}\n", exc.status_code, media_type="text/plain")
 
 
+def _shell(name: str) -> Response:
+    """The page shell, the same for every page but for its script (`static/{name}.js`)."""
+    return HTMLResponse(PAGE.replace("{page}", name), headers={"cache-control": "no-cache"})
+
+
 def _page(name: str) -> Callable[[Request], Any]:
     async def page(request: Request) -> Response:
-        return FileResponse(os.path.join(STATIC, name), headers={"cache-control": "no-cache"})
+        return _shell(name)
 
     return page
 
@@ -194,7 +211,7 @@ async def _run_page(request: Request) -> Response:
     run = request.path_params["run"]
     # a fork's child page may open before the fork has created the file
     _viewer(request).path(run, exists="job" not in request.query_params)
-    return FileResponse(os.path.join(STATIC, "run.html"), headers={"cache-control": "no-cache"})
+    return _shell("run")
 
 
 async def _config(request: Request) -> Response:
@@ -221,9 +238,7 @@ def _summary_of(v: Viewer, run: str) -> dict[str, Any]:
     idx = v.indexes.get(path).extend()
     verdict = idx.verdict()
     idx.extend()  # the file may have grown while replay() read it
-    shown = len(idx)
-    if verdict.error is not None:
-        shown = min(shown, max(0, (verdict.error["line"] or 1) - 1))
+    shown = idx.limit()
     broken = idx.broken if verdict.error is None else None
     info = run_info(path)
     header = idx.header or {}
@@ -232,7 +247,7 @@ def _summary_of(v: Viewer, run: str) -> dict[str, Any]:
     pending = verdict.pending
     reconcile = None
     if pending is not None:
-        trace = _quote(path)
+        trace = shlex.quote(path)
         reconcile = {
             "happened": f"harness reconcile {trace} --happened --result 'RESULT_AS_JSON' --evidence 'HOW_YOU_KNOW'",
             "not_happened": f"harness reconcile {trace} --not-happened --evidence 'HOW_YOU_KNOW'",
@@ -246,17 +261,18 @@ def _summary_of(v: Viewer, run: str) -> dict[str, Any]:
         "lane_codes": bytes(48 + n for n in idx.lanes[:shown]).decode("latin-1") if len(idx.lane_names) > 1 else "",
         "started": header.get("ts"), "last_ts": last_ts,
         "parent": parent, "parent_id": _find_parent(v, path, parent) if isinstance(parent, str) else None,
-        "branch": header.get("branch"), "annotations": _annotations(path),
+        "branch": header.get("branch"), "annotations": _annotations(v.folder, path),
     }  # fmt: skip
 
 
-def _annotations(path: str) -> dict[str, Any] | None:
-    """`TRACE.annotations.json` beside the trace (or `<run>.annotations.json`), shown as it is; None without one."""
+def _annotations(folder: str, path: str) -> dict[str, Any] | None:
+    """`TRACE.annotations.json` beside the trace (or `<run>.annotations.json`), shown as it is; None without one.
+
+    Read only when it is a regular file whose real path lies inside the runs folder, as a trace must.
+    """
     for candidate in (path + ".annotations.json", path.removesuffix(".jsonl") + ".annotations.json"):
-        try:
-            with open(candidate, "rb") as f:
-                data = f.read(ANNOTATIONS + 1)
-        except OSError:
+        data = _read_inside(folder, candidate, ANNOTATIONS + 1)
+        if data is None:
             continue
         name = os.path.basename(candidate)
         if len(data) > ANNOTATIONS:
@@ -268,10 +284,26 @@ def _annotations(path: str) -> dict[str, Any] | None:
     return None
 
 
-def _quote(text: str) -> str:
-    import shlex
+def _read_inside(folder: str, path: str, limit: int) -> bytes | None:
+    """Up to `limit` bytes of the regular file at `path` if its real path is inside `folder`; else None.
 
-    return shlex.quote(text)
+    Opened non-blocking, so a FIFO planted under that name cannot hang the server.
+    """
+    if not inside(folder, path):
+        return None
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        with open(fd, "rb", closefd=False) as f:
+            return f.read(limit)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
 
 
 def _find_parent(v: Viewer, path: str, parent: str) -> str | None:
@@ -305,10 +337,7 @@ def _int(request: Request, name: str, default: int | None = None) -> int:
 
 def _window(v: Viewer, run: str, start: int, count: int) -> dict[str, Any]:
     idx = _index(v, run)
-    verdict = idx.verdict()
-    limit = len(idx)
-    if verdict.error is not None:
-        limit = min(limit, max(0, (verdict.error["line"] or 1) - 1))
+    limit = idx.limit()  # lines already checked: a window never replays the file
     start = max(0, min(start, limit))
     stop = min(limit, start + max(0, min(count, WINDOW)))
     out = []
@@ -325,10 +354,7 @@ async def _records(request: Request) -> Response:
 
 def _one(v: Viewer, run: str, line: int) -> dict[str, Any]:
     idx = _index(v, run)
-    verdict = idx.verdict()
-    limit = len(idx)
-    if verdict.error is not None:
-        limit = min(limit, max(0, (verdict.error["line"] or 1) - 1))
+    limit = idx.limit()
     if not 1 <= line <= limit:
         raise RunNotFound(run, f"it has no line {line} to show (lines 1..{limit})")
     raw = idx.raw(line - 1, line)[0]
@@ -377,21 +403,31 @@ async def _events(request: Request) -> Response:
     )
 
 
+def _batch(idx: Index, i: int, n: int) -> bytes:
+    """Lines i..n-1 (0-based) as `record` events, each with `id:` = the byte offset after it."""
+    batch = []
+    for j, line in enumerate(idx.raw(i, n), i):
+        brief = orjson.dumps(idx.brief(j, orjson.loads(line)))
+        head = b'{"line":%d,"offset":%d,"brief":' % (j + 1, idx.offsets[j])
+        batch.append(b"id: %d\nevent: record\ndata: %s%s,\"record\":%s}\n\n" % (
+            idx.next_offset(j), head, brief, line))  # fmt: skip
+    return b"".join(batch)
+
+
 async def _stream(v: Viewer, idx: Index, path: str, i: int, request: Request) -> AsyncIterator[bytes]:
-    """Complete lines from line i on, as they land; ends when the writer is gone and all is sent."""
+    """Complete lines from line i on, as they land; ends when the writer is gone and all is sent.
+
+    Reading and encoding a batch runs in the thread pool, so a client catching up on a long
+    backlog does not hold up the other requests.
+    """
     quiet = time.monotonic()
     yield b"retry: 1000\n\n"
     while True:
-        n = len(idx)
+        n = idx.limit()
         if i < n:
-            batch = []
-            for j, line in enumerate(idx.raw(i, min(n, i + 500)), i):
-                brief = orjson.dumps(idx.brief(j, orjson.loads(line)))
-                head = b'{"line":%d,"offset":%d,"brief":' % (j + 1, idx.offsets[j])
-                batch.append(b"id: %d\nevent: record\ndata: %s%s,\"record\":%s}\n\n" % (
-                    idx.next_offset(j), head, brief, line))  # fmt: skip
-                i = j + 1
-            yield b"".join(batch)
+            stop = min(n, i + BATCH)
+            yield await run_in_threadpool(_batch, idx, i, stop)
+            i = stop
             quiet = time.monotonic()
             continue
         if idx.broken is not None:
@@ -441,7 +477,7 @@ async def _fork(request: Request) -> Response:
     name = uuid.uuid4().hex
     child_path = os.path.join(os.path.dirname(path), name + ".jsonl")
     job = Job(uuid.uuid4().hex, run, address(v.folder, child_path), body["at"])
-    v.jobs[job.id] = job
+    v.add(job)
     threading.Thread(
         target=_run_fork, args=(v, job, path, child_path, body["value"]), daemon=True, name=f"fork-{job.id}"
     ).start()
@@ -463,7 +499,7 @@ def _run_fork(v: Viewer, job: Job, parent: str, child: str, value: Any) -> None:
 async def _job(request: Request) -> Response:
     job = _viewer(request).jobs.get(request.path_params["job"])
     if job is None:
-        raise HTTPException(404, "no such fork job (jobs live as long as the server)")
+        raise HTTPException(404, f"no such fork job (the server remembers the last {JOBS_KEPT} finished ones)")
     return _json({"job": job.id, "parent": job.parent, "child": job.child, "at": job.at, "state": job.state,
                   "error": job.error, "result": job.result})  # fmt: skip
 

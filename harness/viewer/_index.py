@@ -1,22 +1,28 @@
 """A run's records as the viewer serves them: line positions, built once, extended as the file grows.
 
-How it works: the trace is read in large chunks from where the last read
-stopped. Each complete line has its chained CRC-32 checked (docs/FORMAT.md)
-and is parsed once; the index keeps only, per line, its byte offset, a
-one-letter class (the state it moves to, or its kind), its lane (the
-`agent` field, "main" when absent) and its column: its place in causal
-order. Records carrying a vector clock (`vc`) sit one column after the
-latest record of every lane they have seen; records without one follow
-everything before them, so a sequential run is one lane, one record per
-column. The first line that fails its checksum or does not parse stops the
-index there; `replay()` gives the full verdict (`Index.verdict()`), and a
-`TraceCorruption` at line N hides line N and every line after it.
+How it works: the first look at a trace is one `replay()` pass; its
+`on_record` hook hands over each line that passed every check, and the
+index keeps only, per line, its byte offset, a one-letter class (the state
+it moves to, or its kind), its lane (the `agent` field, "main" when absent)
+and its column: its place in causal order. So one read gives both the index
+and replay()'s verdict (`Index.verdict()`), and a `TraceCorruption` at line
+N leaves lines 1..N-1 indexed and nothing after them. Records carrying a
+vector clock (`vc`) sit one column after the latest record of every lane
+they have seen; records without one follow everything before them, so a
+sequential run is one lane, one record per column.
+
+While a writer goes on, later lines are read from where the index stopped,
+each checked against the checksum chain (`_journal.line_ok`) and the seq
+order before it is indexed: what a page shows is always lines that passed
+these checks. The full replay() verdict of the longer file is computed
+again only when a run's summary is asked for after the file changed, never
+per window or per record, so following a live run stays O(new lines).
 
 Guarantees: the file is opened read-only and never written; only complete
 lines are indexed or served, so a torn tail (bytes after the last newline)
 never is; a record is read back from its offset when asked for, so memory
-stays a few bytes per record whatever the trace's size; a file replaced or
-shrunk under the index is indexed again from the start.
+stays a few bytes per record whatever the trace's size; a file replaced,
+shrunk or edited under the index is indexed again from the start.
 """
 
 from __future__ import annotations
@@ -24,7 +30,6 @@ from __future__ import annotations
 import bisect
 import os
 import threading
-import zlib
 from array import array
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -32,11 +37,11 @@ from typing import Any
 
 import orjson
 
-from .._errors import HarnessError, TraceCorruption
+from .._errors import HarnessError, TraceCorruption, TraceUnreadable
+from .._journal import MAX_LINE, line_ok
 from .._replay import replay
 
 _CHUNK = 1 << 20
-_SUFFIX = len(b',"crc":"00000000"}')
 _NOTE = 160  # characters of a value shown in a record's one-line note
 _PLAIN = frozenset({"seq", "kind", "ts", "crc", "agent", "vc", "reused", "mutated"})
 
@@ -131,13 +136,21 @@ def short(value: Any, width: int) -> str:
 
 @dataclass(frozen=True, slots=True)
 class Verdict:
-    """What replay() says of the file as it was at (size, mtime)."""
+    """What replay() says of the file's complete lines when it was last asked."""
 
     error: dict[str, Any] | None  # {line, seq, reason, detail, message} when the trace is corrupt or unreadable
     state: str | None
     pending: dict[str, Any] | None
     torn_tail: bool
     records: int
+
+
+def _verdict_of(exc: HarnessError) -> Verdict:
+    if isinstance(exc, TraceCorruption):
+        error = {"line": exc.line, "seq": exc.seq, "reason": exc.reason, "detail": exc.detail, "message": str(exc)}
+        return Verdict(error, None, None, False, exc.line - 1)
+    error = {"line": None, "seq": None, "reason": "unreadable", "detail": str(exc), "message": str(exc)}
+    return Verdict(error, None, None, False, 0)
 
 
 class Index:
@@ -147,19 +160,21 @@ class Index:
         self.path = path
         self._lock = threading.Lock()
         self._reset(None)
-        self._verdict: tuple[tuple[int, int, int], Verdict] | None = None
 
     def _reset(self, ident: tuple[int, int] | None) -> None:
         self.ident = ident  # (st_dev, st_ino) of the file indexed
+        self.stamp: tuple[int, int] = (-1, -1)  # (size, mtime_ns) at the last read
         self.offsets = array("q")  # start of each complete line; offsets[i] is line i + 1
         self.end = 0  # offset after the last indexed line
         self.size = 0  # file size at the last read (bytes after `end` are a tail still being written, or torn)
         self.crc = 0
+        self.seq = 0  # the last indexed line's seq
         self.codes = bytearray()
         self.lanes = array("H")
         self.cols = array("q")
         self.lane_names: list[str] = []
         self._lane_of: dict[str, int] = {}
+        self._main: int | None = None  # the lane of "main", once it has one
         self._own: list[array[int]] = []  # per lane: own vc component of each of its records with a vc
         self._own_col: list[array[int]] = []  # ... and that record's column
         self._last_col: list[int] = []  # per lane: its last record's column
@@ -168,89 +183,120 @@ class Index:
         self.header: dict[str, Any] | None = None
         self.last: dict[str, Any] | None = None
         self.broken: dict[str, Any] | None = None  # {line, reason, detail}: the first line that fails
+        self._verdict: tuple[tuple[int, int], Verdict] | None = None  # ((end, size) it speaks of, verdict)
 
     def __len__(self) -> int:
         return len(self.offsets)
 
+    def limit(self) -> int:
+        """How many lines may be shown: those indexed, up to the first one replay() found corrupt."""
+        n = len(self.offsets)
+        found = self._verdict
+        if found is not None and found[1].error is not None:
+            n = min(n, max(0, (found[1].error["line"] or 1) - 1))
+        return n
+
     def extend(self) -> Index:
-        """Index the complete lines written since the last call."""
+        """Index the complete lines written since the last call (the first call: one replay() pass)."""
         with self._lock:
             try:
-                fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
+                st = os.stat(self.path)
             except FileNotFoundError:
-                raise HarnessError(f"{self.path}: no such file") from None
+                raise TraceUnreadable(self.path, "no such file") from None
             except OSError as e:
-                raise HarnessError(f"{self.path}: cannot read: {e.strerror}") from None
-            try:
-                st = os.fstat(fd)
-                ident = (st.st_dev, st.st_ino)
-                if ident != self.ident or st.st_size < self.end:
-                    self._reset(ident)
-                self.size = st.st_size
-                while self.broken is None and self.end < self.size:
-                    data = os.pread(fd, min(_CHUNK, self.size - self.end), self.end)
-                    cut = data.rfind(b"\n")
-                    if cut < 0:
-                        if len(data) < _CHUNK:
-                            break  # only a partial line: a tail
-                        whole = self._long_line(fd)
-                        if whole is None:
-                            break
-                        data, cut = whole, len(whole) - 1
-                    self._lines(data[: cut + 1])
-            finally:
-                os.close(fd)
+                raise TraceUnreadable(self.path, f"cannot read: {e.strerror}") from None
+            ident, stamp = (st.st_dev, st.st_ino), (st.st_size, st.st_mtime_ns)
+            if ident != self.ident or st.st_size < self.end or (self.broken is not None and stamp != self.stamp):
+                self._reset(ident)
+            if stamp == self.stamp:
+                return self
+            if not self.offsets and self.broken is None:
+                self._first()
+            elif self.broken is None:
+                self._more()
         return self
 
-    def _long_line(self, fd: int) -> bytes | None:
-        """A line longer than one chunk, read whole (or None while it is still partial)."""
-        n = _CHUNK
-        while self.end + n < self.size:
-            n *= 4
-            data = os.pread(fd, min(n, self.size - self.end), self.end)
-            cut = data.find(b"\n")
-            if cut >= 0:
-                return data[: cut + 1]
-        return None
+    def _first(self) -> None:
+        """The first pass: replay() checks every line and hands each one over; the index keeps its place."""
+        try:
+            rep = replay(self.path, on_record=self._add)
+        except HarnessError as e:
+            verdict = _verdict_of(e)
+            if isinstance(e, TraceCorruption) and e.reason != "torn-header":  # a header being written: wait
+                self.broken = {"line": e.line, "reason": e.reason, "detail": e.detail}
+        else:
+            verdict = Verdict(None, rep.state, rep.pending, rep.torn_tail, rep.records)
+            self.crc = rep.crc
+        self._stat()
+        self._verdict = ((self.end, self.size), verdict)
 
-    def _lines(self, data: bytes) -> None:  # the hot loop of a first open: locals, and a fast path
-        loads, crc32, classify_ = orjson.loads, zlib.crc32, classify
-        offsets, codes, lanes, cols = self.offsets, self.codes, self.lanes, self.cols
-        crc, pos, n = self.crc, self.end, len(offsets)
-        main = self._lane_of.get("main")
-        top = self._top
-        for line in data.split(b"\n")[:-1]:
-            n += 1
-            after = crc32(line[:-_SUFFIX], crc)
-            if line[-_SUFFIX:] != b',"crc":"%08x"}' % after:
-                self.broken = {"line": n, "reason": "checksum", "detail": "the line does not match its checksum"}
-                break
+    def _stat(self) -> None:
+        try:
+            st = os.stat(self.path)
+        except OSError as e:
+            raise TraceUnreadable(self.path, f"cannot read: {e.strerror}") from None
+        self.size = max(st.st_size, self.end)
+        self.stamp = (st.st_size, st.st_mtime_ns)
+
+    def _more(self) -> None:
+        """Lines written since the last read: checksum chain and seq order checked, then indexed."""
+        try:
+            f = open(self.path, "rb")  # noqa: SIM115 - closed just below
+        except OSError as e:
+            raise TraceUnreadable(self.path, f"cannot read: {e.strerror}") from None
+        with f:
+            f.seek(self.end)
+            tail = b""
+            while self.broken is None:
+                chunk = f.read(_CHUNK)
+                if not chunk:
+                    break
+                data = tail + chunk
+                cut = data.rfind(b"\n")
+                if cut < 0:
+                    if len(data) > MAX_LINE:
+                        self._break(len(self.offsets) + 1, "line-too-long", f"a line longer than {MAX_LINE} bytes")
+                    tail = data
+                    continue
+                self._lines(data[:cut])
+                tail = data[cut + 1 :]
+        self._stat()
+
+    def _break(self, line: int, reason: str, detail: str) -> None:
+        self.broken = {"line": line, "reason": reason, "detail": detail}
+
+    def _lines(self, data: bytes) -> None:
+        for line in data.split(b"\n"):
+            n = len(self.offsets) + 1
+            if not line_ok(line, self.crc):
+                return self._break(n, "checksum", "the line does not match its checksum")
             try:
-                rec = loads(line)
+                rec = orjson.loads(line)
             except orjson.JSONDecodeError:
                 rec = None
             if type(rec) is not dict:
-                self.broken = {"line": n, "reason": "malformed", "detail": "the line is not a JSON object"}
-                break
-            crc = after
-            if n == 1 and rec.get("kind") == "header":
+                return self._break(n, "malformed", "the line is not a JSON object")
+            if rec.get("seq") != self.seq + 1:
+                return self._break(n, "seq", f"expected seq {self.seq + 1}, found {rec.get('seq')!r}")
+            self.crc = int(line[-10:-2], 16)  # the chained crc the line was just checked against
+            self._add(line, rec)
+
+    def _add(self, line: bytes, rec: dict[str, Any]) -> None:  # once per record on a first open: kept lean
+        self.offsets.append(self.end)
+        self.end += len(line) + 1
+        self.seq = rec["seq"]
+        self.last = rec
+        main = self._main
+        if main is None or "agent" in rec or "vc" in rec:
+            if self.header is None and rec.get("kind") == "header":
                 self.header = rec
-            if main is None or "agent" in rec or "vc" in rec:
-                self._top = top
-                self._place(rec)
-                top, main = self._top, self._lane_of.get("main")
-            else:  # a record of the main agent without a clock: after everything before it
-                top += 1
-                codes.append(ord(classify_(rec)))
-                lanes.append(main)
-                cols.append(top)
-                self._barrier = top
-                self._last_col[main] = top
-            offsets.append(pos)
-            pos += len(line) + 1
-            self.last = rec
-        self._top = top
-        self.crc, self.end = crc, pos
+            self._place(rec)
+        else:  # a record of the main agent without a clock: after everything before it
+            self._top += 1
+            self.codes.append(ord(classify(rec)))
+            self.lanes.append(main)
+            self.cols.append(self._top)
+            self._barrier = self._last_col[main] = self._top
 
     def _place(self, rec: dict[str, Any]) -> None:
         agent = rec.get("agent", "main")
@@ -262,6 +308,8 @@ class Index:
             self._own.append(array("q"))
             self._own_col.append(array("q"))
             self._last_col.append(-1)
+            if name == "main":
+                self._main = lane
         vc = rec.get("vc")
         if isinstance(vc, dict):
             col = max(self._barrier, self._last_col[lane])
@@ -286,25 +334,16 @@ class Index:
         self.cols.append(col)
 
     def verdict(self) -> Verdict:
-        """replay()'s verdict on the file, computed again only when the file changed."""
-        try:
-            st = os.stat(self.path)
-        except OSError as e:
-            raise HarnessError(f"{self.path}: cannot read: {e.strerror}") from None
-        key = (st.st_ino, st.st_size, st.st_mtime_ns)
-        cached = self._verdict
-        if cached is not None and cached[0] == key:
-            return cached[1]
+        """replay()'s verdict on the file: the first pass's, computed again only once the file has changed."""
+        found = self._verdict
+        if found is not None and found[0] == (self.end, self.size):
+            return found[1]
         try:
             rep = replay(self.path)
             verdict = Verdict(None, rep.state, rep.pending, rep.torn_tail, rep.records)
-        except TraceCorruption as e:
-            error = {"line": e.line, "seq": e.seq, "reason": e.reason, "detail": e.detail, "message": str(e)}
-            verdict = Verdict(error, None, None, False, e.line - 1)
         except HarnessError as e:
-            error = {"line": None, "seq": None, "reason": "unreadable", "detail": str(e), "message": str(e)}
-            verdict = Verdict(error, None, None, False, 0)
-        self._verdict = (key, verdict)
+            verdict = _verdict_of(e)
+        self._verdict = ((self.end, self.size), verdict)
         return verdict
 
     def find(self, offset: int) -> int | None:

@@ -5,7 +5,8 @@ URL into a file. It refuses (RunNotFound, which the server answers with 404)
 an empty or absolute name, a `..` or empty part, a backslash or NUL, a name
 whose file is missing, and any name whose real path (symlinks resolved)
 lies outside the runs folder's real path. So no URL can make the viewer
-read outside the runs folder.
+read outside the runs folder; `inside()` is the same check for the files
+read beside a trace (its annotations).
 """
 
 from __future__ import annotations
@@ -35,13 +36,17 @@ def trace_path(folder: str, run: str, *, exists: bool = True) -> str:
     if not well_formed(run):
         raise RunNotFound(run, "not a run address (a file name without .jsonl, inside the runs folder)")
     path = os.path.join(folder, run + ".jsonl")
-    root = os.path.realpath(folder)
-    real = os.path.realpath(path)
-    if os.path.commonpath([root, real]) != root:
+    if not inside(folder, path):
         raise RunNotFound(run, "it leads outside the runs folder")
-    if exists and not os.path.isfile(real):
+    if exists and not os.path.isfile(path):
         raise RunNotFound(run, "no such trace file")
     return path
+
+
+def inside(folder: str, path: str) -> bool:
+    """Whether the real path of `path` (symlinks resolved) lies inside the real path of `folder`."""
+    root = os.path.realpath(folder)
+    return os.path.commonpath([root, os.path.realpath(path)]) == root
 
 
 def address(folder: str, path: str) -> str:

@@ -337,9 +337,11 @@ async function main() {
     }
     // a run being created: its writer holds the file before the header is whole; wait for the header
     for (let tries = 0; st.summary.status === "running" && st.summary.error && tries < 100; tries++) {
+      document.body.dataset.waiting = "header"; // a state a person (and a test) can see
       await new Promise((r) => setTimeout(r, 200));
       st.summary = await api(apiRun(id));
     }
+    delete document.body.dataset.waiting;
     st.config = await config;
     const s = st.summary;
     st.lanes = s.lanes; st.codes = s.codes; st.laneCodes = s.lane_codes; st.total = s.records;
