@@ -275,13 +275,14 @@ function follow() {
   st.source = es;
   es.addEventListener("record", (ev) => {
     const m = JSON.parse(ev.data), b = m.brief;
-    if (m.line <= st.total) return; // never twice
+    if (m.line <= st.codes.length) return; // never twice (the stream starts where the summary ended)
     if (!st.lanes[b.lane]) { st.lanes[b.lane] = b.agent; st.laneCodes = st.laneCodes || "0".repeat(st.codes.length); }
     st.codes += b.cls;
     if (st.lanes.length > 1) st.laneCodes += String.fromCharCode(48 + b.lane);
-    st.total = m.line;
+    st.total = Math.max(st.total, m.line);
     st.summary.last_ts = m.record.ts ?? st.summary.last_ts;
-    if (st.follow || st.start + st.window.length === st.total - 1) {
+    const shown = st.start + st.window.length; // the window, loaded after the summary, may hold it already
+    if (m.line > shown && (st.follow || shown === m.line - 1)) {
       st.window.push(b);
       if (st.window.length > WINDOW) { st.window.shift(); st.start += 1; }
     }
