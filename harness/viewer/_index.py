@@ -210,13 +210,16 @@ class Index:
                 self._reset(ident)
             if stamp == self.stamp:
                 return self
-            if not self.offsets and self.broken is None:
-                self._first()
-            elif self.broken is None:
+            first = self._first() if not self.offsets and self.broken is None else None
+            if first is None and self.broken is None:
                 self._more()
+            # the file as it was before this read: lines that landed during it make the next call read on
+            self.stamp, self.size = stamp, max(st.st_size, self.end)
+            if first is not None:
+                self._verdict = ((self.end, self.size), first)
         return self
 
-    def _first(self) -> None:
+    def _first(self) -> Verdict:
         """The first pass: replay() checks every line and hands each one over; the index keeps its place."""
         try:
             rep = replay(self.path, on_record=self._add)
@@ -227,16 +230,7 @@ class Index:
         else:
             verdict = Verdict(None, rep.state, rep.pending, rep.torn_tail, rep.records)
             self.crc = rep.crc
-        self._stat()
-        self._verdict = ((self.end, self.size), verdict)
-
-    def _stat(self) -> None:
-        try:
-            st = os.stat(self.path)
-        except OSError as e:
-            raise TraceUnreadable(self.path, f"cannot read: {e.strerror}") from None
-        self.size = max(st.st_size, self.end)
-        self.stamp = (st.st_size, st.st_mtime_ns)
+        return verdict
 
     def _more(self) -> None:
         """Lines written since the last read: checksum chain and seq order checked, then indexed."""
@@ -260,7 +254,6 @@ class Index:
                     continue
                 self._lines(data[:cut])
                 tail = data[cut + 1 :]
-        self._stat()
 
     def _break(self, line: int, reason: str, detail: str) -> None:
         self.broken = {"line": line, "reason": reason, "detail": detail}
