@@ -286,7 +286,8 @@ def test_fork_from_the_page_creates_a_child_run(page: Any, server: str, folder: 
     page.click("#fork-button")
     page.wait_for_url(re.compile(r".*/runs/[0-9a-f]{32}\?job=[0-9a-f]{32}$"))
     page.wait_for_selector('body[data-status="done"]')
-    assert "done, state DONE" in page.locator("#job").inner_text()
+    # the run's file is done a moment before the fork's job is: the banner follows the job
+    until(lambda: "done, state DONE" in page.locator("#job").inner_text(), "the fork's job done")
     new = set(path.glob("*.jsonl")) - before
     assert len(new) == 1
     child = new.pop()
