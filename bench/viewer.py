@@ -98,7 +98,9 @@ def main() -> int:
             (many / f"run-{i:05d}.jsonl").write_bytes(seed)
         big = root / "big"
         big.mkdir()
-        Executor(planner=fixed_plan(steps(n_records // 5)), tools={"work": dict}, trace=big / "long.jsonl").run("long")
+        Executor(
+            planner=fixed_plan(steps(n_records // 5)), tools={"work": dict}, trace=big / "long.jsonl", max_steps=None
+        ).run("long")
         size = (big / "long.jsonl").stat().st_size
 
         print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cpus")
