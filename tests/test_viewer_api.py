@@ -228,32 +228,87 @@ def test_annotations_are_read_only_from_regular_files_inside_the_runs_folder(fol
     path, ids = folder
     runs = tmp_path / "runs"
     runs.mkdir()
-    secret = tmp_path / "secret.json"
-    secret.write_bytes(b'{"password": "hunter2"}')
-    for name in ("out", "fifo", "in"):
+    for name in ("out", "fifo", "in", "noted"):
         (runs / f"{name}.jsonl").write_bytes((path / f"{ids['done']}.jsonl").read_bytes())
-    (runs / "out.jsonl.annotations.json").symlink_to(secret)  # a link out of the folder: not followed
+    (tmp_path / "secret.jsonl").write_bytes((path / f"{ids['done']}.jsonl").read_bytes())
+    harness.annotate(tmp_path / "secret.jsonl", "password", "hunter2")  # a real annotations file, outside
+    (runs / "out.jsonl.annotations.json").symlink_to(tmp_path / "secret.jsonl.annotations.json")  # not followed
     os.mkfifo(runs / "fifo.jsonl.annotations.json")  # nobody writes it: opening it must not hang the server
-    (runs / "notes.json").write_bytes(b'{"n": 1}')
-    (runs / "in.jsonl.annotations.json").symlink_to(runs / "notes.json")  # a link inside it: read
+    harness.annotate(runs / "noted.jsonl", "n", 1)
+    (runs / "in.jsonl.annotations.json").symlink_to(runs / "noted.jsonl.annotations.json")  # inside: read
     with local(create_app(runs)) as c:
         assert c.get("/api/runs/out").json()["annotations"] is None
         assert c.get("/api/runs/fifo").json()["annotations"] is None
-        assert c.get("/api/runs/in").json()["annotations"]["data"] == {"n": 1}
+        assert [n["value"] for n in c.get("/api/runs/in").json()["annotations"]["notes"]] == [1]
 
 
-def test_annotations_beside_a_trace_are_shown_as_they_are(folder: Any, tmp_path: Path) -> None:
+def test_annotations_are_shown_as_harness_annotate_wrote_them(folder: Any, tmp_path: Path) -> None:
     path, ids = folder
-    (tmp_path / "a.jsonl").write_bytes((path / f"{ids['done']}.jsonl").read_bytes())
-    (tmp_path / "b.jsonl").write_bytes((path / f"{ids['done']}.jsonl").read_bytes())
-    (tmp_path / "c.jsonl").write_bytes((path / f"{ids['done']}.jsonl").read_bytes())
-    notes = [{"seq": 6, "note": "the search result that decided the answer <b>"}]
-    (tmp_path / "a.jsonl.annotations.json").write_bytes(orjson.dumps(notes))
+    for name in ("a", "b", "c", "d"):
+        (tmp_path / f"{name}.jsonl").write_bytes((path / f"{ids['done']}.jsonl").read_bytes())
+    first = harness.annotate(tmp_path / "a.jsonl", "verdict", "the search result that decided the answer <b>")
+    second = harness.annotate(tmp_path / "a.jsonl", "ticket", {"id": 123, "by": "ops"})
     (tmp_path / "b.jsonl.annotations.json").write_bytes(b"{not json")
+    (tmp_path / "d.jsonl.annotations.json").write_bytes(orjson.dumps([{"seq": 6, "note": "a list, not the format"}]))
     with local(create_app(tmp_path)) as c:
-        assert c.get("/api/runs/a").json()["annotations"] == {"file": "a.jsonl.annotations.json", "data": notes}
+        a = c.get("/api/runs/a").json()["annotations"]
+        assert a["file"] == "a.jsonl.annotations.json" and a["notes"] == [first, second]
+        assert a["notes"] == harness.annotations(tmp_path / "a.jsonl")  # what the library reads
+        assert c.get("/api/runs/a").json()["seal"] is not None  # annotating left the seal as it was
         assert "not valid JSON" in c.get("/api/runs/b").json()["annotations"]["error"]
         assert c.get("/api/runs/c").json()["annotations"] is None
+        assert "not a harness-annotations file" in c.get("/api/runs/d").json()["annotations"]["error"]
+
+
+def test_a_sealed_run_is_sealed_and_intact_and_an_ended_unsealed_one_says_how_to_seal(
+    folder: Any, tmp_path: Path
+) -> None:
+    path, ids = folder
+    trace = path / f"{ids['done']}.jsonl"
+    with local(create_app(path)) as c:
+        s = c.get(f"/api/runs/{ids['done']}").json()
+        assert s["seal"] == {"line": s["records"], "state": "DONE", "keyed": False, "digests": 0}
+        assert s["unsealed"] is False and s["error"] is None
+        v = c.get(f"/api/runs/{ids['done']}/verify").json()
+        assert v["ok"] and v["sealed"] and not v["keyed"] and v["problems"] == []
+        assert v == {**v, "lines": len(read_records(trace))}
+    lines = trace.read_bytes().splitlines(keepends=True)
+    (tmp_path / "unsealed.jsonl").write_bytes(b"".join(lines[:-1]))  # the same run without its seal
+    (tmp_path / "forged.jsonl").write_bytes(b"".join(lines[:-1]))
+    with local(create_app(tmp_path)) as c:
+        s = c.get("/api/runs/unsealed").json()
+        assert s["seal"] is None and s["unsealed"] is True and s["state"] == "DONE"
+        assert s["seal_command"] == f"harness seal {tmp_path / 'unsealed.jsonl'}"
+        assert c.get("/api/runs/unsealed/verify").json()["ok"] is False
+    harness.seal(tmp_path / "forged.jsonl", seal_key="k")  # a keyed seal, and a server without the key
+    with local(create_app(tmp_path)) as c:
+        s = c.get("/api/runs/forged").json()
+        assert s["seal"]["keyed"] is True and s["unsealed"] is False
+        v = c.get("/api/runs/forged/verify").json()
+        assert not v["ok"] and "no key was given" in v["problems"][0]
+
+
+def test_a_payload_stored_in_a_blob_is_shown_inline_and_checked(tmp_path: Path) -> None:
+    big = {"text": "x" * 5000, "html": "<img src=x onerror=alert(1)>"}
+    out = Executor(
+        planner=fixed_plan(steps(1)), tools={"work": lambda i: big}, trace=tmp_path / "big.jsonl", blob_threshold=1024
+    ).run("one big result")
+    recs = read_records(out.trace)
+    line = next(r["seq"] for r in recs if "blobs" in r)
+    ref = recs[line - 1]["blobs"]["result"]
+    with local(create_app(tmp_path)) as c:
+        s = c.get("/api/runs/big").json()
+        assert s["blobs"] == 1 and s["seal"]["digests"] == 1
+        brief = c.get(f"/api/runs/big/records?start={line - 1}&count=1").json()["records"][0]
+        assert brief["note"].startswith("result in blob " + ref["sha256"][:12])
+        one = c.get(f"/api/runs/big/record?line={line}").json()
+        assert "result" not in one["record"] and one["inline"]["result"] == big  # read back in place
+        assert one["stored"] == {"result": {"sha256": ref["sha256"], "size": ref["size"]}}
+        assert one["forkable"]["value"] == big
+        (tmp_path / "blobs" / ref["sha256"]).write_bytes(orjson.dumps({**big, "text": "y" * 5000}))  # altered
+        one = c.get(f"/api/runs/big/record?line={line}").json()
+        assert "result" not in one["inline"] and "altered" in one["stored"]["result"]["error"]
+        assert not c.get("/api/runs/big/verify").json()["ok"]
 
 
 def test_a_long_trace_is_served_in_windows_never_whole(tmp_path: Path) -> None:

@@ -188,6 +188,26 @@ def test_one_lane_per_agent_with_concurrent_records_side_by_side(page: Any, serv
     assert joined > b.nth(2).bounding_box()["x"]  # main's last record comes after both workers
 
 
+def test_a_sealed_run_shows_it_is_intact_with_its_annotations_and_blob_payloads_inline(
+    page: Any, server: str, folder: Any
+) -> None:
+    path, ids = folder
+    open_page(page, f"{server}runs/{ids['done']}")
+    page.wait_for_selector('#seal[data-intact="1"]')  # harness verify, asked for by the page, found it intact
+    assert "sealed · intact" in page.locator("#seal").inner_text()
+    notes = page.locator("#annotations tr.note")
+    assert notes.count() == 2 and "the search result decided the answer" in notes.nth(0).inner_text()
+    assert notes.nth(1).locator("td.key").inner_text() == "ticket"
+    recs = read_records(path / "blob.jsonl")
+    stored = next(r for r in recs if "blobs" in r)
+    open_page(page, f"{server}runs/blob?line={stored['seq']}")
+    panel = page.locator("aside.detail")
+    panel.locator(".field.blob").wait_for(state="visible")
+    text = panel.inner_text()
+    assert f"stored in blob {stored['blobs']['result']['sha256'][:16]}" in text and "sha256 checked" in text
+    assert "quarterly report" in text and "row 59" in text  # the payload, read back from blobs/
+
+
 def test_a_paused_run_shows_its_operation_and_the_reconcile_command(page: Any, server: str, folder: Any) -> None:
     path, _ids = folder
     open_page(page, f"{server}runs/paused")

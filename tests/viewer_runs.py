@@ -5,7 +5,8 @@ of it, a failed run, a paused run (an unsafe call in flight at a crash, then
 resumed), a crashed run (its writer SIGKILLed mid-run), a trace damaged in
 the middle, one whose header is damaged, one with a torn tail, a run with
 two agents (records carrying `agent` and `vc`) and a run whose strings are
-HTML. It returns their run addresses by role. The `folder` fixture (one
+HTML, a run whose result is stored in a blob; the finished run carries two
+annotations. It returns their run addresses by role. The `folder` fixture (one
 such folder per test module) is defined here for both viewer test modules,
 which import it.
 
@@ -135,6 +136,14 @@ def make_folder(folder: Path) -> dict[str, str]:
 
     write_trace(folder / "agents.jsonl", two_agents())
     ids["agents"] = "agents"
+
+    report = {"title": "quarterly report", "rows": [{"n": i, "text": f"row {i} " + "·" * 40} for i in range(60)]}
+    Executor(
+        planner=fixed_plan(steps(1)), tools={"work": lambda i: report}, trace=folder / "blob.jsonl", blob_threshold=1024
+    ).run("a result larger than the blob threshold")
+    ids["blob"] = "blob"
+    harness.annotate(done.trace, "verdict", "the search result decided the answer")
+    harness.annotate(done.trace, "ticket", {"id": 123, "by": "ops"})
 
     xss_tools = {"work": lambda **a: {"html": XSS, **a}}
     xss_plan = fixed_plan([Step(XSS, "work", {"note": XSS})])

@@ -11,7 +11,8 @@ relative to the runs folder; `_paths` refuses anything that would leave it):
     GET  /api/runs                   the runs table, newest first (ETag: 304 while nothing changed)
     GET  /api/runs/{run}             a run's summary: header, status, verdict, lanes, one letter per record
     GET  /api/runs/{run}/records     ?start=&count=: a window of records as the timeline shows them
-    GET  /api/runs/{run}/record      ?line=N: one record whole, with its seq, line, lane and role
+    GET  /api/runs/{run}/record      ?line=N: one record whole (blob-stored payloads read back), seq, line, lane, role
+    GET  /api/runs/{run}/verify      `harness verify`: every line, every blob's bytes, the seal
     GET  /api/runs/{run}/events      server-sent events: complete lines from byte ?from= or Last-Event-ID
     POST /api/runs/{run}/fork        {"at": SEQ, "value": JSON}: fork in the background (403 without --agent)
     GET  /api/jobs/{job}             how a background fork is going
@@ -54,9 +55,13 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .. import diff as harness_diff
 from .. import fork as harness_fork
-from .._errors import HarnessError
+from .._annotations import FORMAT as ANNOTATIONS_FORMAT
+from .._annotations import annotations_path
+from .._blobs import read as read_blob
+from .._errors import HarnessError, TraceCorruption
 from .._rerun import load_agent
 from .._runs import run_info
+from .._seal import verify
 from ._index import CLASSES, Index, Indexes
 from ._listing import Listing
 from ._paths import RunNotFound, address, inside, trace_path, well_formed
@@ -66,6 +71,7 @@ PAGE = (resources.files("harness.viewer") / "static" / "page.html").read_text() 
 JOBS_KEPT = 100  # finished fork jobs remembered (the oldest are forgotten first); running ones always are
 DIFF_SHOWN = 1000  # differences listed on the diff page (the counts are always whole)
 ANNOTATIONS = 1 << 20  # bytes of an annotations file shown at most
+BLOB_SHOWN = 8 << 20  # bytes of a blob-stored payload read into a record's panel at most
 WINDOW = 2000  # at most this many records per /records request
 BATCH = 500  # records read and sent at a time on a live stream
 POLL = 0.2  # seconds between looks at a trace that a live stream follows
@@ -156,6 +162,7 @@ def create_app(folder: str, *, agent: str | None = None, hosts: list[str] | None
         Route("/api/runs/{run:path}/events", _events),
         Route("/api/runs/{run:path}/records", _records),
         Route("/api/runs/{run:path}/record", _record),
+        Route("/api/runs/{run:path}/verify", _verify_run),
         Route("/api/runs/{run:path}/fork", _fork, methods=["POST"]),
         Route("/api/runs/{run:path}", _summary),
         Route("/api/jobs/{job}", _job),
@@ -262,26 +269,48 @@ def _summary_of(v: Viewer, run: str) -> dict[str, Any]:
         "started": header.get("ts"), "last_ts": last_ts,
         "parent": parent, "parent_id": _find_parent(v, path, parent) if isinstance(parent, str) else None,
         "branch": header.get("branch"), "annotations": _annotations(v.folder, path),
+        "seal": verdict.seal, "blobs": verdict.blobs,
+        "unsealed": verdict.error is None and verdict.seal is None and verdict.state in ("DONE", "FAILED"),
+        "seal_command": f"harness seal {shlex.quote(path)}", "verify_command": f"harness verify {shlex.quote(path)}",
     }  # fmt: skip
 
 
+def _verify(v: Viewer, run: str) -> dict[str, Any]:
+    """`harness verify` of the run: every line, every blob's bytes, the seal (keyed with $HARNESS_SEAL_KEY if set)."""
+    found = verify(v.path(run))
+    return {
+        "ok": found.ok, "sealed": found.sealed, "keyed": found.keyed, "state": found.state, "lines": found.lines,
+        "blobs": found.blobs, "problems": list(found.problems), "unreadable": found.unreadable,
+        "report": found.report(),
+    }  # fmt: skip
+
+
+async def _verify_run(request: Request) -> Response:
+    return _json(await run_in_threadpool(_verify, _viewer(request), request.path_params["run"]))
+
+
 def _annotations(folder: str, path: str) -> dict[str, Any] | None:
-    """`TRACE.annotations.json` beside the trace (or `<run>.annotations.json`), shown as it is; None without one.
+    """The notes of `TRACE.annotations.json` (`harness annotate`, docs/FORMAT.md), oldest first; None without one.
 
     Read only when it is a regular file whose real path lies inside the runs folder, as a trace must.
+    A file that is not in that format is reported as such, with what is wrong.
     """
-    for candidate in (path + ".annotations.json", path.removesuffix(".jsonl") + ".annotations.json"):
-        data = _read_inside(folder, candidate, ANNOTATIONS + 1)
-        if data is None:
-            continue
-        name = os.path.basename(candidate)
-        if len(data) > ANNOTATIONS:
-            return {"file": name, "error": f"larger than {ANNOTATIONS} bytes; not shown"}
-        try:
-            return {"file": name, "data": orjson.loads(data)}
-        except orjson.JSONDecodeError as e:
-            return {"file": name, "error": f"not valid JSON: {e}"}
-    return None
+    candidate = annotations_path(path)
+    data = _read_inside(folder, candidate, ANNOTATIONS + 1)
+    if data is None:
+        return None
+    name = os.path.basename(candidate)
+    if len(data) > ANNOTATIONS:
+        return {"file": name, "error": f"larger than {ANNOTATIONS} bytes; not shown"}
+    try:
+        body = orjson.loads(data)
+    except orjson.JSONDecodeError as e:
+        return {"file": name, "error": f"not valid JSON: {e}"}
+    notes = body.get("notes") if isinstance(body, dict) and body.get("format") == ANNOTATIONS_FORMAT else None
+    if not isinstance(notes, list) or not all(isinstance(n, dict) and isinstance(n.get("key"), str) for n in notes):
+        return {"file": name, "error": f"not a {ANNOTATIONS_FORMAT} file (written by `harness annotate`)"}
+    version = body.get("version")
+    return {"file": name, "version": version, "notes": [{k: n.get(k) for k in ("key", "value", "at")} for n in notes]}
 
 
 def _read_inside(folder: str, path: str, limit: int) -> bytes | None:
@@ -359,12 +388,40 @@ def _one(v: Viewer, run: str, line: int) -> dict[str, Any]:
         raise RunNotFound(run, f"it has no line {line} to show (lines 1..{limit})")
     raw = idx.raw(line - 1, line)[0]
     rec = orjson.loads(raw)
+    whole, stored = _inline(idx.path, line, rec)
     return {
         "line": line, "offset": idx.offsets[line - 1], "bytes": len(raw) + 1,
         "lane": idx.lane_names[idx.lanes[line - 1]], "col": idx.cols[line - 1],
-        "brief": idx.brief(line - 1, rec), "record": rec,
-        "forkable": _forkable(rec),
+        "brief": idx.brief(line - 1, rec), "record": rec, "inline": whole, "stored": stored,
+        "forkable": _forkable(whole),
     }  # fmt: skip
+
+
+def _inline(path: str, line: int, rec: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The record with its blob-stored payloads read back in place, and what was read from where.
+
+    Each blob is checked (size and sha256) as it is read; one that is missing or altered, or larger than
+    BLOB_SHOWN, stays out of the record and `stored` says why.
+    """
+    named = rec.get("blobs")
+    if not isinstance(named, dict) or not named:
+        return rec, {}
+    whole = {k: v for k, v in rec.items() if k != "blobs"}
+    stored: dict[str, Any] = {}
+    for name, ref in named.items():
+        sha, size = (ref.get("sha256"), ref.get("size")) if isinstance(ref, dict) else (None, None)
+        entry: dict[str, Any] = {"sha256": sha, "size": size}
+        if type(sha) is not str or type(size) is not int:
+            entry["error"] = "not a blob reference"
+        elif size > BLOB_SHOWN:
+            entry["error"] = f"{size} bytes, more than the {BLOB_SHOWN} shown here; read it with harness show"
+        else:
+            try:
+                whole[name] = orjson.loads(read_blob(path, line, sha, size))
+            except TraceCorruption as e:
+                entry["error"] = e.detail
+        stored[name] = entry
+    return whole, stored
 
 
 def _forkable(rec: dict[str, Any]) -> dict[str, Any] | None:

@@ -39,20 +39,29 @@ import orjson
 
 from .._errors import HarnessError, TraceCorruption, TraceUnreadable
 from .._journal import MAX_LINE, line_ok
-from .._replay import replay
+from .._replay import Replay, replay
 
 _CHUNK = 1 << 20
 _NOTE = 160  # characters of a value shown in a record's one-line note
-_PLAIN = frozenset({"seq", "kind", "ts", "crc", "agent", "vc", "reused", "mutated"})
+_PLAIN = frozenset({"seq", "kind", "ts", "crc", "agent", "vc", "reused", "mutated", "blobs"})
 
 # one letter per record, for the overview: what colour it takes and how it is marked
 CLASSES = {
     "H": "header", "P": "PLAN", "A": "ACT", "V": "VERIFY", "C": "CHECKPOINT", "K": "checkpoint",
     "D": "DONE", "F": "FAILED", "Z": "PAUSED", "R": "retry", "X": "crossing", "E": "error",
-    "r": "resume", "c": "reconcile", "s": "seal", "e": "event", "n": "end", "o": "other",
+    "r": "resume", "c": "reconcile", "s": "seal", "e": "event", "n": "end", "T": "artifact", "o": "other",
 }  # fmt: skip
 _TO = {"PLAN": "P", "ACT": "A", "VERIFY": "V", "CHECKPOINT": "C", "DONE": "D", "FAILED": "F", "PAUSED": "Z"}
-_KIND = {"header": "H", "checkpoint": "K", "crossing": "X", "resume": "r", "reconcile": "c", "seal": "s", "event": "e"}
+_KIND = {
+    "header": "H",
+    "checkpoint": "K",
+    "crossing": "X",
+    "resume": "r",
+    "reconcile": "c",
+    "seal": "s",
+    "event": "e",
+    "artifact": "T",
+}
 
 
 def classify(rec: dict[str, Any]) -> str:
@@ -98,7 +107,9 @@ def label(rec: dict[str, Any]) -> str:
     if kind == "crossing":
         return f"crossing {rec.get('boundary')}"
     if kind == "checkpoint":
-        return f"checkpoint {short(rec.get('name'), 40)}"
+        return f"checkpoint {short(rec.get('name'), 40)}" if "name" in rec else f"checkpoint step {rec.get('step')}"
+    if kind == "seal":
+        return f"seal {rec.get('state')}" + (" (keyed)" if "hmac" in rec else "")
     if kind in ("event", "end"):
         return f"{kind} {short(rec.get('type', rec.get('status')), 40)}"
     return str(kind)
@@ -118,12 +129,19 @@ def note(rec: dict[str, Any]) -> str:
         return f"{rec['tool']} {short(rec.get('args'), _NOTE)}"
     if kind == "resume":
         return f"set aside {rec['set_aside']}" if rec.get("set_aside") else "resumed by another process"
+    named = rec.get("blobs")
+    stored: dict[str, Any] = named if isinstance(named, dict) else {}
     for field in ("result", "response", "data", "evidence"):
         if field in rec:
             return short(rec[field], _NOTE)
+        ref = stored.get(field)
+        if isinstance(ref, dict):  # a payload stored in a blob: the panel reads it
+            return f"{field} in blob {str(ref.get('sha256'))[:12]}… ({ref.get('size')} bytes)"
+    if kind == "artifact":
+        return f"{short(rec.get('name'), 60)} ({rec.get('size')} bytes, blob {str(rec.get('sha256'))[:12]}…)"
     if kind == "reconcile":
         return f"op {rec.get('op')} happened={rec.get('happened')}"
-    if kind not in ("transition", "checkpoint", "crossing", "header", "resume", "end", "event"):
+    if kind not in ("transition", "checkpoint", "crossing", "header", "resume", "end", "event", "artifact", "seal"):
         rest = {k: v for k, v in rec.items() if k not in _PLAIN}  # a kind this viewer does not know: what it holds
         return short(rest, _NOTE) if rest else ""
     return ""
@@ -143,6 +161,8 @@ class Verdict:
     pending: dict[str, Any] | None
     torn_tail: bool
     records: int
+    seal: dict[str, Any] | None = None  # {line, state, keyed, digests} when the run is sealed (replay() checked it)
+    blobs: int = 0  # blobs and artifacts the trace names (replay() checked each is there, with its size)
 
 
 def _verdict_of(exc: HarnessError) -> Verdict:
@@ -151,6 +171,17 @@ def _verdict_of(exc: HarnessError) -> Verdict:
         return Verdict(error, None, None, False, exc.line - 1)
     error = {"line": None, "seq": None, "reason": "unreadable", "detail": str(exc), "message": str(exc)}
     return Verdict(error, None, None, False, 0)
+
+
+def _verdict_ok(rep: Replay) -> Verdict:
+    seal = None
+    if rep.seal is not None:
+        digests = rep.seal.get("digests")
+        seal = {
+            "line": rep.records, "state": rep.seal.get("state"), "keyed": "hmac" in rep.seal,
+            "digests": len(digests) if isinstance(digests, list) else 0,
+        }  # fmt: skip
+    return Verdict(None, rep.state, rep.pending, rep.torn_tail, rep.records, seal, len(rep.blobs))
 
 
 class Index:
@@ -228,7 +259,7 @@ class Index:
             if isinstance(e, TraceCorruption) and e.reason != "torn-header":  # a header being written: wait
                 self.broken = {"line": e.line, "reason": e.reason, "detail": e.detail}
         else:
-            verdict = Verdict(None, rep.state, rep.pending, rep.torn_tail, rep.records)
+            verdict = _verdict_ok(rep)
             self.crc = rep.crc
         return verdict
 
@@ -333,7 +364,7 @@ class Index:
             return found[1]
         try:
             rep = replay(self.path)
-            verdict = Verdict(None, rep.state, rep.pending, rep.torn_tail, rep.records)
+            verdict = _verdict_ok(rep)
         except HarnessError as e:
             verdict = _verdict_of(e)
         self._verdict = ((self.end, self.size), verdict)

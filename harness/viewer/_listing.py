@@ -6,6 +6,9 @@ each file. The viewer reads the same two ends once more for what RunInfo
 does not carry: the goal (from the header, cached by file identity since a
 header never changes) and the step, attempt and time of the last record
 (cached by file size and mtime, so an unchanged file is not read again).
+When the last record is a run's seal, the line before it is read too: it
+is the terminal record, where the steps are counted; the row says `sealed`
+(whether the seal still matches is checked on the run's own page).
 Nothing between the two ends is read, and nothing is validated: a run's own
 page does that.
 """
@@ -52,7 +55,7 @@ class Listing:
                 del row["path"]
                 row.update(self._ends(info.path, heads, tails))
                 if info.status == "unreadable":  # its last line belongs to no run we can name
-                    row.update(steps=None, step=None, attempt=None, last_ts=None)
+                    row.update(_tail_of(None))
                 if row["id"] == row["run_id"] or row["run_id"] not in by_run_id:  # a copy never hides the original
                     by_run_id[row["run_id"]] = row["id"]
                 rows.append(row)
@@ -66,7 +69,7 @@ class Listing:
         try:
             st = os.stat(path)
         except OSError:
-            return {"goal": None, "steps": None, "step": None, "attempt": None, "last_ts": None, "start_ts": None}
+            return {"goal": None, "start_ts": None, **_tail_of(None)}
         hkey = (path, st.st_dev, st.st_ino)
         tkey = (path, st.st_size, st.st_mtime_ns)
         head = self._heads.get(hkey)
@@ -119,7 +122,7 @@ def _tail(f: Any, size: int) -> dict[str, Any]:
             if last is None or last.get("kind") != "seal":
                 return _tail_of(last)
             if len(lines) > 1:
-                return {**_tail_of(_parse(lines[-2])), "last_ts": _ts(last.get("ts"))}
+                return {**_tail_of(_parse(lines[-2])), "last_ts": _ts(last.get("ts")), "sealed": True}
         if start == 0 or n >= _MAX:
             return _tail_of(None)
         n *= 4
@@ -127,7 +130,7 @@ def _tail(f: Any, size: int) -> dict[str, Any]:
 
 def _tail_of(rec: dict[str, Any] | None) -> dict[str, Any]:
     if rec is None:
-        return {"steps": None, "step": None, "attempt": None, "last_ts": None}
+        return {"steps": None, "step": None, "attempt": None, "last_ts": None, "sealed": False}
     step, attempt = rec.get("step"), rec.get("attempt")
     step = step if type(step) is int else None
     steps = None
@@ -138,7 +141,7 @@ def _tail_of(rec: dict[str, Any] | None) -> dict[str, Any]:
         steps = step if done else step + 1 if closed else step
     return {
         "steps": steps, "step": step, "attempt": attempt if type(attempt) is int else None,
-        "last_ts": _ts(rec.get("ts")),
+        "last_ts": _ts(rec.get("ts")), "sealed": False,
     }  # fmt: skip
 
 

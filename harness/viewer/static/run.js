@@ -5,10 +5,10 @@ import { h, api, runUrl, apiRun, shortId, time, duration, badge, pretty, nav, fa
 const WINDOW = 300; // records drawn at once; the overview above shows them all
 const CELL = 30; // px per timeline column
 const GLYPH = { H: "◆", P: "P", A: "A", V: "V", C: "C", K: "✓", D: "■", F: "✕", Z: "‖", R: "↻", X: "⇄",
-  E: "!", r: "⟲", c: "✎", s: "⊡", e: "•", n: "■", o: "?" };
+  E: "!", r: "⟲", c: "✎", s: "⊡", e: "•", n: "■", T: "▣", o: "?" };
 const NAMES = { H: "header", P: "PLAN", A: "ACT", V: "VERIFY", C: "CHECKPOINT", K: "checkpoint", D: "DONE",
   F: "FAILED / failure", Z: "PAUSED", R: "retry", X: "crossing", E: "error", r: "resume", c: "reconcile",
-  s: "seal", e: "event", n: "end", o: "other" };
+  s: "seal", e: "event", n: "end", T: "artifact", o: "other" };
 const COLOR = {};
 const PRIORITY = { F: 5, E: 5, R: 4, Z: 3, r: 3, c: 3, D: 2, n: 2 }; // what a crowded overview still shows
 
@@ -17,7 +17,7 @@ const id = decodeURIComponent(location.pathname.slice("/runs/".length));
 const params = new URLSearchParams(location.search);
 const st = {
   summary: null, config: null, codes: "", laneCodes: "", lanes: [], total: 0, start: 0, window: [],
-  follow: false, selected: null, source: null, live: false, end: 0, redraw: false,
+  follow: false, selected: null, source: null, live: false, end: 0, redraw: false, verified: null,
 };
 
 const head = h("section", { class: "run-head" });
@@ -73,11 +73,24 @@ function drawHead() {
   head.replaceChildren(
     h("div", { class: "titlebar" }, h("h1", {}, "Run ", h("span", { class: "mono" }, id)), badge(s.status),
       s.state ? h("span", { class: "state" }, "state ", h("strong", {}, s.state)) : "",
+      sealBadge(s),
       st.live ? h("span", { class: "live-dot", title: "following the file as it is written" }, "live") : ""),
     h("div", { class: "goal" }, h("span", { class: "label" }, "goal"), h("code", {}, hd.goal === undefined ? "—" : typeof hd.goal === "string" ? hd.goal : JSON.stringify(hd.goal))),
     h("dl", { class: "meta" }, meta.flatMap(([k, v]) => [h("dt", {}, k), h("dd", {}, v)])),
     h("div", { class: "file" }, h("span", { class: "label" }, "file"), h("code", {}, s.path)),
     parent);
+}
+
+// sealed: replay() checked the seal's sha256 of every byte and the blobs' sizes; `harness verify` (asked for
+// after the page is drawn) also reads every blob and checks a keyed seal's HMAC: "intact" once it says so
+function sealBadge(s) {
+  if (!s.seal) return s.unsealed ? h("span", { class: "seal unsealed", id: "seal", title: `ended without a seal: ${s.seal_command}` }, "not sealed") : "";
+  const v = st.verified;
+  const how = s.seal.keyed ? "keyed seal (HMAC-SHA256)" : "seal (sha256)";
+  if (!v) return h("span", { class: "seal", id: "seal", title: `${how}; checking every blob…` }, "⊡ sealed");
+  const ok = v.ok;
+  return h("span", { class: `seal ${ok ? "intact" : "broken"}`, id: "seal", "data-intact": ok ? "1" : "0",
+    title: v.report.join("\n") }, ok ? "⊡ sealed · intact" : "⊡ sealed · not intact");
 }
 
 function drawBanners(extra) {
@@ -113,11 +126,24 @@ function drawBanners(extra) {
       h("pre", { class: "command" }, s.reconcile.happened),
       h("pre", { class: "command" }, s.reconcile.not_happened)));
   }
+  if (st.verified && !st.verified.ok) {
+    out.push(h("div", { class: "banner error", id: "verify" }, h("strong", {}, "harness verify: not intact"),
+      h("pre", { class: "report" }, st.verified.report.join("\n"))));
+  }
+  if (s.unsealed) {
+    out.push(h("div", { class: "banner info", id: "unsealed" }, h("strong", {}, "Not sealed: "),
+      "the run ended without a seal (written before seals, migrated, or its writer died writing it). Seal it to make it tamper-evident:",
+      h("pre", { class: "command" }, s.seal_command)));
+  }
   if (s.annotations) {
     const a = s.annotations;
     out.push(h("details", { class: "banner info annotations", id: "annotations", open: true },
-      h("summary", {}, h("strong", {}, "Annotations "), h("code", {}, a.file)),
-      a.error ? h("div", { class: "detail-text" }, a.error) : h("pre", {}, pretty(a.data))));
+      h("summary", {}, h("strong", {}, `Annotations (${a.notes ? a.notes.length : "unreadable"}) `), h("code", {}, a.file),
+        h("span", { class: "hint" }, " · outside the seal")),
+      a.error ? h("div", { class: "detail-text" }, a.error)
+        : h("table", { class: "notes" }, h("tbody", {}, a.notes.map((n) => h("tr", { class: "note" },
+          h("td", { class: "key" }, n.key), h("td", {}, h("pre", {}, typeof n.value === "string" ? n.value : pretty(n.value))),
+          h("td", { class: "at dim" }, n.at ?? "")))))));
   }
   if (extra) out.push(extra);
   banners.replaceChildren(...out);
@@ -221,6 +247,14 @@ function field(name, value, cls) {
   return h("section", { class: `field ${cls || ""}` }, h("h3", {}, name), h("pre", {}, typeof value === "string" ? value : pretty(value)));
 }
 
+// a payload stored in blobs/<sha256>: read back by the server (size and sha256 checked), or why it was not
+function blobField(name, value, ref) {
+  const where = h("div", { class: "blob-ref" }, "stored in blob ", h("code", {}, `${String(ref.sha256).slice(0, 16)}…`), ` · ${ref.size} bytes`,
+    ref.error ? "" : " · sha256 checked");
+  if (ref.error) return h("section", { class: "field error blob" }, h("h3", {}, name), where, h("pre", {}, ref.error));
+  return h("section", { class: "field blob" }, h("h3", {}, name), where, h("pre", {}, typeof value === "string" ? value : pretty(value)));
+}
+
 async function openLine(line) {
   st.selected = line;
   if (line <= st.start || line > st.start + st.window.length) {
@@ -229,7 +263,7 @@ async function openLine(line) {
     drawWindow();
   }
   const body = await api(apiRun(id, `/record?line=${line}`));
-  const r = body.record, b = body.brief;
+  const r = body.inline, b = body.brief, stored = body.stored || {};
   const known = ["seq", "kind", "ts", "crc", "from", "to", "step", "attempt", "agent", "vc", "key", "reused"];
   const meta = [["seq", r.seq], ["line", body.line], ["kind", r.kind], ["agent", body.lane], ["role", b.role],
     ["step", r.step], ["attempt", r.attempt], ["key", r.key], ["time", r.ts != null ? time(r.ts) : null],
@@ -238,8 +272,10 @@ async function openLine(line) {
   if (r.vc !== undefined) sections.push(field("vector clock", r.vc));
   for (const [k, v] of Object.entries(r)) {
     if (known.includes(k)) continue;
-    sections.push(field(k === "response" || k === "result" ? (r.kind === "checkpoint" ? "checkpoint result" : k) : k, v, k === "error" ? "error" : ""));
+    const name = k === "response" || k === "result" ? (r.kind === "checkpoint" ? "checkpoint result" : k) : k;
+    sections.push(stored[k] ? blobField(name, v, stored[k]) : field(name, v, k === "error" ? "error" : ""));
   }
+  for (const [k, ref] of Object.entries(stored)) if (ref.error) sections.push(blobField(k, undefined, ref));
   const forkBox = [];
   if (st.config && st.config.fork && body.forkable) {
     const editor = h("textarea", { class: "json", id: "fork-value", spellcheck: "false", rows: 6 });
@@ -263,7 +299,7 @@ async function openLine(line) {
       h("h2", {}, b.label), h("button", { class: "close", title: "close", onclick: () => { detail.hidden = true; st.selected = null; drawWindow(); } }, "×")),
     h("dl", { class: "meta" }, meta.flatMap(([k, v]) => [h("dt", {}, k), h("dd", {}, String(v))])),
     ...sections, ...forkBox,
-    h("details", {}, h("summary", {}, "The whole record"), h("pre", { class: "whole" }, pretty(r))));
+    h("details", {}, h("summary", {}, "The whole record"), h("pre", { class: "whole" }, pretty(body.record))));
   document.body.classList.add("with-detail");
 }
 
@@ -310,6 +346,11 @@ async function refreshSummary() {
   document.body.dataset.status = st.summary.status;
 }
 
+async function checkSeal() {
+  try { st.verified = await api(apiRun(id, "/verify")); } catch (e) { st.verified = { ok: false, report: [e.message], problems: [e.message] }; }
+  if (st.summary) { drawHead(); drawBanners(jobBanner); }
+}
+
 let jobBanner = null;
 async function waitForJob(job) {
   for (;;) {
@@ -345,6 +386,7 @@ async function main() {
     delete document.body.dataset.waiting;
     st.config = await config;
     const s = st.summary;
+    if (s.seal) checkSeal();
     st.lanes = s.lanes; st.codes = s.codes; st.laneCodes = s.lane_codes; st.total = s.records;
     st.follow = s.status === "running";
     drawBanners(jobBanner);

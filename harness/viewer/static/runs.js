@@ -58,7 +58,7 @@ function row(run) {
     : "";
   return h("tr", { class: `run status-row-${run.status}`, "data-id": run.id },
     h("td", { class: "pick" }, pick),
-    h("td", {}, badge(run.status)),
+    h("td", {}, badge(run.status), run.sealed ? h("span", { class: "sealed-mark", title: "sealed: its last record seals every byte and blob before it" }, " ⊡") : ""),
     h("td", { class: "id" }, h("a", { href: runUrl(run.id), title: run.run_id || run.id }, run.id)),
     h("td", { class: "goal", title: run.goal ?? "" }, run.goal ?? "—"),
     h("td", { class: "num" }, run.steps ?? "—"),
