@@ -61,7 +61,7 @@ def client(folder: tuple[Path, dict[str, str]]) -> Iterator[TestClient]:
 
 
 def snapshot(path: Path) -> dict[str, bytes]:
-    return {p.name: p.read_bytes() for p in sorted(path.iterdir())}
+    return {str(p.relative_to(path)): p.read_bytes() for p in sorted(path.rglob("*")) if p.is_file()}  # blobs/ too
 
 
 # --- the runs page ------------------------------------------------------------------------
