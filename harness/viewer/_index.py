@@ -49,19 +49,16 @@ _PLAIN = frozenset({"seq", "kind", "ts", "crc", "agent", "vc", "reused", "mutate
 CLASSES = {
     "H": "header", "P": "PLAN", "A": "ACT", "V": "VERIFY", "C": "CHECKPOINT", "K": "checkpoint",
     "D": "DONE", "F": "FAILED", "Z": "PAUSED", "R": "retry", "X": "crossing", "E": "error",
-    "r": "resume", "c": "reconcile", "s": "seal", "e": "event", "n": "end", "T": "artifact", "o": "other",
+    "r": "resume", "c": "reconcile", "s": "seal", "e": "event", "n": "end", "S": "spawn", "J": "join",
+    "Q": "exit", "M": "send", "G": "receive", "T": "artifact", "o": "other",
 }  # fmt: skip
 _TO = {"PLAN": "P", "ACT": "A", "VERIFY": "V", "CHECKPOINT": "C", "DONE": "D", "FAILED": "F", "PAUSED": "Z"}
 _KIND = {
-    "header": "H",
-    "checkpoint": "K",
-    "crossing": "X",
-    "resume": "r",
-    "reconcile": "c",
-    "seal": "s",
-    "event": "e",
-    "artifact": "T",
-}
+    "header": "H", "checkpoint": "K", "crossing": "X", "resume": "r", "reconcile": "c", "seal": "s", "event": "e",
+    "spawn": "S", "join": "J", "exit": "Q", "artifact": "T",
+}  # fmt: skip
+_KNOWN = frozenset({*_KIND, "transition", "end"})
+MESSAGES = "agent_msg"  # the boundary of messages between agents (docs/FORMAT.md, "Agents")
 
 
 def classify(rec: dict[str, Any]) -> str:
@@ -76,7 +73,27 @@ def classify(rec: dict[str, Any]) -> str:
         return "n" if rec.get("status") == "success" else "F"
     if rec.get("error") is not None:
         return "E"
+    if kind == "crossing" and rec.get("boundary") == MESSAGES:
+        request = rec.get("request")
+        return "M" if isinstance(request, dict) and "send" in request else "G"
     return _KIND.get(str(kind), "o")
+
+
+def link(rec: dict[str, Any]) -> dict[str, Any] | None:
+    """What ties this record to another agent's: a spawn or join names the child, a send its
+    receiver, a receive its sender and the sender's own count at the send (`sent`). None otherwise."""
+    kind = rec.get("kind")
+    if kind in ("spawn", "join") and isinstance(rec.get("child"), str):
+        return {kind: rec["child"]}
+    if kind != "crossing" or rec.get("boundary") != MESSAGES:
+        return None
+    request, response = rec.get("request"), rec.get("response")
+    if isinstance(request, dict) and isinstance(request.get("send"), str):
+        return {"send": request["send"]}
+    if isinstance(response, dict) and isinstance(response.get("from"), str) and isinstance(response.get("sent"), dict):
+        sender = response["from"]
+        return {"receive": sender, "sent": response["sent"].get(sender)}
+    return None
 
 
 def role(rec: dict[str, Any], header: dict[str, Any] | None) -> str | None:
@@ -105,6 +122,9 @@ def label(rec: dict[str, Any]) -> str:
     if kind == "transition":
         return f"{rec.get('from')} → {rec.get('to')}"
     if kind == "crossing":
+        tie = link(rec)
+        if tie is not None:
+            return f"send → {tie['send']}" if "send" in tie else f"receive ← {tie['receive']}"
         return f"crossing {rec.get('boundary')}"
     if kind == "checkpoint":
         return f"checkpoint {short(rec.get('name'), 40)}" if "name" in rec else f"checkpoint step {rec.get('step')}"
@@ -112,6 +132,10 @@ def label(rec: dict[str, Any]) -> str:
         return f"seal {rec.get('state')}" + (" (keyed)" if "hmac" in rec else "")
     if kind in ("event", "end"):
         return f"{kind} {short(rec.get('type', rec.get('status')), 40)}"
+    if kind in ("spawn", "join"):
+        return f"{kind} {short(rec.get('child'), 40)}"
+    if kind == "exit":
+        return f"exit {short(rec.get('status'), 20)}"
     return str(kind)
 
 
@@ -125,8 +149,14 @@ def note(rec: dict[str, Any]) -> str:
     kind = rec.get("kind")
     if kind == "header":
         return f"goal {short(rec.get('goal'), _NOTE)}"
-    if kind == "transition" and "tool" in rec:
+    if kind in ("transition", "spawn") and "tool" in rec:  # an intent, or a parallel call as planned
         return f"{rec['tool']} {short(rec.get('args'), _NOTE)}"
+    if kind == "crossing" and rec.get("boundary") == MESSAGES:
+        request, response = rec.get("request"), rec.get("response")
+        if isinstance(request, dict) and "send" in request:
+            return short(request.get("message"), _NOTE)
+        if isinstance(response, dict) and "message" in response:
+            return short(response["message"], _NOTE)
     if kind == "resume":
         return f"set aside {rec['set_aside']}" if rec.get("set_aside") else "resumed by another process"
     named = rec.get("blobs")
@@ -141,7 +171,7 @@ def note(rec: dict[str, Any]) -> str:
         return f"{short(rec.get('name'), 60)} ({rec.get('size')} bytes, blob {str(rec.get('sha256'))[:12]}…)"
     if kind == "reconcile":
         return f"op {rec.get('op')} happened={rec.get('happened')}"
-    if kind not in ("transition", "checkpoint", "crossing", "header", "resume", "end", "event", "artifact", "seal"):
+    if kind not in _KNOWN:
         rest = {k: v for k, v in rec.items() if k not in _PLAIN}  # a kind this viewer does not know: what it holds
         return short(rest, _NOTE) if rest else ""
     return ""
@@ -325,15 +355,9 @@ class Index:
     def _place(self, rec: dict[str, Any]) -> None:
         agent = rec.get("agent", "main")
         name = agent if isinstance(agent, str) else str(agent)
-        lane = self._lane_of.get(name)
-        if lane is None:
-            lane = self._lane_of[name] = len(self.lane_names)
-            self.lane_names.append(name)
-            self._own.append(array("q"))
-            self._own_col.append(array("q"))
-            self._last_col.append(-1)
-            if name == "main":
-                self._main = lane
+        lane = self._lane(name)
+        if rec.get("kind") == "spawn" and isinstance(rec.get("child"), str):
+            self._lane(rec["child"])  # the child's lane comes in spawn order, before its first record
         vc = rec.get("vc")
         if isinstance(vc, dict):
             col = max(self._barrier, self._last_col[lane])
@@ -356,6 +380,18 @@ class Index:
         self.codes.append(ord(classify(rec)))
         self.lanes.append(lane)
         self.cols.append(col)
+
+    def _lane(self, name: str) -> int:
+        lane = self._lane_of.get(name)
+        if lane is None:
+            lane = self._lane_of[name] = len(self.lane_names)
+            self.lane_names.append(name)
+            self._own.append(array("q"))
+            self._own_col.append(array("q"))
+            self._last_col.append(-1)
+            if name == "main":
+                self._main = lane
+        return lane
 
     def verdict(self) -> Verdict:
         """replay()'s verdict on the file: the first pass's, computed again only once the file has changed."""
@@ -395,11 +431,13 @@ class Index:
     def brief(self, i: int, rec: dict[str, Any]) -> dict[str, Any]:
         """Line i (0-based) as the timeline shows it."""
         error = rec.get("error")
+        vc, agent = rec.get("vc"), self.lane_names[self.lanes[i]]
         return {
             "line": i + 1, "seq": rec.get("seq"), "kind": rec.get("kind"), "cls": chr(self.codes[i]),
-            "lane": self.lanes[i], "agent": self.lane_names[self.lanes[i]], "col": self.cols[i],
+            "lane": self.lanes[i], "agent": agent, "col": self.cols[i],
             "role": role(rec, self.header), "label": label(rec), "note": note(rec),
             "step": rec.get("step"), "attempt": rec.get("attempt"), "failed": error is not None,
+            "own": vc.get(agent) if isinstance(vc, dict) else None, "link": link(rec),
         }  # fmt: skip
 
 

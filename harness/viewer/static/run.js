@@ -5,10 +5,12 @@ import { h, api, runUrl, apiRun, shortId, time, duration, badge, pretty, nav, fa
 const WINDOW = 300; // records drawn at once; the overview above shows them all
 const CELL = 30; // px per timeline column
 const GLYPH = { H: "◆", P: "P", A: "A", V: "V", C: "C", K: "✓", D: "■", F: "✕", Z: "‖", R: "↻", X: "⇄",
-  E: "!", r: "⟲", c: "✎", s: "⊡", e: "•", n: "■", T: "▣", o: "?" };
+  E: "!", r: "⟲", c: "✎", s: "⊡", e: "•", n: "■", S: "↱", J: "↲", Q: "⇥", M: "→", G: "←", T: "▣", o: "?" };
 const NAMES = { H: "header", P: "PLAN", A: "ACT", V: "VERIFY", C: "CHECKPOINT", K: "checkpoint", D: "DONE",
   F: "FAILED / failure", Z: "PAUSED", R: "retry", X: "crossing", E: "error", r: "resume", c: "reconcile",
-  s: "seal", e: "event", n: "end", T: "artifact", o: "other" };
+  s: "seal", e: "event", n: "end", S: "spawn", J: "join", Q: "exit", M: "send", G: "receive", T: "artifact",
+  o: "other" };
+const SVG = "http://www.w3.org/2000/svg";
 const COLOR = {};
 const PRIORITY = { F: 5, E: 5, R: 4, Z: 3, r: 3, c: 3, D: 2, n: 2 }; // what a crowded overview still shows
 
@@ -52,6 +54,8 @@ function drawLegend() {
   if (st.summary && st.summary.branch != null) {
     for (const r of ["reused", "mutated", "live"]) items.push(h("span", { class: "key" }, h("span", { class: `chip-mini role-${r}` }, ""), r));
   }
+  if (used.has("S") || used.has("J")) items.push(h("span", { class: "key" }, h("span", { class: "arrow-key life" }, ""), "spawn / join"));
+  if (used.has("G")) items.push(h("span", { class: "key" }, h("span", { class: "arrow-key message" }, ""), "message"));
   legend.replaceChildren(...items);
 }
 
@@ -203,10 +207,12 @@ function drawWindow() {
     (byLane[last.lane] || (byLane[last.lane] = [])).push(h("span", { class: "chip torn", title: `torn tail: ${s.torn} bytes of an unfinished record, not part of the run`,
       style: { left: `${(last.col + 1 - st.col0) * CELL + 4}px` } }, "…"));
   }
+  const laneRows = h("div", { class: "lane-rows", style: { width: `${width}px` } },
+    lanes.map((name, i) => h("div", { class: "lane", "data-agent": name }, byLane[i] || [])));
   lanesBox.replaceChildren(
     h("div", { class: "lane-names" }, lanes.map((name) => h("div", { class: "lane-name", title: name }, name))),
-    h("div", { class: "lane-scroll" }, h("div", { class: "lane-rows", style: { width: `${width}px` } },
-      lanes.map((name, i) => h("div", { class: "lane", "data-agent": name }, byLane[i] || [])))));
+    h("div", { class: "lane-scroll" }, laneRows));
+  drawLinks(laneRows, rows);
   const from = rows.length ? st.start + 1 : 0, to = st.start + rows.length;
   pager.replaceChildren(
     h("button", { onclick: () => load(0), disabled: st.start === 0 }, "« first"),
@@ -222,6 +228,68 @@ function drawWindow() {
     h("td", {}, b.role ? h("span", { class: `role-tag role-${b.role}` }, b.role) : ""),
     h("td", { class: "note" }, b.note))));
   if (st.follow) { const sc = lanesBox.querySelector(".lane-scroll"); if (sc) sc.scrollLeft = sc.scrollWidth; }
+}
+
+// the arrows between agents in the window: spawn -> the child's first record, the child's exit -> its join,
+// a send -> its receive (found by the sender and its own clock count at the send)
+function links(rows) {
+  const out = [];
+  const byOwn = new Map(rows.filter((b) => b.own != null).map((b) => [`${b.agent}#${b.own}`, b]));
+  rows.forEach((b, i) => {
+    const l = b.link;
+    if (!l) return;
+    if (l.spawn !== undefined) {
+      const first = rows.slice(i + 1).find((c) => c.agent === l.spawn);
+      if (first) out.push({ from: b, to: first, kind: "life" });
+    } else if (l.join !== undefined) {
+      const last = rows.slice(0, i).reverse().find((c) => c.agent === l.join);
+      if (last) out.push({ from: last, to: b, kind: "life" });
+    } else if (l.receive !== undefined) {
+      const send = byOwn.get(`${l.receive}#${l.sent}`);
+      if (send) out.push({ from: send, to: b, kind: "message" });
+    }
+  });
+  return out;
+}
+
+function drawLinks(laneRows, rows) {
+  const found = links(rows);
+  if (!found.length) return;
+  const chips = new Map([...laneRows.querySelectorAll(".chip[data-line]")].map((c) => [Number(c.dataset.line), c]));
+  const centre = (b) => {
+    const c = chips.get(b.line);
+    return c && { x: c.offsetLeft + c.offsetWidth / 2, y: c.parentElement.offsetTop + c.offsetTop + c.offsetHeight / 2 };
+  };
+  const svg = document.createElementNS(SVG, "svg");
+  svg.setAttribute("class", "links");
+  svg.setAttribute("width", laneRows.scrollWidth);
+  svg.setAttribute("height", laneRows.scrollHeight);
+  const defs = document.createElementNS(SVG, "defs");
+  for (const kind of ["life", "message"]) {
+    const marker = document.createElementNS(SVG, "marker");
+    for (const [k, v] of Object.entries({ id: `head-${kind}`, viewBox: "0 0 8 8", refX: "7", refY: "4", markerWidth: "7", markerHeight: "7", orient: "auto" })) marker.setAttribute(k, v);
+    const tip = document.createElementNS(SVG, "path");
+    tip.setAttribute("d", "M0,0 L8,4 L0,8 z");
+    tip.setAttribute("class", `tip ${kind}`);
+    marker.append(tip);
+    defs.append(marker);
+  }
+  svg.append(defs);
+  for (const { from, to, kind } of found) {
+    const a = centre(from), b = centre(to);
+    if (!a || !b) continue;
+    const path = document.createElementNS(SVG, "path");
+    const down = b.y > a.y ? 1 : -1, r = 13; // leave and enter each chip at its edge
+    const ax = a.x + (a.y === b.y ? r : 0), ay = a.y + (a.y === b.y ? 0 : down * r);
+    const bx = b.x - (a.y === b.y ? r : 4), by = b.y - (a.y === b.y ? 0 : down * r);
+    path.setAttribute("d", `M${ax},${ay} C${ax},${(ay + by) / 2} ${bx},${(ay + by) / 2} ${bx},${by}`);
+    path.setAttribute("class", `link ${kind}`);
+    path.setAttribute("marker-end", `url(#head-${kind})`);
+    path.setAttribute("data-from", from.line);
+    path.setAttribute("data-to", to.line);
+    svg.append(path);
+  }
+  laneRows.append(svg);
 }
 
 function drawAll() {
