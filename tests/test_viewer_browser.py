@@ -149,7 +149,7 @@ def test_the_runs_page_lists_finished_paused_crashed_and_corrupt_runs(page: Any,
     assert page.locator("tr.run").get_attribute("data-id") == "paused"
     page.fill("#filter", "")
     page.select_option("#status", "interrupted")
-    until(lambda: page.locator("tr.run").count() == 3, "three interrupted runs")  # killed, torn, two agents
+    until(lambda: page.locator("tr.run").count() == 2, "two interrupted runs")  # killed, torn
     # the corrupt run's damage is in its middle: its own page, which reads the whole file, shows it
     open_page(page, f"{server}runs/corrupt")
     banner = page.locator("#corruption").inner_text()
@@ -176,16 +176,28 @@ def test_a_run_page_shows_its_records_and_the_panel_opens_on_click(page: Any, se
     assert whole == llm
 
 
-def test_one_lane_per_agent_with_concurrent_records_side_by_side(page: Any, server: str) -> None:
+def test_a_concurrent_run_has_a_lane_per_agent_and_draws_spawns_joins_and_messages(
+    page: Any, server: str, folder: Any
+) -> None:
+    path, _ids = folder
+    recs = read_records(path / "agents.jsonl")  # examples/pipeline.py, recorded
     open_page(page, f"{server}runs/agents")
-    assert page.locator(".lane-name").all_inner_texts() == ["main", "worker_a", "worker_b"]
-    a = page.locator('.lane[data-agent="worker_a"] .chip')
-    b = page.locator('.lane[data-agent="worker_b"] .chip')
-    assert a.count() == 3 and b.count() == 3  # two crossings and an exit each
-    for i in range(2):  # concurrent: side by side (worker_b was spawned one record after worker_a)
-        assert a.nth(i + 1).bounding_box()["x"] == b.nth(i).bounding_box()["x"]
-    joined = page.locator('.lane[data-agent="main"] .chip').last.bounding_box()["x"]
-    assert joined > b.nth(2).bounding_box()["x"]  # main's last record comes after both workers
+    assert page.locator(".lane-name").all_inner_texts() == ["main", "synthesizer", "worker_a", "worker_b"]
+    for agent in ("synthesizer", "worker_a", "worker_b"):
+        mine = [r for r in recs if r.get("agent") == agent]
+        assert page.locator(f'.lane[data-agent="{agent}"] .chip').count() == len(mine)
+    a = page.locator('.lane[data-agent="worker_a"] .chip').first.bounding_box()
+    b = page.locator('.lane[data-agent="worker_b"] .chip').first.bounding_box()
+    assert abs(a["x"] - b["x"]) <= 30 and a["y"] < b["y"]  # side by side: concurrent, in lanes of their own
+    lives = page.locator("svg.links path.link.life")
+    messages = page.locator("svg.links path.link.message")
+    assert lives.count() == 6 and messages.count() == 2  # three spawns, three joins; two summaries sent
+    by_seq = {r["seq"]: r for r in recs}
+    for i in range(messages.count()):  # each message arrow goes from a send to the receive that got it
+        send = by_seq[int(messages.nth(i).get_attribute("data-from"))]
+        got = by_seq[int(messages.nth(i).get_attribute("data-to"))]
+        assert send["request"]["send"] == got["agent"] and got["response"]["sent"] == send["vc"]
+    shot(page, "viewer-agents.png")
 
 
 def test_a_sealed_run_shows_it_is_intact_with_its_annotations_and_blob_payloads_inline(

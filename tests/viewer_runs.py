@@ -3,12 +3,13 @@
 `make_folder(folder)` writes a finished run of the research agent and a fork
 of it, a failed run, a paused run (an unsafe call in flight at a crash, then
 resumed), a crashed run (its writer SIGKILLed mid-run), a trace damaged in
-the middle, one whose header is damaged, one with a torn tail, a run with
-two agents (records carrying `agent` and `vc`) and a run whose strings are
-HTML, a run whose result is stored in a blob; the finished run carries two
-annotations. It returns their run addresses by role. The `folder` fixture (one
-such folder per test module) is defined here for both viewer test modules,
-which import it.
+the middle, one whose header is damaged, one with a torn tail,
+examples/pipeline.py's concurrent run (four agents on their own threads,
+spawn, join and messages, every record with its vector clock), a run whose
+strings are HTML and a run whose result is stored in a blob; the finished
+run carries two annotations. It returns their run addresses by role. The
+`folder` fixture (one such folder per test module) is defined here for both
+viewer test modules, which import it.
 
 Run as a script, it is a slow writer for the live tests:
     python tests/viewer_runs.py slow TRACE STEPS GATE
@@ -32,13 +33,12 @@ import pytest
 
 import harness
 from harness import Executor, Step, Tool
-from harness._journal import SCHEMA  # the version this harness writes: fixtures follow it
-from harness.testing import fixed_plan, flaky, power_cut, steps, write_trace
+from harness.testing import fixed_plan, flaky, power_cut, steps
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from examples import research_agent  # noqa: E402 - the repository root is on the path just above
+from examples import pipeline, research_agent  # noqa: E402 - the repository root is on the path just above
 
 XSS = '<script>window.__pwned = 1</script><img src=x onerror="window.__pwned = 2">'
 AGENT = "examples.research_agent:make_agent"
@@ -49,6 +49,15 @@ def runs_folder(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[st
     """A runs folder with one run of each kind (`make_folder`), and their addresses by role."""
     path = tmp_path_factory.mktemp("runs")
     return path, make_folder(path)
+
+
+def pipeline_run(trace: Path) -> harness.Outcome:
+    """examples/pipeline.py, recorded: a planner, two workers on their own threads and a synthesizer
+    they send their summaries to (spawn, exit, join, messages, vector clocks on every record)."""
+    planner, tools, verifier = pipeline.make_agent(pipeline.FakeModel(latency=0.02))
+    out = Executor(planner=planner, tools=tools, verifier=verifier, trace=trace).run({"question": pipeline.QUESTION})
+    assert out.state == "DONE"
+    return out
 
 
 def research_run(folder: Path) -> harness.Outcome:
@@ -134,7 +143,7 @@ def make_folder(folder: Path) -> dict[str, str]:
         f.write(b'{"seq":99,"kind":"transition","from":"AC')
     ids["torn"] = "torn"
 
-    write_trace(folder / "agents.jsonl", two_agents())
+    pipeline_run(folder / "agents.jsonl")
     ids["agents"] = "agents"
 
     report = {"title": "quarterly report", "rows": [{"n": i, "text": f"row {i} " + "·" * 40} for i in range(60)]}
@@ -150,50 +159,6 @@ def make_folder(folder: Path) -> dict[str, str]:
     Executor(planner=xss_plan, tools=xss_tools, trace=folder / "xss.jsonl").run({"title": XSS})
     ids["xss"] = "xss"
     return ids
-
-
-def two_agents() -> list[dict[str, Any]]:
-    """A run where two workers cross boundaries concurrently after the main agent plans (a valid trace:
-    spawn, exit and join records, every clock as the rules of docs/FORMAT.md give it)."""
-    recs: list[dict[str, Any]] = [
-        {
-            "seq": 1,
-            "kind": "header",
-            "schema": SCHEMA,
-            "run_id": "a" * 32,
-            "goal": "two workers",
-            "tools": {},
-            "ts": 1.0,
-        },
-        {"seq": 2, "kind": "transition", "from": "INIT", "to": "PLAN", "step": 0, "attempt": 1, "ts": 2.0},
-        {"seq": 3, "kind": "crossing", "boundary": "llm", "request": {"n": 0}, "hash": "0" * 16,
-         "response": "answer 0", "ts": 3.0},
-    ]  # fmt: skip
-    a, b = {"main": 4}, {"main": 5}
-    rows: list[tuple[str, str, dict[str, Any], dict[str, int]]] = [
-        ("main", "spawn", {"child": "worker_a"}, {"main": 4}),
-        ("main", "spawn", {"child": "worker_b"}, {"main": 5}),
-        ("worker_a", "crossing", {"n": 1}, {**a, "worker_a": 1}),
-        ("worker_b", "crossing", {"n": 2}, {**b, "worker_b": 1}),
-        ("worker_a", "crossing", {"n": 3}, {**a, "worker_a": 2}),
-        ("worker_b", "crossing", {"n": 4}, {**b, "worker_b": 2}),
-        ("worker_a", "exit", {"status": "ok"}, {**a, "worker_a": 3}),
-        ("worker_b", "exit", {"status": "ok"}, {**b, "worker_b": 3}),
-        ("main", "join", {"child": "worker_a"}, {"main": 6, "worker_a": 3}),
-        ("main", "join", {"child": "worker_b"}, {"main": 7, "worker_a": 3, "worker_b": 3}),
-        ("main", "crossing", {"n": 5}, {"main": 8, "worker_a": 3, "worker_b": 3}),
-    ]
-    for n, (agent, kind, fields, vc) in enumerate(rows):
-        rec: dict[str, Any] = {"seq": 4 + n, "kind": kind}
-        if agent != "main":
-            rec["agent"] = agent
-        if kind == "crossing":
-            fields = {"boundary": "llm", "request": fields, "hash": "0" * 16, "response": f"answer {fields['n']}"}
-        rec.update(fields)
-        rec["vc"] = vc
-        rec["ts"] = 4.0 + n
-        recs.append(rec)
-    return recs
 
 
 def slow(trace: str, n: int, gate: str) -> None:
