@@ -170,7 +170,6 @@ def test_a_run_page_shows_its_records_and_the_panel_opens_on_click(page: Any, se
     panel.wait_for(state="visible")
     text = panel.inner_text()
     assert "crossing llm" in text and llm["request"]["prompt"][:30] in text and str(llm["seq"]) in text
-    shot(page, "viewer-run.png")
     page.click("aside.detail summary")
     whole = orjson.loads(page.locator("aside.detail pre.whole").inner_text())
     assert whole == llm
@@ -197,7 +196,29 @@ def test_a_concurrent_run_has_a_lane_per_agent_and_draws_spawns_joins_and_messag
         send = by_seq[int(messages.nth(i).get_attribute("data-from"))]
         got = by_seq[int(messages.nth(i).get_attribute("data-to"))]
         assert send["request"]["send"] == got["agent"] and got["response"]["sent"] == send["vc"]
-    shot(page, "viewer-agents.png")
+
+
+def test_a_causal_fork_of_a_concurrent_run_marks_what_it_reused_and_what_ran_live(
+    page: Any, server: str, folder: Any
+) -> None:
+    path, ids = folder
+    recs = read_records(path / f"{ids['agents_fork']}.jsonl")  # forked at worker_a's search
+    open_page(page, f"{server}runs/{ids['agents_fork']}")
+    for rec in recs[1:]:
+        want = "reused" if rec.get("reused") else "mutated" if rec.get("mutated") else "live"
+        chip = page.locator(f'.chip[data-line="{rec["seq"]}"]')
+        assert f"role-{want}" in (chip.get_attribute("class") or ""), (rec["seq"], want)
+    worker_b = page.locator('.lane[data-agent="worker_b"] .chip')
+    assert worker_b.count() > 0 and page.locator('.lane[data-agent="worker_b"] .chip.role-reused').count() == (
+        worker_b.count()
+    )  # concurrent with the branch: served, never re-run
+    mutated = page.locator(".chip.role-mutated")
+    assert mutated.count() == 1 and mutated.get_attribute("title").startswith("seq")
+    mutated.click()
+    panel = page.locator("aside.detail")
+    panel.wait_for(state="visible")
+    assert "crossing search" in panel.inner_text() and "vector clock" in panel.inner_text().lower()
+    shot(page, "viewer-run.png")
 
 
 def test_a_sealed_run_shows_it_is_intact_with_its_annotations_and_blob_payloads_inline(

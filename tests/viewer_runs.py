@@ -5,11 +5,12 @@ of it, a failed run, a paused run (an unsafe call in flight at a crash, then
 resumed), a crashed run (its writer SIGKILLed mid-run), a trace damaged in
 the middle, one whose header is damaged, one with a torn tail,
 examples/pipeline.py's concurrent run (four agents on their own threads,
-spawn, join and messages, every record with its vector clock), a run whose
-strings are HTML and a run whose result is stored in a blob; the finished
-run carries two annotations. It returns their run addresses by role. The
-`folder` fixture (one such folder per test module) is defined here for both
-viewer test modules, which import it.
+spawn, join and messages, every record with its vector clock) and its causal
+fork at worker_a's search, a run whose strings are HTML and a run whose
+result is stored in a blob; the finished run carries two annotations. It
+returns their run addresses by role. The `folder` fixture (one such folder
+per test module) is defined here for both viewer test modules, which import
+it.
 
 Run as a script, it is a slow writer for the live tests:
     python tests/viewer_runs.py slow TRACE STEPS GATE
@@ -58,6 +59,17 @@ def pipeline_run(trace: Path) -> harness.Outcome:
     out = Executor(planner=planner, tools=tools, verifier=verifier, trace=trace).run({"question": pipeline.QUESTION})
     assert out.state == "DONE"
     return out
+
+
+def pipeline_fork(parent: Path, out: Path) -> str:
+    """A causal fork of that run at worker_a's search, as examples/pipeline.py makes one: worker_a's summary,
+    the synthesis and the publishing step run again live; worker_b's records are served, not re-run."""
+    search = next(c for c in harness.replay(parent).agents["worker_a"] if c.kind == "search")
+    value = [{"id": "postgres-ops", "text": pipeline.CORPUS["postgres-ops"]}]
+    planner, tools, verifier = pipeline.make_agent(pipeline.FakeModel(latency=0.02))
+    child = harness.fork(parent, at=search.seq, value=value, planner=planner, tools=tools, verifier=verifier, out=out)
+    assert child.trace is not None and child.live_calls_by_agent.get("worker_b", 0) == 0
+    return child.trace
 
 
 def research_run(folder: Path) -> harness.Outcome:
@@ -145,6 +157,7 @@ def make_folder(folder: Path) -> dict[str, str]:
 
     pipeline_run(folder / "agents.jsonl")
     ids["agents"] = "agents"
+    ids["agents_fork"] = Path(pipeline_fork(folder / "agents.jsonl", folder / "agents-fork.jsonl")).stem
 
     report = {"title": "quarterly report", "rows": [{"n": i, "text": f"row {i} " + "·" * 40} for i in range(60)]}
     Executor(

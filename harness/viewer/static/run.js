@@ -332,7 +332,7 @@ async function openLine(line) {
   }
   const body = await api(apiRun(id, `/record?line=${line}`));
   const r = body.inline, b = body.brief, stored = body.stored || {};
-  const known = ["seq", "kind", "ts", "crc", "from", "to", "step", "attempt", "agent", "vc", "key", "reused"];
+  const known = ["seq", "kind", "ts", "crc", "from", "to", "step", "attempt", "agent", "vc", "key", "reused", "mutated"];
   const meta = [["seq", r.seq], ["line", body.line], ["kind", r.kind], ["agent", body.lane], ["role", b.role],
     ["step", r.step], ["attempt", r.attempt], ["key", r.key], ["time", r.ts != null ? time(r.ts) : null],
     ["bytes", body.bytes]].filter(([, v]) => v !== undefined && v !== null);
