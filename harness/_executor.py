@@ -56,6 +56,7 @@ from ._journal import SCHEMA, Journal, a, canonical, check_value, set_aside
 from ._redact import Redaction, Rule
 from ._replay import Call, Checkpoint, Replay, replay
 from ._runs import runs_dir
+from .store import is_url, join, open_journal
 
 
 def _version() -> str:
@@ -183,6 +184,7 @@ class Executor:
         seal_key: str | bytes | None = None,
         redact: Redaction | Iterable[Rule] | None = None,
         max_parallel: int = 8,
+        storage_options: dict[str, Any] | None = None,
     ):
         if not isinstance(tools, Mapping):
             raise TypeError(
@@ -214,6 +216,7 @@ class Executor:
         self.max_steps = max_steps
         # secrets replaced by a marker in every value written (None: the default rules; a list adds to them)
         self.redact = Redaction.of(redact)
+        self.storage_options = storage_options  # for a trace= or runs_dir= URL (fsspec), else unused
         for name, tool in self.tools.items():
             if type(name) is not str:
                 raise TypeError(f"tools must be a dict of name -> callable or harness.Tool; key {name!r} is not a str")
@@ -232,15 +235,20 @@ class Executor:
         if path is None:
             folder = runs_dir(self.runs_dir)
             try:
-                os.makedirs(folder, exist_ok=True)
+                if not is_url(folder):  # a runs URL on object storage has no folder to make
+                    os.makedirs(folder, exist_ok=True)
             except OSError as e:
                 raise TraceUnreadable(folder, f"cannot hold runs: {e.strerror}") from None
-            path = os.path.join(folder, f"{run_id}.jsonl")
+            path = join(folder, f"{run_id}.jsonl")
         from ._seal import key_of
 
         key = key_of(self.seal_key)  # a bad key fails before anything is written
-        with Journal.open(
-            path, durability=self.durability, redact=self.redact, blob_threshold=self.blob_threshold
+        with open_journal(
+            path,
+            durability=self.durability,
+            redact=self.redact,
+            blob_threshold=self.blob_threshold,
+            storage_options=self.storage_options,
         ) as journal:
             journal.seal_key = key
             if journal.size():

@@ -44,6 +44,7 @@ from . import _blobs
 from ._errors import HarnessError, TraceUnreadable
 from ._executor import Outcome
 from ._replay import Replay, replay
+from .store import local_copy
 
 FORMAT, VERSION = "harness-golden", 2  # 2: trace schema 2 (one checkpoint record per step, seals)
 GOLDEN_HEAD = orjson.dumps({"format": FORMAT, "version": VERSION}).decode()
@@ -291,7 +292,8 @@ class Loaded:
             loaded.causal = True
             return loaded
         # complete lines only: a torn tail is not part of the run
-        return cls(path, path=path, end=rep.end, count=rep.records, torn_tail=rep.torn_tail)
+        local = local_copy(path)  # a URL: the copy replay() just checked
+        return cls(path, path=local, end=rep.end, count=rep.records, torn_tail=rep.torn_tail)
 
     @classmethod
     def golden(cls, text: str | bytes, name: str) -> Loaded:

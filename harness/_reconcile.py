@@ -17,9 +17,10 @@ from typing import Any
 
 from . import _state as S
 from ._errors import HarnessError, TraceUnreadable
-from ._journal import Journal, check_value, set_aside
+from ._journal import check_value, set_aside
 from ._redact import Redaction, Rule
 from ._replay import replay
+from .store import is_url, open_journal
 
 
 def reconcile(
@@ -39,11 +40,14 @@ def reconcile(
     if not happened and result is not None:
         raise HarnessError(f"{path}: a result was given for an operation that did not happen; nothing was written")
     check_value("result", result)
-    if not os.path.lexists(path):  # Journal.open would create it
-        raise TraceUnreadable(path, "no such trace file; nothing was written")
-    if not os.path.isfile(path):
-        raise TraceUnreadable(path, "not a regular file, so not a trace; nothing was written")
-    with Journal.open(path, redact=rules) as journal:
+    if not is_url(path):
+        if not os.path.lexists(path):  # Journal.open would create it
+            raise TraceUnreadable(path, "no such trace file; nothing was written")
+        if not os.path.isfile(path):
+            raise TraceUnreadable(path, "not a regular file, so not a trace; nothing was written")
+    with open_journal(path, redact=rules) as journal:  # a URL: its segments, downloaded into the writer's spool
+        if is_url(path) and not journal.size():
+            raise TraceUnreadable(path, "no such trace on the store; nothing was written")
         rep = replay(path)
         if rep.state != S.PAUSED or rep.reconcile is not None or rep.pending is None:
             why = "it is already reconciled" if rep.reconcile is not None else f"its state is {rep.state}"

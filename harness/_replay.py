@@ -46,6 +46,7 @@ from ._errors import HarnessError, TraceCorruption
 from ._journal import HEADER_START as _HEADER_START
 from ._journal import MARK as _MARK
 from ._journal import MAX_DEPTH, MAX_LINE, SCHEMA, SUFFIX, canonical, line_ok, open_regular, read_error, unreadable
+from .store._location import is_url
 
 _CHUNK = 1 << 16  # 64 KiB: small enough that a chunk's lines are still in the CPU cache when checked
 
@@ -358,6 +359,10 @@ def replay(
     corruption before replay() raises, and holds no more than one record.
     """
     path = os.fspath(trace)
+    if is_url(path):  # a trace on object storage: its segments, concatenated, through this same function
+        from .store._read import replay_url
+
+        return replay_url(path, on_record=on_record)  # type: ignore[no-any-return]
     with os.fdopen(open_regular(path), "rb") as f:
         try:
             return _scan(path, f, on_record)

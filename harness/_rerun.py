@@ -58,6 +58,7 @@ from ._journal import Journal, check_value
 from ._normalize import normalize, normalize_record
 from ._redact import Redaction, Rule
 from ._replay import Checkpoint, Crossing, Replay, replay, request_hash
+from .store import is_url, local_copy
 
 Planner = Callable[[Any, list[Checkpoint]], Step | None]
 Verifier = Callable[[Step, Any], bool]
@@ -174,6 +175,8 @@ def fork(
 
 
 def _fresh(path: str) -> None:
+    if is_url(path):
+        raise HarnessError(f"{path}: a rerun or fork writes its new trace to a local path; give a local out=")
     if os.path.exists(path):
         raise HarnessError(f"{path} already exists; a rerun or fork writes a new trace, choose another path")
 
@@ -184,7 +187,7 @@ class _Recording:
     def __init__(self, path: str):
         self.path = path
         self.rep: Replay = replay(path)
-        self.records = _records(path, self.rep.end)
+        self.records = _records(local_copy(path), self.rep.end)  # a URL: the copy replay() just checked
         if any(r["kind"] in ("event", "end") for r in self.records):
             raise HarnessError(f"{path}: written by a Recorder, not an Executor; there is no agent loop to re-execute")
         # a result taken from an operator's reconcile record is not served: resume reads it from the trace

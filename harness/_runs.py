@@ -31,6 +31,7 @@ import orjson
 
 from ._errors import TraceUnreadable
 from ._journal import HEADER_START, MAX_LINE, line_ok, open_regular
+from .store._location import is_url
 
 _HEAD = 64 * 1024
 _TAIL = 8 * 1024
@@ -76,6 +77,10 @@ def runs_dir(folder: str | os.PathLike[str] | None = None) -> str:
 def list_runs(folder: str | os.PathLike[str] | None = None) -> list[RunInfo]:
     """The runs in `folder` (see runs_dir()), oldest first."""
     path = runs_dir(folder)
+    if is_url(path):  # a runs URL on object storage
+        from .store._runs import list_runs_url
+
+        return list_runs_url(path)
     try:
         names = [e.name for e in os.scandir(path) if e.name.endswith(".jsonl") and e.is_file()]
     except FileNotFoundError:

@@ -499,6 +499,44 @@ def _migrate(args: argparse.Namespace) -> int:
     return 0
 
 
+# --- fleet: many runs on Ray (issue 16) ---------------------------------------------------
+
+
+def _fleet_setup(p: argparse.ArgumentParser) -> None:
+    p.add_argument("goals", help="a JSON-lines file: one goal (a JSON value) a line")
+    p.add_argument(
+        "--agent", required=True, metavar="MODULE:FACTORY", help="factory returning (planner, tools, verifier)"
+    )
+    p.add_argument("--runs", required=True, metavar="URL", help="where the traces go: a URL every worker reaches")
+    p.add_argument("--batch", help="names the traces (<batch>-<index>.jsonl); default: a digest of agent and goals")
+    p.add_argument("--max-retries", type=int, default=3, metavar="N", help="Ray retries of a task whose worker died")
+    p.add_argument("--address", help="the Ray cluster to use (default: a local one; 'auto' for `ray start`'s)")
+    p.add_argument("--json", action="store_true", help="print one JSON object per goal")
+
+
+@command(
+    "fleet",
+    "Run every goal of a JSON-lines file as one Ray task, resumable from its trace. Exit 0 all DONE, 1 not, 2 error.",
+    _fleet_setup,
+)
+def _fleet(args: argparse.Namespace) -> int:
+    import orjson
+
+    from .ray import read_goals, run_many
+
+    goals = read_goals(args.goals)
+    outcomes = run_many(
+        goals, agent=args.agent, runs=args.runs, batch=args.batch, max_retries=args.max_retries, address=args.address
+    )
+    for i, o in enumerate(outcomes):
+        if args.json:
+            row = {"index": i, "state": o.state, "run_id": o.run_id, "trace": o.trace, "error": o.error}
+            sys.stdout.buffer.write(orjson.dumps(row) + b"\n")
+        else:
+            print(f"{i}  {o.state:<7} {o.trace}")
+    return 0 if all(o.state == "DONE" for o in outcomes) else 1
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="harness", description="Inspect, check and compare harness traces.")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")

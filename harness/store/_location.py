@@ -1,0 +1,172 @@
+"""Where a trace lives on object storage, and the segment objects that hold it.
+
+A run's trace at URL `<runs>/<run>.jsonl` is a prefix holding immutable
+segment objects `000001.seg`, `000002.seg`, ...: their concatenation, in
+number order, is exactly the bytes a local trace of the same run holds (same
+lines, same crc chain). A segment holds whole lines only and is never
+rewritten. A writer creates segment N with the store's conditional create
+(S3 `If-None-Match: *`, a local file's O_EXCL), so segment numbers are the
+fence that keeps two writers from both advancing one run.
+
+`open_location(url)` resolves a URL through fsspec (the `s3` extra); the
+credentials and endpoint come from the usual places (the environment,
+AWS_ENDPOINT_URL, ~/.aws) or `storage_options=`; the CLI also reads
+$HARNESS_STORAGE_OPTIONS (a JSON object). fsspec is imported here only.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from .._errors import HarnessError, TraceCorruption, TraceUnreadable
+
+_URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+_SEGMENT = re.compile(r"^(\d{6,})\.seg$")
+
+
+def is_url(path: str | os.PathLike[str] | None) -> bool:
+    """Whether path is an fsspec URL (`s3://bucket/runs`, `memory://x`, `file:///tmp/runs`) rather than a local path."""
+    return isinstance(path, str) and _URL.match(path) is not None
+
+
+def segment_name(n: int) -> str:
+    return f"{n:06d}.seg"
+
+
+class FenceLost(HarnessError):
+    """Another writer created the segment this writer was about to create: it advanced the run meanwhile.
+
+    `url` is the trace, `segment` the number both wanted. This writer stopped
+    and ships nothing more; the bucket holds the other writer's story.
+    """
+
+    def __init__(self, url: str, segment: int):
+        self.url, self.segment = url, segment
+        super().__init__(
+            f"{url}: segment {segment_name(segment)} already exists: another writer advanced this run since "
+            "this one read it (two writers on one run). This writer stopped; nothing more of it was shipped. "
+            "Resume the run (resume=True) from the bucket once its other writer is gone."
+        )
+
+
+def storage_options_from_env() -> dict[str, Any]:
+    """$HARNESS_STORAGE_OPTIONS as a dict (a JSON object), else {}."""
+    text = os.environ.get("HARNESS_STORAGE_OPTIONS")
+    if not text:
+        return {}
+    try:
+        value = orjson.loads(text)
+    except orjson.JSONDecodeError as e:
+        raise HarnessError(f"$HARNESS_STORAGE_OPTIONS is not valid JSON ({e}); give a JSON object") from None
+    if not isinstance(value, dict):
+        raise HarnessError("$HARNESS_STORAGE_OPTIONS must be a JSON object of fsspec storage options")
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class Location:
+    """A URL resolved to an fsspec file system and the path inside it."""
+
+    url: str
+    fs: Any
+    root: str
+
+    def child(self, name: str) -> Location:
+        return Location(f"{self.url}/{name}", self.fs, f"{self.root}/{name}")
+
+    @property
+    def local(self) -> bool:
+        protocol = self.fs.protocol
+        return bool({"file", "local"} & set((protocol,) if isinstance(protocol, str) else protocol))
+
+    def listing(self, recursive: bool = False) -> list[str]:
+        """The object paths under this location (fresh: fsspec's listing cache is dropped first)."""
+        self.fs.invalidate_cache(self.root)
+        try:
+            if recursive:
+                return list(self.fs.find(self.root, detail=False))
+            return [p for p in self.fs.ls(self.root, detail=False)]
+        except FileNotFoundError:
+            return []
+        except OSError as e:
+            raise TraceUnreadable(self.url, f"cannot list: {e}") from None
+
+    def segments(self) -> list[tuple[int, str]]:
+        """(number, object path) of every segment of the trace here, in order; checks they are 1..N."""
+        found = []
+        for path in self.listing():
+            m = _SEGMENT.match(path.rstrip("/").rsplit("/", 1)[-1])
+            if m:
+                found.append((int(m[1]), path))
+        found.sort()
+        for i, (n, _) in enumerate(found, 1):
+            if n != i:
+                raise TraceCorruption(
+                    self.url, 1, "segment-gap", f"segment {segment_name(i)} is missing (the next is {segment_name(n)})"
+                )
+        return found
+
+    def read(self, path: str, start: int | None = None, end: int | None = None) -> bytes:
+        try:
+            return bytes(self.fs.cat_file(path, start=start, end=end))
+        except OSError as e:
+            raise TraceUnreadable(self.url, f"cannot read {path}: {e}") from None
+
+    def create(self, name: str, data: bytes) -> bool:
+        """Create object `name` here holding data, only if it does not exist yet; False if it did.
+
+        Raises OSError when the store did not answer (the object may or may not exist then).
+        """
+        path = f"{self.root}/{name}"
+        for first in (True, False):
+            try:
+                with self.fs.open(path, "xb") as f:
+                    f.write(data)
+                return True
+            except FileExistsError:
+                return False
+            except FileNotFoundError:
+                if not (first and self.local):  # a bucket that does not exist: say so
+                    raise
+                self.fs.makedirs(self.root, exist_ok=True)  # a local folder is made; a bucket never is
+        raise AssertionError("unreachable")
+
+    def download(self, dest: Any) -> tuple[int, int, int]:
+        """Write the concatenated segments to the binary file dest; returns (segments, bytes, lines).
+
+        TraceCorruption when a segment does not end with a whole line (segments only ever hold whole lines).
+        """
+        count = size = lines = 0
+        for n, path in self.segments():
+            data = self.read(path)
+            lines += data.count(b"\n")
+            if not data.endswith(b"\n"):
+                why = f"segment {segment_name(n)} does not end with a whole line (segments hold whole lines only)"
+                raise TraceCorruption(self.url, lines + 1, "torn-segment", why)
+            dest.write(data)
+            count, size = count + 1, size + len(data)
+        return count, size, lines
+
+
+def open_location(url: str, storage_options: dict[str, Any] | None = None) -> Location:
+    """Resolve url through fsspec. HarnessError saying what to install when the extra or protocol is missing."""
+    try:
+        import fsspec  # type: ignore[import-untyped]  # the `s3` extra (fsspec, s3fs); fsspec ships no type hints
+    except ImportError:
+        raise HarnessError(
+            f"{url}: traces on object storage need fsspec (and s3fs for s3://): pip install 'harness-trace[s3]'"
+        ) from None
+    options = storage_options if storage_options is not None else storage_options_from_env()
+    url = url.rstrip("/")
+    try:
+        fs, root = fsspec.core.url_to_fs(url, **options)
+    except ImportError as e:
+        raise HarnessError(f"{url}: {e}; for s3:// pip install 'harness-trace[s3]'") from None
+    except ValueError as e:
+        raise HarnessError(f"{url}: not a URL fsspec can open ({e})") from None
+    return Location(url, fs, str(root).rstrip("/"))

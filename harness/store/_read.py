@@ -1,0 +1,82 @@
+"""Reading a trace on object storage: its segments, concatenated into a local copy.
+
+`local_copy(url)` lists the run's segments and streams them, in order, into
+one local file: the very bytes a local trace of the run holds. `replay(url)`
+runs the same `replay()` on that copy (every check a local trace gets),
+reports any damage against the URL with the same line numbers, and returns a
+Replay whose `path` is the URL. When this process itself holds the run's
+writer, its spool is read instead (what it wrote, shipped or not).
+
+Copies live in one temporary folder per process, removed when it exits; a
+copy is reused while the run's segments are unchanged.
+"""
+
+from __future__ import annotations
+
+import atexit
+import dataclasses
+import hashlib
+import os
+import shutil
+import tempfile
+from collections.abc import Callable
+from typing import Any
+
+from .._errors import HarnessError, TraceCorruption, TraceUnreadable
+from ._location import open_location
+from ._spool import SPOOLS
+
+_folder: str | None = None
+
+
+def _copies() -> str:
+    global _folder
+    if _folder is None:
+        _folder = tempfile.mkdtemp(prefix="harness-copies-")
+        atexit.register(shutil.rmtree, _folder, True)
+    return _folder
+
+
+def local_copy(url: str, *, storage_options: dict[str, Any] | None = None) -> str:
+    """A local file holding the trace at url, byte for byte; TraceUnreadable when the run has no segments."""
+    url = url.rstrip("/")
+    if url in SPOOLS:
+        return SPOOLS[url]
+    location = open_location(url, storage_options)
+    segments = location.segments()
+    if not segments:
+        raise TraceUnreadable(url, "no such trace on the store (no segments under it)")
+    key = hashlib.sha256(f"{url}\n{len(segments)}".encode()).hexdigest()[:24]
+    path = os.path.join(_copies(), f"{key}.jsonl")
+    if os.path.exists(path):  # segments are immutable: the same count is the same bytes
+        return path
+    part = f"{path}.part-{os.getpid()}"
+    try:
+        with open(part, "wb") as f:
+            location.download(f)
+        os.replace(part, path)
+    except BaseException:
+        if os.path.exists(part):
+            os.unlink(part)
+        raise
+    return path
+
+
+def replay_url(
+    url: str,
+    *,
+    on_record: Callable[[bytes, dict[str, Any]], None] | None = None,
+    storage_options: dict[str, Any] | None = None,
+) -> Any:
+    """replay() of the trace at url: the same checks, the damage named against the URL."""
+    from .._replay import replay
+
+    url = url.rstrip("/")
+    path = local_copy(url, storage_options=storage_options)
+    try:
+        rep = replay(path, on_record=on_record)
+    except TraceCorruption as e:
+        raise TraceCorruption(url, e.line, e.reason, e.detail, e.seq) from None
+    except HarnessError as e:
+        raise HarnessError(str(e).replace(path, url)) from None
+    return dataclasses.replace(rep, path=url)

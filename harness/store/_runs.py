@@ -1,0 +1,100 @@
+"""List the runs under a runs URL, reading only the two ends of each trace.
+
+One recursive listing of the prefix finds every run (`<run>.jsonl/` with
+its segments); for each, the first line of segment 1 (the header) and the
+last line of the last segment are read with ranged reads, as the local
+listing reads the two ends of a file. Nothing is validated: replay does that.
+
+Status as for a local folder, except that a store has no lock to see: a run
+without a terminal record is `paused` or `interrupted` whether or not a
+writer is still at work on it.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime
+from typing import Any
+
+import orjson
+
+from .._errors import TraceUnreadable
+from .._journal import line_ok
+from .._runs import RunInfo, _terminal, _time, _waiting
+from ._location import open_location
+
+_SEG = re.compile(r"^(.*\.jsonl)/(\d{6,})\.seg$")
+_HEAD = 64 * 1024
+_TAIL = 8 * 1024
+
+
+def list_runs_url(url: str, *, storage_options: dict[str, Any] | None = None) -> list[RunInfo]:
+    """The runs under url, oldest first."""
+    location = open_location(url, storage_options)
+    prefix = location.root + "/"
+    runs: dict[str, dict[int, str]] = {}
+    for path in location.listing(recursive=True):
+        m = _SEG.match(path[len(prefix) :] if path.startswith(prefix) else path)
+        if m and "/" not in m[1]:
+            runs.setdefault(m[1], {})[int(m[2])] = path
+    if not runs and not location.fs.exists(location.root):
+        raise TraceUnreadable(location.url, "no such runs folder on the store")
+    infos = [_info(location, name, segs) for name, segs in runs.items()]
+    infos.sort(key=lambda r: (r.started is None, r.started or datetime.min.replace(tzinfo=UTC), r.id))
+    return infos
+
+
+def _info(location: Any, name: str, segments: dict[int, str]) -> RunInfo:
+    url = f"{location.url}/{name}"
+    fallback = name.removesuffix(".jsonl")
+    first = segments.get(1)
+    header = _first_line(location, first) if first else None
+    if header is None:
+        return RunInfo(fallback, url, None, "unreadable", None, None, 0)
+    last = _last_line(location, segments[max(segments)]) or header
+    env = header.get("env")
+    status = _terminal(last) or _waiting(last)
+    parent, branch = header.get("parent"), header.get("branch")
+    return RunInfo(
+        id=str(header.get("run_id", fallback)), path=url,
+        entrypoint=env.get("entrypoint") if isinstance(env, dict) else None,
+        status=status, started=_time(header.get("ts")),
+        ended=_time(last.get("ts")) if status in ("done", "failed") else None,
+        records=last["seq"] if type(last.get("seq")) is int else 1,
+        parent=parent if isinstance(parent, str) else None,
+        branch=branch if type(branch) is int else None,
+    )  # fmt: skip
+
+
+def _first_line(location: Any, path: str) -> dict[str, Any] | None:
+    try:
+        data = location.read(path, 0, _HEAD)
+        end = data.find(b"\n")
+        if end < 0:
+            data = location.read(path)
+            end = data.find(b"\n")
+    except TraceUnreadable:
+        return None
+    line = data[:end]
+    if end < 0 or not line_ok(line, 0):
+        return None
+    try:
+        rec = orjson.loads(line)
+    except orjson.JSONDecodeError:
+        return None
+    return rec if isinstance(rec, dict) and rec.get("kind") == "header" and rec.get("seq") == 1 else None
+
+
+def _last_line(location: Any, path: str) -> dict[str, Any] | None:
+    try:
+        data = location.read(path, -_TAIL, None)
+        if data.count(b"\n") < 2 and len(data) >= _TAIL:  # a long last line: read the whole segment
+            data = location.read(path)
+    except TraceUnreadable:
+        return None
+    lines = data.rstrip(b"\n").rsplit(b"\n", 1)
+    try:
+        rec = orjson.loads(lines[-1])
+    except orjson.JSONDecodeError:
+        return None
+    return rec if isinstance(rec, dict) else None

@@ -1,0 +1,154 @@
+"""The writer of a trace on object storage: a local spool, shipped as segments.
+
+`RemoteJournal` is a `Journal` whose file is a local spool (in a temporary
+folder) and whose `path` is the trace's URL. Opening it lists the run's
+segments and downloads them into the spool, so the spool starts as exactly
+the bytes in the bucket; every record is then appended to the spool as a
+local trace's would be, and at the ship points the bytes written since the
+last segment go up as segment N+1, created only if it does not exist yet.
+
+Ship points (a segment holds whole lines only):
+- a record written with sync=True: the header, a declared tool's intent and
+  its result, a reconcile record: on the bucket before the tool runs;
+- a step's checkpoint (with its transitions): an acknowledged checkpoint;
+- a `resume` record: the resuming writer claims the run at once;
+- the end of the run (DONE, FAILED, PAUSED, a seal) and close();
+- with durability="fsync", every record.
+
+Fencing: segment numbers are the fence. A writer that finds its next segment
+already there (another writer advanced the run) raises FenceLost, refuses
+everything after, and leaves nothing behind: no lock to go stale. A failed
+upload breaks the journal (whether the segment landed is unknown) and the
+run stops; a resume reads the truth from the bucket.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import threading
+from collections.abc import Iterable
+from typing import Any, cast
+
+from .. import _state as S
+from .._errors import JournalError
+from .._journal import Journal
+from ._location import FenceLost, Location, open_location, segment_name
+
+_SHIP_KINDS = frozenset({"header", "resume", "reconcile", "seal"})
+_SHIP_STATES = frozenset({S.DONE, S.FAILED, S.PAUSED})
+SPOOLS: dict[str, str] = {}  # url -> spool of the writer this process holds: its readers see what it wrote
+
+
+class RemoteJournal(Journal):
+    """The single writer of a trace on object storage. Open with `RemoteJournal.open_url()`."""
+
+    __slots__ = ("_ship_lock", "location", "next_segment", "ship_every", "shipped", "spool")
+
+    location: Location
+    spool: str
+    next_segment: int
+    shipped: int
+    ship_every: bool
+    _ship_lock: threading.Lock
+
+    @classmethod
+    def open_url(
+        cls,
+        url: str,
+        *,
+        durability: str = "flush",
+        redact: Any = None,
+        storage_options: dict[str, Any] | None = None,
+        **options: Any,
+    ) -> RemoteJournal:
+        """Open the trace at url: download its segments into a fresh spool and continue after them."""
+        if durability not in ("flush", "fsync"):
+            raise ValueError(f"durability must be 'flush' or 'fsync', not {durability!r}")
+        location = open_location(url, storage_options)
+        folder = tempfile.mkdtemp(prefix="harness-spool-")
+        spool = os.path.join(folder, "trace.jsonl")
+        try:
+            with open(spool, "wb") as f:
+                count, size, _ = location.download(f)
+            # the spool itself needs no fsync: the bucket is the durable copy
+            journal = cast(RemoteJournal, cls.open(spool, redact=redact, **options))
+        except BaseException:
+            shutil.rmtree(folder, ignore_errors=True)
+            raise
+        journal.path, journal.spool, journal.location = location.url, spool, location
+        journal.next_segment, journal.shipped = count + 1, size
+        journal.ship_every = durability == "fsync"
+        journal._ship_lock = threading.Lock()
+        SPOOLS[location.url] = spool
+        return journal
+
+    def append(self, kind: str, fields: dict[str, Any], *, sync: bool = False, check: tuple[str, ...] = ()) -> int:
+        seq = super().append(kind, fields, check=check)
+        if sync or self.ship_every or kind in _SHIP_KINDS or (kind == "transition" and fields["to"] in _SHIP_STATES):
+            self.ship()
+        return seq
+
+    def append_many(self, records: Iterable[tuple[str, dict[str, Any]]], *, sync: bool = False) -> int:
+        seq = super().append_many(records)
+        self.ship()  # a step's checkpoint: acknowledged once it is in the bucket
+        return seq
+
+    def ship(self) -> None:
+        """Create the next segment from the spool's bytes not shipped yet (nothing when there are none)."""
+        with self._ship_lock:
+            if self._broken:
+                raise JournalError(self.path, f"an earlier {self._broken} failed; this journal accepts nothing more")
+            size = self.size()
+            if size == self.shipped:
+                return
+            data = os.pread(self.fd, size - self.shipped, self.shipped)
+            n = self.next_segment
+            try:
+                created = self.location.create(segment_name(n), data)
+            except Exception as e:  # the store did not answer: the segment may or may not be there
+                self._broken = "upload"
+                raise JournalError(self.path, f"upload of segment {segment_name(n)} failed: {e}") from None
+            if not created:
+                self._broken = "fence"
+                raise FenceLost(self.path, n)
+            self.next_segment, self.shipped = n + 1, size
+
+    def continue_after(self, seq: int, crc: int, end: int) -> None:
+        if end < self.shipped:  # the segments are immutable: never cut into them
+            raise JournalError(self.path, f"cannot continue at byte {end}: segments hold {self.shipped} bytes")
+        super().continue_after(seq, crc, end)
+
+    def close(self) -> None:
+        """Ship what is left (the end of the run), then drop the spool; an unshipped tail is lost on a failure."""
+        if self.fd < 0:
+            return
+        try:
+            if not self._broken:
+                self.ship()
+        finally:
+            super().close()
+            SPOOLS.pop(self.path, None)
+            shutil.rmtree(os.path.dirname(self.spool), ignore_errors=True)
+
+
+def open_journal(
+    path: str | os.PathLike[str],
+    *,
+    durability: str = "flush",
+    redact: Any = None,
+    storage_options: dict[str, Any] | None = None,
+    **options: Any,
+) -> Journal:
+    """The writer of the trace at path: a local `Journal`, or a `RemoteJournal` for a URL.
+
+    `redact` and `options` (blob_threshold=...) go to `Journal.open` as it takes them.
+    """
+    from ._location import is_url
+
+    if is_url(path):
+        return RemoteJournal.open_url(
+            str(path), durability=durability, redact=redact, storage_options=storage_options, **options
+        )
+    return Journal.open(path, durability=durability, redact=redact, **options)
