@@ -86,25 +86,34 @@ class Location:
 
     def listing(self, recursive: bool = False) -> list[str]:
         """The object paths under this location (fresh: fsspec's listing cache is dropped first)."""
+        return list(self.details(recursive))
+
+    def details(self, recursive: bool = False) -> dict[str, dict[str, Any]]:
+        """path -> fsspec's details (size, ETag or mtime, ...) of the objects under this location, fresh."""
         self.fs.invalidate_cache(self.root)
         try:
             if recursive:
-                return list(self.fs.find(self.root, detail=False))
-            return [p for p in self.fs.ls(self.root, detail=False)]
+                return dict(self.fs.find(self.root, detail=True))
+            return {d["name"]: d for d in self.fs.ls(self.root, detail=True)}
         except FileNotFoundError:
-            return []
+            return {}
         except OSError as e:
             raise TraceUnreadable(self.url, f"cannot list: {e}") from None
 
     def segments(self) -> list[tuple[int, str]]:
         """(number, object path) of every segment of the trace here, in order; checks they are 1..N."""
+        return [(n, path) for n, path, _ in self.versions()]
+
+    def versions(self) -> list[tuple[int, str, str]]:
+        """segments() with what identifies each one's bytes (size and ETag, or size and mtime)."""
         found = []
-        for path in self.listing():
+        for path, d in self.details().items():
             m = _SEGMENT.match(path.rstrip("/").rsplit("/", 1)[-1])
             if m:
-                found.append((int(m[1]), path))
+                tag = f"{d.get('size')}:{d.get('ETag') or d.get('mtime') or d.get('LastModified') or ''}"
+                found.append((int(m[1]), path, tag))
         found.sort()
-        for i, (n, _) in enumerate(found, 1):
+        for i, (n, _, _) in enumerate(found, 1):
             if n != i:
                 raise TraceCorruption(
                     self.url, 1, "segment-gap", f"segment {segment_name(i)} is missing (the next is {segment_name(n)})"
@@ -136,13 +145,13 @@ class Location:
                 self.fs.makedirs(self.root, exist_ok=True)  # a local folder is made; a bucket never is
         raise AssertionError("unreachable")
 
-    def download(self, dest: Any) -> tuple[int, int, int]:
-        """Write the concatenated segments to the binary file dest; returns (segments, bytes, lines).
+    def download(self, dest: Any, segments: list[tuple[int, str]] | None = None) -> tuple[int, int, int]:
+        """Write the concatenated segments (default: all) to the binary file dest; returns (segments, bytes, lines).
 
         TraceCorruption when a segment does not end with a whole line (segments only ever hold whole lines).
         """
         count = size = lines = 0
-        for n, path in self.segments():
+        for n, path in self.segments() if segments is None else segments:
             data = self.read(path)
             lines += data.count(b"\n")
             if not data.endswith(b"\n"):

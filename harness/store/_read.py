@@ -8,7 +8,8 @@ Replay whose `path` is the URL. When this process itself holds the run's
 writer, its spool is read instead (what it wrote, shipped or not).
 
 Copies live in one temporary folder per process, removed when it exits; a
-copy is reused while the run's segments are unchanged.
+copy is reused while the run's segments are unchanged (same names, sizes
+and ETags or modification times).
 """
 
 from __future__ import annotations
@@ -43,17 +44,17 @@ def local_copy(url: str, *, storage_options: dict[str, Any] | None = None) -> st
     if url in SPOOLS:
         return SPOOLS[url]
     location = open_location(url, storage_options)
-    segments = location.segments()
-    if not segments:
+    versions = location.versions()
+    if not versions:
         raise TraceUnreadable(url, "no such trace on the store (no segments under it)")
-    key = hashlib.sha256(f"{url}\n{len(segments)}".encode()).hexdigest()[:24]
+    key = hashlib.sha256(repr((url, versions)).encode()).hexdigest()[:24]
     path = os.path.join(_copies(), f"{key}.jsonl")
-    if os.path.exists(path):  # segments are immutable: the same count is the same bytes
+    if os.path.exists(path):  # the same segments, each of the same size and version: the same bytes
         return path
     part = f"{path}.part-{os.getpid()}"
     try:
         with open(part, "wb") as f:
-            location.download(f)
+            location.download(f, [(n, p) for n, p, _ in versions])
         os.replace(part, path)
     except BaseException:
         if os.path.exists(part):

@@ -1,0 +1,270 @@
+"""Traces on object storage, against a real S3-compatible server on 127.0.0.1 (moto in server mode).
+
+A run's trace is a prefix of segment objects; these tests write runs there,
+kill a writer with SIGKILL and finish its run in another process from the
+bucket alone, race two writers on one run, and read runs back through the
+CLI. Skipped (saying why) only when the s3 extra or moto is not installed.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from s3server import need_s3, new_bucket, s3_server
+
+need_s3()
+
+import harness  # noqa: E402 - after the skip
+from harness import Executor, TraceCorruption, TraceUnreadable  # noqa: E402
+from harness.cli import main  # noqa: E402
+from harness.store import FenceLost, RemoteJournal  # noqa: E402
+
+HERE = Path(__file__).parent
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[str]:
+    with s3_server() as endpoint:
+        yield endpoint
+
+
+@pytest.fixture
+def runs(server: str) -> str:
+    """A runs URL in a fresh bucket."""
+    return f"s3://{new_bucket()}/runs"
+
+
+def goal(tmp_path: Path, run: int = 0, steps: int = 5, **hang: Any) -> dict[str, Any]:
+    g: dict[str, Any] = {"run": run, "steps": steps, "ledger": str(tmp_path / "ledger.db")}
+    if hang:
+        g["hang"] = hang
+    return g
+
+
+def executor(**options: Any) -> Executor:
+    sys.path.insert(0, str(HERE))
+    from fleet_agent import make_agent
+
+    planner, tools, verifier = make_agent()
+    return Executor(planner=planner, tools=tools, verifier=verifier, **options)
+
+
+def ledger(tmp_path: Path) -> list[tuple[str, int, int, int]]:
+    with sqlite3.connect(tmp_path / "ledger.db") as db:
+        return sorted(db.execute("SELECT key, run, step, calls FROM effects"))
+
+
+def objects(url: str) -> list[str]:
+    return harness.store.open(url).listing()
+
+
+CHILD = """
+import sys
+sys.path.insert(0, sys.argv[1])
+import orjson
+from fleet_agent import make_agent
+from harness import Executor
+planner, tools, verifier = make_agent()
+Executor(planner=planner, tools=tools, verifier=verifier, trace=sys.argv[2], resume=True).run(orjson.loads(sys.argv[3]))
+"""
+
+
+def start(trace: str, g: dict[str, Any]) -> subprocess.Popen[bytes]:
+    import orjson
+
+    args = [sys.executable, "-c", CHILD, str(HERE), trace, orjson.dumps(g).decode()]
+    return subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+def wait_for(marker: Path, child: subprocess.Popen[bytes]) -> int:
+    deadline = time.monotonic() + 120  # a hang guard for the handshake, not a timing assertion
+    while not marker.exists():
+        if child.poll() is not None:
+            pytest.fail(f"the child ended before the handshake: {child.communicate()[1].decode()}")
+        if time.monotonic() > deadline:
+            pytest.fail("the child never reached the step it hangs in")
+        time.sleep(0.01)
+    return int(marker.read_text())
+
+
+def test_a_run_on_s3_is_segments_whose_concatenation_is_a_valid_local_trace(runs: str, tmp_path: Path) -> None:
+    out = executor(runs_dir=runs).run(goal(tmp_path))
+    assert out.state == "DONE" and out.trace.startswith(runs + "/") and out.trace.endswith(".jsonl")
+    names = [p.rsplit("/", 1)[1] for p in objects(out.trace)]
+    assert names == [f"{n:06d}.seg" for n in range(1, len(names) + 1)]
+    loc = harness.store.open(out.trace)
+    whole = b"".join(loc.read(p) for _, p in loc.segments())
+    (tmp_path / "copy.jsonl").write_bytes(whole)
+    local = harness.replay(tmp_path / "copy.jsonl")  # the same bytes as a local trace: the same checks pass
+    remote = harness.replay(out.trace)
+    assert remote.path == out.trace and remote.state == local.state == "DONE"
+    assert (
+        [c.result for c in remote.checkpoints]
+        == [c.result for c in local.checkpoints]
+        == [c.result for c in out.checkpoints]
+    )
+
+
+def in_bucket(trace: str, tmp_path: Path) -> harness.Replay:
+    """replay() of what the bucket itself holds (not the spool of a writer in this process)."""
+    loc = harness.store.open(trace)
+    copy = tmp_path / f"bucket-{len(list(tmp_path.iterdir()))}.jsonl"
+    copy.write_bytes(b"".join(loc.read(p) for _, p in loc.segments()))
+    return harness.replay(copy)
+
+
+def test_a_declared_intent_is_in_the_bucket_before_the_tool_runs(runs: str, tmp_path: Path) -> None:
+    trace = f"{runs}/r.jsonl"
+    seen: list[Any] = []
+    ex = executor(trace=trace)
+    charge = ex.tools["charge"]
+    assert isinstance(charge, harness.Tool)
+
+    def spy(**kwargs: Any) -> Any:  # what a resume on another machine would find, read while the tool runs
+        rep = in_bucket(trace, tmp_path)
+        seen.append((rep.state, rep.intent["key"] if rep.intent else None, kwargs["idempotency_key"]))
+        return charge.fn(**kwargs)
+
+    ex.tools["charge"] = harness.Tool(spy, idempotent=True)
+    assert ex.run(goal(tmp_path, steps=2)).state == "DONE"
+    assert [s[0] for s in seen] == ["ACT", "ACT"] and all(s[1] == s[2] for s in seen)
+
+
+def test_sigkill_then_resume_in_another_process_from_the_bucket_alone(runs: str, tmp_path: Path) -> None:
+    trace = f"{runs}/killed.jsonl"
+    marker = tmp_path / "inside"
+    g = goal(tmp_path, steps=6, tool="charge", step=3, marker=str(marker))
+    child = start(trace, g)
+    try:
+        assert wait_for(marker, child) == child.pid
+        os.kill(child.pid, signal.SIGKILL)
+    finally:
+        child.kill()
+        child.communicate()
+    assert child.returncode == -signal.SIGKILL
+    before = harness.replay(trace)
+    assert before.state == "ACT" and before.intent is not None and before.intent["step"] == 3
+    shipped = len(objects(trace))
+    child = start(trace, g)  # another process, nothing local: the bucket is all it has
+    _, err = child.communicate(timeout=120)
+    assert child.returncode == 0, err.decode()
+    after = harness.replay(trace)
+    assert after.state == "DONE" and after.resumes == 1 and len(after.checkpoints) == 6
+    assert len(objects(trace)) > shipped  # it went on with the next segments, the old ones untouched
+    rows = ledger(tmp_path)
+    assert sorted(r[2] for r in rows) == list(range(6))  # one row per step: each effect applied once
+    assert {r[2]: r[3] for r in rows}[3] == 2  # step 3 was called again with the same key, applied once
+    assert [c.result["charged"] for c in after.checkpoints] == [r[0] for r in sorted(rows, key=lambda r: r[2])]
+
+
+def test_an_unsafe_call_in_flight_pauses_the_resumed_run(runs: str, tmp_path: Path) -> None:
+    trace = f"{runs}/unsafe.jsonl"
+    marker = tmp_path / "inside"
+    g = goal(tmp_path, steps=4, tool="send", step=2, marker=str(marker))
+    child = start(trace, g)
+    try:
+        wait_for(marker, child)
+        os.kill(child.pid, signal.SIGKILL)
+    finally:
+        child.kill()
+        child.communicate()
+    out = executor(trace=trace, resume=True).run(g)
+    assert out.state == "PAUSED" and out.pending is not None and out.pending["tool"] == "send"
+    assert out.trace == trace and harness.replay(trace).state == "PAUSED"
+    assert main(["reconcile", trace, "--not-happened", "--evidence", "no mail sent"]) == 0
+    assert executor(trace=trace, resume=True).run(g).state == "DONE"
+
+
+def test_two_writers_racing_on_one_run_exactly_one_advances(runs: str, tmp_path: Path) -> None:
+    trace = f"{runs}/raced.jsonl"
+    marker, release = tmp_path / "inside", tmp_path / "release"
+    g = goal(tmp_path, steps=4, tool="charge", step=1, marker=str(marker), release=str(release))
+    first = start(trace, g)
+    try:
+        wait_for(marker, first)  # the first writer is inside step 1, its intent shipped
+        second = executor(trace=trace, resume=True).run(g)  # believes the first gone; takes over the run
+        assert second.state == "DONE"
+        release.write_text("go")  # the first writer wakes up and tries to ship its result
+        _, err = first.communicate(timeout=120)
+    finally:
+        first.kill()
+    assert first.returncode != 0
+    assert "FenceLost" in err.decode() and "another writer advanced this run" in err.decode()
+    rep = harness.replay(trace)  # one story, the second writer's
+    assert rep.state == "DONE" and rep.resumes == 1 and len(rep.checkpoints) == 4
+    assert [r[3] for r in ledger(tmp_path) if r[2] == 1] == [2]  # the same key twice: applied once
+
+
+def test_two_new_writers_of_one_run_the_second_loses_the_fence(runs: str) -> None:
+    a = RemoteJournal.open_url(f"{runs}/new.jsonl")
+    b = RemoteJournal.open_url(f"{runs}/new.jsonl")  # both saw no segment
+    try:
+        a.append("header", {"schema": 1, "run_id": "a", "goal": 1}, sync=True)
+        with pytest.raises(FenceLost) as e:
+            b.append("header", {"schema": 1, "run_id": "b", "goal": 2}, sync=True)
+        assert e.value.segment == 1 and e.value.url == f"{runs}/new.jsonl"
+        with pytest.raises(harness.JournalError):  # a writer that lost its fence accepts nothing more
+            b.append("resume", {})
+    finally:
+        a.close()
+        b.close()
+    assert harness.replay(f"{runs}/new.jsonl").header["run_id"] == "a"
+
+
+def test_runs_show_replay_and_diff_read_the_bucket(
+    runs: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    done = executor(runs_dir=runs).run(goal(tmp_path, steps=2))
+    marker = tmp_path / "inside"
+    child = start(f"{runs}/stopped.jsonl", goal(tmp_path, run=1, steps=3, tool="charge", step=1, marker=str(marker)))
+    try:
+        wait_for(marker, child)
+        os.kill(child.pid, signal.SIGKILL)
+    finally:
+        child.kill()
+        child.communicate()
+    capsys.readouterr()
+    assert main(["runs", runs, "--json"]) == 0
+    import orjson
+
+    listed = {r["path"]: r for r in orjson.loads(capsys.readouterr().out)}
+    assert listed[done.trace]["status"] == "done" and listed[done.trace]["id"] == done.run_id
+    assert listed[f"{runs}/stopped.jsonl"]["status"] == "interrupted"
+    assert main(["show", done.trace]) == 0
+    shown = capsys.readouterr().out
+    assert "PLAN -> ACT" in shown and "charge" in shown
+    assert main(["replay", done.trace]) == 0
+    assert "valid, state DONE" in capsys.readouterr().out
+    assert main(["diff", done.trace, done.trace]) == 0
+    # a segment edited in the bucket: the reader names the URL and the line, as for a local file
+    loc = harness.store.open(done.trace)
+    n, path = loc.segments()[2]
+    data = loc.read(path)
+    loc.fs.pipe_file(path, data.replace(b'"step":0', b'"step":7', 1))
+    assert main(["replay", done.trace]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"{done.trace}:") and "checksum" in err
+    with pytest.raises(TraceCorruption) as e:
+        harness.replay(done.trace)
+    assert e.value.path == done.trace
+
+
+def test_bad_urls_are_clear_errors(server: str, runs: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(TraceUnreadable, match="no such trace"):
+        harness.replay(f"{runs}/missing.jsonl")
+    assert main(["runs", "s3://no-such-bucket-here/runs"]) == 2
+    assert "no such runs folder" in capsys.readouterr().err
+    with pytest.raises(harness.HarnessError, match="fsspec"):
+        harness.replay("nosuchprotocol://x/y.jsonl")
+    with pytest.raises(harness.HarnessError):  # a bucket that does not exist: nothing is created
+        executor(trace="s3://no-such-bucket-here/r.jsonl").run({"run": 0, "steps": 1, "ledger": "/nonexistent"})
