@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from s3server import need_s3, new_bucket, s3_server
 
 need_s3()
@@ -248,7 +247,7 @@ def test_runs_show_replay_and_diff_read_the_bucket(
     assert main(["diff", done.trace, done.trace]) == 0
     # a segment edited in the bucket: the reader names the URL and the line, as for a local file
     loc = harness.store.open(done.trace)
-    n, path = loc.segments()[2]
+    _, path = loc.segments()[2]
     data = loc.read(path)
     loc.fs.pipe_file(path, data.replace(b'"step":0', b'"step":7', 1))
     assert main(["replay", done.trace]) == 1
