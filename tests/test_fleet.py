@@ -1,0 +1,145 @@
+"""Many runs on a local Ray cluster, traces on a real S3 server: workers killed mid-run, runs resumed.
+
+One cluster (2 CPUs) and one S3 server for the module. The big test runs
+50 goals of 10 steps through `harness.ray.run_many` and SIGKILLs two worker
+processes while they are inside a tool call: one in an idempotent call after
+its effect was applied, one in an unsafe call. Ray retries both tasks on
+another worker, which resume from the bucket. Skipped (saying why) only when
+Ray, the s3 extra or moto is not installed.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from s3server import need_s3, new_bucket, s3_server
+
+need_s3()
+ray = pytest.importorskip("ray", reason="ray is not installed: pip install 'harness-trace[ray,test]'")
+
+import harness  # noqa: E402 - after the skip
+from harness.cli import main  # noqa: E402
+from harness.ray import FleetError, run_many, tasks  # noqa: E402
+
+HERE = Path(__file__).parent
+AGENT = "fleet_agent:make_agent"
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[None]:
+    with s3_server():
+        saved = os.environ.get("PYTHONPATH")
+        os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(HERE), saved) if p)  # workers import the agent
+        ray.init(num_cpus=2, include_dashboard=False, object_store_memory=80 * 2**20, log_to_driver=False)
+        try:
+            yield
+        finally:
+            ray.shutdown()
+            if saved is None:
+                os.environ.pop("PYTHONPATH", None)
+            else:
+                os.environ["PYTHONPATH"] = saved
+
+
+def goal(tmp_path: Path, run: int, steps: int = 10) -> dict[str, Any]:
+    return {"run": run, "steps": steps, "ledger": str(tmp_path / "ledger.db")}
+
+
+def ledger(tmp_path: Path) -> list[tuple[str, int, int, int]]:
+    with sqlite3.connect(tmp_path / "ledger.db") as db:
+        return sorted(db.execute("SELECT key, run, step, calls FROM effects"))
+
+
+def kill_when_inside(markers: list[Path], done: threading.Event) -> list[int]:
+    """SIGKILL each process that writes its pid to one of markers; the pids killed."""
+    killed: list[int] = []
+    waiting = list(markers)
+    deadline = time.monotonic() + 600  # a hang guard, not a timing assertion
+    while waiting:
+        for m in [m for m in waiting if m.exists()]:
+            pid = int(m.read_text())
+            os.kill(pid, signal.SIGKILL)
+            killed.append(pid)
+            waiting.remove(m)
+        if done.is_set() or time.monotonic() > deadline:
+            pytest.fail(f"the batch ended (or hung) before it reached {[m.name for m in waiting]}")
+        time.sleep(0.05)
+    return killed
+
+
+def test_fifty_runs_survive_killed_workers_and_every_effect_happens_once(cluster: None, tmp_path: Path) -> None:
+    runs = f"s3://{new_bucket()}/runs"
+    goals = [goal(tmp_path, i) for i in range(50)]
+    goals[7]["hang"] = {"tool": "charge", "step": 5, "marker": str(tmp_path / "idempotent")}
+    goals[13]["hang"] = {"tool": "send", "step": 3, "marker": str(tmp_path / "unsafe")}
+    result: dict[str, Any] = {}
+    done = threading.Event()
+
+    def batch() -> None:
+        try:
+            result["outcomes"] = run_many(goals, agent=AGENT, runs=runs, max_retries=3)
+        except BaseException as e:
+            result["error"] = e
+        finally:
+            done.set()
+
+    driver = threading.Thread(target=batch)
+    driver.start()
+    try:
+        killed = kill_when_inside([tmp_path / "idempotent", tmp_path / "unsafe"], done)
+    finally:
+        driver.join(timeout=900)
+    assert "error" not in result, result.get("error")
+    assert len(set(killed)) == 2
+    outcomes = result["outcomes"]
+    assert [o.trace for o in outcomes] == [t.trace for t in tasks(goals, agent=AGENT, runs=runs)]
+    states = [o.state for o in outcomes]
+    assert states == ["PAUSED" if i == 13 else "DONE" for i in range(50)]
+    assert outcomes[13].pending is not None and outcomes[13].pending["tool"] == "send"
+    rows = ledger(tmp_path)  # the key is UNIQUE: an effect applied twice would be calls 2 on one row
+    steps = {i: sorted(step for _, run, step, _ in rows if run == i) for i in range(50)}
+    assert steps == {i: list(range(3 if i == 13 else 10)) for i in range(50)}
+    calls = {(run, step): n for _, run, step, n in rows}
+    assert calls.pop((7, 5)) == 2  # called again after the kill, with the same key
+    assert set(calls.values()) == {1}
+    listed = harness.list_runs(runs)
+    assert sorted(r.path for r in listed) == sorted(o.trace for o in outcomes)
+    for i, o in enumerate(outcomes):  # every trace in the bucket replays, and says what the outcome said
+        rep = harness.replay(o.trace)
+        assert rep.state == o.state and rep.resumes == (1 if i in (7, 13) else 0)
+        keys = [c.result["charged"] for c in rep.checkpoints]
+        assert keys == [k for k, run, _, _ in sorted(rows, key=lambda r: r[2]) if run == i]
+
+
+def test_harness_fleet_runs_a_goals_file_and_running_it_again_resumes(
+    cluster: None, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    runs = f"s3://{new_bucket()}/runs"
+    goals = tmp_path / "goals.jsonl"
+    goals.write_text("".join(f'{{"run": {i}, "steps": 2, "ledger": "{tmp_path}/ledger.db"}}\n' for i in range(3)))
+    args = ["fleet", str(goals), "--agent", AGENT, "--runs", runs, "--batch", "nightly"]
+    assert main(args) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out == [f"{i}  DONE    {runs}/nightly-{i:05d}.jsonl" for i in range(3)]
+    before = ledger(tmp_path)
+    assert len(before) == 6
+    assert main(args) == 0  # the same batch again: the traces say DONE, nothing runs again
+    assert capsys.readouterr().out.splitlines() == out
+    assert ledger(tmp_path) == before
+
+
+def test_a_task_that_raises_is_a_fleet_error_naming_its_goal(cluster: None, tmp_path: Path) -> None:
+    runs = f"s3://{new_bucket()}/runs"
+    goals = [goal(tmp_path, 0, steps=1), {"run": 1}]  # the second goal has no steps: the planner raises KeyError
+    with pytest.raises(FleetError) as e:
+        run_many(goals, agent=AGENT, runs=runs, max_retries=0)
+    assert list(e.value.errors) == [1] and "KeyError" in e.value.errors[1][1]
+    assert e.value.outcomes[0] is not None and e.value.outcomes[0].state == "DONE" and e.value.outcomes[1] is None
