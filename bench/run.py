@@ -1,6 +1,7 @@
 """Benchmarks: harness side by side with its baselines and the physical limits.
 
 Usage: python bench/run.py [--smoke | --quick] [--json PATH] [--dir DIR] [--wall] [--peers]
+       python bench/run.py --fleet [--smoke] [--json PATH]   (Ray and S3: bench/fleet.py)
 
 Every figure is a ratio of two medians measured in this process run on the
 same data: the variants of a line run interleaved (A B C, B C A, ...) so that
@@ -1027,11 +1028,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--dir", metavar="DIR", help="where to put the scratch files (default: a temporary folder)")
     p.add_argument("--wall", action="store_true", help="judge every line on wall-clock time, not CPU time")
     p.add_argument("--peers", action="store_true", help="also run LangGraph, DBOS and Burr (pip install -e '.[peers]')")
+    p.add_argument("--fleet", action="store_true", help="Ray and object storage instead (bench/fleet.py; extras)")
     args = p.parse_args(argv)
     mode = "smoke" if args.smoke else "quick" if args.quick else "full"
 
     def log(msg: str) -> None:
         print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+    if args.fleet:  # Ray takes seconds to start: its own run, its own figures
+        sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        from bench import fleet
+
+        return fleet.main("smoke" if args.smoke else "full", args.json, log)
 
     if args.peers:  # before minutes of measuring, not after
         peers = _peers()
