@@ -40,6 +40,7 @@ from ._rerun import Rerun, fork, rerun
 from ._runs import RunInfo, list_runs
 from ._seal import Sealed, Verification, seal, verify
 from .bundle import Bundled, BundleError, export, import_bundle
+from .store import FenceLost
 
 try:  # the distribution is harness-trace: `harness` on the package index is an unrelated project
     __version__ = version("harness-trace")
@@ -67,6 +68,7 @@ __all__ = [
     "Diff",
     "Executor",
     "Handle",
+    "FenceLost",
     "HarnessError",
     "HttpRecordingError",
     "JournalError",
