@@ -267,3 +267,52 @@ def test_bad_urls_are_clear_errors(server: str, runs: str, capsys: pytest.Captur
         harness.replay("nosuchprotocol://x/y.jsonl")
     with pytest.raises(harness.HarnessError):  # a bucket that does not exist: nothing is created
         executor(trace="s3://no-such-bucket-here/r.jsonl").run({"run": 0, "steps": 1, "ledger": "/nonexistent"})
+
+
+def test_rerun_reads_the_bucket_and_fork_writes_only_locally(runs: str, tmp_path: Path) -> None:
+    done = executor(runs_dir=runs).run(goal(tmp_path, steps=2))
+    out = tmp_path / "again.jsonl"
+    assert main(["rerun", done.trace, "--agent", "fleet_agent:make_agent", "--out", str(out)]) == 0
+    assert harness.replay(out).state == "DONE"
+    with pytest.raises(harness.HarnessError, match="local path"):
+        harness.rerun(done.trace, planner=lambda g, d: None, tools={}, out=f"{runs}/copy.jsonl")
+
+
+def test_durability_fsync_ships_every_write_and_a_missing_segment_or_torn_one_is_named(
+    runs: str, tmp_path: Path
+) -> None:
+    done = executor(runs_dir=runs, durability="fsync").run(goal(tmp_path, steps=2))
+    loc = harness.store.open(done.trace)
+    segments = loc.segments()
+    rep = harness.replay(done.trace)
+    assert len(segments) == rep.records - 2 * len(rep.checkpoints)  # one a write: a checkpoint's 3 records are one
+    fs = loc.fs
+    fs.pipe_file(segments[-1][1], loc.read(segments[-1][1])[:-1])  # no newline at its end
+    with pytest.raises(TraceCorruption) as e:
+        harness.replay(done.trace)
+    assert e.value.reason == "torn-segment" and e.value.path == done.trace and e.value.line == rep.records
+    fs.rm(segments[2][1])
+    with pytest.raises(TraceCorruption) as e:
+        harness.replay(done.trace)
+    assert e.value.reason == "segment-gap" and "000003.seg is missing" in str(e.value)
+    with pytest.raises(TraceCorruption):  # a writer refuses it too, and ships nothing
+        executor(trace=done.trace, resume=True).run(goal(tmp_path, steps=2))
+    assert len(loc.listing()) == len(segments) - 1
+
+
+def test_a_file_url_uses_the_same_layout_without_a_server(tmp_path: Path) -> None:
+    pytest.importorskip("fsspec", reason="fsspec is not installed: pip install 'harness-trace[s3]'")
+    runs = f"file://{tmp_path}/runs"
+    done = executor(runs_dir=runs).run(goal(tmp_path, steps=2))
+    folder = Path(done.trace.removeprefix("file://"))
+    assert sorted(p.name for p in folder.iterdir())[0] == "000001.seg"
+    assert [r.status for r in harness.list_runs(runs)] == ["done"]
+    assert harness.replay(done.trace).state == "DONE"
+
+
+def test_harness_storage_options_that_are_not_json_are_a_clear_error(
+    runs: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("HARNESS_STORAGE_OPTIONS", "{not json")
+    assert main(["runs", runs]) == 2
+    assert "$HARNESS_STORAGE_OPTIONS is not valid JSON" in capsys.readouterr().err

@@ -13,7 +13,7 @@ Ship points (a segment holds whole lines only):
 - a step's checkpoint (with its transitions): an acknowledged checkpoint;
 - a `resume` record: the resuming writer claims the run at once;
 - the end of the run (DONE, FAILED, PAUSED, a seal) and close();
-- with durability="fsync", every record.
+- with durability="fsync", every write.
 
 Fencing: segment numbers are the fence. A writer that finds its next segment
 already there (another writer advanced the run) raises FenceLost, refuses
