@@ -35,6 +35,7 @@ from ._journal import SCHEMA, Journal, check_value
 from ._redact import Redaction, Rule
 from ._seal import key_of
 from ._state import DONE, FAILED
+from .store import open_journal
 
 STATUSES = ("success", "failure", "error")
 
@@ -75,7 +76,7 @@ class Recorder:
     def __enter__(self) -> Recorder:
         if self._journal is not None or self.status is not None:
             raise HarnessError(f"{self.path}: this Recorder was already used; make a new one for another run")
-        journal = Journal.open(
+        journal = open_journal(  # a URL: a trace on object storage
             self.path, durability=self.durability, redact=self.redact, blob_threshold=self.blob_threshold
         )
         journal.seal_key = self.seal_key

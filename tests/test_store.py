@@ -316,3 +316,11 @@ def test_harness_storage_options_that_are_not_json_are_a_clear_error(
     monkeypatch.setenv("HARNESS_STORAGE_OPTIONS", "{not json")
     assert main(["runs", runs]) == 2
     assert "$HARNESS_STORAGE_OPTIONS is not valid JSON" in capsys.readouterr().err
+
+
+def test_a_recorder_writes_to_the_bucket_too(runs: str) -> None:
+    with harness.Recorder(f"{runs}/rec.jsonl", entrypoint="loop.py", goal="g") as rec:
+        rec.log("input", {"q": 1})
+        assert harness.now() is not None
+    rep = harness.replay(f"{runs}/rec.jsonl")
+    assert rep.state == "DONE" and rep.records == 4 and [r.status for r in harness.list_runs(runs)] == ["done"]
