@@ -324,3 +324,25 @@ def test_a_recorder_writes_to_the_bucket_too(runs: str) -> None:
         assert harness.now() is not None
     rep = harness.replay(f"{runs}/rec.jsonl")
     assert rep.state == "DONE" and rep.records == 4 and [r.status for r in harness.list_runs(runs)] == ["done"]
+
+
+def test_harness_serve_of_a_runs_url_lists_and_shows_runs_from_the_bucket_and_follows_it(
+    runs: str, tmp_path: Path
+) -> None:
+    pytest.importorskip("starlette", reason="the viewer needs the web extra: pip install 'harness-trace[web]'")
+    pytest.importorskip("httpx", reason="Starlette's TestClient needs httpx (in the test extra)")
+    from starlette.testclient import TestClient
+
+    from harness.viewer import create_app
+
+    first = executor(runs_dir=runs).run(goal(tmp_path, steps=2))
+    with TestClient(create_app(runs), base_url="http://127.0.0.1") as client:
+        rows = {r["run_id"]: r for r in client.get("/api/runs").json()["runs"]}
+        assert rows[first.run_id]["status"] == "done" and rows[first.run_id]["steps"] == 2
+        summary = client.get(f"/api/runs/{rows[first.run_id]['id']}")
+        assert summary.status_code == 200 and first.run_id in summary.text
+        second = executor(runs_dir=runs).run(goal(tmp_path, run=1, steps=1))  # written after the viewer started
+        deadline = time.monotonic() + 60  # a hang guard: the mirror syncs every second
+        while second.run_id not in {r["run_id"] for r in client.get("/api/runs").json()["runs"]}:
+            assert time.monotonic() < deadline, "the viewer never showed the run written after it started"
+            time.sleep(0.2)

@@ -21,22 +21,28 @@ import orjson
 from .._errors import TraceUnreadable
 from .._journal import line_ok
 from .._runs import RunInfo, _terminal, _time, _waiting
-from ._location import open_location
+from ._location import Location, open_location
 
 _SEG = re.compile(r"^(.*\.jsonl)/(\d{6,})\.seg$")
 _HEAD = 64 * 1024
 _TAIL = 8 * 1024
 
 
-def list_runs_url(url: str, *, storage_options: dict[str, Any] | None = None) -> list[RunInfo]:
-    """The runs under url, oldest first."""
-    location = open_location(url, storage_options)
+def run_segments(location: Location) -> dict[str, dict[int, str]]:
+    """`<run>.jsonl` -> {segment number: object path} of every run under location, from one listing."""
     prefix = location.root + "/"
     runs: dict[str, dict[int, str]] = {}
     for path in location.listing(recursive=True):
         m = _SEG.match(path[len(prefix) :] if path.startswith(prefix) else path)
         if m and "/" not in m[1]:
             runs.setdefault(m[1], {})[int(m[2])] = path
+    return runs
+
+
+def list_runs_url(url: str, *, storage_options: dict[str, Any] | None = None) -> list[RunInfo]:
+    """The runs under url, oldest first."""
+    location = open_location(url, storage_options)
+    runs = run_segments(location)
     if not runs and not location.fs.exists(location.root):
         raise TraceUnreadable(location.url, "no such runs folder on the store")
     infos = [_info(location, name, segs) for name, segs in runs.items()]

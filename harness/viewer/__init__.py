@@ -28,6 +28,7 @@ import threading
 from typing import TYPE_CHECKING, TextIO
 
 from .._errors import HarnessError, TraceUnreadable
+from ..store import is_url
 
 if TYPE_CHECKING:
     from starlette.applications import Starlette
@@ -109,6 +110,10 @@ def create_app(
     from ._app import create_app as make
 
     path = _runs.runs_dir(folder)
+    if is_url(path):  # a runs URL on object storage: served from a local folder that follows it
+        from ..store._mirror import mirror
+
+        path = mirror(path).folder
     if not os.path.isdir(path):
         problem = "is not a folder" if os.path.exists(path) else "no such runs folder"
         raise TraceUnreadable(str(path), f"{problem} (give RUNS_DIR, or set HARNESS_RUNS_DIR)")
