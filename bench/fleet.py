@@ -9,7 +9,10 @@ Lines (the keys of the JSON):
 - s3_durable_step_ms: one step of a declared (idempotent) tool, traced on
   the local S3 server: its intent, its result and its checkpoint are each a
   segment created with If-None-Match; fsync_durable_step_ms: the same step
-  on a local file with durability="fsync"; s3_vs_fsync their ratio.
+  on a local file with durability="fsync"; s3_vs_fsync their ratio, and
+  s3_conditional_put_ms the bare conditional PUT, for scale.
+- in "detail" also: the same runs with traces in a local folder, on Ray and
+  in one process, which takes the S3 server out of the comparison.
 
 The S3 server is moto in server mode, started here as its own process on
 127.0.0.1 (unless $AWS_ENDPOINT_URL already names one). A local moto is no
@@ -94,30 +97,52 @@ def bucket() -> str:
 
 
 def run(mode: str, log: Any) -> dict[str, Any]:
+    import fsspec
     import ray
 
     from harness.ray import run_many
 
     sizes = SIZES[mode]
-    runs, steps = sizes["runs"], sizes["steps"]
+    runs, steps, n = sizes["runs"], sizes["steps"], sizes["durable"]
     out: dict[str, Any] = {}
-    detail: dict[str, Any] = {"sizes": sizes}
-    with s3():
+    detail: dict[str, Any] = {"sizes": sizes, "load_average": os.getloadavg()}
+    goals = [{"steps": steps, "n": i} for i in range(runs)]
+    with s3(), tempfile.TemporaryDirectory() as scratch:
         from s3fs import S3FileSystem
 
         S3FileSystem.clear_instance_cache()
-        goals = [{"steps": steps, "n": i} for i in range(runs)]
 
-        log(f"{runs} runs of {steps} steps in one process, traces on S3")
+        log(f"a durable step: {n} steps of a declared tool, on S3 and on a local file with fsync")
         where = bucket()
-        planner_, tools, _ = make_agent()
+        fs = fsspec.filesystem("s3")
         t0 = time.perf_counter()
-        for i, g in enumerate(goals):
-            Executor(planner=planner_, tools=tools, trace=f"{where}/one/{i}.jsonl").run(g)
-        one = time.perf_counter() - t0
-        out["one_process_runs_per_s"] = runs / one
+        for i in range(n):  # the baseline: the bare conditional create a segment costs
+            with fs.open(f"{where[5:]}/put/{i:06d}.seg", "xb") as f:
+                f.write(b"x" * 600)
+        detail["s3_conditional_put_ms"] = (time.perf_counter() - t0) / n * 1e3
+        planner_, tools, _ = make_durable_agent()
+        t0 = time.perf_counter()
+        Executor(planner=planner_, tools=tools, trace=f"{where}/durable.jsonl").run({"steps": n})
+        out["s3_durable_step_ms"] = (time.perf_counter() - t0) / n * 1e3
+        t0 = time.perf_counter()
+        trace = os.path.join(scratch, "durable.jsonl")
+        Executor(planner=planner_, tools=tools, trace=trace, durability="fsync").run({"steps": n})
+        out["fsync_durable_step_ms"] = (time.perf_counter() - t0) / n * 1e3
+        detail["s3_vs_fsync"] = out["s3_durable_step_ms"] / out["fsync_durable_step_ms"]
 
-        log(f"the same {runs} runs on Ray (2 CPUs)")
+        planner_, tools, _ = make_agent()
+        one: dict[str, float] = {}
+        for kind, folder in (("s3", f"{bucket()}/one"), ("local", os.path.join(scratch, "one"))):
+            log(f"{runs} runs of {steps} steps in one process, traces on {kind}")
+            t0 = time.perf_counter()
+            for i, g in enumerate(goals):
+                Executor(planner=planner_, tools=tools, trace=f"{folder}/{i}.jsonl").run(g) if kind == "s3" else (
+                    Executor(planner=planner_, tools=tools, runs_dir=folder).run(g)
+                )
+            one[kind] = time.perf_counter() - t0
+        out["one_process_runs_per_s"] = runs / one["s3"]
+        detail["one_process_local_runs_per_s"] = runs / one["local"]
+
         started = not ray.is_initialized()
         if started:
             os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH")) if p)
@@ -125,29 +150,21 @@ def run(mode: str, log: Any) -> dict[str, Any]:
             ray.init(num_cpus=2, include_dashboard=False, object_store_memory=80 * 2**20, log_to_driver=False)
             detail["ray_init_s"] = time.perf_counter() - t0
         try:
-            run_many(goals[:2], agent="bench.fleet:make_agent", runs=f"{where}/warm", batch="warm")  # workers up
-            t0 = time.perf_counter()
-            done = run_many(goals, agent="bench.fleet:make_agent", runs=f"{where}/ray", batch="b")
-            on_ray = time.perf_counter() - t0
+            on_ray: dict[str, float] = {}
+            for kind, folder in (("s3", f"{bucket()}/ray"), ("local", os.path.join(scratch, "ray"))):
+                log(f"the same {runs} runs on Ray (2 CPUs), traces on {kind}")
+                run_many(goals[:2], agent="bench.fleet:make_agent", runs=folder, batch="warm")  # workers up
+                t0 = time.perf_counter()
+                done = run_many(goals, agent="bench.fleet:make_agent", runs=folder, batch="b")
+                on_ray[kind] = time.perf_counter() - t0
+                assert all(o.state == "DONE" for o in done)
         finally:
             if started:
                 ray.shutdown()
-        assert all(o.state == "DONE" for o in done)
-        out["ray_runs_per_s"] = runs / on_ray
-        out["ray_speedup"] = one / on_ray
-
-        n = sizes["durable"]
-        log(f"a durable step: {n} steps of a declared tool, on S3 and on a local file with fsync")
-        planner_, tools, _ = make_durable_agent()
-        t0 = time.perf_counter()
-        Executor(planner=planner_, tools=tools, trace=f"{where}/durable.jsonl").run({"steps": n})
-        out["s3_durable_step_ms"] = (time.perf_counter() - t0) / n * 1e3
-        with tempfile.TemporaryDirectory() as folder:
-            t0 = time.perf_counter()
-            trace = os.path.join(folder, "durable.jsonl")
-            Executor(planner=planner_, tools=tools, trace=trace, durability="fsync").run({"steps": n})
-            out["fsync_durable_step_ms"] = (time.perf_counter() - t0) / n * 1e3
-        detail["s3_vs_fsync"] = out["s3_durable_step_ms"] / out["fsync_durable_step_ms"]
+        out["ray_runs_per_s"] = runs / on_ray["s3"]
+        out["ray_speedup"] = one["s3"] / on_ray["s3"]
+        detail["ray_local_runs_per_s"] = runs / on_ray["local"]
+        detail["ray_local_speedup"] = one["local"] / on_ray["local"]
     return {"mode": mode, "detail": detail, **out}
 
 
@@ -160,9 +177,19 @@ def table(result: dict[str, Any]) -> str:
         "s3_durable_step_ms": "ms per step of a declared tool, trace on the local S3 server (3 segments a step)",
         "fsync_durable_step_ms": "ms per step of a declared tool, local file, durability='fsync'",
     }
+    more = {
+        "s3_conditional_put_ms": "ms per bare conditional PUT (If-None-Match) of 600 bytes on the same server",
+        "one_process_local_runs_per_s": "runs/s in one process, traces in a local folder",
+        "ray_local_runs_per_s": "runs/s on Ray, traces in a local folder (the S3 server out of the loop)",
+        "ray_local_speedup": "Ray / one process, local folder",
+        "ray_init_s": "seconds to start the local Ray cluster (not counted above)",
+    }
+    d = result["detail"]
     rows = ["| key | what | measured |", "|---|---|---|"]
     rows += [f"| `{k}` | {what[k]} | {result[k]:.3g} |" for k in KEYS]
-    return "\n".join(rows)
+    rows += [f"| `{k}` | {what} | {d[k]:.3g} |" for k, what in more.items() if k in d]
+    load = ", ".join(f"{x:.1f}" for x in d["load_average"])
+    return "\n".join([*rows, "", f"load average when it started: {load} (2 cores)"])
 
 
 def main(mode: str, json_path: str | None, log: Any) -> int:

@@ -28,7 +28,7 @@ from typing import Any
 from ._errors import HarnessError
 from ._executor import Outcome
 from ._journal import canonical, check_value
-from .store import join
+from .store import is_url, join
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,9 +109,16 @@ def run_one(task: Task) -> Outcome:
     from ._executor import Executor
     from ._rerun import load_agent
 
-    planner, tools, verifier = load_agent(task.agent)
-    ex = Executor(planner=planner, tools=tools, verifier=verifier, trace=task.trace, resume=True, **task.options)
-    return ex.run(task.goal)
+    try:
+        planner, tools, verifier = load_agent(task.agent)
+        ex = Executor(planner=planner, tools=tools, verifier=verifier, trace=task.trace, resume=True, **task.options)
+        return ex.run(task.goal)
+    except Exception as e:  # what went wrong, as one line that survives pickling (HarnessError's fields may not)
+        raise TaskFailed(f"{type(e).__name__}: {' '.join(str(e).split())}") from None
+
+
+class TaskFailed(HarnessError):
+    """A task's run raised; the message names the exception and says what it said."""
 
 
 def run_many(
@@ -140,6 +147,8 @@ def run_many(
     except ImportError:
         raise HarnessError("run_many needs Ray: pip install 'harness-trace[ray]'") from None
     todo = tasks(goals, agent=agent, runs=runs, batch=batch, **options)
+    if not is_url(runs):  # a local folder (one machine, or a shared file system): made once, here
+        os.makedirs(runs, exist_ok=True)
     if not ray.is_initialized():
         ray.init(address=address)
     remote = ray.remote(run_one).options(max_retries=max_retries, retry_exceptions=False, num_cpus=num_cpus)
@@ -151,7 +160,8 @@ def run_many(
             outcomes.append(ray.get(ref))
         except Exception as e:  # the task's own exception (RayTaskError) or a worker that died too often
             cause = getattr(e, "cause", None) or e
-            errors[t.index] = (t.trace, " ".join(f"{type(cause).__name__}: {cause}".split())[:500])
+            why = str(cause) if isinstance(cause, TaskFailed) else f"{type(cause).__name__}: {cause}"
+            errors[t.index] = (t.trace, " ".join(why.split())[:1000])
             outcomes.append(None)
     if errors:
         raise FleetError(outcomes, errors)
