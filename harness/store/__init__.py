@@ -9,8 +9,10 @@ create (`_spool`); readers concatenate the segments and run the same checks
 (`_read`); `harness runs` lists a runs URL (`_runs`).
 
 One resolver for everything that takes a path: `open_journal(path)` for
-writers, `local_copy(path)` / `replay(path)` for readers, `list_runs(path)`:
-each takes a local path as well, and imports fsspec only for a URL.
+writers, `local_copy(path)` / `replay(path)` for readers, `list_runs(path)`,
+`exists(path)`, `join(folder, name)`: each takes a local path as well, and
+imports fsspec only for a URL. A command that only reads a file can call
+`local_copy(path)` first and go on as for a local trace.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ __all__ = [
     "FenceLost",
     "Location",
     "RemoteJournal",
+    "exists",
     "is_url",
     "join",
     "list_runs",
@@ -44,6 +47,13 @@ def open(url: str, *, storage_options: dict[str, Any] | None = None) -> Location
 def join(folder: str | os.PathLike[str], name: str) -> str:
     """name inside folder, a URL or a local path."""
     return f"{str(folder).rstrip('/')}/{name}" if is_url(folder) else os.path.join(folder, name)
+
+
+def exists(path: str | os.PathLike[str], *, storage_options: dict[str, Any] | None = None) -> bool:
+    """Whether a trace is at path: a file (even a dangling link) for a local path, a segment for a URL."""
+    if not is_url(path):
+        return os.path.lexists(path)
+    return bool(open_location(str(path), storage_options).segments())
 
 
 def local_copy(path: str | os.PathLike[str], *, storage_options: dict[str, Any] | None = None) -> str:

@@ -24,6 +24,7 @@ run stops; a resume reads the truth from the bucket.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import tempfile
@@ -100,10 +101,12 @@ class RemoteJournal(Journal):
         with self._ship_lock:
             if self._broken:
                 raise JournalError(self.path, f"an earlier {self._broken} failed; this journal accepts nothing more")
-            size = self.size()
-            if size == self.shipped:
-                return
-            data = os.pread(self.fd, size - self.shipped, self.shipped)
+            # several agents may append at once (Journal.share()): read whole writes, under their lock
+            with getattr(self, "_lock", None) or contextlib.nullcontext():
+                size = self.size()
+                if size == self.shipped:
+                    return
+                data = os.pread(self.fd, size - self.shipped, self.shipped)
             n = self.next_segment
             try:
                 created = self.location.create(segment_name(n), data)
