@@ -143,3 +143,17 @@ def test_a_task_that_raises_is_a_fleet_error_naming_its_goal(cluster: None, tmp_
         run_many(goals, agent=AGENT, runs=runs, max_retries=0)
     assert list(e.value.errors) == [1] and "KeyError" in e.value.errors[1][1]
     assert e.value.outcomes[0] is not None and e.value.outcomes[0].state == "DONE" and e.value.outcomes[1] is None
+
+
+def test_a_goals_file_that_is_not_json_lines_is_named_with_its_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    goals = tmp_path / "goals.jsonl"
+    goals.write_text('{"run": 0}\n\n{"run": 1\n')
+    assert main(["fleet", str(goals), "--agent", AGENT, "--runs", str(tmp_path / "runs")]) == 2
+    assert f"{goals}:3: not a JSON value" in capsys.readouterr().err
+    goals.write_text("\n")
+    assert main(["fleet", str(goals), "--agent", AGENT, "--runs", str(tmp_path / "runs")]) == 2
+    assert "no goals" in capsys.readouterr().err
+    with pytest.raises(harness.HarnessError, match="batch"):
+        tasks([1], agent=AGENT, runs="s3://b/runs", batch="a/b")

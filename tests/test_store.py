@@ -346,3 +346,12 @@ def test_harness_serve_of_a_runs_url_lists_and_shows_runs_from_the_bucket_and_fo
         while second.run_id not in {r["run_id"] for r in client.get("/api/runs").json()["runs"]}:
             assert time.monotonic() < deadline, "the viewer never showed the run written after it started"
             time.sleep(0.2)
+
+
+def test_exists_and_join_take_a_path_or_a_url(runs: str, tmp_path: Path) -> None:
+    assert not harness.store.exists(f"{runs}/r.jsonl") and not harness.store.exists(tmp_path / "r.jsonl")
+    done = executor(trace=harness.store.join(runs, "r.jsonl")).run(goal(tmp_path, steps=1))
+    assert done.trace == f"{runs}/r.jsonl" and harness.store.exists(done.trace)
+    assert harness.store.join(str(tmp_path), "r.jsonl") == str(tmp_path / "r.jsonl")
+    assert harness.store.local_copy(tmp_path / "x.jsonl") == str(tmp_path / "x.jsonl")  # a local path is itself
+    assert Path(harness.store.local_copy(done.trace)).read_bytes().startswith(b'{"seq":1,"kind":"header"')
