@@ -1,6 +1,10 @@
 """Fleet benchmarks (python bench/run.py --fleet [--smoke]): Ray and object storage, measured.
 
 Lines (the keys of the JSON):
+Variants run interleaved, in rounds (A B C, B C A, ...), and each figure
+is the median round, so that the load of a shared machine falls on all
+alike.
+
 - ray_runs_per_s: runs of `steps` steps finished per second by
   `harness.ray.run_many` on a local Ray cluster (2 CPUs), traces on a local
   S3 server; one_process_runs_per_s: the same runs one after another in one
@@ -24,6 +28,7 @@ from __future__ import annotations
 
 import os
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -36,7 +41,10 @@ from typing import Any
 from harness import Checkpoint, Executor, Step, Tool
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SIZES = {"smoke": {"runs": 6, "steps": 3, "durable": 5}, "full": {"runs": 200, "steps": 20, "durable": 200}}
+SIZES = {
+    "smoke": {"runs": 6, "steps": 3, "durable": 6, "rounds": 3},
+    "full": {"runs": 200, "steps": 20, "durable": 200, "rounds": 5},
+}  # each variant runs runs/rounds runs (durable/rounds steps) per round; the median round is reported
 KEYS = ("ray_runs_per_s", "one_process_runs_per_s", "ray_speedup", "s3_durable_step_ms", "fsync_durable_step_ms")
 
 
@@ -103,45 +111,37 @@ def run(mode: str, log: Any) -> dict[str, Any]:
     from harness.ray import run_many
 
     sizes = SIZES[mode]
-    runs, steps, n = sizes["runs"], sizes["steps"], sizes["durable"]
-    out: dict[str, Any] = {}
+    runs, steps, n, rounds = sizes["runs"], sizes["steps"], sizes["durable"], sizes["rounds"]
     detail: dict[str, Any] = {"sizes": sizes, "load_average": os.getloadavg()}
-    goals = [{"steps": steps, "n": i} for i in range(runs)]
     with s3(), tempfile.TemporaryDirectory() as scratch:
         from s3fs import S3FileSystem
 
         S3FileSystem.clear_instance_cache()
-
-        log(f"a durable step: {n} steps of a declared tool, on S3 and on a local file with fsync")
         where = bucket()
         fs = fsspec.filesystem("s3")
-        t0 = time.perf_counter()
-        for i in range(n):  # the baseline: the bare conditional create a segment costs
-            with fs.open(f"{where[5:]}/put/{i:06d}.seg", "xb") as f:
-                f.write(b"x" * 600)
-        detail["s3_conditional_put_ms"] = (time.perf_counter() - t0) / n * 1e3
-        planner_, tools, _ = make_durable_agent()
-        t0 = time.perf_counter()
-        Executor(planner=planner_, tools=tools, trace=f"{where}/durable.jsonl").run({"steps": n})
-        out["s3_durable_step_ms"] = (time.perf_counter() - t0) / n * 1e3
-        t0 = time.perf_counter()
-        trace = os.path.join(scratch, "durable.jsonl")
-        Executor(planner=planner_, tools=tools, trace=trace, durability="fsync").run({"steps": n})
-        out["fsync_durable_step_ms"] = (time.perf_counter() - t0) / n * 1e3
-        detail["s3_vs_fsync"] = out["s3_durable_step_ms"] / out["fsync_durable_step_ms"]
+        durable, _, _ = make_durable_agent()
+        plain, _, _ = make_agent()
+        count = iter(range(10**9))
 
-        planner_, tools, _ = make_agent()
-        one: dict[str, float] = {}
-        for kind, folder in (("s3", f"{bucket()}/one"), ("local", os.path.join(scratch, "one"))):
-            log(f"{runs} runs of {steps} steps in one process, traces on {kind}")
-            t0 = time.perf_counter()
-            for i, g in enumerate(goals):
-                Executor(planner=planner_, tools=tools, trace=f"{folder}/{i}.jsonl").run(g) if kind == "s3" else (
-                    Executor(planner=planner_, tools=tools, runs_dir=folder).run(g)
-                )
-            one[kind] = time.perf_counter() - t0
-        out["one_process_runs_per_s"] = runs / one["s3"]
-        detail["one_process_local_runs_per_s"] = runs / one["local"]
+        def put() -> None:  # the baseline: the bare conditional create a segment costs
+            for _ in range(n // rounds):
+                with fs.open(f"{where[5:]}/put/{next(count):08d}.seg", "xb") as f:
+                    f.write(b"x" * 600)
+
+        def durable_steps(trace: str, durability: str) -> None:
+            tools = make_durable_agent()[1]
+            Executor(planner=durable, tools=tools, trace=trace, durability=durability).run({"steps": n // rounds})
+
+        log(f"a durable step: {n} steps of a declared tool on S3 and on a local file with fsync, in {rounds} rounds")
+        per_step = interleaved(
+            {
+                "s3_conditional_put_ms": put,
+                "s3_durable_step_ms": lambda: durable_steps(f"{where}/durable-{next(count)}.jsonl", "flush"),
+                "fsync_durable_step_ms": lambda: durable_steps(f"{scratch}/durable-{next(count)}.jsonl", "fsync"),
+            },
+            rounds,
+        )
+        ms = {k: v / (n // rounds) * 1e3 for k, v in per_step.items()}
 
         started = not ray.is_initialized()
         if started:
@@ -150,22 +150,60 @@ def run(mode: str, log: Any) -> dict[str, Any]:
             ray.init(num_cpus=2, include_dashboard=False, object_store_memory=80 * 2**20, log_to_driver=False)
             detail["ray_init_s"] = time.perf_counter() - t0
         try:
-            on_ray: dict[str, float] = {}
-            for kind, folder in (("s3", f"{bucket()}/ray"), ("local", os.path.join(scratch, "ray"))):
-                log(f"the same {runs} runs on Ray (2 CPUs), traces on {kind}")
-                run_many(goals[:2], agent="bench.fleet:make_agent", runs=folder, batch="warm")  # workers up
-                t0 = time.perf_counter()
-                done = run_many(goals, agent="bench.fleet:make_agent", runs=folder, batch="b")
-                on_ray[kind] = time.perf_counter() - t0
+            run_many([{"steps": 1}] * 2, agent="bench.fleet:make_agent", runs=f"{where}/warm", batch="w")  # workers up
+            each = runs // rounds
+            goals = [{"steps": steps, "n": i} for i in range(each)]
+            tools = make_agent()[1]
+
+            def one(folder: str) -> None:
+                for g in goals:
+                    Executor(planner=plain, tools=tools, trace=f"{folder}/{next(count)}.jsonl").run(g)
+
+            def many(folder: str) -> None:
+                done = run_many(goals, agent="bench.fleet:make_agent", runs=folder, batch=f"b{next(count)}")
                 assert all(o.state == "DONE" for o in done)
+
+            os.makedirs(f"{scratch}/local", exist_ok=True)
+            log(f"{runs} runs of {steps} steps, on Ray and in one process, S3 and a local folder, in {rounds} rounds")
+            seconds = interleaved(
+                {
+                    "one_s3": lambda: one(f"{where}/one"),
+                    "ray_s3": lambda: many(f"{where}/ray"),
+                    "one_local": lambda: one(f"{scratch}/local"),
+                    "ray_local": lambda: many(f"{scratch}/local"),
+                },
+                rounds,
+            )
         finally:
             if started:
                 ray.shutdown()
-        out["ray_runs_per_s"] = runs / on_ray["s3"]
-        out["ray_speedup"] = one["s3"] / on_ray["s3"]
-        detail["ray_local_runs_per_s"] = runs / on_ray["local"]
-        detail["ray_local_speedup"] = one["local"] / on_ray["local"]
+    out = {
+        "ray_runs_per_s": each / seconds["ray_s3"],
+        "one_process_runs_per_s": each / seconds["one_s3"],
+        "ray_speedup": seconds["one_s3"] / seconds["ray_s3"],
+        "s3_durable_step_ms": ms["s3_durable_step_ms"],
+        "fsync_durable_step_ms": ms["fsync_durable_step_ms"],
+    }
+    detail.update(
+        s3_conditional_put_ms=ms["s3_conditional_put_ms"],
+        s3_vs_fsync=ms["s3_durable_step_ms"] / ms["fsync_durable_step_ms"],
+        one_process_local_runs_per_s=each / seconds["one_local"],
+        ray_local_runs_per_s=each / seconds["ray_local"],
+        ray_local_speedup=seconds["one_local"] / seconds["ray_local"],
+    )
     return {"mode": mode, "detail": detail, **out}
+
+
+def interleaved(variants: dict[str, Any], rounds: int) -> dict[str, float]:
+    """Median seconds of each variant over `rounds` rounds, the order rotated each round (A B C, B C A, ...)."""
+    names = list(variants)
+    times: dict[str, list[float]] = {k: [] for k in names}
+    for r in range(rounds):
+        for k in names[r % len(names) :] + names[: r % len(names)]:
+            t0 = time.perf_counter()
+            variants[k]()
+            times[k].append(time.perf_counter() - t0)
+    return {k: statistics.median(v) for k, v in times.items()}
 
 
 def table(result: dict[str, Any]) -> str:

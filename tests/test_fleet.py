@@ -37,7 +37,8 @@ AGENT = "fleet_agent:make_agent"
 def cluster() -> Iterator[None]:
     with s3_server():
         saved = os.environ.get("PYTHONPATH")
-        os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(HERE), saved) if p)  # workers import the agent
+        # the workers import the agents: tests/fleet_agent.py, bench/fleet.py
+        os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(HERE), str(HERE.parent), saved) if p)
         ray.init(num_cpus=2, include_dashboard=False, object_store_memory=80 * 2**20, log_to_driver=False)
         try:
             yield
@@ -157,3 +158,15 @@ def test_a_goals_file_that_is_not_json_lines_is_named_with_its_line(
     assert "no goals" in capsys.readouterr().err
     with pytest.raises(harness.HarnessError, match="batch"):
         tasks([1], agent=AGENT, runs="s3://b/runs", batch="a/b")
+
+
+def test_the_fleet_benchmark_runs_and_reports_every_figure(cluster: None) -> None:
+    import sys
+
+    sys.path.insert(0, str(HERE.parent))
+    from bench import fleet  # bench/ is a top-level folder, not installed
+
+    result = fleet.run("smoke", lambda msg: None)  # on this module's cluster and S3 server
+    for key in fleet.KEYS:
+        assert isinstance(result[key], float) and result[key] > 0, key
+    assert result["detail"]["s3_conditional_put_ms"] > 0 and "| `ray_speedup` |" in fleet.table(result)
