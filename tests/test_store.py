@@ -154,6 +154,7 @@ def test_sigkill_then_resume_in_another_process_from_the_bucket_alone(runs: str,
     before = harness.replay(trace)
     assert before.state == "ACT" and before.intent is not None and before.intent["step"] == 3
     shipped = len(objects(trace))
+    assert all(p.endswith(".seg") for p in objects(trace))  # the dead writer left no lock behind: segments only
     child = start(trace, g)  # another process, nothing local: the bucket is all it has
     _, err = child.communicate(timeout=120)
     assert child.returncode == 0, err.decode()
