@@ -118,10 +118,10 @@ class RemoteJournal(Journal):
                 raise FenceLost(self.path, n)
             self.next_segment, self.shipped = n + 1, size
 
-    def continue_after(self, seq: int, crc: int, end: int) -> None:
+    def continue_after(self, seq: int, crc: int, end: int, *args: Any, **kwargs: Any) -> Any:
         if end < self.shipped:  # the segments are immutable: never cut into them
             raise JournalError(self.path, f"cannot continue at byte {end}: segments hold {self.shipped} bytes")
-        super().continue_after(seq, crc, end)
+        return super().continue_after(seq, crc, end, *args, **kwargs)
 
     def close(self) -> None:
         """Ship what is left (the end of the run), then drop the spool; an unshipped tail is lost on a failure."""
