@@ -132,7 +132,8 @@ class RemoteJournal(Journal):
                 self.ship()
         finally:
             super().close()
-            SPOOLS.pop(self.path, None)
+            if SPOOLS.get(self.path) == self.spool:  # another writer of this URL here may have taken over
+                del SPOOLS[self.path]
             shutil.rmtree(os.path.dirname(self.spool), ignore_errors=True)
 
 
