@@ -25,6 +25,7 @@ need_s3()
 
 import harness  # noqa: E402 - after the skip
 from harness import Executor, TraceCorruption, TraceUnreadable  # noqa: E402
+from harness._journal import SCHEMA  # noqa: E402 - the version this harness writes
 from harness.cli import main  # noqa: E402
 from harness.store import FenceLost, RemoteJournal  # noqa: E402
 
@@ -209,9 +210,9 @@ def test_two_new_writers_of_one_run_the_second_loses_the_fence(runs: str) -> Non
     a = RemoteJournal.open_url(f"{runs}/new.jsonl")
     b = RemoteJournal.open_url(f"{runs}/new.jsonl")  # both saw no segment
     try:
-        a.append("header", {"schema": 1, "run_id": "a", "goal": 1}, sync=True)
+        a.append("header", {"schema": SCHEMA, "run_id": "a", "goal": 1, "tools": {}}, sync=True)
         with pytest.raises(FenceLost) as e:
-            b.append("header", {"schema": 1, "run_id": "b", "goal": 2}, sync=True)
+            b.append("header", {"schema": SCHEMA, "run_id": "b", "goal": 2, "tools": {}}, sync=True)
         assert e.value.segment == 1 and e.value.url == f"{runs}/new.jsonl"
         with pytest.raises(harness.JournalError):  # a writer that lost its fence accepts nothing more
             b.append("resume", {})
