@@ -534,7 +534,10 @@ def _fleet(args: argparse.Namespace) -> int:
             sys.stdout.buffer.write(orjson.dumps(row) + b"\n")
         else:
             print(f"{i}  {o.state:<7} {o.trace}")
-    return 0 if all(o.state == "DONE" for o in outcomes) else 1
+    states = [o.state for o in outcomes]
+    counts = ", ".join(f"{states.count(s)} {s}" for s in dict.fromkeys(states))
+    print(f"harness fleet: {len(outcomes)} runs: {counts}", file=sys.stderr)
+    return 0 if all(s == "DONE" for s in states) else 1
 
 
 def parser() -> argparse.ArgumentParser:

@@ -128,8 +128,10 @@ def test_harness_fleet_runs_a_goals_file_and_running_it_again_resumes(
     goals.write_text("".join(f'{{"run": {i}, "steps": 2, "ledger": "{tmp_path}/ledger.db"}}\n' for i in range(3)))
     args = ["fleet", str(goals), "--agent", AGENT, "--runs", runs, "--batch", "nightly"]
     assert main(args) == 0
-    out = capsys.readouterr().out.splitlines()
+    said = capsys.readouterr()
+    out = said.out.splitlines()
     assert out == [f"{i}  DONE    {runs}/nightly-{i:05d}.jsonl" for i in range(3)]
+    assert said.err == "harness fleet: 3 runs: 3 DONE\n"
     before = ledger(tmp_path)
     assert len(before) == 6
     assert main(args) == 0  # the same batch again: the traces say DONE, nothing runs again
