@@ -9,6 +9,7 @@ exists), which the writer's fence relies on.
 
 from __future__ import annotations
 
+import logging
 import os
 import uuid
 from collections.abc import Iterator
@@ -30,6 +31,7 @@ def need_s3() -> None:
 def s3_server() -> Iterator[str]:
     from moto.server import ThreadedMotoServer
 
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)  # no line per request in the test output
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     host, port = server.get_host_and_port()

@@ -131,7 +131,7 @@ def test_harness_fleet_runs_a_goals_file_and_running_it_again_resumes(
     said = capsys.readouterr()
     out = said.out.splitlines()
     assert out == [f"{i}  DONE    {runs}/nightly-{i:05d}.jsonl" for i in range(3)]
-    assert said.err == "harness fleet: 3 runs: 3 DONE\n"
+    assert "harness fleet: 3 runs: 3 DONE" in said.err.splitlines()
     before = ledger(tmp_path)
     assert len(before) == 6
     assert main(args) == 0  # the same batch again: the traces say DONE, nothing runs again
