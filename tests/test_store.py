@@ -361,3 +361,23 @@ def test_exists_and_join_take_a_path_or_a_url(runs: str, tmp_path: Path) -> None
     assert harness.store.join(str(tmp_path), "r.jsonl") == str(tmp_path / "r.jsonl")
     assert harness.store.local_copy(tmp_path / "x.jsonl") == str(tmp_path / "x.jsonl")  # a local path is itself
     assert Path(harness.store.local_copy(done.trace)).read_bytes().startswith(b'{"seq":1,"kind":"header"')
+
+
+def test_a_segment_already_there_with_the_writers_own_bytes_is_its_retried_upload_not_a_lost_fence(
+    runs: str,
+) -> None:
+    url = f"{runs}/retried.jsonl"
+    header = {"schema": SCHEMA, "run_id": "a", "goal": 1, "tools": {}}
+    a = RemoteJournal.open_url(url)
+    try:
+        a.append("crossing", {"boundary": "now", "request": None, "response": 1.0, "hash": "x"})  # not shipped yet
+        loc = harness.store.open(url)
+        assert loc.create("000001.seg", Path(a.spool).read_bytes())  # as if a lost answer's PUT had landed
+        a.ship()  # 412, but the segment holds these very bytes: shipped
+        assert a.next_segment == 2
+        a.append("crossing", {"boundary": "now", "request": None, "response": 2.0, "hash": "x"})
+        assert loc.create("000002.seg", b'{"seq":2}\n')  # another writer's bytes
+        with pytest.raises(FenceLost):
+            a.append("header", header, sync=True)
+    finally:
+        a.close()

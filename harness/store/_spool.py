@@ -16,7 +16,8 @@ Ship points (a segment holds whole lines only):
 - with durability="fsync", every write.
 
 Fencing: segment numbers are the fence. A writer that finds its next segment
-already there (another writer advanced the run) raises FenceLost, refuses
+already there with other bytes (another writer advanced the run; the same
+bytes are its own upload, retried by the client) raises FenceLost, refuses
 everything after, and leaves nothing behind: no lock to go stale. A failed
 upload breaks the journal (whether the segment landed is unknown) and the
 run stops; a resume reads the truth from the bucket.
@@ -113,10 +114,22 @@ class RemoteJournal(Journal):
             except Exception as e:  # the store did not answer: the segment may or may not be there
                 self._broken = "upload"
                 raise JournalError(self.path, f"upload of segment {segment_name(n)} failed: {e}") from None
-            if not created:
+            if not created and not self._landed(n, data):
                 self._broken = "fence"
                 raise FenceLost(self.path, n)
             self.next_segment, self.shipped = n + 1, size
+
+    def _landed(self, n: int, data: bytes) -> bool:
+        """Whether segment n, found already there, holds exactly data: this writer's own upload, retried.
+
+        A client that retries a PUT whose answer was lost gets 412 for the
+        object its first try created. Its lines carry this writer's crc chain
+        and timestamps, so another writer's segment is never byte-equal.
+        """
+        try:
+            return self.location.read(f"{self.location.root}/{segment_name(n)}") == data
+        except Exception:  # unreadable now: not known to be ours
+            return False
 
     def continue_after(self, seq: int, crc: int, end: int, *args: Any, **kwargs: Any) -> Any:
         if end < self.shipped:  # the segments are immutable: never cut into them
