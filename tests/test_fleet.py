@@ -31,6 +31,7 @@ from harness.ray import FleetError, run_many, tasks  # noqa: E402
 
 HERE = Path(__file__).parent
 AGENT = "fleet_agent:make_agent"
+pytestmark = pytest.mark.xdist_group("ray")  # one worker runs them all: one Ray cluster, not one per worker
 
 
 @pytest.fixture(scope="module")
