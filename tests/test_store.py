@@ -381,3 +381,47 @@ def test_a_segment_already_there_with_the_writers_own_bytes_is_its_retried_uploa
             a.append("header", header, sync=True)
     finally:
         a.close()
+
+
+PLAIN = """
+import os, sys, time
+import harness
+from harness import Executor, Step
+trace, marker = sys.argv[1], sys.argv[2]
+
+def planner(goal, done):
+    if len(done) == 2:
+        return None
+    said = harness.llm({"ask": len(done)}, lambda req: f"answer {req['ask']}")  # a crossing
+    return Step(f"s{len(done)}", "work", {"said": said})
+
+def work(said):
+    if said == "answer 1" and not os.path.exists(marker):
+        with open(marker + ".tmp", "w") as f:
+            f.write(str(os.getpid()))
+        os.replace(marker + ".tmp", marker)
+        time.sleep(300)
+    return {"done": said}
+
+Executor(planner=planner, tools={"work": work}, trace=trace, resume=True).run("g")
+"""
+
+
+def test_a_crash_loses_only_the_unshipped_tail_and_the_resume_does_it_again(runs: str, tmp_path: Path) -> None:
+    trace, marker = f"{runs}/plain.jsonl", tmp_path / "inside"
+    child = subprocess.Popen([sys.executable, "-c", PLAIN, trace, str(marker)], stderr=subprocess.PIPE)
+    try:
+        wait_for(marker, child)  # inside step 1's plain tool, its crossing and intent in the spool only
+        os.kill(child.pid, signal.SIGKILL)
+    finally:
+        child.kill()
+        child.communicate()
+    rep = harness.replay(trace)
+    assert rep.state == "PLAN" and len(rep.checkpoints) == 1  # the bucket ends with step 0's checkpoint
+    assert [c.kind for c in rep.crossings] == ["llm", "tool"]  # step 0's: step 1's crossing was not shipped
+    child = subprocess.Popen([sys.executable, "-c", PLAIN, trace, str(marker)], stderr=subprocess.PIPE)
+    _, err = child.communicate(timeout=120)
+    assert child.returncode == 0, err.decode()
+    rep = harness.replay(trace)
+    assert rep.state == "DONE" and [c.result for c in rep.checkpoints] == [{"done": "answer 0"}, {"done": "answer 1"}]
+    assert [c.kind for c in rep.crossings] == ["llm", "tool", "llm", "tool"]  # step 1 done again, once in the trace
