@@ -362,7 +362,7 @@ def replay(
     if is_url(path):  # a trace on object storage: its segments, concatenated, through this same function
         from .store._read import replay_url
 
-        return replay_url(path, on_record=on_record)  # type: ignore[no-any-return]
+        return replay_url(path, on_record=on_record)
     with os.fdopen(open_regular(path), "rb") as f:
         try:
             return _scan(path, f, on_record)

@@ -21,11 +21,14 @@ import os
 import shutil
 import tempfile
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .._errors import HarnessError, TraceCorruption, TraceUnreadable
 from ._location import open_location
 from ._spool import SPOOLS
+
+if TYPE_CHECKING:
+    from .._replay import Replay
 
 _folder: str | None = None
 
@@ -68,7 +71,7 @@ def replay_url(
     *,
     on_record: Callable[[bytes, dict[str, Any]], None] | None = None,
     storage_options: dict[str, Any] | None = None,
-) -> Any:
+) -> Replay:
     """replay() of the trace at url: the same checks, the damage named against the URL."""
     from .._replay import replay
 
