@@ -86,13 +86,13 @@ class RemoteJournal(Journal):
         SPOOLS[location.url] = spool
         return journal
 
-    def append(self, kind: str, fields: dict[str, Any], *, sync: bool = False, check: tuple[str, ...] = ()) -> int:
-        seq = super().append(kind, fields, check=check)
+    def append(self, kind: str, fields: dict[str, Any], *, sync: bool = False, **options: Any) -> int:
+        seq = super().append(kind, fields, **options)  # check=, user=: as the journal takes them
         if sync or self.ship_every or kind in _SHIP_KINDS or (kind == "transition" and fields["to"] in _SHIP_STATES):
             self.ship()
         return seq
 
-    def append_many(self, records: Iterable[tuple[str, dict[str, Any]]], *, sync: bool = False) -> int:
+    def append_many(self, records: Iterable[tuple[Any, ...]], *, sync: bool = False) -> int:
         seq = super().append_many(records)
         self.ship()  # a step's checkpoint: acknowledged once it is in the bucket
         return seq
