@@ -425,3 +425,16 @@ def test_a_crash_loses_only_the_unshipped_tail_and_the_resume_does_it_again(runs
     rep = harness.replay(trace)
     assert rep.state == "DONE" and [c.result for c in rep.checkpoints] == [{"done": "answer 0"}, {"done": "answer 1"}]
     assert [c.kind for c in rep.crossings] == ["llm", "tool", "llm", "tool"]  # step 1 done again, once in the trace
+
+
+def test_secrets_are_redacted_before_anything_reaches_the_bucket(runs: str) -> None:
+    key = "sk-proj-LIVEKEY0123456789abcdefghij"
+    ex = Executor(
+        planner=lambda goal, done: None if done else harness.Step("s", "work", {}),
+        tools={"work": lambda: {"token": key}},
+        trace=f"{runs}/secret.jsonl",
+    )
+    assert ex.run("g").state == "DONE"
+    loc = harness.store.open(f"{runs}/secret.jsonl")
+    stored = b"".join(loc.read(p) for _, p in loc.segments())
+    assert key.encode() not in stored and harness.MARKER.encode() in stored
