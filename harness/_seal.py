@@ -40,6 +40,7 @@ from . import _blobs
 from . import _state as S
 from ._errors import HarnessError, TraceCorruption
 from ._journal import Journal, encode, now
+from .store import local_copy
 
 ENV = "HARNESS_SEAL_KEY"
 
@@ -222,7 +223,7 @@ def verify(trace: str | os.PathLike[str], *, seal_key: str | bytes | None = None
     problems = []
     for name, (size, line) in sorted(rep.blobs.items()):
         try:
-            _blobs.read(path, line, name, size)
+            _blobs.read(local_copy(path), line, name, size)  # a URL: the copy replay() read, blobs beside it
         except TraceCorruption as e:
             problems.append(str(e))
     if rep.torn_tail:

@@ -117,6 +117,7 @@ def test_fifty_runs_survive_killed_workers_and_every_effect_happens_once(cluster
     for i, o in enumerate(outcomes):  # every trace in the bucket replays, and says what the outcome said
         rep = harness.replay(o.trace)
         assert rep.state == o.state and rep.resumes == (1 if i in (7, 13) else 0)
+        assert harness.verify(o.trace).ok == (o.state == "DONE")  # a finished run is sealed; a paused one not yet
         keys = [c.result["charged"] for c in rep.checkpoints]
         assert keys == [k for k, run, _, _ in sorted(rows, key=lambda r: r[2]) if run == i]
 

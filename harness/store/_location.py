@@ -79,6 +79,42 @@ class Location:
     def child(self, name: str) -> Location:
         return Location(f"{self.url}/{name}", self.fs, f"{self.root}/{name}")
 
+    def blobs(self) -> Location:
+        """The blobs folder beside the trace here (`<runs>/blobs`), where a local trace's blobs would be."""
+        return Location(f"{self.url.rsplit('/', 1)[0]}/blobs", self.fs, f"{self.root.rsplit('/', 1)[0]}/blobs")
+
+    def fetch_blobs(self, trace_file: str) -> int:
+        """Copy the blobs that the local copy trace_file of this trace names into its blobs folder; how many.
+
+        A blob already there is kept; one missing on the store is left for replay() to name.
+        """
+        from .. import _blobs
+
+        names: set[str] = set()
+        with open(trace_file, "rb") as f:
+            for line in f:
+                if b'"blobs":' in line or b'"kind":"artifact"' in line:
+                    try:
+                        names.update(name for _, name, _ in _blobs.refs(orjson.loads(line)))
+                    except (ValueError, KeyError, TypeError, orjson.JSONDecodeError):
+                        continue  # replay() names what is wrong with the line
+        folder, source, copied = _blobs.folder_of(trace_file), self.blobs(), 0
+        for name in sorted(names):
+            path = os.path.join(folder, name)
+            if os.path.exists(path):
+                continue
+            try:
+                data = source.read(f"{source.root}/{name}")
+            except TraceUnreadable:
+                continue
+            os.makedirs(folder, exist_ok=True)
+            part = f"{path}.{os.getpid()}.part"
+            with open(part, "wb") as out:
+                out.write(data)
+            os.replace(part, path)
+            copied += 1
+        return copied
+
     @property
     def local(self) -> bool:
         protocol = self.fs.protocol

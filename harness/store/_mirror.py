@@ -46,6 +46,7 @@ class Mirror:
                     f.flush()  # a whole segment at a time: readers see whole lines
                     self.shipped[name] = n
                     n, copied = n + 1, copied + 1
+            self.location.child(name).fetch_blobs(os.path.join(self.folder, name))
         return copied
 
     def follow(self, interval: float = 1.0) -> threading.Thread:

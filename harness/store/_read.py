@@ -58,6 +58,7 @@ def local_copy(url: str, *, storage_options: dict[str, Any] | None = None) -> st
     try:
         with open(part, "wb") as f:
             location.download(f, [(n, p) for n, p, _ in versions])
+        location.fetch_blobs(part)  # into the copies' blobs folder, shared: blobs are named by their digest
         os.replace(part, path)
     except BaseException:
         if os.path.exists(part):

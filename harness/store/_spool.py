@@ -10,9 +10,9 @@ last segment go up as segment N+1, created only if it does not exist yet.
 Ship points (a segment holds whole lines only):
 - a record written with sync=True: the header, a declared tool's intent and
   its result, a reconcile record: on the bucket before the tool runs;
-- a step's checkpoint (with its transitions): an acknowledged checkpoint;
+- a step's checkpoint record: an acknowledged checkpoint;
 - a `resume` record: the resuming writer claims the run at once;
-- the end of the run (DONE, FAILED, PAUSED, a seal) and close();
+- the end of the run (DONE, FAILED, PAUSED, with its seal: `finish()`) and close();
 - with durability="fsync", every write.
 
 Fencing: segment numbers are the fence. A writer that finds its next segment
@@ -38,7 +38,7 @@ from .._errors import JournalError
 from .._journal import Journal
 from ._location import FenceLost, Location, open_location, segment_name
 
-_SHIP_KINDS = frozenset({"header", "resume", "reconcile", "seal"})
+_SHIP_KINDS = frozenset({"header", "checkpoint", "resume", "reconcile", "seal"})
 _SHIP_STATES = frozenset({S.DONE, S.FAILED, S.PAUSED})
 SPOOLS: dict[str, str] = {}  # url -> spool of the writer this process holds: its readers see what it wrote
 
@@ -74,6 +74,7 @@ class RemoteJournal(Journal):
         try:
             with open(spool, "wb") as f:
                 count, size, _ = location.download(f)
+            location.fetch_blobs(spool)  # the blobs its lines name, beside the spool: replay() reads them
             # the spool itself needs no fsync: the bucket is the durable copy
             journal = cast(RemoteJournal, cls.open(spool, redact=redact, **options))
         except BaseException:
@@ -92,10 +93,32 @@ class RemoteJournal(Journal):
             self.ship()
         return seq
 
+    def finish(self, *args: Any, **kwargs: Any) -> int:
+        seq = super().finish(*args, **kwargs)  # the end of the run and its seal: shipped at once
+        self.ship()
+        return seq
+
     def append_many(self, records: Iterable[tuple[Any, ...]], *, sync: bool = False) -> int:
         seq = super().append_many(records)
         self.ship()  # a step's checkpoint: acknowledged once it is in the bucket
         return seq
+
+    def put_blob(self, data: bytes) -> str:
+        """Store data as a blob: in the spool's blobs folder, and on the store before any line names it."""
+        from .. import _blobs
+
+        if self._broken:
+            raise JournalError(self.path, f"an earlier {self._broken} failed; this journal accepts nothing more")
+        name = _blobs.put(_blobs.folder_of(self.spool), data, sync_dir=False)  # what replay() of the spool reads
+        store = self.location.blobs()
+        try:
+            if not store.create(name, data) and _blobs.digest(store.read(f"{store.root}/{name}")) != name:
+                store.fs.pipe_file(f"{store.root}/{name}", data)  # an altered copy: replaced by the right bytes
+        except Exception as e:
+            self._broken = "upload"
+            raise JournalError(self.path, f"upload of blob {name} failed: {e}") from None
+        self.digests.add(name)
+        return name
 
     def ship(self) -> None:
         """Create the next segment from the spool's bytes not shipped yet (nothing when there are none)."""
