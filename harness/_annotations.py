@@ -43,7 +43,7 @@ def annotations(trace: str | os.PathLike[str]) -> list[dict[str, Any]]:
 
 def annotate(trace: str | os.PathLike[str], key: str, value: Any) -> dict[str, Any]:
     """Add a note `key: value` (any JSON value) to the run at `trace`; returns the note."""
-    from ._seal import write_atomically
+    from ._blobs import write_atomically
 
     path = os.fspath(trace)
     if not os.path.isfile(path):

@@ -73,7 +73,17 @@ def put(folder: str, data: bytes, *, sync_dir: bool) -> str:
     except FileNotFoundError:
         pass
     os.makedirs(folder, exist_ok=True)
-    tmp = os.path.join(folder, f".{name}.{uuid.uuid4().hex}.tmp")
+    write_atomically(path, data, sync_dir=sync_dir)
+    return name
+
+
+def write_atomically(path: str, data: bytes, *, sync_dir: bool = True) -> None:
+    """Replace the file at path with data: a temporary file beside it, fsynced, renamed, folder fsynced.
+
+    Readers see the old file or the whole new one, never part of it; a failure leaves no temporary file.
+    """
+    folder = os.path.dirname(os.path.abspath(path))
+    tmp = os.path.join(folder, f".{os.path.basename(path)}.{uuid.uuid4().hex}.tmp")
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
         try:
@@ -94,7 +104,6 @@ def put(folder: str, data: bytes, *, sync_dir: bool) -> str:
             os.fsync(dfd)
         finally:
             os.close(dfd)
-    return name
 
 
 def refs(rec: dict[str, Any]) -> list[tuple[str, str, int]]:

@@ -25,11 +25,9 @@ fsynced and renamed into place, so an interrupted seal leaves the original.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import hmac
 import os
-import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -136,38 +134,13 @@ def seal(trace: str | os.PathLike[str], *, seal_key: str | bytes | None = None) 
         sealed = fields(hashlib.sha256(data).hexdigest(), rep.blobs, rep.state, key)
         line, _ = encode({"seq": rep.last_seq + 1, "kind": "seal", **sealed, "ts": now()}, rep.crc)
         try:
-            write_atomically(path, data + line)
+            _blobs.write_atomically(path, data + line)
         except OSError as e:
             raise HarnessError(
                 f"{path}: cannot write the sealed trace ({e.strerror}); the trace is unchanged"
             ) from None
     replay(path)  # the sealed trace reads back
     return Sealed(path, rep.last_seq + 1, key is not None, False)
-
-
-def write_atomically(path: str, data: bytes) -> None:
-    """Replace the file at path with data: a temporary file beside it, fsynced, renamed, folder fsynced."""
-    folder = os.path.dirname(os.path.abspath(path))
-    tmp = os.path.join(folder, f".{os.path.basename(path)}.{uuid.uuid4().hex}.tmp")
-    try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-    dfd = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(dfd)
-    finally:
-        os.close(dfd)
 
 
 @dataclass(frozen=True, slots=True)
