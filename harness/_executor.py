@@ -96,7 +96,9 @@ class Tool:
     idempotent=True: on resume after an interrupted call it is called again
     with the same `idempotency_key` keyword argument, so it can dedupe.
     idempotent=False: never re-invoked blindly; the run PAUSES until reconciled.
-    Intent and result of a declared tool are fsynced whatever the durability.
+    A declared tool's intent, and everything before it, is fsynced before the
+    tool is called, whatever the durability; its result is synced with the
+    next sync point (see docs/FORMAT.md "Durability").
     """
 
     fn: Callable[..., Any]
@@ -223,8 +225,10 @@ class Executor:
             if not callable(tool.fn if isinstance(tool, Tool) else tool):
                 raise TypeError(f"tool {name!r} is {tool!r}, not a callable or a harness.Tool")
         self.contracts = {n: t.contract if isinstance(t, Tool) else PLAIN for n, t in sorted(self.tools.items())}
-        # declared tools have their intent and result fsynced, whatever the durability
-        self.declared = frozenset(n for n, t in self.tools.items() if isinstance(t, Tool))
+        # the tools whose call is preceded by an fsync (of their intent and all before it): all of them with
+        # durability="fsync", declared tools with "flush"
+        synced = self.tools if durability == "fsync" else [n for n, t in self.tools.items() if isinstance(t, Tool)]
+        self.synced = frozenset(synced)
 
     def run(self, goal: Any) -> Outcome:
         """Run (or, with resume=True, finish) the goal. Returns DONE, FAILED or PAUSED."""
@@ -440,8 +444,10 @@ class Executor:
                         run.intent["key"] = f"{run.id}-{run.step}-{run.attempt}"
                     check_value("args", planned.args, tool=planned.tool, step=run.step)
                     # the live call gets run.intent; the trace its args redacted (the journal does it)
-                    run.move(S.ACT, sync=planned.tool in self.declared, user=("args",), **run.intent)
+                    run.move(S.ACT, sync=planned.tool in self.synced, user=("args",), **run.intent)
                 elif run.state == S.ACT:
+                    if run.journal.dirty and run.intent["tool"] in self.synced:  # a resumed call: the rule holds too
+                        run.journal.sync()
                     try:
                         raw = self._call(run.session, run.intent)
                     except ToolError as e:
@@ -456,8 +462,9 @@ class Executor:
                             raise _async(f"tool {run.intent['tool']!r}", raw) from None
                         raise
                     run.shown = raw
-                    sync = run.intent["tool"] in self.declared  # redacted as written: what a resumed run reads back
-                    run.result = run.move(S.VERIFY, sync=sync, user=("result",), result=result)["result"]
+                    # redacted as written (what a resumed run reads back); synced with the next call's intent or
+                    # the run's end
+                    run.result = run.move(S.VERIFY, user=("result",), result=result)["result"]
                     run.result_seq = run.wrote  # the record the checkpoint will name
                 elif run.state == S.VERIFY:
                     why = self._verify(run)

@@ -11,6 +11,12 @@ Rules kept here:
 - a record is encoded whole before anything is written; a value that would
   not come back equal raises NotSerializable and writes nothing;
 - one os.write per record on an O_APPEND descriptor, looping on short writes;
+- a record written with sync=True is durable, with every record before it,
+  when the call returns (one fdatasync covers them all); the writer chooses
+  these sync points (the executor: before each tool call and at the end of
+  the run, see docs/FORMAT.md "Durability"); `sync()` makes everything
+  written so far durable, and with durability="fsync" close() syncs whatever
+  is left unsynced;
 - after a failed write or sync the journal refuses everything: an fsync error
   is never retried and trusted (see "fsyncgate" in docs/FORMAT.md);
 - an exclusive flock on the descriptor for the writer's life: a second writer,
@@ -187,8 +193,8 @@ class Journal:
     """The single writer of one trace. Open with `Journal.open()`; use as a context manager."""
 
     __slots__ = (
-        "_broken", "_lock", "_stamp", "_truncated", "blob_threshold", "crc", "created", "digests", "fd", "fsync",
-        "path", "redact", "seal_key", "seq",
+        "_broken", "_lock", "_stamp", "_truncated", "blob_threshold", "crc", "created", "digests", "dirty", "fd",
+        "fsync", "path", "redact", "seal_key", "seq",
     )  # fmt: skip
 
     def __init__(
@@ -207,6 +213,7 @@ class Journal:
         self.crc = 0
         self._broken: str | None = None
         self._truncated = False  # the next write is synced: it makes the truncation durable with it
+        self.dirty = False  # bytes written since the last fsync
         self.blob_threshold = blob_threshold
         self.digests: set[str] = set()  # every blob the trace names: what its seal lists
         self.seal_key: bytes | None = None  # an HMAC key for the seal, else an unkeyed seal
@@ -335,8 +342,23 @@ class Journal:
         if size > end + len(line):
             self._guard(lambda: os.ftruncate(self.fd, end + len(line)), "truncate")
         self._guard(lambda: _fsync(self.fd), "fsync")
-        self.seq, self.crc = seq + 1, crc
+        self.seq, self.crc, self.dirty = seq + 1, crc, False
         return seq + 1
+
+    def sync(self) -> None:
+        """Make every record written so far durable: one fdatasync, none when nothing is unsynced."""
+        if self._lock is not None:  # an agent may be writing: sync after its write, not in the middle
+            with self._lock:
+                self._sync()
+        else:
+            self._sync()
+
+    def _sync(self) -> None:
+        if self._broken:
+            raise JournalError(self.path, f"an earlier {self._broken} failed; this journal accepts nothing more")
+        if self.dirty:
+            self._guard(lambda: _fsync(self.fd), "fsync")
+            self.dirty = False
 
     def append(
         self,
@@ -572,9 +594,10 @@ class Journal:
             self._broken = "write"
             seqs = f"seq {seq}" if seq == self.seq + 1 else f"seqs {self.seq + 1}..{seq}"
             raise JournalError(self.path, f"write of {seqs} failed: {_why(e)}") from None
-        if sync or self.fsync or self._truncated:
+        self.dirty = True
+        if sync or self._truncated:  # a truncation is made durable with the record that follows it
             self._guard(lambda: _fsync(self.fd), "fsync")
-            self._truncated = False
+            self._truncated = self.dirty = False
         self.seq, self.crc = seq, crc
 
     def _guard(self, op: Any, name: str) -> None:
@@ -585,6 +608,7 @@ class Journal:
             raise JournalError(self.path, f"{name} failed after seq {self.seq}: {_why(e)}") from None
 
     def close(self) -> None:
+        """Close, releasing the lock; with durability="fsync", sync what is not yet synced first."""
         if self._lock is not None:  # an agent may be writing: not in the middle of its write
             with self._lock:
                 self._close()
@@ -593,14 +617,22 @@ class Journal:
 
     def _close(self) -> None:
         if self.fd >= 0:
-            fd, self.fd = self.fd, -1
-            os.close(fd)  # also releases the flock
+            try:
+                if self.fsync and self.dirty and not self._broken:
+                    self._sync()
+            finally:
+                fd, self.fd = self.fd, -1
+                os.close(fd)  # also releases the flock
 
     def __enter__(self) -> Journal:
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def __exit__(self, kind: type[BaseException] | None, *exc: object) -> None:
+        if kind is None:
+            self.close()
+            return
+        with contextlib.suppress(JournalError):  # the exception in flight says more than a failed last sync
+            self.close()
 
 
 def _unstorable(record: dict[str, Any], e: TypeError) -> NotSerializable:

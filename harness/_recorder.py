@@ -101,7 +101,7 @@ class Recorder:
         if not isinstance(type, str) or not type:
             raise HarnessError(f"{self.path}: an event type must be a non-empty str, not {type!r}")
         check_value("data", data)
-        return journal.append("event", {"type": type, "data": data}, user=("data",))
+        return journal.append("event", {"type": type, "data": data}, sync=journal.fsync, user=("data",))
 
     def end(self, status: str = "success", *, error: BaseException | None = None) -> int:
         """Write the end record (synced); returns its seq. Nothing can be logged after it."""

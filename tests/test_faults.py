@@ -19,6 +19,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import random
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -108,6 +109,7 @@ class World:
         self.sent: dict[str, str] = {}
         self.charged: list[str] = []
         self.calls: list[str] = []
+        self.durability = "flush"
 
     def effect(self, kind: str, value: str) -> None:
         if kind == "charge":
@@ -116,6 +118,8 @@ class World:
             self.sent.setdefault(value, f"s{len(self.sent) + 1}")
         if self.emit:
             self.emit({"kind": kind, "value": value})
+        if isinstance(self.faults, Power):  # the power may go right after an effect, before the tool returns
+            self.faults.tick()
 
     def called(self, tool: str, args: dict[str, Any], key: str | None = None) -> None:
         """The checks every tool call makes: no failure seen, its intent on disk (and synced if declared)."""
@@ -124,8 +128,9 @@ class World:
             assert not self.faults.fired, f"{tool} was called after a failed {self.faults.op}"
         rep = harness.replay(self.trace)
         assert rep.state == "ACT" and rep.intent is not None, f"{tool} called in state {rep.state}"
-        if self.faults is not None and tool in ("send", "charge"):
+        if self.faults is not None and (tool in ("send", "charge") or self.durability == "fsync"):
             assert self.faults.durable(rep.intent["seq"]), f"{tool} was called before its intent was synced"
+            assert self.faults.synced == os.path.getsize(self.trace), f"{tool} was called before all was synced"
         assert (rep.intent["tool"], rep.intent["args"], rep.intent.get("key")) == (tool, args, key)
 
     def tools(self) -> dict[str, Any]:
@@ -169,11 +174,10 @@ class World:
             assert not self.faults.fired, "verified after a failed write"
         rep = harness.replay(self.trace)
         assert rep.state == "VERIFY" and rep.last is not None
-        if self.faults is not None and step.tool in ("send", "charge"):
-            assert self.faults.durable(rep.last["seq"]), "a declared tool's result was not synced before use"
         return True
 
-    def executor(self, *, resume: bool = False, durability: str = "flush") -> Executor:
+    def executor(self, *, resume: bool = False, durability: str | None = None) -> Executor:
+        durability = self.durability = durability or self.durability
         return Executor(
             planner=self.planner, tools=self.tools(), verifier=self.verifier, trace=self.trace,
             resume=resume, durability=durability,
@@ -250,28 +254,32 @@ def inject_every(tmp_path: Path, op: str, mode: str, *, durability: str = "flush
         ("write", "single", "flush"),
         ("write", "persistent", "flush"),
         ("write", "short", "flush"),
-        ("fsync", "single", "flush"),  # only declared tools' records are synced
+        ("fsync", "single", "flush"),  # only declared tools' intents are synced
         ("fsync", "persistent", "flush"),
-        ("fsync", "single", "fsync"),  # every record is
+        ("fsync", "single", "fsync"),  # every intent is, and the end
         ("fsync", "persistent", "fsync"),
+        ("write", "single", "fsync"),
+        ("write", "short", "fsync"),
     ],
 )
 def test_every_failed_write_or_fsync_stops_the_run_and_resume_finishes_it(
     tmp_path: Path, op: str, mode: str, durability: str
 ) -> None:
     failed = inject_every(tmp_path, op, mode, durability=durability)
-    assert failed >= (5 if op == "fsync" and durability == "flush" else 15)  # the run reaches that many ops
+    assert failed >= ({"flush": 5, "fsync": 8}[durability] if op == "fsync" else 15)  # the run reaches that many
 
 
-def test_a_clean_run_syncs_declared_tools_only(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("durability", "syncs"), [("flush", 1 + 1 + 1 + 1 + 1 + 1), ("fsync", 1 + 1 + 5 + 1)])
+def test_a_clean_run_syncs_once_before_each_effect_it_must(tmp_path: Path, durability: str, syncs: int) -> None:
+    """flush: the directory, the header, send's intent (declined), send's intent again, charge's intent, the end.
+    fsync: the directory, the header, the five intents, the end (the terminal record and its seal: one write)."""
     trace = tmp_path / "run.jsonl"
     world = World(trace, Faults(trace, op="none", at=0, mode="single"))
     assert world.faults is not None
     with injected(world.faults):
-        world.check_done(world.executor().run(GOAL))
-    # the new file's directory, the header, send's intent (declined), send's intent and result, charge's,
-    # the end and its seal
-    assert world.faults.count["fsync"] == 1 + 1 + 1 + 2 + 2 + 1
+        world.check_done(world.executor(durability=durability).run(GOAL))
+    assert world.faults.count["fsync"] == syncs
+    assert world.faults.synced == trace.stat().st_size  # the end and its seal are synced in either mode
 
 
 # --- compound: a fault while resuming from a fault ---------------------------------------------
@@ -306,6 +314,103 @@ def test_a_fault_during_resume_is_survived_too(tmp_path: Path, first: int, mode:
         world.check_done(world.finish())
         assert trace.with_name("run.jsonl.torn-1").read_bytes() == tail  # set aside whole, whatever failed
     raise AssertionError("the resume never completed")
+
+
+# --- power loss: the file goes back to what was synced ------------------------------------------
+
+
+class PowerLoss(BaseException):
+    """The machine lost power: nothing more reaches the disk, and this process is gone."""
+
+
+class Power(Faults):
+    """The trace's written and synced lengths at every moment; at the at-th event the power goes.
+
+    Events are the writes and fsyncs that touch the trace and every effect a
+    tool makes on the world. After the power goes, every write and fsync
+    raises PowerLoss (the process is gone); `cut()` then leaves the file as a
+    disk may hold it: its synced length, or a torn point between that and
+    what was written (the page cache had it, the disk got part of it).
+    """
+
+    def __init__(self, trace: Path, *, at: int):
+        super().__init__(trace, op="none", at=0, mode="single")
+        self.at, self.events = at, 0
+
+    def tick(self) -> None:
+        if self.fired:
+            raise PowerLoss
+        self.events += 1
+        if self.events == self.at:
+            self.fired = True
+            raise PowerLoss
+
+    def _trace(self, fd: int) -> bool:
+        try:
+            return os.readlink(f"/proc/self/fd/{fd}") == self.trace
+        except OSError:
+            return False
+
+    def write(self, fd: int, data: Any) -> int:
+        if self._trace(fd):
+            self.tick()
+        return REAL_WRITE(fd, data)
+
+    def fsync(self, fd: int, real: Callable[[int], None] = REAL_FSYNC) -> None:
+        if self._trace(fd):
+            self.tick()
+        super().fsync(fd, real)
+
+    def cut(self, rng: random.Random) -> int:
+        """Truncate the trace to a length the disk may hold after the loss; returns it."""
+        size = os.path.getsize(self.trace) if os.path.exists(self.trace) else 0
+        low = min(self.synced, size)  # a truncation not yet synced may or may not have reached the disk
+        keep = low if rng.random() < 0.5 else rng.randint(low, size)
+        if os.path.exists(self.trace):
+            os.truncate(self.trace, keep)
+        return keep
+
+
+def power_cycles(tmp_path: Path, seed: int) -> None:
+    """One run through up to three power losses at random moments, then finished with the power on.
+
+    Checks the rule at every tool call (World.called: the intent and, in fsync
+    mode, the whole file synced before the call), and at the end the effect
+    ledger: `send` (idempotent) took effect once whatever its calls, `charge`
+    (unsafe) was called once, a pause reconciled from the world's truth, and
+    the trace holds each acknowledged effect's result.
+    """
+    rng = random.Random(seed)
+    durability = rng.choice(["flush", "fsync"])
+    trace = tmp_path / f"{seed}" / "run.jsonl"
+    trace.parent.mkdir()
+    world = World(trace)
+    world.durability = durability
+    for cycle in range(rng.randint(1, 3)):
+        world.faults = power = Power(trace, at=rng.randint(1, 40))
+        with injected(power):
+            try:
+                out = world.executor(resume=cycle > 0).run(GOAL) if cycle == 0 else world.finish()
+            except PowerLoss:
+                power.cut(rng)
+                continue
+        assert not power.fired
+        if durability == "fsync" or out.state == "PAUSED":  # what run() returned is durable
+            assert power.synced == trace.stat().st_size, (seed, out.state)
+        break
+    world.faults = None
+    if not trace.exists() or trace.stat().st_size == 0:  # the header never reached the disk: nothing ran
+        assert world.calls == []
+        trace.unlink(missing_ok=True)
+        world.check_done(world.executor().run(GOAL))
+        return
+    world.check_done(world.finish())
+
+
+@pytest.mark.parametrize("block", range(8))
+def test_power_loss_at_random_moments_loses_and_repeats_no_acknowledged_effect(tmp_path: Path, block: int) -> None:
+    for seed in range(block * 40, block * 40 + 40):
+        power_cycles(tmp_path, seed)
 
 
 # --- a real write failure: RLIMIT_FSIZE --------------------------------------------------------

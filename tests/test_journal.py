@@ -194,15 +194,21 @@ def syncs(monkeypatch: pytest.MonkeyPatch) -> SyncSpy:
     return spy
 
 
-def test_fsync_mode_syncs_every_record_and_writes_the_same_trace(tmp_path: Path, syncs: SyncSpy) -> None:
+def test_fsync_mode_syncs_once_per_step_and_writes_the_same_trace(tmp_path: Path, syncs: SyncSpy) -> None:
     flush, fsync = tmp_path / "flush.jsonl", tmp_path / "fsync.jsonl"
     Executor(planner=fixed_plan(steps(4)), tools={"work": counter()}, trace=flush).run("g")
-    flush_syncs = syncs.inodes.count(flush.stat().st_ino)
-    Executor(planner=fixed_plan(steps(4)), tools={"work": counter()}, trace=fsync, durability="fsync").run("g")
-    records = len(read_records(fsync))
-    # each write is synced; the end and its seal are one write
-    assert syncs.inodes.count(fsync.stat().st_ino) == records - 1
-    assert flush_syncs < records
+    assert syncs.inodes.count(flush.stat().st_ino) == 1 + 1  # the header, the end and its seal: plain tools, flush
+    sizes: list[int] = []
+
+    def work(i: int) -> int:  # everything written so far is durable when a tool runs
+        sizes.append(fsync.stat().st_size)
+        assert syncs.inodes.count(fsync.stat().st_ino) == len(sizes) + 1
+        return i
+
+    Executor(planner=fixed_plan(steps(4)), tools={"work": work}, trace=fsync, durability="fsync").run("g")
+    # the header, one sync before each of the 4 calls (its intent and all before it), the end and its seal
+    assert syncs.inodes.count(fsync.stat().st_ino) == 1 + 4 + 1
+    assert len(read_records(fsync)) == 2 + 3 * 4 + 2  # header, PLAN; 3 records a step; DONE, seal
     assert shape(fsync) == shape(flush)
     assert replay(fsync).state == "DONE"
 
@@ -221,7 +227,7 @@ def test_a_failed_fsync_stops_the_run_and_the_journal_accepts_nothing_more(trace
     tool = counter()
     with pytest.raises(JournalError, match="fsync failed"):
         Executor(planner=fixed_plan(steps(4)), tools={"work": tool}, trace=trace, durability="fsync").run("g")
-    assert replay(trace).records == 2  # the directory, the header, then the second record failed to sync
+    assert replay(trace).records == 3  # the directory, the header, then the first intent (with PLAN) failed to sync
     assert tool.calls == []
 
 
