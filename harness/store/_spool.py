@@ -8,8 +8,9 @@ local trace's would be, and at the ship points the bytes written since the
 last segment go up as segment N+1, created only if it does not exist yet.
 
 Ship points (a segment holds whole lines only):
-- a record written with sync=True: the header, a declared tool's intent and
-  its result, a reconcile record: on the bucket before the tool runs;
+- a record written with sync=True, and `sync()`: the header, a tool's intent
+  (a declared tool's; every tool's with durability="fsync"), a reconcile
+  record: on the bucket before the tool runs;
 - a step's checkpoint record: an acknowledged checkpoint;
 - a `resume` record: the resuming writer claims the run at once;
 - the end of the run (DONE, FAILED, PAUSED, with its seal: `finish()`) and close();
@@ -92,6 +93,11 @@ class RemoteJournal(Journal):
         if sync or self.ship_every or kind in _SHIP_KINDS or (kind == "transition" and fields["to"] in _SHIP_STATES):
             self.ship()
         return seq
+
+    def sync(self) -> None:
+        """What the executor calls before a tool runs: everything written so far goes to the bucket."""
+        super().sync()
+        self.ship()
 
     def finish(self, *args: Any, **kwargs: Any) -> int:
         seq = super().finish(*args, **kwargs)  # the end of the run and its seal: shipped at once
