@@ -23,22 +23,27 @@ from ._errors import (
     ReplayViolation,
     ResumeMismatch,
     ToolError,
+    ToolTimeout,
     TraceCorruption,
     TraceExists,
     TraceLocked,
+    TraceMissing,
     TraceUnreadable,
     VerificationFailed,
 )
 from ._executor import Executor, Outcome, RetryPolicy, Step, Tool
+from ._interrupt import Interrupted, interrupt
 from ._migrate import Migrated, migrate
 from ._normalize import normalize
 from ._reconcile import reconcile
 from ._recorder import Recorder
+from ._recover import Recovered, recover, resume
 from ._redact import MARKER, Redaction, RedactionRuleError
 from ._replay import Artifact, Checkpoint, Crossing, Replay, replay
 from ._rerun import Rerun, fork, rerun
 from ._runs import RunInfo, list_runs
 from ._seal import Sealed, Verification, seal, verify
+from ._timers import sleep
 from .bundle import Bundled, BundleError, export, import_bundle
 from .store import FenceLost
 
@@ -71,12 +76,14 @@ __all__ = [
     "Handle",
     "HarnessError",
     "HttpRecordingError",
+    "Interrupted",
     "JournalError",
     "Message",
     "Migrated",
     "NotSerializable",
     "Outcome",
     "Recorder",
+    "Recovered",
     "RedactedArgs",
     "Redaction",
     "RedactionRuleError",
@@ -91,9 +98,11 @@ __all__ = [
     "Step",
     "Tool",
     "ToolError",
+    "ToolTimeout",
     "TraceCorruption",
     "TraceExists",
     "TraceLocked",
+    "TraceMissing",
     "TraceUnreadable",
     "Verification",
     "VerificationFailed",
@@ -110,6 +119,7 @@ __all__ = [
     "export",
     "fork",
     "import_bundle",
+    "interrupt",
     "join",
     "list_runs",
     "llm",
@@ -119,10 +129,13 @@ __all__ = [
     "random",
     "receive",
     "reconcile",
+    "recover",
     "replay",
     "rerun",
+    "resume",
     "seal",
     "send",
+    "sleep",
     "spawn",
     "uuid4",
     "verify",

@@ -80,6 +80,7 @@ class Session:
         self.agents = Agents(self)
         self.calls: dict[str, int] = {}  # live calls per agent
         self.failure: HarnessError | None = None  # kept in case agent code swallows it
+        self.answers: deque[Any] = deque()  # human answers for interrupt(), oldest first (see _interrupt)
 
     @property
     def nested(self) -> bool:

@@ -86,6 +86,22 @@ class TraceUnreadable(HarnessError):
         super().__init__(f"{path}: {problem}")
 
 
+class TraceMissing(TraceUnreadable):
+    """resume=True on a trace path where there is no file: nothing to resume.
+
+    Starting a new run there would repeat every side effect of the run the
+    caller meant (a typo after a crash), so it is refused; `resume="auto"`
+    asks for "resume if it exists, else start".
+    """
+
+    def __init__(self, path: str):
+        super().__init__(
+            path,
+            "no such trace, so there is no run to resume; nothing was written. Check the path "
+            '(runs are listed by `harness runs`), or pass resume="auto" to start a new run when there is none',
+        )
+
+
 class ResumeMismatch(HarnessError):
     """resume=True with a goal or tools other than the ones the trace pins."""
 
@@ -133,6 +149,20 @@ class ToolError(HarnessError):
 
     The executor records it and retries the step under the RetryPolicy.
     """
+
+
+class ToolTimeout(ToolError):
+    """A tool call that did not return within RetryPolicy(timeout=...) seconds.
+
+    It counts as a failed attempt (a plain or idempotent tool is retried; an
+    idempotent one with the same idempotency key), except for an unsafe tool:
+    a timeout does not prove its effect did not happen, so the run PAUSES.
+    `tool` names it, `timeout` is the limit in seconds.
+    """
+
+    def __init__(self, tool: str, timeout: float):
+        self.tool, self.timeout = tool, timeout
+        super().__init__(f"tool {tool!r} did not return within {timeout:g} s (RetryPolicy(timeout=...))")
 
 
 class VerificationFailed(HarnessError):

@@ -16,47 +16,64 @@ The run joins the calls in planner order, which is the order their
 checkpoints take in progress, and fails with the first failed call's error.
 At most `max_parallel` calls hold a slot at a time.
 
-Failures: ToolError and a rejected verification are retried under the
-RetryPolicy and end in FAILED when attempts run out, all recorded. Any other
-exception propagates out of run() and leaves the file as a crash would.
+Failures: ToolError (and ToolTimeout) and a rejected verification are
+retried under the RetryPolicy and end in FAILED when attempts run out, all
+recorded; a rejected result of an unsafe tool is never retried (its effect
+happened) unless the tool says `retry_rejected=True`. Any other exception
+is recorded in a `crash` record, then propagates out of run() and leaves the
+file as a crash would: resume goes on from the same place. `interrupt()`
+pauses the run (PAUSED with the question) until a resume brings an answer.
+An interrupt() inside a call of a parallel step, or in arun(), is not
+supported yet: it raises HarnessError (recorded as a crash).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import contextvars
 import copy
 import functools
 import inspect
 import os
 import platform
+import random
 import sys
 import threading
+import time
+import traceback
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import KW_ONLY, dataclass, field
 from typing import Any
 
 from . import _state as S
+from . import _timers
+from ._agents import AgentState, _agent
 from ._blobs import THRESHOLD
-from ._boundary import Session, deactivate
+from ._boundary import Session, _current, deactivate, error_of
 from ._errors import (
     HarnessError,
+    JournalError,
     NotSerializable,
     RedactedArgs,
     ReplayDrift,
     ReplayViolation,
     ResumeMismatch,
     ToolError,
+    ToolTimeout,
     TraceCorruption,
     TraceExists,
+    TraceMissing,
     TraceUnreadable,
     VerificationFailed,
 )
+from ._interrupt import Interrupted
 from ._journal import SCHEMA, Journal, a, canonical, check_value, set_aside
 from ._redact import Redaction, Rule
 from ._replay import Call, Checkpoint, Replay, replay
 from ._runs import runs_dir
-from .store import is_url, join, open_journal
+from .store import exists, is_url, join, open_journal
 
 
 def _version() -> str:
@@ -80,13 +97,45 @@ class Step:
 
 @dataclass(frozen=True, slots=True)
 class RetryPolicy:
-    """How many attempts a step gets before the run ends in FAILED."""
+    """How many attempts a step gets before the run ends in FAILED, how long to wait between them.
+
+    backoff: after a tool's failed attempt (ToolError or timeout), wait a
+    delay drawn uniformly from [0, min(max_delay, backoff * 2 ** (n - 1)))
+    before re-planning, n being the attempts failed so far ("full jitter").
+    The draw and the wake-up time are a recorded crossing (kind `backoff`):
+    a resume waits only what is left, a rerun does not wait. 0 (the default)
+    re-plans at once and records nothing. A rejected verification re-plans
+    at once.
+    timeout: seconds a tool call may take; the tool then runs on a worker
+    thread, and a call still running at the limit is a failed attempt
+    (ToolTimeout). The thread cannot be stopped: its late result is dropped.
+    A plain tool is called again; an idempotent tool again with the SAME
+    idempotency key (the timed-out call may have taken effect; the key lets
+    the tool dedupe); an unsafe tool is not called again: the run PAUSES on
+    it as an operation of uncertain outcome, for `harness reconcile`.
+    """
 
     max_attempts: int = 3
+    _: KW_ONLY
+    backoff: float = 0.0
+    max_delay: float = 60.0
+    timeout: float | None = None
 
     def __post_init__(self) -> None:
-        if self.max_attempts < 1:
-            raise ValueError("max_attempts must be at least 1")
+        if type(self.max_attempts) is not int or self.max_attempts < 1:
+            raise ValueError(f"max_attempts must be an int of at least 1, not {self.max_attempts!r}")
+        for name in ("backoff", "max_delay", "timeout"):
+            v = getattr(self, name)
+            if v is None and name == "timeout":
+                continue
+            if isinstance(v, bool) or not isinstance(v, int | float) or not v >= 0 or v == float("inf"):
+                raise ValueError(f"RetryPolicy({name}=...) must be a finite number of seconds >= 0, not {v!r}")
+        if self.timeout == 0:
+            raise ValueError("RetryPolicy(timeout=0) would fail every call; give seconds > 0, or None for no limit")
+
+    def cap(self, failed: int) -> float:
+        """The largest delay after `failed` failed attempts."""
+        return float(min(self.max_delay, self.backoff * 2 ** (failed - 1)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,25 +148,34 @@ class Tool:
     A declared tool's intent, and everything before it, is fsynced before the
     tool is called, whatever the durability; its result is synced with the
     next sync point (see docs/FORMAT.md "Durability").
+    A result of it that the verifier rejects ends the run FAILED (the effect
+    happened: calling it again would repeat it) unless retry_rejected=True.
     """
 
     fn: Callable[..., Any]
     _: KW_ONLY
     idempotent: bool
     version: str | None = None
+    retry_rejected: bool = False
 
     def __post_init__(self) -> None:
         if not callable(self.fn):
             raise TypeError(f"Tool needs a callable, not {self.fn!r}")
         if type(self.idempotent) is not bool or not (self.version is None or type(self.version) is str):
             raise TypeError("Tool(fn, idempotent=True|False, version=None|str)")
+        if type(self.retry_rejected) is not bool:
+            raise TypeError("Tool(..., retry_rejected=True|False)")
 
     @property
     def contract(self) -> dict[str, Any]:
-        return {"effect": "idempotent" if self.idempotent else "unsafe", "version": self.version}
+        contract: dict[str, Any] = {"effect": "idempotent" if self.idempotent else "unsafe", "version": self.version}
+        if self.retry_rejected:
+            contract["retry_rejected"] = True
+        return contract
 
 
 PLAIN = {"effect": "at-least-once", "version": None}
+NO_ANSWER: Any = object()  # run(goal) without answer=
 MAX_STEPS = 10_000  # the default step limit: a planner that never says DONE ends FAILED, not with a full disk
 _RECORDED: Any = object()  # _continue(): the goal as the trace has it
 _INTENT = ("name", "tool", "args", "key")  # the fields of a transition into ACT, beside step and attempt
@@ -133,7 +191,12 @@ class _Served(ToolError):
 
 @dataclass(frozen=True, slots=True)
 class Outcome:
-    """How a run ended (or paused). `pending` names the uncertain operation of a PAUSED run."""
+    """How a run ended (or paused).
+
+    `pending`, for a PAUSED run: the uncertain operation (`seq`, `step`,
+    `tool`, `args`) or the question interrupt() asked (`seq`, `step`,
+    `state`, `question`). `error`: what ended a FAILED run.
+    """
 
     state: str
     checkpoints: tuple[Checkpoint, ...]
@@ -177,7 +240,7 @@ class Executor:
         verifier: Callable[[Step, Any], bool] | None = None,
         trace: str | os.PathLike[str] | None = None,
         runs_dir: str | os.PathLike[str] | None = None,
-        resume: bool = False,
+        resume: bool | str = False,
         retry: RetryPolicy = RetryPolicy(),
         durability: str = "flush",
         entrypoint: str | None = None,
@@ -197,6 +260,10 @@ class Executor:
             raise ValueError(f"max_steps must be a positive int, or None for no limit, not {max_steps!r}")
         if durability not in ("flush", "fsync"):
             raise ValueError(f"durability must be 'flush' or 'fsync', not {durability!r}")
+        if resume not in (True, False, "auto"):
+            raise ValueError(
+                f'resume must be True, False or "auto" (resume if the trace exists, else start), not {resume!r}'
+            )
         if resume and trace is None:
             raise ValueError("resume=True needs the trace= of the run to resume")
         self.planner = planner
@@ -230,10 +297,17 @@ class Executor:
         synced = self.tools if durability == "fsync" else [n for n, t in self.tools.items() if isinstance(t, Tool)]
         self.synced = frozenset(synced)
 
-    def run(self, goal: Any) -> Outcome:
-        """Run (or, with resume=True, finish) the goal. Returns DONE, FAILED or PAUSED."""
+    def run(self, goal: Any, *, answer: Any = NO_ANSWER) -> Outcome:
+        """Run (or, with resume=True, finish) the goal. Returns DONE, FAILED or PAUSED.
+
+        resume=True refuses a trace path with no file (TraceMissing);
+        resume="auto" starts a new run there. `answer`: the human's answer
+        to the question a run PAUSED on with interrupt() (any JSON value).
+        """
         self._refuse_async()
         check_value("goal", goal)
+        if answer is not NO_ANSWER:
+            check_value("answer", answer)
         run_id = uuid.uuid4().hex
         path = self.trace
         if path is None:
@@ -244,6 +318,8 @@ class Executor:
             except OSError as e:
                 raise TraceUnreadable(folder, f"cannot hold runs: {e.strerror}") from None
             path = join(folder, f"{run_id}.jsonl")
+        if (self.resume is True or answer is not NO_ANSWER) and not exists(path, storage_options=self.storage_options):
+            raise TraceMissing(path)  # Journal.open would create it: a typo would repeat every side effect
         from ._seal import key_of
 
         key = key_of(self.seal_key)  # a bad key fails before anything is written
@@ -258,7 +334,9 @@ class Executor:
             if journal.size():
                 if not self.resume:
                     raise TraceExists(path)
-                return self._resume(journal, goal)
+                return self._resume(journal, goal, answer)
+            if answer is not NO_ANSWER:
+                raise HarnessError(f"{path}: an answer was given, but the trace holds no run that asked a question")
             return self._start(journal, goal, run_id)
 
     def _refuse_async(self) -> None:
@@ -269,7 +347,7 @@ class Executor:
             if inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(type(fn).__call__):
                 raise _async(what)
 
-    async def arun(self, goal: Any) -> Outcome:
+    async def arun(self, goal: Any, *, answer: Any = NO_ANSWER) -> Outcome:
         """run() for async agents: planners, tools and verifiers may be `async def` (plain ones still work).
 
         The executor waits in a worker thread; each awaitable runs as a task on
@@ -280,7 +358,7 @@ class Executor:
         bridge = Bridge(asyncio.get_running_loop())
         ex = copy.copy(self)
         ex.planner, ex.tools, ex.verifier = bridged(bridge, self.planner, self.tools, self.verifier)
-        return await asyncio.to_thread(ex.run, goal)
+        return await asyncio.to_thread(functools.partial(ex.run, goal, answer=answer))
 
     def _start(
         self, journal: Journal, goal: Any, run_id: str, *, session: Session | None = None, **lineage: Any
@@ -296,7 +374,7 @@ class Executor:
         run.move(S.PLAN)
         return self._drive(run)
 
-    def _resume(self, journal: Journal, goal: Any) -> Outcome:
+    def _resume(self, journal: Journal, goal: Any, answer: Any = NO_ANSWER) -> Outcome:
         path = journal.path
         try:
             rep = replay(path)
@@ -318,8 +396,20 @@ class Executor:
                 seal["set_aside"] = os.path.basename(aside)
             journal.continue_after(rep.last_seq, rep.crc, rep.end, ("seal", seal), sync=True)  # over the torn seal
             return finished(replay(path))
+        asked = rep.question is not None and not rep.answered  # a question waits for its answer
+        if answer is not NO_ANSWER and not asked:
+            why = "it is already answered" if rep.question is not None else f"its state is {rep.state}"
+            raise HarnessError(
+                f"{path}: an answer was given, but the run waits for none ({why}); nothing was written. "
+                "Resume without an answer."
+            )
         waiting = any(c.state == S.PAUSED and c.reconcile is None for c in rep.group)
-        if rep.complete or (rep.state == S.PAUSED and (rep.reconcile is None if not rep.group else waiting)):
+        if rep.complete or (
+            rep.state == S.PAUSED
+            and not rep.answered
+            and answer is NO_ANSWER
+            and (rep.reconcile is None if not rep.group else waiting)
+        ):
             return finished(rep)  # a finished run is never appended to
         aside = set_aside(path, rep.end) if rep.torn_tail else None
         seam = {"set_aside": os.path.basename(aside) if aside else None, "env": environment(self.entrypoint)}
@@ -328,9 +418,14 @@ class Executor:
             main = {**clocks["main"], "main": clocks["main"]["main"] + 1}
             seam["vc"], clocks = main, {**clocks, "main": main}
         journal.continue_after(rep.last_seq, rep.crc, rep.end, ("resume", seam))  # written over the torn tail
+        if answer is not NO_ANSWER:  # after the resume record, which names where a torn tail went
+            assert rep.question is not None
+            journal.append("answer", {"op": rep.question["seq"], "answer": answer}, sync=True, user=("answer",))
+            rep = replay(path)
         session = Session(journal, rep.resumable_crossings(), redact=self.redact)
         if clocks is not None:  # every record from here on carries its clock
             session.agents.share(journal, clocks)
+        session.answers.extend(rep.answers if answer is NO_ANSWER else (*rep.answers[:-1], answer))  # unredacted
         return self._continue(journal, session, rep, goal)  # the caller's goal: the trace's may be redacted
 
     def _continue(self, journal: Journal, session: Session, rep: Replay, goal: Any = _RECORDED) -> Outcome:
@@ -346,11 +441,34 @@ class Executor:
             finally:
                 deactivate(token)
             return done or self._drive(run)
+        if run.state == S.PAUSED and rep.answered:  # back to where the question was asked, to ask it again
+            assert rep.question is not None
+            run.step, run.attempt = rep.question["step"], rep.question["attempt"]
+            back = rep.question["from"]
+            if back == S.PLAN:
+                run.move(S.PLAN, sync=True)
+                return self._drive(run)
+            assert intent is not None
+            run.intent, run.result, run.shown = intent, rep.result, check_value("result", rep.result)
+            run.result_seq = rep.result_seq
+            if back == S.ACT:  # the tool is called again, with its live args (see _live_intent)
+                run.intent = self._live_intent(run, rep)
+                run.move(S.ACT, sync=True, user=("args",), **{k: run.intent[k] for k in _INTENT if k in run.intent})
+            else:
+                run.move(S.VERIFY, sync=True)
+            return self._drive(run)
         if run.state in (S.INIT, S.PLAN):
             if run.state == S.INIT:
                 run.move(S.PLAN)
             elif last.get("from") in (S.ACT, S.VERIFY):  # a retry was decided
                 run.step, run.attempt = last["step"], last["attempt"] + 1
+                if last["from"] == S.ACT and intent is not None:
+                    run.reuse = _reused_key(last, intent)
+                    try:
+                        self._backoff(run)  # a crash during the wait: the resume waits what is left
+                    except (Exception, KeyboardInterrupt) as e:
+                        _crash(run, e)
+                        raise
             else:
                 run.step = len(run.progress)
             return self._drive(run)
@@ -442,6 +560,9 @@ class Executor:
                     run.intent = {"name": planned.name, "tool": planned.tool, "args": planned.args}
                     if self.contracts[planned.tool]["effect"] == "idempotent":
                         run.intent["key"] = f"{run.id}-{run.step}-{run.attempt}"
+                        if run.reuse is not None and run.reuse[0] == (planned.tool, canonical(planned.args)):
+                            run.intent["key"] = run.reuse[1]  # the call that timed out, again: the same key
+                    run.reuse = None
                     check_value("args", planned.args, tool=planned.tool, step=run.step)
                     # the live call gets run.intent; the trace its args redacted (the journal does it)
                     run.move(S.ACT, sync=planned.tool in self.synced, user=("args",), **run.intent)
@@ -451,8 +572,16 @@ class Executor:
                     try:
                         raw = self._call(run.session, run.intent)
                     except ToolError as e:
-                        error = e.error if isinstance(e, _Served) else {"type": type(e).__name__, "message": str(e)}
-                        if self._retry_or_fail(run, error):
+                        error: dict[str, Any] = (
+                            e.error if isinstance(e, _Served) else {"type": type(e).__name__, "message": str(e)}
+                        )
+                        if isinstance(e, ToolTimeout):
+                            error["timeout"] = e.timeout
+                            if self.contracts[run.intent["tool"]]["effect"] == "unsafe":  # it may have happened
+                                run.move(S.PAUSED, sync=True, user=("error",), error=error)
+                                return run.outcome() if run.lane else finished(replay(run.journal.path))
+                        run.reuse = _reused_key(error, run.intent)
+                        if self._retry_or_fail(run, error, backoff=True):
                             return run.outcome(error)  # the live error; the trace has it redacted
                         continue
                     try:  # the trace's own copy, and the tool's
@@ -471,12 +600,34 @@ class Executor:
                     run.check_session()
                     if why is not None:
                         error = {"type": "VerificationFailed", "message": why}
+                        contract = self.contracts[run.intent["tool"]]
+                        if contract["effect"] == "unsafe" and not contract.get("retry_rejected"):
+                            error["message"] = (
+                                f"{why}; not retried: tool {run.intent['tool']!r} is idempotent=False and its effect "
+                                "happened, so calling it again would repeat it (Tool(..., retry_rejected=True) "
+                                "allows a retry)"
+                            )
+                            run.end(S.FAILED, error=error)
+                            return run.outcome(error)
                         if self._retry_or_fail(run, error):
                             return run.outcome(error)
                         continue
                     run.checkpoint()
                     if run.lane:  # a call ends with its checkpoint
                         return run.outcome()
+        except Interrupted as asked:
+            if run.lane:
+                raise HarnessError(
+                    f"interrupt() was called inside call {run.step} of a parallel step: interrupt() is not supported "
+                    "in parallel steps yet; ask before the planner returns a list of steps, or run the step alone"
+                ) from None
+            return self._ask(run, asked.question)
+        except (JournalError, ReplayDrift, ReplayViolation):  # the journal's own failure; a re-execution's verdict
+            raise
+        except (Exception, KeyboardInterrupt) as e:
+            if not run.lane:  # a call's failure propagates to the run, which records the crash
+                _crash(run, e)
+            raise
         finally:
             if token is not None:
                 deactivate(token)
@@ -584,14 +735,38 @@ class Executor:
                 f"(it has: {', '.join(self.tools) or 'none'})"
             )
 
-    def _retry_or_fail(self, run: _Run, error: dict[str, Any]) -> bool:
+    def _ask(self, run: _Run, question: Any) -> Outcome:
+        """interrupt() was called with no answer waiting: PAUSE on the question."""
+        asked_in = run.state
+        run.move(S.PAUSED, sync=True, user=("question",), question=question)
+        pending = {"seq": run.wrote, "step": run.step, "state": asked_in, "question": question}
+        return Outcome(S.PAUSED, tuple(run.progress), run.id, run.journal.path, pending=pending)
+
+    def _retry_or_fail(self, run: _Run, error: dict[str, Any], *, backoff: bool = False) -> bool:
         """Record a failed attempt (redacted): re-plan while attempts are left; True when the run FAILED."""
         if run.attempt >= self.retry.max_attempts:
             run.end(S.FAILED, user=("error",), error=error)
             return True
         run.move(S.PLAN, user=("error",), error=error)
         run.attempt += 1
+        if backoff:
+            self._backoff(run)
         return False
+
+    def _backoff(self, run: _Run) -> None:
+        """Wait before attempt `run.attempt` of a failed tool call: a recorded draw, a durable wait."""
+        policy = self.retry
+        if not policy.backoff:
+            return
+        cap = policy.cap(run.attempt - 1)
+        request = {"step": run.step, "attempt": run.attempt, "backoff": policy.backoff, "max_delay": policy.max_delay}
+
+        def draw() -> dict[str, float]:
+            delay = random.uniform(0.0, cap)
+            return {"delay": delay, "wake": time.time() + delay}
+
+        drawn = run.session.cross("backoff", request, draw)
+        _timers.wait_until(run.session, drawn["wake"])
 
     def _call(self, session: Session, intent: dict[str, Any]) -> Any:
         if session.serving:  # recorded args are redacted: so is what they are compared with
@@ -608,6 +783,8 @@ class Executor:
         if "key" in intent:
             kwargs["idempotency_key"] = intent["key"]
         session.count_live()
+        if self.retry.timeout is not None:
+            return _within(fn, kwargs, self.retry.timeout, intent["tool"], session)
         session.nested = True
         try:
             return fn(**kwargs)
@@ -678,6 +855,59 @@ def _marked(value: Any, marker: str, where: str = "") -> str | None:
     return None
 
 
+def _within(fn: Callable[..., Any], kwargs: dict[str, Any], timeout: float, name: str, session: Session) -> Any:
+    """fn(**kwargs) on a worker thread; ToolTimeout when it has not returned after `timeout` seconds.
+
+    The worker sees a session of its own that records nothing (as a tool's
+    crossings are not recorded) but shares the run's answers for interrupt():
+    a call that outlives its timeout can never write to the trace.
+    """
+    shadow = Session(None)
+    ctx = contextvars.copy_context()
+
+    def enter() -> None:  # in the worker's context: the calling agent's own state is never touched
+        _current.set(shadow)
+        _agent.set(AgentState((_agent.get() or session.agents.main).name))  # (a lane's name: step-N)
+        shadow.nested, shadow.answers = True, session.answers
+
+    ctx.run(enter)
+    box: dict[str, Any] = {}
+    done = threading.Event()
+
+    def work() -> None:
+        try:
+            box["value"] = ctx.run(fn, **kwargs)
+        except BaseException as e:  # handed to the caller's thread, raised there
+            box["error"] = e
+        finally:
+            done.set()
+
+    threading.Thread(target=work, name=f"harness-tool-{name}", daemon=True).start()
+    if not done.wait(timeout):
+        raise ToolTimeout(name, timeout)
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
+
+
+def _reused_key(error: dict[str, Any], intent: dict[str, Any]) -> tuple[tuple[str, bytes], str] | None:
+    """After an idempotent call timed out: (its call, its key), for the next attempt of the same call."""
+    error = error.get("error", error) if "from" in error else error  # a transition record, or the error itself
+    if not isinstance(error, dict) or error.get("type") != "ToolTimeout" or "key" not in intent:
+        return None
+    return (intent["tool"], canonical(intent["args"])), intent["key"]
+
+
+def _crash(run: _Run, e: BaseException) -> None:
+    """Record why the run stopped (a `crash` record) before the exception propagates; never masks it."""
+    tb = "".join(traceback.format_exception(type(e), e, e.__traceback__, limit=-5))
+    error = error_of(e)
+    error["message"] = error["message"][:2000]
+    fields = {"state": run.state, "step": run.step, "attempt": run.attempt, "error": error, "traceback": tb[-4000:]}
+    with contextlib.suppress(HarnessError, OSError):  # the journal is the problem (or refuses): the exception says why
+        run.journal.append("crash", fields, sync=True, user=("error", "traceback"))
+
+
 def _async(what: str, made: Any = None) -> HarnessError:
     """The error for an async planner, verifier or tool given to run(); closes the coroutine it made."""
     if inspect.iscoroutine(made):
@@ -708,6 +938,7 @@ class _Run:
         "progress",
         "result",
         "result_seq",
+        "reuse",
         "session",
         "shown",
         "state",
@@ -727,6 +958,7 @@ class _Run:
         self.result_seq = 0  # the record holding `result`, which the checkpoint names
         self.wrote = 0  # the seq of the last record this (sub-)run wrote
         self.shown: Any = None
+        self.reuse: tuple[tuple[str, bytes], str] | None = None  # a timed-out idempotent call and its key
         self.lane = False  # a call of a parallel step: its own sub-run, which ends at its checkpoint
         self.failed_at: dict[str, Any] | None = None
 

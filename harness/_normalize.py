@@ -6,7 +6,8 @@ resumes) and drops what changes between two runs of the same program: seq
 numbers, wall-clock values, run ids, checksums and hashes, the host
 environment, idempotency keys (they embed the run id), fork lineage, the
 trace's own file name, the seq a checkpoint or a reconcile record points
-to, and a seal's digests (its `state` stays). Payloads stored in blobs
+to, a seal's digests (its `state` stays), and a crash record's traceback (file
+paths). Payloads stored in blobs
 are read back in place: the view is the same whether a payload was inline
 or not. Dropping seq makes an inserted record an insertion, not a
 renumbering of every later one; the record's position still gives it.
@@ -53,7 +54,7 @@ RERECORD = "re-record it with `pytest --snapshot-update` (or `harness show --gol
 # top-level fields that differ between two runs of the same program
 DROP = frozenset(
     {"seq", "ts", "crc", "hash", "run_id", "env", "key", "parent", "branch", "reused", "mutated", "duration", "elapsed"}
-)
+) | {"traceback"}  # a crash record's traceback: file paths and line numbers
 # the fields that come first, in this order; others follow sorted
 ORDER = (
     "kind", "from", "to", "step", "attempt", "name", "tool", "args", "result", "error",
@@ -108,14 +109,14 @@ def normalize_record(record: Mapping[str, Any], *, nested: bool = True) -> dict[
     kind = record.get("kind")
     plan = _plan(tuple(record))
     out = {k: _canon(record[k]) for k in plan} if nested else {k: record[k] for k in plan}
-    if kind == "reconcile":
-        out.pop("op", None)  # the seq of the paused operation: a seq number
+    if kind in ("reconcile", "answer"):
+        out.pop("op", None)  # the seq of the paused operation or of the question: a seq number
     elif kind == "checkpoint":
         out.pop("verified", None)  # the seq of the record holding the result: a seq number
     elif kind == "seal":  # digests of bytes that hold wall-clock times; keyed or not is not behaviour
         out = {k: v for k, v in out.items() if k in ("kind", "state")}
-    elif kind == "crossing" and out.get("boundary") == "now":
-        out.pop("response", None)  # a wall-clock reading
+    elif kind == "crossing" and out.get("boundary") in ("now", "sleep", "backoff"):
+        out.pop("response", None)  # a wall-clock reading (a wake-up time; a backoff's also a random delay)
     aside = out.get("set_aside")
     if isinstance(aside, str) and ".torn-" in aside:  # "<trace name>.torn-N": keep N, not the name
         out["set_aside"] = "torn-" + aside.rpartition(".torn-")[2]

@@ -49,6 +49,11 @@ def reconcile(
         if is_url(path) and not journal.size():
             raise TraceUnreadable(path, "no such trace on the store; nothing was written")
         rep = replay(path)
+        if rep.question is not None:
+            raise HarnessError(
+                f"{path}: the run waits for an answer to {rep.question['question']!r:.200}, not for a reconcile; "
+                "answer it with `harness resume TRACE --agent MODULE:FACTORY --answer JSON`; nothing was written"
+            )
         if rep.state != S.PAUSED or rep.reconcile is not None or rep.pending is None:
             why = "it is already reconciled" if rep.reconcile is not None else f"its state is {rep.state}"
             if rep.state == S.ACT:  # a crashed run: the resume decides whether its last call is uncertain

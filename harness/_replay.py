@@ -282,17 +282,24 @@ class Replay:
     fresh: int = field(repr=False)  # crossings since the last transition
     # crossings[planned[0]:planned[1]]: those the planner made while planning the last intent (a resume asks it again)
     planned: tuple[int, int] = field(default=(0, 0), repr=False)
+    # interrupt(): the transition into PAUSED that asked, while the run is PAUSED on it; whether it is answered;
+    # the answers not yet delivered to agent code (served again on resume); the last crash record
+    question: dict[str, Any] | None = field(default=None, repr=False)
+    answered: bool = field(default=False, repr=False)
+    answers: tuple[Any, ...] = field(default=(), repr=False)
+    crash: dict[str, Any] | None = field(default=None, repr=False)
     result_seq: int = field(repr=False, default=0)  # the record holding `result`
     # every blob the trace names (payloads and artifacts): sha256 -> (size, first line naming it)
     blobs: dict[str, tuple[int, int]] = field(repr=False, default_factory=dict)
     artifacts: tuple[Artifact, ...] = ()
     seal: dict[str, Any] | None = field(repr=False, default=None)  # the seal record, when sealed
 
+    clocks: dict[str, dict[str, int]] | None = field(default=None, repr=False)  # last clock per agent, once spawned
+    group: tuple[Call, ...] = field(default=(), repr=False)  # the calls of a parallel step not closed yet
+
     @property
     def sealed(self) -> bool:
         return self.seal is not None
-    clocks: dict[str, dict[str, int]] | None = field(default=None, repr=False)  # last clock per agent, once spawned
-    group: tuple[Call, ...] = field(default=(), repr=False)  # the calls of a parallel step not closed yet
 
     @property
     def agents(self) -> dict[str, list[Crossing]]:
@@ -327,9 +334,12 @@ class Replay:
 
     @property
     def pending(self) -> dict[str, Any] | None:
-        """The operation whose outcome is uncertain, when the run is PAUSED."""
+        """What a PAUSED run waits for: the question interrupt() asked, or the operation of uncertain outcome."""
         if self.state != S.PAUSED:
             return None
+        if self.question is not None:
+            q = self.question
+            return {"seq": q["seq"], "step": q["step"], "state": q["from"], "question": q["question"]}
         paused = next((c for c in self.group if c.state == S.PAUSED and c.reconcile is None), None)
         i = paused.intent if paused is not None else self.intent
         if i is None:
@@ -512,6 +522,11 @@ def _scan(
     blobs: dict[str, tuple[int, int]] = {}
     artifacts: list[Artifact] = []
     seal: dict[str, Any] | None = None
+    question: dict[str, Any] | None = None  # the pause on interrupt() the run is in
+    answered = False
+    timed_out_key: tuple[bytes, str] | None = None  # an idempotent call that timed out, and its key: reused
+    answers: list[Any] = []  # answers not yet delivered: an `interrupt` crossing delivers one
+    crash: dict[str, Any] | None = None  # the last crash record, until the run moves on
     fresh = 0  # crossings since the last transition
     planned = (0, 0)  # the crossings made while planning the last intent, as indexes into crossings
     at_step, at_attempt = 0, 1  # what the next transition must name
@@ -624,18 +639,51 @@ def _scan(
                     if dst == S.CHECKPOINT:
                         why = "VERIFY -> CHECKPOINT is written as a checkpoint record, not a transition"
                         raise _fail(path, n, "bad-transition", why, seq)
+                    asked = src == S.PAUSED and question is not None  # leaving a pause on interrupt()
+                    if dst == S.PAUSED and src != S.ACT and "question" not in rec:
+                        why = f"{src} -> PAUSED without the question that interrupt() asked"
+                        raise _fail(path, n, "malformed", why, seq)
+                    if dst == S.PAUSED and "question" in rec:
+                        if "error" in rec:
+                            raise _fail(path, n, "malformed", "a pause on a question with an error", seq)
+                        question, answered = rec, False
+                    elif not asked:
+                        answers = []  # the state moved on: what was answered has been delivered
+                    if (
+                        src == S.VERIFY
+                        and dst == S.PLAN
+                        and intent is not None
+                        and (tools.get(intent["tool"]) or {}).get("effect") == "unsafe"
+                        and not tools[intent["tool"]].get("retry_rejected")
+                    ):
+                        why = f"a rejected result of unsafe tool {intent['tool']!r} re-planned (its effect happened)"
+                        raise _fail(path, n, "bad-transition", why, seq)
+                    if (
+                        asked
+                        and dst == S.ACT
+                        and intent is not None
+                        and any(rec.get(k) != intent.get(k) for k in ("name", "tool", "args", "key"))
+                    ):
+                        why = "the intent after an answer is not the one that asked"
+                        raise _fail(path, n, "bad-transition", why, seq)
                     if dst == S.ACT:
-                        _intent(path, n, rec, tools, header, intent if src == S.PAUSED else None)
+                        again = timed_out_key if timed_out_key and timed_out_key[0] == _call_of(rec) else None
+                        _intent(path, n, rec, tools, header, intent if src == S.PAUSED else None, again)
+                        timed_out_key = None
                         intent, intent_pos = rec, (offset, length, prev)
                         if src != S.PAUSED and lane is run_lane:  # PAUSED -> ACT repeats the intent planned before
                             planned = (len(cr_pos) // 6 - fresh, len(cr_pos) // 6)  # (a call's plan is its spawn's)
                         lane.resumes = resumes
-                    elif dst == S.PAUSED:  # only from ACT
+                    elif dst == S.PAUSED and "question" not in rec:  # only from ACT: an operation of uncertain outcome
                         assert intent is not None
                         # a call of a parallel step: its intent was written before the process that pauses it
                         resumed = lane is not run_lane and resumes > lane.resumes
-                        if before != "resume" and not resumed:
-                            why = "ACT -> PAUSED not right after a resume record: only a resuming process pauses a run"
+                        timed_out = isinstance(rec.get("error"), dict) and rec["error"].get("type") == "ToolTimeout"
+                        if before != "resume" and not resumed and not timed_out:
+                            why = (
+                                "ACT -> PAUSED not right after a resume record and not after a ToolTimeout: only a "
+                                "resuming process, or a call that timed out, pauses a run on an operation"
+                            )
                             raise _fail(path, n, "bad-transition", why, seq)
                         effect = tools[intent["tool"]]["effect"]
                         if effect != "unsafe":
@@ -644,20 +692,32 @@ def _scan(
                                 "only an unsafe tool's interrupted call is of uncertain outcome"
                             )
                             raise _fail(path, n, "bad-transition", why, seq)
-                    elif dst == S.PLAN and src != S.INIT:  # a failed attempt: the step is planned again
+                    elif dst == S.PLAN and src not in (S.INIT, S.PAUSED):  # a failed attempt: planned again
                         at_attempt += 1
                     failed = dst == S.FAILED or (dst == S.PLAN and src in (S.ACT, S.VERIFY))  # a failed attempt
                     if failed and not _error_ok(rec["error"]):
                         why = f'{src} -> {dst} without its error object {{"type": str, "message": str}}'
                         raise _fail(path, n, "malformed", why, seq)
-                    if src == S.ACT or (src == S.PAUSED and dst == S.VERIFY):
+                    if failed and dst == S.PLAN and rec["error"]["type"] == "ToolTimeout" and "key" in (intent or {}):
+                        assert intent is not None
+                        timed_out_key = (_call_of(intent), intent["key"])  # the next attempt of this call keeps it
+                    if (src == S.ACT and "question" not in rec) or (src == S.PAUSED and dst == S.VERIFY and not asked):
                         result = _payload(rec, "result") if dst == S.VERIFY else None
                         if dst != S.PAUSED:
                             cr_pos.extend(intent_pos)
                             cr_pos.extend((offset, length, prev))
                         if dst == S.VERIFY:
                             result_seq, result_crossing = seq, len(cr_pos) // 6 - 1
-                    if src == S.PAUSED:
+                    if asked:
+                        assert question is not None
+                        if not answered:
+                            why = "a run paused on a question moved on before it was answered"
+                            raise _fail(path, n, "bad-transition", why, seq)
+                        if dst != question["from"]:
+                            why = f"PAUSED -> {dst} after an answer, but the question was asked in {question['from']}"
+                            raise _fail(path, n, "bad-transition", why, seq)
+                        question = None
+                    elif src == S.PAUSED:
                         if reconcile is None:
                             raise _fail(
                                 path, n, "bad-transition", "a paused run moved on before it was reconciled", seq
@@ -674,7 +734,9 @@ def _scan(
                     if dst in S.TERMINAL and lane is run_lane:
                         ended = True
                     transitions += 1
-                    fresh = 0
+                    crash = None
+                    if not asked and question is not rec:  # crossings made before a question are served again
+                        fresh = 0
                 elif kind == "checkpoint":  # the moves VERIFY -> CHECKPOINT -> PLAN, in one line
                     step = rec["step"]
                     if state != S.VERIFY or type(step) is not int or step != at_step:
@@ -719,6 +781,29 @@ def _scan(
                         raise _fail(path, n, "malformed", why, seq)
                     fresh += 1
                     cr_pos.extend((offset, length, prev, offset, length, prev))
+                    if rec["boundary"] == "interrupt" and answers:
+                        answers.pop(0)  # delivered, and recorded: a resume serves the crossing
+                elif kind == "answer":
+                    if state != S.PAUSED or question is None or answered:
+                        why = "an answer record with no question waiting for it"
+                        raise _fail(path, n, "bad-answer", why, seq)
+                    if rec["op"] != question["seq"] or "answer" not in rec:
+                        raise _fail(path, n, "bad-answer", "the answer record does not name the question's seq", seq)
+                    answered = True
+                    answers.append(rec["answer"])
+                elif kind == "crash":
+                    # where the process was, in words: not part of the run's story (a signal can land between a
+                    # state change and its record), so only its types are checked, never its agreement with the run
+                    if (
+                        not _error_ok(rec["error"])
+                        or type(rec["traceback"]) is not str
+                        or rec["state"] not in edges
+                        or type(rec["step"]) is not int
+                        or type(rec["attempt"]) is not int
+                    ):
+                        why = "a crash record needs a state, int step and attempt, error {type, message}, traceback"
+                        raise _fail(path, n, "malformed", why, seq)
+                    crash = rec
                 elif kind == "resume":
                     bad = _aside_problem(path, header, rec["set_aside"]) if rec["set_aside"] is not None else None
                     if bad is None and type(rec["env"]) is not dict:
@@ -770,7 +855,7 @@ def _scan(
                         raise _fail(path, n, found[0], found[1], seq)
                     header, tools = rec, rec["tools"]
                 elif kind == "reconcile":
-                    if state != S.PAUSED or reconcile is not None:
+                    if state != S.PAUSED or reconcile is not None or question is not None:
                         raise _fail(
                             path, n, "bad-reconcile", "a reconcile record with no uncertain operation before it", seq
                         )
@@ -875,13 +960,31 @@ def _scan(
         seal=seal,
         clocks=dict(clocks.last) if clocks is not None else None,
         group=calls,
+        question=question,
+        answered=answered,
+        answers=tuple(answers),
+        crash=crash,
     )
 
 
+def _call_of(rec: dict[str, Any]) -> bytes:
+    """A call's identity (tool and args, canonical), to recognise the same call made again."""
+    return orjson.dumps([rec.get("tool"), rec.get("args")], option=_SORTED)
+
+
 def _intent(
-    path: str, n: int, rec: dict[str, Any], tools: dict[str, Any], header: dict[str, Any], paused: dict[str, Any] | None
+    path: str,
+    n: int,
+    rec: dict[str, Any],
+    tools: dict[str, Any],
+    header: dict[str, Any],
+    paused: dict[str, Any] | None,
+    again: tuple[bytes, str] | None = None,
 ) -> None:
-    """Refuse a transition into ACT that a resume could not act on as the writer meant: TraceCorruption."""
+    """Refuse a transition into ACT that a resume could not act on as the writer meant: TraceCorruption.
+
+    `again`: the same call timed out on the attempt before, so its key is the one to repeat.
+    """
     seq, tool = rec["seq"], rec["tool"]
     if type(rec["name"]) is not str or type(tool) is not str or type(rec["args"]) is not dict:
         raise _fail(path, n, "malformed", "an intent needs a str name, a str tool, a dict of args", seq)
@@ -891,7 +994,7 @@ def _intent(
         why = f"an intent naming tool {tool!r}, which the header does not list (it lists: {listed})"
         raise _fail(path, n, "bad-intent", why, seq)
     if contract["effect"] == "idempotent":
-        key = f"{header['run_id']}-{rec['step']}-{rec['attempt']}"
+        key = again[1] if again is not None else f"{header['run_id']}-{rec['step']}-{rec['attempt']}"
         if rec.get("key") != key:
             found = f"key {rec['key']!r}" if "key" in rec else "no key"
             why = f"an intent for idempotent tool {tool!r} with {found}; its idempotency key is {key!r}"

@@ -23,9 +23,12 @@ operator's `reconcile`). A re-execution reproduces that history: it stops at
 the first write or crossing that would take a resume record's seq, writes
 the resume record (its `set_aside` as recorded, its env the current one),
 and goes on the way Executor resume does, serving again the crossings made
-since the last transition; reconcile records are copied. Seqs thus line up
-with the recording's. A recording with no terminal record is re-executed up
-to where it stops.
+since the last transition; reconcile, answer and crash records are copied.
+A pause the recording has (interrupt() waiting for an answer, an unsafe
+tool's timeout) is reproduced where it stands: the crossing or tool call
+made there raises what it raised then. Seqs thus line up with the
+recording's. A recording with no terminal record is re-executed up to where
+it stops.
 
 Rules kept here:
 - the recording is validated by replay() first and never written to;
@@ -52,8 +55,9 @@ from . import _state as S
 from ._agents import MAIN
 from ._async import Bridge, bridged, is_async
 from ._boundary import Arrived, Match, Session, differences, same
-from ._errors import HarnessError, ReplayDrift, ReplayViolation, TraceUnreadable
+from ._errors import HarnessError, ReplayDrift, ReplayViolation, ToolTimeout, TraceUnreadable
 from ._executor import MAX_STEPS, Executor, RetryPolicy, Step, Tool, environment
+from ._interrupt import Interrupted
 from ._journal import Journal, check_value
 from ._normalize import normalize, normalize_record
 from ._redact import Redaction, Rule
@@ -117,7 +121,7 @@ def rerun(
     scratch = None if out is not None else tempfile.mkdtemp(prefix="harness-rerun-")
     path = os.fspath(out) if out is not None else os.path.join(scratch or "", "rerun.jsonl")
     try:
-        stops = [*rec.resumes, *([] if rec.rep.complete else [rec.rep.last_seq + 1])]
+        stops = sorted({*rec.resumes, *rec.crashes, *([] if rec.rep.complete else [rec.rep.last_seq + 1])})
         done = _execute(rec, path, planner, tools, verifier, retry, stops=stops, redact=redact)
         return done if out is not None else replace(done, trace=None)
     finally:
@@ -162,7 +166,7 @@ def fork(
             tools,
             verifier,
             retry,
-            stops=[s for s in rec.resumes if s < at],
+            stops=sorted(s for s in {*rec.resumes, *rec.crashes} if s < at),
             branch=at,
             value=value,
             run_id=run_id,
@@ -193,6 +197,7 @@ class _Recording:
         # a result taken from an operator's reconcile record is not served: resume reads it from the trace
         self.crossings = [c for c in self.rep.crossings if self.records[c.seq - 1].get("from") != S.PAUSED]
         self.resumes = [r["seq"] for r in self.records if r["kind"] == "resume"]
+        self.crashes = [r["seq"] for r in self.records if r["kind"] == "crash"]  # the process stopped there
         if self.rep.clocks is not None and (self.resumes or not self.rep.complete):
             raise HarnessError(
                 f"{path}: a run with agents that was interrupted or resumed cannot be re-executed yet; "
@@ -219,9 +224,16 @@ class _Recording:
         last = self.rep.last
         step_limit = last is not None and last["from"] == S.PLAN and "max_steps" in (last.get("error") or {})
         if self.rep.state == S.FAILED and last is not None and not step_limit:  # (a parallel call's last attempt too)
-            return RetryPolicy(last["attempt"])
+            return RetryPolicy(last["attempt"], **self.backoff())
         seen = [r["attempt"] for r in self.records if r["kind"] == "transition"]
-        return RetryPolicy(max([RetryPolicy().max_attempts, *seen]))
+        return RetryPolicy(max([RetryPolicy().max_attempts, *seen]), **self.backoff())
+
+    def backoff(self) -> dict[str, float]:
+        """The backoff the recording waited under, from its first `backoff` crossing (else none)."""
+        for c in self.crossings:
+            if c.kind == "backoff" and isinstance(c.request, dict):
+                return {"backoff": c.request["backoff"], "max_delay": c.request["max_delay"]}
+        return {}
 
 
 def _unsealed(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -391,6 +403,7 @@ class _Replaying(Session):
         if self.journal.at_stop():
             raise _Seam
         agent, here, _ = self.place()
+        self.pause_here()
         try:
             found = Session.serve(self, kind, request, match)
         except ReplayViolation as e:
@@ -421,6 +434,19 @@ class _Replaying(Session):
             self.queue().clear()
             found = replace(found, response=self.value, error=None)
         return found, False
+
+    def pause_here(self) -> None:
+        """Raise what made the recorded run pause at this point, if it paused here."""
+        here = self.journal.seq + 1
+        parent = self.journal.parent
+        rec = parent[here - 1] if here <= len(parent) else {}
+        if rec.get("kind") != "transition" or rec.get("to") != S.PAUSED:
+            return
+        if "question" in rec:
+            raise Interrupted(rec["question"])
+        error = rec.get("error")
+        if isinstance(error, dict) and error.get("type") == "ToolTimeout":
+            raise ToolTimeout(self.journal.parent[rec["seq"] - 2].get("tool", "?"), float(error.get("timeout", 0)))
 
     def serve(self, kind: str, request: Any, match: Match | None = None) -> Crossing | None:
         if self.branch is not None:
@@ -530,12 +556,11 @@ def _drive(
     records = rec.records
     rep: Replay | None = None
     while True:
-        state = None
         try:
             if rep is None:
-                state = ex._start(writer, rec.rep.goal, run_id, session=session, **lineage).state
+                ex._start(writer, rec.rep.goal, run_id, session=session, **lineage)
             else:
-                state = ex._continue(writer, session, rep).state
+                ex._continue(writer, session, rep)
         except _Seam:
             pass
         except (ReplayDrift, ReplayViolation):
@@ -546,17 +571,29 @@ def _drive(
         if session.live:  # a fork past its branch: no recorded seam applies any more
             return
         seq = writer.seq + 1
-        while state == S.PAUSED and seq <= len(records) and records[seq - 1]["kind"] == "reconcile":
+        while seq <= len(records) and records[seq - 1]["kind"] in _COPIED:  # written as the recording has them
             r = records[seq - 1]
-            said: dict[str, Any] = {k: r[k] for k in ("op", "happened", "result", "evidence", "set_aside") if k in r}
-            writer.append("reconcile", said, sync=True)
+            if writer.stops and writer.stops[0] == seq:  # a crash record: the stop is the record itself
+                writer.stops.popleft()
+            writer.append(r["kind"], _copy(r), sync=True)
             seq += 1
         if not (writer.at_stop() and seq <= len(records) and records[seq - 1]["kind"] == "resume"):
             return
         writer.stops.popleft()
         writer.append("resume", {"set_aside": records[seq - 1].get("set_aside"), "env": environment(ex.entrypoint)})
+        while seq < len(records) and records[seq]["kind"] == "answer":  # the answer this resume brought
+            writer.append("answer", _copy(records[seq]), sync=True)
+            seq += 1
         rep = replay(writer.path)
         session.again = deque(rep.resumable_crossings())  # what Executor resume serves again
+
+
+_COPIED = frozenset({"reconcile", "crash"})  # records a re-execution copies from the recording (and answers)
+
+
+def _copy(record: dict[str, Any]) -> dict[str, Any]:
+    """A recorded record's own fields, to write again (the journal adds seq, ts and crc; a fork marks reuse)."""
+    return {k: v for k, v in record.items() if k not in ("seq", "kind", "ts", "crc", "reused")}
 
 
 def load_agent(spec: str) -> tuple[Planner, Mapping[str, Callable[..., Any] | Tool], Verifier | None]:

@@ -10,9 +10,12 @@ thousands of runs, and it validates nothing: `harness replay` does that.
 Status: `done` / `failed` from the last record (a transition into DONE or
 FAILED, a Recorder's `end`, or the seal after either); otherwise `running` when a live writer holds
 the trace's lock, else `paused` (waiting for an operator: last record a
-transition into PAUSED, or its reconcile) or `interrupted` (the writer is
-gone without a terminal record: a crash, a kill). A file whose header
-cannot be read is listed as `unreadable` rather than stopping the listing.
+transition into PAUSED, its reconcile or answer) or `interrupted` (the
+writer is gone without a terminal record: a crash, a kill). `detail` says
+more, from the same last line: why a run failed or crashed (a `crash`
+record), the question a paused run waits on, or that it waits for an
+operator's reconcile. A file whose header cannot be read is listed as
+`unreadable` rather than stopping the listing.
 
 A live writer is seen in /proc/locks (Linux), which takes no lock and so
 can never make a writer opening the trace at that instant fail. Elsewhere a
@@ -50,13 +53,14 @@ class RunInfo:
     records: int
     parent: str | None = None
     branch: int | None = None
+    detail: str | None = None  # why it stands there: a crash, a question, a failure (see _detail)
 
     def to_json(self) -> dict[str, Any]:
         """The run as JSON values. A file name that is not UTF-8 shows each undecodable byte as `\\xNN`."""
         return {
             "id": shown(self.id), "entrypoint": self.entrypoint, "status": self.status,
             "started": _iso(self.started), "ended": _iso(self.ended), "records": self.records,
-            "parent": self.parent, "branch": self.branch, "path": shown(self.path),
+            "parent": self.parent, "branch": self.branch, "path": shown(self.path), "detail": self.detail,
         }
 
 
@@ -134,6 +138,7 @@ def _info(fd: int, path: str, fallback: str, locked: set[tuple[int, int, int]] |
         records=last["seq"] if type(last.get("seq")) is int else 1,
         parent=parent if isinstance(parent, str) else None,
         branch=branch if type(branch) is int else None,
+        detail=_detail(last),
     )
 
 
@@ -195,9 +200,33 @@ def _terminal(last: dict[str, Any]) -> str | None:
 
 def _waiting(last: dict[str, Any]) -> str:
     kind = last.get("kind")
-    if kind == "reconcile" or (kind == "transition" and last.get("to") == "PAUSED"):
+    if kind in ("reconcile", "answer") or (kind == "transition" and last.get("to") == "PAUSED"):
         return "paused"
     return "interrupted"
+
+
+def _detail(last: dict[str, Any]) -> str | None:
+    """A few words on why the run stands where its last record leaves it."""
+    kind, error = last.get("kind"), last.get("error")
+    said = f"{error.get('type')}: {error.get('message')}" if isinstance(error, dict) else None
+    if kind == "crash":
+        return f"crashed in {last.get('state')}: {said}"
+    if kind == "transition" and last.get("to") == "PAUSED":
+        if "question" in last:
+            return f"waiting for an answer: {_short(last['question'])}"
+        return f"uncertain operation ({said}): reconcile it" if said else "uncertain operation: reconcile it"
+    if kind == "transition" and last.get("to") == "FAILED":
+        return said
+    if kind == "reconcile":
+        return "reconciled: resume it"
+    if kind == "answer":
+        return "answered: resume it"
+    return None
+
+
+def _short(value: Any, width: int = 60) -> str:
+    text = value if isinstance(value, str) else orjson.dumps(value).decode()
+    return text if len(text) <= width else text[: width - 3] + "..."
 
 
 def _flocked() -> set[tuple[int, int, int]] | None:

@@ -11,7 +11,8 @@ What a timeline line holds: the seq, what the record is (`PLAN -> ACT  step
 0, attempt 1`), then its fields as compact JSON, whole: a value is wrapped
 at the width, never cut, so a model prompt reads in full. Fields that only
 make sense to a machine (seq, ts, crc, hash) are left out; a `now()` reading
-is shown as a UTC time; a fork's header names its `parent` and `branch`, and
+is shown as a UTC time, so is a `sleep`'s wake-up time; a crash record
+shows its error and innermost frame, not its whole traceback; a fork's header names its `parent` and `branch`, and
 its records say whether they were `reused` from the parent, are the
 `mutated` crossing or ran `live`.
 
@@ -135,6 +136,11 @@ class Timeline:
         if kind == "crossing" and rec.get("boundary") == "now" and "response" in fields:
             fields.pop("request", None)  # always null
             notes.append(f"now={_time(fields.pop('response'))}")
+        if kind == "crossing" and rec.get("boundary") == "sleep" and "response" in fields:
+            notes.append(f"wakes={_time(fields.pop('response'))}")  # a durable timer's wake-up time
+        if kind == "crash" and isinstance(fields.get("traceback"), str):  # the innermost frame, not the whole text
+            frames = [f.strip() for f in fields.pop("traceback").splitlines() if f.strip().startswith("File ")]
+            fields["at"] = frames[-1] if frames else None
         if "tool" in fields:
             fields = {"call": f"{fields.pop('tool')} {_json(fields.pop('args', {}))}", **fields}
         for k, v in fields.items():

@@ -5,7 +5,9 @@ executor asks `check()` before it writes a transition, `replay()` asks the
 same function for every transition it reads, and the README diagram is
 generated from `EDGES` (see `mermaid()`), so the three cannot drift apart.
 A run starts in INIT; DONE and FAILED are terminal; PAUSED is not: a run
-waits there for an operator to reconcile an operation of uncertain outcome.
+waits there for an operator to reconcile an operation of uncertain outcome,
+or for a human to answer the question agent code asked with `interrupt()`
+(then it goes back to the state it asked from: PLAN, ACT or VERIFY).
 
 Most records make one move (a `transition` record: from -> to). A
 `checkpoint` record makes the moves in `CHECKPOINT_MOVES`, in one line: the
@@ -33,20 +35,26 @@ EDGES: dict[str, dict[str, str]] = {
         ACT: "step planned (intent: tool and args)",
         DONE: "planner says the goal is met",
         FAILED: "step limit reached (max_steps), or a call of a parallel step failed for good",
+        PAUSED: "interrupt(): the planner waits for an answer",
     },
     ACT: {
         VERIFY: "tool returned (result recorded)",
         PLAN: "ToolError with attempts left, re-plan",
         FAILED: "ToolError, no attempt left",
-        PAUSED: "resume found an unsafe call in flight",
+        PAUSED: "unsafe call uncertain (in flight at resume, or timed out), or interrupt() in the tool",
     },
     VERIFY: {
         CHECKPOINT: "verifier vouched (checkpoint record)",
         PLAN: "rejected with attempts left, re-plan",
-        FAILED: "rejected, no attempt left",
+        FAILED: "rejected, no attempt left, or an unsafe tool's result (never re-invoked)",
+        PAUSED: "interrupt(): the verifier waits for an answer",
     },
     CHECKPOINT: {PLAN: "next step (the same checkpoint record)"},
-    PAUSED: {VERIFY: "reconciled as happened", ACT: "reconciled as not happened"},
+    PAUSED: {
+        VERIFY: "reconciled as happened, or answered (verifier)",
+        ACT: "reconciled as not happened, or answered (tool)",
+        PLAN: "answered (planner)",
+    },
     DONE: {},
     FAILED: {},
 }

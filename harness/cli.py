@@ -131,7 +131,11 @@ def _replay(args: argparse.Namespace) -> int:
     counts = f"{rep.transitions} transitions, {len(rep.checkpoints)} checkpoints, {len(rep.crossings)} crossings"
     print(f"  run {rep.run_id}: {rep.records} records, {counts}, {rep.resumes} resumes")
     if rep.pending:
-        print(f"  paused on seq {rep.pending['seq']}: {rep.pending['tool']} (reconcile it, then resume)")
+        if "question" in rep.pending:
+            shown = orjson.dumps(rep.pending["question"]).decode()
+            print(f"  paused on seq {rep.pending['seq']}: waiting for an answer to {shown} (harness resume --answer)")
+        else:
+            print(f"  paused on seq {rep.pending['seq']}: {rep.pending['tool']} (reconcile it, then resume)")
     print(f"  torn tail: {'yes (an unfinished last line, set aside on resume)' if rep.torn_tail else 'no'}")
     return 0
 
@@ -225,12 +229,14 @@ def _runs(args: argparse.Namespace) -> int:
     if args.json:
         sys.stdout.buffer.write(orjson.dumps([r.to_json() for r in runs], option=orjson.OPT_INDENT_2) + b"\n")
         return 0
-    rows: list[tuple[str, ...]] = [("ID", "STATUS", "STARTED", "ENDED", "RECORDS", "ENTRYPOINT", "PARENT", "PATH")]
+    rows: list[tuple[str, ...]] = [
+        ("ID", "STATUS", "STARTED", "ENDED", "RECORDS", "ENTRYPOINT", "PARENT", "DETAIL", "PATH")
+    ]
     for r in runs:
         j = r.to_json()
         parent = f"{r.parent}@{r.branch}" if r.parent and r.branch is not None else r.parent or "-"
         ended, entry = j["ended"] or "-", r.entrypoint or "-"
-        cells = (r.id, r.status, j["started"] or "-", ended, str(r.records), entry, parent, r.path)
+        cells = (r.id, r.status, j["started"] or "-", ended, str(r.records), entry, parent, r.detail or "-", r.path)
         rows.append(tuple(map(_printable, cells)))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
     for row in rows:
@@ -358,6 +364,108 @@ def _cause(e: BaseException) -> str:
     """`URLError: <urlopen error [Errno 111] Connection refused>` on one line, for an exception from agent code."""
     text = " ".join(str(e).split())
     return f"{type(e).__name__}: {text}" if text else type(e).__name__
+
+
+# --- resume, recover (issue 13: operations) ---------------------------------------------
+
+
+def _resume_setup(p: argparse.ArgumentParser) -> None:
+    _agent_arg(p)
+    p.add_argument("--answer", metavar="JSON", help="the answer to the question the run paused on (interrupt())")
+
+
+@command(
+    "resume",
+    "Resume a crashed, reconciled or interrupted run from its trace. "
+    "Exit 0 DONE, 1 FAILED (or the agent raised), 2 bad input, 3 PAUSED.",
+    _resume_setup,
+)
+def _resume(args: argparse.Namespace) -> int:
+    import orjson
+
+    from ._executor import NO_ANSWER
+    from ._recover import resume
+    from ._rerun import load_agent
+
+    answer = NO_ANSWER
+    if args.answer is not None:
+        try:
+            answer = orjson.loads(args.answer)
+        except orjson.JSONDecodeError as e:
+            raise HarnessError(f"--answer is not valid JSON ({e}); nothing was written") from None
+    planner, tools, verifier = load_agent(args.agent)
+    try:
+        out = resume(
+            args.trace, planner=planner, tools=tools, verifier=verifier, answer=answer, redact=_redact_rules(args)
+        )
+    except HarnessError:
+        raise
+    except Exception as e:  # the agent's own failure: its cause, not a traceback (the trace's crash record has it)
+        print(f"harness resume: the agent raised {_cause(e)}; its crash record is in {args.trace}", file=sys.stderr)
+        return 1
+    print(f"{args.trace}: {out.state}, {len(out.checkpoints)} checkpoints")
+    if out.state == "FAILED" and out.error is not None:
+        print(f"  {out.error.get('type')}: {out.error.get('message')}")
+    if out.state == "PAUSED" and out.pending is not None:
+        if "question" in out.pending:
+            shown = orjson.dumps(out.pending["question"]).decode()
+            print(f"  waiting for an answer to {shown}")
+            print(f"  answer it: harness resume {args.trace} --agent {args.agent} --answer JSON")
+        else:
+            print(f"  uncertain operation: {out.pending.get('tool')} at seq {out.pending.get('seq')}")
+            print(f"  reconcile it: harness reconcile {args.trace} --happened --result JSON (or --not-happened)")
+    return {"DONE": 0, "FAILED": 1}.get(out.state, 3)
+
+
+def _recover_setup(p: argparse.ArgumentParser) -> None:
+    p.add_argument("folder", nargs="?", help="the runs folder (default: $HARNESS_RUNS_DIR, else ./runs)")
+    p.add_argument(
+        "--agent", required=True, metavar="MODULE:FACTORY",
+        help="factory returning (planner, tools, verifier), imported with the current directory on sys.path",
+    )  # fmt: skip
+    p.add_argument(
+        "--redact", action="append", default=[], metavar="RULE",
+        help="a redaction rule the runs were recorded with, beyond the defaults (repeatable)",
+    )  # fmt: skip
+    p.add_argument("--parallel", type=int, default=1, metavar="N", help="resume N runs at once (default 1)")
+    p.add_argument("--json", action="store_true", help="print a JSON list of rows instead of a table")
+
+
+@command(
+    "recover",
+    "Resume every run of a runs folder that stopped without ending; report what was done. Exit 1 if one failed.",
+    _recover_setup,
+)
+def _recover(args: argparse.Namespace) -> int:
+    import orjson
+
+    from ._recover import recover
+    from ._rerun import load_agent
+
+    if args.parallel < 1:
+        raise HarnessError(f"--parallel {args.parallel}: give at least 1")
+    planner, tools, verifier = load_agent(args.agent)
+    rows = recover(
+        args.folder, planner=planner, tools=tools, verifier=verifier, parallel=args.parallel, agent=args.agent,
+        redact=_redact_rules(args),
+    )  # fmt: skip
+    bad = any(r.action in ("error", "crashed") for r in rows)
+    if args.json:
+        sys.stdout.buffer.write(orjson.dumps([r.to_json() for r in rows], option=orjson.OPT_INDENT_2) + b"\n")
+        return 1 if bad else 0
+    if not rows:
+        print("nothing to recover: every run has ended")
+        return 0
+    table = [("RUN", "WAS", "ACTION", "NOW", "DETAIL")]
+    table += [(r.run_id, r.was, r.action, r.state or "-", r.detail) for r in rows]
+    widths = [max(len(row[i]) for row in table) for i in range(len(table[0]) - 1)]
+    for row in table:
+        print("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=False)) + "  " + row[-1])
+    counts: dict[str, int] = {}
+    for r in rows:
+        counts[r.action] = counts.get(r.action, 0) + 1
+    print(", ".join(f"{n} {action}" for action, n in sorted(counts.items())))
+    return 1 if bad else 0
 
 
 def _show_diff(recording: str, records: list[dict[str, Any]]) -> None:

@@ -88,7 +88,10 @@ def test_each_crossing_is_recorded_with_request_hash_and_response(tmp_path: Path
 def test_a_rejected_result_is_still_recorded_before_verify(tmp_path: Path) -> None:
     trace = tmp_path / "run.jsonl"
     ex = Executor(
-        planner=one_step(), tools={"work": lambda: "bad"}, verifier=lambda s, r: False, trace=trace,
+        planner=one_step(),
+        tools={"work": lambda: "bad"},
+        verifier=lambda s, r: False,
+        trace=trace,
         retry=harness.RetryPolicy(1),
     )
     assert ex.run("g").state == "FAILED"
@@ -186,7 +189,9 @@ def test_a_request_that_is_not_json_is_refused_before_anything_is_written(tmp_pa
     trace = tmp_path / "run.jsonl"
     with pytest.raises(NotSerializable, match=r"^request: \.big is the integer \d+, out of the 64-bit range"):
         Executor(planner=planner, tools={}, trace=trace).run("g")
-    assert calls == [] and [r["kind"] for r in read_records(trace)] == ["header", "transition"]
+    records = read_records(trace)
+    assert calls == [] and [r["kind"] for r in records] == ["header", "transition", "crash"]
+    assert records[-1]["error"]["type"] == "harness._errors.NotSerializable"  # why it stopped; not the value
 
 
 # --- many shapes of boundary use: recorded, then served back exactly ---------------------

@@ -80,7 +80,7 @@ def test_key_is_stable_across_resumes_of_one_attempt(tmp_path: Path) -> None:
     tools = {"pay": Tool(ledger, idempotent=True)}
     for _ in range(2):
         with pytest.raises(Crash):
-            executor(path, tools, PAY, resume=True).run("g")
+            executor(path, tools, PAY, resume="auto").run("g")
     out = executor(path, tools, PAY, resume=True).run("g")
     assert out.state == "DONE"
     keys = [c["idempotency_key"] for c in ledger.calls]
@@ -198,7 +198,7 @@ def test_an_unsafe_call_in_flight_pauses_the_run(tmp_path: Path) -> None:
     assert rep.state == "PAUSED" and not rep.complete
     assert rep.pending == out.pending
     assert records(path)[-1] | {"ts": 0, "crc": ""} == {
-        "seq": intent["seq"] + 2, "kind": "transition", "from": "ACT", "to": "PAUSED", "step": 1, "attempt": 1,
+        "seq": intent["seq"] + 3, "kind": "transition", "from": "ACT", "to": "PAUSED", "step": 1, "attempt": 1,
         "ts": 0, "crc": "",
     }  # fmt: skip
 
@@ -268,7 +268,10 @@ def test_a_crash_after_reconcile_pauses_again(tmp_path: Path) -> None:
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     result=st.recursive(
-        st.none() | st.booleans() | st.integers(-(2**63), 2**63 - 1) | st.floats(allow_nan=False, allow_infinity=False)
+        st.none()
+        | st.booleans()
+        | st.integers(-(2**63), 2**63 - 1)
+        | st.floats(allow_nan=False, allow_infinity=False)
         | st.text(),
         lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(), inner, max_size=3),
         max_leaves=8,

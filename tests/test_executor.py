@@ -112,7 +112,9 @@ def test_any_other_exception_propagates_and_leaves_the_file_as_a_crash_would(tra
         run(power_cut(at=2))
     r = replay(trace)
     assert (r.state, r.complete, r.torn_tail, len(r.checkpoints)) == ("ACT", False, False, 1)
-    assert "error" not in read_records(trace)[-1]
+    last = read_records(trace)[-1]  # a crash record says why the run stopped; it is no transition
+    assert (last["kind"], last["state"], last["step"], last["error"]["message"]) == ("crash", "ACT", 1, "power cut")
+    assert last["error"]["type"].endswith("RuntimeError") and "RuntimeError: power cut" in last["traceback"]
 
 
 def test_a_planner_exception_also_propagates(trace: Path) -> None:

@@ -186,7 +186,7 @@ class World:
     def finish(self) -> harness.Outcome:
         """Resume to the end, reconciling a pause on positive evidence: this world knows what happened."""
         for _ in range(3):
-            out = self.executor(resume=True).run(GOAL)
+            out = self.executor(resume="auto").run(GOAL)
             if out.state != "PAUSED":
                 return out
             assert out.pending is not None and out.pending["tool"] == "charge"

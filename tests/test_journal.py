@@ -113,7 +113,8 @@ def test_a_result_json_would_change_is_refused_and_nothing_is_written(trace: Pat
     assert data.endswith(b"\n")  # no partial line
     r = replay(trace)  # still a valid trace, ending where the refusal stopped it
     assert (r.state, r.torn_tail, len(r.checkpoints)) == ("ACT", False, 0)
-    assert read_records(trace)[-1]["to"] == "ACT"
+    assert read_records(trace)[-2]["to"] == "ACT"
+    assert read_records(trace)[-1]["error"]["type"] == "harness._errors.NotSerializable"  # the crash record
 
 
 def test_the_error_says_where_in_the_value_the_problem_is(run: Run) -> None:

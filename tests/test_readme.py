@@ -41,7 +41,15 @@ def test_the_core_example_runs_and_replays(tmp_path: Path) -> None:
     assert (tmp_path / "run.jsonl").exists()
 
 
-@pytest.mark.parametrize("heading", ["### What the planner sees", "## Testing your own agents", "## Concurrent runs"])
+@pytest.mark.parametrize(
+    "heading",
+    [
+        "### What the planner sees",
+        "## Testing your own agents",
+        "## Concurrent runs",
+        "### Interrupts: ask a human, wait on the file",
+    ],
+)
 def test_the_example_prints_what_the_readme_shows(tmp_path: Path, heading: str) -> None:
     shown = example_after(heading)[1]
     assert shown, f"the example after {heading!r} has no ```text block with its output"

@@ -95,13 +95,30 @@ def test_resuming_with_other_tool_contracts_is_refused(trace: Path, run: Run) ->
     assert trace.read_bytes() == before
 
 
-@pytest.mark.parametrize("start", ["missing", "empty"])
-def test_resume_on_a_missing_or_empty_file_starts_a_new_run(trace: Path, run: Run, start: str) -> None:
+@pytest.mark.parametrize(("start", "resume"), [("missing", "auto"), ("empty", True), ("empty", "auto")])
+def test_resume_on_an_empty_file_or_auto_on_a_missing_one_starts_a_new_run(
+    trace: Path, run: Run, start: str, resume: Any
+) -> None:
     if start == "empty":
         trace.write_bytes(b"")
-    out = run(counter(), resume=True)
+    out = run(counter(), resume=resume)
     r = replay(trace)
     assert (out.state, r.state, r.resumes, len(r.checkpoints)) == ("DONE", "DONE", 0, 4)
+
+
+def test_resume_true_on_a_missing_trace_is_refused_and_creates_nothing(trace: Path, run: Run) -> None:
+    """A typo in the path after a crash must not start the run again and repeat its side effects."""
+    tool = counter()
+    typo = trace.with_name("rnu.jsonl")
+    with pytest.raises(harness.TraceMissing, match=r'no such trace.*resume="auto"') as info:
+        Executor(planner=fixed_plan(steps(2)), tools={"work": tool}, trace=typo, resume=True).run("g")
+    assert isinstance(info.value, harness.TraceUnreadable) and info.value.path == str(typo)
+    assert tool.calls == [] and not typo.exists() and list(trace.parent.iterdir()) == []
+
+
+def test_resume_must_be_true_false_or_auto(trace: Path) -> None:
+    with pytest.raises(ValueError, match='"auto"'):
+        Executor(planner=fixed_plan([]), tools={}, trace=trace, resume="yes")
 
 
 def test_a_torn_tail_is_reported_not_an_error(trace: Path, run: Run) -> None:
@@ -203,7 +220,7 @@ def rich_run(trace: Path) -> harness.Outcome:
             return False
         return True
 
-    ex = Executor(planner=plan, tools={"work": tool}, verifier=verify, trace=trace, resume=True)
+    ex = Executor(planner=plan, tools={"work": tool}, verifier=verify, trace=trace, resume="auto")
     return ex.run("rich")
 
 

@@ -196,7 +196,7 @@ def finish(folder: Path) -> harness.Outcome:
     trace = folder / "trace.jsonl"
     ledger = Ledger(folder / "ledger.sqlite")
     for _ in range(3):
-        out = Executor(planner=lambda g, d: step(len(d)), tools=tools(ledger), trace=trace, resume=True).run(GOAL)
+        out = Executor(planner=lambda g, d: step(len(d)), tools=tools(ledger), trace=trace, resume="auto").run(GOAL)
         if out.state != "PAUSED":
             return out
         assert out.pending is not None

@@ -64,6 +64,9 @@ def crashed(trace: Path, run: Run) -> Path:
     """A run that lost power in its third tool call."""
     with pytest.raises(RuntimeError):
         run(power_cut(at=3))
+    records = read_records(trace)
+    assert records[-1]["kind"] == "crash"  # what the exception left; a SIGKILL leaves no such word: drop it
+    write_trace(trace, records[:-1])
     return trace
 
 
@@ -305,7 +308,7 @@ def rich_trace(path: Path) -> bytes:
         harness.Executor(planner=plan, tools={"work": tool}, trace=path).run("g")
     harness.Executor(planner=plan, tools={"work": tool}, trace=path, resume=True).run("g")
     kinds = {r["kind"] for r in read_records(path)}
-    assert kinds == {"header", "transition", "checkpoint", "crossing", "resume", "seal"}
+    assert kinds == {"header", "transition", "checkpoint", "crossing", "crash", "resume", "seal"}
     return path.read_bytes()
 
 

@@ -820,3 +820,20 @@ def test_serve_with_a_wrong_agent_fails_at_start(tmp_path: Path) -> None:
         timeout=60,
     )
     assert r.returncode == 2 and "cannot import no_such_module" in r.stderr
+
+
+def test_a_run_paused_on_a_question_shows_it_and_the_answer_command(tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    runs.mkdir()
+
+    def planner(goal: Any, done: list[Any]) -> Any:
+        harness.interrupt({"approve": goal})
+        return None
+
+    Executor(planner=planner, tools={}, trace=runs / "asks.jsonl").run("refund 5")
+    with local(create_app(runs)) as c:
+        s = c.get("/api/runs/asks").json()
+    assert (s["status"], s["state"], s["reconcile"]) == ("paused", "PAUSED", None)
+    assert s["pending"] == {"seq": 3, "step": 0, "state": "PLAN", "question": {"approve": "refund 5"}}
+    assert s["answer"].startswith(f"harness resume {runs / 'asks.jsonl'} --agent ") and "--answer" in s["answer"]
+    assert s["detail"] == 'waiting for an answer: {"approve":"refund 5"}'

@@ -252,8 +252,10 @@ def _summary_of(v: Viewer, run: str) -> dict[str, Any]:
     torn = idx.size - idx.end if shown == len(idx) and idx.broken is None else 0
     last_ts = idx.last.get("ts") if idx.last else None
     pending = verdict.pending
-    reconcile = None
-    if pending is not None:
+    reconcile = answer = None
+    if pending is not None and "question" in pending:  # interrupt(): a human answers, no reconcile
+        answer = f"harness resume {shlex.quote(path)} --agent MODULE:FACTORY --answer 'ANSWER_AS_JSON'"
+    elif pending is not None:
         trace = shlex.quote(path)
         reconcile = {
             "happened": f"harness reconcile {trace} --happened --result 'RESULT_AS_JSON' --evidence 'HOW_YOU_KNOW'",
@@ -264,6 +266,7 @@ def _summary_of(v: Viewer, run: str) -> dict[str, Any]:
         "id": run, "path": path, "status": info.status, "state": verdict.state, "header": header,
         "records": shown, "indexed": len(idx), "end": idx.offsets[shown] if shown < len(idx) else idx.end,
         "error": verdict.error, "broken": broken, "torn": torn, "pending": pending, "reconcile": reconcile,
+        "answer": answer, "detail": info.detail,
         "lanes": idx.lane_names, "codes": idx.codes[:shown].decode("ascii"),
         "lane_codes": bytes(48 + n for n in idx.lanes[:shown]).decode("latin-1") if len(idx.lane_names) > 1 else "",
         "started": header.get("ts"), "last_ts": last_ts,

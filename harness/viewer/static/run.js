@@ -118,9 +118,19 @@ function drawBanners(extra) {
   if (s.status === "interrupted" && !s.error && !s.broken) {
     out.push(h("div", { class: "banner info", id: "interrupted" }, h("strong", {}, "Interrupted: "),
       `the writer stopped in ${s.state} without finishing the run (a crash or a kill). `,
+      s.detail ? `Its last word: ${s.detail}. ` : "",
       "Run the same executor again with resume=True to finish it in this file."));
   }
-  if (s.pending) {
+  if (s.pending && "question" in s.pending) {
+    const p = s.pending;
+    out.push(h("div", { class: "banner paused", id: "paused" },
+      h("strong", {}, "PAUSED: "), `step ${p.step} asked a question in ${p.state} at seq `,
+      h("a", { href: "#", onclick: (ev) => { ev.preventDefault(); openLine(p.seq); } }, String(p.seq)),
+      " (harness.interrupt) and waits for an answer:",
+      h("pre", { class: "command" }, JSON.stringify(p.question)),
+      "Answer it, and the run goes on from there:",
+      h("pre", { class: "command" }, s.answer)));
+  } else if (s.pending) {
     const p = s.pending;
     out.push(h("div", { class: "banner paused", id: "paused" },
       h("strong", {}, "PAUSED: "), `step ${p.step} called the unsafe tool `, h("code", {}, p.tool), " at seq ",

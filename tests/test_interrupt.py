@@ -1,0 +1,393 @@
+"""harness.interrupt(): a run pauses on a question, a resume brings the answer, a rerun serves it."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+import harness
+from harness import Executor, HarnessError, Step, TraceCorruption, replay
+from harness.testing import FakeLLM, counter, read_records, write_trace
+
+HARNESS = shutil.which("harness") or str(Path(sys.executable).parent / "harness")
+
+
+def asking_agent(model: FakeLLM | None = None) -> tuple[Any, dict[str, Any], list[Any]]:
+    """Step 0 is `pay` for the amount a human approves; the planner asks first (after one model call)."""
+    model = model or FakeLLM(lambda request: {"suggest": 5})
+    answers: list[Any] = []
+    pay = counter()
+
+    def planner(goal: Any, done: list[Any]) -> Step | None:
+        if done:
+            return None
+        said = harness.llm("how much?", model)
+        answer = harness.interrupt({"approve": said["suggest"]})
+        answers.append(answer)
+        return Step("pay", "work", {"i": answer["amount"]})
+
+    return planner, {"work": pay}, answers
+
+
+def test_the_planner_asks_the_run_pauses_and_the_answer_finishes_it(tmp_path: Path) -> None:
+    trace = tmp_path / "run.jsonl"
+    model = FakeLLM(lambda request: {"suggest": 5})
+    planner, tools, answers = asking_agent(model)
+    out = Executor(planner=planner, tools=tools, trace=trace).run("refund")
+    assert out.state == "PAUSED" and answers == [] and tools["work"].calls == []
+    pause = read_records(trace)[-1]
+    assert (pause["from"], pause["to"], pause["question"]) == ("PLAN", "PAUSED", {"approve": 5})
+    assert out.pending == {"seq": pause["seq"], "step": 0, "state": "PLAN", "question": {"approve": 5}}
+    assert replay(trace).pending == out.pending
+
+    before = trace.read_bytes()  # resuming without an answer writes nothing and asks nobody
+    again = Executor(planner=planner, tools=tools, trace=trace, resume=True).run("refund")
+    assert again.pending == out.pending and trace.read_bytes() == before
+
+    done = Executor(planner=planner, tools=tools, trace=trace, resume=True).run("refund", answer={"amount": 4})
+    assert done.state == "DONE" and answers == [{"amount": 4}] and tools["work"].calls == [{"i": 4}]
+    assert len(model.requests) == 1  # the model call made before the question is served again, not made again
+    kinds = [(r["kind"], r.get("from"), r.get("to"), r.get("boundary")) for r in read_records(trace)]
+    n = kinds.index(("transition", "PLAN", "PAUSED", None))
+    assert kinds[n + 1 : n + 5] == [
+        ("resume", None, None, None),
+        ("answer", None, None, None),
+        ("transition", "PAUSED", "PLAN", None),
+        ("crossing", None, None, "interrupt"),
+    ]
+    answer = read_records(trace)[n + 2]
+    assert (answer["op"], answer["answer"]) == (pause["seq"], {"amount": 4})
+
+
+def test_a_rerun_of_an_interrupted_and_answered_run_is_equal_with_no_live_call(tmp_path: Path) -> None:
+    trace = tmp_path / "run.jsonl"
+    planner, tools, _ = asking_agent()
+    Executor(planner=planner, tools=tools, trace=trace).run("refund")
+    Executor(planner=planner, tools=tools, trace=trace, resume=True).run("refund", answer={"amount": 4})
+
+    model = FakeLLM(lambda request: pytest.fail("a rerun must not call the model"))
+    planner2, tools2, answers = asking_agent(model)
+    r = harness.rerun(trace, planner=planner2, tools=tools2, out=tmp_path / "again.jsonl")
+    assert (r.equal, r.live_calls, r.state) == (True, 0, "DONE")
+    assert answers == [{"amount": 4}] and tools2["work"].calls == []  # the recorded answer is served
+    assert harness.diff(trace, tmp_path / "again.jsonl").equal
+
+
+def test_a_rerun_of_a_run_still_waiting_stops_at_the_question(tmp_path: Path) -> None:
+    trace = tmp_path / "run.jsonl"
+    planner, tools, _ = asking_agent()
+    Executor(planner=planner, tools=tools, trace=trace).run("refund")
+    r = harness.rerun(trace, planner=planner, tools=tools)
+    assert (r.equal, r.live_calls, r.state) == (True, 0, "PAUSED")
+
+
+def test_a_fork_at_the_answer_changes_what_the_human_said(tmp_path: Path) -> None:
+    trace = tmp_path / "run.jsonl"
+    planner, tools, _ = asking_agent()
+    Executor(planner=planner, tools=tools, trace=trace).run("refund")
+    Executor(planner=planner, tools=tools, trace=trace, resume=True).run("refund", answer={"amount": 4})
+    at = next(r["seq"] for r in read_records(trace) if r.get("boundary") == "interrupt")
+    planner2, tools2, answers = asking_agent()
+    child = harness.fork(trace, at=at, value={"amount": 9}, planner=planner2, tools=tools2, out=tmp_path / "c.jsonl")
+    assert child.state == "DONE" and answers == [{"amount": 9}] and tools2["work"].calls == [{"i": 9}]
+
+
+def tool_asking(calls: list[Any], crash_once: list[bool] | None = None) -> Any:
+    def ship(i: int) -> dict[str, Any]:
+        calls.append(i)
+        first = harness.interrupt(f"ship order {i}?")
+        second = harness.interrupt("by air?")
+        if crash_once:
+            crash_once.pop()
+            raise RuntimeError("power cut after both answers")
+        return {"i": i, "ship": first, "air": second}
+
+    return ship
+
+
+def one_step(goal: Any, done: list[Any]) -> Step | None:
+    return None if done else Step("ship", "ship", {"i": 1})
+
+
+def test_a_tool_that_asks_twice_gets_each_answer_in_order_also_after_a_crash(tmp_path: Path) -> None:
+    trace = tmp_path / "run.jsonl"
+    calls: list[Any] = []
+    tools = {"ship": tool_asking(calls, crash_once=[True])}
+    out = Executor(planner=one_step, tools=tools, trace=trace).run("g")
+    assert (out.state, out.pending and out.pending["state"], out.pending and out.pending["question"]) == (
+        "PAUSED", "ACT", "ship order 1?",
+    )  # fmt: skip
+    out = Executor(planner=one_step, tools=tools, trace=trace, resume=True).run("g", answer=True)
+    assert out.pending is not None and out.pending["question"] == "by air?"
+    with pytest.raises(RuntimeError, match="power cut"):  # both answered, then the process dies
+        Executor(planner=one_step, tools=tools, trace=trace, resume=True).run("g", answer=False)
+    out = Executor(planner=one_step, tools=tools, trace=trace, resume=True).run("g")  # nobody is asked again
+    assert out.state == "DONE" and out.checkpoints[0].result == {"i": 1, "ship": True, "air": False}
+    assert calls == [1, 1, 1, 1]
+
+    r = harness.rerun(trace, planner=one_step, tools={"ship": tool_asking(served := [])})
+    assert (r.equal, r.live_calls, served) == (True, 0, [])
+
+
+def test_the_verifier_can_ask_and_is_run_again_with_the_answer(tmp_path: Path) -> None:
+    trace = tmp_path / "run.jsonl"
+    work = counter()
+    seen: list[Any] = []
+
+    def verifier(step: Step, result: Any) -> bool:
+        ok = harness.interrupt({"check": result})
+        seen.append(ok)
+        return bool(ok)
+
+    def plan(goal: Any, done: list[Any]) -> Step | None:
+        return None if done else Step("s", "work", {"i": 3})
+
+    out = Executor(planner=plan, tools={"work": work}, verifier=verifier, trace=trace).run("g")
+    assert out.state == "PAUSED" and out.pending is not None and out.pending["state"] == "VERIFY"
+    out = Executor(planner=plan, tools={"work": work}, verifier=verifier, trace=trace, resume=True).run(
+        "g", answer=True
+    )
+    assert out.state == "DONE" and seen == [True] and work.calls == [{"i": 3}]  # the tool is not called again
+    r = harness.rerun(trace, planner=plan, tools={"work": counter()}, verifier=verifier)
+    assert (r.equal, r.live_calls) == (True, 0)
+
+
+def test_an_answer_for_a_run_that_asks_nothing_is_refused_and_nothing_is_written(tmp_path: Path) -> None:
+    trace = tmp_path / "run.jsonl"
+    planner, tools, _ = asking_agent()
+    Executor(planner=planner, tools=tools, trace=trace).run("refund")
+    Executor(planner=planner, tools=tools, trace=trace, resume=True).run("refund", answer={"amount": 4})
+    before = trace.read_bytes()
+    with pytest.raises(HarnessError, match="waits for none"):
+        Executor(planner=planner, tools=tools, trace=trace, resume=True).run("refund", answer={"amount": 1})
+    with pytest.raises(harness.TraceMissing):
+        Executor(planner=planner, tools=tools, trace=tmp_path / "no.jsonl", resume="auto").run("x", answer=1)
+    with pytest.raises(harness.NotSerializable):
+        Executor(planner=planner, tools=tools, trace=trace, resume=True).run("refund", answer={1, 2})
+    assert trace.read_bytes() == before and not (tmp_path / "no.jsonl").exists()
+
+
+def test_a_question_is_not_an_uncertain_operation_to_reconcile(tmp_path: Path) -> None:
+    trace = tmp_path / "run.jsonl"
+    planner, tools, _ = asking_agent()
+    Executor(planner=planner, tools=tools, trace=trace).run("refund")
+    before = trace.read_bytes()
+    with pytest.raises(HarnessError, match=r"waits for an answer.*--answer"):
+        harness.reconcile(trace, happened=False)
+    assert trace.read_bytes() == before
+
+
+def test_interrupt_outside_a_run_is_a_clear_error() -> None:
+    with pytest.raises(HarnessError, match="outside a run"):
+        harness.interrupt("anyone?")
+
+
+def test_agent_code_catching_exception_cannot_swallow_the_pause(tmp_path: Path) -> None:
+    def planner(goal: Any, done: list[Any]) -> Step | None:
+        try:
+            harness.interrupt("ok?")
+        except Exception:  # a careless catch-all
+            pytest.fail("interrupt() must not raise an Exception")
+        return None
+
+    assert Executor(planner=planner, tools={}, trace=tmp_path / "t.jsonl").run("g").state == "PAUSED"
+
+
+# --- replay enforces the new edges and records -------------------------------------------------
+
+
+def asked_records(tmp_path: Path) -> list[dict[str, Any]]:
+    trace = tmp_path / "asked.jsonl"
+    planner, tools, _ = asking_agent()
+    Executor(planner=planner, tools=tools, trace=trace).run("refund")
+    Executor(planner=planner, tools=tools, trace=trace, resume=True).run("refund", answer={"amount": 4})
+    return read_records(trace)
+
+
+def forged(tmp_path: Path, records: list[dict[str, Any]]) -> TraceCorruption:
+    path = tmp_path / "forged.jsonl"
+    write_trace(path, [{**r, "seq": i} for i, r in enumerate(records, start=1)])
+    with pytest.raises(TraceCorruption) as info:
+        replay(path)
+    return info.value
+
+
+def test_replay_refuses_a_pause_left_without_its_answer(tmp_path: Path) -> None:
+    records = asked_records(tmp_path)
+    n = next(i for i, r in enumerate(records) if r["kind"] == "answer")
+    e = forged(tmp_path, records[:n] + records[n + 1 :])
+    assert e.reason == "bad-transition" and "before it was answered" in e.detail
+
+
+def test_replay_refuses_a_return_to_another_state_than_the_one_that_asked(tmp_path: Path) -> None:
+    records = asked_records(tmp_path)
+    back = next(r for r in records if r.get("from") == "PAUSED")
+    back.update({"to": "ACT", "name": "pay", "tool": "work", "args": {"i": 4}})
+    e = forged(tmp_path, records)
+    assert e.reason == "bad-transition" and "asked in PLAN" in e.detail
+
+
+def test_replay_refuses_an_answer_with_no_question(tmp_path: Path) -> None:
+    records = asked_records(tmp_path)
+    answer = next(r for r in records if r["kind"] == "answer")
+    e = forged(tmp_path, [*records[:2], answer])
+    assert e.reason == "bad-answer"
+    wrong = [dict(r, op=1) if r["kind"] == "answer" else r for r in records]
+    assert forged(tmp_path, wrong).reason == "bad-answer"
+
+
+def test_replay_refuses_a_pause_from_the_planner_without_its_question(tmp_path: Path) -> None:
+    records = asked_records(tmp_path)
+    pause = next(r for r in records if r.get("to") == "PAUSED")
+    del pause["question"]
+    e = forged(tmp_path, records)
+    assert e.reason == "malformed" and "without the question" in e.detail
+
+
+# --- the command line ------------------------------------------------------------------------
+
+AGENT = """
+import harness
+from harness import Step
+
+paid = []
+
+def make():
+    def planner(goal, done):
+        if done:
+            return None
+        answer = harness.interrupt({"approve": goal})
+        return Step("pay", "pay", {"amount": answer["amount"]})
+
+    def pay(amount):
+        paid.append(amount)
+        return {"paid": amount}
+
+    return planner, {"pay": pay}, None
+"""
+
+
+def test_harness_resume_answers_from_the_command_line(tmp_path: Path) -> None:
+    (tmp_path / "asking_agent.py").write_text(AGENT)
+    sys.path.insert(0, str(tmp_path))
+    try:
+        import asking_agent  # type: ignore[import-not-found]
+    finally:
+        sys.path.remove(str(tmp_path))
+    trace = tmp_path / "run.jsonl"
+    planner, tools, _ = asking_agent.make()
+    assert Executor(planner=planner, tools=tools, trace=trace).run("refund 7").state == "PAUSED"
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([HARNESS, *args], capture_output=True, text=True, timeout=60, cwd=tmp_path)
+
+    summary = cli("replay", str(trace))
+    assert summary.returncode == 0 and 'waiting for an answer to {"approve":"refund 7"}' in summary.stdout
+    waiting = cli("resume", str(trace), "--agent", "asking_agent:make")
+    assert waiting.returncode == 3, waiting.stderr
+    assert '"approve":"refund 7"' in waiting.stdout and "--answer JSON" in waiting.stdout
+    done = cli("resume", str(trace), "--agent", "asking_agent:make", "--answer", '{"amount": 7}')
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith(f"{trace}: DONE, 1 checkpoints")
+    assert replay(trace).checkpoints[0].result == {"paid": 7}
+    bad = cli("resume", str(trace), "--agent", "asking_agent:make", "--answer", "{nope")
+    assert bad.returncode == 2 and "--answer is not valid JSON" in bad.stderr and not bad.stdout
+    runs = orjson.loads(cli("runs", str(tmp_path), "--json").stdout)
+    assert [r["status"] for r in runs] == ["done"]
+
+
+def test_a_question_after_a_retry_keeps_its_step_and_attempt(tmp_path: Path) -> None:
+    trace = tmp_path / "run.jsonl"
+    tool = harness.testing.ScriptedTool({2: harness.ToolError("blink")})
+
+    def planner(goal: Any, done: list[Any]) -> Step | None:
+        if len(done) == 2:
+            return None
+        if len(done) == 1 and len(tool.calls) == 2:  # step 1, after its first attempt failed
+            harness.interrupt("try step 1 again?")
+        return Step(f"s{len(done)}", "work", {"i": len(done)})
+
+    out = Executor(planner=planner, tools={"work": tool}, trace=trace).run("g")
+    pause = read_records(trace)[-1]
+    assert (out.state, pause["step"], pause["attempt"]) == ("PAUSED", 1, 2)
+    out = Executor(planner=planner, tools={"work": tool}, trace=trace, resume=True).run("g", answer="yes")
+    assert out.state == "DONE" and [c.result for c in out.checkpoints] == [{"i": 0}, {"i": 1}]
+    assert replay(trace).state == "DONE"
+
+
+def test_a_run_killed_right_after_its_answer_is_resumed_with_that_answer(tmp_path: Path) -> None:
+    records = asked_records(tmp_path)
+    n = next(i for i, r in enumerate(records) if r["kind"] == "answer")
+    trace = tmp_path / "killed.jsonl"
+    write_trace(trace, records[: n + 1])  # what a SIGKILL right after the answer's fsync leaves
+    runs = harness.list_runs(tmp_path)
+    killed = next(r for r in runs if r.path == str(trace))
+    assert (killed.status, killed.detail) == ("paused", "answered: resume it")
+    planner, tools, answers = asking_agent()
+    out = Executor(planner=planner, tools=tools, trace=trace, resume=True).run("refund")
+    assert out.state == "DONE" and answers == [{"amount": 4}] and tools["work"].calls == [{"i": 4}]
+
+
+def test_a_secret_in_an_answer_reaches_the_agent_and_never_the_trace(tmp_path: Path) -> None:
+    trace = tmp_path / "run.jsonl"
+    got: list[Any] = []
+
+    def planner(goal: Any, done: list[Any]) -> Step | None:
+        if done:
+            return None
+        got.append(harness.interrupt({"need": "the vault password"}))
+        return Step("open", "work", {"i": 1})
+
+    assert Executor(planner=planner, tools={"work": counter()}, trace=trace, redact=["password"]).run("g").pending
+    out = Executor(planner=planner, tools={"work": counter()}, trace=trace, redact=["password"], resume=True).run(
+        "g", answer={"password": "hunter2"}
+    )
+    assert out.state == "DONE" and got == [{"password": "hunter2"}]
+    assert b"hunter2" not in trace.read_bytes()
+    answer = next(r for r in read_records(trace) if r["kind"] == "answer")
+    assert answer["answer"] == {"password": harness.MARKER}
+
+
+def test_interrupt_in_a_call_of_a_parallel_step_is_a_clear_error_recorded_as_a_crash(tmp_path: Path) -> None:
+    trace = tmp_path / "run.jsonl"
+
+    def asks(i: int) -> Any:
+        return harness.interrupt({"ok": i})
+
+    def planner(goal: Any, done: list[Any]) -> Any:
+        return None if done else [Step(f"call{i}", "asks", {"i": i}) for i in range(2)]
+
+    with pytest.raises(HarnessError, match="not supported in parallel steps yet"):
+        Executor(planner=planner, tools={"asks": asks}, trace=trace).run("g")
+    crash = read_records(trace)[-1]
+    assert crash["kind"] == "crash" and "not supported in parallel steps" in crash["error"]["message"]
+    assert "agent" not in crash and crash["vc"]["main"] > 0  # the run's own record, with main's clock
+    assert replay(trace).state == "PLAN"  # a well-formed trace: no pause on a question was written
+    assert not any(r.get("to") == "PAUSED" for r in read_records(trace))
+
+
+def test_arun_pauses_on_a_question_and_a_resume_finishes_it(tmp_path: Path) -> None:
+    trace = tmp_path / "run.jsonl"
+
+    async def planner(goal: Any, done: list[Any]) -> Step | None:
+        if done:
+            return None
+        answer = harness.interrupt({"q": 1})
+        return Step("s", "echo", {"a": answer})
+
+    def echo(a: Any) -> Any:
+        return a
+
+    out = asyncio.run(Executor(planner=planner, tools={"echo": echo}, trace=trace).arun("g"))
+    assert out.state == "PAUSED" and out.pending is not None and out.pending["question"] == {"q": 1}
+    resumed = Executor(planner=planner, tools={"echo": echo}, trace=trace, resume=True)
+    done = asyncio.run(resumed.arun("g", answer=7))
+    assert done.state == "DONE" and [c.result for c in done.checkpoints] == [7]
+    assert replay(trace).state == "DONE"
