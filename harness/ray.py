@@ -5,8 +5,8 @@ one Ray task per goal and returns their outcomes in the order of the goals.
 Each task's trace is `<runs>/<batch>-<index>.jsonl`: named by the batch and
 the goal's index, never by chance, so when a worker dies mid-run and Ray
 retries the task (up to `max_retries` times) on another worker, the retry
-opens the same trace and resumes it (`resume=True`) instead of starting
-again: finished steps are not re-run, an idempotent tool in flight is called
+opens the same trace and resumes it (`resume="auto"`: resume if the trace
+exists, else start) instead of starting again: finished steps are not re-run, an idempotent tool in flight is called
 again with the same idempotency key, and an unsafe call in flight pauses the
 run (its outcome is PAUSED, for an operator to reconcile).
 
@@ -111,7 +111,7 @@ def run_one(task: Task) -> Outcome:
 
     try:
         planner, tools, verifier = load_agent(task.agent)
-        ex = Executor(planner=planner, tools=tools, verifier=verifier, trace=task.trace, resume=True, **task.options)
+        ex = Executor(planner=planner, tools=tools, verifier=verifier, trace=task.trace, resume="auto", **task.options)
         return ex.run(task.goal)
     except Exception as e:  # what went wrong, as one line that survives pickling (HarnessError's fields may not)
         raise TaskFailed(f"{type(e).__name__}: {' '.join(str(e).split())}") from None

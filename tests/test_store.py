@@ -75,7 +75,8 @@ import orjson
 from fleet_agent import make_agent
 from harness import Executor
 planner, tools, verifier = make_agent()
-Executor(planner=planner, tools=tools, verifier=verifier, trace=sys.argv[2], resume=True).run(orjson.loads(sys.argv[3]))
+ex = Executor(planner=planner, tools=tools, verifier=verifier, trace=sys.argv[2], resume="auto")
+ex.run(orjson.loads(sys.argv[3]))
 """
 
 
@@ -405,7 +406,7 @@ def work(said):
         time.sleep(300)
     return {"done": said}
 
-Executor(planner=planner, tools={"work": work}, trace=trace, resume=True).run("g")
+Executor(planner=planner, tools={"work": work}, trace=trace, resume="auto").run("g")
 """
 
 
