@@ -6,9 +6,10 @@ Each task's trace is `<runs>/<batch>-<index>.jsonl`: named by the batch and
 the goal's index, never by chance, so when a worker dies mid-run and Ray
 retries the task (up to `max_retries` times) on another worker, the retry
 opens the same trace and resumes it (`resume="auto"`: resume if the trace
-exists, else start) instead of starting again: finished steps are not re-run, an idempotent tool in flight is called
-again with the same idempotency key, and an unsafe call in flight pauses the
-run (its outcome is PAUSED, for an operator to reconcile).
+exists, else start) instead of starting again: finished steps are not
+re-run, an idempotent tool in flight is called again with the same
+idempotency key, and an unsafe call in flight pauses the run (its outcome
+is PAUSED, for an operator to reconcile).
 
 `batch` defaults to a digest of the agent and the goals, so running the same
 batch again (a driver that died and was restarted) resumes it too; give
