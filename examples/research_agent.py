@@ -40,8 +40,7 @@ CORPUS = {
     ),
     "https://notes.example/postgres-for-growth": (
         "Postgres for apps that grow",
-        "Postgres handles many concurrent writers, replication and rich types; it needs a server "
-        "to run and back up.",
+        "Postgres handles many concurrent writers, replication and rich types; it needs a server to run and back up.",
     ),
     "https://notes.example/concurrency-benchmarks": (
         "Write concurrency, measured",

@@ -58,9 +58,16 @@ class RunInfo:
     def to_json(self) -> dict[str, Any]:
         """The run as JSON values. A file name that is not UTF-8 shows each undecodable byte as `\\xNN`."""
         return {
-            "id": shown(self.id), "entrypoint": self.entrypoint, "status": self.status,
-            "started": _iso(self.started), "ended": _iso(self.ended), "records": self.records,
-            "parent": self.parent, "branch": self.branch, "path": shown(self.path), "detail": self.detail,
+            "id": shown(self.id),
+            "entrypoint": self.entrypoint,
+            "status": self.status,
+            "started": _iso(self.started),
+            "ended": _iso(self.ended),
+            "records": self.records,
+            "parent": self.parent,
+            "branch": self.branch,
+            "path": shown(self.path),
+            "detail": self.detail,
         }
 
 
@@ -132,9 +139,12 @@ def _info(fd: int, path: str, fallback: str, locked: set[tuple[int, int, int]] |
     ended = _time(last.get("ts")) if status in ("done", "failed") else None
     parent, branch = header.get("parent"), header.get("branch")
     return RunInfo(
-        id=str(header.get("run_id", fallback)), path=path,
+        id=str(header.get("run_id", fallback)),
+        path=path,
         entrypoint=env.get("entrypoint") if isinstance(env, dict) else None,
-        status=status, started=_time(header.get("ts")), ended=ended,
+        status=status,
+        started=_time(header.get("ts")),
+        ended=ended,
         records=last["seq"] if type(last.get("seq")) is int else 1,
         parent=parent if isinstance(parent, str) else None,
         branch=branch if type(branch) is int else None,

@@ -52,7 +52,7 @@ def test_the_crash_matrix(tmp_path: Path) -> None:
                  "unsafe-after-effect", "unsafe-after-ack", "control"):  # fmt: skip
         rep = harness.replay(work / case / "trace.jsonl")
         assert rep.state == "DONE", case
-        (row_id, key, receipt), = ledger(work / case)
+        ((row_id, key, receipt),) = ledger(work / case)
         assert rep.checkpoints[-1].result == {"receipt": receipt, "row": row_id}, case
         if case.startswith("idempotent"):
             assert rep.intent is not None and key == rep.intent["key"] == f"{rep.run_id}-0-1", case
@@ -64,6 +64,6 @@ def test_the_crash_matrix(tmp_path: Path) -> None:
     assert paused.pending is not None and paused.pending["args"] == {"op": "order-1", "amount": 5}
     recs = [orjson.loads(line) for line in (work / "unsafe-after-effect" / "trace.jsonl").read_bytes().splitlines()]
     (rec,) = [r for r in recs if r["kind"] == "reconcile"]
-    (row_id, _, receipt), = ledger(work / "unsafe-after-effect")
+    ((row_id, _, receipt),) = ledger(work / "unsafe-after-effect")
     assert rec["happened"] is True and rec["result"] == {"receipt": receipt, "row": row_id}
     assert receipt in rec["evidence"]

@@ -14,7 +14,7 @@ import harness
 from harness import Executor, HarnessError, NotSerializable, ReplayDrift, Step, ToolError
 from harness.testing import counter, power_cut, read_records
 
-AGENT = '''
+AGENT = """
 import harness
 from harness import Step
 
@@ -43,7 +43,7 @@ if __name__ == "__main__":
     import sys
     planner, tools, verifier = make_agent()
     harness.Executor(planner=planner, tools=tools, trace=sys.argv[1]).run({"question": "q"})
-'''
+"""
 
 
 class Agent:

@@ -163,7 +163,10 @@ def test_show_replay_and_diff_read_recorder_traces(tmp_path: Path) -> None:
 
 
 JSON = st.recursive(
-    st.none() | st.booleans() | st.integers(-(2**63), 2**63 - 1) | st.text()
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**63), 2**63 - 1)
+    | st.text()
     | st.floats(allow_nan=False, allow_infinity=False),
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=5), inner, max_size=4),
     max_leaves=12,
@@ -182,7 +185,7 @@ def test_any_json_events_come_back_as_logged(tmp_path: Path, events: list[tuple[
     assert harness.replay(path).state == "DONE"
 
 
-GOLDEN_TEST = '''
+GOLDEN_TEST = """
 import harness
 
 ANSWER = "world"
@@ -194,7 +197,7 @@ def test_loop(golden_trace, tmp_path):
         rec.log("tool_call", {"tool": "search", "args": {"q": "hello"}})
         rec.log("output", {"result": ANSWER})
     assert golden_trace == str(path)
-'''
+"""
 
 
 def test_recorder_traces_work_as_golden_traces(pytester: pytest.Pytester) -> None:

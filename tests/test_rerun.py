@@ -22,7 +22,7 @@ GOAL = {"task": "three steps"}
 
 # An agent whose planner reads the clock, draws randomness and asks a model through harness.
 # Used in-process, as a script killed by SIGKILL, and by the CLI through --agent.
-AGENT = '''
+AGENT = """
 import os, signal, sys
 import harness
 from harness import Step
@@ -52,7 +52,7 @@ def live_model(request):
 if __name__ == "__main__":
     planner, tools, verifier = make_agent(kill_at=int(sys.argv[2]) if len(sys.argv) > 2 else None)
     harness.Executor(planner=planner, tools=tools, verifier=verifier, trace=sys.argv[1]).run({"task": "three steps"})
-'''
+"""
 
 
 def refuse(*args: Any, **kwargs: Any) -> Any:
@@ -329,6 +329,7 @@ def test_a_paused_reconciled_and_resumed_run_reruns_equal(trace: Path, happened:
     def resume() -> harness.Outcome:
         tools = {"pay": Tool(counter(), idempotent=False)}
         return Executor(planner=planner, tools=tools, trace=trace, resume=True).run("g")
+
     with pytest.raises(RuntimeError):
         Executor(planner=planner, tools={"pay": Tool(power_cut(2), idempotent=False)}, trace=trace).run("g")
     assert resume().state == "PAUSED"
