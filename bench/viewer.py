@@ -99,7 +99,7 @@ def main() -> int:
         big = root / "big"
         big.mkdir()
         Executor(
-            planner=fixed_plan(steps(n_records // 5)), tools={"work": dict}, trace=big / "long.jsonl", max_steps=None
+            planner=fixed_plan(steps(n_records // 3)), tools={"work": dict}, trace=big / "long.jsonl", max_steps=None
         ).run("long")
         size = (big / "long.jsonl").stat().st_size
 
