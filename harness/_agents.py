@@ -72,6 +72,16 @@ class AgentState:
 _agent: ContextVar[AgentState | None] = ContextVar("harness_agent", default=None)
 
 
+def write_exit(journal: Any, error: BaseException | None) -> None:
+    """Write an agent's `exit` record: its status, and its error when it raised."""
+    from ._boundary import error_of  # _boundary imports this module
+
+    fields: dict[str, Any] = {"status": "ok" if error is None else "error"}
+    if error is not None:
+        fields["error"] = error_of(error)
+    journal.append("exit", fields)
+
+
 def merged(a: dict[str, int], b: dict[str, int]) -> dict[str, int]:
     out = dict(a)
     for k, v in b.items():
@@ -190,12 +200,7 @@ class Agents:
             except BaseException as e:
                 handle._error = e
             try:
-                fields: dict[str, Any] = {"status": "ok" if handle._error is None else "error"}
-                if handle._error is not None:
-                    from ._boundary import error_of
-
-                    fields["error"] = error_of(handle._error)
-                journal.append("exit", fields)
+                write_exit(journal, handle._error)
             except BaseException as e:  # the journal refused: the run must not believe this agent ended well
                 handle._error = handle._error or e
             handle._vc = dict(child.vc)

@@ -28,7 +28,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from types import TracebackType
 from typing import Any, Generic, TypeVar
 
-from ._agents import MAIN, Agents, AgentState, _agent, merged
+from ._agents import MAIN, Agents, AgentState, _agent, merged, write_exit
 from ._errors import HarnessError
 
 T = TypeVar("T")
@@ -139,7 +139,7 @@ def aspawn(name: str, coro_fn: Callable[..., Coroutine[Any, Any, T]], /, *args: 
 
     Outside a run (or inside a call) it is a plain task.
     """
-    from ._boundary import _current, error_of
+    from ._boundary import _current
 
     if type(name) is not str or not name or name == MAIN:
         raise HarnessError(f"an agent needs a non-empty str name other than 'main', not {name!r}")
@@ -184,10 +184,7 @@ def aspawn(name: str, coro_fn: Callable[..., Coroutine[Any, Any, T]], /, *args: 
         except Exception as e:
             handle._error = e
         try:
-            fields: dict[str, Any] = {"status": "ok" if handle._error is None else "error"}
-            if handle._error is not None:
-                fields["error"] = error_of(handle._error)
-            journal.append("exit", fields)
+            write_exit(journal, handle._error)
         except Exception as e:
             handle._error = handle._error or e
         handle._vc = dict(child.vc)
