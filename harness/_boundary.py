@@ -41,7 +41,7 @@ from contextvars import ContextVar
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from ._agents import MAIN, Agents, _agent
+from ._agents import MAIN, Agents, AgentState, _agent
 from ._errors import HarnessError, ReplayDrift, ReplayViolation, ToolError
 from ._journal import check_value
 from ._redact import DEFAULT, Redaction
@@ -95,9 +95,13 @@ class Session:
     def live_calls(self) -> int:
         return sum(self.calls.values())
 
+    def agent(self) -> AgentState:
+        """The state of the agent whose code is running."""
+        return _agent.get() or self.agents.main
+
     def count_live(self) -> None:
         """One live call by the current agent (only its own thread writes its count)."""
-        name = (_agent.get() or self.agents.main).name
+        name = self.agent().name
         self.calls[name] = self.calls.get(name, 0) + 1
 
     def left(self) -> int:

@@ -296,6 +296,7 @@ class Executor:
         # durability="fsync", declared tools with "flush"
         synced = self.tools if durability == "fsync" else [n for n, t in self.tools.items() if isinstance(t, Tool)]
         self.synced = frozenset(synced)
+        self.calls = {n: t.fn if isinstance(t, Tool) else t for n, t in self.tools.items()}  # what a call calls
 
     def run(self, goal: Any, *, answer: Any = NO_ANSWER) -> Outcome:
         """Run (or, with resume=True, finish) the goal. Returns DONE, FAILED or PAUSED.
@@ -358,6 +359,7 @@ class Executor:
         bridge = Bridge(asyncio.get_running_loop())
         ex = copy.copy(self)
         ex.planner, ex.tools, ex.verifier = bridged(bridge, self.planner, self.tools, self.verifier)
+        ex.calls = {n: t.fn if isinstance(t, Tool) else t for n, t in ex.tools.items()}
         return await asyncio.to_thread(functools.partial(ex.run, goal, answer=answer))
 
     def _start(
@@ -563,9 +565,8 @@ class Executor:
                         if run.reuse is not None and run.reuse[0] == (planned.tool, canonical(planned.args)):
                             run.intent["key"] = run.reuse[1]  # the call that timed out, again: the same key
                     run.reuse = None
-                    check_value("args", planned.args, tool=planned.tool, step=run.step)
-                    # the live call gets run.intent; the trace its args redacted (the journal does it)
-                    run.move(S.ACT, sync=planned.tool in self.synced, user=("args",), **run.intent)
+                    # the live call gets run.intent; the trace its args checked and redacted (the journal does it)
+                    run.move(S.ACT, sync=planned.tool in self.synced, check=("args",), **run.intent)
                 elif run.state == S.ACT:
                     if run.journal.dirty and run.intent["tool"] in self.synced:  # a resumed call: the rule holds too
                         run.journal.sync()
@@ -584,16 +585,15 @@ class Executor:
                         if self._retry_or_fail(run, error, backoff=True):
                             return run.outcome(error)  # the live error; the trace has it redacted
                         continue
-                    try:  # the trace's own copy, and the tool's
-                        result = check_value("result", raw, tool=run.intent["tool"], step=run.step)
-                    except NotSerializable:
+                    run.shown = raw  # the tool's own value, for the verifier; the checkpoint keeps the trace's copy
+                    try:  # checked, redacted as written (what a resumed run reads back); synced with the next
+                        # call's intent or the run's end
+                        run.result = run.move(S.VERIFY, check=("result",), result=raw)["result"]
+                    except NotSerializable as e:
                         if inspect.isawaitable(raw):
                             raise _async(f"tool {run.intent['tool']!r}", raw) from None
-                        raise
-                    run.shown = raw
-                    # redacted as written (what a resumed run reads back); synced with the next call's intent or
-                    # the run's end
-                    run.result = run.move(S.VERIFY, user=("result",), result=result)["result"]
+                        tool = run.intent["tool"]
+                        raise NotSerializable(e.field, e.where, e.problem, tool=tool, step=run.step) from None
                     run.result_seq = run.wrote  # the record the checkpoint will name
                 elif run.state == S.VERIFY:
                     why = self._verify(run)
@@ -769,27 +769,25 @@ class Executor:
         _timers.wait_until(run.session, drawn["wake"])
 
     def _call(self, session: Session, intent: dict[str, Any]) -> Any:
-        if session.serving:  # recorded args are redacted: so is what they are compared with
+        if session.strict or (session.recorded and session.serving):  # recorded args are redacted: so is what
             recorded = session.serve("tool", session.redact({"tool": intent["tool"], "args": intent["args"]}))
-        else:
-            recorded = None
-        if recorded is not None:
-            if recorded.error is not None:
-                raise _Served(recorded.error)
-            return recorded.response
-        tool = self.tools[intent["tool"]]
-        fn = tool.fn if isinstance(tool, Tool) else tool
+            if recorded is not None:  # they are compared with
+                if recorded.error is not None:
+                    raise _Served(recorded.error)
+                return recorded.response
+        fn = self.calls[intent["tool"]]
         kwargs = dict(intent["args"])
         if "key" in intent:
             kwargs["idempotency_key"] = intent["key"]
-        session.count_live()
+        me = session.agent()
+        session.calls[me.name] = session.calls.get(me.name, 0) + 1  # a live call, by this agent
         if self.retry.timeout is not None:
             return _within(fn, kwargs, self.retry.timeout, intent["tool"], session)
-        session.nested = True
+        me.nested = True
         try:
             return fn(**kwargs)
         finally:
-            session.nested = False
+            me.nested = False
 
     def _verify(self, run: _Run) -> str | None:
         """None when the verifier vouches for the result, else why not."""
@@ -918,6 +916,12 @@ def _async(what: str, made: Any = None) -> HarnessError:
     )
 
 
+# a checkpoint record makes S.CHECKPOINT_MOVES from VERIFY: checked against the table once, here
+_CHECKPOINT_FROM_VERIFY = [S.check(a, b) for a, b in zip((S.VERIFY, *S.CHECKPOINT_MOVES), S.CHECKPOINT_MOVES)]  # noqa: B905
+if any(_CHECKPOINT_FROM_VERIFY):  # the table and the checkpoint record disagree: a bug, found at import
+    raise HarnessError(f"internal error, please report: {_CHECKPOINT_FROM_VERIFY}")
+
+
 class _Run:
     """A run in progress: where it stands, and the trace it writes.
 
@@ -968,24 +972,24 @@ class _Run:
         sub.step, sub.planned, sub.lane = step, planned, True
         return sub
 
-    def edge(self, to: str, **fields: Any) -> dict[str, Any]:
-        """The transition into `to`, which the state table must allow; the run takes it."""
+    def move(
+        self, to: str, *, sync: bool = False, user: tuple[str, ...] = (), check: tuple[str, ...] = (), **fields: Any
+    ) -> dict[str, Any]:
+        """Write the transition into `to` and take it; returns its fields as written.
+
+        `check` fields must come back equal from JSON (NotSerializable, nothing
+        written, the state unchanged) and are returned as the line's own copies;
+        those and `user` ones are redacted. A run that ends writes its seal
+        with its last record, in one write.
+        """
         if to not in S.EDGES[self.state]:
             raise HarnessError(f"internal error, please report: {S.check(self.state, to)}")
-        fields = {"from": self.state, "to": to, "step": self.step, "attempt": self.attempt, **fields}
-        self.state = to
-        return fields
-
-    def move(self, to: str, *, sync: bool = False, user: tuple[str, ...] = (), **fields: Any) -> dict[str, Any]:
-        """Write the transition into `to` and take it; returns its fields as written (`user` ones redacted).
-
-        A run that ends writes its seal with its last record, in one write.
-        """
-        written = self.edge(to, **fields)
+        written = {"from": self.state, "to": to, "step": self.step, "attempt": self.attempt, **fields}
         if to in S.TERMINAL and not self.lane:  # (a call's FAILED is its own end, not the run's)
             self.wrote = self.journal.finish("transition", written, state=to, key=self.journal.seal_key, user=user)
         else:
-            self.wrote = self.journal.append("transition", written, sync=sync, user=user)
+            self.wrote = self.journal.append("transition", written, sync=sync, check=check, user=user)
+        self.state = to
         return written
 
     def end(self, to: str, **fields: Any) -> None:
@@ -1021,9 +1025,10 @@ class _Run:
         of the record holding the result (as the journal wrote it, redacted),
         which follows the intent naming the step.
         """
-        for to in S.CHECKPOINT_MOVES:
-            self.edge(to)  # the table allows each move, or this is an internal error
+        if self.state != S.VERIFY:  # the table allows the moves from VERIFY (_CHECKPOINT_FROM_VERIFY)
+            raise HarnessError(f"internal error, please report: a checkpoint in state {self.state}")
         seq = self.journal.append("checkpoint", {"step": self.step, "verified": self.result_seq})
+        self.state = S.CHECKPOINT_MOVES[-1]
         list.append(self.progress, Checkpoint(self.step, self.intent["name"], self.result, seq))
         if self.lane:  # a call ends with its checkpoint: back in PLAN, done
             return

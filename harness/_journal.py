@@ -63,6 +63,7 @@ HEADER_START = b'{"seq":1,"kind":"header"'  # how every trace begins
 
 _DUMPS_OPTIONS = orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_SUBCLASS
 _fsync = getattr(os, "fdatasync", os.fsync)  # the data and the size are what we need back
+_dumps, _crc32 = orjson.dumps, zlib.crc32  # the hot path's, without attribute lookups
 
 
 def _refuse(value: Any) -> Any:
@@ -167,8 +168,12 @@ def encode(record: dict[str, Any], crc: int) -> tuple[bytes, int]:
 
 
 def now() -> float:
-    """A record's `ts`: the wall clock in seconds, to the millisecond (finer digits cost bytes on every line)."""
-    return round(time.time(), 3)
+    """A record's `ts`: the wall clock in seconds, cut to the millisecond (finer digits cost bytes on every line).
+
+    A whole number of milliseconds over 1000 is the double nearest that
+    decimal, so it prints with at most three decimals (and costs less than round()).
+    """
+    return int(time.time() * 1000) / 1000
 
 
 def encode_tail(record: dict[str, Any]) -> memoryview:
@@ -193,8 +198,8 @@ class Journal:
     """The single writer of one trace. Open with `Journal.open()`; use as a context manager."""
 
     __slots__ = (
-        "_broken", "_lock", "_stamp", "_truncated", "blob_threshold", "crc", "created", "digests", "dirty", "fd",
-        "fsync", "path", "redact", "seal_key", "seq",
+        "_broken", "_clean", "_lock", "_stamp", "_truncated", "_walk", "blob_threshold", "crc", "created", "digests",
+        "dirty", "fd", "fsync", "path", "redact", "seal_key", "seq",
     )  # fmt: skip
 
     def __init__(
@@ -209,6 +214,8 @@ class Journal:
     ):
         self.path, self.fd, self.fsync, self.created = path, fd, fsync, created
         self.redact = redact  # what the user fields of each record go through (None: nothing is redacted)
+        self._clean = redact.clean_json if redact is not None else None  # (the hot path's own references)
+        self._walk = redact is not None and redact.paths  # JSON paths apply whatever a search finds
         self.seq = 0
         self.crc = 0
         self._broken: str | None = None
@@ -371,26 +378,79 @@ class Journal:
     ) -> int:
         """Write one record and return its seq.
 
-        `check` names user-supplied fields to round-trip; those and `user` are
-        redacted (see `line`).
+        `check` names user-supplied fields that must come back equal from
+        JSON (NotSerializable, and nothing written, when one does not); each
+        gets its value as read back from the line: a fresh copy nobody else
+        holds. Those and `user` are redacted (see `_encode`).
         """
-        for name in check:
-            check_value(name, fields[name])
+        if check:
+            user = (*check, *user)
         if self._lock is not None:
-            return self._append_shared(((kind, fields, (*check, *user)),), sync)
+            for name in check:
+                fields[name] = check_value(name, fields[name])
+            return self._append_shared(((kind, fields, user),), sync)
         seq = self.seq + 1
-        line, crc = self._encode(seq, kind, fields, self.crc, (*check, *user) if check else user)
-        self._write(line, seq, crc, sync)
+        line, crc = self._encode(seq, kind, fields, self.crc, user, check)
+        if self._broken or sync or self._truncated:
+            self._write(line, seq, crc, sync)
+            return seq
+        try:  # _write, inline: the common case of every record
+            written = os.write(self.fd, line)
+        except OSError as e:
+            raise self._failed(e, seq) from None
+        if written < len(line):  # a short write: _write sends the rest
+            self._write(line[written:], seq, crc, sync)
+            return seq
+        self.dirty, self.seq, self.crc = True, seq, crc
         return seq
 
     def _encode(
-        self, seq: int, kind: str, fields: dict[str, Any], crc: int, user: tuple[str, ...] = ()
+        self,
+        seq: int,
+        kind: str,
+        fields: dict[str, Any],
+        crc: int,
+        user: tuple[str, ...] = (),
+        check: tuple[str, ...] = (),
     ) -> tuple[bytes, int]:
         """The record's line and crc: `user` fields redacted (fields gets their values), large payloads in blobs.
 
-        Only a line longer than the blob threshold is looked at for payloads to store.
+        The hot path of every step: one dumps, one loads when fields are
+        checked, one search for anything to redact on the line's own bytes, one
+        crc. Anything else (a value that is not JSON, a secret found, a line
+        over the blob threshold) goes the long way, `_encode_slow`.
         """
-        record = {"seq": seq, "kind": kind, **fields, "ts": now()}
+        ts = int(time.time() * 1000) / 1000  # now(), inline
+        record = {"seq": seq, "kind": kind, **fields, "ts": ts}
+        try:
+            whole = _dumps(record, default=_refuse, option=_DUMPS_OPTIONS)
+        except TypeError:  # not JSON somewhere: the long way says where
+            whole = b""
+        if check and whole:
+            back = orjson.loads(whole)
+            for name in check:
+                if back[name] != fields[name]:
+                    whole = b""
+                    break
+                fields[name] = back[name]  # the line's own copy: nobody else holds it
+        if not whole:
+            for name in check:  # NotSerializable, naming the tool, the step and where in the value
+                fields[name] = check_value(name, fields[name], tool=fields.get("tool"), step=fields.get("step"))
+            return self._encode_slow(seq, kind, fields, crc, user, ts)
+        body = whole[:-1]
+        if user and self._clean is not None and (self._walk or not self._clean(user_text(body, user))):
+            return self._encode_slow(seq, kind, fields, crc, user, ts)
+        out = _crc32(body, crc)
+        line = body + b',"crc":"%08x"}\n' % out  # one copy of body: faster than formatting it in
+        if len(line) > self.blob_threshold:  # (no payload can be larger than its line)
+            return self._encode_slow(seq, kind, fields, crc, user, ts)
+        return line, out
+
+    def _encode_slow(
+        self, seq: int, kind: str, fields: dict[str, Any], crc: int, user: tuple[str, ...], ts: float
+    ) -> tuple[bytes, int]:
+        """_encode the long way: redaction walks the user fields, payloads over the threshold go to blobs."""
+        record = {"seq": seq, "kind": kind, **fields, "ts": ts}
         try:
             line, out = encode(record, crc)
         except NotSerializable:
@@ -399,14 +459,14 @@ class Journal:
             line = b""  # too long for a line: it may fit once its payloads are blobs
         if line and user and self.redact is not None:
             line, out = self._redact(record, line, out, fields, user, crc)
-        if len(line) > self.blob_threshold or not line:  # no payload can be larger than its line
+        if len(line) > self.blob_threshold or not line:
             if not line:
                 self.redacted(fields, user)
             stored = self._store(kind, fields)
             if stored is not None:
-                line, out = encode({"seq": seq, "kind": kind, **stored, "ts": record["ts"]}, crc)
+                line, out = encode({"seq": seq, "kind": kind, **stored, "ts": ts}, crc)
             elif not line:
-                line, out = encode({"seq": seq, "kind": kind, **fields, "ts": record["ts"]}, crc)  # NotSerializable
+                line, out = encode({"seq": seq, "kind": kind, **fields, "ts": ts}, crc)  # NotSerializable
         return line, out
 
     def _store(self, kind: str, fields: dict[str, Any]) -> dict[str, Any] | None:
@@ -591,14 +651,18 @@ class Journal:
                 data = data[written:]
                 written = os.write(self.fd, data)
         except OSError as e:
-            self._broken = "write"
-            seqs = f"seq {seq}" if seq == self.seq + 1 else f"seqs {self.seq + 1}..{seq}"
-            raise JournalError(self.path, f"write of {seqs} failed: {_why(e)}") from None
+            raise self._failed(e, seq) from None
         self.dirty = True
         if sync or self._truncated:  # a truncation is made durable with the record that follows it
             self._guard(lambda: _fsync(self.fd), "fsync")
             self._truncated = self.dirty = False
         self.seq, self.crc = seq, crc
+
+    def _failed(self, e: OSError, seq: int) -> JournalError:
+        """The error of a failed write of the lines up to seq; the journal accepts nothing more."""
+        self._broken = "write"
+        seqs = f"seq {seq}" if seq == self.seq + 1 else f"seqs {self.seq + 1}..{seq}"
+        return JournalError(self.path, f"write of {seqs} failed: {_why(e)}")
 
     def _guard(self, op: Any, name: str) -> None:
         try:

@@ -9,6 +9,8 @@ from typing import Any
 
 import orjson
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import harness
 from harness import MARKER, Executor, Recorder, Redaction, RedactionRuleError, Step, ToolError, replay, rerun
@@ -481,3 +483,23 @@ def test_a_run_with_the_default_rules_writes_no_redact_field(tmp_path: Path) -> 
     with Recorder(tmp_path / "own.jsonl", entrypoint="t", redact=["pin"]):
         pass
     assert replay(tmp_path / "own.jsonl").header["redact"] == {"rules": ["pin"], "patterns": [], "defaults": True}
+
+
+_PIECES = [
+    *("Bearer ", "Basic dXNlcjpw", "sk-", "AKIA", "ghp_", "github_pat_", "glpat-", "xoxb-", "AIza", "=", "pin=4"),
+    *("api_key", "token", "Cookie", "pass", "word", '"', ":", " ", "x", "7", "Z", "-", "_", "\u00e9"),
+]
+_USER = Redaction((re.compile(r"pin=\d"), "x-token"))
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    st.lists(st.sampled_from(_PIECES) | st.text(max_size=4), max_size=12).map("".join),
+    st.lists(st.sampled_from(_PIECES), max_size=3).map("".join),
+)
+def test_the_search_on_json_text_never_clears_a_value_redaction_changes(text: str, key: str) -> None:
+    """clean_json is a shortcut: whatever it clears, the walk would have left as it was."""
+    for value in ({"v": text}, {key or "k": "v" * 20, "n": [text]}, [text + "A" * 40]):
+        for redaction in (DEFAULT, _USER):
+            if redaction._apply(value, walk=True) != value:  # the walk itself, not the shortcut
+                assert not redaction.clean_json(orjson.dumps(value)), (redaction, value)
