@@ -87,11 +87,11 @@ DEFAULT_PATTERNS = (
     _form_pattern(FORM_NAMES),  # api_key=..., ?token=..., &password=...
 )
 DEFAULT_RULES: tuple[str | re.Pattern[str], ...] = (*DEFAULT_KEYS, *DEFAULT_PATTERNS)
-# Each default pattern's head (its text before the first group): literals and classes that any match starts
-# with. A JSON text where none is found holds no match of any default pattern: one search instead of ten. A
-# backslash (an escape: the text no longer reads as the value does) sends the value to the walk.
-_BACKSLASH = re.compile(rb"\\")
-_TRIGGER = re.compile(b"|".join([rb"\\", *(p.pattern.split("(", 1)[0].encode() for p in DEFAULT_PATTERNS)]))
+# Each default pattern's head (its text before the first group): letters, digits, `-`, `_` and `=` that any
+# match starts with. A JSON text where none is found holds no match of any default pattern: one search instead
+# of ten. JSON escapes none of those characters, so a head in a string stands verbatim in the text, escapes
+# elsewhere or not (a newline in a file's content no longer sends the value to the walk).
+_HEADS = re.compile("|".join(p.pattern.split("(", 1)[0] for p in DEFAULT_PATTERNS).encode())
 
 Rule = Union[str, "re.Pattern[str]"]
 
@@ -147,7 +147,6 @@ class Redaction:
     _patterns: tuple[re.Pattern[str], ...] = field(init=False, repr=False, compare=False)
     _tails: tuple[tuple[int, frozenset[bytes]], ...] = field(init=False, repr=False, compare=False)
     _extra: tuple[re.Pattern[str], ...] = field(init=False, repr=False, compare=False)
-    _trigger: re.Pattern[bytes] = field(init=False, repr=False, compare=False)
     _fast: bool = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -182,7 +181,6 @@ class Redaction:
         object.__setattr__(self, "_tails", tuple((n, frozenset(t)) for n, t in sorted(tails.items())))
         # the default patterns are searched for with one search of their heads (TRIGGER); others one by one
         object.__setattr__(self, "_extra", tuple(p for p in patterns if p not in DEFAULT_PATTERNS))
-        object.__setattr__(self, "_trigger", _TRIGGER if self.defaults else _BACKSLASH)
         object.__setattr__(self, "_fast", _fast(keys, patterns))
 
     @property
@@ -287,25 +285,30 @@ class Redaction:
     def clean_json(self, data: bytes) -> bool:
         """True when no key rule and no pattern can apply to any key or string of the JSON text data.
 
-        In a JSON text without a backslash every string stands verbatim between
-        quotes, and a quote reads like a string's end to a pattern that does not
-        look at the ends (see _fast): a match in a string is a match in the text.
         A key ends right before `":`: its last five characters are looked up.
-        The default patterns are cleared by one search for their heads (TRIGGER).
-        JSON paths are not searched for: they are applied whatever this says.
+        The default patterns are cleared by one search for their heads
+        (_HEADS). A user's pattern is searched in the text when the text has
+        no backslash: then every string stands verbatim between quotes, and a
+        quote reads like a string's end to a pattern that does not look at the
+        ends (see _fast), so a match in a string is a match in the text. JSON
+        paths are not searched for: they are applied whatever this says.
         """
         if not self._fast:
             return not (self._keys or self._patterns)
-        if self._trigger.search(data) is not None:  # a backslash, or a default pattern's head
+        if self.defaults and _HEADS.search(data) is not None:
             return False
         if self._tails:
-            befores = data.lower().split(b'":')
+            # (a non-ASCII key may lower to a rule's: the Kelvin sign in api_\u212aey lowers to k)
+            low = data.lower() if data.isascii() else data.decode().lower().encode()
+            befores = low.split(b'":')
             del befores[-1]  # (what follows the last key)
             for n, tails in self._tails:
                 for before in befores:
                     if before[-n:] in tails:
                         return False
         if self._extra:
+            if b"\\" in data:  # an escape: the text no longer reads as the value does, for any pattern
+                return False
             text = data.decode()
             for p in self._extra:  # a loop: all() over a generator costs more here
                 if p.search(text) is not None:

@@ -487,7 +487,8 @@ def test_a_run_with_the_default_rules_writes_no_redact_field(tmp_path: Path) -> 
 
 _PIECES = [
     *("Bearer ", "Basic dXNlcjpw", "sk-", "AKIA", "ghp_", "github_pat_", "glpat-", "xoxb-", "AIza", "=", "pin=4"),
-    *("api_key", "token", "Cookie", "pass", "word", '"', ":", " ", "x", "7", "Z", "-", "_", "\u00e9"),
+    *("api_key", "token", "Cookie", "pass", "word", '"', ":", " ", "x", "7", "Z", "-", "_", "\u00e9", "\n", "\\"),
+    *("api_\u212aey", "\u0130", '":'),  # a Kelvin sign lowers to k; a dotted I to two characters
 ]
 _USER = Redaction((re.compile(r"pin=\d"), "x-token"))
 
