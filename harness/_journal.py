@@ -63,7 +63,7 @@ HEADER_START = b'{"seq":1,"kind":"header"'  # how every trace begins
 
 _DUMPS_OPTIONS = orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_SUBCLASS
 _fsync = getattr(os, "fdatasync", os.fsync)  # the data and the size are what we need back
-_dumps, _crc32 = orjson.dumps, zlib.crc32  # the hot path's, without attribute lookups
+_dumps, _loads, _crc32 = orjson.dumps, orjson.loads, zlib.crc32  # the hot path's, without attribute lookups
 
 
 def _refuse(value: Any) -> Any:
@@ -426,20 +426,25 @@ class Journal:
             whole = _dumps(record, default=_refuse, option=_DUMPS_OPTIONS)
         except TypeError:  # not JSON somewhere: the long way says where
             whole = b""
-        if check and whole:
-            back = orjson.loads(whole)
-            for name in check:
-                if back[name] != fields[name]:
+        if user and whole:
+            text = user_text(whole, user)  # the user fields' part of the line: checked and searched alone
+            if check:
+                try:
+                    back = _loads(b"{%b}" % text)
+                    for name in check:
+                        if back[name] != fields[name]:
+                            whole = b""
+                            break
+                        fields[name] = back[name]  # the line's own copy: nobody else holds it
+                except (orjson.JSONDecodeError, KeyError):  # (user_text cut elsewhere): the long way
                     whole = b""
-                    break
-                fields[name] = back[name]  # the line's own copy: nobody else holds it
+            if whole and self._clean is not None and (self._walk or not self._clean(text)):
+                return self._encode_slow(seq, kind, fields, crc, user, ts)
         if not whole:
             for name in check:  # NotSerializable, naming the tool, the step and where in the value
                 fields[name] = check_value(name, fields[name], tool=fields.get("tool"), step=fields.get("step"))
             return self._encode_slow(seq, kind, fields, crc, user, ts)
         body = whole[:-1]
-        if user and self._clean is not None and (self._walk or not self._clean(user_text(body, user))):
-            return self._encode_slow(seq, kind, fields, crc, user, ts)
         out = _crc32(body, crc)
         line = body + b',"crc":"%08x"}\n' % out  # one copy of body: faster than formatting it in
         if len(line) > self.blob_threshold:  # (no payload can be larger than its line)
