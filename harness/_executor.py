@@ -296,7 +296,6 @@ class Executor:
         # durability="fsync", declared tools with "flush"
         synced = self.tools if durability == "fsync" else [n for n, t in self.tools.items() if isinstance(t, Tool)]
         self.synced = frozenset(synced)
-        self.calls = {n: t.fn if isinstance(t, Tool) else t for n, t in self.tools.items()}  # what a call calls
 
     def run(self, goal: Any, *, answer: Any = NO_ANSWER) -> Outcome:
         """Run (or, with resume=True, finish) the goal. Returns DONE, FAILED or PAUSED.
@@ -359,7 +358,6 @@ class Executor:
         bridge = Bridge(asyncio.get_running_loop())
         ex = copy.copy(self)
         ex.planner, ex.tools, ex.verifier = bridged(bridge, self.planner, self.tools, self.verifier)
-        ex.calls = {n: t.fn if isinstance(t, Tool) else t for n, t in ex.tools.items()}
         return await asyncio.to_thread(functools.partial(ex.run, goal, answer=answer))
 
     def _start(
@@ -775,7 +773,9 @@ class Executor:
                 if recorded.error is not None:
                     raise _Served(recorded.error)
                 return recorded.response
-        fn = self.calls[intent["tool"]]
+        fn = self.tools[intent["tool"]]
+        if isinstance(fn, Tool):
+            fn = fn.fn
         kwargs = dict(intent["args"])
         if "key" in intent:
             kwargs["idempotency_key"] = intent["key"]
