@@ -5,7 +5,9 @@
 "notes": [...]}), written atomically (a temporary file, fsynced, renamed),
 so a reader sees the old notes or the new ones, never half a file. The trace
 itself is never touched: annotating a sealed run does not break its seal.
-Two annotators racing may lose one note (the last rename wins).
+Two annotators racing may lose one note (the last rename wins). A run on
+object storage keeps one immutable object per note instead
+(`<run>.jsonl/notes/NNNNNN.json`, store/_notes.py): none is lost there.
 """
 
 import os  # no `from __future__ import annotations`: this module's function of that name would shadow it
@@ -14,19 +16,29 @@ from typing import Any
 
 import orjson
 
-from ._errors import HarnessError
+from ._errors import HarnessError, TraceUnreadable
 from ._journal import check_value
+from .store import exists, is_url
 
 SUFFIX = ".annotations.json"
 FORMAT, VERSION = "harness-annotations", 1
 
 
 def annotations_path(trace: str | os.PathLike[str]) -> str:
+    """Where the notes on the run at trace are: a file beside it, or for a URL the folder of note objects."""
+    if is_url(trace):
+        from .store._notes import FOLDER
+
+        return f"{str(trace).rstrip('/')}/{FOLDER}/"
     return os.fspath(trace) + SUFFIX
 
 
 def annotations(trace: str | os.PathLike[str]) -> list[dict[str, Any]]:
     """The notes on a run, oldest first ([] when it has none)."""
+    if is_url(trace):
+        from .store._notes import read_notes
+
+        return read_notes(str(trace))
     path = annotations_path(trace)
     try:
         with open(path, "rb") as f:
@@ -46,13 +58,21 @@ def annotate(trace: str | os.PathLike[str], key: str, value: Any) -> dict[str, A
     from ._blobs import write_atomically
 
     path = os.fspath(trace)
-    if not os.path.isfile(path):
+    if is_url(path):
+        if not exists(path):
+            raise TraceUnreadable(path, "no such trace on the store; nothing was written")
+    elif not os.path.isfile(path):
         raise HarnessError(f"{path}: no such trace file; nothing was written")
     if not isinstance(key, str) or not key:
         raise HarnessError(f"{path}: an annotation needs a non-empty str key, not {key!r}")
     check_value("value", value)
-    notes = annotations(path)
     note = {"key": key, "value": value, "at": datetime.now(UTC).isoformat(timespec="milliseconds")}
+    if is_url(path):  # one immutable object per note, beside the segments (store/_notes.py)
+        from .store._notes import add_note
+
+        add_note(path, note)
+        return note
+    notes = annotations(path)
     notes.append(note)
     body = {"format": FORMAT, "version": VERSION, "notes": notes}
     try:

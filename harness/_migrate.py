@@ -14,6 +14,11 @@ Rules kept here:
   record says happened to make an old trace replay;
 - the checksum chain is computed again (it covers the bytes, which change);
 - a torn tail is not migrated: it stays in the backup, and the report says so.
+
+With `out=` the migrated trace goes to a new trace there (a path, or a URL
+where it becomes a new run's first segment) and the original, untouched, is
+the backup. A trace on object storage is only migrated so: its segments are
+immutable, and readers may be reading them.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import tempfile
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -29,8 +35,12 @@ from typing import Any
 
 import orjson
 
+from . import _blobs
 from ._errors import HarnessError, TraceCorruption
 from ._journal import SCHEMA, Journal, encode, line_ok
+from .store import exists, is_url, local_copy
+from .store._location import blob_names
+from .store._publish import publish
 
 Records = list[dict[str, Any]]
 
@@ -107,13 +117,21 @@ class Migrated:
     backup: str | None
     torn_bytes: int
     state: str
+    out: str | None = None  # with migrate(out=): where the migrated copy went (the original is its backup)
 
 
-def migrate(trace: str | os.PathLike[str]) -> Migrated:
-    """Upgrade the trace at `trace` to this harness's schema, in place, keeping a backup of the original."""
+def migrate(trace: str | os.PathLike[str], *, out: str | os.PathLike[str] | None = None) -> Migrated:
+    """Upgrade the trace at `trace` to this harness's schema, in place, keeping a backup of the original.
+
+    With `out` (a new trace path or URL), the migrated trace is written there
+    instead and the original is left as it is, as the backup. A trace on
+    object storage is immutable segments: it is only migrated with `out`.
+    """
     from ._replay import replay
 
     path = os.fspath(trace)
+    if out is not None or is_url(path):
+        return _migrate_to(path, out)
     if not os.path.isfile(path):
         raise HarnessError(f"{path}: no such trace file; nothing was changed")
     with Journal.open(path):  # the writer's lock: no run may be appending while we migrate
@@ -156,6 +174,81 @@ def migrate(trace: str | os.PathLike[str]) -> Migrated:
             raise
         _sync_dir(folder)
     return Migrated(path, version, SCHEMA, before, len(records), backup, len(torn), rep.state)
+
+
+def _migrate_to(path: str, out: str | os.PathLike[str] | None) -> Migrated:
+    """migrate(path, out=out): the migrated copy is written to out, a new trace (a path, or a URL as a new run)."""
+    from ._replay import replay
+
+    if out is None:
+        raise HarnessError(
+            f"{path}: a trace on object storage is immutable segments and is not migrated in place; nothing was "
+            "changed. Write the migrated copy as a new run with --out (e.g. `harness migrate "
+            f"{path} --out {path.removesuffix('.jsonl')}.v{SCHEMA}.jsonl`); the original stays as its backup"
+        )
+    target = os.fspath(out)
+    if not is_url(path) and not os.path.isfile(path):
+        raise HarnessError(f"{path}: no such trace file; nothing was changed")
+    source = local_copy(path)  # a URL: its segments (and the blobs they name), copied
+    with open(source, "rb") as f:
+        data = f.read()
+    records, torn = _read(path, data)
+    version = records[0].get("schema")
+    if version == SCHEMA:
+        return Migrated(path, SCHEMA, SCHEMA, len(records), len(records), None, 0, replay(path).state)
+    if type(version) is not int or version > SCHEMA or version < MIGRATIONS[0][0]:
+        raise HarnessError(f"{path}: schema {version!r} cannot be migrated to {SCHEMA} by this harness")
+    if exists(target):
+        raise HarnessError(f"{target} already exists; the migrated copy goes to a new trace, choose another --out")
+    before = len(records)
+    for start, step in MIGRATIONS:
+        if start >= version:
+            records = step(records, path)
+    scratch = tempfile.mkdtemp(prefix="harness-migrate-")
+    try:
+        tmp = os.path.join(scratch, "migrated.jsonl")
+        _write(tmp, records)
+        names = blob_names(tmp)
+        for name in names:  # beside the copy, where replay() looks for them
+            os.makedirs(_blobs.folder_of(tmp), exist_ok=True)
+            with contextlib.suppress(FileNotFoundError):  # a missing one is named by the check below
+                shutil.copyfile(os.path.join(_blobs.folder_of(source), name), os.path.join(_blobs.folder_of(tmp), name))
+        try:
+            rep = _check(tmp)
+        except HarnessError as e:
+            raise HarnessError(
+                f"{path}: the migrated trace does not replay ({e}); nothing was written, please report this"
+            ) from None
+        if is_url(target):
+            publish(tmp, target)  # a new run: blobs, then its bytes as segment 1, created only if absent
+        else:
+            _place_file(tmp, target, names)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return Migrated(path, version, SCHEMA, before, len(records), path, len(torn), rep.state, target)
+
+
+def _place_file(tmp: str, target: str, names: list[str]) -> None:
+    """The migrated tmp as the new file target (never over an existing one), its blobs in target's blobs folder."""
+    folder = _blobs.folder_of(target)
+    try:
+        for name in names:
+            with open(os.path.join(_blobs.folder_of(tmp), name), "rb") as f:
+                _blobs.put(folder, f.read(), sync_dir=True)
+        where = os.path.dirname(os.path.abspath(target))
+        part = os.path.join(where, f".{os.path.basename(target)}.{uuid.uuid4().hex}.tmp")
+        shutil.copyfile(tmp, part)
+        try:
+            with open(part, "rb+") as f:
+                os.fsync(f.fileno())
+            os.link(part, target)  # fails if target exists: never over another trace
+        finally:
+            os.unlink(part)
+        _sync_dir(where)
+    except FileExistsError:
+        raise HarnessError(f"{target} already exists; the migrated copy goes to a new trace, choose another") from None
+    except OSError as e:
+        raise HarnessError(f"{target}: cannot write the migrated copy ({e.strerror}); nothing changed") from None
 
 
 def _check(tmp: str) -> Any:

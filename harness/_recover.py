@@ -39,6 +39,7 @@ from ._executor import NO_ANSWER, Executor, Outcome, RetryPolicy, Step, Tool
 from ._redact import Redaction, Rule
 from ._replay import Checkpoint, replay
 from ._runs import list_runs
+from .store import exists
 
 Planner = Callable[[Any, list[Checkpoint]], Step | None]
 
@@ -60,7 +61,7 @@ def resume(
     give such a run its goal yourself, with `Executor(resume=True).run(goal)`.
     """
     path = os.fspath(trace)
-    if not os.path.lexists(path):
+    if not exists(path):  # a file, or a trace URL's segments
         raise TraceMissing(path)
     rep = replay(path)
     ex = Executor(

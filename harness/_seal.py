@@ -20,6 +20,8 @@ What it proves (the threat model, also in docs/FORMAT.md):
 `seal()` seals a run that ended unsealed (written before seals existed, or
 migrated): the trace is copied with the seal appended to a temporary file,
 fsynced and renamed into place, so an interrupted seal leaves the original.
+On object storage the seal is shipped as the run's next segment, through
+the fenced writer: no segment is ever rewritten.
 `verify()` checks every line, every blob's bytes, and the seal.
 """
 
@@ -36,9 +38,9 @@ import orjson
 
 from . import _blobs
 from . import _state as S
-from ._errors import HarnessError, TraceCorruption
+from ._errors import HarnessError, TraceCorruption, TraceUnreadable
 from ._journal import Journal, encode, now
-from .store import local_copy
+from .store import is_url, local_copy
 
 ENV = "HARNESS_SEAL_KEY"
 
@@ -115,9 +117,11 @@ def seal(trace: str | os.PathLike[str], *, seal_key: str | bytes | None = None) 
     from ._replay import replay
 
     path = os.fspath(trace)
+    key = key_of(seal_key)
+    if is_url(path):
+        return _seal_url(path, key)
     if not os.path.isfile(path):
         raise HarnessError(f"{path}: no such trace file; nothing was written")
-    key = key_of(seal_key)
     with Journal.open(path):  # the writer's lock: no run may be appending while we seal
         rep = replay(path)
         if rep.seal is not None:
@@ -141,6 +145,35 @@ def seal(trace: str | os.PathLike[str], *, seal_key: str | bytes | None = None) 
             ) from None
     replay(path)  # the sealed trace reads back
     return Sealed(path, rep.last_seq + 1, key is not None, False)
+
+
+def _seal_url(url: str, key: bytes | None) -> Sealed:
+    """seal() of a trace on object storage: the seal goes up as the run's next segment, through the fenced writer.
+
+    The segments are never rewritten: the writer downloads them into its
+    spool, the seal is computed over those bytes, and the seal line is
+    shipped as segment N+1 with the store's conditional create. A writer
+    that advanced the run meanwhile makes it FenceLost, nothing written.
+    """
+    from ._replay import replay
+    from .store import open_journal
+
+    url = url.rstrip("/")
+    with open_journal(url) as journal:  # its segments, downloaded into the writer's spool
+        if not journal.size():
+            raise TraceUnreadable(url, "no such trace on the store; nothing was written")
+        rep = replay(url)  # the spool: the bytes the seal will vouch for
+        if rep.seal is not None:
+            return Sealed(url, rep.last_seq, "hmac" in rep.seal, True)
+        if not rep.complete:
+            raise HarnessError(
+                f"{url}: the run has not ended (state {rep.state}); only a run that ended DONE or FAILED can be "
+                "sealed. Resume it to the end first; nothing was written"
+            )
+        sealed = fields(prefix_sha256(local_copy(url), rep.end), rep.blobs, rep.state, key)
+        journal.continue_after(rep.last_seq, rep.crc, rep.end, ("seal", sealed))  # shipped at once: a seal
+    replay(url)  # the sealed trace reads back from the bucket
+    return Sealed(url, rep.last_seq + 1, key is not None, False)
 
 
 @dataclass(frozen=True, slots=True)

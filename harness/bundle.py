@@ -26,6 +26,7 @@ import hashlib
 import os
 import shutil
 import stat
+import tempfile
 import uuid
 import zipfile
 from collections.abc import Iterable
@@ -35,7 +36,8 @@ import orjson
 
 from . import _blobs
 from ._annotations import annotations_path
-from ._errors import HarnessError, TraceCorruption
+from ._errors import HarnessError, TraceCorruption, TraceUnreadable
+from .store import is_url
 
 FORMAT, VERSION = "harness-bundle", 1
 MANIFEST = "manifest.json"
@@ -94,6 +96,14 @@ def export(traces: Iterable[str | os.PathLike[str]], out: str | os.PathLike[str]
     target = os.fspath(out)
     if not paths:
         raise BundleError(target, "no run to export")
+    if is_url(target):
+        raise BundleError(target, "a bundle is a local zip file; give a local path for --out")
+    if any(is_url(p) for p in paths):  # runs on object storage: exported from local copies named as in the bucket
+        staging = tempfile.mkdtemp(prefix="harness-export-")
+        try:
+            return export([_fetched(p, staging) if is_url(p) else p for p in paths], target)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
     refused = [why for why in map(_sealed_refusal, paths) if why]
     if refused:
         raise BundleError(target, "refused to export unsealed or damaged runs:\n  " + "\n  ".join(refused))
@@ -131,6 +141,28 @@ def export(traces: Iterable[str | os.PathLike[str]], out: str | os.PathLike[str]
             raise BundleError(target, f"cannot write the bundle: {e.strerror or e}") from None
         raise
     return Bundled(target, tuple(names), tuple(sorted(files)), total)
+
+
+def _fetched(url: str, staging: str) -> str:
+    """A local copy of the run at url, under its own name in a folder of staging, with its blobs and notes."""
+    from ._annotations import annotations
+    from .store import open as open_store
+
+    url = url.rstrip("/")
+    location = open_store(url)
+    folder = os.path.join(staging, str(len(os.listdir(staging))))  # one folder a run: two runs may share a name
+    os.makedirs(folder)
+    path = os.path.join(folder, url.rsplit("/", 1)[-1])
+    with open(path, "wb") as f:
+        if not location.download(f)[0]:
+            raise TraceUnreadable(url, "no such trace on the store; nothing was written")
+    location.fetch_blobs(path)
+    notes = annotations(url)
+    if notes:
+        body = {"format": "harness-annotations", "version": 1, "notes": notes}
+        with open(annotations_path(path), "wb") as f:
+            f.write(orjson.dumps(body, option=orjson.OPT_INDENT_2) + b"\n")
+    return path
 
 
 def _info(name: str) -> zipfile.ZipInfo:
@@ -229,10 +261,14 @@ def import_bundle(
         raise BundleError(path, f"not a zip archive, or a truncated one ({e})") from None
     with zf:
         listed = _check_entries(path, zf, max_bytes, max_ratio)
-        staging = os.path.join(target, f".import-{uuid.uuid4().hex}")
+        remote = is_url(target)  # a runs URL: checked in a local staging folder, then placed in the bucket
+        staging = os.path.join(target, f".import-{uuid.uuid4().hex}") if not remote else ""
         try:
-            os.makedirs(target, exist_ok=True)
-            os.mkdir(staging)
+            if remote:
+                staging = tempfile.mkdtemp(prefix="harness-import-")
+            else:
+                os.makedirs(target, exist_ok=True)
+                os.mkdir(staging)
         except OSError as e:
             raise BundleError(path, f"cannot write into {target}: {e.strerror}") from None
         try:
@@ -257,6 +293,10 @@ def import_bundle(
                 if rep.seal is None:
                     raise BundleError(path, f"{run} is not sealed; a bundle holds sealed runs only")
                 # replay() found each blob it names with its size; each blob's bytes were hashed to its name above
+            if remote:
+                skipped = _place_on_store(path, staging, listed, runs, target)
+                total = sum(int(f["size"]) for f in listed.values())  # type: ignore[call-overload]
+                return Bundled(path, tuple(runs), tuple(sorted(listed)), total, tuple(sorted(skipped)))
             skipped = []
             for name in listed:  # refuse before anything moves
                 dest = os.path.join(target, *name.split("/"))
@@ -283,6 +323,71 @@ def import_bundle(
     return Bundled(path, tuple(runs), tuple(sorted(listed)), total, tuple(sorted(skipped)))
 
 
+def _place_on_store(
+    path: str, staging: str, listed: dict[str, dict[str, object]], runs: list[str], target: str
+) -> list[str]:
+    """Place the checked files of staging under the runs URL target; the names already there with the same bytes.
+
+    As into a folder: everything is compared before anything is written (a
+    run or note already there with other bytes is refused), then blobs go
+    first, each run's notes next, and each trace last, as its run's first
+    segment (created only if absent: store/_publish.py), so a trace is never
+    visible before its blobs.
+    """
+    import io
+
+    from ._annotations import annotations
+    from .store import open as open_store
+    from .store._notes import add_note
+    from .store._publish import place_blobs, publish
+
+    target = target.rstrip("/")
+    blobs = open_store(target).child(_blobs.FOLDER)
+    skipped: list[str] = []
+    notes: dict[str, list[dict[str, object]]] = {}  # trace URL -> the bundle's notes to add
+    for name in sorted(listed):
+        local = os.path.join(staging, *name.split("/"))
+        if name.startswith(_blobs.FOLDER + "/"):
+            try:
+                there = blobs.read(f"{blobs.root}/{name.split('/', 1)[1]}")
+            except TraceUnreadable:
+                continue
+            if hashlib.sha256(there).hexdigest() == listed[name]["sha256"]:
+                skipped.append(name)  # an altered blob is replaced by place_blobs: its name says what it holds
+        elif name.endswith(_ANNOTATIONS):
+            url = f"{target}/{name.removesuffix(_ANNOTATIONS)}"
+            with open(local, "rb") as f:
+                mine = orjson.loads(f.read()).get("notes") or []
+            there_notes = annotations(url)
+            if there_notes and there_notes != mine:
+                raise BundleError(path, f"{url} has other notes than the bundle's; refusing to add to them")
+            if there_notes:
+                skipped.append(name)
+            else:
+                notes[url] = mine
+        else:  # a trace
+            location = open_store(f"{target}/{name}")
+            if location.segments():
+                buffer = io.BytesIO()
+                location.download(buffer)
+                if hashlib.sha256(buffer.getvalue()).hexdigest() != listed[name]["sha256"]:
+                    raise BundleError(path, f"{target}/{name} exists with other bytes; refusing to overwrite it")
+                skipped.append(name)
+    folder = os.path.join(staging, _blobs.FOLDER)
+    wanted = [n.split("/", 1)[1] for n in sorted(listed) if n.startswith(_blobs.FOLDER + "/") and n not in skipped]
+    place_blobs(target, [(name, os.path.join(folder, name)) for name in wanted])
+    for run in runs:
+        url = f"{target}/{run}"
+        for note in notes.get(url, ()):
+            add_note(url, dict(note))
+        if run not in skipped:
+            publish(os.path.join(staging, run), url, blobs=folder)
+    return skipped
+
+
+_ANNOTATIONS = ".annotations.json"
+
+
 def _file_sha256(path: str) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as f:
@@ -302,8 +407,13 @@ def _sync(folder: str) -> None:
 
 
 def runs_in(folder: str | os.PathLike[str]) -> list[str]:
-    """Every trace in a runs folder, by name."""
+    """Every trace in a runs folder (or under a runs URL), by name."""
     path = os.fspath(folder)
+    if is_url(path):
+        from .store import open as open_store
+        from .store._runs import run_segments
+
+        return sorted(f"{path.rstrip('/')}/{name}" for name in run_segments(open_store(path)))
     try:
         return sorted(os.path.join(path, n) for n in os.listdir(path) if n.endswith(".jsonl"))
     except OSError as e:

@@ -555,9 +555,9 @@ def _annotate(args: argparse.Namespace) -> int:
 
 
 def _export_setup(p: argparse.ArgumentParser) -> None:
-    p.add_argument("source", help="a trace, or a runs folder with --all")
+    p.add_argument("source", help="a trace, or a runs folder with --all (a path or a URL)")
     p.add_argument("--all", action="store_true", help="every run of the runs folder (all must be sealed)")
-    p.add_argument("-o", "--out", required=True, help="the zip to write")
+    p.add_argument("-o", "--out", required=True, help="the zip to write (a local file)")
 
 
 @command("export", "Bundle sealed runs, their blobs and annotations into a zip with a manifest.", _export_setup)
@@ -572,7 +572,7 @@ def _export(args: argparse.Namespace) -> int:
 
 def _import_setup(p: argparse.ArgumentParser) -> None:
     p.add_argument("bundle", help="a zip written by `harness export`")
-    p.add_argument("--into", help="the runs folder (default: $HARNESS_RUNS_DIR, else ./runs)")
+    p.add_argument("--into", help="the runs folder or runs URL (default: $HARNESS_RUNS_DIR, else ./runs)")
 
 
 @command("import", "Check a bundle completely, then add its runs to a runs folder.", _import_setup)
@@ -588,15 +588,26 @@ def _import(args: argparse.Namespace) -> int:
 
 def _migrate_setup(p: argparse.ArgumentParser) -> None:
     p.add_argument("trace", help="a trace written by an older harness")
+    p.add_argument(
+        "--out", metavar="NEW",
+        help="write the migrated trace to NEW (a new path or URL), leaving the original as it is; "
+        "required for a trace on object storage",
+    )  # fmt: skip
 
 
 @command("migrate", "Upgrade a trace of an older schema in place, keeping a backup.", _migrate_setup)
 def _migrate(args: argparse.Namespace) -> int:
     from ._migrate import migrate
 
-    m = migrate(args.trace)
+    m = migrate(args.trace, out=args.out)
     if m.backup is None:
         print(f"{args.trace}: already schema {m.to_schema}; nothing to do")
+        return 0
+    if m.out is not None:
+        print(f"{m.out}: the migrated copy of {args.trace}, schema {m.from_schema} -> {m.to_schema} "
+              f"({m.records_before} -> {m.records_after} records); the original is unchanged")  # fmt: skip
+        if m.state in ("DONE", "FAILED"):
+            print(f"  the run ended {m.state}; seal it with `harness seal {m.out}`")
         return 0
     print(f"{args.trace}: migrated from schema {m.from_schema} to {m.to_schema} ({m.records_before} -> "
           f"{m.records_after} records); the original is kept in {m.backup}")  # fmt: skip

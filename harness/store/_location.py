@@ -54,6 +54,21 @@ class FenceLost(HarnessError):
         )
 
 
+def blob_names(trace_file: str) -> list[str]:
+    """The sha256 names of the blobs and artifacts the lines of a local trace file name, sorted."""
+    from .. import _blobs
+
+    names: set[str] = set()
+    with open(trace_file, "rb") as f:
+        for line in f:
+            if b'"blobs":' in line or b'"kind":"artifact"' in line:
+                try:
+                    names.update(name for _, name, _ in _blobs.refs(orjson.loads(line)))
+                except (ValueError, KeyError, TypeError, orjson.JSONDecodeError):
+                    continue  # replay() names what is wrong with the line
+    return sorted(names)
+
+
 def storage_options_from_env() -> dict[str, Any]:
     """$HARNESS_STORAGE_OPTIONS as a dict (a JSON object), else {}."""
     text = os.environ.get("HARNESS_STORAGE_OPTIONS")
@@ -90,16 +105,8 @@ class Location:
         """
         from .. import _blobs
 
-        names: set[str] = set()
-        with open(trace_file, "rb") as f:
-            for line in f:
-                if b'"blobs":' in line or b'"kind":"artifact"' in line:
-                    try:
-                        names.update(name for _, name, _ in _blobs.refs(orjson.loads(line)))
-                    except (ValueError, KeyError, TypeError, orjson.JSONDecodeError):
-                        continue  # replay() names what is wrong with the line
         folder, source, copied = _blobs.folder_of(trace_file), self.blobs(), 0
-        for name in sorted(names):
+        for name in blob_names(trace_file):
             path = os.path.join(folder, name)
             if os.path.exists(path):
                 continue

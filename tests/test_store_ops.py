@@ -1,0 +1,304 @@
+"""The operations on a trace URL: seal, annotate, export, import, migrate, recover, rerun and fork into a bucket.
+
+Against a real S3-compatible server on 127.0.0.1 (moto in server mode, the
+fixtures of tests/s3server.py). What every test checks besides its own
+story: no segment already in the bucket is ever rewritten (what writes to a
+run ships new segments or new objects), and a refusal leaves the bucket as
+it was. Skipped (saying why) only when the s3 extra or moto is not installed.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import zipfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from s3server import need_s3, new_bucket, s3_server
+
+need_s3()
+
+import orjson  # noqa: E402 - after the skip
+
+import harness  # noqa: E402
+from harness.cli import main  # noqa: E402
+from harness.store import segment_name  # noqa: E402
+
+HERE = Path(__file__).parent
+FIXTURES = HERE / "fixtures" / "schema1"
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[str]:
+    with s3_server() as endpoint:
+        yield endpoint
+
+
+@pytest.fixture
+def runs(server: str) -> str:
+    return f"s3://{new_bucket()}/runs"
+
+
+def executor(**options: Any) -> harness.Executor:
+    sys.path.insert(0, str(HERE))
+    from fleet_agent import make_agent
+
+    planner, tools, verifier = make_agent()
+    return harness.Executor(planner=planner, tools=tools, verifier=verifier, **options)
+
+
+def goal(tmp_path: Path, run: int = 0, steps: int = 3, **hang: Any) -> dict[str, Any]:
+    g: dict[str, Any] = {"run": run, "steps": steps, "ledger": str(tmp_path / "ledger.db")}
+    if hang:
+        g["hang"] = hang
+    return g
+
+
+def snapshot(url: str) -> dict[str, bytes]:
+    """Every object under url (recursively), name -> bytes: what 'left as it was' is checked against."""
+    loc = harness.store.open(url)
+    return {p: loc.read(p) for p in loc.listing(recursive=True)}
+
+
+def unchanged(before: dict[str, bytes], after: dict[str, bytes]) -> bool:
+    """No object of before was rewritten or removed (new ones may have been added)."""
+    return all(after.get(p) == data for p, data in before.items())
+
+
+def unsealed_on_store(tmp_path: Path, url: str) -> None:
+    """A run that ended DONE without a seal (written before seals existed), placed at url."""
+    local = executor(trace=tmp_path / "local.jsonl").run(goal(tmp_path, steps=2))
+    lines = Path(local.trace).read_bytes().splitlines(keepends=True)
+    assert b'"kind":"seal"' in lines[-1]
+    harness.store.open(url).create(segment_name(1), b"".join(lines[:-1]))
+
+
+def test_seal_of_a_url_ships_the_seal_as_the_next_segment(
+    runs: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url = f"{runs}/old.jsonl"
+    unsealed_on_store(tmp_path, url)
+    before = snapshot(url)
+    assert not harness.replay(url).sealed
+    assert main(["seal", url]) == 0
+    assert "sealed, unkeyed" in capsys.readouterr().out
+    after = snapshot(url)
+    assert unchanged(before, after) and len(after) == 2  # segment 1 as it was; the seal is segment 2
+    rep = harness.replay(url)
+    assert rep.sealed and rep.state == "DONE"
+    assert main(["verify", url]) == 0
+    assert main(["seal", url]) == 0 and "already sealed" in capsys.readouterr().out
+    assert snapshot(url) == after  # nothing shipped the second time
+
+
+def test_seal_of_a_url_refuses_a_run_that_has_not_ended_and_a_missing_one(
+    runs: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url = f"{runs}/live.jsonl"
+    local = executor(trace=tmp_path / "local.jsonl").run(goal(tmp_path, steps=2))
+    lines = Path(local.trace).read_bytes().splitlines(keepends=True)
+    harness.store.open(url).create(segment_name(1), b"".join(lines[:4]))  # stopped mid-run
+    before = snapshot(url)
+    assert main(["seal", url]) == 2
+    err = capsys.readouterr().err
+    assert url in err and "has not ended" in err and "nothing was written" in err
+    assert snapshot(url) == before
+    assert main(["seal", f"{runs}/missing.jsonl"]) == 2
+    assert "no such trace on the store" in capsys.readouterr().err
+    assert harness.store.open(f"{runs}/missing.jsonl").listing() == []  # nothing was created for it
+
+
+def test_annotate_a_url_adds_note_objects_beside_the_segments_and_keeps_the_seal(
+    runs: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    done = executor(runs_dir=runs).run(goal(tmp_path))
+    before = snapshot(done.trace)
+    assert main(["annotate", done.trace, "--note", "looked fine", "--key", "review"]) == 0
+    assert harness.annotate(done.trace, "score", {"ok": 1})["value"] == {"ok": 1}
+    after = snapshot(done.trace)
+    assert unchanged(before, after)
+    added = sorted(p.rsplit("/", 2)[-2] + "/" + p.rsplit("/", 1)[-1] for p in set(after) - set(before))
+    assert added == ["notes/000001.json", "notes/000002.json"]
+    assert [(n["key"], n["value"]) for n in harness.annotations(done.trace)] == [
+        ("review", "looked fine"), ("score", {"ok": 1})
+    ]  # fmt: skip
+    assert main(["verify", done.trace]) == 0  # outside the seal: still sealed and intact
+    capsys.readouterr()
+    assert main(["show", done.trace]) == 0
+    assert 'review: "looked fine"' in capsys.readouterr().out
+    assert [r.status for r in harness.list_runs(runs)] == ["done"]  # notes are no run of their own
+    assert main(["annotate", f"{runs}/nope.jsonl", "--note", "x"]) == 2
+    assert "no such trace on the store" in capsys.readouterr().err
+
+
+def test_annotators_racing_on_one_url_all_keep_their_note(runs: str, tmp_path: Path) -> None:
+    done = executor(runs_dir=runs).run(goal(tmp_path, steps=1))
+    barrier = threading.Barrier(8)
+    errors: list[BaseException] = []
+
+    def note(i: int) -> None:
+        barrier.wait()
+        try:
+            harness.annotate(done.trace, "n", i)
+        except BaseException as e:  # reported by the assertion below
+            errors.append(e)
+
+    threads = [threading.Thread(target=note, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert sorted(n["value"] for n in harness.annotations(done.trace)) == list(range(8))  # none lost
+
+
+def blob_agent(runs: str) -> harness.Executor:
+    big = {"text": "y" * 5000}
+    return harness.Executor(
+        planner=lambda goal, done: None if done else harness.Step("s", "work", {}),
+        tools={"work": lambda: big},
+        runs_dir=runs,
+        blob_threshold=1024,
+    )
+
+
+def test_export_from_a_bucket_and_import_into_another_round_trips(
+    runs: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    a = blob_agent(runs).run("g")
+    b = executor(runs_dir=runs).run(goal(tmp_path, steps=2))
+    harness.annotate(a.trace, "review", "ok")
+    bundle = tmp_path / "out.zip"
+    assert main(["export", runs, "--all", "-o", str(bundle)]) == 0
+    names = set(zipfile.ZipFile(bundle).namelist())
+    name_a, name_b = a.trace.rsplit("/", 1)[1], b.trace.rsplit("/", 1)[1]
+    assert {name_a, name_b, f"{name_a}.annotations.json", "manifest.json"} <= names
+    assert sum(n.startswith("blobs/") for n in names) == 1
+    other = f"s3://{new_bucket()}/imported"
+    capsys.readouterr()
+    assert main(["import", str(bundle), "--into", other]) == 0
+    assert "imported 2 runs" in capsys.readouterr().out
+    for trace in (f"{other}/{name_a}", f"{other}/{name_b}"):
+        assert [n for n, _ in harness.store.open(trace).segments()] == [1]  # the whole trace as one segment
+        assert harness.verify(trace).ok
+    assert harness.replay(f"{other}/{name_a}").checkpoints[0].result == {"text": "y" * 5000}  # its blob came along
+    assert [n["value"] for n in harness.annotations(f"{other}/{name_a}")] == ["ok"]
+    assert {r.status for r in harness.list_runs(other)} == {"done"}
+    before = snapshot(other)
+    assert main(["import", str(bundle), "--into", other]) == 0  # again: everything already there, the same bytes
+    assert "already there" in capsys.readouterr().out and snapshot(other) == before
+    local = tmp_path / "local-runs"  # and from the bucket's bundle into a local folder
+    assert main(["import", str(bundle), "--into", str(local)]) == 0
+    assert harness.verify(local / name_a).ok
+
+
+def test_import_into_a_url_refuses_a_run_there_with_other_bytes_and_writes_nothing(
+    runs: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    a = blob_agent(runs).run("g")
+    bundle = tmp_path / "a.zip"
+    harness.export([a.trace], bundle)
+    other = f"s3://{new_bucket()}/imported"
+    clash = executor(trace=f"{other}/{a.trace.rsplit('/', 1)[1]}").run(goal(tmp_path, steps=1))  # same name
+    before = snapshot(other)
+    assert main(["import", str(bundle), "--into", other]) == 2
+    err = capsys.readouterr().err
+    assert clash.trace in err and "other bytes" in err and "nothing was written" in err
+    assert snapshot(other) == before  # not even the blob
+
+
+def test_export_of_an_unsealed_url_names_the_seal_command(
+    runs: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url = f"{runs}/old.jsonl"
+    unsealed_on_store(tmp_path, url)
+    assert main(["export", url, "-o", str(tmp_path / "x.zip")]) == 2
+    assert "harness seal" in capsys.readouterr().err and not (tmp_path / "x.zip").exists()
+    assert main(["seal", url]) == 0
+    assert main(["export", url, "-o", str(tmp_path / "x.zip")]) == 0
+
+
+def test_migrate_of_a_url_writes_a_new_run_and_leaves_the_original(
+    runs: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url = f"{runs}/happy.jsonl"
+    harness.store.open(url).create(segment_name(1), (FIXTURES / "happy.jsonl").read_bytes())
+    before = snapshot(runs)
+    assert main(["migrate", url]) == 2
+    err = capsys.readouterr().err
+    assert url in err and "not migrated in place" in err and "--out" in err
+    new = f"{runs}/happy.v2.jsonl"
+    assert main(["migrate", url, "--out", new]) == 0
+    assert "the original is unchanged" in capsys.readouterr().out
+    assert unchanged(before, snapshot(runs))
+    rep = harness.replay(new)
+    assert rep.state == "DONE" and rep.header["schema"] == 2
+    assert [p.rsplit("/", 1)[1] for p in harness.store.open(new).listing()] == ["000001.seg"]
+    assert main(["seal", new]) == 0 and harness.verify(new).ok
+    assert main(["migrate", url, "--out", new]) == 2  # never over a trace
+    assert "already exists" in capsys.readouterr().err
+    local = tmp_path / "happy.v2.jsonl"  # a local copy of the bucket's trace works the same way
+    assert main(["migrate", url, "--out", str(local)]) == 0 and harness.replay(local).state == "DONE"
+
+
+def start(trace: str, g: dict[str, Any]) -> subprocess.Popen[bytes]:
+    child = """
+import sys
+sys.path.insert(0, sys.argv[1])
+import orjson
+from fleet_agent import make_agent
+from harness import Executor
+planner, tools, verifier = make_agent()
+ex = Executor(planner=planner, tools=tools, verifier=verifier, trace=sys.argv[2], resume="auto")
+ex.run(orjson.loads(sys.argv[3]))
+"""
+    args = [sys.executable, "-c", child, str(HERE), trace, orjson.dumps(g).decode()]
+    return subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+def wait_for(marker: Path, child: subprocess.Popen[bytes]) -> None:
+    deadline = time.monotonic() + 120  # a hang guard for the handshake, not a timing assertion
+    while not marker.exists():
+        if child.poll() is not None:
+            pytest.fail(f"the child ended before the handshake: {child.communicate()[1].decode()}")
+        if time.monotonic() > deadline:
+            pytest.fail("the child never reached the step it hangs in")
+        time.sleep(0.01)
+
+
+def kill_inside(trace: str, g: dict[str, Any], marker: Path) -> None:
+    child = start(trace, g)
+    try:
+        wait_for(marker, child)
+        os.kill(child.pid, signal.SIGKILL)
+    finally:
+        child.kill()
+        child.communicate()
+
+
+def test_recover_of_a_runs_url_resumes_the_killed_runs_from_the_bucket(
+    runs: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(HERE)  # --agent fleet_agent:make_agent is imported from the current directory
+    done = executor(runs_dir=runs).run(goal(tmp_path, run=0, steps=2))
+    killed = f"{runs}/killed.jsonl"
+    marker = tmp_path / "in"
+    kill_inside(killed, goal(tmp_path, run=1, steps=4, tool="charge", step=2, marker=str(marker)), marker)
+    before = snapshot(done.trace)
+    capsys.readouterr()
+    assert main(["recover", runs, "--agent", "fleet_agent:make_agent", "--json"]) == 0
+    rows = orjson.loads(capsys.readouterr().out)
+    rows = [(r["path"], r["was"], r["action"], r["state"]) for r in rows]
+    assert rows == [(killed, "interrupted", "resumed", "DONE")]
+    rep = harness.replay(killed)
+    assert rep.state == "DONE" and rep.resumes == 1 and len(rep.checkpoints) == 4
+    assert snapshot(done.trace) == before  # a run that ended is never touched
+    assert main(["recover", runs, "--agent", "fleet_agent:make_agent"]) == 0  # again: nothing to do
+    assert "nothing to recover" in capsys.readouterr().out
