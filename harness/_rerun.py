@@ -39,6 +39,7 @@ Rules kept here:
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import tempfile
@@ -62,7 +63,8 @@ from ._journal import Journal, check_value
 from ._normalize import normalize, normalize_record
 from ._redact import Redaction, Rule
 from ._replay import Checkpoint, Crossing, Replay, replay, request_hash
-from .store import is_url, local_copy
+from .store import FenceLost, RemoteJournal, exists, is_url, join, local_copy
+from .store import open as open_store
 
 Planner = Callable[[Any, list[Checkpoint]], Step | None]
 Verifier = Callable[[Step, Any], bool]
@@ -109,8 +111,9 @@ def rerun(
 ) -> Rerun:
     """Re-execute the run recorded in `trace`, calling no tool and no model.
 
-    The new trace goes to `out` when given (a new file; after a ReplayDrift
-    it keeps what was written up to it), else it is only returned as
+    The new trace goes to `out` when given (a new file, or a new trace URL
+    whose segments ship as any run's do; after a ReplayDrift it keeps what
+    was written up to it), else it is only returned as
     `.records`. `retry` defaults to what the recording shows; the redaction
     rules are those the recording's header names, plus `redact` (a list of
     rules; a Redaction replaces them).
@@ -143,9 +146,10 @@ def fork(
 ) -> Rerun:
     """Re-execute `trace` up to the crossing at seq `at`, answer it with `value`, run the rest live.
 
-    The child goes to `out` (a new file), by default `<child run_id>.jsonl`
-    beside the parent. Its header names `parent` (run id) and `branch` (`at`).
-    A fork that fails leaves no file, whatever the failure: a HarnessError
+    The child goes to `out` (a new file or trace URL), by default
+    `<child run_id>.jsonl` beside the parent (in its bucket for a URL). Its
+    header names `parent` (run id) and `branch` (`at`). A fork that fails
+    leaves no file (no segment at a URL), whatever the failure: a HarnessError
     (drift before the branch, say) or an exception the agent raised after the
     branch (a model server that is down); the exception is raised again.
     Redaction: the rules the parent's header names, plus `redact`, as rerun().
@@ -156,7 +160,8 @@ def fork(
         seqs = ", ".join(str(c.seq) for c in rec.crossings) or "none"
         raise HarnessError(f"{rec.path}: seq {at!r} does not carry a crossing a fork can change (crossings: {seqs})")
     run_id = uuid.uuid4().hex
-    path = os.fspath(out) if out is not None else os.path.join(os.path.dirname(rec.path), f"{run_id}.jsonl")
+    beside = rec.path.rsplit("/", 1)[0] if is_url(rec.path) else os.path.dirname(rec.path)
+    path = os.fspath(out) if out is not None else join(beside, f"{run_id}.jsonl")
     _fresh(path)
     try:
         return _execute(
@@ -172,15 +177,28 @@ def fork(
             run_id=run_id,
             redact=redact,
         )
-    except BaseException:  # a child that is no whole fork of its parent: leave nothing half made behind
-        if os.path.exists(path):
+    except BaseException as e:  # a child that is no whole fork of its parent: leave nothing half made behind
+        if is_url(path):
+            if not isinstance(e, FenceLost):  # (a lost fence: the segments there are another writer's)
+                _remove_segments(path)
+        elif os.path.exists(path):
             os.unlink(path)
         raise
 
 
+def _remove_segments(url: str) -> None:
+    """Remove the segments a failed fork shipped to url (its blobs stay: content-addressed, harmless)."""
+    location = open_store(url)
+    with contextlib.suppress(Exception):  # the fork's own error says more; a leftover child is listed, not harmful
+        for _, segment in location.segments():
+            location.fs.rm_file(segment)
+
+
 def _fresh(path: str) -> None:
     if is_url(path):
-        raise HarnessError(f"{path}: a rerun or fork writes its new trace to a local path; give a local out=")
+        if exists(path):
+            raise HarnessError(f"{path} already holds a run; a rerun or fork writes a new trace, choose another URL")
+        return
     if os.path.exists(path):
         raise HarnessError(f"{path} already exists; a rerun or fork writes a new trace, choose another path")
 
@@ -251,10 +269,14 @@ def _records(path: str, end: int) -> list[dict[str, Any]]:
     return [_blobs.inline(path, orjson.loads(line)) for line in data.split(b"\n")[:-1]]
 
 
-class _Writer(Journal):
-    """The new trace: stops where the recording's process stopped, checks and marks a fork's prefix."""
+class _Rewriting(Journal):
+    """The new trace: stops where the recording's process stopped, checks and marks a fork's prefix.
 
-    __slots__ = ("ahead", "below", "branch_at", "parent", "positions", "stops")
+    What any writer of a re-execution does, on top of the journal it is: a
+    local `_Writer`, or a `_RemoteWriter` shipping segments to a trace URL.
+    """
+
+    __slots__ = ()
 
     stops: deque[int]
     below: int
@@ -353,14 +375,26 @@ class _Writer(Journal):
         return record
 
 
+class _Writer(_Rewriting):
+    """The new trace in a local file."""
+
+    __slots__ = ("ahead", "below", "branch_at", "parent", "positions", "stops")
+
+
+class _RemoteWriter(_Rewriting, RemoteJournal):
+    """The new trace at a trace URL: shipped as segments at the ship points of any run (store/_spool.py)."""
+
+    __slots__ = ("ahead", "below", "branch_at", "parent", "positions", "stops")
+
+
 class _Replaying(Session):
     """A strict session that writes what it serves, stops at seams, and can branch to live."""
 
-    journal: _Writer
+    journal: _Rewriting
 
     def __init__(
         self,
-        journal: _Writer,
+        journal: _Rewriting,
         recorded: Iterable[Crossing],
         *,
         branch: Crossing | None,
@@ -513,7 +547,11 @@ def _execute(
     lineage: dict[str, Any] = {"parent": rec.rep.run_id, "redact": recorded}  # as the parent: more rules are ours
     if branch is not None:
         lineage["branch"] = branch
-    writer = cast(_Writer, _Writer.open(path, redact=ex.redact))
+    writer: _Rewriting
+    if is_url(path):  # a trace URL: segments shipped as any run ships them, fenced by conditional create
+        writer = cast(_RemoteWriter, _RemoteWriter.open_url(path, redact=ex.redact))
+    else:
+        writer = cast(_Writer, _Writer.open(path, redact=ex.redact))
     at = next((c for c in rec.crossings if c.seq == branch), None)
     with writer:
         writer.stops, writer.below, writer.parent = deque(stops), branch or 0, rec.records
@@ -533,7 +571,7 @@ def _execute(
             raise HarnessError(
                 f"{rec.path}: the fork ended at seq {writer.seq} without reaching the crossing at seq {branch}"
             )
-        new = _records(path, writer.size())
+        new = _records(local_copy(path), writer.size())  # a URL: the writer's spool
     same = normalize(_unsealed(new)) == normalize(_unsealed(rec.records))
     return Rerun(
         run_id=run_id,
@@ -550,7 +588,7 @@ def _execute(
 
 
 def _drive(
-    ex: Executor, writer: _Writer, session: _Replaying, rec: _Recording, run_id: str, lineage: dict[str, Any]
+    ex: Executor, writer: _Rewriting, session: _Replaying, rec: _Recording, run_id: str, lineage: dict[str, Any]
 ) -> None:
     """Run from the start, then from each seam on, as the recorded processes did."""
     records = rec.records

@@ -281,7 +281,7 @@ def _redact_rules(args: argparse.Namespace) -> list[Any]:
 
 def _rerun_setup(p: argparse.ArgumentParser) -> None:
     _agent_arg(p)
-    p.add_argument("--out", help="also write the new trace here (a new file)")
+    p.add_argument("--out", help="also write the new trace here (a new file, or a new trace URL)")
 
 
 @command("rerun", "Re-execute a recorded run, every boundary served from the recording (0 live calls).", _rerun_setup)
@@ -299,7 +299,9 @@ def _rerun(args: argparse.Namespace) -> int:
     except HarnessError:
         raise
     except Exception as e:  # the agent's own failure: its cause, not a traceback
-        kept = f"; what was written up to it is in {args.out}" if args.out and os.path.exists(args.out) else ""
+        from .store import exists
+
+        kept = f"; what was written up to it is in {args.out}" if args.out and exists(args.out) else ""
         print(f"harness rerun: the agent raised {_cause(e)}{kept}", file=sys.stderr)
         return 1
     where = f", written to {r.trace}" if args.out else ""
@@ -318,7 +320,7 @@ def _fork_setup(p: argparse.ArgumentParser) -> None:
     value = p.add_mutually_exclusive_group(required=True)
     value.add_argument("--set", metavar="JSON", help="the new response of that crossing, as JSON")
     value.add_argument("--set-text", metavar="TEXT", help="the new response of that crossing: this string")
-    p.add_argument("--out", help="the child trace (default: <child run id>.jsonl beside the parent)")
+    p.add_argument("--out", help="the child trace, a path or URL (default: <child run id>.jsonl beside the parent)")
 
 
 @command("fork", "Re-execute a run up to a crossing, answer it with another value, and run the rest live.", _fork_setup)

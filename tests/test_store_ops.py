@@ -302,3 +302,46 @@ def test_recover_of_a_runs_url_resumes_the_killed_runs_from_the_bucket(
     assert snapshot(done.trace) == before  # a run that ended is never touched
     assert main(["recover", runs, "--agent", "fleet_agent:make_agent"]) == 0  # again: nothing to do
     assert "nothing to recover" in capsys.readouterr().out
+
+
+def asking(goal: Any, done: list[harness.Checkpoint]) -> harness.Step | None:
+    """Two steps, each acting on what a model said: a crossing a fork can change."""
+    if len(done) == 2:
+        return None
+    said = harness.llm({"ask": len(done)}, lambda req: f"answer {req['ask']}")
+    return harness.Step(f"s{len(done)}", "work", {"said": said})
+
+
+def work(said: str) -> dict[str, Any]:
+    if said == "boom":
+        raise RuntimeError("the model server is down")
+    return {"done": said}
+
+
+def test_rerun_and_fork_write_their_new_trace_to_a_url(runs: str, tmp_path: Path) -> None:
+    parent = harness.Executor(planner=asking, tools={"work": work}, runs_dir=runs).run("g")
+    before = snapshot(runs)
+    again = harness.rerun(parent.trace, planner=asking, tools={"work": work}, out=f"{runs}/again.jsonl")
+    assert again.equal and again.live_calls == 0 and again.trace == f"{runs}/again.jsonl"
+    assert harness.replay(again.trace).state == "DONE" and harness.verify(again.trace).ok
+    assert len(harness.store.open(again.trace).segments()) > 1  # shipped as it went, at the ship points of a run
+    second = next(c for c in harness.replay(parent.trace).crossings if c.request == {"ask": 1})
+    child = harness.fork(parent.trace, at=second.seq, value="forked", planner=asking, tools={"work": work})
+    assert child.trace is not None and child.trace.startswith(runs + "/")  # beside its parent, in the bucket
+    rep = harness.replay(child.trace)
+    assert rep.header["parent"] == parent.run_id and rep.checkpoints[1].result == {"done": "forked"}
+    listed = {r.path: r for r in harness.list_runs(runs)}
+    assert listed[child.trace].parent == parent.run_id and listed[child.trace].status == "done"
+    assert unchanged(before, snapshot(runs))  # the parent's segments as they were
+    with pytest.raises(harness.HarnessError, match="already holds a run"):
+        harness.rerun(parent.trace, planner=asking, tools={"work": work}, out=again.trace)
+
+
+def test_a_fork_to_a_url_that_fails_leaves_no_segment_behind(runs: str, tmp_path: Path) -> None:
+    parent = harness.Executor(planner=asking, tools={"work": work}, runs_dir=runs).run("g")
+    second = next(c for c in harness.replay(parent.trace).crossings if c.request == {"ask": 1})
+    out = f"{runs}/child.jsonl"
+    with pytest.raises(RuntimeError, match="model server is down"):
+        harness.fork(parent.trace, at=second.seq, value="boom", planner=asking, tools={"work": work}, out=out)
+    assert harness.store.open(out).segments() == [] and not harness.store.exists(out)
+    assert [r.path for r in harness.list_runs(runs)] == [parent.trace]

@@ -44,6 +44,11 @@ _SHIP_STATES = frozenset({S.DONE, S.FAILED, S.PAUSED})
 SPOOLS: dict[str, str] = {}  # url -> spool of the writer this process holds: its readers see what it wrote
 
 
+def _ships(kind: str, fields: dict[str, Any]) -> bool:
+    """Whether a record of this kind is a ship point of its own (see the module docstring)."""
+    return kind in _SHIP_KINDS or (kind == "transition" and fields.get("to") in _SHIP_STATES)
+
+
 class RemoteJournal(Journal):
     """The single writer of a trace on object storage. Open with `RemoteJournal.open_url()`."""
 
@@ -88,9 +93,17 @@ class RemoteJournal(Journal):
         SPOOLS[location.url] = spool
         return journal
 
-    def append(self, kind: str, fields: dict[str, Any], *, sync: bool = False, **options: Any) -> int:
-        seq = super().append(kind, fields, **options)  # check=, user=: as the journal takes them
-        if sync or self.ship_every or kind in _SHIP_KINDS or (kind == "transition" and fields["to"] in _SHIP_STATES):
+    def append(
+        self,
+        kind: str,
+        fields: dict[str, Any],
+        *,
+        sync: bool = False,
+        check: tuple[str, ...] = (),
+        user: tuple[str, ...] = (),
+    ) -> int:
+        seq = super().append(kind, fields, check=check, user=user)  # synced by shipping, below
+        if sync or self.ship_every or _ships(kind, fields):
             self.ship()
         return seq
 
@@ -105,8 +118,11 @@ class RemoteJournal(Journal):
         return seq
 
     def append_many(self, records: Iterable[tuple[Any, ...]], *, sync: bool = False) -> int:
-        seq = super().append_many(records)
-        self.ship()  # a step's checkpoint: acknowledged once it is in the bucket
+        """Several records in one write (a re-execution writes every record so), shipped at the same ship points."""
+        batch = list(records)
+        seq = super().append_many(batch)
+        if sync or self.ship_every or any(_ships(r[0], r[1]) for r in batch):
+            self.ship()
         return seq
 
     def put_blob(self, data: bytes) -> str:
