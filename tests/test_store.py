@@ -155,14 +155,16 @@ def test_sigkill_then_resume_in_another_process_from_the_bucket_alone(runs: str,
     assert child.returncode == -signal.SIGKILL
     before = harness.replay(trace)
     assert before.state == "ACT" and before.intent is not None and before.intent["step"] == 3
-    shipped = len(objects(trace))
-    assert all(p.endswith(".seg") for p in objects(trace))  # the dead writer left no lock behind: segments only
+    segments = [p for p in objects(trace) if p.endswith(".seg")]
+    # the dead writer left no lock behind: its segments, and its lease, which only a lister reads (it goes stale)
+    assert [p.rsplit("/", 1)[1] for p in objects(trace) if not p.endswith(".seg")] == ["lease"]
     child = start(trace, g)  # another process, nothing local: the bucket is all it has
     _, err = child.communicate(timeout=120)
     assert child.returncode == 0, err.decode()
     after = harness.replay(trace)
     assert after.state == "DONE" and after.resumes == 1 and len(after.checkpoints) == 6
-    assert len(objects(trace)) > shipped  # it went on with the next segments, the old ones untouched
+    assert len(objects(trace)) > len(segments)  # it went on with the next segments, the old ones untouched
+    assert all(p.endswith(".seg") for p in objects(trace))  # and released the lease as it closed
     rows = ledger(tmp_path)
     assert sorted(r[2] for r in rows) == list(range(6))  # one row per step: each effect applied once
     assert {r[2]: r[3] for r in rows}[3] == 2  # step 3 was called again with the same key, applied once
@@ -223,9 +225,18 @@ def test_two_new_writers_of_one_run_the_second_loses_the_fence(runs: str) -> Non
     assert harness.replay(f"{runs}/new.jsonl").header["run_id"] == "a"
 
 
+def until_stale(runs: str, trace: str) -> None:
+    """Wait until the killed writer of trace is listed as gone (its lease stale): a hang guard, not a timing check."""
+    deadline = time.monotonic() + 60
+    while {r.path: r.status for r in harness.list_runs(runs)}[trace] == "running":
+        assert time.monotonic() < deadline, f"{trace} still listed as running a minute after its writer was killed"
+        time.sleep(0.1)
+
+
 def test_runs_show_replay_and_diff_read_the_bucket(
-    runs: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    runs: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setenv("HARNESS_LEASE_SECONDS", "0.2")  # the killed writer's lease goes stale in 0.6 s (_lease.py)
     done = executor(runs_dir=runs).run(goal(tmp_path, steps=2))
     marker = tmp_path / "inside"
     child = start(f"{runs}/stopped.jsonl", goal(tmp_path, run=1, steps=3, tool="charge", step=1, marker=str(marker)))
@@ -235,6 +246,7 @@ def test_runs_show_replay_and_diff_read_the_bucket(
     finally:
         child.kill()
         child.communicate()
+    until_stale(runs, f"{runs}/stopped.jsonl")
     capsys.readouterr()
     assert main(["runs", runs, "--json"]) == 0
     import orjson

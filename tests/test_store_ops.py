@@ -9,6 +9,7 @@ it was. Skipped (saying why) only when the s3 extra or moto is not installed.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -283,14 +284,24 @@ def kill_inside(trace: str, g: dict[str, Any], marker: Path) -> None:
         child.communicate()
 
 
+def until_stale(runs: str, trace: str) -> None:
+    """Wait until the killed writer of trace is listed as gone (its lease stale): a hang guard, not a timing check."""
+    deadline = time.monotonic() + 60
+    while {r.path: r.status for r in harness.list_runs(runs)}[trace] == "running":
+        assert time.monotonic() < deadline, f"{trace} still listed as running a minute after its writer was killed"
+        time.sleep(0.1)
+
+
 def test_recover_of_a_runs_url_resumes_the_killed_runs_from_the_bucket(
     runs: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.chdir(HERE)  # --agent fleet_agent:make_agent is imported from the current directory
+    monkeypatch.setenv("HARNESS_LEASE_SECONDS", "0.2")  # the killed writer's lease goes stale in 0.6 s
     done = executor(runs_dir=runs).run(goal(tmp_path, run=0, steps=2))
     killed = f"{runs}/killed.jsonl"
     marker = tmp_path / "in"
     kill_inside(killed, goal(tmp_path, run=1, steps=4, tool="charge", step=2, marker=str(marker)), marker)
+    until_stale(runs, killed)
     before = snapshot(done.trace)
     capsys.readouterr()
     assert main(["recover", runs, "--agent", "fleet_agent:make_agent", "--json"]) == 0
@@ -345,3 +356,53 @@ def test_a_fork_to_a_url_that_fails_leaves_no_segment_behind(runs: str, tmp_path
         harness.fork(parent.trace, at=second.seq, value="boom", planner=asking, tools={"work": work}, out=out)
     assert harness.store.open(out).segments() == [] and not harness.store.exists(out)
     assert [r.path for r in harness.list_runs(runs)] == [parent.trace]
+
+
+def renewals(trace: str, after: set[float], count: int, child: subprocess.Popen[bytes]) -> set[float]:
+    """Wait until the writer of trace has renewed its lease `count` times more than after (each renewal's time)."""
+    lease = harness.store.open(trace)
+    seen = set(after)
+    deadline = time.monotonic() + 120  # a hang guard, not a timing assertion
+    while len(seen) < len(after) + count:
+        assert child.poll() is None, child.communicate()[1].decode()
+        assert time.monotonic() < deadline, "the live writer stopped renewing its lease"
+        with contextlib.suppress(harness.TraceUnreadable):  # not written yet
+            seen.add(orjson.loads(lease.read(f"{lease.root}/lease"))["renewed"])
+        time.sleep(0.05)
+    return seen
+
+
+def test_runs_of_a_url_tells_a_live_writer_from_a_killed_one(
+    runs: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HARNESS_LEASE_SECONDS", "1")  # renewed every second while idle; stale after 3 s of silence
+    trace, marker = f"{runs}/live.jsonl", tmp_path / "in"
+    g = goal(tmp_path, steps=3, tool="charge", step=1, marker=str(marker))
+    child = start(trace, g)
+    try:
+        wait_for(marker, child)  # inside step 1's tool, which ships nothing until it returns
+        seen = renewals(trace, set(), 4, child)  # silent for longer than a stale period, alive all along
+        assert main(["runs", runs, "--json"]) == 0
+        (row,) = orjson.loads(capsys.readouterr().out)
+        assert (row["path"], row["status"]) == (trace, "running")
+        renewals(trace, seen, 1, child)
+        (skipped,) = harness.recover(runs, planner=lambda g, d: None, tools={})  # a live writer is left alone
+        assert (skipped.was, skipped.action) == ("running", "skipped")
+        os.kill(child.pid, signal.SIGKILL)
+    finally:
+        child.kill()
+        child.communicate()
+    until_stale(runs, trace)  # a stale period after the kill
+    assert [r.status for r in harness.list_runs(runs)] == ["interrupted"]
+    names = sorted(p.rsplit("/", 1)[1] for p in harness.store.open(trace).listing())
+    assert "lease" in names  # left behind by the dead writer: it decides nothing, and goes stale
+    out = executor(trace=trace, resume=True).run(g)  # the resume neither reads nor waits for it
+    assert out.state == "DONE" and [r.status for r in harness.list_runs(runs)] == ["done"]
+    assert all(p.endswith(".seg") for p in harness.store.open(trace).listing())  # released at the clean close
+
+
+def test_a_bad_lease_period_is_a_clear_error(runs: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HARNESS_LEASE_SECONDS", "soon")
+    with pytest.raises(harness.HarnessError, match="HARNESS_LEASE_SECONDS"):
+        harness.Executor(planner=lambda g, d: None, tools={}, trace=f"{runs}/x.jsonl").run("g")
+    assert harness.store.open(f"{runs}/x.jsonl").listing() == []

@@ -6,13 +6,16 @@ last line of the last segment are read with ranged reads, as the local
 listing reads the two ends of a file. Nothing is validated: replay does that.
 
 Status as for a local folder, except that a store has no lock to see: a run
-without a terminal record is `paused` or `interrupted` whether or not a
-writer is still at work on it.
+without a terminal record is `running` while its writer's lease is fresh
+(the lease, or the last segment, modified less than 3 lease periods ago,
+_lease.py), else `paused` or `interrupted`. The times come from the same
+listing: no extra request per run.
 """
 
 from __future__ import annotations
 
 import re
+import time
 from datetime import UTC, datetime
 from typing import Any
 
@@ -20,37 +23,61 @@ import orjson
 
 from .._errors import TraceUnreadable
 from .._journal import line_ok
-from .._runs import RunInfo, _terminal, _time, _waiting
+from .._runs import RunInfo, _detail, _terminal, _time, _waiting
+from ._lease import NAME, STALE_FACTOR, every, modified
 from ._location import Location, open_location
 
 _SEG = re.compile(r"^(.*\.jsonl)/(\d{6,})\.seg$")
+_LEASE = re.compile(r"^(.*\.jsonl)/" + NAME + "$")
 _HEAD = 64 * 1024
 _TAIL = 8 * 1024
 
 
 def run_segments(location: Location) -> dict[str, dict[int, str]]:
     """`<run>.jsonl` -> {segment number: object path} of every run under location, from one listing."""
+    return _runs(location)[0]
+
+
+def _runs(location: Location) -> tuple[dict[str, dict[int, str]], dict[str, float | None]]:
+    """From one recursive listing: each run's segments, and when its writer last gave a sign of life.
+
+    The sign of life is the newer of the lease and the last segment, for a
+    run that has a lease (None: no lease, or the store gives no times).
+    """
     prefix = location.root + "/"
+    details = location.details(recursive=True)
     runs: dict[str, dict[int, str]] = {}
-    for path in location.listing(recursive=True):
-        m = _SEG.match(path[len(prefix) :] if path.startswith(prefix) else path)
+    leases: dict[str, float | None] = {}
+    for path, detail in details.items():
+        relative = path[len(prefix) :] if path.startswith(prefix) else path
+        m = _SEG.match(relative)
         if m and "/" not in m[1]:
             runs.setdefault(m[1], {})[int(m[2])] = path
-    return runs
+        m = _LEASE.match(relative)
+        if m and "/" not in m[1]:
+            leases[m[1]] = modified(detail)
+    alive: dict[str, float | None] = {}
+    for name, segments in runs.items():
+        if name in leases:
+            times = [t for t in (leases[name], modified(details[segments[max(segments)]])) if t is not None]
+            alive[name] = max(times) if times else None
+    return runs, alive
 
 
 def list_runs_url(url: str, *, storage_options: dict[str, Any] | None = None) -> list[RunInfo]:
     """The runs under url, oldest first."""
     location = open_location(url, storage_options)
-    runs = run_segments(location)
+    runs, alive = _runs(location)
     if not runs and not location.fs.exists(location.root):
         raise TraceUnreadable(location.url, "no such runs folder on the store")
-    infos = [_info(location, name, segs) for name, segs in runs.items()]
+    stale, now = STALE_FACTOR * every(), time.time()
+    live = {name for name, t in alive.items() if t is not None and now - t < stale}
+    infos = [_info(location, name, segs, name in live) for name, segs in runs.items()]
     infos.sort(key=lambda r: (r.started is None, r.started or datetime.min.replace(tzinfo=UTC), r.id))
     return infos
 
 
-def _info(location: Any, name: str, segments: dict[int, str]) -> RunInfo:
+def _info(location: Any, name: str, segments: dict[int, str], live: bool) -> RunInfo:
     url = f"{location.url}/{name}"
     fallback = name.removesuffix(".jsonl")
     first = segments.get(1)
@@ -59,7 +86,7 @@ def _info(location: Any, name: str, segments: dict[int, str]) -> RunInfo:
         return RunInfo(fallback, url, None, "unreadable", None, None, 0)
     last = _last_line(location, segments[max(segments)]) or header
     env = header.get("env")
-    status = _terminal(last) or _waiting(last)
+    status = _terminal(last) or ("running" if live else _waiting(last))
     parent, branch = header.get("parent"), header.get("branch")
     return RunInfo(
         id=str(header.get("run_id", fallback)), path=url,
@@ -69,6 +96,7 @@ def _info(location: Any, name: str, segments: dict[int, str]) -> RunInfo:
         records=last["seq"] if type(last.get("seq")) is int else 1,
         parent=parent if isinstance(parent, str) else None,
         branch=branch if type(branch) is int else None,
+        detail=None if status == "running" else _detail(last),
     )  # fmt: skip
 
 

@@ -16,6 +16,10 @@ Ship points (a segment holds whole lines only):
 - the end of the run (DONE, FAILED, PAUSED, with its seal: `finish()`) and close();
 - with durability="fsync", every write.
 
+Liveness: the writer keeps a lease object beside its segments while it is
+open, so that a lister can tell a live writer from a dead one (_lease.py);
+it fences nothing.
+
 Fencing: segment numbers are the fence. A writer that finds its next segment
 already there with other bytes (another writer advanced the run; the same
 bytes are its own upload, retried by the client) raises FenceLost, refuses
@@ -37,6 +41,7 @@ from typing import Any, cast
 from .. import _state as S
 from .._errors import JournalError
 from .._journal import Journal
+from ._lease import Lease
 from ._location import FenceLost, Location, open_location, segment_name
 
 _SHIP_KINDS = frozenset({"header", "checkpoint", "resume", "reconcile", "seal"})
@@ -52,8 +57,9 @@ def _ships(kind: str, fields: dict[str, Any]) -> bool:
 class RemoteJournal(Journal):
     """The single writer of a trace on object storage. Open with `RemoteJournal.open_url()`."""
 
-    __slots__ = ("_ship_lock", "location", "next_segment", "ship_every", "shipped", "spool")
+    __slots__ = ("_ship_lock", "lease", "location", "next_segment", "ship_every", "shipped", "spool")
 
+    lease: Lease
     location: Location
     spool: str
     next_segment: int
@@ -75,6 +81,7 @@ class RemoteJournal(Journal):
         if durability not in ("flush", "fsync"):
             raise ValueError(f"durability must be 'flush' or 'fsync', not {durability!r}")
         location = open_location(url, storage_options)
+        lease = Lease(location)  # ($HARNESS_LEASE_SECONDS checked before anything is made)
         folder = tempfile.mkdtemp(prefix="harness-spool-")
         spool = os.path.join(folder, "trace.jsonl")
         try:
@@ -90,6 +97,7 @@ class RemoteJournal(Journal):
         journal.next_segment, journal.shipped = count + 1, size
         journal.ship_every = durability == "fsync"
         journal._ship_lock = threading.Lock()
+        journal.lease = lease
         SPOOLS[location.url] = spool
         return journal
 
@@ -154,6 +162,7 @@ class RemoteJournal(Journal):
                     return
                 data = os.pread(self.fd, size - self.shipped, self.shipped)
             n = self.next_segment
+            self.lease.shipping()  # the first segment of this writer takes the run's lease (store/_lease.py)
             try:
                 created = self.location.create(segment_name(n), data)
             except Exception as e:  # the store did not answer: the segment may or may not be there
@@ -163,6 +172,7 @@ class RemoteJournal(Journal):
                 self._broken = "fence"
                 raise FenceLost(self.path, n)
             self.next_segment, self.shipped = n + 1, size
+            self.lease.shipped()
 
     def _landed(self, n: int, data: bytes) -> bool:
         """Whether segment n, found already there, holds exactly data: this writer's own upload, retried.
@@ -189,6 +199,7 @@ class RemoteJournal(Journal):
             if not self._broken:
                 self.ship()
         finally:
+            self.lease.release(delete=self._broken != "fence")  # a writer that lost its fence leaves it to the winner
             super().close()
             if SPOOLS.get(self.path) == self.spool:  # another writer of this URL here may have taken over
                 del SPOOLS[self.path]
