@@ -406,3 +406,89 @@ def test_a_bad_lease_period_is_a_clear_error(runs: str, monkeypatch: pytest.Monk
     with pytest.raises(harness.HarnessError, match="HARNESS_LEASE_SECONDS"):
         harness.Executor(planner=lambda g, d: None, tools={}, trace=f"{runs}/x.jsonl").run("g")
     assert harness.store.open(f"{runs}/x.jsonl").listing() == []
+
+
+AGENTS = """
+import os, sys, time
+import harness
+from harness import Executor, Step
+
+trace, log, marker = sys.argv[1], sys.argv[2], sys.argv[3]
+
+def model(request):
+    return f"summary of {request}"
+
+def worker(topic):
+    hits = harness.boundary("search", {"q": topic}, lambda: [topic + "-1", topic + "-2"])
+    summary = harness.llm({"summarize": hits}, model)
+    harness.send("synthesizer", summary)
+    return summary
+
+def synthesizer():
+    notes = [harness.receive(timeout=60).body for _ in range(2)]
+    return harness.llm({"notes": sorted(notes)}, model)
+
+def planner(goal, done):
+    if not done:  # three agents on real threads, messages between them
+        s = harness.spawn("synthesizer", synthesizer)
+        a = harness.spawn("worker_a", worker, "sqlite")
+        b = harness.spawn("worker_b", worker, "postgres")
+        answer, *_ = harness.join(s, a, b)
+        return Step("answer", "work", {"i": answer})
+    if len(done) == 1:  # then three tool calls side by side
+        return [Step(f"call{i}", "work", {"i": i}) for i in range(3)]
+    return None
+
+def in_bucket():
+    loc = harness.store.open(trace)
+    return sum(loc.read(p).count(b'"kind":"checkpoint"') for _, p in loc.segments())
+
+def work(i):
+    with open(log, "a") as f:
+        f.write(f"{i}\\n")
+    if i == 1 and not os.path.exists(marker + ".claim"):  # the first process dies in call 1
+        open(marker + ".claim", "w").close()
+        while in_bucket() < 3:  # once step 0's and calls 0 and 2's checkpoints are in the bucket
+            time.sleep(0.01)
+        with open(marker + ".tmp", "w") as f:
+            f.write(str(os.getpid()))
+        os.replace(marker + ".tmp", marker)
+        time.sleep(600)
+    return {"i": i}
+
+out = Executor(planner=planner, tools={"work": work}, trace=trace, resume="auto").run("which database?")
+print(out.state)
+"""
+
+
+def test_a_run_with_agents_on_a_url_killed_mid_run_resumes_from_the_bucket_and_verifies(
+    runs: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    trace, log, marker = f"{runs}/agents.jsonl", tmp_path / "calls.log", tmp_path / "inside"
+    args = [sys.executable, "-c", AGENTS, trace, str(log), str(marker)]
+    child = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        wait_for(marker, child)
+        os.kill(child.pid, signal.SIGKILL)
+    finally:
+        child.kill()
+        child.communicate()
+    first = log.read_text().splitlines()
+    assert sorted(first[1:]) == ["0", "1", "2"]  # step 0's tool, then the three calls, the process killed in call 1
+    rep = harness.replay(trace)  # the bucket alone: the agents' step and two calls, call 1 in flight
+    assert {"synthesizer", "worker_a", "worker_b"} <= set(rep.agents)
+    assert [(c.agent, c.state, c.done) for c in rep.group] == [
+        ("step-1", "PLAN", True),
+        ("step-2", "ACT", False),
+        ("step-3", "PLAN", True),
+    ]  # fmt: skip (each call of the parallel step is an agent, step-<its step>)
+    again = subprocess.run(args, capture_output=True, timeout=120)  # another process, from the bucket alone
+    assert again.returncode == 0 and again.stdout.decode().split() == ["DONE"], again.stderr.decode()
+    assert log.read_text().splitlines()[len(first) :] == ["1"]  # only the call in flight ran again: no agent, no call
+    rep = harness.replay(trace)
+    assert rep.state == "DONE" and rep.resumes == 1 and rep.sealed
+    assert [c.result for c in rep.checkpoints][1:] == [{"i": 0}, {"i": 1}, {"i": 2}]
+    assert [c.kind for c in rep.agents["worker_a"]] == ["search", "llm", "agent_msg"]  # recorded once, not again
+    assert harness.verify(trace).ok and main(["verify", trace]) == 0
+    capsys.readouterr()
+    assert main(["show", trace, "--vector"]) == 0 and "worker_b" in capsys.readouterr().out
