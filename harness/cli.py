@@ -620,6 +620,36 @@ def _migrate(args: argparse.Namespace) -> int:
     return 0
 
 
+# --- compact: a sealed run's segments on object storage, merged (issue 16) -------------------
+
+
+def _compact_setup(p: argparse.ArgumentParser) -> None:
+    p.add_argument("trace", help="a trace URL (s3://bucket/runs/<run>.jsonl), or a runs URL with --all")
+    p.add_argument("--all", action="store_true", help="every sealed run under the runs URL (others are skipped)")
+
+
+@command(
+    "compact",
+    "Merge the segments of a sealed run on object storage into one object; readers stay correct meanwhile.",
+    _compact_setup,
+)
+def _compact(args: argparse.Namespace) -> int:
+    from .store import is_url
+    from .store._compact import compact, compact_runs
+
+    if not is_url(args.trace):
+        raise HarnessError(f"{args.trace}: a local trace is one file already; compact takes a trace URL on a store")
+    done = compact_runs(args.trace) if args.all else [compact(args.trace)]
+    for c in done:
+        if isinstance(c, HarnessError):
+            print(f"skipped: {c}")
+        elif c.before == c.after:
+            print(f"{c.url}: one object already; nothing to do")
+        else:
+            print(f"{c.url}: {c.before} objects -> {c.after}, {c.bytes} bytes")
+    return 0
+
+
 # --- fleet: many runs on Ray (issue 16) ---------------------------------------------------
 
 

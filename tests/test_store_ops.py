@@ -492,3 +492,132 @@ def test_a_run_with_agents_on_a_url_killed_mid_run_resumes_from_the_bucket_and_v
     assert harness.verify(trace).ok and main(["verify", trace]) == 0
     capsys.readouterr()
     assert main(["show", trace, "--vector"]) == 0 and "worker_b" in capsys.readouterr().out
+
+
+def seg_names(url: str) -> list[str]:
+    return sorted(p.rsplit("/", 1)[1] for p in harness.store.open(url).listing() if p.endswith(".seg"))
+
+
+def whole(url: str) -> bytes:
+    import io
+
+    buffer = io.BytesIO()
+    harness.store.open(url).download(buffer)
+    return buffer.getvalue()
+
+
+def test_compact_merges_a_sealed_runs_segments_into_one_object_holding_the_same_bytes(
+    runs: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    done = executor(runs_dir=runs, durability="fsync").run(goal(tmp_path, steps=3))  # a segment a write
+    harness.annotate(done.trace, "review", "ok")
+    before, names = whole(done.trace), seg_names(done.trace)
+    n = len(names)
+    assert n > 10 and names[-1] == f"{n:06d}.seg"
+    assert main(["compact", done.trace]) == 0
+    assert f"{n} objects -> 1" in capsys.readouterr().out
+    assert seg_names(done.trace) == [f"000001-{n:06d}.seg"]
+    assert whole(done.trace) == before  # the same bytes, from one object
+    rep = harness.replay(done.trace)
+    assert rep.sealed and rep.state == "DONE" and harness.verify(done.trace).ok
+    assert [(r.status, r.records) for r in harness.list_runs(runs)] == [("done", rep.records)]
+    assert [note["value"] for note in harness.annotations(done.trace)] == ["ok"]  # notes untouched
+    with harness.store.open_journal(done.trace) as journal:  # a writer would go on with the next number
+        assert isinstance(journal, harness.store.RemoteJournal) and journal.next_segment == n + 1
+    assert main(["compact", done.trace]) == 0 and "nothing to do" in capsys.readouterr().out
+
+
+def test_compact_refuses_a_run_that_is_not_sealed_and_changes_nothing(
+    runs: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url = f"{runs}/old.jsonl"
+    local = executor(trace=tmp_path / "local.jsonl").run(goal(tmp_path, steps=2))
+    lines = Path(local.trace).read_bytes().splitlines(keepends=True)[:-1]  # ended DONE, its seal left out
+    loc = harness.store.open(url)
+    loc.create(segment_name(1), b"".join(lines[:3]))
+    loc.create(segment_name(2), b"".join(lines[3:]))
+    before = snapshot(url)
+    assert main(["compact", url]) == 2
+    err = capsys.readouterr().err
+    assert "not sealed" in err and f"harness seal {url}" in err and "nothing was changed" in err
+    assert snapshot(url) == before
+    assert main(["compact", str(tmp_path / "local.jsonl")]) == 2
+    assert "a local trace is one file already" in capsys.readouterr().err
+
+
+def test_a_reader_that_listed_before_a_compaction_reads_the_same_bytes_after_it(runs: str, tmp_path: Path) -> None:
+    import io
+
+    done = executor(runs_dir=runs).run(goal(tmp_path, steps=3))
+    loc = harness.store.open(done.trace)
+    listed = loc.segments()  # a reader lists, and is slow to read...
+    before = whole(done.trace)
+    harness.store.compact(done.trace)  # ...while the run is compacted: every object it listed is gone
+    assert all(not loc.fs.exists(p) for _, p in listed)
+    buffer = io.BytesIO()
+    last, size, _ = loc.download(buffer, listed)  # it lists again and reads the span
+    assert buffer.getvalue() == before and size == len(before) and last == len(listed)
+
+
+def test_a_mirror_that_copied_part_of_a_run_reads_only_the_rest_of_its_compacted_span(
+    runs: str, tmp_path: Path
+) -> None:
+    from harness.store._mirror import Mirror
+
+    done = executor(runs_dir=runs).run(goal(tmp_path, steps=3))
+    source = harness.store.open(done.trace)
+    parts = [source.read(p) for _, p in source.segments()]
+    other = f"s3://{new_bucket()}/runs"
+    copy = harness.store.open(f"{other}/r.jsonl")
+    for i, data in enumerate(parts[:3], 1):  # the run as a viewer saw it mid-way
+        copy.create(segment_name(i), data)
+    mirror = Mirror(harness.store.open(other), str(tmp_path))
+    mirror.sync()
+    assert (tmp_path / "r.jsonl").read_bytes() == b"".join(parts[:3])
+    for i, data in enumerate(parts[3:], 4):  # the run went on, ended sealed, and was compacted
+        copy.create(segment_name(i), data)
+    harness.store.compact(f"{other}/r.jsonl")
+    assert seg_names(f"{other}/r.jsonl") == [f"000001-{len(parts):06d}.seg"]
+    mirror.sync()
+    assert (tmp_path / "r.jsonl").read_bytes() == b"".join(parts)  # the rest of the span, once
+    assert harness.replay(tmp_path / "r.jsonl").sealed
+    fresh = tmp_path / "fresh"
+    fresh.mkdir()
+    Mirror(harness.store.open(other), str(fresh)).sync()  # a viewer started after: the span whole
+    assert (fresh / "r.jsonl").read_bytes() == b"".join(parts)
+
+
+COMPACT = """
+import sys
+from harness.store import compact
+compact(sys.argv[1])
+"""
+
+
+def test_readers_reading_while_another_process_compacts_always_read_the_whole_trace(runs: str, tmp_path: Path) -> None:
+    done = executor(runs_dir=runs, durability="fsync").run(goal(tmp_path, steps=4))
+    before = whole(done.trace)
+    reads: list[bytes] = []
+    errors: list[BaseException] = []
+    stop = threading.Event()
+
+    def reader() -> None:
+        while not stop.is_set():
+            try:
+                reads.append(whole(done.trace))
+            except BaseException as e:  # reported by the assertion below
+                errors.append(e)
+                return
+
+    threads = [threading.Thread(target=reader) for _ in range(2)]
+    for t in threads:
+        t.start()
+    try:
+        out = subprocess.run([sys.executable, "-c", COMPACT, done.trace], capture_output=True, timeout=120)
+    finally:
+        stop.set()
+        for t in threads:
+            t.join()
+    assert out.returncode == 0, out.stderr.decode()
+    assert errors == [] and reads and all(r == before for r in reads)
+    assert len(seg_names(done.trace)) == 1 and whole(done.trace) == before

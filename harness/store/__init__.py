@@ -20,13 +20,16 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from ._compact import Compacted, compact
 from ._location import FenceLost, Location, is_url, open_location, segment_name
 from ._spool import RemoteJournal, open_journal
 
 __all__ = [
+    "Compacted",
     "FenceLost",
     "Location",
     "RemoteJournal",
+    "compact",
     "exists",
     "is_url",
     "join",

@@ -26,7 +26,8 @@ import orjson
 from .._errors import HarnessError, TraceCorruption, TraceUnreadable
 
 _URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
-_SEGMENT = re.compile(r"^(\d{6,})\.seg$")
+_SEGMENT = re.compile(r"^(\d{6,})(?:-(\d{6,}))?\.seg$")  # NNNNNN.seg, or a compacted span FFFFFF-LLLLLL.seg
+_RETRIES = 3  # listings a reader takes again when an object it listed vanished (compacted meanwhile)
 
 
 def is_url(path: str | os.PathLike[str] | None) -> bool:
@@ -36,6 +37,47 @@ def is_url(path: str | os.PathLike[str] | None) -> bool:
 
 def segment_name(n: int) -> str:
     return f"{n:06d}.seg"
+
+
+def span_name(first: int, last: int) -> str:
+    """The name of a compacted object holding segments first..last: `000001-000037.seg`."""
+    return f"{first:06d}-{last:06d}.seg"
+
+
+def segment_span(name: str) -> tuple[int, int] | None:
+    """(first, last) segment numbers the object named `name` holds, or None when it is no segment."""
+    m = _SEGMENT.match(name)
+    if not m:
+        return None
+    first = int(m[1])
+    last = int(m[2]) if m[2] else first
+    return (first, last) if last >= first else None
+
+
+def cover(url: str, found: list[tuple[int, int, str, str]], *, strict: bool = True) -> list[tuple[int, str, str]]:
+    """The objects that hold segments 1..N in order, as (last segment held, path, tag).
+
+    found: (first, last, path, tag) of every segment object. Where a
+    compacted span and the segments it holds are both there (a compaction
+    between its create and its deletes), the span is read: one object.
+    TraceCorruption `segment-gap` when a number is held by no object (with
+    strict=False: the objects up to the gap).
+    """
+    by_first: dict[int, tuple[int, str, str]] = {}
+    for first, last, path, tag in found:
+        if first not in by_first or last > by_first[first][0]:
+            by_first[first] = (last, path, tag)
+    out, n = [], 1
+    while n in by_first:
+        last, path, tag = by_first[n]
+        out.append((last, path, tag))
+        n = last + 1
+    beyond = sorted(first for first, last, _, _ in found if last >= n)
+    if beyond and strict:
+        raise TraceCorruption(
+            url, 1, "segment-gap", f"segment {segment_name(n)} is missing (the next is {segment_name(beyond[0])})"
+        )
+    return out
 
 
 class FenceLost(HarnessError):
@@ -144,24 +186,26 @@ class Location:
             raise TraceUnreadable(self.url, f"cannot list: {e}") from None
 
     def segments(self) -> list[tuple[int, str]]:
-        """(number, object path) of every segment of the trace here, in order; checks they are 1..N."""
+        """(number, object path) of the objects holding the trace here, in order; checks they hold 1..N.
+
+        The number is the last segment an object holds: its own for a
+        segment, the last of its span for a compacted object.
+        """
         return [(n, path) for n, path, _ in self.versions()]
 
     def versions(self) -> list[tuple[int, str, str]]:
         """segments() with what identifies each one's bytes (size and ETag, or size and mtime)."""
+        return cover(self.url, self.segment_objects())
+
+    def segment_objects(self) -> list[tuple[int, int, str, str]]:
+        """(first, last, path, tag) of every segment object here, a span hiding others or not, sorted."""
         found = []
         for path, d in self.details().items():
-            m = _SEGMENT.match(path.rstrip("/").rsplit("/", 1)[-1])
-            if m:
+            span = segment_span(path.rstrip("/").rsplit("/", 1)[-1])
+            if span:
                 tag = f"{d.get('size')}:{d.get('ETag') or d.get('mtime') or d.get('LastModified') or ''}"
-                found.append((int(m[1]), path, tag))
-        found.sort()
-        for i, (n, _, _) in enumerate(found, 1):
-            if n != i:
-                raise TraceCorruption(
-                    self.url, 1, "segment-gap", f"segment {segment_name(i)} is missing (the next is {segment_name(n)})"
-                )
-        return found
+                found.append((*span, path, tag))
+        return sorted(found)
 
     def read(self, path: str, start: int | None = None, end: int | None = None) -> bytes:
         try:
@@ -189,20 +233,41 @@ class Location:
         raise AssertionError("unreachable")
 
     def download(self, dest: Any, segments: list[tuple[int, str]] | None = None) -> tuple[int, int, int]:
-        """Write the concatenated segments (default: all) to the binary file dest; returns (segments, bytes, lines).
+        """Write the concatenated segments (default: all) to the binary file dest; returns (last segment, bytes, lines).
 
         TraceCorruption when a segment does not end with a whole line (segments only ever hold whole lines).
+        An object that vanished since it was listed (a compaction replaced it
+        by a span holding the same bytes) makes it list again and start over.
         """
-        count = size = lines = 0
-        for n, path in self.segments() if segments is None else segments:
-            data = self.read(path)
+        start = dest.tell()
+        for attempt in range(_RETRIES + 1):
+            listed = self.segments() if segments is None or attempt else segments
+            try:
+                return self._download(dest, listed)
+            except FileNotFoundError:
+                if attempt == _RETRIES:
+                    raise TraceUnreadable(self.url, "its segments kept vanishing while being read") from None
+                dest.seek(start)
+                dest.truncate()
+        raise AssertionError("unreachable")
+
+    def _download(self, dest: Any, segments: list[tuple[int, str]]) -> tuple[int, int, int]:
+        last = size = lines = 0
+        for n, path in segments:
+            try:
+                data = bytes(self.fs.cat_file(path))
+            except FileNotFoundError:
+                raise
+            except OSError as e:
+                raise TraceUnreadable(self.url, f"cannot read {path}: {e}") from None
             lines += data.count(b"\n")
             if not data.endswith(b"\n"):
-                why = f"segment {segment_name(n)} does not end with a whole line (segments hold whole lines only)"
+                name = path.rstrip("/").rsplit("/", 1)[-1]
+                why = f"segment {name} does not end with a whole line (segments hold whole lines only)"
                 raise TraceCorruption(self.url, lines + 1, "torn-segment", why)
             dest.write(data)
-            count, size = count + 1, size + len(data)
-        return count, size, lines
+            last, size = n, size + len(data)
+        return last, size, lines
 
 
 def open_location(url: str, storage_options: dict[str, Any] | None = None) -> Location:

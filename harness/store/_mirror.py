@@ -6,6 +6,8 @@ sync, in order, to the run's file. Segments are immutable and only ever
 added, so each file grows exactly as a local trace grows while its writer
 appends: the viewer reads, tails and validates it as any trace. A run whose
 next segment is missing (a gap) is left as it is until the gap is filled.
+A compacted span (`harness compact`) holds the same bytes as the segments it
+replaced: only its part past what was copied is read (a ranged read).
 
 `follow()` syncs every `interval` seconds on a daemon thread. The folder is
 a temporary one, removed when the process exits; nothing is ever written to
@@ -21,7 +23,7 @@ import tempfile
 import threading
 from typing import Any
 
-from ._location import Location, open_location
+from ._location import Location, open_location, segment_span
 from ._runs import run_segments
 
 
@@ -30,24 +32,42 @@ class Mirror:
 
     def __init__(self, location: Location, folder: str):
         self.location, self.folder = location, folder
-        self.shipped: dict[str, int] = {}  # run file name -> segments copied
+        self.shipped: dict[str, int] = {}  # run file name -> bytes copied (whole segments)
+        self.ends: dict[str, dict[int, int]] = {}  # run file name -> {segment: byte where it ends in our copy}
         self._stop = threading.Event()
 
     def sync(self) -> int:
         """Copy the segments added since the last sync; the number copied."""
         copied = 0
-        for name, segments in run_segments(self.location).items():
-            n = self.shipped.get(name, 0) + 1
-            if n not in segments:
-                continue
-            with open(os.path.join(self.folder, name), "ab") as f:
-                while n in segments:
-                    f.write(self.location.read(segments[n]))
-                    f.flush()  # a whole segment at a time: readers see whole lines
-                    self.shipped[name] = n
-                    n, copied = n + 1, copied + 1
-            self.location.child(name).fetch_blobs(os.path.join(self.folder, name))
+        for name, objects in run_segments(self.location).items():
+            size = self.shipped.get(name, 0)  # bytes copied: a segment boundary, never inside a line
+            ends = self.ends.setdefault(name, {})
+            path = os.path.join(self.folder, name)
+            new = False
+            with open(path, "ab") as f:
+                for first, source in objects:
+                    last = self._last(source)
+                    if last in ends and ends[last] <= size:
+                        continue  # copied already (or a compacted span of segments copied already)
+                    start = 0 if first == 1 else ends.get(first - 1)  # where this object's bytes begin in ours
+                    if start is None or start > size:
+                        break  # an object we cannot place yet: wait for the next sync
+                    # a span holding segments copied already: only its rest, past what we hold (a ranged read)
+                    data = self.location.read(source, size - start) if size > start else self.location.read(source)
+                    f.write(data)
+                    f.flush()  # a whole object at a time: readers see whole lines
+                    size, new, copied = size + len(data), True, copied + 1
+                    ends[last] = size
+                    self.shipped[name] = size
+            if new:
+                self.location.child(name).fetch_blobs(path)
         return copied
+
+    @staticmethod
+    def _last(source: str) -> int:
+        span = segment_span(source.rstrip("/").rsplit("/", 1)[-1])
+        assert span is not None  # run_segments gives segment objects only
+        return span[1]
 
     def follow(self, interval: float = 1.0) -> threading.Thread:
         """Sync every `interval` seconds on a daemon thread, until stop()."""

@@ -25,20 +25,32 @@ from .._errors import TraceUnreadable
 from .._journal import line_ok
 from .._runs import RunInfo, _detail, _terminal, _time, _waiting
 from ._lease import NAME, STALE_FACTOR, every, modified
-from ._location import Location, open_location
+from ._location import Location, cover, open_location, segment_span
 
-_SEG = re.compile(r"^(.*\.jsonl)/(\d{6,})\.seg$")
+_SEG = re.compile(r"^(.*\.jsonl)/([^/]+\.seg)$")
 _LEASE = re.compile(r"^(.*\.jsonl)/" + NAME + "$")
 _HEAD = 64 * 1024
 _TAIL = 8 * 1024
 
 
-def run_segments(location: Location) -> dict[str, dict[int, str]]:
-    """`<run>.jsonl` -> {segment number: object path} of every run under location, from one listing."""
-    return _runs(location)[0]
+Found = list[tuple[int, int, str, str]]  # (first, last, path, tag) of each segment object of a run
 
 
-def _runs(location: Location) -> tuple[dict[str, dict[int, str]], dict[str, float | None]]:
+def run_segments(location: Location) -> dict[str, list[tuple[int, str]]]:
+    """`<run>.jsonl` -> (first segment held, object path) of the objects holding its segments 1..N, in order.
+
+    From one listing; a compacted span is read rather than the segments it
+    holds, and a run with a gap is given up to the gap (a mirror waits for it).
+    """
+    runs = _runs(location)[0]
+    out = {}
+    for name, found in runs.items():
+        firsts = {(last, path): first for first, last, path, _ in found}
+        out[name] = [(firsts[(last, path)], path) for last, path, _ in cover(location.url, found, strict=False)]
+    return out
+
+
+def _runs(location: Location) -> tuple[dict[str, Found], dict[str, float | None]]:
     """From one recursive listing: each run's segments, and when its writer last gave a sign of life.
 
     The sign of life is the newer of the lease and the last segment, for a
@@ -46,20 +58,23 @@ def _runs(location: Location) -> tuple[dict[str, dict[int, str]], dict[str, floa
     """
     prefix = location.root + "/"
     details = location.details(recursive=True)
-    runs: dict[str, dict[int, str]] = {}
+    runs: dict[str, Found] = {}
     leases: dict[str, float | None] = {}
     for path, detail in details.items():
         relative = path[len(prefix) :] if path.startswith(prefix) else path
         m = _SEG.match(relative)
-        if m and "/" not in m[1]:
-            runs.setdefault(m[1], {})[int(m[2])] = path
+        span = segment_span(m[2]) if m and "/" not in m[1] else None
+        if m and span:
+            runs.setdefault(m[1], []).append((*span, path, str(modified(detail))))
         m = _LEASE.match(relative)
         if m and "/" not in m[1]:
             leases[m[1]] = modified(detail)
     alive: dict[str, float | None] = {}
-    for name, segments in runs.items():
+    for name, found in runs.items():
+        found.sort()
         if name in leases:
-            times = [t for t in (leases[name], modified(details[segments[max(segments)]])) if t is not None]
+            newest = max(found, key=lambda f: f[1])[2]
+            times = [t for t in (leases[name], modified(details[newest])) if t is not None]
             alive[name] = max(times) if times else None
     return runs, alive
 
@@ -77,14 +92,14 @@ def list_runs_url(url: str, *, storage_options: dict[str, Any] | None = None) ->
     return infos
 
 
-def _info(location: Any, name: str, segments: dict[int, str], live: bool) -> RunInfo:
+def _info(location: Any, name: str, found: Found, live: bool) -> RunInfo:
     url = f"{location.url}/{name}"
     fallback = name.removesuffix(".jsonl")
-    first = segments.get(1)
+    first = found[0][2] if found[0][0] == 1 else None  # the object holding segment 1 (found is sorted)
     header = _first_line(location, first) if first else None
     if header is None:
         return RunInfo(fallback, url, None, "unreadable", None, None, 0)
-    last = _last_line(location, segments[max(segments)]) or header
+    last = _last_line(location, max(found, key=lambda f: f[1])[2]) or header
     env = header.get("env")
     status = _terminal(last) or ("running" if live else _waiting(last))
     parent, branch = header.get("parent"), header.get("branch")

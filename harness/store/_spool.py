@@ -86,7 +86,7 @@ class RemoteJournal(Journal):
         spool = os.path.join(folder, "trace.jsonl")
         try:
             with open(spool, "wb") as f:
-                count, size, _ = location.download(f)
+                last, size, _ = location.download(f)  # the last segment number the objects hold
             location.fetch_blobs(spool)  # the blobs its lines name, beside the spool: replay() reads them
             # the spool itself needs no fsync: the bucket is the durable copy
             journal = cast(RemoteJournal, cls.open(spool, redact=redact, **options))
@@ -94,7 +94,7 @@ class RemoteJournal(Journal):
             shutil.rmtree(folder, ignore_errors=True)
             raise
         journal.path, journal.spool, journal.location = location.url, spool, location
-        journal.next_segment, journal.shipped = count + 1, size
+        journal.next_segment, journal.shipped = last + 1, size
         journal.ship_every = durability == "fsync"
         journal._ship_lock = threading.Lock()
         journal.lease = lease
