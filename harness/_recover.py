@@ -7,9 +7,10 @@ on interrupt() goes with it). `recover(folder, ...)` lists the folder
 that stopped without ending decides from its replay what to do:
 
 - crashed or killed (`interrupted`), reconciled, or answered: resumed;
-- locked by a live writer: skipped (it is not stopped; the lock says so, and
-  a writer that takes it between the listing and the resume makes the resume
-  fail with TraceLocked, reported as skipped too);
+- locked by a live writer (on object storage: its lease is fresh): skipped
+  (it is not stopped; the lock says so, and a writer that takes it between
+  the listing and the resume makes the resume fail with TraceLocked, or on
+  a store lose its fence, reported as skipped or as an error);
 - paused on an operation of uncertain outcome, not yet reconciled: left
   alone, with the `harness reconcile` command that unblocks it;
 - paused on a question: left alone, with the `harness resume --answer` command;
@@ -39,7 +40,7 @@ from ._executor import NO_ANSWER, Executor, Outcome, RetryPolicy, Step, Tool
 from ._redact import Redaction, Rule
 from ._replay import Checkpoint, replay
 from ._runs import list_runs
-from .store import exists
+from .store import exists, is_url
 
 Planner = Callable[[Any, list[Checkpoint]], Step | None]
 
@@ -118,7 +119,8 @@ def recover(
             return Recovered(path, run_id, was, action, state, detail)
 
         if was == "running":
-            return row("skipped", None, "locked by a live writer")
+            live = "a live writer renews its lease" if is_url(path) else "locked by a live writer"
+            return row("skipped", None, live)
         if was == "unreadable":
             return row("skipped", None, "unreadable: not a trace header on its first line")
         try:

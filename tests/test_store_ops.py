@@ -387,7 +387,7 @@ def test_runs_of_a_url_tells_a_live_writer_from_a_killed_one(
         assert (row["path"], row["status"]) == (trace, "running")
         renewals(trace, seen, 1, child)
         (skipped,) = harness.recover(runs, planner=lambda g, d: None, tools={})  # a live writer is left alone
-        assert (skipped.was, skipped.action) == ("running", "skipped")
+        assert (skipped.was, skipped.action, skipped.detail) == ("running", "skipped", "a live writer renews its lease")
         os.kill(child.pid, signal.SIGKILL)
     finally:
         child.kill()
