@@ -9,8 +9,9 @@ that stopped without ending decides from its replay what to do:
 - crashed or killed (`interrupted`), reconciled, or answered: resumed;
 - locked by a live writer (on object storage: its lease is fresh): skipped
   (it is not stopped; the lock says so, and a writer that takes it between
-  the listing and the resume makes the resume fail with TraceLocked, or on
-  a store lose its fence, reported as skipped or as an error);
+  the listing and the resume makes the resume fail with TraceLocked,
+  reported as skipped too; on a store the fence decides: of the resume and
+  a writer the lease called dead, the one that ships second stops);
 - paused on an operation of uncertain outcome, not yet reconciled: left
   alone, with the `harness reconcile` command that unblocks it;
 - paused on a question: left alone, with the `harness resume --answer` command;
