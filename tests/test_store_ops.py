@@ -621,3 +621,38 @@ def test_readers_reading_while_another_process_compacts_always_read_the_whole_tr
     assert out.returncode == 0, out.stderr.decode()
     assert errors == [] and reads and all(r == before for r in reads)
     assert len(seg_names(done.trace)) == 1 and whole(done.trace) == before
+
+
+def test_harness_serve_of_a_runs_url_shows_a_live_writer_running_and_a_killed_one_interrupted(
+    runs: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytest.importorskip("starlette", reason="the viewer needs the web extra: pip install 'harness-trace[web]'")
+    pytest.importorskip("httpx", reason="Starlette's TestClient needs httpx (in the test extra)")
+    from starlette.testclient import TestClient
+
+    from harness.viewer import create_app
+
+    monkeypatch.setenv("HARNESS_LEASE_SECONDS", "1")
+    trace, marker = f"{runs}/live.jsonl", tmp_path / "in"
+    child = start(trace, goal(tmp_path, steps=3, tool="charge", step=1, marker=str(marker)))
+    try:
+        wait_for(marker, child)
+        run_id = harness.replay(trace).run_id
+
+        def status(client: TestClient) -> str:
+            rows = {r["run_id"]: r for r in client.get("/api/runs").json()["runs"]}
+            return str(rows[run_id]["status"]) if run_id in rows else "-"
+
+        def until(client: TestClient, wanted: str) -> None:
+            deadline = time.monotonic() + 60  # a hang guard: the mirror syncs every second
+            while status(client) != wanted:
+                assert time.monotonic() < deadline, f"the viewer never showed the run {wanted}"
+                time.sleep(0.2)
+
+        with TestClient(create_app(runs), base_url="http://127.0.0.1") as client:
+            until(client, "running")  # the mirror holds its copy's lock while the writer's lease is fresh
+            os.kill(child.pid, signal.SIGKILL)
+            until(client, "interrupted")  # its lease went stale: the lock is let go
+    finally:
+        child.kill()
+        child.communicate()

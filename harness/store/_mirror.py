@@ -7,7 +7,9 @@ added, so each file grows exactly as a local trace grows while its writer
 appends: the viewer reads, tails and validates it as any trace. A run whose
 next segment is missing (a gap) is left as it is until the gap is filled.
 A compacted span (`harness compact`) holds the same bytes as the segments it
-replaced: only its part past what was copied is read (a ranged read).
+replaced: only its part past what was copied is read (a ranged read). While
+a run's writer keeps its lease fresh (_lease.py), the mirror holds the lock
+of the run's copy, so the viewer lists it `running`, as a local live run.
 
 `follow()` syncs every `interval` seconds on a daemon thread. The folder is
 a temporary one, removed when the process exits; nothing is ever written to
@@ -17,6 +19,7 @@ the store.
 from __future__ import annotations
 
 import atexit
+import fcntl
 import os
 import shutil
 import tempfile
@@ -24,7 +27,7 @@ import threading
 from typing import Any
 
 from ._location import Location, open_location, segment_span
-from ._runs import run_segments
+from ._runs import live_runs
 
 
 class Mirror:
@@ -34,12 +37,14 @@ class Mirror:
         self.location, self.folder = location, folder
         self.shipped: dict[str, int] = {}  # run file name -> bytes copied (whole segments)
         self.ends: dict[str, dict[int, int]] = {}  # run file name -> {segment: byte where it ends in our copy}
+        self.held: dict[str, int] = {}  # run file name -> descriptor holding its copy's lock while its writer lives
         self._stop = threading.Event()
 
     def sync(self) -> int:
         """Copy the segments added since the last sync; the number copied."""
         copied = 0
-        for name, objects in run_segments(self.location).items():
+        runs, live = live_runs(self.location)
+        for name, objects in runs.items():
             size = self.shipped.get(name, 0)  # bytes copied: a segment boundary, never inside a line
             ends = self.ends.setdefault(name, {})
             path = os.path.join(self.folder, name)
@@ -61,7 +66,26 @@ class Mirror:
                     self.shipped[name] = size
             if new:
                 self.location.child(name).fetch_blobs(path)
+        self._hold(live & set(runs))
         return copied
+
+    def _hold(self, live: set[str]) -> None:
+        """Hold the lock of the copy of each run whose writer's lease is fresh, and only those.
+
+        A local listing (the viewer's) calls a trace whose lock is held
+        `running`: so the page shows a live writer on the store as it shows a
+        local one, and `interrupted` once its lease goes stale.
+        """
+        for name in set(self.held) - live:
+            os.close(self.held.pop(name))  # also releases the lock
+        for name in live - set(self.held):
+            fd = os.open(os.path.join(self.folder, name), os.O_RDONLY | os.O_CLOEXEC)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:  # held already (another mirror of this folder?): leave it
+                os.close(fd)
+                continue
+            self.held[name] = fd
 
     @staticmethod
     def _last(source: str) -> int:

@@ -42,12 +42,23 @@ def run_segments(location: Location) -> dict[str, list[tuple[int, str]]]:
     From one listing; a compacted span is read rather than the segments it
     holds, and a run with a gap is given up to the gap (a mirror waits for it).
     """
-    runs = _runs(location)[0]
+    return live_runs(location)[0]
+
+
+def live_runs(location: Location) -> tuple[dict[str, list[tuple[int, str]]], set[str]]:
+    """run_segments(), and the runs whose writer is alive (a fresh lease), from the same listing."""
+    runs, alive = _runs(location)
     out = {}
     for name, found in runs.items():
         firsts = {(last, path): first for first, last, path, _ in found}
         out[name] = [(firsts[(last, path)], path) for last, path, _ in cover(location.url, found, strict=False)]
-    return out
+    return out, _fresh(alive)
+
+
+def _fresh(alive: dict[str, float | None]) -> set[str]:
+    """The runs whose sign of life is younger than STALE_FACTOR lease periods."""
+    stale, now = STALE_FACTOR * every(), time.time()
+    return {name for name, t in alive.items() if t is not None and now - t < stale}
 
 
 def _runs(location: Location) -> tuple[dict[str, Found], dict[str, float | None]]:
@@ -85,8 +96,7 @@ def list_runs_url(url: str, *, storage_options: dict[str, Any] | None = None) ->
     runs, alive = _runs(location)
     if not runs and not location.fs.exists(location.root):
         raise TraceUnreadable(location.url, "no such runs folder on the store")
-    stale, now = STALE_FACTOR * every(), time.time()
-    live = {name for name, t in alive.items() if t is not None and now - t < stale}
+    live = _fresh(alive)
     infos = [_info(location, name, segs, name in live) for name, segs in runs.items()]
     infos.sort(key=lambda r: (r.started is None, r.started or datetime.min.replace(tzinfo=UTC), r.id))
     return infos
