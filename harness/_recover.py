@@ -36,6 +36,7 @@ from typing import Any
 import orjson
 
 from . import _state as S
+from . import store
 from ._errors import HarnessError, TraceCorruption, TraceLocked, TraceMissing
 from ._executor import NO_ANSWER, Executor, Outcome, RetryPolicy, Step, Tool
 from ._redact import Redaction, Rule
@@ -55,20 +56,26 @@ def resume(
     answer: Any = NO_ANSWER,
     retry: RetryPolicy | None = None,
     redact: Redaction | Iterable[Rule] | None = None,
+    **options: Any,
 ) -> Outcome:
     """Resume the run recorded in `trace` (crashed, reconciled or interrupted); its goal comes from the trace.
 
-    `redact`: the rules the run was recorded with. A goal that held a secret
-    is resumed with the marker in its place (the trace never had the secret):
+    `Executor(trace=trace, resume=True).run(goal)` with the goal and the
+    redaction rules the trace's header records. `redact` adds rules to those
+    (a `Redaction` replaces them). `options` are the Executor's other
+    keywords (`seal_key`, `durability`, `max_steps`, `storage_options`, ...):
+    give the ones the run was started with. A goal that held a secret is
+    resumed with the marker in its place (the trace never had the secret):
     give such a run its goal yourself, with `Executor(resume=True).run(goal)`.
     """
     path = os.fspath(trace)
-    if not exists(path):  # a file, or a trace URL's segments
+    if not exists(path, storage_options=options.get("storage_options")):  # a file, or a trace URL's segments
         raise TraceMissing(path)
-    rep = replay(path)
+    rep = store.replay(path, storage_options=options.get("storage_options"))
+    rules = Redaction.from_header(rep.header.get("redact"), path).plus(redact)
     ex = Executor(
         planner=planner, tools=tools, verifier=verifier, trace=path, resume=True, retry=retry or RetryPolicy(),
-        redact=redact,
+        redact=rules, **options,
     )  # fmt: skip
     return ex.run(rep.goal, answer=answer)
 
@@ -106,10 +113,12 @@ def recover(
     retry: RetryPolicy | None = None,
     agent: str = "MODULE:FACTORY",
     redact: Redaction | Iterable[Rule] | None = None,
+    **options: Any,
 ) -> list[Recovered]:
     """Resume every run of `folder` that stopped without ending; see the module docstring. Rows in listing order.
 
-    `agent` is only used in the commands the report suggests (`--agent AGENT`).
+    `agent` is only used in the commands the report suggests (`--agent AGENT`). `redact` and `options`
+    (the Executor's keywords: `seal_key`, `durability`, ...) are resume()'s, for every run.
     """
     if type(parallel) is not int or parallel < 1:
         raise ValueError(f"parallel must be an int of at least 1, not {parallel!r}")
@@ -141,7 +150,7 @@ def recover(
         if rep.state == S.PAUSED and rep.question is None and rep.reconcile is None:
             return row("left", S.PAUSED, _uncertain(path, rep.pending))
         try:
-            out = resume(path, planner=planner, tools=tools, verifier=verifier, retry=retry, redact=redact)
+            out = resume(path, planner=planner, tools=tools, verifier=verifier, retry=retry, redact=redact, **options)
         except TraceLocked:
             return row("skipped", None, "locked by a live writer")
         except HarnessError as e:

@@ -374,6 +374,13 @@ def _cause(e: BaseException) -> str:
 def _resume_setup(p: argparse.ArgumentParser) -> None:
     _agent_arg(p)
     p.add_argument("--answer", metavar="JSON", help="the answer to the question the run paused on (interrupt())")
+    _run_options(p)
+
+
+def _run_options(p: argparse.ArgumentParser) -> None:
+    """What the resumed runs were started with, beyond what their traces record."""
+    p.add_argument("--key", help="HMAC key to seal the run with when it ends (default: $HARNESS_SEAL_KEY)")
+    p.add_argument("--durability", choices=("flush", "fsync"), default="flush", help="as the run was started with")
 
 
 @command(
@@ -398,8 +405,9 @@ def _resume(args: argparse.Namespace) -> int:
     planner, tools, verifier = load_agent(args.agent)
     try:
         out = resume(
-            args.trace, planner=planner, tools=tools, verifier=verifier, answer=answer, redact=_redact_rules(args)
-        )
+            args.trace, planner=planner, tools=tools, verifier=verifier, answer=answer, redact=_redact_rules(args),
+            seal_key=args.key, durability=args.durability,
+        )  # fmt: skip
     except HarnessError:
         raise
     except Exception as e:  # the agent's own failure: its cause, not a traceback (the trace's crash record has it)
@@ -431,6 +439,7 @@ def _recover_setup(p: argparse.ArgumentParser) -> None:
     )  # fmt: skip
     p.add_argument("--parallel", type=int, default=1, metavar="N", help="resume N runs at once (default 1)")
     p.add_argument("--json", action="store_true", help="print a JSON list of rows instead of a table")
+    _run_options(p)
 
 
 @command(
@@ -449,7 +458,7 @@ def _recover(args: argparse.Namespace) -> int:
     planner, tools, verifier = load_agent(args.agent)
     rows = recover(
         args.folder, planner=planner, tools=tools, verifier=verifier, parallel=args.parallel, agent=args.agent,
-        redact=_redact_rules(args),
+        redact=_redact_rules(args), seal_key=args.key, durability=args.durability,
     )  # fmt: skip
     bad = any(r.action in ("error", "crashed") for r in rows)
     if args.json:

@@ -283,3 +283,28 @@ def test_recover_reports_a_run_it_cannot_resume_and_goes_on_with_the_others(tmp_
     assert (rows["ours"]["action"], rows["ours"]["state"]) == ("resumed", "DONE")
     assert rows["theirs"]["action"] == "error" and "cannot resume with another tools" in rows["theirs"]["detail"]
     assert (rows["junk"]["was"], rows["junk"]["action"]) == ("unreadable", "skipped")
+
+
+def test_resume_writes_with_the_redaction_rules_the_header_records_and_the_options_it_is_given(tmp_path: Path) -> None:
+    """harness.resume() is Executor(resume=True) with the trace's own goal and rules, plus the options given."""
+    trace = tmp_path / "r.jsonl"
+    dying = [True]
+
+    def verifier(step: Step, result: Any) -> bool:
+        if dying[0]:
+            raise KeyboardInterrupt  # the process dies while verifying step 0
+        return True
+
+    plan = [Step("a", "t", {"ssn": "123-45-6781"}), Step("b", "t", {"ssn": "123-45-6782"})]
+
+    def planner(goal: Any, done: list[Any]) -> Step | None:
+        return plan[len(done)] if len(done) < len(plan) else None
+
+    tools = {"t": lambda ssn: 1}
+    with pytest.raises(KeyboardInterrupt):
+        Executor(planner=planner, tools=tools, verifier=verifier, trace=trace, redact=["ssn"], seal_key="k3y").run("g")
+    dying[0] = False
+    out = harness.resume(trace, planner=planner, tools=tools, verifier=verifier, seal_key="k3y")
+    assert out.state == "DONE" and len(out.checkpoints) == 2
+    assert b"123-45" not in trace.read_bytes()  # step b's args, written after the resume, hid the ssn too
+    assert harness.verify(trace, seal_key="k3y").ok  # sealed with the key it was given
