@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import stat
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -77,16 +78,24 @@ def put(folder: str, data: bytes, *, sync_dir: bool) -> str:
     return name
 
 
+def keep_mode(fd: int, path: str) -> None:
+    """Give the file open at fd the permissions of the file at path, when there is one (it replaces it)."""
+    with contextlib.suppress(FileNotFoundError):
+        os.fchmod(fd, stat.S_IMODE(os.stat(path).st_mode))
+
+
 def write_atomically(path: str, data: bytes, *, sync_dir: bool = True) -> None:
     """Replace the file at path with data: a temporary file beside it, fsynced, renamed, folder fsynced.
 
     Readers see the old file or the whole new one, never part of it; a failure leaves no temporary file.
+    The new file keeps the old one's permissions (a trace kept 0600 stays so).
     """
     folder = os.path.dirname(os.path.abspath(path))
     tmp = os.path.join(folder, f".{os.path.basename(path)}.{uuid.uuid4().hex}.tmp")
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
         try:
+            keep_mode(fd, path)
             view = memoryview(data)
             while view:
                 view = view[os.write(fd, view) :]

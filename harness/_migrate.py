@@ -155,7 +155,7 @@ def migrate(trace: str | os.PathLike[str], *, out: str | os.PathLike[str] | None
         folder = os.path.dirname(os.path.abspath(path))
         tmp = os.path.join(folder, f".{os.path.basename(path)}.{uuid.uuid4().hex}.tmp")
         try:
-            _write(tmp, records)
+            _write(tmp, records, like=path)
             try:
                 rep = _check(tmp)
             except HarnessError as e:
@@ -293,9 +293,12 @@ def _backup(path: str, data: bytes, version: int) -> str:
     return backup
 
 
-def _write(tmp: str, records: Records) -> None:
+def _write(tmp: str, records: Records, *, like: str | None = None) -> None:
+    """The records as a trace at tmp, fsynced; with the permissions of the file `like` when given (it replaces it)."""
     crc = 0
     with open(tmp, "xb") as f:
+        if like is not None:
+            _blobs.keep_mode(f.fileno(), like)
         for rec in records:
             line, crc = encode({k: v for k, v in rec.items() if k != "crc"}, crc)
             f.write(line)

@@ -24,12 +24,13 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shutil
 import stat
 import tempfile
 import uuid
 import zipfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 import orjson
@@ -41,6 +42,7 @@ from .store import is_url
 
 FORMAT, VERSION = "harness-bundle", 1
 MANIFEST = "manifest.json"
+_BLOB = re.compile("[0-9a-f]{64}")  # a blob's name: its sha256
 MAX_BYTES = 1 << 30  # unpacked bytes an import accepts by default
 MAX_RATIO = 200  # unpacked / compressed size of one entry beyond which it is refused as a zip bomb
 _DATE = (1980, 1, 1, 0, 0, 0)  # every entry's time: a bundle of the same files is the same bytes
@@ -227,7 +229,24 @@ def _check_entries(path: str, zf: zipfile.ZipFile, max_bytes: int, max_ratio: fl
             raise BundleError(
                 path, f"{name}: the manifest says {f['size']} bytes, the archive {zf.getinfo(name).file_size}"
             )
+    odd = [n for n in listed if not _exported(n, listed)]
+    if odd:  # only what export writes: anything else would land in the runs folder unchecked
+        raise BundleError(
+            path,
+            f"{', '.join(sorted(odd)[:5])}: not a file export writes (<run>.jsonl, its annotations, blobs/<sha256>)",
+        )
     return listed
+
+
+def _exported(name: str, listed: Mapping[str, object]) -> bool:
+    """Whether export writes name: a run's trace, the annotations of a run in the bundle, or a blob."""
+    if name.startswith(_blobs.FOLDER + "/"):
+        return _BLOB.fullmatch(name[len(_blobs.FOLDER) + 1 :]) is not None
+    if "/" in name:
+        return False
+    if name.endswith(".jsonl.annotations.json"):
+        return name.removesuffix(".annotations.json") in listed  # notes only for a run the bundle brings
+    return name.endswith(".jsonl") and name != ".jsonl"
 
 
 def _read(path: str, zf: zipfile.ZipFile, name: str, limit: int) -> bytes:

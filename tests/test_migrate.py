@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -94,6 +95,16 @@ def test_a_migrated_run_can_be_sealed_and_verified(old: Path) -> None:
     assert sealed.returncode == 0, sealed.stderr
     out = harness_cli("verify", trace)
     assert out.returncode == 0 and "sealed and intact" in out.stdout
+
+
+def test_migrate_and_seal_keep_a_private_trace_private(old: Path) -> None:
+    """Both replace the file: the new one keeps the old one's permissions (traces hold what redaction missed)."""
+    trace = old / "happy.jsonl"
+    trace.chmod(0o600)
+    harness.migrate(trace)
+    assert stat.S_IMODE(trace.stat().st_mode) == 0o600
+    harness.seal(trace)
+    assert stat.S_IMODE(trace.stat().st_mode) == 0o600
 
 
 def test_the_cli_migrates_and_says_where_the_backup_is(old: Path) -> None:

@@ -317,6 +317,20 @@ def test_import_refuses_paths_outside_the_target(tmp_path: Path, entries: list[t
     assert not (tmp_path / "evil.jsonl").exists() and not any((tmp_path / "into").glob("*"))
 
 
+@pytest.mark.parametrize(
+    "name", ["sub/evil.jsonl", "notes.txt", "blobs/abc", "blobs/" + "0" * 64 + "/x", "other.jsonl.annotations.json"]
+)
+def test_import_refuses_anything_export_does_not_write(tmp_path: Path, name: str) -> None:
+    """Only traces are replayed: a file of another shape (or a note for a run the bundle does not bring,
+    which would show beside a local run) would land in the runs folder unchecked."""
+    (tmp_path / "into").mkdir()
+    Executor(planner=lambda g, p: None, tools={}, trace=tmp_path / "into" / "other.jsonl").run("g")
+    before = sorted(p.name for p in (tmp_path / "into").iterdir())
+    with pytest.raises(BundleError, match="not a file export writes"):
+        harness.import_bundle(hostile(tmp_path / "h.zip", [(name, b'{"notes": []}')]), tmp_path / "into")
+    assert sorted(p.name for p in (tmp_path / "into").iterdir()) == before
+
+
 def test_import_refuses_a_symlink_entry(tmp_path: Path) -> None:
     with pytest.raises(BundleError, match="not a regular file"):
         harness.import_bundle(hostile(tmp_path / "h.zip", [], symlink="link.jsonl"), tmp_path / "into")

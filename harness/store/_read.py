@@ -20,6 +20,7 @@ import hashlib
 import os
 import shutil
 import tempfile
+import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -54,7 +55,7 @@ def local_copy(url: str, *, storage_options: dict[str, Any] | None = None) -> st
     path = os.path.join(_copies(), f"{key}.jsonl")
     if os.path.exists(path):  # the same segments, each of the same size and version: the same bytes
         return path
-    part = f"{path}.part-{os.getpid()}"
+    part = f"{path}.part-{uuid.uuid4().hex}"  # (two threads may copy the same URL at once)
     try:
         with open(part, "wb") as f:
             location.download(f, [(n, p) for n, p, _ in versions])
@@ -82,6 +83,8 @@ def replay_url(
         rep = replay(path, on_record=on_record)
     except TraceCorruption as e:
         raise TraceCorruption(url, e.line, e.reason, e.detail, e.seq) from None
+    except TraceUnreadable as e:
+        raise TraceUnreadable(url, e.problem.replace(path, url)) from None
     except HarnessError as e:
         raise HarnessError(str(e).replace(path, url)) from None
     return dataclasses.replace(rep, path=url)
