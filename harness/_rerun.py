@@ -297,8 +297,8 @@ class _Rewriting(Journal):
         check: tuple[str, ...] = (),
         user: tuple[str, ...] = (),
     ) -> int:
-        for name in check:
-            check_value(name, fields[name])
+        for name in check:  # as Journal.append: each checked field becomes its own copy, as it reads back
+            fields[name] = check_value(name, fields[name])
         return self.append_many(((kind, fields, (*check, *user)),), sync=sync)
 
     def append_many(self, records: Iterable[tuple[Any, ...]], *, sync: bool = False) -> int:

@@ -439,3 +439,23 @@ def test_a_crossing_reached_at_another_position_is_drift(agent: ModuleType, trac
     # recorded: step 0's checkpoint, then step 1's clock read; now: the clock read where the checkpoint was
     assert e.value.seq == now.seq and e.value.fields == {"seq": (now.seq, now.seq - 1)}
     assert f"seq {now.seq}: the re-execution reached this now crossing at seq {now.seq - 1}" in str(e.value)
+
+
+def test_a_verifier_that_changes_the_result_changes_no_checkpoint_in_a_run_or_its_rerun(tmp_path: Path) -> None:
+    """The checkpoint holds the trace's own copy of a result; the verifier is shown the tool's object."""
+    trace = tmp_path / "r.jsonl"
+
+    def verifier(step: Step, result: Any) -> bool:
+        result["seen"] = True  # a verifier that writes on what it is shown
+        return True
+
+    def planner(goal: Any, done: list[Any]) -> Step | None:
+        if len(done) == 2:
+            return None
+        return Step(f"s{len(done)}", "t", {"saw": bool(done) and "seen" in done[-1].result})
+
+    tools = {"t": lambda saw: {"v": 1}}
+    out = Executor(planner=planner, tools=tools, verifier=verifier, trace=trace).run("g")
+    assert [c.result for c in out.checkpoints] == [{"v": 1}, {"v": 1}]
+    again = harness.rerun(trace, planner=planner, tools=tools, verifier=verifier)
+    assert again.state == "DONE" and again.equal
