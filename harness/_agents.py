@@ -79,7 +79,7 @@ def write_exit(journal: Any, error: BaseException | None) -> None:
     fields: dict[str, Any] = {"status": "ok" if error is None else "error"}
     if error is not None:
         fields["error"] = error_of(error)
-    journal.append("exit", fields)
+    journal.append("exit", fields, user=("error",))  # an error message may hold a secret: redacted
 
 
 def merged(a: dict[str, int], b: dict[str, int]) -> dict[str, int]:
@@ -184,7 +184,7 @@ class Agents:
             self.ended.discard(name)
         try:
             self.share(journal)
-            journal.append("spawn", {"child": name, **(extra or {})})
+            journal.append("spawn", {"child": name, **(extra or {})}, user=("args",) if extra else ())
         except BaseException:
             with self.cond:
                 del self.live[name]

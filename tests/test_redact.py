@@ -504,3 +504,30 @@ def test_the_search_on_json_text_never_clears_a_value_redaction_changes(text: st
         for redaction in (DEFAULT, _USER):
             if redaction._apply(value, walk=True) != value:  # the walk itself, not the shortcut
                 assert not redaction.clean_json(orjson.dumps(value)), (redaction, value)
+
+
+def test_the_spawn_of_a_parallel_call_and_an_agents_exit_error_are_redacted(tmp_path: Path) -> None:
+    """Every record goes through redaction: a parallel call's args in its spawn record, an agent's error in its exit."""
+    bearer = "Bearer abcdefghijklmnop1234"
+
+    def worker() -> None:
+        raise ValueError(f"401 Unauthorized for Authorization: {bearer} {KEY}")
+
+    def planner(goal: Any, done: list[Any]) -> Any:
+        if not done:
+            with pytest.raises(ValueError):
+                harness.spawn("w", worker).join()
+            return [Step("a", "t", {"api_key": "live-secret-1"}), Step("b", "t", {"x": bearer})]
+        return None
+
+    trace = tmp_path / "r.jsonl"
+    assert Executor(planner=planner, tools={"t": lambda **k: 1}, trace=trace).run("g").state == "DONE"
+    text = trace.read_text()
+    for secret in ("live-secret-1", "abcdefghijklmnop1234", KEY):
+        assert secret not in text
+    records = [orjson.loads(line) for line in text.splitlines()]
+    spawns = [r for r in records if r["kind"] == "spawn" and "step" in r]
+    assert [r["args"] for r in spawns] == [{"api_key": MARKER}, {"x": f"Bearer {MARKER}"}]
+    exit_ = next(r for r in records if r["kind"] == "exit" and r["agent"] == "w")
+    assert exit_["error"]["type"] == "builtins.ValueError" and MARKER in exit_["error"]["message"]
+    assert replay(trace).state == "DONE"
