@@ -173,46 +173,78 @@ class Agents:
         kwargs: dict[str, Any],
         extra: dict[str, Any] | None = None,
     ) -> Handle[T]:
+        """Write agent name's spawn record, then start `fn(*args, **kwargs)` on its thread."""
+        handle = Handle[T](name)
+        child = self.begin(handle, extra)
+        self.launch(handle, child, fn, args, kwargs)
+        return handle
+
+    def begin(self, handle: Any, extra: dict[str, Any] | None = None) -> AgentState:
+        """Register an agent (a Handle or an AsyncHandle) and write its spawn record; its own state.
+
+        Nothing runs yet: the caller starts it (`launch`, or a task), so several
+        spawns can all be on the file before any of them starts (a parallel step).
+        """
         journal = self.session.journal
         assert journal is not None
+        name = handle.name
         with self.cond:
             if name in self.live or name == MAIN:
                 raise HarnessError(
                     f"an agent named {name!r} is already running in this run; give each live agent its own name"
                 )
-            self.live[name] = handle = Handle[T](name)
+            self.live[name] = handle
             self.ended.discard(name)
         try:
             self.share(journal)
             journal.append("spawn", {"child": name, **(extra or {})}, user=("args",) if extra else ())
         except BaseException:
-            with self.cond:
-                del self.live[name]
+            self.forget(handle)
             raise
         parent = _agent.get() or self.main
         child = self.states[name] = AgentState(name, merged(self.last.get(name, {}), parent.vc))
+        return child
+
+    def forget(self, handle: Any) -> None:
+        """Drop an agent that was begun but will never start (its spawn could not be written, or a sibling's)."""
+        with self.cond:
+            if self.live.get(handle.name) is handle:
+                del self.live[handle.name]
+
+    def launch(
+        self, handle: Handle[T], child: AgentState, fn: Callable[..., T], args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> None:
+        """Start a begun agent's function on its own thread, as that agent."""
         ctx = contextvars.copy_context()
 
         def body() -> None:
             _agent.set(child)
+            error: BaseException | None = None
             try:
                 handle._result = fn(*args, **kwargs)
             except BaseException as e:
-                handle._error = e
-            try:
-                write_exit(journal, handle._error)
-            except BaseException as e:  # the journal refused: the run must not believe this agent ended well
-                handle._error = handle._error or e
-            handle._vc = dict(child.vc)
-            with self.cond:
-                self.last[name] = dict(child.vc)
-                self.ended.add(name)
-                self.cond.notify_all()
+                error = e
+            self.finished(handle, child, error)
 
-        handle._thread = threading.Thread(target=ctx.run, args=(body,), name=f"harness-agent-{name}", daemon=True)
+        handle._thread = threading.Thread(
+            target=ctx.run, args=(body,), name=f"harness-agent-{handle.name}", daemon=True
+        )
         handle._agents = self
         handle._thread.start()
-        return handle
+
+    def finished(self, handle: Any, child: AgentState, error: BaseException | None) -> None:
+        """An agent's end, in its own thread or task, whatever it raised (BaseException too): its exit
+        record, then it counts as ended (a receive waiting on it gives up, a join may go on)."""
+        handle._error = error
+        try:
+            write_exit(self.session.journal, error)
+        except BaseException as e:  # the journal refused: the run must not believe this agent ended well
+            handle._error = handle._error or e
+        handle._vc = dict(child.vc)
+        with self.cond:
+            self.last[handle.name] = dict(child.vc)
+            self.ended.add(handle.name)
+            self.cond.notify_all()
 
     def joined(self, handle: Handle[Any]) -> None:
         """Write the join record (the joiner's clock merges the child's last) and free the name."""
@@ -229,7 +261,7 @@ class Agents:
     def settle(self) -> None:
         """Join the agents still running, in the order they were spawned (before a run's last record)."""
         for handle in list(self.live.values()):
-            with contextlib.suppress(Exception):  # already recorded in its exit record
+            try:
                 task = getattr(handle, "_task", None)
                 if task is not None:  # a task (aspawn): joined on its loop, from this thread
                     import asyncio
@@ -237,6 +269,28 @@ class Agents:
                     asyncio.run_coroutine_threadsafe(handle.join(), task.get_loop()).result()
                 else:
                     handle.join()
+            except BaseException as e:  # its own error is in its exit record; anything else is not
+                if e is not handle._error and not isinstance(e, Exception):
+                    raise
+
+    def start_all(self, calls: list[tuple[str, Callable[..., Any], tuple[Any, ...], dict[str, Any]]]) -> list[Handle[Any]]:
+        """Spawn several agents, (name, fn, args, extra) each: every spawn record is written before any starts.
+
+        A crash while they run then finds every one of them on the file. If a
+        spawn cannot be written, none of them starts.
+        """
+        begun: list[tuple[Handle[Any], AgentState]] = []
+        try:
+            for name, _, _, extra in calls:
+                handle = Handle[Any](name)
+                begun.append((handle, self.begin(handle, extra)))
+        except BaseException:
+            for handle, _ in begun:
+                self.forget(handle)
+            raise
+        for (handle, child), (_, fn, args, _) in zip(begun, calls, strict=True):
+            self.launch(handle, child, fn, args, {})
+        return [handle for handle, _ in begun]
 
     # --- messages ------------------------------------------------------------------------------------
 

@@ -640,13 +640,15 @@ class Executor:
             self._check_planned(planned)
         if self.max_steps is not None and run.step + len(steps) > self.max_steps:
             return run.too_many(steps[max(0, self.max_steps - run.step)].name, self.max_steps)
+        for i, planned in enumerate(steps):  # every call's args, before any spawn: a bad one starts nothing
+            check_value("args", planned.args, tool=planned.tool, step=run.step + i)
         slots = threading.BoundedSemaphore(self.max_parallel)
-        handles = []
+        calls = []
         for i, planned in enumerate(steps):
             call = run.call(run.step + i, planned)
             extra = {"step": call.step, "name": planned.name, "tool": planned.tool, "args": planned.args}
-            check_value("args", planned.args)
-            handles.append(run.session.agents.spawn(f"step-{call.step}", self._lane, (call, slots), {}, extra))
+            calls.append((f"step-{call.step}", self._lane, (call, slots), extra))
+        handles = run.session.agents.start_all(calls)  # the whole plan is on the file before any call starts
         return self._close(run, handles, run.step + len(steps))
 
     def _lane(self, call: _Run, slots: threading.BoundedSemaphore) -> Outcome:
@@ -677,14 +679,15 @@ class Executor:
     def _resume_group(self, run: _Run, rep: Replay) -> Outcome | None:
         """Go on with an open parallel step after a crash: a call that checkpointed is not run again."""
         slots = threading.BoundedSemaphore(self.max_parallel)
-        handles = []
+        calls = []
         for c in rep.group:
             if c.joined:
                 continue
             planned = Step(c.planned["name"], c.planned["tool"], c.planned["args"])
             call = run.call(c.step, planned)
             extra = {"step": c.step, **c.planned}
-            handles.append(run.session.agents.spawn(c.agent, self._resume_lane, (call, c, slots), {}, extra))
+            calls.append((c.agent, self._resume_lane, (call, c, slots), extra))
+        handles = run.session.agents.start_all(calls)  # every spawn on the file before any call starts
         return self._close(run, handles, rep.group[0].step + len(rep.group))
 
     def _resume_lane(self, call: _Run, c: Call, slots: threading.BoundedSemaphore) -> Outcome:

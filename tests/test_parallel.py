@@ -279,3 +279,57 @@ def test_replay_refuses_a_parallel_step_that_breaks_its_lanes(tmp_path: Path, fo
     with pytest.raises(harness.TraceCorruption) as e:
         harness.replay(path)
     assert (e.value.reason, e.value.line) == ("bad-transition", line), e.value
+
+
+DIES_IN_CALL_0 = """
+import os, sys
+from harness import Executor, Step, Tool
+
+def work(n, idempotency_key):
+    if n == 1:
+        os._exit(9)  # the process dies inside the first call, as early as a call can
+    return n
+
+def planner(goal, done):
+    return [Step("a", "work", {"n": 1}), Step("b", "work", {"n": 2})] if not done else None
+
+Executor(planner=planner, tools={"work": Tool(work, idempotent=True)}, trace=sys.argv[1]).run("g")
+"""
+
+
+def test_every_spawn_of_a_parallel_step_is_on_the_file_before_any_call_starts(tmp_path: Path) -> None:
+    """A crash in call 0 finds the whole plan on the file: the resume runs call b too (it was lost before)."""
+    trace = tmp_path / "t.jsonl"
+    done = subprocess.run([sys.executable, "-c", DIES_IN_CALL_0, str(trace)], capture_output=True)
+    assert done.returncode == 9, done.stderr.decode()
+    records = read_records(trace)
+    spawns = [n for n, r in enumerate(records) if r["kind"] == "spawn"]
+    first_of_a_call = min(n for n, r in enumerate(records) if r.get("agent", "main") != "main")
+    assert len(spawns) == 2 and max(spawns) < first_of_a_call
+    assert [c.agent for c in harness.replay(trace).group] == ["step-0", "step-1"]
+    calls: list[int] = []
+
+    def work(n: int, idempotency_key: str) -> int:
+        calls.append(n)
+        return n
+
+    def again(goal: Any, done: list[Any]) -> Any:
+        return [Step("a", "work", {"n": 1}), Step("b", "work", {"n": 2})] if not done else None
+
+    out = Executor(planner=again, tools={"work": Tool(work, idempotent=True)}, trace=trace, resume=True).run("g")
+    assert out.state == "DONE" and [c.name for c in out.checkpoints] == ["a", "b"]
+    assert sorted(calls) == [1, 2]
+
+
+def test_a_bad_arg_in_a_later_call_starts_no_call_and_names_tool_and_step(tmp_path: Path) -> None:
+    calls: list[Any] = []
+
+    def planner(goal: Any, done: list[Any]) -> Any:
+        return None if done else [Step("a", "slow", {"n": 1}), Step("b", "slow", {"when": object()})]
+
+    trace = tmp_path / "t.jsonl"
+    with pytest.raises(harness.NotSerializable) as e:
+        Executor(planner=planner, tools={"slow": lambda **k: calls.append(k)}, trace=trace).run("g")
+    assert (e.value.tool, e.value.step) == ("slow", 1) and "'slow'" in str(e.value) and "step 1" in str(e.value)
+    assert [r["kind"] for r in read_records(trace)] == ["header", "transition", "crash"]  # no spawn: nothing started
+    assert calls == [] and not any(t.name.startswith("harness-agent-step") for t in threading.enumerate())
