@@ -28,7 +28,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from types import TracebackType
 from typing import Any, Generic, TypeVar
 
-from ._agents import MAIN, Agents, AgentState, _agent, merged, write_exit
+from ._agents import MAIN, Agents, _agent
 from ._errors import HarnessError
 
 T = TypeVar("T")
@@ -152,46 +152,24 @@ def aspawn(name: str, coro_fn: Callable[..., Coroutine[Any, Any, T]], /, *args: 
         async def plain() -> None:
             try:
                 handle._result = await coro_fn(*args, **kwargs)
-            except Exception as e:
+            except BaseException as e:  # as a thread's plain agent does
                 handle._error = e
 
         handle._task = loop.create_task(plain())
         return handle
-    agents, journal = session.agents, session.journal
+    agents = session.agents
     handle = AsyncHandle(name, agents)
-    with agents.cond:
-        if name in agents.live:
-            raise HarnessError(
-                f"an agent named {name!r} is already running in this run; give each live agent its own name"
-            )
-        agents.live[name] = handle  # type: ignore[assignment]
-        agents.ended.discard(name)
-    try:
-        agents.share(journal)
-        journal.append("spawn", {"child": name})
-    except BaseException:
-        with agents.cond:
-            del agents.live[name]
-        raise
-    parent = me or agents.main
-    child = agents.states[name] = AgentState(name, merged(agents.last.get(name, {}), parent.vc))
+    child = agents.begin(handle)  # one code path with spawn(): the record, the clock, the end
     ctx = contextvars.copy_context()
     ctx.run(_agent.set, child)
 
     async def body() -> None:
+        error: BaseException | None = None
         try:
             handle._result = await coro_fn(*args, **kwargs)
-        except Exception as e:
-            handle._error = e
-        try:
-            write_exit(journal, handle._error)
-        except Exception as e:
-            handle._error = handle._error or e
-        handle._vc = dict(child.vc)
-        with agents.cond:
-            agents.last[name] = dict(child.vc)
-            agents.ended.add(name)
-            agents.cond.notify_all()
+        except BaseException as e:  # cancelled too: the exit record is written whatever ended it
+            error = e
+        agents.finished(handle, child, error)  # join() raises the error, after recording the join
 
     handle._task = loop.create_task(body(), context=ctx)
     return handle

@@ -198,3 +198,34 @@ def test_tasks_exchange_messages(tmp_path: Path) -> None:
     assert received.vc["producer"] == 1  # the receive knows its send
     r = harness.rerun(trace, planner=planner, tools={"keep": refuse})
     assert r.equal and r.live_calls == 0
+
+
+def test_a_cancelled_agent_task_writes_its_exit_and_join_like_a_thread(tmp_path: Path) -> None:
+    """aspawn catches what spawn catches (BaseException): a cancelled task still writes its exit record."""
+    seen: list[str] = []
+
+    async def forever() -> None:
+        await asyncio.sleep(3600)
+
+    async def planner(goal: Any, done: list[Any]) -> Any:
+        if not done:
+            h = harness.aspawn("w", forever)
+            await asyncio.sleep(0)  # the task starts, and waits
+            assert h._task is not None
+            h._task.cancel()  # as asyncio.timeout() or a TaskGroup would
+            try:
+                await h.join()
+            except asyncio.CancelledError:
+                seen.append("cancelled")
+            return Step("x", "t", {})
+        return None
+
+    trace = tmp_path / "r.jsonl"
+    out = asyncio.run(Executor(planner=planner, tools={"t": dict}, trace=trace).arun("g"))
+    assert out.state == "DONE" and seen == ["cancelled"]
+    records = read_records(trace)
+    exit_ = next(r for r in records if r["kind"] == "exit")
+    assert exit_["agent"] == "w" and exit_["status"] == "error"
+    assert exit_["error"]["type"] == "asyncio.exceptions.CancelledError"
+    assert [r["child"] for r in records if r["kind"] == "join"] == ["w"]
+    assert harness.replay(trace).state == "DONE"
