@@ -28,7 +28,6 @@ Rules kept here:
 
 from __future__ import annotations
 
-import contextlib
 import contextvars
 import threading
 import time
@@ -48,15 +47,25 @@ MAIN = "main"
 
 
 class AgentState:
-    """One agent's own view: its name, its clock, and whether one of its calls is in flight."""
+    """One agent's own view: its name, its clock, and how many of its calls are in flight (and on which thread).
 
-    __slots__ = ("merge", "name", "nested", "vc")
+    Whether code runs *inside* a call (so its crossings belong to the call) is
+    not the agent's but the call's: the context variable `_in_call`, set in the
+    call's own context, so two concurrent calls of one agent (tasks of
+    asyncio.gather) are each recorded.
+    """
+
+    __slots__ = ("calls", "finished", "merge", "name", "thread", "ticket", "vc", "waiting", "written")
 
     def __init__(self, name: str, vc: dict[str, int] | None = None):
         self.name = name
         self.vc: dict[str, int] = dict(sorted(vc.items())) if vc else {}  # keys sorted, as records hold them
-        self.nested = False  # a call of this agent is running: its crossings belong to the call
+        self.calls = 0  # calls of this agent in flight (a helper thread's crossings then belong to one)
+        self.thread: int | None = None  # the thread they run on: one agent's calls never overlap across threads
         self.merge: dict[str, int] | None = None  # a clock to merge into the next event (join, receive)
+        self.ticket = self.written = 0  # async crossings: taken in order of start, written in that order
+        self.waiting: dict[int, Any] = {}  # ticket -> the future of a finished crossing waiting for its turn
+        self.finished: set[int] = set()  # tickets done while an earlier one is still in flight
 
     def next_vc(self) -> dict[str, int]:
         """The clock the agent's next event will carry (without taking it)."""
@@ -70,6 +79,7 @@ class AgentState:
 
 
 _agent: ContextVar[AgentState | None] = ContextVar("harness_agent", default=None)
+_in_call: ContextVar[bool] = ContextVar("harness_in_call", default=False)  # a call's own context: not recorded
 
 
 def write_exit(journal: Any, error: BaseException | None) -> None:
@@ -122,7 +132,32 @@ class Agents:
 
     def in_flight(self) -> bool:
         """Whether a call (a tool, a crossing) of any agent is running now."""
-        return self.main.nested or any(a.nested for a in list(self.states.values()))
+        return self.main.calls > 0 or any(a.calls for a in list(self.states.values()))
+
+    def enter_call(self, agent: AgentState) -> None:
+        """A call of agent starts (it is in flight until leave_call).
+
+        Concurrent calls of one agent are fine on one thread (tasks on its
+        loop); from two threads at once (a copied context running as the same
+        agent) their records would race for one clock and no rerun could
+        order them: HarnessError, and the run fails.
+        """
+        me = threading.get_ident()
+        with self.cond:
+            if agent.calls and agent.thread != me:
+                e = HarnessError(
+                    f"two threads make calls as agent {agent.name!r} at once (thread "
+                    f"{threading.current_thread().name!r} too): their records could not be ordered on rerun. "
+                    "Start each thread as its own agent with harness.spawn() (or each task with harness.aspawn())"
+                )
+                self.session.failure = self.session.failure or e
+                raise e
+            agent.calls += 1
+            agent.thread = me
+
+    def leave_call(self, agent: AgentState) -> None:
+        with self.cond:
+            agent.calls -= 1
 
     # --- clocks --------------------------------------------------------------------------------------
 
@@ -207,9 +242,10 @@ class Agents:
 
     def forget(self, handle: Any) -> None:
         """Drop an agent that was begun but will never start (its spawn could not be written, or a sibling's)."""
+        name = handle.name
         with self.cond:
-            if self.live.get(handle.name) is handle:
-                del self.live[handle.name]
+            if self.live.get(name) is handle:
+                del self.live[name]
 
     def launch(
         self, handle: Handle[T], child: AgentState, fn: Callable[..., T], args: tuple[Any, ...], kwargs: dict[str, Any]
@@ -273,7 +309,9 @@ class Agents:
                 if e is not handle._error and not isinstance(e, Exception):
                     raise
 
-    def start_all(self, calls: list[tuple[str, Callable[..., Any], tuple[Any, ...], dict[str, Any]]]) -> list[Handle[Any]]:
+    def start_all(
+        self, calls: list[tuple[str, Callable[..., Any], tuple[Any, ...], dict[str, Any]]]
+    ) -> list[Handle[Any]]:
         """Spawn several agents, (name, fn, args, extra) each: every spawn record is written before any starts.
 
         A crash while they run then finds every one of them on the file. If a
@@ -418,8 +456,7 @@ def spawn(name: str, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> Hand
     if type(name) is not str or not name or name == MAIN:
         raise HarnessError(f"an agent needs a non-empty str name other than 'main', not {name!r}")
     session = _session()
-    agent = _agent.get()
-    if session is None or session.journal is None or (agent or session.agents.main).nested:
+    if session is None or session.journal is None or _in_call.get():
         return _plain(name, fn, args, kwargs)
     return session.agents.spawn(name, fn, args, kwargs)
 

@@ -28,7 +28,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from types import TracebackType
 from typing import Any, Generic, TypeVar
 
-from ._agents import MAIN, Agents, _agent
+from ._agents import MAIN, Agents, _agent, _in_call
 from ._errors import HarnessError
 
 T = TypeVar("T")
@@ -145,8 +145,7 @@ def aspawn(name: str, coro_fn: Callable[..., Coroutine[Any, Any, T]], /, *args: 
         raise HarnessError(f"an agent needs a non-empty str name other than 'main', not {name!r}")
     loop = asyncio.get_running_loop()
     session = _current.get()
-    me = _agent.get()
-    if session is None or session.journal is None or (me or session.agents.main).nested:
+    if session is None or session.journal is None or _in_call.get():
         handle: AsyncHandle[T] = AsyncHandle(name, None)
 
         async def plain() -> None:

@@ -22,7 +22,9 @@ Rules kept here:
   to the new request alike; the stored `hash` is the hash of that part.
 - recorded crossings are served per agent, each agent its own in its own
   order (see _agents.py); "a crossing made while another crossing's call
-  runs" is per agent too;
+  runs" is per call context (a context variable), so concurrent calls of one
+  agent (tasks of asyncio.gather) are each recorded, written in the order
+  they started; concurrent calls of one agent from two threads are refused;
 - a crossing from a thread the run did not start, while no call of the run
   is in flight, raises HarnessError and fails the run (it would be a lie).
 """
@@ -41,7 +43,7 @@ from contextvars import ContextVar
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from ._agents import MAIN, Agents, AgentState, _agent
+from ._agents import MAIN, Agents, AgentState, _agent, _in_call
 from ._errors import HarnessError, ReplayDrift, ReplayViolation, ToolError
 from ._journal import check_value
 from ._redact import DEFAULT, Redaction
@@ -84,12 +86,8 @@ class Session:
 
     @property
     def nested(self) -> bool:
-        """Whether a call of the current agent is running (its crossings belong to that call)."""
-        return (_agent.get() or self.agents.main).nested
-
-    @nested.setter
-    def nested(self, value: bool) -> None:
-        (_agent.get() or self.agents.main).nested = value
+        """Whether the code runs inside a call (a tool, a crossing): its crossings belong to that call."""
+        return _in_call.get()
 
     @property
     def live_calls(self) -> int:
@@ -173,43 +171,59 @@ class Session:
         *,
         arrived: Arrived | None = None,
     ) -> T:
-        if self.nested:
+        if _in_call.get():
             return call()
         request, rec = self.enter(kind, request, match, arrived)
         if rec is not None:
             return outcome(rec)  # type: ignore[no-any-return]
+        me = self.agent()
+        self.agents.enter_call(me)
         self.count_live()
-        self.nested = True
+        token = _in_call.set(True)  # in this call's context only: a concurrent call of the agent has its own
         try:
             response = call()
         except Exception as e:
             self._record(kind, request, "error", error_of(e), match)
             raise
         finally:  # also after a KeyboardInterrupt: later crossings must still be recorded
-            self.nested = False
+            _in_call.reset(token)
+            self.agents.leave_call(me)
         if arrived is not None:
             arrived(response, False)
         self._record(kind, request, "response", response, match)
         return response
 
     async def across(self, kind: str, request: Any, acall: Callable[[], Awaitable[T]], match: Match | None = None) -> T:
-        """cross() for a coroutine: the same recording, serving and strict rerun errors."""
-        if self.nested:
+        """cross() for a coroutine: the same recording, serving and strict rerun errors.
+
+        Concurrent crossings of one agent (tasks of asyncio.gather) are each
+        recorded, and written in the order they started, whatever order they
+        finish in: a rerun starts them in the same order and serves each its own.
+        """
+        if _in_call.get():
             return await acall()
         request, rec = self.enter(kind, request, match)
         if rec is not None:
             return outcome(rec)  # type: ignore[no-any-return]
+        me = self.agent()
+        self.agents.enter_call(me)
         self.count_live()
-        self.nested = True
+        ticket, me.ticket = me.ticket, me.ticket + 1
+        token = _in_call.set(True)
         try:
-            response = await acall()
-        except Exception as e:
-            self._record(kind, request, "error", error_of(e), match)
-            raise
+            try:
+                response = await acall()
+            except Exception as e:
+                await _turn(me, ticket)
+                self._record(kind, request, "error", error_of(e), match)
+                raise
+            await _turn(me, ticket)
+            self._record(kind, request, "response", response, match)
+            return response
         finally:
-            self.nested = False
-        self._record(kind, request, "response", response, match)
-        return response
+            _in_call.reset(token)
+            self.agents.leave_call(me)
+            _done(me, ticket)
 
     def _record(self, kind: str, request: Any, outcome: str, value: Any, match: Match | None = None) -> None:
         assert self.journal is not None
@@ -226,11 +240,32 @@ class Session:
         """The error for a crossing made on a thread this run did not start; the run fails with it too."""
         e = HarnessError(
             f"a {kind} crossing on thread {threading.current_thread().name!r}, which the run did not start: it "
-            "would be neither recorded nor served on rerun. Start the thread with harness.spawn() (or run it "
-            "inside contextvars.copy_context() of the run's thread)."
+            "would be neither recorded nor served on rerun. Start the thread with harness.spawn(), "
+            "which makes it an agent of the run with its own recorded crossings."
         )
         self.failure = self.failure or e
         return e
+
+
+async def _turn(me: AgentState, ticket: int) -> None:
+    """Wait until every async crossing of agent me that started before this one is done (written, or gave up)."""
+    if me.written < ticket:
+        import asyncio
+
+        future = me.waiting[ticket] = asyncio.get_running_loop().create_future()
+        await future
+
+
+def _done(me: AgentState, ticket: int) -> None:
+    """Async crossing `ticket` of agent me is done: the next one in start order may write."""
+    me.waiting.pop(ticket, None)
+    me.finished.add(ticket)
+    while me.written in me.finished:
+        me.finished.discard(me.written)
+        me.written += 1
+    future = me.waiting.pop(me.written, None)
+    if future is not None and not future.done():
+        future.set_result(None)
 
 
 _active: list[Session] = []  # the sessions of runs in progress in this process

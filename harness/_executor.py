@@ -49,7 +49,7 @@ from typing import Any
 
 from . import _state as S
 from . import _timers
-from ._agents import AgentState, _agent
+from ._agents import AgentState, _agent, _in_call
 from ._blobs import THRESHOLD
 from ._boundary import Session, _current, deactivate, error_of
 from ._errors import (
@@ -783,14 +783,16 @@ class Executor:
         if "key" in intent:
             kwargs["idempotency_key"] = intent["key"]
         me = session.agent()
-        session.calls[me.name] = session.calls.get(me.name, 0) + 1  # a live call, by this agent
+        session.count_live()  # a live call, by this agent
         if self.retry.timeout is not None:
             return _within(fn, kwargs, self.retry.timeout, intent["tool"], session)
-        me.nested = True
+        session.agents.enter_call(me)
+        token = _in_call.set(True)  # the tool's crossings (and its helper threads') belong to the call
         try:
             return fn(**kwargs)
         finally:
-            me.nested = False
+            _in_call.reset(token)
+            session.agents.leave_call(me)
 
     def _verify(self, run: _Run) -> str | None:
         """None when the verifier vouches for the result, else why not."""
@@ -869,7 +871,8 @@ def _within(fn: Callable[..., Any], kwargs: dict[str, Any], timeout: float, name
     def enter() -> None:  # in the worker's context: the calling agent's own state is never touched
         _current.set(shadow)
         _agent.set(AgentState((_agent.get() or session.agents.main).name))  # (a lane's name: step-N)
-        shadow.nested, shadow.answers = True, session.answers
+        _in_call.set(True)
+        shadow.answers = session.answers
 
     ctx.run(enter)
     box: dict[str, Any] = {}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextvars
 import random
 import threading
 import time
@@ -584,3 +585,49 @@ def test_send_and_receive_outside_a_run_say_so() -> None:
         harness.send("someone", 1)
     with pytest.raises(HarnessError, match="inside a run"):
         harness.receive()
+
+
+def test_two_threads_crossing_as_one_agent_at_once_fail_the_run_instead_of_losing_crossings(tmp_path: Path) -> None:
+    """Threads run in copies of the run's context are all agent main: their concurrent calls cannot be
+    ordered on rerun (one was silently not recorded). The second one is refused, and the run fails."""
+    inside, refused = threading.Event(), threading.Event()
+    errors: list[HarnessError] = []
+
+    def first() -> None:
+        def call() -> float:
+            inside.set()
+            assert refused.wait(30)  # a hang guard, not a timing assertion
+            return 1.0
+
+        harness.boundary("clock", None, call)
+
+    def second() -> None:
+        assert inside.wait(30)
+        try:
+            harness.boundary("clock", None, lambda: 2.0)
+        except HarnessError as e:
+            errors.append(e)
+        refused.set()
+
+    def planner(goal: Any, done: list[Any]) -> Any:
+        if not done:
+            threads = [threading.Thread(target=contextvars.copy_context().run, args=(f,)) for f in (first, second)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            return Step("s", "t", {})
+        return None
+
+    with pytest.raises(HarnessError, match="two threads make calls as agent 'main' at once") as e:
+        Executor(planner=planner, tools={"t": noop}, trace=tmp_path / "r.jsonl").run("g")
+    assert errors and e.value is errors[0] and "harness.spawn()" in str(e.value)
+    records = read_records(tmp_path / "r.jsonl")
+    assert [r["kind"] for r in records][-2:] == ["crossing", "crash"]  # the first call is recorded; then the crash
+
+
+def test_the_stray_thread_error_recommends_spawn_only(tmp_path: Path) -> None:
+    from harness._boundary import Session
+
+    message = str(Session(None).stray("now"))
+    assert "harness.spawn()" in message and "copy_context" not in message

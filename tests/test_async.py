@@ -229,3 +229,37 @@ def test_a_cancelled_agent_task_writes_its_exit_and_join_like_a_thread(tmp_path:
     assert exit_["error"]["type"] == "asyncio.exceptions.CancelledError"
     assert [r["child"] for r in records if r["kind"] == "join"] == ["w"]
     assert harness.replay(trace).state == "DONE"
+
+
+def test_concurrent_crossings_of_one_agent_are_each_recorded_in_start_order(tmp_path: Path) -> None:
+    """asyncio.gather of two allm() calls: both recorded (one was taken for a call nested in the other),
+    written in the order they started although the second finishes first, and the rerun serves both."""
+    order: list[str] = []
+
+    async def main() -> Path:
+        b_done = asyncio.Event()
+
+        async def model(request: Any) -> Any:
+            if request["q"] == "a":
+                await b_done.wait()  # a finishes only after b
+            order.append(request["q"])
+            if request["q"] == "b":
+                b_done.set()
+            return f"answer to {request['q']}"
+
+        async def planner(goal: Any, done: list[Any]) -> Any:
+            if not done:
+                a, b = await asyncio.gather(harness.allm({"q": "a"}, model), harness.allm({"q": "b"}, model))
+                return Step("s", "t", {"a": a, "b": b})
+            return None
+
+        trace = tmp_path / "r.jsonl"
+        out = await Executor(planner=planner, tools={"t": lambda **k: k}, trace=trace).arun("g")
+        assert out.state == "DONE"
+        rerun = await asyncio.to_thread(harness.rerun, trace, planner=planner, tools={"t": refuse})
+        assert rerun.equal and rerun.live_calls == 0
+        return trace
+
+    trace = asyncio.run(main())
+    assert order == ["b", "a"]
+    assert [c.request for c in harness.replay(trace).crossings if c.kind == "llm"] == [{"q": "a"}, {"q": "b"}]
