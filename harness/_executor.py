@@ -784,11 +784,11 @@ class Executor:
             kwargs["idempotency_key"] = intent["key"]
         me = session.agent()
         session.count_live()  # a live call, by this agent
-        if self.retry.timeout is not None:
-            return _within(fn, kwargs, self.retry.timeout, intent["tool"], session)
-        session.agents.enter_call(me)
-        token = _in_call.set(True)  # the tool's crossings (and its helper threads') belong to the call
+        session.agents.enter_call(me)  # in flight, with or without a timeout: its helper threads are no strays
+        token = _in_call.set(True)  # the tool's crossings belong to the call
         try:
+            if self.retry.timeout is not None:
+                return _within(fn, kwargs, self.retry.timeout, intent["tool"], session)
             return fn(**kwargs)
         finally:
             _in_call.reset(token)

@@ -73,6 +73,10 @@ def test_a_helper_thread_of_a_tool_call_belongs_to_the_call(tmp_path: Path) -> N
 
     out = Executor(planner=_one("tool"), tools={"tool": tool}, trace=tmp_path / "t.jsonl").run("g")
     assert out.state == "DONE" and out.checkpoints[0].result == {"n": 1}
+    # with a timeout the tool runs on a worker thread: the call is in flight all the same
+    timed = Executor(planner=_one("tool"), tools={"tool": tool}, trace=tmp_path / "timed.jsonl",
+                     retry=harness.RetryPolicy(timeout=60)).run("g")  # fmt: skip
+    assert timed.state == "DONE" and timed.checkpoints[0].result == {"n": 1}
 
 
 def _one(tool: str) -> Any:
