@@ -351,7 +351,7 @@ def boundary(kind: str, request: Any, call: Callable[[], T], *, match: Match | N
     session = _current.get()
     if session is None:
         if _active:  # a run is in progress: is this a thread it did not start?
-            stray = _stray()
+            stray = _stray(kind)
             if stray is not None:
                 raise stray.stray(kind)
         return call()
@@ -363,7 +363,7 @@ async def aboundary(kind: str, request: Any, acall: Callable[[], Awaitable[T]], 
     session = _current.get()
     if session is None:
         if _active:  # a run is in progress: is this a thread it did not start?
-            stray = _stray()
+            stray = _stray(kind)
             if stray is not None:
                 raise stray.stray(kind)
         return await acall()
@@ -375,17 +375,27 @@ def active() -> bool:
     return _current.get() is not None
 
 
-def _stray() -> Session | None:
-    """The run a crossing from a foreign thread would lie to: one in progress with no call in flight.
+def _stray(kind: str) -> Session | None:
+    """The run a crossing from a foreign thread would lie to; None when the crossing may call through.
 
     While a call (a tool, a model call) is in flight, a helper thread's
-    crossings belong to that call, as crossings nested in it do.
+    crossings belong to that call, as crossings nested in it do. A thread is
+    blamed on a run only when that run is the only one in progress in this
+    process: with several (recover(parallel=N), Executors on threads) no one
+    can tell whose thread it is, so the crossing itself raises HarnessError
+    and no run is failed for it.
     """
     with _active_lock:
-        for session in _active:
-            if session.journal is not None and not session.agents.in_flight():
-                return session
-    return None
+        running = [s for s in _active if s.journal is not None]
+    if not running or any(s.agents.in_flight() for s in running):
+        return None
+    if len(running) == 1:
+        return running[0]
+    raise HarnessError(
+        f"a {kind} crossing on thread {threading.current_thread().name!r}, which no run started, while "
+        f"{len(running)} runs are in progress in this process: it cannot be told whose it is, so it would be "
+        "neither recorded nor served on rerun. Start the thread with harness.spawn() inside its run."
+    )
 
 
 async def allm(request: Any, acall: Callable[[Any], Awaitable[T]]) -> T:

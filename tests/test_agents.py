@@ -635,3 +635,56 @@ def test_the_stray_thread_error_recommends_spawn_only(tmp_path: Path) -> None:
 
     message = str(Session(None).stray("now"))
     assert "harness.spawn()" in message and "copy_context" not in message
+
+
+def test_a_foreign_thread_is_never_blamed_on_one_of_several_runs(tmp_path: Path) -> None:
+    """Two runs in one process: run B's tool helper thread does not fail run A (it failed A before); a thread
+    no run started, crossing while both plan, gets a HarnessError itself and fails neither run."""
+    a_planning, b_planning, helper_done, stray_done = (threading.Event() for _ in range(4))
+    seen: list[Any] = []
+
+    def planner_a(goal: Any, done: list[Any]) -> Any:
+        if not done:
+            a_planning.set()
+            assert helper_done.wait(30) and stray_done.wait(30)  # hang guards, not timing assertions
+            return Step("s", "t", {})
+        return None
+
+    def tool_b() -> Any:
+        assert a_planning.wait(30)
+        box: list[Any] = []
+        t = threading.Thread(target=lambda: box.append(str(harness.now())))  # a helper thread inside B's call
+        t.start()
+        t.join()
+        helper_done.set()
+        return len(box)
+
+    def planner_b(goal: Any, done: list[Any]) -> Any:
+        if not done:
+            return Step("s", "tb", {})
+        b_planning.set()  # B plans again (no call in flight) until the stray crossing was refused
+        assert stray_done.wait(30)
+        return None
+
+    out: dict[str, Any] = {}
+    runs = [
+        threading.Thread(target=lambda: out.__setitem__("A", Executor(planner=planner_a, tools={"t": noop},
+                                                                      trace=tmp_path / "a.jsonl").run("a"))),
+        threading.Thread(target=lambda: out.__setitem__("B", Executor(planner=planner_b, tools={"tb": tool_b},
+                                                                      trace=tmp_path / "b.jsonl").run("b"))),
+    ]  # fmt: skip
+    for t in runs:
+        t.start()
+    assert helper_done.wait(30) and b_planning.wait(30)
+    try:
+        with pytest.raises(HarnessError, match="2 runs are in progress in this process"):
+            harness.now()  # this thread was started by no run, and neither run has a call in flight
+        seen.append("refused")
+    finally:
+        stray_done.set()
+        for t in runs:
+            t.join()
+    assert seen == ["refused"]
+    assert out["A"].state == "DONE" and out["B"].state == "DONE"
+    assert out["B"].checkpoints[0].result == 1
+    assert not any(r["kind"] == "crash" for r in read_records(tmp_path / "a.jsonl"))
