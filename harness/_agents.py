@@ -173,17 +173,32 @@ class Agents:
         else:
             self.main.vc = {MAIN: journal.seq}  # every record so far was main's
         self.spawned = True
-        journal.share(self.stamp)
+        journal.share(self.stamp, self.tick)
 
-    def stamp(self) -> tuple[str, dict[str, int]]:
-        """The current agent takes one event: its name and the clock its record carries."""
+    def stamp(self, after: dict[str, int] | None = None) -> tuple[str, dict[str, int]]:
+        """The current agent's name and the clock its next record carries, not yet taken (see `tick`).
+
+        `after`: the clock of the agent's record just before it in the same write, not taken either.
+        """
         agent = _agent.get() or self.main
+        if after is not None:  # (any merge went into that one)
+            vc = dict(after)
+            vc[agent.name] += 1
+            return agent.name, vc
         known = len(agent.vc)
         vc = agent.next_vc()
         if len(vc) != known or agent.merge is not None:  # a key may have come: keep them sorted
             vc = dict(sorted(vc.items()))
-        agent.vc, agent.merge = vc, None
-        return agent.name, dict(vc)  # the record's own copy: the agent's clock moves on
+        return agent.name, vc
+
+    def tick(self, vc: dict[str, int]) -> None:
+        """The current agent's records up to the one carrying vc are encoded: its clock moves on to vc.
+
+        Only then: a record that cannot be encoded (NotSerializable) takes no event,
+        or the next record would skip a count and replay() would refuse the trace.
+        """
+        agent = _agent.get() or self.main
+        agent.vc, agent.merge = dict(vc), None
 
     def next_count(self, journal: Journal) -> int:
         """The own count the current agent's next record will carry (in a run that never spawned: its seq)."""

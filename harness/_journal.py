@@ -184,7 +184,7 @@ def encode_tail(record: dict[str, Any]) -> memoryview:
         raise _unstorable(record, e) from None
     if len(body) + 40 > MAX_LINE:
         raise NotSerializable(
-            record["kind"], "", f"the record is {len(body)} bytes; a trace line holds at most {MAX_LINE}"
+            f"the {record['kind']} record", "", f"{len(body)} bytes long; a trace line holds at most {MAX_LINE}"
         )
     return memoryview(body)[1:-1]
 
@@ -198,8 +198,8 @@ class Journal:
     """The single writer of one trace. Open with `Journal.open()`; use as a context manager."""
 
     __slots__ = (
-        "_broken", "_clean", "_lock", "_stamp", "_truncated", "_walk", "blob_threshold", "crc", "created", "digests",
-        "dirty", "fd", "fsync", "path", "redact", "seal_key", "seq",
+        "_broken", "_clean", "_lock", "_stamp", "_tick", "_truncated", "_walk", "blob_threshold", "crc", "created",
+        "digests", "dirty", "fd", "fsync", "path", "redact", "seal_key", "seq",
     )  # fmt: skip
 
     def __init__(
@@ -225,14 +225,21 @@ class Journal:
         self.digests: set[str] = set()  # every blob the trace names: what its seal lists
         self.seal_key: bytes | None = None  # an HMAC key for the seal, else an unkeyed seal
         self._lock: threading.Lock | None = None  # set once several agents write (share())
-        self._stamp: Callable[[], tuple[str, dict[str, int]]] | None = None
+        self._stamp: Callable[[dict[str, int] | None], tuple[str, dict[str, int]]] | None = None
+        self._tick: Callable[[dict[str, int]], None] | None = None
 
-    def share(self, stamp: Callable[[], tuple[str, dict[str, int]]]) -> None:
+    def share(
+        self,
+        stamp: Callable[[dict[str, int] | None], tuple[str, dict[str, int]]],
+        tick: Callable[[dict[str, int]], None],
+    ) -> None:
         """From now on several threads append, and each record carries its agent's clock from `stamp()`.
 
-        Called from the only thread writing so far, before any other starts.
+        The clock is taken (`tick`) only once the record is encoded: one that
+        cannot be stored takes no event. Called from the only thread writing
+        so far, before any other starts.
         """
-        self._stamp, self._lock = stamp, threading.Lock()
+        self._stamp, self._tick, self._lock = stamp, tick, threading.Lock()
 
     @property
     def shared(self) -> bool:
@@ -511,10 +518,12 @@ class Journal:
         (its agents are joined by then); the seal is no agent's event and has none.
         """
         if self._lock is not None:
-            assert self._stamp is not None
-            fields["vc"] = self._stamp()[1]
+            assert self._stamp is not None and self._tick is not None
+            vc = fields["vc"] = self._stamp(None)[1]
             with self._lock:
-                return self._finish(kind, fields, state, key, user)
+                seq = self._finish(kind, fields, state, key, user)
+            self._tick(vc)
+            return seq
         return self._finish(kind, fields, state, key, user)
 
     def _finish(self, kind: str, fields: dict[str, Any], state: str, key: bytes | None, user: tuple[str, ...]) -> int:
@@ -600,13 +609,14 @@ class Journal:
         The agent's records are stamped in the agent's own order (only its thread
         writes them); another agent's records may land between two of its writes.
         """
-        assert self._stamp is not None and self._lock is not None
+        assert self._stamp is not None and self._tick is not None and self._lock is not None
         stamp, annotate, tails = self._stamp, type(self).annotate is not Journal.annotate, []
+        vc: dict[str, int] | None = None  # the clock of the record before, in this write (not taken yet)
         for record in records:  # (kind, fields) or (kind, fields, user)
             kind, fields = record[0], record[1]
             if len(record) > 2 and record[2] and self.redact is not None:
                 self.redacted(fields, record[2])
-            agent, vc = stamp()
+            agent, vc = stamp(vc)
             head = {"kind": kind} if agent == "main" else {"kind": kind, "agent": agent}
             ts = now()
             rec = {**head, **fields, "vc": vc, "ts": ts}
@@ -628,6 +638,8 @@ class Journal:
                 rec = self.annotate(rec, agent, vc)
                 rec["ts"], tail = ts, None
             tails.append(tail if tail is not None else encode_tail(rec))
+        if vc is not None:
+            self._tick(vc)  # every record encoded: only now does the agent's clock move on
         crc32 = zlib.crc32
         with self._lock:
             if self.fd < 0:  # the run ended (closed its trace) while this agent went on

@@ -688,3 +688,25 @@ def test_a_foreign_thread_is_never_blamed_on_one_of_several_runs(tmp_path: Path)
     assert out["A"].state == "DONE" and out["B"].state == "DONE"
     assert out["B"].checkpoints[0].result == 1
     assert not any(r["kind"] == "crash" for r in read_records(tmp_path / "a.jsonl"))
+
+
+def test_a_record_that_cannot_be_stored_takes_no_tick_of_the_clock(tmp_path: Path) -> None:
+    """In a run that spawned, a record refused by the encoder (over the line limit) took a clock tick: the
+    crash record after it skipped a count and replay() refused the trace for good (vector-clock)."""
+    big = {"blob": "x" * (17 << 20)}
+
+    def planner(goal: Any, done: list[Any]) -> Any:
+        if not done:
+            harness.spawn("w", lambda: 1).join()
+            return Step("s", "t", big if big else {})
+        return None
+
+    trace = tmp_path / "r.jsonl"
+    with pytest.raises(harness.NotSerializable) as e:
+        Executor(planner=planner, tools={"t": noop}, trace=trace).run("g")
+    assert str(e.value).startswith("the transition record is ") and "bytes long; a trace line holds at most" in str(e)
+    rep = harness.replay(trace)  # a valid trace: its crash record carries the next count
+    assert rep.state == "PLAN" and read_records(trace)[-1]["kind"] == "crash"
+    big.clear()
+    out = Executor(planner=planner, tools={"t": noop}, trace=trace, resume=True).run("g")
+    assert out.state == "DONE" and harness.replay(trace).state == "DONE"
