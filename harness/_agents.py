@@ -131,6 +131,8 @@ class Agents:
         self.ended: set[str] = set()  # agents whose thread finished (a waiting receive gives up on them)
         self.sent: dict[str, int] = {}  # agent -> own count of its last send delivered (served receives wait on it)
         self.states: dict[str, AgentState] = {}  # the agents started, by name (their latest life)
+        self.blocked: set[str] = set()  # agents waiting in receive() now
+        self.ending = False  # the run is joining its agents before its end: nobody else will send
 
     def in_flight(self) -> bool:
         """Whether a call (a tool, a crossing) of any agent is running now."""
@@ -312,13 +314,33 @@ class Agents:
         journal.append("join", {"child": handle.name})
 
     def settle(self) -> None:
-        """Join the agents still running, in the order they were spawned (before a run's last record)."""
-        for handle in list(self.live.values()):
-            try:
-                task = getattr(handle, "_task", None)
-                if task is not None:  # a task (aspawn): joined on its loop, from this thread
-                    import asyncio
+        """Join the agents still running, in the order they were spawned (before a run's last record).
 
+        A receive that can no longer get a message gives up meanwhile (see _wait).
+        An agent task on the loop of this very thread cannot be joined from
+        here without blocking that loop for good: HarnessError, telling to
+        await its handle before the run ends.
+        """
+        with self.cond:
+            self.ending = True
+            self.cond.notify_all()
+        for handle in list(self.live.values()):
+            task = getattr(handle, "_task", None)
+            if task is not None:  # a task (aspawn): joined on its loop, from this thread
+                import asyncio
+
+                try:
+                    running: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+                except RuntimeError:
+                    running = None
+                if task.get_loop() is running:
+                    raise HarnessError(
+                        f"agent {handle.name!r} (an aspawn() task) was not joined when its run ended, and the run "
+                        "ends on the task's own event loop, which joining it here would block for good: "
+                        f"`await` its handle (or its join()) before the run ends"
+                    )
+            try:
+                if task is not None:
                     asyncio.run_coroutine_threadsafe(handle.join(), task.get_loop()).result()
                 else:
                     handle.join()
@@ -357,27 +379,50 @@ class Agents:
             self.cond.notify_all()
 
     def take(self, me: str, sender: str | None, timeout: float | None) -> _Mail:
-        """The first message for me (from sender), waiting up to timeout seconds."""
+        """The first message for me (from sender), waiting up to timeout seconds.
+
+        HarnessError once no message can come: sender ended without sending
+        one, or the run is ending and every other agent is waiting too.
+        """
         with self.cond:
-            if not self._wait(lambda: self._first(me, sender) is not None, timeout, me):
+            if not self._wait(lambda: self._first(me, sender) is not None, timeout, me, sender):
                 who = f"from {sender!r} " if sender else ""
                 raise TimeoutError(f"agent {me!r} received no message {who}within {timeout} s")
             i = self._first(me, sender)
             assert i is not None
             return self.mail[me].pop(i)
 
-    def _wait(self, ready: Callable[[], bool], timeout: float | None, me: str) -> bool:
-        """cond.wait_for(ready, timeout), giving up with HarnessError once the run's journal is closed."""
+    def _wait(self, ready: Callable[[], bool], timeout: float | None, me: str, sender: str | None = None) -> bool:
+        """cond.wait_for(ready, timeout), giving up with HarnessError once no message can come.
+
+        That is: the run's journal is closed; sender (when given) ended without
+        sending; or the run is ending (joining its agents) and no other agent
+        that could still send is running (each ended, or waits as well).
+        """
         deadline = None if timeout is None else time.monotonic() + timeout
-        while not ready():
-            journal = self.session.journal
-            if journal is not None and journal.fd < 0:
-                raise HarnessError(f"the run ended while agent {me!r} was waiting for a message")
-            left = 0.25 if deadline is None else min(0.25, deadline - time.monotonic())
-            if left <= 0:
-                return False
-            self.cond.wait(left)
-        return True
+        self.blocked.add(me)
+        self.cond.notify_all()  # an agent that waits can change another's verdict
+        try:
+            while not ready():
+                journal = self.session.journal
+                if journal is not None and journal.fd < 0:
+                    raise HarnessError(f"the run ended while agent {me!r} was waiting for a message")
+                if sender is not None and sender in self.ended:
+                    raise HarnessError(
+                        f"agent {me!r} waits for a message from agent {sender!r}, which ended without sending one"
+                    )
+                if self.ending and all(n in self.ended or n in self.blocked for n in self.live if n != me):
+                    raise HarnessError(
+                        f"the run is ending (joining its agents) while agent {me!r} waits for a message no "
+                        "running agent can send; join your agents, or receive with a timeout"
+                    )
+                left = 0.25 if deadline is None else min(0.25, deadline - time.monotonic())
+                if left <= 0:
+                    return False
+                self.cond.wait(left)
+            return True
+        finally:
+            self.blocked.discard(me)
 
     def _first(self, me: str, sender: str | None) -> int | None:
         for i, m in enumerate(self.mail.get(me, ())):

@@ -137,9 +137,11 @@ class Recorder:
         if journal is None:
             return
         try:
-            if self._token is not None and self.status is None:  # its agents end before the run does
-                self._token[0].agents.settle()
-            self._stop_recording()
+            try:
+                if self._token is not None and self.status is None:  # its agents end before the run does
+                    self._token[0].agents.settle()
+            finally:  # (settle may refuse: an unjoined task on this loop) the run is no longer in progress
+                self._stop_recording()
             if self.status is None:
                 self.end("success" if exc is None else "error", error=exc)
         finally:

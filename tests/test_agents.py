@@ -710,3 +710,47 @@ def test_a_record_that_cannot_be_stored_takes_no_tick_of_the_clock(tmp_path: Pat
     big.clear()
     out = Executor(planner=planner, tools={"t": noop}, trace=trace, resume=True).run("g")
     assert out.state == "DONE" and harness.replay(trace).state == "DONE"
+
+
+def test_a_receive_from_an_agent_that_ended_gives_up_with_a_clear_error(tmp_path: Path) -> None:
+    """receive(sender) after sender ended without sending waited forever; it now raises HarnessError (recorded)."""
+    seen: list[str] = []
+
+    def planner(goal: Any, done: list[Any]) -> Any:
+        if not done:
+            h = harness.spawn("w", lambda: "sent nothing")
+            h.wait()  # ended, not joined: its name is still the run's
+            with pytest.raises(HarnessError, match="agent 'w', which ended without sending one") as e:
+                harness.receive("w", timeout=30)  # (the timeout is a hang guard: it waited forever)
+            seen.append(str(e.value))
+            h.join()
+            return Step("x", "t", {})
+        return None
+
+    trace = tmp_path / "r.jsonl"
+    assert Executor(planner=planner, tools={"t": noop}, trace=trace).run("g").state == "DONE"
+    assert seen and "'main' waits" in seen[0]
+    crossing = next(r for r in read_records(trace) if r["kind"] == "crossing" and r["boundary"] == "agent_msg")
+    assert crossing["error"]["type"] == "harness._errors.HarnessError"
+    assert harness.replay(trace).state == "DONE"
+
+
+def test_the_run_ends_although_an_unjoined_agent_waits_in_receive(tmp_path: Path) -> None:
+    """The run's end joins its agents: one blocked in receive() (nobody will send) hung it; it now gives up."""
+
+    def waiter() -> Any:
+        return harness.receive(timeout=30).body  # nobody will send (the timeout is a hang guard)
+
+    def planner(goal: Any, done: list[Any]) -> Any:
+        if not done:
+            harness.spawn("w", waiter)  # forgotten: never joined
+            return Step("x", "t", {})
+        return None
+
+    trace = tmp_path / "r.jsonl"
+    assert Executor(planner=planner, tools={"t": noop}, trace=trace).run("g").state == "DONE"
+    records = read_records(trace)
+    exit_ = next(r for r in records if r["kind"] == "exit")
+    assert exit_["status"] == "error" and "the run is ending" in exit_["error"]["message"]
+    assert [r["child"] for r in records if r["kind"] == "join"] == ["w"]
+    assert harness.replay(trace).state == "DONE"

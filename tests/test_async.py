@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,7 @@ import pytest
 
 import harness
 from harness import Executor, Step
+from harness._boundary import _active
 from harness.testing import read_records
 
 
@@ -263,3 +265,36 @@ def test_concurrent_crossings_of_one_agent_are_each_recorded_in_start_order(tmp_
     trace = asyncio.run(main())
     assert order == ["b", "a"]
     assert [c.request for c in harness.replay(trace).crossings if c.kind == "llm"] == [{"q": "a"}, {"q": "b"}]
+
+
+def test_a_recorder_on_the_loop_of_an_unjoined_agent_task_says_to_await_it(tmp_path: Path) -> None:
+    """Joining the task from its own loop's thread blocked that loop for good; now a HarnessError says what to do."""
+
+    async def worker() -> int:
+        await asyncio.sleep(0)
+        return 1
+
+    async def main() -> None:
+        refused = pytest.raises(harness.HarnessError, match=r"agent 'w' \(an aspawn\(\) task\) was not joined")
+        with refused as e, harness.Recorder(tmp_path / "r.jsonl", entrypoint="x") as rec:
+            harness.aspawn("w", worker)  # forgotten join
+            rec.log("input", "hi")
+        assert "`await` its handle" in str(e.value)
+        assert not _active  # the refused run is no longer in progress
+        with harness.Recorder(tmp_path / "ok.jsonl", entrypoint="x"):
+            h = harness.aspawn("w", worker)
+            assert await h == 1
+
+    errors: list[BaseException] = []
+
+    def guarded() -> None:
+        try:
+            asyncio.run(main())
+        except BaseException as e:
+            errors.append(e)
+
+    t = threading.Thread(target=guarded, daemon=True)
+    t.start()
+    t.join(60)  # a hang guard, not a timing assertion: it blocked for good
+    assert not t.is_alive() and not errors, errors
+    assert harness.replay(tmp_path / "ok.jsonl").state == "DONE"
