@@ -494,13 +494,11 @@ class Executor:
     def _live_intent(self, run: _Run, rep: Replay) -> dict[str, Any]:
         """The intent a resume calls again: the recorded one, unless redaction put the marker in its args.
 
-        Then the planner is asked again, with the same goal and progress, the
-        crossings it made while planning that step served from the trace
-        (none is made live, none written), and the args of the Step it gives
-        are used once they redact to the recorded ones (ResumeMismatch if
-        not). A planner that cannot give them back is a RedactedArgs: a tool
-        is never called with the marker. A rerun serves every call from its
-        recording and needs none of this.
+        Then the planner is asked again (see _plan_again), and the args of the
+        Step it gives are used once they redact to the recorded ones
+        (ResumeMismatch if not). A planner that cannot give them back is a
+        RedactedArgs: a tool is never called with the marker. A rerun serves
+        every call from its recording and needs none of this.
         """
         intent = rep.intent
         assert intent is not None
@@ -508,11 +506,61 @@ class Executor:
         if where is None or run.session.strict:
             return intent
         tool, step = intent["tool"], intent["step"]
+        planned = self._plan_again(run, rep, run.progress, step, tool, where)
+        if not isinstance(planned, Step) or planned.tool != tool or planned.name != intent["name"]:
+            why = f"the planner, asked again, planned {planned!r:.200} instead of step {intent['name']!r}"
+            raise RedactedArgs(rep.path, step, tool, where, why)
+        self._same_args(rep, step, tool, planned, intent["args"])
+        run.planned = planned  # the verifier is shown the live Step
+        return {**intent, "args": planned.args}
+
+    def _live_calls(self, run: _Run, rep: Replay) -> dict[int, Step]:
+        """The live Step of each call of an open parallel step, when a call the resume makes again holds the
+        marker in its recorded args ({} when none does): _live_intent, for the whole list the planner gave.
+
+        A call is made again when its lane is in PLAN, in ACT (an idempotent or
+        pure tool), or PAUSED and reconciled as not happened.
+        """
+        marker, first = self.redact.marker, rep.group[0].step
+        again = [
+            c
+            for c in rep.group
+            if not c.joined
+            and not c.done
+            and (
+                c.state == S.PLAN
+                or (c.state == S.ACT and self.contracts[c.planned["tool"]]["effect"] != "unsafe")
+                or (c.state == S.PAUSED and c.reconcile is not None and not c.reconcile["happened"])
+            )
+        ]
+        marked = next(((c, w) for c in again if (w := _marked(c.planned["args"], marker)) is not None), None)
+        if marked is None or run.session.strict:
+            return {}
+        c, where = marked
+        tool = c.planned["tool"]
+        progress = [ck for ck in run.progress if ck.step < first]  # what the planner had when it planned the list
+        planned = self._plan_again(run, rep, progress, c.step, tool, where)
+        names = [(x.planned["name"], x.planned["tool"]) for x in rep.group]
+        if (
+            not isinstance(planned, list | tuple)
+            or not all(type(p) is Step for p in planned)
+            or [(p.name, p.tool) for p in planned] != names
+        ):
+            why = f"the planner, asked again, planned {planned!r:.200} instead of the calls {names}"
+            raise RedactedArgs(rep.path, c.step, tool, where, why)
+        for x, p in zip(rep.group, planned, strict=True):
+            self._same_args(rep, x.step, x.planned["tool"], p, x.planned["args"])
+        return {x.step: p for x, p in zip(rep.group, planned, strict=True)}
+
+    def _plan_again(self, run: _Run, rep: Replay, progress: list[Checkpoint], step: int, tool: str, where: str) -> Any:
+        """What the planner plans when asked again with the same goal and progress, the crossings it made
+        while planning the step then (rep.planned) served from the trace: none is made live, none written.
+        RedactedArgs when it makes another crossing or raises."""
         start, stop = rep.planned
         session = Session(None, rep.crossings[start:stop], strict=True, redact=self.redact)
         token = session.activate()
         try:
-            planned = self.planner(run.goal, run.progress)
+            return self.planner(run.goal, Progress(progress))
         except (ReplayDrift, ReplayViolation) as e:
             why = f"the planner, asked again, made another model or boundary call than it did then ({e})"
             raise RedactedArgs(rep.path, step, tool, where, why) from None
@@ -521,15 +569,13 @@ class Executor:
             raise RedactedArgs(rep.path, step, tool, where, why) from e
         finally:
             deactivate(token)
-        if not isinstance(planned, Step) or planned.tool != tool or planned.name != intent["name"]:
-            why = f"the planner, asked again, planned {planned!r:.200} instead of step {intent['name']!r}"
-            raise RedactedArgs(rep.path, step, tool, where, why)
+
+    def _same_args(self, rep: Replay, step: int, tool: str, planned: Step, recorded: Any) -> None:
+        """ResumeMismatch unless the live args, redacted, are the recorded ones."""
         check_value("args", planned.args, tool=tool, step=step)
         shown = self.redact(planned.args)
-        if canonical(shown) != canonical(intent["args"]):
-            raise ResumeMismatch(rep.path, f"args of step {step} (tool {tool!r})", intent["args"], shown)
-        run.planned = planned  # the verifier is shown the live Step
-        return {**intent, "args": planned.args}
+        if canonical(shown) != canonical(recorded):
+            raise ResumeMismatch(rep.path, f"args of step {step} (tool {tool!r})", recorded, shown)
 
     def _drive(self, run: _Run) -> Outcome:
         """The loop: one state at a time, each transition on the file before it is acted on.
@@ -678,12 +724,13 @@ class Executor:
 
     def _resume_group(self, run: _Run, rep: Replay) -> Outcome | None:
         """Go on with an open parallel step after a crash: a call that checkpointed is not run again."""
+        live = self._live_calls(run, rep)  # the recorded args may hold the marker: the planner gives them back
         slots = threading.BoundedSemaphore(self.max_parallel)
         calls = []
         for c in rep.group:
             if c.joined:
                 continue
-            planned = Step(c.planned["name"], c.planned["tool"], c.planned["args"])
+            planned = live.get(c.step) or Step(c.planned["name"], c.planned["tool"], c.planned["args"])
             call = run.call(c.step, planned)
             extra = {"step": c.step, **c.planned}
             calls.append((c.agent, self._resume_lane, (call, c, slots), extra))
@@ -704,8 +751,9 @@ class Executor:
             if c.last is not None and c.last.get("from") in (S.ACT, S.VERIFY):  # a retry was decided
                 call.attempt = c.last["attempt"] + 1
             return self._lane(call, slots)
-        assert c.intent is not None
-        call.attempt, call.intent, call.result = c.intent["attempt"], c.intent, c.result
+        assert c.intent is not None and call.planned is not None
+        call.attempt, call.result = c.intent["attempt"], c.result
+        call.intent = {**c.intent, "args": call.planned.args}  # the live args (see _live_calls), as a run's resume
         call.shown, call.result_seq = check_value("result", c.result), c.result_seq
         if c.state == S.PAUSED:
             if c.reconcile is None:
@@ -716,7 +764,7 @@ class Executor:
                 call.result = call.move(S.VERIFY, sync=True, user=("result",), result=call.result)["result"]
                 call.result_seq = call.wrote
             else:
-                call.move(S.ACT, sync=True, user=("args",), **{k: c.intent[k] for k in _INTENT if k in c.intent})
+                call.move(S.ACT, sync=True, user=("args",), **{k: call.intent[k] for k in _INTENT if k in call.intent})
         elif c.state == S.ACT and self.contracts[c.intent["tool"]]["effect"] == "unsafe":
             call.move(S.PAUSED, sync=True)
             return call.outcome()

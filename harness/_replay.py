@@ -838,6 +838,8 @@ def _scan(
                                 why = "a parallel call needs a str name, a str tool, a dict of args"
                                 raise _fail(path, n, "malformed", why, seq)
                             call.planned = {"name": name, "tool": tool, "args": args}
+                            if not group:  # the planner's crossings that planned the list: a resume asks it again
+                                planned = (len(cr_pos) // 6 - fresh, len(cr_pos) // 6)
                             group.append(call)
                     elif kind == "join" and child in lanes and lanes[child] in group:
                         if group[joined] is not lanes[child]:

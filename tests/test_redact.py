@@ -531,3 +531,54 @@ def test_the_spawn_of_a_parallel_call_and_an_agents_exit_error_are_redacted(tmp_
     exit_ = next(r for r in records if r["kind"] == "exit" and r["agent"] == "w")
     assert exit_["error"]["type"] == "builtins.ValueError" and MARKER in exit_["error"]["message"]
     assert replay(trace).state == "DONE"
+
+
+def paying_in_parallel(calls: list[Any], asked: list[int]) -> tuple[Any, dict[str, Any]]:
+    """A planner that asks a model (a recorded crossing), then plans two payments at once, a key in each."""
+
+    def planner(goal: Any, progress: list[Any]) -> Any:
+        if progress:
+            return None
+        reply = harness.llm({"q": "amount?"}, lambda req: (asked.append(1), {"amount": 5})[1])
+        return [Step("a", "pay", {"api_key": KEY, "amount": reply["amount"]}),
+                Step("b", "pay", {"api_key": OTHER, "amount": 2})]  # fmt: skip
+
+    def pay(api_key: str, amount: int, idempotency_key: str) -> dict[str, Any]:
+        calls.append(api_key)
+        if len(calls) <= 2:
+            raise RuntimeError("connection reset")  # not a ToolError: the process dies as in a crash
+        return {"paid": amount}
+
+    return planner, {"pay": harness.Tool(pay, idempotent=True)}
+
+
+def test_a_resumed_parallel_call_is_called_with_the_live_args_not_the_marker(tmp_path: Path) -> None:
+    """Each call of an open parallel step is called again as a run's own step is: with the args the planner,
+    asked again (its model call served from the trace), gives back; never with the marker."""
+    trace = tmp_path / "run.jsonl"
+    calls: list[Any] = []
+    asked: list[int] = []
+    planner, tools = paying_in_parallel(calls, asked)
+    with pytest.raises(RuntimeError):
+        Executor(planner=planner, tools=tools, trace=trace).run("g")
+    assert [c.state for c in replay(trace).group] == ["ACT", "ACT"] and sorted(calls) == sorted([KEY, OTHER])
+    out = Executor(planner=planner, tools=tools, trace=trace, resume=True).run("g")
+    assert out.state == "DONE" and [c.result for c in out.checkpoints] == [{"paid": 5}, {"paid": 2}]
+    assert sorted(calls[2:]) == sorted([KEY, OTHER]) and MARKER not in calls
+    assert asked == [1]  # the model call that planned the list was served, not made again
+    assert KEY.encode() not in trace.read_bytes() and OTHER.encode() not in trace.read_bytes()
+
+
+def test_a_resumed_parallel_step_whose_planner_plans_otherwise_calls_nothing(tmp_path: Path) -> None:
+    trace = tmp_path / "run.jsonl"
+    calls: list[Any] = []
+    planner, tools = paying_in_parallel(calls, [])
+    with pytest.raises(RuntimeError):
+        Executor(planner=planner, tools=tools, trace=trace).run("g")
+    with pytest.raises(harness.RedactedArgs) as e:
+        Executor(planner=lambda g, p: Step("a", "pay", {}), tools=tools, trace=trace, resume=True).run("g")
+    assert (e.value.tool, e.value.where) == ("pay", ".api_key") and "instead of the calls" in str(e.value)
+    other = [Step("a", "pay", {"api_key": KEY, "amount": 6}), Step("b", "pay", {"api_key": OTHER, "amount": 2})]
+    with pytest.raises(harness.ResumeMismatch, match="args of step 0"):
+        Executor(planner=lambda g, p: other, tools=tools, trace=trace, resume=True).run("g")
+    assert len(calls) == 2  # nothing was called again, with the marker or otherwise
