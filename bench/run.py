@@ -794,9 +794,12 @@ def bench_threads(scratch: Scratch, sizes: Sizes) -> Rounds:
     appends = take(n)
     local = threading.local()
 
-    def stamp() -> tuple[str, dict[str, int]]:
-        local.n = getattr(local, "n", 0) + 1
-        return local.name, {local.name: local.n}
+    def stamp(after: dict[str, int] | None) -> tuple[str, dict[str, int]]:
+        n = (after[local.name] if after else getattr(local, "n", 0)) + 1
+        return local.name, {local.name: n}
+
+    def tick(vc: dict[str, int]) -> None:  # the clock moves on once the record is encoded
+        local.n = vc[local.name]
 
     def write(journal: Journal, name: str, part: list[Append]) -> None:
         local.name, local.n = name, 0
@@ -807,7 +810,7 @@ def bench_threads(scratch: Scratch, sizes: Sizes) -> Rounds:
         def go() -> Sample:
             path = scratch()
             with Journal.open(path) as journal:
-                journal.share(stamp)
+                journal.share(stamp, tick)
                 parts = [appends[i::k] for i in range(k)]
                 workers = [threading.Thread(target=write, args=(journal, f"a{i}", parts[i])) for i in range(k)]
                 t0 = clocks()
