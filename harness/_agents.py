@@ -631,6 +631,10 @@ class ClockRules:
         self.exits: dict[str, dict[str, int]] = {}  # agent -> the clock of its exit, until joined
         self.sends: dict[tuple[str, int], tuple[str, dict[str, int]]] = {}  # (sender, count) -> (to, clock)
 
+    def unjoined(self) -> list[str]:
+        """The agents running, or exited and not joined: none may be left when the run ends."""
+        return sorted(self.live | self.exits.keys())
+
     def see(self, rec: dict[str, Any], kind: str) -> str | None:
         """None when rec's agent and clock are the ones the rules give, else why not."""
         if kind == "seal" and "vc" not in rec and "agent" not in rec:  # no agent's event: it closes the file

@@ -347,6 +347,14 @@ class Replay:
         return {"seq": i["seq"], "step": i["step"], "tool": i["tool"], "args": i["args"]}
 
 
+def _all_joined(path: str, n: int, seq: int, clocks: ClockRules | None) -> None:
+    """A run ends only once every agent it started has exited and been joined (bad-transition if not)."""
+    left = clocks.unjoined() if clocks is not None else []
+    if left:
+        why = f"the run ended while agent(s) {', '.join(map(repr, left))} had not exited and been joined"
+        raise _fail(path, n, "bad-transition", why, seq)
+
+
 def _call(x: Lane, joined: bool) -> Call:
     checkpoint = x.ck_rec
     return Call(
@@ -733,6 +741,7 @@ def _scan(
                     state, last = dst, rec
                     if dst in S.TERMINAL and lane is run_lane:
                         ended = True
+                        _all_joined(path, n, seq, clocks)
                     transitions += 1
                     crash = None
                     if not asked and question is not rec:  # crossings made before a question are served again
@@ -893,6 +902,7 @@ def _scan(
                         raise _fail(path, n, "malformed", why, seq)
                     state = S.DONE if rec["status"] == "success" else S.FAILED
                     ended = True
+                    _all_joined(path, n, seq, clocks)
                 else:
                     raise _fail(path, n, "unknown-kind", f"unknown record kind {kind!r}", seq)
             except (KeyError, TypeError) as e:

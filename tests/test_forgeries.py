@@ -339,3 +339,30 @@ def test_a_torn_tail_before_the_end_is_still_a_torn_tail(tmp_path: Path) -> None
     trace.write_bytes(trace.read_bytes() + b'{"seq":7,"kind":"tr')
     rep = harness.replay(trace)
     assert rep.torn_tail and rep.state == "PLAN"
+
+
+SPAWNED = [*START, {"kind": "spawn", "child": "w", "vc": {"main": 3}}]  # main spawns agent w at line 3
+
+
+@pytest.mark.parametrize(
+    ("records", "line"),
+    [
+        ([*SPAWNED, T("PLAN", "DONE", vc={"main": 4})], 4),  # w never exited
+        ([*SPAWNED, {"kind": "exit", "agent": "w", "status": "ok", "vc": {"main": 3, "w": 1}},
+          T("PLAN", "FAILED", error={"type": "X", "message": "m"}, vc={"main": 4})], 5),  # exited, never joined
+        ([HEADER, {"kind": "spawn", "child": "w", "vc": {"main": 2}},
+          {"kind": "end", "status": "success", "vc": {"main": 3}}], 3),  # a Recorder's end, w still running
+    ],
+)  # fmt: skip
+def test_a_run_that_ends_before_every_agent_exited_and_was_joined_is_refused(
+    tmp_path: Path, records: list[dict[str, Any]], line: int
+) -> None:
+    """The writer joins every agent before the run's end (a cancelled aspawn task once skipped its exit)."""
+    e = refused(forge(tmp_path / "forged.jsonl", records), line, "bad-transition")
+    assert "had not exited and been joined" in str(e) and "'w'" in str(e)
+    exit_, join = (
+        {"kind": "exit", "agent": "w", "status": "ok", "vc": {"main": 3, "w": 1}},
+        {"kind": "join", "child": "w"},
+    )
+    joined = [*SPAWNED, exit_, {**join, "vc": {"main": 4, "w": 1}}, T("PLAN", "DONE", vc={"main": 5, "w": 1})]
+    assert harness.replay(forge(tmp_path / "joined.jsonl", joined)).state == "DONE"
