@@ -43,10 +43,11 @@ import threading
 import time
 import traceback
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import KW_ONLY, dataclass, field
 from typing import Any
 
+from . import _index
 from . import _state as S
 from . import _timers
 from ._agents import AgentState, _agent, _in_call
@@ -199,7 +200,7 @@ class Outcome:
     """
 
     state: str
-    checkpoints: tuple[Checkpoint, ...]
+    checkpoints: Sequence[Checkpoint]  # a tuple; after a resume, a sequence reading older checkpoints on access
     run_id: str
     trace: str
     pending: dict[str, Any] | None = None
@@ -369,15 +370,18 @@ class Executor:
         if header["redact"] is None:
             del header["redact"]
         header["env"] = environment(self.entrypoint)
+        if not is_url(journal.path):
+            _index.remove(journal.path)  # an index beside a new trace is another trace's
         journal.append("header", header, sync=True, user=("goal",))
         run = _Run(journal, session or Session(journal, redact=self.redact), goal, run_id, [], S.INIT)
+        run.index = None if is_url(journal.path) else _index.Writer(journal.path, journal.fd)
         run.move(S.PLAN)
         return self._drive(run)
 
     def _resume(self, journal: Journal, goal: Any, answer: Any = NO_ANSWER) -> Outcome:
         path = journal.path
         try:
-            rep = replay(path)
+            rep = _index.resume_point(path)  # reads only what follows the index's mark, when it has a usable one
         except TraceCorruption as e:
             if e.reason != "torn-header":
                 raise
@@ -432,7 +436,8 @@ class Executor:
         """Drive a run on from the state a replay rebuilt."""
         last, intent = rep.last or {}, rep.intent
         goal = rep.goal if goal is _RECORDED else goal
-        run = _Run(journal, session, goal, rep.run_id, list(rep.checkpoints), rep.state)
+        run = _Run(journal, session, goal, rep.run_id, _index.resumed(rep.checkpoints), rep.state)
+        run.index = _index.Writer.after(journal.path, journal.fd, rep)
         if rep.group:  # a parallel step was open: its calls go on, each from where its lane stands
             run.state, run.step = S.PLAN, rep.group[0].step
             token = session.activate()
@@ -675,6 +680,8 @@ class Executor:
         finally:
             if token is not None:
                 deactivate(token)
+            if run.index is not None:  # the last quiet point's mark: a resume starts there
+                run.index.close()
 
     # --- parallel steps ------------------------------------------------------------------------------
 
@@ -713,7 +720,7 @@ class Executor:
         done: list[Outcome] = [h.join() for h in handles]
         failed = next((o for o in done if o.state == S.FAILED), None)
         for o in done:
-            list.extend(run.progress, o.checkpoints)
+            list.extend(run.tail, o.checkpoints)
         if failed is not None:
             last = failed.pending or {}
             run.step, run.attempt = last.get("step", run.step), last.get("attempt", 1)
@@ -740,7 +747,7 @@ class Executor:
     def _resume_lane(self, call: _Run, c: Call, slots: threading.BoundedSemaphore) -> Outcome:
         """One call of a parallel step, from where its lane stood (as _continue does for the run)."""
         if c.done and c.checkpoint is not None:
-            list.append(call.progress, c.checkpoint)
+            list.append(call.tail, c.checkpoint)
             return call.outcome()  # (in PLAN, done)
         call.state, call.attempt = c.state, c.attempt
         if c.state == S.FAILED:
@@ -789,7 +796,7 @@ class Executor:
         asked_in = run.state
         run.move(S.PAUSED, sync=True, user=("question",), question=question)
         pending = {"seq": run.wrote, "step": run.step, "state": asked_in, "question": question}
-        return Outcome(S.PAUSED, tuple(run.progress), run.id, run.journal.path, pending=pending)
+        return Outcome(S.PAUSED, run.snapshot(), run.id, run.journal.path, pending=pending)
 
     def _retry_or_fail(self, run: _Run, error: dict[str, Any], *, backoff: bool = False) -> bool:
         """Record a failed attempt (redacted): re-plan while attempts are left; True when the run FAILED."""
@@ -989,6 +996,7 @@ class _Run:
         "failed_at",
         "goal",
         "id",
+        "index",
         "intent",
         "journal",
         "lane",
@@ -1001,14 +1009,28 @@ class _Run:
         "shown",
         "state",
         "step",
+        "tail",
         "wrote",
     )  # fmt: skip
 
     def __init__(
-        self, journal: Journal, session: Session, goal: Any, run_id: str, progress: list[Checkpoint], state: str
+        self,
+        journal: Journal,
+        session: Session,
+        goal: Any,
+        run_id: str,
+        progress: list[Checkpoint] | _index.ResumedProgress,
+        state: str,
     ):
         self.journal, self.session, self.goal, self.id = journal, session, goal, run_id
-        self.progress = Progress(progress)
+        # the planner's view; `tail` is the list the run appends its checkpoints to (after a resume, the older ones
+        # stay in the trace and are read on access)
+        self.progress: Progress | _index.ResumedProgress
+        if isinstance(progress, _index.ResumedProgress):
+            self.progress, self.tail = progress, progress.tail
+        else:
+            self.progress = self.tail = Progress(progress)
+        self.index: _index.Writer | None = None  # the trace's index (_index.py), for the run itself
         self.state, self.step, self.attempt = state, 0, 1
         self.intent: dict[str, Any] = {}
         self.planned: Step | None = None
@@ -1083,16 +1105,24 @@ class _Run:
             raise HarnessError(f"internal error, please report: a checkpoint in state {self.state}")
         seq = self.journal.append("checkpoint", {"step": self.step, "verified": self.result_seq})
         self.state = S.CHECKPOINT_MOVES[-1]
-        list.append(self.progress, Checkpoint(self.step, self.intent["name"], self.result, seq))
+        list.append(self.tail, Checkpoint(self.step, self.intent["name"], self.result, seq))
         if self.lane:  # a call ends with its checkpoint: back in PLAN, done
             return
         self.step, self.attempt, self.planned = self.step + 1, 1, None
+        if self.index is not None:
+            self.index.step()
+
+    def snapshot(self) -> Sequence[Checkpoint]:
+        """The progress as an Outcome holds it: a tuple, or after a resume a sequence reading older ones on access."""
+        progress = self.progress
+        return progress.snapshot() if isinstance(progress, _index.ResumedProgress) else tuple(progress)
 
     def outcome(self, error: dict[str, Any] | None = None) -> Outcome:
-        return Outcome(self.state, tuple(self.progress), self.id, self.journal.path, self.failed_at, error)
+        return Outcome(self.state, self.snapshot(), self.id, self.journal.path, self.failed_at, error)
 
 
 def finished(rep: Replay) -> Outcome:
     """The outcome a trace records, for a run that needs nothing more done."""
     error = (rep.last or {}).get("error") if rep.state == S.FAILED else None
-    return Outcome(rep.state, tuple(rep.checkpoints), rep.run_id, rep.path, pending=rep.pending, error=error)
+    checkpoints = _index.ResumedProgress(rep.checkpoints, ())
+    return Outcome(rep.state, checkpoints, rep.run_id, rep.path, pending=rep.pending, error=error)

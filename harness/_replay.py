@@ -296,6 +296,10 @@ class Replay:
 
     clocks: dict[str, dict[str, int]] | None = field(default=None, repr=False)  # last clock per agent, once spawned
     group: tuple[Call, ...] = field(default=(), repr=False)  # the calls of a parallel step not closed yet
+    # the last quiet point (after a checkpoint a resume may start from; see _index.py), and the byte where
+    # checking began: 0 for replay(), an index mark's end for _index.resume_point()
+    quiet: tuple[Any, ...] | None = field(default=None, repr=False)
+    since: int = field(default=0, repr=False)
 
     @property
     def sealed(self) -> bool:
@@ -510,10 +514,11 @@ def _header_problem(path: str, rec: dict[str, Any]) -> tuple[str, str] | None:
 
 
 def _scan(
-    path: str, f: Any, on_record: Callable[[bytes, dict[str, Any]], None] | None = None
+    path: str, f: Any, on_record: Callable[[bytes, dict[str, Any]], None] | None = None, origin: Any = None
 ) -> Replay:  # one loop on purpose: it is the hot path
+    """Check the lines of f from its start, or from the point `origin` describes (a verified index mark, _index.py)."""
     crossings = _Lines(path, 2, _crossing)
-    checkpoints = _Checkpoints(path, crossings)
+    checkpoints = _Checkpoints(path, crossings) if origin is None else origin.checkpoints(path, crossings)
     ck_pos, cr_pos = checkpoints._pos, crossings._pos
     edges = S.EDGES
     loads, dumps, crc32 = orjson.loads, orjson.dumps, zlib.crc32  # locals: looked up once, not on every line
@@ -545,6 +550,16 @@ def _scan(
     group: list[Lane] = []  # the open parallel step's calls, in planner order
     joined = 0  # how many of them the run joined (in that order)
     ended = False  # the run reached DONE or FAILED
+    quiet: tuple[Any, ...] | None = None  # the last point a resume may start from (_index.py), once resolved
+    header_pos = (0, 0, 0)
+    if origin is not None:  # right after a quiet checkpoint: the state is these few values
+        m = origin.mark
+        header, tools, last, intent, intent_pos = origin.header, origin.header["tools"], origin.last, origin.intent, m.intent
+        result, result_seq, header_pos, quiet = origin.result, origin.result_seq, m.header, origin.quiet
+        state, n, seq, crc, offset, at_step, before = S.PLAN, m.seq, m.seq, m.crc, m.end, m.step + 1, "checkpoint"
+        transitions, resumes = m.transitions, m.resumes
+        blobs.update((name, (size, line)) for name, size, line in m.blobs)
+        f.seek(offset)
     buf = b""
     while True:
         # a long partial line doubles the read, so copying stays linear; the cap keeps any line longer
@@ -762,6 +777,8 @@ def _scan(
                             raise _fail(path, n, "bad-transition", illegal, seq)
                         state = move
                     transitions += len(S.CHECKPOINT_MOVES)
+                    if lane is run_lane and last["from"] == S.ACT and clocks is None and crash is None and not answers:
+                        quiet = (offset, length, prev, seq, crc, step, transitions, resumes, len(blobs), result_crossing)
                     last, fresh = rec, 0
                     if lane is run_lane:
                         at_step, at_attempt = at_step + 1, 1
@@ -864,7 +881,7 @@ def _scan(
                     found = _header_problem(path, rec)
                     if found is not None:
                         raise _fail(path, n, found[0], found[1], seq)
-                    header, tools = rec, rec["tools"]
+                    header, tools, header_pos = rec, rec["tools"], (offset, length, prev)
                 elif kind == "reconcile":
                     if state != S.PAUSED or reconcile is not None or question is not None:
                         raise _fail(
@@ -945,6 +962,13 @@ def _scan(
             raise _fail(path, n + 1, "after-terminal", why, _claimed(buf))
     if isinstance(result, BlobRef):
         result = orjson.loads(_blobs.read(path, result_seq, result.sha256, result.size))
+    if quiet is not None and len(quiet) == 10:  # where the lines of the last quiet point are (see _index.Writer)
+        off, length, prev, q_seq, q_crc, step, q_transitions, q_resumes, q_blobs, c = quiet
+        done = len(checkpoints) - (len(ck_pos) // 4 - _count_to(ck_pos, off))
+        r = 6 * c
+        intent_at, result_at = tuple(cr_pos[r : r + 3]), tuple(cr_pos[r + 3 : r + 6])
+        quiet = (off + length, q_seq, q_crc, step, (off, length, prev), intent_at, result_at, q_transitions,
+                 q_resumes, q_blobs, done, header_pos)  # fmt: skip
     if reconcile is not None and "result" not in reconcile:
         reconcile = _blobs.inline(path, reconcile)
     return Replay(
@@ -976,7 +1000,17 @@ def _scan(
         answered=answered,
         answers=tuple(answers),
         crash=crash,
+        quiet=quiet,
+        since=origin.mark.end if origin is not None else 0,
     )
+
+
+def _count_to(ck_pos: Any, off: int) -> int:
+    """How many checkpoints ck_pos holds up to and including the one at byte off (the last ones are searched)."""
+    i = len(ck_pos) - 4
+    while i >= 0 and ck_pos[i] != off:
+        i -= 4
+    return i // 4 + 1
 
 
 def _call_of(rec: dict[str, Any]) -> bytes:
