@@ -387,7 +387,7 @@ class Writer:
     """
 
     __slots__ = (
-        "blobs", "count", "crc", "dead", "fd", "header", "idx", "intent", "path", "pending", "plain", "pos", "quiet",
+        "blobs", "count", "crc", "dead", "fd", "stopped", "header", "idx", "intent", "path", "pending", "plain", "pos", "quiet",
         "result", "resumes", "seq", "steps", "transitions", "written_at",
     )  # fmt: skip
 
@@ -404,7 +404,8 @@ class Writer:
         self.quiet: Mark | None = None  # the last quiet point read
         self.written_at = 0  # the end of the last mark written
         self.steps = 0
-        self.dead = False
+        self.dead = False  # something went wrong: write nothing more
+        self.stopped = False  # the run spawned agents: read no further, the last quiet point before stays good
 
     @classmethod
     def after(cls, trace: str, fd: int, rep: Replay) -> Writer | None:
@@ -431,7 +432,7 @@ class Writer:
     def step(self) -> None:
         """A checkpoint was written: every 16 steps, write a mark if INTERVAL bytes went by since the last one."""
         self.steps += 1
-        if self.steps & 15 == 0 and not self.dead:
+        if self.steps & 15 == 0 and not self.dead and not self.stopped:
             try:
                 if os.fstat(self.fd).st_size - self.written_at >= INTERVAL:
                     self.mark()
@@ -443,7 +444,8 @@ class Writer:
         if self.dead:
             return
         try:
-            self._read_back()
+            if not self.stopped:
+                self._read_back()
         except (OSError, ValueError, KeyError, TypeError, orjson.JSONDecodeError):
             self.dead = True
         q = self.quiet
@@ -479,7 +481,9 @@ class Writer:
                 cut = data.rfind(b"\n") + 1
                 if not cut:
                     return
-            self._lines(memoryview(data)[:cut].tobytes().split(b"\n")[:-1])
+            self._lines(data[:cut].split(b"\n")[:-1])
+            if self.dead or self.stopped:
+                return
 
     def _lines(self, lines: list[bytes]) -> None:
         pos, seq = self.pos, self.seq
@@ -506,7 +510,10 @@ class Writer:
                 pass
             elif kind == b"header":
                 self.header = (0, len(line) + 1, 0)
-            elif kind == b"spawn" or k == 7:  # agents (or a line this reader cannot place): no more marks
+            elif kind == b"spawn":  # agents: the marks stop here
+                self.stopped = True
+                return
+            elif k == 7:  # a line this reader cannot place
                 self.dead = True
                 return
             else:

@@ -1,0 +1,378 @@
+"""The index beside a trace (TRACE.idx): what resume reads instead of the history, and what it still checks.
+
+A resume that finds a usable mark reads only what follows it; it must then
+rebuild exactly the state replay() rebuilds from every line, at every cut of
+the file. A mark that does not match the trace (damaged, torn, stale, another
+trace's) is ignored, and the resume leaves a fresh index behind. What resume
+trusts is the prefix before the mark; the checkpoints it reads from that
+prefix are checked line by line (and blob by blob) on access, and replay()
+still catches an edit anywhere.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import pickle
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import harness
+from harness import Executor, Step, TraceCorruption, replay
+from harness._index import ENTRY, INTERVAL, load, path_of, resume_point
+
+PAD = "x" * 600  # results this size make a trace pass INTERVAL in about a hundred steps
+
+
+def planner(n: int, *, parallel_at: int | None = None) -> Any:
+    def plan(goal: Any, progress: Any) -> Step | list[Step] | None:
+        if len(progress) >= n:
+            return None
+        if len(progress) % 3 == 1:
+            harness.llm({"prompt": f"step {len(progress)}"}, lambda req: {"text": "ok"})  # a crossing now and then
+        if len(progress) == parallel_at:
+            return [Step(f"s{len(progress) + k}", "work", {"i": len(progress) + k}) for k in range(3)]
+        return Step(f"s{len(progress)}", "work", {"i": len(progress)})
+
+    return plan
+
+
+class Crash(Exception):
+    pass
+
+
+def work_until(stop: int | None) -> Any:
+    def work(i: int) -> dict[str, Any]:
+        if i == stop:
+            raise Crash
+        return {"i": i, "pad": PAD}
+
+    return work
+
+
+def crashed(trace: Path, n: int, stop: int, **options: Any) -> None:
+    plan = planner(n, parallel_at=options.pop("parallel_at", None))
+    with pytest.raises(Crash):
+        Executor(planner=plan, tools={"work": work_until(stop)}, trace=trace, **options).run("g")
+
+
+def finish(trace: Path, n: int, **options: Any) -> harness.Outcome:
+    plan = planner(n, parallel_at=options.pop("parallel_at", None))
+    return Executor(planner=plan, tools={"work": work_until(None)}, trace=trace, resume=True, **options).run("g")
+
+
+def state(rep: harness.Replay) -> tuple[Any, ...]:
+    return (
+        rep.state, rep.last, rep.intent, rep.result, rep.result_seq, rep.last_seq, rep.end, rep.crc, rep.transitions,
+        rep.records, rep.resumes, rep.torn_tail, rep.fresh, rep.reconcile, rep.header, list(rep.checkpoints),
+        rep.resumable_crossings(), rep.blobs, rep.quiet, rep.clocks, rep.group,
+    )  # fmt: skip
+
+
+def test_a_long_run_leaves_a_mark_and_resume_reads_only_what_follows_it(trace: Path) -> None:
+    crashed(trace, 300, 250)
+    mark = load(str(trace))
+    assert mark is not None and INTERVAL <= mark.end < trace.stat().st_size
+    assert mark.checkpoints == 250 and mark.step == 249  # the crash (an exception) wrote the last quiet point
+    point = resume_point(str(trace))
+    assert point.since == mark.end and state(point) == state(replay(trace))
+    seen: list[Any] = []
+
+    def plan(goal: Any, progress: Any) -> Step | list[Step] | None:
+        if not seen:
+            seen.append([(c.step, c.name, c.result["i"]) for c in progress])
+            seen.append((progress[0].step, progress[-1].step, progress[100:102], len(progress)))
+        return planner(300)(goal, progress)
+
+    out = Executor(planner=plan, tools={"work": work_until(None)}, trace=trace, resume=True).run("g")
+    assert out.state == "DONE" and len(out.checkpoints) == 300
+    # the interrupted call (a plain tool) ran again first: the planner's first view holds 251 steps
+    assert seen[0] == [(i, f"s{i}", i) for i in range(251)]
+    assert seen[1][:2] == (0, 250) and [c.step for c in seen[1][2]] == [100, 101] and seen[1][3] == 251
+    assert list(out.checkpoints) == list(replay(trace).checkpoints)
+    assert out.checkpoints == replay(trace).checkpoints and out.checkpoints[299].result["i"] == 299
+    again = load(str(trace))
+    assert again is not None and again.checkpoints == 300  # the resumed run marked its own last step
+    assert replay(trace).sealed
+
+
+def test_a_mark_is_used_and_a_missing_one_is_left_behind(trace: Path) -> None:
+    crashed(trace, 300, 250)
+    os.unlink(path_of(str(trace)))
+    point = resume_point(str(trace))
+    assert point.since == 0 and state(point) == state(replay(trace))  # no mark: the whole trace is read
+    out = finish(trace, 251 + 0)  # finishes with the step that crashed
+    assert out.state == "DONE"
+    mark = load(str(trace))
+    assert mark is not None and mark.checkpoints == 251  # a fresh index, from the full read and the run after it
+
+
+@pytest.mark.parametrize("stop", [120, 121, 199])
+def test_resume_point_equals_replay_at_every_cut(tmp_path: Path, stop: int) -> None:
+    """Cut the file (with its index) at many lengths, torn lines included: the same state either way."""
+    trace = tmp_path / "run.jsonl"
+    crashed(trace, 300, stop)
+    data = trace.read_bytes()
+    mark = load(str(trace))
+    assert mark is not None
+    cuts = sorted({mark.end, mark.end + 1, len(data), len(data) - 7, *range(mark.end, len(data), 97)})
+    for n, at in enumerate(cuts):
+        cut = tmp_path / f"cut{n}.jsonl"
+        cut.write_bytes(data[:at])
+        shutil.copy(path_of(str(trace)), path_of(str(cut)))
+        point = resume_point(str(cut))
+        assert point.since == mark.end, at
+        assert state(point) == state(replay(cut)), at
+
+
+def test_resume_finishes_the_run_from_every_cut_after_the_mark(tmp_path: Path) -> None:
+    trace = tmp_path / "run.jsonl"
+    crashed(trace, 140, 130)
+    data, idx = trace.read_bytes(), Path(path_of(str(trace))).read_bytes()
+    mark = load(str(trace))
+    assert mark is not None
+    for n, at in enumerate(range(mark.end, len(data) + 1, 211)):
+        cut = tmp_path / f"cut{n}.jsonl"
+        cut.write_bytes(data[:at])
+        Path(path_of(str(cut))).write_bytes(idx)
+        out = finish(cut, 140)
+        assert out.state == "DONE" and [c.step for c in out.checkpoints] == list(range(140)), at
+        assert replay(cut).state == "DONE"
+
+
+def damage(trace: Path, at: int) -> None:
+    data = bytearray(trace.read_bytes())
+    data[at] ^= 0x01
+    trace.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize(
+    "spoil",
+    [
+        lambda idx: idx[:-1],  # torn
+        lambda idx: idx[:-30] + b"!" + idx[-29:],  # a damaged trailer
+        lambda idx: idx[:10] + b"\x07" + idx[11:],  # an entry changed: the size still fits, the trailer too
+        lambda idx: idx[ENTRY : 2 * ENTRY] + idx[:ENTRY] + idx[2 * ENTRY :],  # two entries swapped: real lines
+        lambda idx: idx[ENTRY : 2 * ENTRY] * 2 + idx[2 * ENTRY :],  # an entry leads to another checkpoint's lines
+        lambda idx: idx[:ENTRY] + bytes(ENTRY) + idx[2 * ENTRY :],  # a page lost: zeros
+        lambda idx: b"",
+    ],
+)
+def test_a_damaged_index_is_ignored_or_routed_around(trace: Path, spoil: Any) -> None:
+    crashed(trace, 200, 150)
+    idx = Path(path_of(str(trace)))
+    idx.write_bytes(spoil(idx.read_bytes()))
+    mark = load(str(trace))
+    point = resume_point(str(trace))
+    if mark is None:  # ignored: resume read the whole trace
+        assert point.since == 0 and state(point) == state(replay(trace))
+    else:  # an entry points elsewhere: its lines do not check, the positions come from a full read
+        assert point.since == mark.end
+        assert list(point.checkpoints) == list(replay(trace).checkpoints)
+        again = resume_point(str(trace))
+        assert [again.checkpoints[i].step for i in (0, 1, 2, -1)] == [0, 1, 2, len(again.checkpoints) - 1]
+    out = finish(trace, 200)
+    assert out.state == "DONE" and [c.step for c in out.checkpoints] == list(range(200))
+    assert [c.result["i"] for c in out.checkpoints] == list(range(200))
+    fresh = load(str(trace))
+    assert fresh is not None and fresh.checkpoints == 200 and resume_point(str(trace)).checkpoints[1].step == 1
+
+
+def test_a_mark_that_does_not_match_the_trace_is_ignored(tmp_path: Path) -> None:
+    a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    crashed(a, 200, 150)
+    crashed(b, 200, 160)
+    shutil.copy(path_of(str(a)), path_of(str(b)))  # another run's index: its lines are not where it says
+    assert resume_point(str(b)).since == 0 and state(resume_point(str(b))) == state(replay(b))
+    mark = load(str(a))
+    assert mark is not None
+    damage(a, mark.end - 30)  # the marked line itself edited: its crc no longer matches, so the whole file is read
+    with pytest.raises(TraceCorruption) as e:
+        resume_point(str(a))
+    assert e.value.reason == "checksum" and e.value.seq == mark.seq
+    c = tmp_path / "c.jsonl"
+    crashed(c, 200, 150)
+    os.truncate(c, load(str(c)).end - 100)  # type: ignore[union-attr]  # stale: the marked line is gone
+    assert resume_point(str(c)).since == 0
+
+
+def test_what_resume_trusts_and_what_catches_an_edit_behind_its_back(trace: Path) -> None:
+    """An edit before the mark, same length: resume does not read it; replay() does, and so does progress[i]."""
+    crashed(trace, 200, 150)
+    mark = load(str(trace))
+    assert mark is not None
+    data = trace.read_bytes()
+    result_5 = data.index(b'"to":"VERIFY","step":5,')
+    damage(trace, data.index(b'"pad":"', result_5) + 20)  # inside step 5's result: same length, one bit
+    point = resume_point(str(trace))
+    assert point.since == mark.end  # trusted: the prefix is not read again
+    assert point.checkpoints[6].step == 6
+    with pytest.raises(TraceCorruption) as at:
+        point.checkpoints[5]  # decoded on access: its result's line does not check, and a full read says why
+    assert at.value.reason == "checksum"
+    with pytest.raises(TraceCorruption) as e:
+        replay(trace)
+    assert e.value.reason == "checksum"
+    crossing = data.index(b'"kind":"crossing"', data.index(b'"step":40,'))
+    damage(trace, crossing + 60)  # a line no checkpoint reads: only a full read sees it
+    assert finish(trace, 200).state == "DONE"  # the planner never read checkpoint 5
+    with pytest.raises(TraceCorruption):
+        replay(trace)
+
+
+def test_a_blob_result_before_the_mark_is_read_and_checked_on_access(trace: Path) -> None:
+    crashed(trace, 200, 150, blob_threshold=500)  # every result (~650 bytes) in a blob
+    mark = load(str(trace))
+    assert mark is not None and len(mark.blobs) == 150
+    point = resume_point(str(trace))
+    assert point.since == mark.end and state(point) == state(replay(trace))
+    assert point.checkpoints[7].result == {"i": 7, "pad": PAD}
+    out = finish(trace, 200, blob_threshold=500)
+    assert out.state == "DONE" and replay(trace).sealed  # the seal lists the blobs named before the mark too
+    assert len(harness.verify(trace).problems) == 0
+    digest = next(name for name, (_, line) in replay(trace).blobs.items() if line < 30)
+    blob = trace.parent / "blobs" / digest
+    blob.write_bytes(blob.read_bytes().replace(b'"i":', b'"j":'))  # same size, other bytes
+    fresh = resume_point(str(trace))
+    with pytest.raises(TraceCorruption) as e:
+        [c.result for c in fresh.checkpoints[:10]]
+    assert e.value.reason == "blob"
+
+
+def test_a_run_with_agents_is_resumed_from_its_last_mark_before_them(trace: Path) -> None:
+    crashed(trace, 300, 250, parallel_at=200)
+    mark = load(str(trace))
+    assert mark is not None and mark.checkpoints <= 200  # no mark once the run spawned
+    point = resume_point(str(trace))
+    assert state(point) == state(replay(trace))
+    out = finish(trace, 300, parallel_at=200)
+    assert out.state == "DONE" and [c.step for c in out.checkpoints] == list(range(300))
+
+
+def test_a_new_run_at_a_path_drops_the_old_index(trace: Path) -> None:
+    crashed(trace, 200, 150)
+    assert os.path.exists(path_of(str(trace)))
+    trace.unlink()
+    Executor(planner=planner(3), tools={"work": work_until(None)}, trace=trace).run("g")
+    assert not os.path.exists(path_of(str(trace)))  # a short trace needs none: it is read whole
+
+
+def test_resumed_progress_reads_like_progress_and_refuses_changes(trace: Path) -> None:
+    crashed(trace, 200, 150)
+    seen: dict[str, Any] = {}
+
+    def plan(goal: Any, progress: Any) -> Step | list[Step] | None:
+        if not seen:
+            seen["len"], seen["neg"], seen["slice"] = len(progress), progress[-151].step, progress[-2:]
+            seen["copies"] = [copy.copy(progress), copy.deepcopy(progress), pickle.loads(pickle.dumps(progress))]
+            seen["eq"] = progress == list(progress) and progress == tuple(progress) and progress != list(progress)[:-1]
+            for change in (lambda p: p.append(1), lambda p: p.__setitem__(0, 1), lambda p: p.pop(), lambda p: p.sort()):
+                with pytest.raises(TypeError, match="read only"):
+                    change(progress)
+            with pytest.raises(IndexError):
+                progress[len(progress)]  # the read is the test
+        return planner(200)(goal, progress)
+
+    out = Executor(planner=plan, tools={"work": work_until(None)}, trace=trace, resume=True).run("g")
+    assert out.state == "DONE"
+    assert seen["len"] == 151 and seen["neg"] == 0 and [c.step for c in seen["slice"]] == [149, 150]
+    assert all(type(c) is list and [x.step for x in c] == list(range(151)) for c in seen["copies"])
+    assert seen["eq"] is True
+
+
+CHILD = """
+import os, sys, time
+from pathlib import Path
+import harness
+from harness import Executor, Step
+
+trace, marker = sys.argv[1], Path(sys.argv[2])
+
+def plan(goal, progress):
+    if len(progress) >= 400:
+        return None
+    return Step(f"s{len(progress)}", "work", {"i": len(progress)})
+
+def work(i):
+    if i == 300:
+        Path(f"{marker}.tmp").write_text(str(os.getpid()))
+        os.replace(f"{marker}.tmp", marker)  # tell the parent (atomically) we are inside call 300
+        time.sleep(600)  # and wait for the SIGKILL
+    return {"i": i, "pad": "x" * 600}
+
+Executor(planner=plan, tools={"work": work}, trace=trace).run("g")
+"""
+
+
+def test_a_sigkilled_run_is_resumed_from_its_index(tmp_path: Path, trace: Path) -> None:
+    marker = tmp_path / "inside"
+    child = subprocess.Popen([sys.executable, "-c", CHILD, str(trace), str(marker)], stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 120  # a hang guard for the handshake, not a timing assertion
+        while not marker.exists():
+            if child.poll() is not None:
+                pytest.fail(f"the child ended before the handshake: {child.communicate()[1].decode()}")
+            if time.monotonic() > deadline:
+                pytest.fail("the child never reached call 300")
+            time.sleep(0.01)
+        os.kill(child.pid, signal.SIGKILL)
+    finally:
+        child.kill()
+        child.communicate()
+    assert child.returncode == -signal.SIGKILL
+    mark = load(str(trace))  # written as the run went (every INTERVAL bytes), not at its end: there was none
+    assert mark is not None and 200 < mark.checkpoints < 300
+    assert trace.stat().st_size - mark.end < 3 * INTERVAL
+    point = resume_point(str(trace))
+    assert point.since == mark.end and point.state == "ACT" and state(point) == state(replay(trace))
+
+    def plan(goal: Any, progress: Any) -> Step | None:
+        return None if len(progress) >= 400 else Step(f"s{len(progress)}", "work", {"i": len(progress)})
+
+    out = Executor(planner=plan, tools={"work": work_until(None)}, trace=trace, resume=True).run("g")
+    assert out.state == "DONE" and [c.result["i"] for c in out.checkpoints] == list(range(400))
+    assert replay(trace).state == "DONE" and replay(trace).sealed
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_power_loss_leaves_any_index_and_resume_still_finishes_exactly(
+    tmp_path: Path, seed: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """fsync mode: cut the trace back to one of its synced lengths, and the unsynced index anywhere."""
+    import harness._journal as journal_module
+
+    rng = random.Random(seed)
+    trace = tmp_path / "run.jsonl"
+    synced: list[int] = []
+    real = journal_module._fsync
+
+    def spy(fd: int) -> None:
+        real(fd)
+        synced.append(os.fstat(fd).st_size)
+
+    monkeypatch.setattr(journal_module, "_fsync", spy)
+    crashed(trace, 260, 250, durability="fsync")
+    monkeypatch.setattr(journal_module, "_fsync", real)
+    idx = Path(path_of(str(trace)))
+    data = idx.read_bytes()
+    os.truncate(trace, rng.choice([s for s in synced if s > INTERVAL]))
+    choice = rng.randrange(4)
+    if choice == 0:  # torn anywhere
+        idx.write_bytes(data[: rng.randrange(len(data))])
+    elif choice == 1:  # an entry's page lost: zeros in the middle, trailer intact
+        at = rng.randrange(0, max(1, len(data) - 600))
+        idx.write_bytes(data[:at] + bytes(48) + data[at + 48 :])
+    elif choice == 2:
+        idx.unlink()
+    out = finish(trace, 260, durability="fsync")
+    assert out.state == "DONE" and [c.step for c in out.checkpoints] == list(range(260))
+    assert [c.result["i"] for c in out.checkpoints] == list(range(260))
+    assert state(resume_point(str(trace))) == state(replay(trace))
