@@ -47,9 +47,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import KW_ONLY, dataclass, field
 from typing import Any
 
-from . import _index
+from . import _index, _timers
 from . import _state as S
-from . import _timers
 from ._agents import AgentState, _agent, _in_call
 from ._blobs import THRESHOLD
 from ._boundary import Session, _current, deactivate, error_of
@@ -557,7 +556,9 @@ class Executor:
             self._same_args(rep, x.step, x.planned["tool"], p, x.planned["args"])
         return {x.step: p for x, p in zip(rep.group, planned, strict=True)}
 
-    def _plan_again(self, run: _Run, rep: Replay, progress: list[Checkpoint], step: int, tool: str, where: str) -> Any:
+    def _plan_again(
+        self, run: _Run, rep: Replay, progress: Sequence[Checkpoint], step: int, tool: str, where: str
+    ) -> Any:
         """What the planner plans when asked again with the same goal and progress, the crossings it made
         while planning the step then (rep.planned) served from the trace: none is made live, none written.
         RedactedArgs when it makes another crossing or raises."""
@@ -565,7 +566,8 @@ class Executor:
         session = Session(None, rep.crossings[start:stop], strict=True, redact=self.redact)
         token = session.activate()
         try:
-            return self.planner(run.goal, Progress(progress))
+            view = progress if isinstance(progress, Progress | _index.ResumedProgress) else Progress(progress)
+            return self.planner(run.goal, view)  # type: ignore[arg-type]  # after a resume, a read-only Sequence
         except (ReplayDrift, ReplayViolation) as e:
             why = f"the planner, asked again, made another model or boundary call than it did then ({e})"
             raise RedactedArgs(rep.path, step, tool, where, why) from None
@@ -592,7 +594,7 @@ class Executor:
         try:
             while True:
                 if run.state == S.PLAN:
-                    planned: Any = run.planned if run.lane else self.planner(run.goal, run.progress)
+                    planned: Any = run.planned if run.lane else self.planner(run.goal, run.progress)  # type: ignore[arg-type]
                     run.check_session()
                     if planned is None:
                         run.end(S.DONE)

@@ -93,7 +93,7 @@ class Mark:
         try:
             d = orjson.loads(body)
             d["blobs"] = tuple(tuple(b) for b in d["blobs"])
-            mark = cls(**{k: tuple(v) if type(v) is list else v for k, v in d.items()})
+            mark = cls(**{k: tuple(v) if type(v) is list else v for k, v in d.items()})  # type: ignore[arg-type]
         except (orjson.JSONDecodeError, TypeError, KeyError):
             return None
         ints = [mark.end, mark.seq, mark.crc, mark.step, mark.transitions, mark.resumes, mark.checkpoints]
@@ -347,6 +347,7 @@ class Prefixed(_Checkpoints):
                         self._rebase()
                         break
                     for g in got:
+                        assert g is not None
                         yield self._build(*g)
                     done = hi
                 for i in range(done, len(self)):
@@ -387,8 +388,8 @@ class Writer:
     """
 
     __slots__ = (
-        "blobs", "count", "crc", "dead", "fd", "stopped", "header", "idx", "intent", "path", "pending", "plain", "pos", "quiet",
-        "result", "resumes", "seq", "steps", "transitions", "written_at",
+        "blobs", "count", "crc", "dead", "fd", "header", "idx", "intent", "path", "pending", "plain", "pos", "quiet",
+        "result", "resumes", "seq", "steps", "stopped", "transitions", "written_at",
     )  # fmt: skip
 
     def __init__(self, trace: str, fd: int):
@@ -652,4 +653,3 @@ class ResumedProgress(Sequence[Checkpoint]):
 
 def resumed(checkpoints: Records) -> ResumedProgress:
     return ResumedProgress(checkpoints)
-

@@ -554,7 +554,7 @@ def _scan(
     header_pos = (0, 0, 0)
     if origin is not None:  # right after a quiet checkpoint: the state is these few values
         m = origin.mark
-        header, tools, last, intent, intent_pos = origin.header, origin.header["tools"], origin.last, origin.intent, m.intent
+        header, tools, last, intent, intent_pos = origin.header, origin.header["tools"], origin.last, origin.intent, m.intent  # fmt: skip  # noqa: E501
         result, result_seq, header_pos, quiet = origin.result, origin.result_seq, m.header, origin.quiet
         state, n, seq, crc, offset, at_step, before = S.PLAN, m.seq, m.seq, m.crc, m.end, m.step + 1, "checkpoint"
         transitions, resumes = m.transitions, m.resumes
@@ -777,8 +777,8 @@ def _scan(
                             raise _fail(path, n, "bad-transition", illegal, seq)
                         state = move
                     transitions += len(S.CHECKPOINT_MOVES)
-                    if lane is run_lane and last["from"] == S.ACT and clocks is None and crash is None and not answers:
-                        quiet = (offset, length, prev, seq, crc, step, transitions, resumes, len(blobs), result_crossing)
+                    if lane is run_lane and last["from"] == S.ACT and clocks is None and crash is None and not answers:  # type: ignore[index]
+                        quiet = (offset, length, prev, seq, crc, step, transitions, resumes, len(blobs), result_crossing)  # fmt: skip  # noqa: E501
                     last, fresh = rec, 0
                     if lane is run_lane:
                         at_step, at_attempt = at_step + 1, 1
