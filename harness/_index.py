@@ -1,24 +1,23 @@
 """The sidecar `TRACE.idx`: a point of a trace that a resume may start from without reading what precedes it.
 
-Layout: one entry of 24 bytes per checkpoint record of the run, in order:
-the byte offsets (little-endian int64) where its intent line (the last
-transition into ACT), its result line (the ACT -> VERIFY transition the
-checkpoint names) and the checkpoint line itself start. Then the trailer:
-the JSON of the mark, then its length (u32), its zlib crc32 (u32) and
-MAGIC. A file is usable only when its size is exactly 24 x the mark's
-checkpoint count + the trailer's length.
+Layout: one 8-byte entry per checkpoint record of the run, in order (the
+byte offset where its line starts, a little-endian int64), then the trailer:
+the JSON of the mark, its length (u32), its zlib crc32 (u32) and MAGIC. A
+file is usable only when its size is exactly 8 x the mark's checkpoint count
++ the trailer's length.
 
-A mark describes a quiet point of a run that never spawned an agent: right
-after a `checkpoint` record whose result came from ACT (not a reconcile, not
-an answer) and whose step saw no crash. There the state of the scanner in
-_replay._scan is a few numbers (seq, crc, counts, the step), the blobs named
-so far, and four lines: the header, the step's intent, its result and the
-checkpoint. The executor writes marks (one pwrite of the new entries and the
-trailer) every INTERVAL bytes of trace and when a run stops; it finds its
-lines by reading back what it wrote since the last mark (`Writer`). A mark is
-never fsynced: it is a hint that a resume checks (`start`), never a source of
-truth. A missing, torn, stale or foreign index is ignored, the trace is read
-from its first line, and the resume leaves a fresh index behind.
+A mark describes a quiet point of a run that has not spawned an agent: right
+after a `checkpoint` record whose result came straight from ACT (not a
+reconcile, not an answer) with nothing but crossings between them. There the
+state of the scanner in _replay._scan is a few numbers (seq, crc, the step),
+the blobs named so far, and four lines: the header, the step's intent, its
+result and the checkpoint. The executor writes marks (one pwrite of the new
+entries and the trailer) every INTERVAL bytes of trace and when a run stops;
+it finds the checkpoints it wrote by reading back the bytes since the last
+mark (`Writer`), and a mark's lines by walking back from its checkpoint. A
+mark is never fsynced: it is a hint that a resume checks (`resume_point`),
+never a source of truth. A missing, torn, stale or foreign index is ignored,
+the trace is read from its first line, and the resume leaves a fresh index.
 
 What a resume from a mark trusts, and what catches a change: see
 docs/FORMAT.md, "The index (`<trace>.idx`)".
@@ -30,11 +29,12 @@ import contextlib
 import copy
 import operator
 import os
+import re
 import struct
 import sys
 import zlib
 from array import array
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,11 +49,15 @@ from .store._location import is_url
 
 MAGIC = b"HIDX\x00\x02\r\n"  # the format's name and version (2: schema-2 traces); \r\n catches a text conversion
 INTERVAL = 1 << 16  # bytes of trace between two marks written while a run goes on
-ENTRY = 24  # three int64 offsets per checkpoint: intent, result, checkpoint
+ENTRY = 8  # the offset of a checkpoint's line
 BLOBS_MAX = 256  # a run naming more blobs gets no new mark (the last one written stays good)
+WALK = 64  # lines a reader walks back from a checkpoint to find its result and intent
 _CLOSE = struct.Struct("<II8s")
 _BATCH = 4096  # entries read at a time when progress is iterated
+_CHECKPOINT = b',"kind":"checkpoint","step":'  # a line of the run's own checkpoint, after its seq
+_SEQ = re.compile(rb'\{"seq":([0-9]+),"kind":"')
 Pos = tuple[int, int, int]  # a line's offset, its length with its newline, and the crc of the line before it
+Read = Callable[[int, int], bytes]  # read(offset, size)
 
 
 def path_of(trace: str) -> str:
@@ -79,10 +83,8 @@ class Mark:
     intent: Pos  # the step's intent (its name)
     result: Pos  # the ACT -> VERIFY transition holding the verified result
     last: Pos  # the checkpoint
-    transitions: int  # moves up to end (a checkpoint counts two)
-    resumes: int
     checkpoints: int  # entries before the trailer
-    blobs: tuple[tuple[str, int, int], ...]  # every blob named up to end: (sha256, size, first line naming it)
+    blobs: tuple[str, ...]  # the sha256 of every blob named up to end
 
     def encode(self) -> bytes:
         body = orjson.dumps({k: getattr(self, k) for k in self.__slots__})
@@ -92,17 +94,16 @@ class Mark:
     def decode(cls, body: bytes) -> Mark | None:
         try:
             d = orjson.loads(body)
-            d["blobs"] = tuple(tuple(b) for b in d["blobs"])
             mark = cls(**{k: tuple(v) if type(v) is list else v for k, v in d.items()})  # type: ignore[arg-type]
         except (orjson.JSONDecodeError, TypeError, KeyError):
             return None
-        ints = [mark.end, mark.seq, mark.crc, mark.step, mark.transitions, mark.resumes, mark.checkpoints]
+        ints = [mark.end, mark.seq, mark.crc, mark.step, mark.checkpoints]
         poss = [mark.header, mark.intent, mark.result, mark.last]
         if (
             type(mark.run_id) is not str
             or any(len(p) != 3 for p in poss)
             or not all(type(v) is int and v >= 0 for v in ints + [x for p in poss for x in p])
-            or not all(len(b) == 3 and type(b[0]) is str and type(b[1]) is int for b in mark.blobs)
+            or not all(type(b) is str for b in mark.blobs)
         ):
             return None
         return mark
@@ -135,7 +136,7 @@ def load(trace: str) -> Mark | None:
 
 
 def entries(trace: str, lo: int, hi: int) -> array[int]:
-    """The offsets (intent, result, checkpoint) of checkpoints lo..hi-1, read from trace's index."""
+    """The offsets of checkpoints lo..hi-1, read from trace's index."""
     out = array("q")
     with open(path_of(trace), "rb") as f:
         f.seek(lo * ENTRY)
@@ -146,6 +147,132 @@ def entries(trace: str, lo: int, hi: int) -> array[int]:
     if sys.byteorder != "little":
         out.byteswap()
     return out
+
+
+# ------------------------------------------------------------------------------------------------- lines
+
+
+def _line_at(read: Read, off: int) -> tuple[Pos, bytes]:
+    """The line starting at off (with its newline) and its position: its length, and the crc before it.
+
+    OSError when the bytes there cannot be a whole line after another one.
+    """
+    if off < SUFFIX + 1:
+        raise OSError("not a line after another one")
+    head = read(off - 11, 11)  # the end of the line before: <8 hex digits>"}\n
+    if len(head) != 11 or head[8:] != b'"}\n':
+        raise OSError("not a line after another one")
+    size, line = 1 << 12, b""
+    while True:
+        line = read(off, size)
+        nl = line.find(b"\n")
+        if nl >= 0:
+            line = line[: nl + 1]
+            break
+        if len(line) < size or size > MAX_LINE:
+            raise OSError("not a whole line")
+        size *= 4
+    try:
+        prev = int(head[:8], 16)
+    except ValueError:
+        raise OSError("not a crc before the line") from None
+    return (off, len(line), prev), line
+
+
+def _starts_before(read: Read, off: int) -> Iterator[int]:
+    """The offsets where the lines before off start, the nearest first, at most WALK of them."""
+    size, seen = 1 << 12, 0
+    while off > 0 and seen < WALK:
+        lo = max(0, off - size)
+        data = read(lo, off - lo)
+        nl = data.rfind(b"\n", 0, len(data) - 1)
+        if nl < 0 and lo > 0:
+            if size > MAX_LINE:
+                return
+            size *= 4
+            continue
+        off = lo + nl + 1
+        seen += 1
+        yield off
+
+
+def _record(read: Read, off: int) -> tuple[Pos, dict[str, Any]] | None:
+    """The record whose line starts at off, its crc checked; None when it does not check."""
+    try:
+        pos, line = _line_at(read, off)
+    except OSError:
+        return None
+    if not line_ok(line[:-1], pos[2]):
+        return None
+    try:
+        rec = orjson.loads(line)
+    except orjson.JSONDecodeError:
+        return None
+    return (pos, rec) if type(rec) is dict else None
+
+
+def _closed(read: Read, ck_off: int, step: int) -> tuple[Pos, dict[str, Any], Pos, dict[str, Any], Pos, dict[str, Any]] | None:  # fmt: skip  # noqa: E501
+    """Checkpoint `step` at ck_off, the result it names and that result's intent, each line checked.
+
+    The result is looked for among the lines before the checkpoint, with
+    nothing but main crossings between them; the intent is the nearest
+    transition into ACT before the result. None when they are not there.
+    """
+    found = _record(read, ck_off)
+    if found is None:
+        return None
+    ck_pos, ck = found
+    result: tuple[Pos, dict[str, Any]] | None = None
+    intent: tuple[Pos, dict[str, Any]] | None = None
+    for off in _starts_before(read, ck_off):
+        head = read(off, 96)
+        if result is None:
+            m = _SEQ.match(head)
+            if m is None:
+                return None
+            if int(m[1]) == ck.get("verified"):
+                result = _record(read, off)
+                if result is None:
+                    return None
+            elif not head.startswith(b'crossing",', m.end()):
+                return None  # a record other than the verifier's crossings between result and checkpoint
+        elif b'"kind":"transition","from":"' in head and b'","to":"ACT"' in head:
+            intent = _record(read, off)
+            break
+    if result is None or intent is None or not _closes(ck, intent[1], result[1], step):
+        return None
+    return ck_pos, ck, intent[0], intent[1], result[0], result[1]
+
+
+def _closes(ck: dict[str, Any], intent: dict[str, Any], result: dict[str, Any], step: int) -> bool:
+    """Whether ck is the checkpoint of step `step` of the run, naming result, whose intent is `intent`."""
+    return (
+        ck.get("kind") == "checkpoint"
+        and ck.get("step") == step
+        and "agent" not in ck
+        and "vc" not in ck
+        and result.get("kind") == "transition"
+        and result.get("from") == S.ACT
+        and result.get("to") == S.VERIFY
+        and result.get("step") == step
+        and "agent" not in result
+        and ck.get("verified") == result.get("seq")
+        and intent.get("kind") == "transition"
+        and intent.get("to") == S.ACT
+        and intent.get("step") == step
+        and intent.get("attempt") == result.get("attempt")
+        and "agent" not in intent
+        and type(intent.get("seq")) is int
+        and intent["seq"] < result["seq"] < ck["seq"]
+    )
+
+
+def _file_reader(f: Any) -> Read:
+    def read(off: int, n: int) -> bytes:
+        f.seek(off)
+        return bytes(f.read(n))
+
+    return read
 
 
 # ------------------------------------------------------------------------------------------------- reading
@@ -168,8 +295,7 @@ class Start:
     @property
     def quiet(self) -> tuple[Any, ...]:
         m = self.mark
-        return (m.end, m.seq, m.crc, m.step, m.last, m.intent, m.result, m.transitions, m.resumes, len(m.blobs),
-                m.checkpoints, m.header)  # fmt: skip
+        return (m.end, m.seq, m.crc, m.step, m.last, m.intent, m.result, len(m.blobs), m.checkpoints, m.header)
 
 
 def resume_point(trace: str) -> Replay:
@@ -182,8 +308,9 @@ def resume_point(trace: str) -> Replay:
     closes. The lines before the mark are not read again (replay() and
     `harness verify` read them all); every line after it gets all of
     replay()'s checks. `checkpoints` of the Replay covers the whole run (the
-    older ones read on access, see Prefixed); `crossings`, `artifacts` and
-    `records` before the mark are not known: only what a resume uses is.
+    older ones read on access, see Prefixed); `crossings`, `artifacts`,
+    `transitions` and `resumes` count from the mark, and `blobs` holds the
+    mark's with size and line 0: only what a resume uses is known.
     Without a usable mark this is replay().
     """
     if is_url(trace):
@@ -214,27 +341,6 @@ def _read(f: Any, pos: Pos) -> dict[str, Any] | None:
     return rec if type(rec) is dict else None
 
 
-def _closes(ck: dict[str, Any], intent: dict[str, Any], result: dict[str, Any], step: int) -> bool:
-    """Whether ck is the checkpoint of step `step` of the run, naming result, whose intent is `intent`."""
-    return (
-        ck.get("kind") == "checkpoint"
-        and ck.get("step") == step
-        and "agent" not in ck
-        and "vc" not in ck
-        and result.get("kind") == "transition"
-        and result.get("from") == S.ACT
-        and result.get("to") == S.VERIFY
-        and result.get("step") == step
-        and ck.get("verified") == result.get("seq")
-        and intent.get("kind") == "transition"
-        and intent.get("to") == S.ACT
-        and intent.get("step") == step
-        and intent.get("attempt") == result.get("attempt")
-        and type(intent.get("seq")) is int
-        and intent["seq"] < result["seq"] < ck["seq"]
-    )
-
-
 def _verify(f: Any, mark: Mark) -> Start | None:
     """The records a mark names, when its lines are what it says; None when the mark cannot be trusted."""
     off, length, _ = mark.last
@@ -259,36 +365,18 @@ def _verify(f: Any, mark: Mark) -> Start | None:
     return Start(mark, header, last, intent, payload, result["seq"])
 
 
-def _locate(f: Any, off: int) -> Pos:
-    """(offset, length, crc before) of the line starting at off, read from the line before's suffix.
-
-    OSError when the bytes there cannot be a line's start (the caller then reads the whole trace).
-    """
-    if off < SUFFIX + 1:
-        raise OSError("not a line after another one")
-    f.seek(off - 11)
-    head = f.read(11)  # the end of the line before: <8 hex digits>"}\n
-    line = f.readline(MAX_LINE + 1)
-    if len(head) != 11 or head[8:] != b'"}\n' or not line.endswith(b"\n"):
-        raise OSError("not a line after another one")
-    try:
-        prev = int(head[:8], 16)
-    except ValueError:
-        raise OSError("not a crc before the line") from None
-    return (off, len(line), prev)
-
-
 class Prefixed(_Checkpoints):
     """The checkpoints of a run resumed from a mark: the first `base` are found through the index.
 
-    Checkpoint i < base is read from the three lines its index entry points
-    at, each line's crc checked again (chained on the crc at the end of the
-    line before it), and accepted only if they are checkpoint i, the result it
-    names and that result's intent; its result read from its blob (sha256
-    checked) when it is in one. When an entry does not lead to such lines (the
-    index was torn, or the trace changed), the whole trace is replayed, which
-    raises TraceCorruption if the trace itself changed, and the older
-    checkpoints are then read from that replay.
+    Checkpoint i < base is read from the line its index entry points at, the
+    result it names (among the lines just before it, with only crossings
+    between) and that result's intent: each line's crc checked again (chained
+    on the crc at the end of the line before it), and accepted only if they
+    are checkpoint i, its result and its intent; its result read from its
+    blob (sha256 checked) when it is in one. When an entry does not lead to
+    such lines (the index was torn, or the trace changed), the whole trace is
+    replayed, which raises TraceCorruption if the trace itself changed, and
+    the older checkpoints are then read from that replay.
     """
 
     __slots__ = ("_base", "_full")
@@ -306,7 +394,7 @@ class Prefixed(_Checkpoints):
             return super()._read(f, i - self._base)
         if self._full is None:
             try:
-                found = self._decode(f, entries(self._path, i, i + 1), i)
+                found = self._decode(f, entries(self._path, i, i + 1)[0], i)
             except OSError:
                 found = None
             if found is not None:
@@ -315,13 +403,12 @@ class Prefixed(_Checkpoints):
         assert self._full is not None
         return self._full._read(f, i)
 
-    def _decode(self, f: Any, at: Sequence[int], i: int) -> list[dict[str, Any]] | None:
-        """Checkpoint i's records from its entry's offsets, or None when they are not there (OSError too)."""
-        ck_pos, intent_pos, result_pos = _locate(f, at[2]), _locate(f, at[0]), _locate(f, at[1])
-        ck, intent, result = _read(f, ck_pos), _read(f, intent_pos), _read(f, result_pos)
-        if ck is None or intent is None or result is None or not _closes(ck, intent, result, i):
+    def _decode(self, f: Any, at: int, i: int) -> list[dict[str, Any]] | None:
+        """Checkpoint i's records from its entry's offset, or None when they are not there (OSError too)."""
+        found = _closed(_file_reader(f), at, i)
+        if found is None:
             return None
-        return [ck, intent, _blobs.inline(self._path, result)]
+        return [found[1], found[3], _blobs.inline(self._path, found[5])]
 
     def _rebase(self) -> None:
         """The index does not lead to the lines it should: every older checkpoint from a replay of the whole trace.
@@ -340,7 +427,7 @@ class Prefixed(_Checkpoints):
                     hi = min(done + _BATCH, self._base)
                     try:
                         at = entries(self._path, done, hi)
-                        got = [self._decode(f, at[3 * k : 3 * k + 3], done + k) for k in range(hi - done)]
+                        got = [self._decode(f, at[k], done + k) for k in range(hi - done)]
                     except OSError:
                         got = [None]
                     if any(g is None for g in got):
@@ -355,21 +442,6 @@ class Prefixed(_Checkpoints):
         except OSError as e:
             raise read_error(self._path, e) from None
 
-    def positions(self) -> tuple[int, array[int]]:
-        """(entries on file, the offsets of the checkpoints after them) for the index writer."""
-        return self._base, offsets(self)
-
-
-def offsets(ck: _Checkpoints) -> array[int]:
-    """(intent, result, checkpoint) offsets of each checkpoint ck holds positions for (after its base)."""
-    out = array("q")
-    cr = ck._crossings._pos
-    pos = ck._pos
-    for j in range(0, len(pos), 4):
-        c = 6 * pos[j + 3]
-        out.extend((cr[c], cr[c + 3], pos[j]))
-    return out
-
 
 # ------------------------------------------------------------------------------------------------- writing
 
@@ -377,80 +449,137 @@ def offsets(ck: _Checkpoints) -> array[int]:
 class Writer:
     """Appends checkpoint entries and marks to a trace's index as its run goes; every failure is silent (a hint).
 
-    It reads back the lines written since it last looked (they are in the
-    page cache), recognising each kind by its first bytes: the positions of
-    intents, results and checkpoints, transitions and resumes counted, blobs
-    collected. A checkpoint whose result came straight from ACT, with only
-    crossings between them, is a quiet point; at most every INTERVAL bytes,
-    and when the run stops, the last quiet point becomes the mark. A spawn
-    (the run has agents) or too many blobs stop it: the last mark stays.
+    The executor calls step() after each checkpoint of the run itself; every
+    16 steps, once INTERVAL bytes went by since the last mark, it reads back
+    the bytes written since it last looked, finds the checkpoint lines among
+    them (a byte search: the other lines are not looked at), and marks the
+    checkpoint just written if it is a quiet point (see _closed); close()
+    marks the last checkpoint when the run stops, if no line after it names a
+    blob. A checkpoint of a run that spawned agents carries a clock and is
+    never a quiet point: the last mark before the spawn stays.
     A trace shorter than INTERVAL gets no index: reading it whole is as fast.
     """
 
-    __slots__ = (
-        "blobs", "count", "crc", "dead", "fd", "header", "idx", "intent", "path", "pending", "plain", "pos", "quiet",
-        "result", "resumes", "seq", "steps", "stopped", "transitions", "written_at",
-    )  # fmt: skip
+    __slots__ = ("count", "dead", "digests", "fd", "header", "idx", "path", "pending", "pos", "quiet", "run_id",
+                 "steps", "written_at")  # fmt: skip
 
-    def __init__(self, trace: str, fd: int):
+    def __init__(self, trace: str, fd: int, digests: set[str]):
         self.path, self.fd = trace, fd  # the trace and a descriptor to read it (the journal's)
+        self.digests = digests  # the journal's: every blob the trace names so far
         self.idx = -2  # the index's descriptor: -2 not opened yet, -1 given up
         self.count = 0  # entries on file
         self.pending = array("q")  # entries not yet on file
-        self.pos = self.seq = self.crc = self.transitions = self.resumes = 0  # what was read back so far
-        self.intent = self.result = 0  # offsets of the last intent and result read
-        self.plain = False  # since the last result (from ACT), only crossings
-        self.header: Pos = (0, 0, 0)
-        self.blobs: dict[str, tuple[int, int]] = {}
-        self.quiet: Mark | None = None  # the last quiet point read
+        self.pos = 0  # the bytes read back so far
+        self.header: Pos | None = None
+        self.run_id = ""
+        self.quiet: Mark | None = None  # the last quiet point found
         self.written_at = 0  # the end of the last mark written
         self.steps = 0
-        self.dead = False  # something went wrong: write nothing more
-        self.stopped = False  # the run spawned agents: read no further, the last quiet point before stays good
+        self.dead = False
 
     @classmethod
-    def after(cls, trace: str, fd: int, rep: Replay) -> Writer | None:
+    def after(cls, trace: str, fd: int, digests: set[str], rep: Replay) -> Writer | None:
         """The writer of a resumed run, from where replay or resume_point left the index and the run."""
         if is_url(trace) or rep.clocks is not None or rep.group:
             return None
-        w = cls(trace, fd)
+        w = cls(trace, fd, digests)
         lines = rep.checkpoints._lines
         assert isinstance(lines, _Checkpoints)
-        base, later = lines.positions() if isinstance(lines, Prefixed) else (0, offsets(lines))
+        w.count = lines._base if isinstance(lines, Prefixed) else 0
+        w.pending = array("q", lines._pos[::4])
+        w.pos, w.run_id = rep.end, rep.run_id
         q = rep.quiet
-        if q is None:  # no quiet point yet: read back from the start when the time comes
-            return w
-        end, seq, crc, step, last, intent, result, transitions, resumes, nblobs, count, header = q
-        w.count, w.pending = base, later[: 3 * (count - base)]
-        w.pos, w.seq, w.crc, w.transitions, w.resumes, w.header = end, seq, crc, transitions, resumes, header
-        w.blobs = dict(list(rep.blobs.items())[:nblobs])
-        w.quiet = Mark(rep.run_id, end, seq, crc, step, header, intent, result, last, transitions, resumes, count,
-                       tuple((k, s, n) for k, (s, n) in w.blobs.items()))  # fmt: skip
-        if isinstance(lines, Prefixed) and rep.since == end:  # the mark on file is this very point
-            w.written_at = end
+        if q is not None:
+            end, seq, crc, step, last, intent, result, nblobs, count, header = q
+            w.header = header
+            blobs = tuple(list(rep.blobs)[:nblobs])
+            w.quiet = Mark(rep.run_id, end, seq, crc, step, header, intent, result, last, count, blobs)
+            if isinstance(lines, Prefixed) and rep.since == end:  # the mark on file is this very point
+                w.written_at = end
         return w
 
     def step(self) -> None:
-        """A checkpoint was written: every 16 steps, write a mark if INTERVAL bytes went by since the last one."""
+        """A checkpoint of the run was just written: every 16 steps, mark it if INTERVAL bytes went by."""
         self.steps += 1
-        if self.steps & 15 == 0 and not self.dead and not self.stopped:
-            try:
-                if os.fstat(self.fd).st_size - self.written_at >= INTERVAL:
-                    self.mark()
-            except OSError:
-                self.dead = True
-
-    def mark(self) -> None:
-        """Read back what was written since last time, and write the last quiet point's mark if it is new."""
-        if self.dead:
+        if self.steps & 15 or self.dead:
             return
         try:
-            if not self.stopped:
-                self._read_back()
+            size = os.fstat(self.fd).st_size
+            if size - self.written_at >= INTERVAL:
+                self._read_back(size)
+                self._mark_last(size, blobs=frozenset(self.digests))
         except (OSError, ValueError, KeyError, TypeError, orjson.JSONDecodeError):
             self.dead = True
+
+    def close(self) -> None:
+        """The run stops: mark its last checkpoint (when no later line names a blob), let go of the index."""
+        if not self.dead:
+            try:
+                size = os.fstat(self.fd).st_size
+                self._read_back(size)
+                if self.pending and size - self.pending[-1] <= 1 << 20:
+                    tail = os.pread(self.fd, size - self.pending[-1], self.pending[-1])
+                    after = tail[tail.find(b"\n") + 1 :]
+                    if b'"blobs":{' not in after and b'"kind":"artifact"' not in after:
+                        self._mark_last(self.pending[-1] + tail.find(b"\n") + 1, blobs=frozenset(self.digests))
+                self._write()
+            except (OSError, ValueError, KeyError, TypeError, orjson.JSONDecodeError):
+                self.dead = True
+        if self.idx >= 0:
+            with contextlib.suppress(OSError):
+                os.close(self.idx)
+        self.idx = -1
+
+    def _read_back(self, size: int) -> None:
+        """Find the checkpoint lines in the bytes from pos to size (the header's too, at the start)."""
+        read = self._pread
+        if self.header is None:
+            first = read(0, 1 << 16)
+            nl = first.find(b"\n")
+            if nl < 0:
+                raise ValueError("a header longer than this reader reads back")
+            self.header, self.run_id = (0, nl + 1, 0), str(orjson.loads(first[:nl])["run_id"])
+        while self.pos < size:
+            data = read(self.pos, min(size - self.pos, 1 << 20))
+            cut = data.rfind(b"\n") + 1
+            if not cut:
+                data = read(self.pos, min(size - self.pos, MAX_LINE + 1))
+                cut = data.rfind(b"\n") + 1
+                if not cut:
+                    return
+            base, find, i = self.pos, data.find, 0
+            while (i := find(_CHECKPOINT, i, cut)) >= 0:
+                start = data.rfind(b"\n", 0, i) + 1
+                if data.startswith(b'{"seq":', start) and data[start + 7 : i].isdigit():
+                    self.pending.append(base + start)
+                i += len(_CHECKPOINT)
+            self.pos += cut
+
+    def _pread(self, off: int, n: int) -> bytes:
+        return os.pread(self.fd, n, off)
+
+    def _mark_last(self, end: int, *, blobs: frozenset[str]) -> None:
+        """Take the last checkpoint found, which ends at byte end, as the quiet point if it is one; write the mark."""
+        if not self.pending or len(blobs) > BLOBS_MAX or (self.quiet is not None and self.quiet.end >= end):
+            return
+        ck_off = self.pending[-1]
+        step = int(orjson.loads(self._pread(ck_off, end - ck_off))["step"])
+        found = _closed(self._pread, ck_off, step)
+        if found is None or self.header is None:
+            return
+        ck_pos, ck, intent_pos, _, result_pos, _ = found
+        if ck_pos[0] + ck_pos[1] != end:
+            return
+        count = self.count + len(self.pending)
+        crc = int(self._pread(end - 11, 8), 16)
+        self.quiet = Mark(self.run_id, end, ck["seq"], crc, step, self.header, intent_pos, result_pos, ck_pos, count,
+                          tuple(sorted(blobs)))  # fmt: skip
+        self._write()
+
+    def _write(self) -> None:
+        """Write the pending entries up to the quiet point and its mark, after the entries on file."""
         q = self.quiet
-        if self.dead or q is None or q.end == self.written_at or q.end < INTERVAL or self.idx == -1:
+        if q is None or q.end == self.written_at or q.end < INTERVAL or self.idx == -1:
             return
         if self.idx == -2:
             try:
@@ -458,115 +587,20 @@ class Writer:
             except OSError:
                 self.idx = -1
                 return
-        todo = self.pending[: 3 * (q.checkpoints - self.count)]
+        todo = self.pending[: q.checkpoints - self.count]
         data = todo.tobytes() if sys.byteorder == "little" else _swapped(todo)
+        trailer = q.encode()
         try:
-            os.pwrite(self.idx, data + q.encode(), self.count * ENTRY)
-            end = q.checkpoints * ENTRY + len(q.encode())
+            os.pwrite(self.idx, data + trailer, self.count * ENTRY)
+            end = q.checkpoints * ENTRY + len(trailer)
             if os.fstat(self.idx).st_size != end:  # a shorter mark, or a resume that went back: drop what lay beyond
                 os.ftruncate(self.idx, end)
         except OSError:
-            self.close()
+            self.dead = True
             return
         del self.pending[: len(todo)]
         self.count = q.checkpoints
         self.written_at = q.end
-
-    def _read_back(self) -> None:
-        size = os.fstat(self.fd).st_size
-        while self.pos < size:
-            data = os.pread(self.fd, min(size - self.pos, 1 << 20), self.pos)
-            cut = data.rfind(b"\n") + 1
-            if not cut:  # a line longer than the window: read up to its end
-                data = os.pread(self.fd, min(size - self.pos, MAX_LINE + 1), self.pos)
-                cut = data.rfind(b"\n") + 1
-                if not cut:
-                    return
-            self._lines(data[:cut].split(b"\n")[:-1])
-            if self.dead or self.stopped:
-                return
-
-    def _lines(self, lines: list[bytes]) -> None:
-        pos, seq = self.pos, self.seq
-        for line in lines:
-            off, pos, seq = pos, pos + len(line) + 1, seq + 1
-            k = line.find(b'"kind":"', 0, 40) + 8
-            kind = line[k : line.find(b'"', k)]
-            if kind == b"transition":
-                self.transitions += 1
-                head = line[k : k + 64]
-                if b'"to":"ACT"' in head:
-                    self.intent, self.plain = off, False
-                elif b'"to":"VERIFY"' in head:
-                    self.result, self.plain = off, b'"from":"ACT"' in head
-                else:
-                    self.plain = False
-            elif kind == b"checkpoint":
-                self.transitions += len(S.CHECKPOINT_MOVES)
-                self.pending.extend((self.intent, self.result, off))
-                if self.plain and len(self.blobs) <= BLOBS_MAX and seq > 1:
-                    self._quiet(off, pos, seq, line)
-                self.plain = False
-            elif kind == b"crossing":
-                pass
-            elif kind == b"header":
-                self.header = (0, len(line) + 1, 0)
-            elif kind == b"spawn":  # agents: the marks stop here
-                self.stopped = True
-                return
-            elif k == 7:  # a line this reader cannot place
-                self.dead = True
-                return
-            else:
-                self.plain = False
-                self.resumes += kind == b"resume"
-            if b'"blobs":{' in line or kind == b"artifact":
-                rec = orjson.loads(line)
-                for _, name, size in _blobs.refs(rec):
-                    self.blobs.setdefault(name, (size, seq))
-        self.pos, self.seq = pos, seq
-        self.crc = int(lines[-1][-10:-2], 16) if lines else self.crc
-
-    def _quiet(self, off: int, end: int, seq: int, line: bytes) -> None:
-        rec = orjson.loads(line)
-        crc = int(line[-10:-2], 16)
-        prev = self._crc_before(off)
-        count = self.count + len(self.pending) // 3
-        self.quiet = Mark(
-            self._run_id(), end, seq, crc, rec["step"], self.header, self._pos_of(self.intent),
-            self._pos_of(self.result), (off, end - off, prev), self.transitions, self.resumes, count,
-            tuple((k, s, n) for k, (s, n) in self.blobs.items()),
-        )  # fmt: skip
-
-    def _crc_before(self, off: int) -> int:
-        return int(os.pread(self.fd, 11, off - 11)[:8], 16)
-
-    def _pos_of(self, off: int) -> Pos:
-        """The line starting at off: its length, and the crc before it."""
-        length = 0
-        while True:
-            chunk = os.pread(self.fd, 4096, off + length)
-            nl = chunk.find(b"\n")
-            if nl >= 0 or not chunk:
-                length += nl + 1
-                break
-            length += len(chunk)
-        return (off, length, self._crc_before(off))
-
-    def _run_id(self) -> str:
-        if self.quiet is not None:
-            return self.quiet.run_id
-        first = os.pread(self.fd, self.header[1], 0)
-        return str(orjson.loads(first)["run_id"])
-
-    def close(self) -> None:
-        """Write the last mark (the run stops) and let go of the index."""
-        if self.idx != -1:
-            self.mark()
-        if self.idx >= 0:
-            with contextlib.suppress(OSError):
-                os.close(self.idx)
-        self.idx = -1
 
 
 def _swapped(a: array[int]) -> bytes:

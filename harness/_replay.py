@@ -557,8 +557,8 @@ def _scan(
         header, tools, last, intent, intent_pos = origin.header, origin.header["tools"], origin.last, origin.intent, m.intent  # fmt: skip  # noqa: E501
         result, result_seq, header_pos, quiet = origin.result, origin.result_seq, m.header, origin.quiet
         state, n, seq, crc, offset, at_step, before = S.PLAN, m.seq, m.seq, m.crc, m.end, m.step + 1, "checkpoint"
-        transitions, resumes = m.transitions, m.resumes
-        blobs.update((name, (size, line)) for name, size, line in m.blobs)
+        # transitions and resumes count from here: what a resume needs of them is relative
+        blobs.update((name, (0, 0)) for name in m.blobs)  # (size and first line: not known)
         f.seek(offset)
     buf = b""
     while True:
@@ -778,7 +778,7 @@ def _scan(
                         state = move
                     transitions += len(S.CHECKPOINT_MOVES)
                     if lane is run_lane and last["from"] == S.ACT and clocks is None and crash is None and not answers:  # type: ignore[index]
-                        quiet = (offset, length, prev, seq, crc, step, transitions, resumes, len(blobs), result_crossing)  # fmt: skip  # noqa: E501
+                        quiet = (offset, length, prev, seq, crc, step, len(blobs), result_crossing)
                     last, fresh = rec, 0
                     if lane is run_lane:
                         at_step, at_attempt = at_step + 1, 1
@@ -962,13 +962,12 @@ def _scan(
             raise _fail(path, n + 1, "after-terminal", why, _claimed(buf))
     if isinstance(result, BlobRef):
         result = orjson.loads(_blobs.read(path, result_seq, result.sha256, result.size))
-    if quiet is not None and len(quiet) == 10:  # where the lines of the last quiet point are (see _index.Writer)
-        off, length, prev, q_seq, q_crc, step, q_transitions, q_resumes, q_blobs, c = quiet
+    if quiet is not None and len(quiet) == 8:  # where the lines of the last quiet point are (see _index.Writer)
+        off, length, prev, q_seq, q_crc, step, q_blobs, c = quiet
         done = len(checkpoints) - (len(ck_pos) // 4 - _count_to(ck_pos, off))
         r = 6 * c
         intent_at, result_at = tuple(cr_pos[r : r + 3]), tuple(cr_pos[r + 3 : r + 6])
-        quiet = (off + length, q_seq, q_crc, step, (off, length, prev), intent_at, result_at, q_transitions,
-                 q_resumes, q_blobs, done, header_pos)  # fmt: skip
+        quiet = (off + length, q_seq, q_crc, step, (off, length, prev), intent_at, result_at, q_blobs, done, header_pos)
     if reconcile is not None and "result" not in reconcile:
         reconcile = _blobs.inline(path, reconcile)
     return Replay(

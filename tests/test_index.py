@@ -70,10 +70,11 @@ def finish(trace: Path, n: int, **options: Any) -> harness.Outcome:
 
 
 def state(rep: harness.Replay) -> tuple[Any, ...]:
+    """What a resume uses of a Replay (counts of transitions and resumes start at the mark: not compared)."""
     return (
-        rep.state, rep.last, rep.intent, rep.result, rep.result_seq, rep.last_seq, rep.end, rep.crc, rep.transitions,
-        rep.records, rep.resumes, rep.torn_tail, rep.fresh, rep.reconcile, rep.header, list(rep.checkpoints),
-        rep.resumable_crossings(), rep.blobs, rep.quiet, rep.clocks, rep.group,
+        rep.state, rep.last, rep.intent, rep.result, rep.result_seq, rep.last_seq, rep.end, rep.crc, rep.records,
+        rep.torn_tail, rep.fresh, rep.reconcile, rep.header, list(rep.checkpoints), rep.resumable_crossings(),
+        sorted(rep.blobs), rep.quiet, rep.clocks, rep.group, rep.pending, rep.question, rep.answers,
     )  # fmt: skip
 
 
