@@ -435,7 +435,7 @@ class Executor:
         """Drive a run on from the state a replay rebuilt."""
         last, intent = rep.last or {}, rep.intent
         goal = rep.goal if goal is _RECORDED else goal
-        run = _Run(journal, session, goal, rep.run_id, _index.resumed(rep.checkpoints), rep.state)
+        run = _Run(journal, session, goal, rep.run_id, _index.resumed(rep), rep.state)
         run.index = _index.Writer.after(journal.path, journal.fd, journal.digests, rep)
         if rep.group:  # a parallel step was open: its calls go on, each from where its lane stands
             run.state, run.step = S.PLAN, rep.group[0].step
@@ -1126,5 +1126,5 @@ class _Run:
 def finished(rep: Replay) -> Outcome:
     """The outcome a trace records, for a run that needs nothing more done."""
     error = (rep.last or {}).get("error") if rep.state == S.FAILED else None
-    checkpoints = _index.ResumedProgress(rep.checkpoints, ())
+    checkpoints = tuple(rep.checkpoints) if is_url(rep.path) else _index.ResumedProgress(rep.checkpoints, ())
     return Outcome(rep.state, checkpoints, rep.run_id, rep.path, pending=rep.pending, error=error)

@@ -685,5 +685,7 @@ class ResumedProgress(Sequence[Checkpoint]):
         return ResumedProgress(self._before, tuple(self._tail))
 
 
-def resumed(checkpoints: Records) -> ResumedProgress:
-    return ResumedProgress(checkpoints)
+def resumed(rep: Replay) -> ResumedProgress | list[Checkpoint]:
+    """A resumed run's progress: older checkpoints read on access, or all read now for a trace on object storage
+    (its local copy lives only as long as this process needs it)."""
+    return list(rep.checkpoints) if is_url(rep.path) else ResumedProgress(rep.checkpoints)
