@@ -424,7 +424,7 @@ class Executor:
         if answer is not NO_ANSWER:  # after the resume record, which names where a torn tail went
             assert rep.question is not None
             journal.append("answer", {"op": rep.question["seq"], "answer": answer}, sync=True, user=("answer",))
-            rep = replay(path)
+            rep = _index.resume_point(path)
         session = Session(journal, rep.resumable_crossings(), redact=self.redact)
         if clocks is not None:  # every record from here on carries its clock
             session.agents.share(journal, clocks)

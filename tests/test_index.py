@@ -377,3 +377,19 @@ def test_power_loss_leaves_any_index_and_resume_still_finishes_exactly(
     assert out.state == "DONE" and [c.step for c in out.checkpoints] == list(range(260))
     assert [c.result["i"] for c in out.checkpoints] == list(range(260))
     assert state(resume_point(str(trace))) == state(replay(trace))
+
+
+def test_a_run_paused_on_a_question_is_answered_from_its_mark(trace: Path) -> None:
+    def plan(goal: Any, progress: Any) -> Step | list[Step] | None:
+        if len(progress) == 150:
+            harness.interrupt("go on?")  # the answer comes back here on resume
+        return planner(200)(goal, progress)
+
+    ex = Executor(planner=plan, tools={"work": work_until(None)}, trace=trace)
+    assert ex.run("g").state == "PAUSED"
+    mark = load(str(trace))
+    assert mark is not None and mark.checkpoints == 150
+    assert resume_point(str(trace)).since == mark.end and state(resume_point(str(trace))) == state(replay(trace))
+    out = Executor(planner=plan, tools={"work": work_until(None)}, trace=trace, resume=True).run("g", answer="yes")
+    assert out.state == "DONE" and [c.result["i"] for c in out.checkpoints] == list(range(200))
+    assert replay(trace).sealed
