@@ -650,8 +650,9 @@ class ResumedProgress(Sequence[Checkpoint]):
     It reads as Progress does (len, [i], slices, iteration, ==, copies that
     are plain lists) and refuses every change, but it is not a list:
     `list(progress)` makes one. Each older checkpoint is decoded (its lines'
-    checksums checked again, a blob's sha256 too) on first access and kept, so
-    a resume costs the same after ten steps or a million.
+    checksums checked again, a blob's sha256 too) on first access and kept
+    (iterating keeps them all), so a resume costs the same after ten steps or
+    a million, and a planner that reads all of progress pays that once.
     """
 
     __slots__ = ("_before", "_cache", "_tail")
@@ -686,7 +687,12 @@ class ResumedProgress(Sequence[Checkpoint]):
         return found
 
     def __iter__(self) -> Iterator[Checkpoint]:
-        yield from self._before
+        cache, n = self._cache, len(self._before)
+        if len(cache) == n:  # all read once: from memory, as a list would
+            yield from (cache[i] for i in range(n))
+        else:
+            for i, c in enumerate(self._before):
+                yield cache.setdefault(i, c)
         yield from self._tail
 
     def __eq__(self, other: object) -> bool:
