@@ -373,7 +373,7 @@ class Executor:
             _index.remove(journal.path)  # an index beside a new trace is another trace's
         journal.append("header", header, sync=True, user=("goal",))
         run = _Run(journal, session or Session(journal, redact=self.redact), goal, run_id, [], S.INIT)
-        run.index = None if is_url(journal.path) else _index.Writer(journal)
+        run.index = None if is_url(journal.path) else _index.Writer(journal.path, journal.fd, journal.digests)
         run.move(S.PLAN)
         return self._drive(run)
 
@@ -436,7 +436,7 @@ class Executor:
         last, intent = rep.last or {}, rep.intent
         goal = rep.goal if goal is _RECORDED else goal
         run = _Run(journal, session, goal, rep.run_id, _index.resumed(rep), rep.state)
-        run.index = _index.Writer.after(journal, rep)
+        run.index = _index.Writer.after(journal.path, journal.fd, journal.digests, rep)
         if rep.group:  # a parallel step was open: its calls go on, each from where its lane stands
             run.state, run.step = S.PLAN, rep.group[0].step
             token = session.activate()

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import dataclasses
 import operator
 import os
 import re
@@ -41,9 +40,9 @@ from typing import Any
 
 import orjson
 
-from . import _blobs, _sha256
+from . import _blobs
 from . import _state as S
-from ._journal import MAX_LINE, SUFFIX, Journal, line_ok, open_regular, read_error
+from ._journal import MAX_LINE, SUFFIX, line_ok, open_regular, read_error
 from ._replay import Checkpoint, Records, Replay, _Checkpoints, _header_problem, _Lines, _payload, _scan
 from ._replay import replay as _replay
 from .store._location import is_url
@@ -86,7 +85,6 @@ class Mark:
     last: Pos  # the checkpoint
     checkpoints: int  # entries before the trailer
     blobs: tuple[str, ...]  # the sha256 of every blob named up to end
-    sha256: str = ""  # the running SHA-256 of the bytes up to end (_sha256.Sha256 state, hex), or ""
 
     def encode(self) -> bytes:
         body = orjson.dumps({k: getattr(self, k) for k in self.__slots__})
@@ -106,7 +104,6 @@ class Mark:
             or any(len(p) != 3 for p in poss)
             or not all(type(v) is int and v >= 0 for v in ints + [x for p in poss for x in p])
             or not all(type(b) is str for b in mark.blobs)
-            or type(mark.sha256) is not str
         ):
             return None
         return mark
@@ -463,15 +460,12 @@ class Writer:
     A trace shorter than INTERVAL gets no index: reading it whole is as fast.
     """
 
-    __slots__ = ("count", "dead", "digests", "fd", "hash", "hashed_to", "header", "idx", "path", "pending", "pos",
-                 "quiet", "run_id", "steps", "written_at")  # fmt: skip
+    __slots__ = ("count", "dead", "digests", "fd", "header", "idx", "path", "pending", "pos", "quiet", "run_id",
+                 "steps", "written_at")  # fmt: skip
 
-    def __init__(self, journal: Journal):
-        self.path, self.fd = journal.path, journal.fd  # the trace and a descriptor to read it (the journal's)
-        self.digests = journal.digests  # every blob the trace names so far
-        journal.hashed = self.prefix  # the seal starts from the running hash kept here
-        self.hash: _sha256.Sha256 | None = _sha256.Sha256() if _sha256.available() else None
-        self.hashed_to = 0  # self.hash covers the bytes before this offset
+    def __init__(self, trace: str, fd: int, digests: set[str]):
+        self.path, self.fd = trace, fd  # the trace and a descriptor to read it (the journal's)
+        self.digests = digests  # the journal's: every blob the trace names so far
         self.idx = -2  # the index's descriptor: -2 not opened yet, -1 given up
         self.count = 0  # entries on file
         self.pending = array("q")  # entries not yet on file
@@ -484,15 +478,11 @@ class Writer:
         self.dead = False
 
     @classmethod
-    def after(cls, journal: Journal, rep: Replay) -> Writer | None:
+    def after(cls, trace: str, fd: int, digests: set[str], rep: Replay) -> Writer | None:
         """The writer of a resumed run, from where replay or resume_point left the index and the run."""
-        if is_url(journal.path) or rep.clocks is not None or rep.group:
+        if is_url(trace) or rep.clocks is not None or rep.group:
             return None
-        w = cls(journal)
-        w.hash = None  # the mark's running hash, or one from the first byte when a mark needs it
-        if rep.midstate is not None and _sha256.available():
-            with contextlib.suppress(ValueError):
-                w.hash, w.hashed_to = _sha256.Sha256(bytes.fromhex(rep.midstate[1])), rep.midstate[0]
+        w = cls(trace, fd, digests)
         lines = rep.checkpoints._lines
         assert isinstance(lines, _Checkpoints)
         w.count = lines._base if isinstance(lines, Prefixed) else 0
@@ -583,28 +573,8 @@ class Writer:
         count = self.count + len(self.pending)
         crc = int(self._pread(end - 11, 8), 16)
         self.quiet = Mark(self.run_id, end, ck["seq"], crc, step, self.header, intent_pos, result_pos, ck_pos, count,
-                          tuple(sorted(blobs)), self._state_at(end))  # fmt: skip
+                          tuple(sorted(blobs)))  # fmt: skip
         self._write()
-
-    def _state_at(self, end: int) -> str:
-        """The running SHA-256 of the bytes before end (hex state), hashing what it has not yet; "" without one."""
-        if self.hash is None and _sha256.available() and self.hashed_to == 0:
-            self.hash = _sha256.Sha256()  # a resume without a mark's hash: from the first byte, once
-        if self.hash is None or end < self.hashed_to:
-            return ""
-        while self.hashed_to < end:
-            chunk = self._pread(self.hashed_to, min(end - self.hashed_to, 1 << 20))
-            if not chunk:
-                return ""
-            self.hash.update(chunk)
-            self.hashed_to += len(chunk)
-        return self.hash.state().hex()
-
-    def prefix(self) -> tuple[int, Any] | None:
-        """(offset, a sha256 of the trace's bytes before offset): where a seal may start hashing."""
-        if self.hash is None or self.dead:
-            return None
-        return self.hashed_to, self.hash.copy()
 
     def _write(self) -> None:
         """Write the pending entries up to the quiet point and its mark, after the entries on file."""
@@ -617,8 +587,6 @@ class Writer:
             except OSError:
                 self.idx = -1
                 return
-        if not q.sha256:  # a quiet point a replay found: its running hash, now
-            q = self.quiet = dataclasses.replace(q, sha256=self._state_at(q.end))
         todo = self.pending[: q.checkpoints - self.count]
         data = todo.tobytes() if sys.byteorder == "little" else _swapped(todo)
         trailer = q.encode()

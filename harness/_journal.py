@@ -199,7 +199,7 @@ class Journal:
 
     __slots__ = (
         "_broken", "_clean", "_lock", "_stamp", "_tick", "_truncated", "_walk", "blob_threshold", "crc", "created",
-        "digests", "dirty", "fd", "fsync", "hashed", "path", "redact", "seal_key", "seq",
+        "digests", "dirty", "fd", "fsync", "path", "redact", "seal_key", "seq",
     )  # fmt: skip
 
     def __init__(
@@ -226,9 +226,6 @@ class Journal:
         self.seal_key: bytes | None = None  # an HMAC key for the seal, else an unkeyed seal
         self._lock: threading.Lock | None = None  # set once several agents write (share())
         self._stamp: Callable[[dict[str, int] | None], tuple[str, dict[str, int]]] | None = None
-        # (offset, a sha256 of the file's bytes before offset) when someone keeps one (_index.Writer): a seal
-        # then hashes only what follows
-        self.hashed: Callable[[], tuple[int, Any] | None] | None = None
         self._tick: Callable[[dict[str, int]], None] | None = None
 
     def share(
@@ -550,11 +547,8 @@ class Journal:
 
     def _prefix_sha256(self, tail: bytes, end: int | None = None) -> str:
         """sha256 of the file's bytes up to end (all of them by default: on disk, under our lock), then tail."""
-        h: Any = hashlib.sha256()
+        h = hashlib.sha256()
         offset, size = 0, self.size() if end is None else end
-        known = self.hashed() if self.hashed is not None and end is None else None
-        if known is not None and known[0] <= size:
-            offset, h = known
         while offset < size:
             chunk = os.pread(self.fd, min(1 << 20, size - offset), offset)
             if not chunk:
@@ -562,7 +556,7 @@ class Journal:
             h.update(chunk)
             offset += len(chunk)
         h.update(tail)
-        return str(h.hexdigest())
+        return h.hexdigest()
 
     def append_many(self, records: Iterable[tuple[Any, ...]], *, sync: bool = False) -> int:
         """Write records that follow each other with nothing done between them, in one write.

@@ -300,7 +300,6 @@ class Replay:
     # checking began: 0 for replay(), an index mark's end for _index.resume_point()
     quiet: tuple[Any, ...] | None = field(default=None, repr=False)
     since: int = field(default=0, repr=False)
-    midstate: tuple[int, str] | None = field(default=None, repr=False)  # the mark's running sha256 (_sha256.py)
 
     @property
     def sealed(self) -> bool:
@@ -1002,7 +1001,6 @@ def _scan(
         crash=crash,
         quiet=quiet,
         since=origin.mark.end if origin is not None else 0,
-        midstate=(origin.mark.end, origin.mark.sha256) if origin is not None and origin.mark.sha256 else None,
     )
 
 
