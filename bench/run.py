@@ -360,12 +360,12 @@ class Side:
 
 def _journal(path: str, appends: list[Append], durability: str, size: int) -> Side:
     journal = Journal.open(path, durability=durability)
-    append = journal.append
+    append, sync = journal.append, durability == "fsync"
 
     def write(lo: int, hi: int) -> None:
         for i in range(lo, hi):  # the executor's own call, with the checks it asks for
             kind, fields, check = appends[i]
-            append(kind, fields, check=check)
+            append(kind, fields, check=check, sync=sync)  # (fsync mode: a synced append, as the baselines)
 
     return Side(size, write, journal.close)
 
