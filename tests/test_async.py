@@ -3,16 +3,14 @@
 from __future__ import annotations
 
 import asyncio
-import os
-import signal
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
+from children import kill_at
 
 import harness
 from harness import Executor, Step
@@ -150,18 +148,7 @@ def test_a_sigkill_under_arun_resumes_without_running_a_finished_call(tmp_path: 
     trace, log, marker = tmp_path / "t.jsonl", tmp_path / "calls.log", tmp_path / "inside"
     child = subprocess.Popen([sys.executable, "-c", KILLED, str(trace), str(log), str(marker)],
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
-    try:
-        deadline = time.monotonic() + 120  # a hang guard for the handshake, not a timing assertion
-        while not marker.exists():
-            if child.poll() is not None:
-                pytest.fail(f"the child ended early: {child.communicate()[1].decode()}")
-            if time.monotonic() > deadline:
-                pytest.fail("the child never got inside call 0")
-            time.sleep(0.01)
-        os.kill(child.pid, signal.SIGKILL)
-    finally:
-        child.kill()
-        child.communicate()
+    kill_at(marker, child, "call 0")
     calls: list[int] = []
 
     async def work(i: int) -> Any:

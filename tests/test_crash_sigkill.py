@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
+from children import kill_at
 
 from harness import Executor, replay
 from harness.testing import counter, fixed_plan, read_records, steps
@@ -39,19 +38,8 @@ def start_and_kill_in_third_call(tmp_path: Path, trace: Path, durability: str) -
         [sys.executable, "-c", CHILD, str(trace), str(marker), durability],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE,
     )  # fmt: skip
-    try:
-        deadline = time.monotonic() + 120  # a hang guard for the handshake, not a timing assertion
-        while not marker.exists():
-            if child.poll() is not None:
-                pytest.fail(f"the child ended before the handshake: {child.communicate()[1].decode()}")
-            if time.monotonic() > deadline:
-                pytest.fail("the child never reached its third tool call")
-            time.sleep(0.01)
-        assert marker.read_text() == str(child.pid)
-        os.kill(child.pid, signal.SIGKILL)
-    finally:
-        child.kill()
-        child.communicate()
+    kill_at(marker, child, "its third tool call")
+    assert marker.read_text() == str(child.pid)
     assert child.returncode == -signal.SIGKILL
 
 

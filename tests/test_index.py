@@ -19,11 +19,11 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
+from children import kill_at
 
 import harness
 from harness import Executor, Step, TraceCorruption, replay
@@ -316,18 +316,7 @@ Executor(planner=plan, tools={"work": work}, trace=trace).run("g")
 def test_a_sigkilled_run_is_resumed_from_its_index(tmp_path: Path, trace: Path) -> None:
     marker = tmp_path / "inside"
     child = subprocess.Popen([sys.executable, "-c", CHILD, str(trace), str(marker)], stderr=subprocess.PIPE)
-    try:
-        deadline = time.monotonic() + 120  # a hang guard for the handshake, not a timing assertion
-        while not marker.exists():
-            if child.poll() is not None:
-                pytest.fail(f"the child ended before the handshake: {child.communicate()[1].decode()}")
-            if time.monotonic() > deadline:
-                pytest.fail("the child never reached call 300")
-            time.sleep(0.01)
-        os.kill(child.pid, signal.SIGKILL)
-    finally:
-        child.kill()
-        child.communicate()
+    kill_at(marker, child, "call 300")
     assert child.returncode == -signal.SIGKILL
     mark = load(str(trace))  # written as the run went (every INTERVAL bytes), not at its end: there was none
     assert mark is not None and 200 < mark.checkpoints < 300

@@ -7,12 +7,12 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
+from children import wait_for
 
 import harness
 from harness import Executor, Step, Tool, TraceCorruption, replay
@@ -197,11 +197,7 @@ def test_recover_resumes_what_stopped_leaves_what_waits_for_a_human_and_skips_a_
         cwd=tmp_path, env={**os.environ, "HOLD_FILE": str(hold), "PYTHONPATH": str(tmp_path)}, stderr=subprocess.PIPE,
     )  # fmt: skip
     try:
-        deadline = time.monotonic() + 120  # a hang guard for the handshake, not a timing assertion
-        while not Path(f"{hold}.inside").exists():
-            assert child.poll() is None, child.communicate()[1]
-            assert time.monotonic() < deadline, "the child never reached its tool"
-            time.sleep(0.01)
+        wait_for(Path(f"{hold}.inside"), child, "its tool")
         live_before = (runs / "live.jsonl").read_bytes()
 
         first = cli(tmp_path, "recover", runs, "--agent", "recover_agent:make", "--parallel", "2", "--json")

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import signal
 import subprocess
 import sys
 import threading
@@ -12,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from children import kill_at
 
 import harness
 from harness import Executor, Step, Tool, ToolError
@@ -155,18 +154,7 @@ def test_a_sigkill_in_a_parallel_step_resumes_without_running_a_finished_call(tm
     trace, log, marker = tmp_path / "t.jsonl", tmp_path / "calls.log", tmp_path / "inside"
     child = subprocess.Popen([sys.executable, "-c", KILLED, str(trace), str(log), str(marker)],
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
-    try:
-        deadline = time.monotonic() + 120  # a hang guard for the handshake, not a timing assertion
-        while not marker.exists():
-            if child.poll() is not None:
-                pytest.fail(f"the child ended early: {child.communicate()[1].decode()}")
-            if time.monotonic() > deadline:
-                pytest.fail("the child never got inside call 1")
-            time.sleep(0.01)
-        os.kill(child.pid, signal.SIGKILL)
-    finally:
-        child.kill()
-        child.communicate()
+    kill_at(marker, child, "call 1")
     assert sorted(log.read_text().split()) == ["0", "1", "2"]
     rep = harness.replay(trace)
     assert [(c.agent, c.state, c.done) for c in rep.group] == [

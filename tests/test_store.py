@@ -23,6 +23,8 @@ from s3server import need_s3, new_bucket, s3_server
 
 need_s3()
 
+import children  # noqa: E402
+
 import harness  # noqa: E402 - after the skip
 from harness import Executor, TraceCorruption, TraceUnreadable  # noqa: E402
 from harness._journal import SCHEMA  # noqa: E402 - the version this harness writes
@@ -88,13 +90,7 @@ def start(trace: str, g: dict[str, Any]) -> subprocess.Popen[bytes]:
 
 
 def wait_for(marker: Path, child: subprocess.Popen[bytes]) -> int:
-    deadline = time.monotonic() + 120  # a hang guard for the handshake, not a timing assertion
-    while not marker.exists():
-        if child.poll() is not None:
-            pytest.fail(f"the child ended before the handshake: {child.communicate()[1].decode()}")
-        if time.monotonic() > deadline:
-            pytest.fail("the child never reached the step it hangs in")
-        time.sleep(0.01)
+    children.wait_for(marker, child, "the step it hangs in")
     return int(marker.read_text())
 
 

@@ -27,6 +27,7 @@ from s3server import need_s3, new_bucket, s3_server
 need_s3()
 
 import orjson  # noqa: E402 - after the skip
+from children import wait_for  # noqa: E402
 
 import harness  # noqa: E402
 from harness.cli import main  # noqa: E402
@@ -262,16 +263,6 @@ ex.run(orjson.loads(sys.argv[3]))
 """
     args = [sys.executable, "-c", child, str(HERE), trace, orjson.dumps(g).decode()]
     return subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-
-
-def wait_for(marker: Path, child: subprocess.Popen[bytes]) -> None:
-    deadline = time.monotonic() + 120  # a hang guard for the handshake, not a timing assertion
-    while not marker.exists():
-        if child.poll() is not None:
-            pytest.fail(f"the child ended before the handshake: {child.communicate()[1].decode()}")
-        if time.monotonic() > deadline:
-            pytest.fail("the child never reached the step it hangs in")
-        time.sleep(0.01)
 
 
 def kill_inside(trace: str, g: dict[str, Any], marker: Path) -> None:

@@ -6,7 +6,6 @@ and on the calls to the one function a timer waits with (`_timers.pause`).
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -17,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from children import kill_at
 
 import harness
 from harness import Executor, RetryPolicy, Step, Tool, ToolError, _timers, replay
@@ -100,18 +100,7 @@ Executor(planner=planner, tools={"work": lambda i: {"i": i}}, trace=trace).run("
 def test_a_run_killed_while_asleep_resumes_to_sleep_only_what_is_left(tmp_path: Path, waits: list[float]) -> None:
     trace, marker = tmp_path / "run.jsonl", tmp_path / "asleep"
     child = subprocess.Popen([sys.executable, "-c", CHILD, str(trace), str(marker)], stderr=subprocess.PIPE)
-    try:
-        deadline = time.monotonic() + 120  # a hang guard for the handshake, not a timing assertion
-        while not marker.exists():
-            if child.poll() is not None:
-                pytest.fail(f"the child ended before it slept: {child.communicate()[1].decode()}")
-            if time.monotonic() > deadline:
-                pytest.fail("the child never slept")
-            time.sleep(0.01)
-        os.kill(child.pid, signal.SIGKILL)
-    finally:
-        child.kill()
-        child.communicate()
+    kill_at(marker, child, "its sleep")
     assert child.returncode == -signal.SIGKILL
     [asleep] = sleeps(trace)
     wake = asleep["response"]
