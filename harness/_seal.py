@@ -32,7 +32,7 @@ import hmac
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
@@ -41,6 +41,9 @@ from . import _state as S
 from ._errors import HarnessError, TraceCorruption, TraceUnreadable
 from ._journal import Journal, encode, now
 from .store import is_url, local_copy
+
+if TYPE_CHECKING:
+    from ._replay import Replay
 
 ENV = "HARNESS_SEAL_KEY"
 
@@ -121,16 +124,11 @@ def seal(trace: str | os.PathLike[str], *, seal_key: str | bytes | None = None) 
     if is_url(path):
         return _seal_url(path, key)
     if not os.path.isfile(path):
-        raise HarnessError(f"{path}: no such trace file; nothing was written")
+        raise TraceUnreadable(path, "no such trace file (or not a file); nothing was written")
     with Journal.open(path):  # the writer's lock: no run may be appending while we seal
         rep = replay(path)
-        if rep.seal is not None:
-            return Sealed(path, rep.last_seq, "hmac" in rep.seal, True)
-        if not rep.complete:
-            raise HarnessError(
-                f"{path}: the run has not ended (state {rep.state}); only a run that ended DONE or FAILED can be "
-                "sealed. Resume it to the end first; nothing was written"
-            )
+        if _sealed_already(path, rep):
+            return Sealed(path, rep.last_seq, "hmac" in (rep.seal or {}), True)
         if rep.torn_tail:
             raise HarnessError(f"{path}: bytes after the run's end; nothing was written")
         with open(path, "rb") as f:
@@ -145,6 +143,18 @@ def seal(trace: str | os.PathLike[str], *, seal_key: str | bytes | None = None) 
             ) from None
     replay(path)  # the sealed trace reads back
     return Sealed(path, rep.last_seq + 1, key is not None, False)
+
+
+def _sealed_already(path: str, rep: Replay) -> bool:
+    """Whether the run is sealed already; HarnessError (nothing written) when it has not ended."""
+    if rep.seal is not None:
+        return True
+    if not rep.complete:
+        raise HarnessError(
+            f"{path}: the run has not ended (state {rep.state}); only a run that ended DONE or FAILED can be "
+            "sealed. Resume it to the end first; nothing was written"
+        )
+    return False
 
 
 def _seal_url(url: str, key: bytes | None) -> Sealed:
@@ -163,13 +173,8 @@ def _seal_url(url: str, key: bytes | None) -> Sealed:
         if not journal.size():
             raise TraceUnreadable(url, "no such trace on the store; nothing was written")
         rep = replay(url)  # the spool: the bytes the seal will vouch for
-        if rep.seal is not None:
-            return Sealed(url, rep.last_seq, "hmac" in rep.seal, True)
-        if not rep.complete:
-            raise HarnessError(
-                f"{url}: the run has not ended (state {rep.state}); only a run that ended DONE or FAILED can be "
-                "sealed. Resume it to the end first; nothing was written"
-            )
+        if _sealed_already(url, rep):
+            return Sealed(url, rep.last_seq, "hmac" in (rep.seal or {}), True)
         sealed = fields(prefix_sha256(local_copy(url), rep.end), rep.blobs, rep.state, key)
         journal.continue_after(rep.last_seq, rep.crc, rep.end, ("seal", sealed))  # shipped at once: a seal
     replay(url)  # the sealed trace reads back from the bucket
