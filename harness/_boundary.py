@@ -247,13 +247,26 @@ class Session:
         return e
 
 
+TURN_WAIT = 30.0  # seconds a finished async crossing waits for the earlier ones of its agent (see _turn)
+
+
 async def _turn(me: AgentState, ticket: int) -> None:
-    """Wait until every async crossing of agent me that started before this one is done (written, or gave up)."""
+    """Wait until every async crossing of agent me that started before this one is done, TURN_WAIT at most.
+
+    Written in start order, a rerun serves each concurrent crossing its own.
+    But an earlier crossing may wait on what this one's caller does next (a
+    task that sets an event once its own call returned): after TURN_WAIT
+    this one is written out of start order rather than wait forever, and a
+    rerun of the run stops at it with ReplayDrift; never a hang.
+    """
     if me.written < ticket:
         import asyncio
 
         future = me.waiting[ticket] = asyncio.get_running_loop().create_future()
-        await future
+        try:
+            await asyncio.wait_for(future, TURN_WAIT)
+        except TimeoutError:
+            me.waiting.pop(ticket, None)
 
 
 def _done(me: AgentState, ticket: int) -> None:

@@ -285,3 +285,39 @@ def test_a_recorder_on_the_loop_of_an_unjoined_agent_task_says_to_await_it(tmp_p
     t.join(60)  # a hang guard, not a timing assertion: it blocked for good
     assert not t.is_alive() and not errors, errors
     assert harness.replay(tmp_path / "ok.jsonl").state == "DONE"
+
+
+def test_a_crossing_whose_earlier_sibling_waits_on_its_caller_is_written_after_a_bounded_wait(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Task b sets the event task a's model waits on, once b's own crossing returned: written in start order,
+    b's record would wait for a's and a for b's caller, for ever. After TURN_WAIT b is written out of order."""
+    monkeypatch.setattr(harness._boundary, "TURN_WAIT", 0.2)
+
+    async def main() -> Any:
+        ev = asyncio.Event()
+
+        async def model(request: Any) -> Any:
+            if request["q"] == "a":
+                await ev.wait()
+            return f"answer to {request['q']}"
+
+        async def b() -> Any:
+            answer = await harness.allm({"q": "b"}, model)
+            ev.set()
+            return answer
+
+        async def planner(goal: Any, done: list[Any]) -> Any:
+            if not done:
+                x, y = await asyncio.gather(harness.allm({"q": "a"}, model), b())
+                return Step("s", "t", {"a": x, "b": y})
+            return None
+
+        return await Executor(planner=planner, tools={"t": lambda **k: k}, trace=tmp_path / "r.jsonl").arun("g")
+
+    out = asyncio.run(asyncio.wait_for(main(), 60))  # (a hang guard, not a timing assertion)
+    assert out.state == "DONE"
+    assert [c.request for c in harness.replay(tmp_path / "r.jsonl").crossings if c.kind == "llm"] == [
+        {"q": "b"},
+        {"q": "a"},
+    ]
