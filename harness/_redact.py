@@ -180,7 +180,8 @@ class Redaction:
             tails.setdefault(len(k[-5:]), set()).add(k[-5:].encode())
         object.__setattr__(self, "_tails", tuple((n, frozenset(t)) for n, t in sorted(tails.items())))
         # the default patterns are searched for with one search of their heads (TRIGGER); others one by one
-        object.__setattr__(self, "_extra", tuple(p for p in patterns if p not in DEFAULT_PATTERNS))
+        # (a default pattern given as a rule with defaults=False is searched on its own)
+        object.__setattr__(self, "_extra", tuple(p for p in patterns if p not in DEFAULT_PATTERNS or not self.defaults))
         object.__setattr__(self, "_fast", _fast(keys, patterns))
 
     @property

@@ -582,3 +582,17 @@ def test_a_resumed_parallel_step_whose_planner_plans_otherwise_calls_nothing(tmp
     with pytest.raises(harness.ResumeMismatch, match="args of step 0"):
         Executor(planner=lambda g, p: other, tools=tools, trace=trace, resume=True).run("g")
     assert len(calls) == 2  # nothing was called again, with the marker or otherwise
+
+
+def test_default_patterns_given_as_rules_without_the_defaults_are_searched_too(tmp_path: Path) -> None:
+    """Redaction(DEFAULT_PATTERNS, defaults=False): the token patterns without the key names."""
+    from harness._redact import DEFAULT_PATTERNS
+
+    tokens = Redaction(DEFAULT_PATTERNS, defaults=False)
+    secret = "sk-" + "A" * 30
+    assert tokens({"msg": secret}) == {"msg": MARKER} and tokens({"password": "p"}) == {"password": "p"}
+    trace = tmp_path / "r.jsonl"
+    plan = [Step("s", "t", {"msg": secret})]
+    Executor(planner=lambda g, d: plan[len(d)] if not d else None, tools={"t": lambda msg: 1}, trace=trace,
+             redact=tokens).run("g")  # fmt: skip
+    assert secret.encode() not in trace.read_bytes()

@@ -44,8 +44,7 @@ class Compacted:
 
 def compact(url: str, *, storage_options: dict[str, Any] | None = None) -> Compacted:
     """Merge the segments of the sealed run at the trace URL url into one object; see the module docstring."""
-    from .._replay import replay
-    from ._read import local_copy
+    from ._read import local_copy, replay_url
 
     url = url.rstrip("/")
     location = open_location(url, storage_options)
@@ -56,7 +55,7 @@ def compact(url: str, *, storage_options: dict[str, Any] | None = None) -> Compa
     last = versions[-1][0]
     if len(versions) == 1 and len(objects) == 1:
         return Compacted(url, 1, 1, int(objects[0][3].split(":", 1)[0] or 0))
-    rep = replay(url)  # every check a reader makes; the copy holds the very bytes of these objects
+    rep = replay_url(url, storage_options=storage_options)  # every check a reader makes, on these very bytes
     if rep.seal is None:
         why = "the run has not ended" if not rep.complete else "the run is not sealed"
         raise HarnessError(
