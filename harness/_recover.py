@@ -41,6 +41,7 @@ from ._errors import HarnessError, TraceCorruption, TraceLocked, TraceMissing
 from ._executor import NO_ANSWER, Executor, Outcome, RetryPolicy, Step, Tool
 from ._redact import Redaction, Rule
 from ._replay import Checkpoint, replay
+from ._runs import _header as _runs_header
 from ._runs import list_runs
 from .store import exists, is_url
 
@@ -71,13 +72,29 @@ def resume(
     path = os.fspath(trace)
     if not exists(path, storage_options=options.get("storage_options")):  # a file, or a trace URL's segments
         raise TraceMissing(path)
-    rep = store.replay(path, storage_options=options.get("storage_options"))
-    rules = Redaction.from_header(rep.header.get("redact"), path).plus(redact)
+    header = None if is_url(path) else _header_of(path)  # the goal and rules: the resume itself checks the rest
+    if header is None:  # a URL, or a first line the resume's full read will name the problem of
+        header = store.replay(path, storage_options=options.get("storage_options")).header
+    rules = Redaction.from_header(header.get("redact"), path).plus(redact)
     ex = Executor(
         planner=planner, tools=tools, verifier=verifier, trace=path, resume=True, retry=retry or RetryPolicy(),
         redact=rules, **options,
     )  # fmt: skip
-    return ex.run(rep.goal, answer=answer)
+    return ex.run(header.get("goal"), answer=answer)
+
+
+def _header_of(path: str) -> dict[str, Any] | None:
+    """The trace's header line, when its crc checks (not the rest of the file: resume reads from the index's mark)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        return _runs_header(fd)
+    except OSError:  # (a FIFO, a read error: the full read names it)
+        return None
+    finally:
+        os.close(fd)
 
 
 @dataclass(frozen=True, slots=True)

@@ -382,3 +382,30 @@ def test_a_run_paused_on_a_question_is_answered_from_its_mark(trace: Path) -> No
     out = Executor(planner=plan, tools={"work": work_until(None)}, trace=trace, resume=True).run("g", answer="yes")
     assert out.state == "DONE" and [c.result["i"] for c in out.checkpoints] == list(range(200))
     assert replay(trace).sealed
+
+
+def test_harness_resume_reads_the_trace_from_the_mark_too(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """harness.resume() takes the goal and the rules from the header line alone: the resume reads from the mark."""
+    trace = tmp_path / "r.jsonl"
+    n = [0]
+
+    def planner(goal: Any, done: Any) -> Step | None:
+        if len(done) == 3000 and n[0] == 0:
+            n[0] = 1
+            raise KeyboardInterrupt  # the process dies after 3000 steps
+        return Step(f"s{len(done)}", "t", {"i": len(done)}) if len(done) < 3001 else None
+
+    with pytest.raises(KeyboardInterrupt):
+        Executor(planner=planner, tools={"t": lambda i: {"i": i}}, trace=trace, max_steps=None).run("g")
+    assert os.path.exists(f"{trace}.idx")
+    scans: list[str] = []
+    real = harness._replay._scan
+
+    def counted(path: str, f: Any, on_record: Any = None, origin: Any = None) -> Any:
+        scans.append("full" if origin is None else "from-mark")
+        return real(path, f, on_record, origin=origin) if origin is not None else real(path, f, on_record)
+
+    monkeypatch.setattr(harness._replay, "_scan", counted)
+    monkeypatch.setattr(harness._index, "_scan", counted)
+    out = harness.resume(trace, planner=planner, tools={"t": lambda i: {"i": i}}, max_steps=None)
+    assert out.state == "DONE" and scans == ["from-mark"]
