@@ -42,6 +42,7 @@ import orjson
 
 from . import _blobs
 from . import _state as S
+from ._errors import HarnessError
 from ._journal import MAX_LINE, SUFFIX, line_ok, open_regular, read_error
 from ._replay import Checkpoint, Records, Replay, _Checkpoints, _header_problem, _Lines, _payload, _scan
 from ._replay import replay as _replay
@@ -290,7 +291,7 @@ class Start:
     result_seq: int
 
     def checkpoints(self, path: str, crossings: _Lines) -> _Checkpoints:
-        return Prefixed(path, crossings, self.mark.checkpoints)
+        return Prefixed(path, crossings, self.mark.checkpoints, self.header.get("run_id"))
 
     @property
     def quiet(self) -> tuple[Any, ...]:
@@ -379,11 +380,11 @@ class Prefixed(_Checkpoints):
     the older checkpoints are then read from that replay.
     """
 
-    __slots__ = ("_base", "_full")
+    __slots__ = ("_base", "_full", "_run_id")
 
-    def __init__(self, path: str, crossings: _Lines, base: int):
+    def __init__(self, path: str, crossings: _Lines, base: int, run_id: Any = None):
         super().__init__(path, crossings)
-        self._base = base
+        self._base, self._run_id = base, run_id
         self._full: _Checkpoints | None = None
 
     def __len__(self) -> int:
@@ -392,6 +393,7 @@ class Prefixed(_Checkpoints):
     def _read(self, f: Any, i: int) -> list[dict[str, Any]]:
         if i >= self._base:
             return super()._read(f, i - self._base)
+        self._same_run(f)
         if self._full is None:
             try:
                 found = self._decode(f, entries(self._path, i, i + 1)[0], i)
@@ -409,6 +411,20 @@ class Prefixed(_Checkpoints):
         if found is None:
             return None
         return [found[1], found[3], _blobs.inline(self._path, found[5])]
+
+    def _same_run(self, f: Any) -> None:
+        """HarnessError unless the file still holds this run (its path may have been given to another run since)."""
+        f.seek(0)
+        line = f.readline(MAX_LINE + 1)
+        try:
+            run_id = orjson.loads(line).get("run_id") if line_ok(line.rstrip(b"\n"), 0) else None
+        except (orjson.JSONDecodeError, AttributeError):
+            run_id = None
+        if run_id != self._run_id:
+            raise HarnessError(
+                f"{self._path} no longer holds run {self._run_id!r}: the older checkpoints of a resumed run are "
+                "read from its trace on access, so keep the trace, or take list(outcome.checkpoints) before moving it"
+            )
 
     def _rebase(self) -> None:
         """The index does not lead to the lines it should: every older checkpoint from a replay of the whole trace.

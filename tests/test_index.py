@@ -409,3 +409,27 @@ def test_harness_resume_reads_the_trace_from_the_mark_too(tmp_path: Path, monkey
     monkeypatch.setattr(harness._index, "_scan", counted)
     out = harness.resume(trace, planner=planner, tools={"t": lambda i: {"i": i}}, max_steps=None)
     assert out.state == "DONE" and scans == ["from-mark"]
+
+
+def test_a_resumed_outcome_whose_trace_now_holds_another_run_says_so(tmp_path: Path) -> None:
+    """Older checkpoints are read from the trace on access: a path given to another run since is refused, never read."""
+    trace = tmp_path / "run.jsonl"
+
+    def planner_of(tag: str, crash_at: list[int]) -> Any:
+        def planner(goal: Any, done: Any) -> Step | None:
+            if len(done) == crash_at[0]:
+                crash_at[0] = -1
+                raise KeyboardInterrupt
+            return None if len(done) >= 300 else Step(f"s{len(done)}", "work", {"tag": tag, "pad": "x" * 300})
+
+        return planner
+
+    tools = {"work": lambda tag, pad: tag}
+    with pytest.raises(KeyboardInterrupt):
+        Executor(planner=planner_of("OLD", [250]), tools=tools, trace=trace).run("g")
+    out = Executor(planner=planner_of("OLD", [-1]), tools=tools, trace=trace, resume=True).run("g")
+    trace.unlink()
+    Executor(planner=planner_of("NEW", [-1]), tools=tools, trace=trace).run("g")
+    with pytest.raises(harness.HarnessError, match="no longer holds run"):
+        out.checkpoints[0]
+    assert out.checkpoints[-1].result == "OLD"  # written after the resume: held, not read from the file
