@@ -103,7 +103,13 @@ def export(traces: Iterable[str | os.PathLike[str]], out: str | os.PathLike[str]
     if any(is_url(p) for p in paths):  # runs on object storage: exported from local copies named as in the bucket
         staging = tempfile.mkdtemp(prefix="harness-export-")
         try:
-            return export([_fetched(p, staging) if is_url(p) else p for p in paths], target)
+            copies = {(_fetched(p, staging) if is_url(p) else p): p for p in paths}
+            try:
+                return export(list(copies), target)
+            except BundleError as e:  # name the runs as the user did, not their copies (gone with the staging)
+                for copy, url in copies.items():
+                    e.problem = e.problem.replace(copy, url)
+                raise BundleError(target, e.problem) from None
         finally:
             shutil.rmtree(staging, ignore_errors=True)
     refused = [why for why in map(_sealed_refusal, paths) if why]
