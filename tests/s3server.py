@@ -11,12 +11,15 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
 import pytest
+
+import harness
 
 ENV = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}
 
@@ -60,3 +63,11 @@ def new_bucket() -> str:
     fs: Any = fsspec.filesystem("s3")
     fs.mkdir(name)
     return name
+
+
+def until_stale(runs: str, trace: str) -> None:
+    """Wait until the killed writer of trace is listed as gone (its lease stale): a hang guard, not a timing check."""
+    deadline = time.monotonic() + 60
+    while {r.path: r.status for r in harness.list_runs(runs)}[trace] == "running":
+        assert time.monotonic() < deadline, f"{trace} still listed as running a minute after its writer was killed"
+        time.sleep(0.1)

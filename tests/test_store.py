@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from s3server import need_s3, new_bucket, s3_server
+from s3server import need_s3, new_bucket, s3_server, until_stale
 
 need_s3()
 
@@ -219,14 +219,6 @@ def test_two_new_writers_of_one_run_the_second_loses_the_fence(runs: str) -> Non
         a.close()
         b.close()
     assert harness.replay(f"{runs}/new.jsonl").header["run_id"] == "a"
-
-
-def until_stale(runs: str, trace: str) -> None:
-    """Wait until the killed writer of trace is listed as gone (its lease stale): a hang guard, not a timing check."""
-    deadline = time.monotonic() + 60
-    while {r.path: r.status for r in harness.list_runs(runs)}[trace] == "running":
-        assert time.monotonic() < deadline, f"{trace} still listed as running a minute after its writer was killed"
-        time.sleep(0.1)
 
 
 def test_runs_show_replay_and_diff_read_the_bucket(

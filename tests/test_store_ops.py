@@ -22,12 +22,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from s3server import need_s3, new_bucket, s3_server
+from s3server import need_s3, new_bucket, s3_server, until_stale
 
 need_s3()
 
 import orjson  # noqa: E402 - after the skip
-from children import wait_for  # noqa: E402
+from children import kill_at, wait_for  # noqa: E402
 
 import harness  # noqa: E402
 from harness.cli import main  # noqa: E402
@@ -266,21 +266,7 @@ ex.run(orjson.loads(sys.argv[3]))
 
 
 def kill_inside(trace: str, g: dict[str, Any], marker: Path) -> None:
-    child = start(trace, g)
-    try:
-        wait_for(marker, child)
-        os.kill(child.pid, signal.SIGKILL)
-    finally:
-        child.kill()
-        child.communicate()
-
-
-def until_stale(runs: str, trace: str) -> None:
-    """Wait until the killed writer of trace is listed as gone (its lease stale): a hang guard, not a timing check."""
-    deadline = time.monotonic() + 60
-    while {r.path: r.status for r in harness.list_runs(runs)}[trace] == "running":
-        assert time.monotonic() < deadline, f"{trace} still listed as running a minute after its writer was killed"
-        time.sleep(0.1)
+    kill_at(marker, start(trace, g))
 
 
 def test_recover_of_a_runs_url_resumes_the_killed_runs_from_the_bucket(
@@ -457,13 +443,7 @@ def test_a_run_with_agents_on_a_url_killed_mid_run_resumes_from_the_bucket_and_v
 ) -> None:
     trace, log, marker = f"{runs}/agents.jsonl", tmp_path / "calls.log", tmp_path / "inside"
     args = [sys.executable, "-c", AGENTS, trace, str(log), str(marker)]
-    child = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    try:
-        wait_for(marker, child)
-        os.kill(child.pid, signal.SIGKILL)
-    finally:
-        child.kill()
-        child.communicate()
+    kill_at(marker, subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE))
     first = log.read_text().splitlines()
     assert sorted(first[1:]) == ["0", "1", "2"]  # step 0's tool, then the three calls, the process killed in call 1
     rep = harness.replay(trace)  # the bucket alone: the agents' step and two calls, call 1 in flight
