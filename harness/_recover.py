@@ -39,6 +39,7 @@ from . import _state as S
 from . import store
 from ._errors import HarnessError, TraceCorruption, TraceLocked, TraceMissing
 from ._executor import NO_ANSWER, Executor, Outcome, RetryPolicy, Step, Tool
+from ._journal import open_regular
 from ._redact import Redaction, Rule
 from ._replay import Checkpoint, replay
 from ._runs import _header as _runs_header
@@ -86,12 +87,12 @@ def resume(
 def _header_of(path: str) -> dict[str, Any] | None:
     """The trace's header line, when its crc checks (not the rest of the file: resume reads from the index's mark)."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-    except OSError:
+        fd = open_regular(path)
+    except HarnessError:  # (not a regular file, unreadable: the full read names it)
         return None
     try:
         return _runs_header(fd)
-    except OSError:  # (a FIFO, a read error: the full read names it)
+    except OSError:
         return None
     finally:
         os.close(fd)

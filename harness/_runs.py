@@ -161,9 +161,11 @@ def _header(fd: int) -> dict[str, Any] | None:
         if end >= 0 or len(data) < n or n > MAX_LINE:
             break
         n *= 4
-    if end < 0:
-        return None
-    line = data[:end]
+    return header_line(data[:end]) if end >= 0 else None
+
+
+def header_line(line: bytes) -> dict[str, Any] | None:
+    """The header a trace's first line (without its newline) holds, when its crc checks; else None."""
     if not line_ok(line, 0):
         return None
     try:

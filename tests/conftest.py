@@ -1,4 +1,4 @@
-"""Shared fixtures: a fresh trace path, and a four-step run over it."""
+"""Shared fixtures: a fresh trace path, and a four-step run over it; the S3 tests' `server` and `runs` (s3server.py)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,8 @@ import pytest
 
 from harness import Executor, Outcome
 from harness.testing import fixed_plan, steps
+
+pytest_plugins = ["s3server"]  # the local S3 server and a runs URL in a fresh bucket, for the tests that ask
 
 
 @pytest.fixture

@@ -71,3 +71,15 @@ def until_stale(runs: str, trace: str) -> None:
     while {r.path: r.status for r in harness.list_runs(runs)}[trace] == "running":
         assert time.monotonic() < deadline, f"{trace} still listed as running a minute after its writer was killed"
         time.sleep(0.1)
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[str]:
+    with s3_server() as endpoint:
+        yield endpoint
+
+
+@pytest.fixture
+def runs(server: str) -> str:
+    """A runs URL in a fresh bucket (the tests import this fixture and server)."""
+    return f"s3://{new_bucket()}/runs"

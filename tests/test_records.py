@@ -9,6 +9,7 @@ import stat
 import subprocess
 import sys
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -30,9 +31,8 @@ def cli(*args: object, env: dict[str, str] | None = None) -> subprocess.Complete
     )  # fmt: skip
 
 
-def big_run(folder: Path, *, name: str = "run.jsonl", threshold: int = 64 * 1024, **options: Any) -> Path:
-    """A run whose tool returns 100 kB, whose planner asks a model for 100 kB, and which leaves a report."""
-    model = FakeLLM(lambda request: {"answer": BIG, "n": request})
+def big_planner(model: FakeLLM) -> Callable[[Any, list[Any]], Step | None]:
+    """A planner that asks model for 100 kB at each of two steps, then leaves a report."""
 
     def plan(goal: Any, done: list[Any]) -> Step | None:
         if len(done) == 2:
@@ -41,6 +41,12 @@ def big_run(folder: Path, *, name: str = "run.jsonl", threshold: int = 64 * 1024
         harness.llm(len(done), model)
         return Step(f"s{len(done)}", "work", {"i": len(done)})
 
+    return plan
+
+
+def big_run(folder: Path, *, name: str = "run.jsonl", threshold: int = 64 * 1024, **options: Any) -> Path:
+    """A run whose tool returns 100 kB, whose planner asks a model for 100 kB, and which leaves a report."""
+    plan = big_planner(FakeLLM(lambda request: {"answer": BIG, "n": request}))
     trace = folder / name
     tools = {"work": lambda i: {"i": i, "page": BIG}}
     Executor(planner=plan, tools=tools, trace=trace, blob_threshold=threshold, **options).run("g")
@@ -483,13 +489,7 @@ def test_a_writer_killed_while_storing_a_blob_leaves_a_trace_that_resumes(tmp_pa
 def test_rerun_and_fork_see_blob_stored_payloads_as_inline(tmp_path: Path) -> None:
     trace = big_run(tmp_path)
     model = FakeLLM(lambda request: {"answer": BIG, "n": request})
-
-    def plan(goal: Any, done: list[Any]) -> Step | None:
-        if len(done) == 2:
-            harness.artifact("report.md", f"# {len(done)} steps\n")
-            return None
-        harness.llm(len(done), model)
-        return Step(f"s{len(done)}", "work", {"i": len(done)})
+    plan = big_planner(model)
 
     def refuse(**args: Any) -> Any:
         raise AssertionError("a rerun calls no tool")

@@ -14,12 +14,11 @@ import sqlite3
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from s3server import need_s3, new_bucket, s3_server, until_stale
+from s3server import need_s3, until_stale
 
 need_s3()
 
@@ -32,18 +31,6 @@ from harness.cli import main  # noqa: E402
 from harness.store import FenceLost, RemoteJournal  # noqa: E402
 
 HERE = Path(__file__).parent
-
-
-@pytest.fixture(scope="module")
-def server() -> Iterator[str]:
-    with s3_server() as endpoint:
-        yield endpoint
-
-
-@pytest.fixture
-def runs(server: str) -> str:
-    """A runs URL in a fresh bucket."""
-    return f"s3://{new_bucket()}/runs"
 
 
 def goal(tmp_path: Path, run: int = 0, steps: int = 5, **hang: Any) -> dict[str, Any]:

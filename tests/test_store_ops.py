@@ -17,12 +17,11 @@ import sys
 import threading
 import time
 import zipfile
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from s3server import need_s3, new_bucket, s3_server, until_stale
+from s3server import need_s3, new_bucket, until_stale
 
 need_s3()
 
@@ -35,17 +34,6 @@ from harness.store import segment_name  # noqa: E402
 
 HERE = Path(__file__).parent
 FIXTURES = HERE / "fixtures" / "schema1"
-
-
-@pytest.fixture(scope="module")
-def server() -> Iterator[str]:
-    with s3_server() as endpoint:
-        yield endpoint
-
-
-@pytest.fixture
-def runs(server: str) -> str:
-    return f"s3://{new_bucket()}/runs"
 
 
 def executor(**options: Any) -> harness.Executor:

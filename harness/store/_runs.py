@@ -22,8 +22,7 @@ from typing import Any
 import orjson
 
 from .._errors import TraceUnreadable
-from .._journal import line_ok
-from .._runs import RunInfo, _detail, _terminal, _time, _waiting
+from .._runs import RunInfo, _detail, _terminal, _time, _waiting, header_line
 from ._lease import NAME, STALE_FACTOR, every, modified
 from ._location import Location, cover, open_location, segment_span
 
@@ -134,14 +133,7 @@ def _first_line(location: Any, path: str) -> dict[str, Any] | None:
             end = data.find(b"\n")
     except TraceUnreadable:
         return None
-    line = data[:end]
-    if end < 0 or not line_ok(line, 0):
-        return None
-    try:
-        rec = orjson.loads(line)
-    except orjson.JSONDecodeError:
-        return None
-    return rec if isinstance(rec, dict) and rec.get("kind") == "header" and rec.get("seq") == 1 else None
+    return header_line(data[:end]) if end >= 0 else None
 
 
 def _last_line(location: Any, path: str) -> dict[str, Any] | None:
