@@ -202,13 +202,6 @@ class Agents:
         agent = _agent.get() or self.main
         agent.vc, agent.merge = dict(vc), None
 
-    def next_count(self, journal: Journal) -> int:
-        """The own count the current agent's next record will carry (in a run that never spawned: its seq)."""
-        if not self.spawned:
-            return journal.seq + 1
-        agent = _agent.get() or self.main
-        return agent.vc.get(agent.name, 0) + 1
-
     def current(self) -> str:
         return (_agent.get() or self.main).name
 

@@ -97,10 +97,9 @@ class Session:
         """The state of the agent whose code is running."""
         return _agent.get() or self.agents.main
 
-    def count_live(self) -> None:
-        """One live call by the current agent (only its own thread writes its count)."""
-        name = self.agent().name
-        self.calls[name] = self.calls.get(name, 0) + 1
+    def count_live(self, me: AgentState) -> None:
+        """One live call by agent me, the current one (only its own thread writes its count)."""
+        self.calls[me.name] = self.calls.get(me.name, 0) + 1
 
     def left(self) -> int:
         """Recorded crossings not served (yet)."""
@@ -178,7 +177,7 @@ class Session:
             return outcome(rec)  # type: ignore[no-any-return]
         me = self.agent()
         self.agents.enter_call(me)
-        self.count_live()
+        self.count_live(me)
         token = _in_call.set(True)  # in this call's context only: a concurrent call of the agent has its own
         try:
             response = call()
@@ -207,7 +206,7 @@ class Session:
             return outcome(rec)  # type: ignore[no-any-return]
         me = self.agent()
         self.agents.enter_call(me)
-        self.count_live()
+        self.count_live(me)
         ticket, me.ticket = me.ticket, me.ticket + 1
         token = _in_call.set(True)
         try:

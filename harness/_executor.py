@@ -841,7 +841,7 @@ class Executor:
             kwargs["idempotency_key"] = intent["key"]
         me = session.agent()
         session.agents.enter_call(me)  # in flight, with or without a timeout: its helper threads are no strays
-        session.count_live()  # a live call, by this agent
+        session.count_live(me)  # a live call, by this agent
         token = _in_call.set(True)  # the tool's crossings belong to the call
         try:
             if self.retry.timeout is not None:
