@@ -257,8 +257,9 @@ def test_harness_resume_of_a_crashed_run_takes_the_goal_from_the_trace(tmp_path:
         == f"harness resume: the agent raised ValueError: the ledger is down; its crash record is in {trace}\n"
     )
     assert read_records(trace)[-1]["error"] == {"type": "builtins.ValueError", "message": "the ledger is down"}
-    out = cli(tmp_path, "resume", trace, "--agent", "recover_agent:make")
+    out = cli(tmp_path, "resume", trace, "--agent", "recover_agent:make", "--key", "k3y", "--durability", "fsync")
     assert out.returncode == 0 and out.stdout == f"{trace}: DONE, 3 checkpoints\n", out.stderr
+    assert harness.verify(trace, seal_key="k3y").ok  # sealed with the key given to the resume
     typo = cli(tmp_path, "resume", tmp_path / "runs" / "crashd.jsonl", "--agent", "recover_agent:make")
     assert typo.returncode == 2 and "no such trace" in typo.stderr and not (tmp_path / "runs" / "crashd.jsonl").exists()
 
