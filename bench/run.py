@@ -198,6 +198,11 @@ def _result(rng: random.Random, tool: str) -> dict[str, Any]:
     return {"ok": True, "content": _text(rng, 150, 450), "sha": f"{rng.getrandbits(64):016x}"}
 
 
+def _at(step: int, attempt: int) -> dict[str, int]:
+    """A transition's step and attempt as written: the first attempt leaves `attempt` out."""
+    return {"step": step} if attempt == 1 else {"step": step, "attempt": attempt}
+
+
 def trace_records(*, seed: int = 1) -> Iterator[tuple[bool, Append]]:
     """The appends of a long realistic run, endlessly: (ends a step?, (kind, fields, check)).
 
@@ -209,7 +214,7 @@ def trace_records(*, seed: int = 1) -> Iterator[tuple[bool, Append]]:
     contracts = Executor(planner=lambda g, p: None, tools=TOOLS).contracts
     env = {"python": "3.11.7", "platform": "Linux-x86_64", "cwd": "/work", "entrypoint": "bench", "harness": "0.1.0"}
     yield False, ("header", {"schema": SCHEMA, "run_id": RUN_ID, "goal": GOAL, "tools": contracts, "env": env}, ())
-    yield False, ("transition", {"from": "INIT", "to": "PLAN", "step": 0, "attempt": 1}, ())
+    yield False, ("transition", {"from": "INIT", "to": "PLAN", "step": 0}, ())
     step, seq = 0, 2  # seq: of the last record yielded
     while True:
         if step % 2 == 0:  # the planner asked a model
@@ -224,19 +229,19 @@ def trace_records(*, seed: int = 1) -> Iterator[tuple[bool, Append]]:
         args = _args(rng, tool, step)
         attempts = 2 if rng.random() < 0.04 else 1
         for attempt in range(1, attempts + 1):
-            intent = {"step": step, "attempt": attempt, "name": name, "tool": tool, "args": args}
+            intent = {**_at(step, attempt), "name": name, "tool": tool, "args": args}
             if tool == "run_tests":
                 intent["key"] = f"{RUN_ID}-{step}-{attempt}"
             yield False, ("transition", {"from": "PLAN", "to": "ACT", **intent}, ("args",))
             seq += 1
             if attempt < attempts:
                 error = {"type": "ToolError", "message": "timed out after 30 s"}
-                fields = {"from": "ACT", "to": "PLAN", "step": step, "attempt": attempt, "error": error}
+                fields = {"from": "ACT", "to": "PLAN", **_at(step, attempt), "error": error}
                 yield False, ("transition", fields, ())
                 seq += 1
         result = _result(rng, tool)
-        base = {"step": step, "attempt": attempts}
-        yield False, ("transition", {"from": "ACT", "to": "VERIFY", **base, "result": result}, ("result",))
+        fields = {"from": "ACT", "to": "VERIFY", **_at(step, attempts), "result": result}
+        yield False, ("transition", fields, ("result",))
         seq += 1
         yield True, ("checkpoint", {"step": step, "verified": seq}, ())  # names the record above
         seq += 1
@@ -360,6 +365,7 @@ class Side:
 
 def _journal(path: str, appends: list[Append], durability: str, size: int) -> Side:
     journal = Journal.open(path, durability=durability)
+    journal.t0 = time.time()  # the records' clock, as a header would start it (a block may not begin with one)
     append, sync = journal.append, durability == "fsync"
 
     def write(lo: int, hi: int) -> None:
@@ -575,7 +581,7 @@ def bench_steps(scratch: Scratch, sizes: Sizes) -> Rounds:
         progress: list[Any] = []
         seq, i = 0, 0
         while (s := planner(GOAL, progress)) is not None:
-            base = {"step": i, "attempt": 1}
+            base = {"step": i}
             put = {"seq": seq + 1, "kind": "transition", "from": "PLAN", "to": "ACT", **base, "name": s.name,
                    "tool": s.tool, "args": s.args, "ts": time.time()}  # fmt: skip
             write(fd, dumps(put, option=newline))
@@ -603,11 +609,12 @@ def bench_steps(scratch: Scratch, sizes: Sizes) -> Rounds:
         journal's work only.
         """
         path = scratch()
-        base, result = {"step": 0, "attempt": 1}, {"ok": True}
+        base, result = {"step": 0}, {"ok": True}
         intent = {"from": "PLAN", "to": "ACT", **base, "name": step.name, "tool": step.tool, "args": step.args}
         verify = {"from": "ACT", "to": "VERIFY", **base, "result": result}
         checkpoint = {"step": 0, "verified": 2}
         with Journal.open(path) as journal:
+            journal.t0 = time.time()  # the records' clock, as the header would start it
             append = journal.append
             t0 = clocks()
             for _ in range(n):
@@ -824,6 +831,7 @@ def bench_threads(scratch: Scratch, sizes: Sizes) -> Rounds:
         def go() -> Sample:
             path = scratch()
             with Journal.open(path) as journal:
+                journal.t0 = time.time()  # the records' clock, as the header would start it
                 journal.share(stamp, tick)
                 parts = [appends[i::k] for i in range(k)]
                 workers = [threading.Thread(target=write, args=(journal, f"a{i}", parts[i])) for i in range(k)]
@@ -841,6 +849,7 @@ def bench_threads(scratch: Scratch, sizes: Sizes) -> Rounds:
     def lean() -> Sample:
         path = scratch()
         with Journal.open(path) as journal:
+            journal.t0 = time.time()  # the records' clock, as the header would start it
             t0 = clocks()
             for kind, fields, check in appends:
                 journal.append(kind, fields, check=check)

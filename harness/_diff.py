@@ -39,6 +39,7 @@ from typing import Any
 import orjson
 
 from ._normalize import Item, Loaded, Source, normalize_record, quick, view
+from ._replay import attempt_of
 
 _SMALL = 250_000  # product of stretch lengths up to which difflib aligns an anchorless stretch
 _EDITS = 300  # beyond it, Myers gives up on a long anchorless stretch (its records are then all reported)
@@ -500,7 +501,7 @@ def _one(side: Loaded, op: str, i: int | None, j: int | None) -> Moved:
     rec = normalize_record(side.record(n))  # nested keys sorted, as normalize() gives them
     seq, line = side.seq(n), side.line(n)
     return Moved(
-        op, rec.get("kind"), rec.get("from"), rec.get("to"), rec.get("step"), rec.get("attempt"),
+        op, rec.get("kind"), rec.get("from"), rec.get("to"), rec.get("step"), attempt_of(rec),
         seq if i is not None else None, seq if j is not None else None,
         line if i is not None else None, line if j is not None else None,
         record=rec,
@@ -512,7 +513,7 @@ def _changed(la: Loaded, lb: Loaded, i: int, j: int) -> Moved:
     out: list[Change] = []
     _fields(old, new, "", out)
     return Moved(
-        "changed", new.get("kind"), new.get("from"), new.get("to"), new.get("step"), new.get("attempt"),
+        "changed", new.get("kind"), new.get("from"), new.get("to"), new.get("step"), attempt_of(new),
         la.seq(i), lb.seq(j), la.line(i), lb.line(j), tuple(out), new,
     )  # fmt: skip
 
@@ -560,8 +561,8 @@ def describe_record(rec: Mapping[str, Any]) -> str:
     text = parts[0]
     if rec.get("step") is not None:
         text += f", step {rec['step']}"
-    if rec.get("attempt") is not None:
-        text += f", attempt {rec['attempt']}"
+    if attempt_of(rec) is not None:
+        text += f", attempt {attempt_of(rec)}"
     if kind == "checkpoint" and rec.get("name") is not None:
         text += f" {show(rec['name'])}"
     return text

@@ -385,7 +385,7 @@ class Executor:
             if e.reason != "torn-header":
                 raise
             set_aside(path, 0)
-            journal.continue_after(0, 0, 0)
+            journal.continue_after(0, 0, 0, start=None)
             return self._start(journal, goal, uuid.uuid4().hex)
         if canonical(rep.goal) != canonical(self.redact(goal)):
             raise ResumeMismatch(path, "goal", rep.goal, goal)
@@ -397,7 +397,8 @@ class Executor:
             seal = journal.seal_fields(rep.end, state=rep.state, key=journal.seal_key)
             if aside:
                 seal["set_aside"] = os.path.basename(aside)
-            journal.continue_after(rep.last_seq, rep.crc, rep.end, ("seal", seal), sync=True)  # over the torn seal
+            start = rep.header["ts"]  # (written over the torn seal)
+            journal.continue_after(rep.last_seq, rep.crc, rep.end, ("seal", seal), start=start, sync=True)
             return finished(replay(path))
         asked = rep.question is not None and not rep.answered  # a question waits for its answer
         if answer is not NO_ANSWER and not asked:
@@ -420,7 +421,8 @@ class Executor:
         if clocks is not None:  # the run had spawned: the resume is one more event of main, with its clock
             main = {**clocks["main"], "main": clocks["main"]["main"] + 1}
             seam["vc"], clocks = main, {**clocks, "main": main}
-        journal.continue_after(rep.last_seq, rep.crc, rep.end, ("resume", seam))  # written over the torn tail
+        start = rep.header["ts"]  # (the resume record is written over the torn tail)
+        journal.continue_after(rep.last_seq, rep.crc, rep.end, ("resume", seam), start=start)
         if answer is not NO_ANSWER:  # after the resume record, which names where a torn tail went
             assert rep.question is not None
             journal.append("answer", {"op": rep.question["seq"], "answer": answer}, sync=True, user=("answer",))
@@ -447,14 +449,13 @@ class Executor:
             return done or self._drive(run)
         if run.state == S.PAUSED and rep.answered:  # back to where the question was asked, to ask it again
             assert rep.question is not None
-            run.step, run.attempt = rep.question["step"], rep.question["attempt"]
+            run.step, run.attempt = rep.question["step"], rep.question.get("attempt", 1)
             back = rep.question["from"]
             if back == S.PLAN:
                 run.move(S.PLAN, sync=True)
                 return self._drive(run)
             assert intent is not None
             run.intent, run.result, run.shown = intent, rep.result, check_value("result", rep.result)
-            run.result_seq = rep.result_seq
             if back == S.ACT:  # the tool is called again, with its live args (see _live_intent)
                 run.intent = self._live_intent(run, rep)
                 run.move(S.ACT, sync=True, user=("args",), **{k: run.intent[k] for k in _INTENT if k in run.intent})
@@ -465,7 +466,7 @@ class Executor:
             if run.state == S.INIT:
                 run.move(S.PLAN)
             elif last.get("from") in (S.ACT, S.VERIFY):  # a retry was decided
-                run.step, run.attempt = last["step"], last["attempt"] + 1
+                run.step, run.attempt = last["step"], last.get("attempt", 1) + 1
                 if last["from"] == S.ACT and intent is not None:
                     run.reuse = _reused_key(last, intent)
                     try:
@@ -477,14 +478,13 @@ class Executor:
                 run.step = len(run.progress)
             return self._drive(run)
         assert intent is not None
-        run.step, run.attempt, run.intent, run.result = intent["step"], intent["attempt"], intent, rep.result
-        run.shown, run.result_seq = check_value("result", rep.result), rep.result_seq
+        run.step, run.attempt, run.intent, run.result = intent["step"], intent.get("attempt", 1), intent, rep.result
+        run.shown = check_value("result", rep.result)
         if run.state == S.PAUSED:
             assert rep.reconcile is not None
             if rep.reconcile["happened"]:
                 run.result, run.shown = rep.reconcile["result"], check_value("result", rep.reconcile["result"])
                 run.result = run.move(S.VERIFY, sync=True, user=("result",), result=run.result)["result"]
-                run.result_seq = run.wrote
             else:
                 run.intent = self._live_intent(run, rep)
                 run.move(S.ACT, sync=True, user=("args",), **{k: run.intent[k] for k in _INTENT if k in run.intent})
@@ -645,7 +645,6 @@ class Executor:
                             raise _async(f"tool {run.intent['tool']!r}", raw) from None
                         tool = run.intent["tool"]
                         raise NotSerializable(e.field, e.where, e.problem, tool=tool, step=run.step) from None
-                    run.result_seq = run.wrote  # the record the checkpoint will name
                 elif run.state == S.VERIFY:
                     why = self._verify(run)
                     run.check_session()
@@ -758,12 +757,12 @@ class Executor:
             return call.outcome(error)
         if c.state == S.PLAN:
             if c.last is not None and c.last.get("from") in (S.ACT, S.VERIFY):  # a retry was decided
-                call.attempt = c.last["attempt"] + 1
+                call.attempt = c.last.get("attempt", 1) + 1
             return self._lane(call, slots)
         assert c.intent is not None and call.planned is not None
-        call.attempt, call.result = c.intent["attempt"], c.result
+        call.attempt, call.result = c.intent.get("attempt", 1), c.result
         call.intent = {**c.intent, "args": call.planned.args}  # the live args (see _live_calls), as a run's resume
-        call.shown, call.result_seq = check_value("result", c.result), c.result_seq
+        call.shown = check_value("result", c.result)
         if c.state == S.PAUSED:
             if c.reconcile is None:
                 return call.outcome()
@@ -771,7 +770,6 @@ class Executor:
                 call.result = c.reconcile["result"]
                 call.shown = check_value("result", call.result)
                 call.result = call.move(S.VERIFY, sync=True, user=("result",), result=call.result)["result"]
-                call.result_seq = call.wrote
             else:
                 call.move(S.ACT, sync=True, user=("args",), **{k: call.intent[k] for k in _INTENT if k in call.intent})
         elif c.state == S.ACT and self.contracts[c.intent["tool"]]["effect"] == "unsafe":
@@ -1005,7 +1003,6 @@ class _Run:
         "planned",
         "progress",
         "result",
-        "result_seq",
         "reuse",
         "session",
         "shown",
@@ -1037,7 +1034,6 @@ class _Run:
         self.intent: dict[str, Any] = {}
         self.planned: Step | None = None
         self.result: Any = None
-        self.result_seq = 0  # the record holding `result`, which the checkpoint names
         self.wrote = 0  # the seq of the last record this (sub-)run wrote
         self.shown: Any = None
         self.reuse: tuple[tuple[str, bytes], str] | None = None  # a timed-out idempotent call and its key
@@ -1062,7 +1058,10 @@ class _Run:
         """
         if to not in S.EDGES[self.state]:
             raise HarnessError(f"internal error, please report: {S.check(self.state, to)}")
-        written = {"from": self.state, "to": to, "step": self.step, "attempt": self.attempt, **fields}
+        if self.attempt == 1:  # the first attempt is written by leaving `attempt` out (FORMAT.md)
+            written = {"from": self.state, "to": to, "step": self.step, **fields}
+        else:
+            written = {"from": self.state, "to": to, "step": self.step, "attempt": self.attempt, **fields}
         if to in S.TERMINAL and not self.lane:  # (a call's FAILED is its own end, not the run's)
             self.wrote = self.journal.finish("transition", written, state=to, key=self.journal.seal_key, user=user)
         else:
@@ -1097,15 +1096,15 @@ class _Run:
             raise self.session.failure
 
     def checkpoint(self) -> None:
-        """Write the checkpoint record: the moves VERIFY -> CHECKPOINT -> PLAN, naming the verified result.
+        """Write the checkpoint record: the moves VERIFY -> CHECKPOINT -> PLAN, vouching for the result.
 
-        Neither the result nor the step's name is copied: `verified` is the seq
-        of the record holding the result (as the journal wrote it, redacted),
-        which follows the intent naming the step.
+        Neither the result nor the step's name is copied: the result is the
+        record just written before the verifier ran (as the journal wrote it,
+        redacted), which follows the intent naming the step.
         """
         if self.state != S.VERIFY:  # the table allows the moves from VERIFY (_CHECKPOINT_FROM_VERIFY)
             raise HarnessError(f"internal error, please report: a checkpoint in state {self.state}")
-        seq = self.journal.append("checkpoint", {"step": self.step, "verified": self.result_seq})
+        seq = self.journal.append("checkpoint", {"step": self.step})
         self.state = S.CHECKPOINT_MOVES[-1]
         list.append(self.tail, Checkpoint(self.step, self.intent["name"], self.result, seq))
         if self.lane:  # a call ends with its checkpoint: back in PLAN, done

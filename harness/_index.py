@@ -213,11 +213,11 @@ def _record(read: Read, off: int) -> tuple[Pos, dict[str, Any]] | None:
 
 
 def _closed(read: Read, ck_off: int, step: int) -> tuple[Pos, dict[str, Any], Pos, dict[str, Any], Pos, dict[str, Any]] | None:  # fmt: skip  # noqa: E501
-    """Checkpoint `step` at ck_off, the result it names and that result's intent, each line checked.
+    """Checkpoint `step` at ck_off, the result it vouches for and that result's intent, each line checked.
 
-    The result is looked for among the lines before the checkpoint, with
-    nothing but main crossings between them; the intent is the nearest
-    transition into ACT before the result. None when they are not there.
+    The result is the nearest line before the checkpoint that is not a main
+    crossing (the verifier's); the intent is the nearest transition into ACT
+    before the result. None when they are not there.
     """
     found = _record(read, ck_off)
     if found is None:
@@ -231,12 +231,10 @@ def _closed(read: Read, ck_off: int, step: int) -> tuple[Pos, dict[str, Any], Po
             m = _SEQ.match(head)
             if m is None:
                 return None
-            if int(m[1]) == ck.get("verified"):
+            if not head.startswith(b'crossing",', m.end()):  # past the verifier's crossings: the result
                 result = _record(read, off)
                 if result is None:
                     return None
-            elif not head.startswith(b'crossing",', m.end()):
-                return None  # a record other than the verifier's crossings between result and checkpoint
         elif b'"kind":"transition","from":"' in head and b'","to":"ACT"' in head:
             intent = _record(read, off)
             break
@@ -257,11 +255,10 @@ def _closes(ck: dict[str, Any], intent: dict[str, Any], result: dict[str, Any], 
         and result.get("to") == S.VERIFY
         and result.get("step") == step
         and "agent" not in result
-        and ck.get("verified") == result.get("seq")
         and intent.get("kind") == "transition"
         and intent.get("to") == S.ACT
         and intent.get("step") == step
-        and intent.get("attempt") == result.get("attempt")
+        and intent.get("attempt", 1) == result.get("attempt", 1)
         and "agent" not in intent
         and type(intent.get("seq")) is int
         and intent["seq"] < result["seq"] < ck["seq"]

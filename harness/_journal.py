@@ -51,7 +51,7 @@ from typing import Any
 import orjson
 
 from . import _blobs
-from ._errors import JournalError, NotSerializable, TraceLocked, TraceUnreadable
+from ._errors import HarnessError, JournalError, NotSerializable, TraceLocked, TraceUnreadable
 from ._redact import Redaction, user_text
 
 SCHEMA = 2
@@ -167,14 +167,15 @@ def encode(record: dict[str, Any], crc: int) -> tuple[bytes, int]:
     return line, crc
 
 
-def now() -> float:
-    """A record's `ts`: the wall clock in seconds, cut to the millisecond (finer digits cost bytes on every line).
+def since(start: float) -> float:
+    """A record's `ts`: seconds since `start` (the header's `ts`), cut to the millisecond.
 
-    A whole number of milliseconds over 1000 is the double nearest that
-    decimal, so it prints with at most three decimals (and costs less than round()).
+    Finer digits, or the epoch's ten, would cost bytes on every line. A whole
+    number of milliseconds over 1000 is the double nearest that decimal, so it
+    prints with at most three decimals (and costs less than round()).
     Journal._encode, the hot path, has this expression inline.
     """
-    return int(time.time() * 1000) / 1000
+    return int((time.time() - start) * 1000) / 1000
 
 
 def encode_tail(record: dict[str, Any]) -> memoryview:
@@ -200,7 +201,7 @@ class Journal:
 
     __slots__ = (
         "_broken", "_clean", "_lock", "_stamp", "_tick", "_truncated", "_walk", "blob_threshold", "crc", "created",
-        "digests", "dirty", "fd", "fsync", "path", "redact", "seal_key", "seq",
+        "digests", "dirty", "fd", "fsync", "path", "redact", "seal_key", "seq", "t0",
     )  # fmt: skip
 
     def __init__(
@@ -219,6 +220,7 @@ class Journal:
         self._walk = redact is not None and redact.paths  # JSON paths apply whatever a search finds
         self.seq = 0
         self.crc = 0
+        self.t0: float | None = None  # the header's ts: every other record's ts counts from it
         self._broken: str | None = None
         self._truncated = False  # the next write is synced: it makes the truncation durable with it
         self.dirty = False  # bytes written since the last fsync
@@ -241,6 +243,12 @@ class Journal:
         so far, before any other starts.
         """
         self._stamp, self._tick, self._lock = stamp, tick, threading.Lock()
+
+    def now(self) -> float:
+        """The `ts` of a record written now."""
+        if self.t0 is None:
+            raise HarnessError(f"internal error, please report: {self.path}: a record before the trace's header")
+        return since(self.t0)
 
     @property
     def shared(self) -> bool:
@@ -317,10 +325,13 @@ class Journal:
         end: int,
         record: tuple[str, dict[str, Any]] | None = None,
         *,
+        start: float | None,
         sync: bool = False,
         user: tuple[str, ...] = (),
     ) -> int:
         """Continue the chain of an existing trace whose last complete line ends at byte end; return the last seq.
+
+        `start` is its header's `ts` (None for an empty file, whose header comes next).
 
         Bytes after end (a torn tail, which the caller has set aside) are cut
         off. With `record` (kind, fields), that record is written at byte end,
@@ -330,7 +341,7 @@ class Journal:
         followed by the rest of the tail, again a torn tail: never a cut-off
         tail without the record that names its copy.
         """
-        self.seq, self.crc = seq, crc
+        self.seq, self.crc, self.t0 = seq, crc, start
         size = self.size()
         if record is None or size == end:
             if size != end:
@@ -428,7 +439,12 @@ class Journal:
         crc. Anything else (a value that is not JSON, a secret found, a line
         over the blob threshold) goes the long way, `_encode_slow`.
         """
-        ts = int(time.time() * 1000) / 1000  # now(), inline
+        if kind == "header":  # the run's start, on the wall clock; every later ts counts from it
+            ts = self.t0 = int(time.time() * 1000) / 1000
+        elif self.t0 is not None:
+            ts = int((time.time() - self.t0) * 1000) / 1000  # since(t0), inline
+        else:
+            ts = self.now()  # raises: a record before the header
         record = {"seq": seq, "kind": kind, **fields, "ts": ts}
         try:
             whole = _dumps(record, default=_refuse, option=_DUMPS_OPTIONS)
@@ -544,7 +560,7 @@ class Journal:
         from . import _seal
 
         seal = _seal.fields(self._prefix_sha256(before), self.digests, state, key)
-        return encode({"seq": seq, "kind": "seal", **seal, "ts": now()}, crc)
+        return encode({"seq": seq, "kind": "seal", **seal, "ts": self.now()}, crc)
 
     def _prefix_sha256(self, tail: bytes, end: int | None = None) -> str:
         """sha256 of the file's bytes up to end (all of them by default: on disk, under our lock), then tail."""
@@ -619,7 +635,7 @@ class Journal:
                 self.redacted(fields, record[2])
             agent, vc = stamp(vc)
             head = {"kind": kind} if agent == "main" else {"kind": kind, "agent": agent}
-            ts = now()
+            ts = self.now()
             rec = {**head, **fields, "vc": vc, "ts": ts}
             tail: memoryview | None
             try:

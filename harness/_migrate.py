@@ -48,24 +48,25 @@ Records = list[dict[str, Any]]
 def _1_to_2(records: Records, path: str) -> Records:
     """Schema 1 -> 2: a step's VERIFY -> CHECKPOINT, checkpoint and CHECKPOINT -> PLAN become one checkpoint record.
 
-    The new record names the record holding the verified result (`verified`)
-    instead of copying the result; seqs are renumbered, and the seqs that
-    records point to (a reconcile's `op`, a fork's `branch`) follow them.
+    The new record vouches for the result just before it instead of copying
+    it; seqs are renumbered, and the seqs that
+    records point to (a reconcile's `op`, a fork's `branch`) follow them. A
+    first attempt's transitions lose `"attempt": 1`, and every `ts` but the
+    header's becomes seconds since the header's.
     """
     out: Records = []
     new_seq: dict[int, int] = {}
-    result_seq = 0  # old seq of the last transition into VERIFY
-    result: Any = None
+    result: Any = None  # of the last transition into VERIFY
     intent: dict[str, Any] = {}
     merged: dict[str, Any] | None = None  # the checkpoint record made for the step being closed
     for rec in records:
         kind, old = rec["kind"], rec["seq"]
         if kind == "transition" and rec["to"] == "VERIFY":
-            result_seq, result = old, rec.get("result")
+            result = rec.get("result")
         elif kind == "transition" and rec["to"] == "ACT":
             intent = rec
         if kind == "transition" and rec["to"] == "CHECKPOINT":
-            merged = {"seq": len(out) + 1, "kind": "checkpoint", "step": rec["step"], "verified": new_seq[result_seq]}
+            merged = {"seq": len(out) + 1, "kind": "checkpoint", "step": rec["step"]}
             if rec.get("reused"):
                 merged["reused"] = True
             merged["ts"] = rec["ts"]
@@ -93,9 +94,14 @@ def _1_to_2(records: Records, path: str) -> Records:
     header["schema"] = 2
     if type(header.get("branch")) is int:  # a fork: the parent's seq, numbered as the parent is now
         header["branch"] = new_seq.get(header["branch"], header["branch"])
-    for rec in out:
+    start = header["ts"]
+    for rec in out[1:]:
         if rec["kind"] == "reconcile" and type(rec.get("op")) is int:
             rec["op"] = new_seq[rec["op"]]
+        elif rec["kind"] == "transition" and rec.get("attempt") == 1:  # a first attempt leaves it out
+            del rec["attempt"]
+        if type(rec.get("ts")) is float and type(start) is float:  # seconds since the header's, to the ms
+            rec["ts"] = round(rec["ts"] - start, 3)
     return out
 
 

@@ -5,7 +5,7 @@ steps, attempts, tools, args, results, errors, checkpoints, crossings,
 resumes) and drops what changes between two runs of the same program: seq
 numbers, wall-clock values, run ids, checksums and hashes, the host
 environment, idempotency keys (they embed the run id), fork lineage, the
-trace's own file name, the seq a checkpoint or a reconcile record points
+trace's own file name, the seq a reconcile or an answer record points
 to, a seal's digests (its `state` stays), and a crash record's traceback (file
 paths). Payloads stored in blobs
 are read back in place: the view is the same whether a payload was inline
@@ -111,8 +111,6 @@ def normalize_record(record: Mapping[str, Any], *, nested: bool = True) -> dict[
     out = {k: _canon(record[k]) for k in plan} if nested else {k: record[k] for k in plan}
     if kind in ("reconcile", "answer"):
         out.pop("op", None)  # the seq of the paused operation or of the question: a seq number
-    elif kind == "checkpoint":
-        out.pop("verified", None)  # the seq of the record holding the result: a seq number
     elif kind == "seal":  # digests of bytes that hold wall-clock times; keyed or not is not behaviour
         out = {k: v for k, v in out.items() if k in ("kind", "state")}
     elif kind == "crossing" and out.get("boundary") in ("now", "sleep", "backoff"):

@@ -72,4 +72,6 @@ def reconcile(
             vc = dict(rep.clocks["main"])
             fields["vc"] = {**vc, "main": vc["main"] + 1}
         record = ("reconcile", fields)
-        return journal.continue_after(rep.last_seq, rep.crc, rep.end, record, sync=True, user=("result", "evidence"))
+        return journal.continue_after(
+            rep.last_seq, rep.crc, rep.end, record, start=rep.header["ts"], sync=True, user=("result", "evidence")
+        )

@@ -15,7 +15,7 @@ never an error.
 No record stays in memory: checkpoints and crossings are kept as
 (offset, length, previous crc) triples and decoded on access, re-checking
 each line's crc, so a file changed after replay() is still caught. A
-checkpoint names the record holding its result (`verified`); its result is
+checkpoint vouches for its lane's last transition into VERIFY; its result is
 read from there, and its name from the intent before it. Blob-stored
 payloads are read (and their sha256 checked) on access too; the scan only
 checks that each named blob is there with its size. A `seal` record is
@@ -32,7 +32,7 @@ import os
 import re
 import zlib
 from array import array
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, overload
 
@@ -133,6 +133,19 @@ class Call:
     planned: dict[str, Any]
     checkpoint: Checkpoint | None
     result_seq: int = 0  # the record holding its result (a checkpoint names it)
+
+
+def attempt_of(rec: Mapping[str, Any]) -> Any:
+    """A record's attempt: a transition without `attempt` is its step's first; other kinds say theirs (or not)."""
+    return rec.get("attempt", 1) if rec.get("kind") == "transition" else rec.get("attempt")
+
+
+def wall_clock(header: Mapping[str, Any], rec: Mapping[str, Any]) -> float | None:
+    """When rec was written, in seconds since the epoch: its `ts` counts from the header's (None when unknown)."""
+    start, ts = header.get("ts"), rec.get("ts")
+    if type(start) is not float or type(ts) is not float:
+        return None
+    return start if rec is header or rec.get("kind") == "header" else start + ts
 
 
 def request_hash(kind: str, request: Any) -> str:
@@ -629,7 +642,7 @@ def _scan(
                 if "blobs" in rec or kind == "artifact":
                     _check_blobs(path, n, seq, rec, blobs)
                 if kind == "transition":
-                    src, dst, step, attempt = rec["from"], rec["to"], rec["step"], rec["attempt"]
+                    src, dst, step, attempt = rec["from"], rec["to"], rec["step"], rec.get("attempt", 1)
                     if lane is not run_lane:
                         if lane.done:
                             why = f"a transition of {lane.agent}, whose call ended at its checkpoint"
@@ -643,7 +656,7 @@ def _scan(
                             raise _fail(path, n, "bad-transition", why, seq)
                         failed_call = next((x for x in group if x.state == S.FAILED), None)
                         if failed_call is not None and failed_call.last is not None:
-                            at_step, at_attempt = failed_call.last["step"], failed_call.last["attempt"]
+                            at_step, at_attempt = failed_call.last["step"], failed_call.last.get("attempt", 1)
                             if dst != S.FAILED or rec.get("error") != failed_call.last.get("error"):
                                 why = f"call {failed_call.agent} failed: the run must fail with its error"
                                 raise _fail(path, n, "bad-transition", why, seq)
@@ -659,6 +672,8 @@ def _scan(
                             f"step {step!r}, attempt {attempt!r} where step {at_step}, attempt {at_attempt} comes next"
                         )
                         raise _fail(path, n, "bad-transition", why, seq)
+                    if attempt == 1 and "attempt" in rec:  # one spelling: the first attempt leaves `attempt` out
+                        raise _fail(path, n, "non-canonical", "attempt 1 written out (the first attempt omits it)", seq)
                     if dst == S.CHECKPOINT:
                         why = "VERIFY -> CHECKPOINT is written as a checkpoint record, not a transition"
                         raise _fail(path, n, "bad-transition", why, seq)
@@ -762,14 +777,9 @@ def _scan(
                     if not asked and question is not rec:  # crossings made before a question are served again
                         fresh = 0
                 elif kind == "checkpoint":  # the moves VERIFY -> CHECKPOINT -> PLAN, in one line
-                    step = rec["step"]
+                    step = rec["step"]  # it vouches for the result of its lane's last transition into VERIFY
                     if state != S.VERIFY or type(step) is not int or step != at_step:
                         why = f"a checkpoint of step {step!r} in state {state}, step {at_step}: nothing verified"
-                        raise _fail(path, n, "unvouched-checkpoint", why, seq)
-                    if type(rec["verified"]) is not int or rec["verified"] != result_seq:
-                        why = (
-                            f"the checkpoint names seq {rec['verified']!r}; the verified result is at seq {result_seq}"
-                        )
                         raise _fail(path, n, "unvouched-checkpoint", why, seq)
                     for move in S.CHECKPOINT_MOVES:  # the table allows each move, or this is no checkpoint
                         illegal = S.check(state, move)
@@ -786,7 +796,7 @@ def _scan(
                     else:  # a call's checkpoint joins the progress when the run joins the call, in planner order
                         lane.ck, lane.done = (offset, length, prev, result_crossing), True
                         assert intent is not None
-                        lane.ck_rec = Checkpoint(rec["step"], intent["name"], result, seq)
+                        lane.ck_rec = Checkpoint(step, intent["name"], result, seq)
                 elif kind == "artifact":
                     if type(rec["name"]) is not str:
                         raise _fail(path, n, "malformed", "an artifact record whose name is not a str", seq)
@@ -1039,7 +1049,7 @@ def _intent(
         why = f"an intent naming tool {tool!r}, which the header does not list (it lists: {listed})"
         raise _fail(path, n, "bad-intent", why, seq)
     if contract["effect"] == "idempotent":
-        key = again[1] if again is not None else f"{header['run_id']}-{rec['step']}-{rec['attempt']}"
+        key = again[1] if again is not None else f"{header['run_id']}-{rec['step']}-{rec.get('attempt', 1)}"
         if rec.get("key") != key:
             found = f"key {rec['key']!r}" if "key" in rec else "no key"
             why = f"an intent for idempotent tool {tool!r} with {found}; its idempotency key is {key!r}"

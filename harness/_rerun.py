@@ -242,8 +242,8 @@ class _Recording:
         last = self.rep.last
         step_limit = last is not None and last["from"] == S.PLAN and "max_steps" in (last.get("error") or {})
         if self.rep.state == S.FAILED and last is not None and not step_limit:  # (a parallel call's last attempt too)
-            return RetryPolicy(last["attempt"], **self.backoff())
-        seen = [r["attempt"] for r in self.records if r["kind"] == "transition"]
+            return RetryPolicy(last.get("attempt", 1), **self.backoff())
+        seen = [r.get("attempt", 1) for r in self.records if r["kind"] == "transition"]
         return RetryPolicy(max([RetryPolicy().max_attempts, *seen]), **self.backoff())
 
     def backoff(self) -> dict[str, float]:

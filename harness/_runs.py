@@ -34,6 +34,7 @@ import orjson
 
 from ._errors import TraceUnreadable
 from ._journal import HEADER_START, MAX_LINE, line_ok, open_regular
+from ._replay import wall_clock
 from .store._location import is_url
 
 _HEAD = 64 * 1024
@@ -136,7 +137,7 @@ def _info(fd: int, path: str, fallback: str, locked: set[tuple[int, int, int]] |
     last = _last(fd, size) or header
     env = header.get("env")
     status = _terminal(last) or ("running" if _locked(fd, locked) else _waiting(last))
-    ended = _time(last.get("ts")) if status in ("done", "failed") else None
+    ended = _time(wall_clock(header, last)) if status in ("done", "failed") else None
     parent, branch = header.get("parent"), header.get("branch")
     return RunInfo(
         id=str(header.get("run_id", fallback)),

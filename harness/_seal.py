@@ -39,7 +39,7 @@ import orjson
 from . import _blobs
 from . import _state as S
 from ._errors import HarnessError, TraceCorruption, TraceUnreadable
-from ._journal import Journal, encode, now
+from ._journal import Journal, encode, since
 from .store import is_url, local_copy
 
 if TYPE_CHECKING:
@@ -134,7 +134,7 @@ def seal(trace: str | os.PathLike[str], *, seal_key: str | bytes | None = None) 
         with open(path, "rb") as f:
             data = f.read(rep.end)
         sealed = fields(hashlib.sha256(data).hexdigest(), rep.blobs, rep.state, key)
-        line, _ = encode({"seq": rep.last_seq + 1, "kind": "seal", **sealed, "ts": now()}, rep.crc)
+        line, _ = encode({"seq": rep.last_seq + 1, "kind": "seal", **sealed, "ts": since(rep.header["ts"])}, rep.crc)
         try:
             _blobs.write_atomically(path, data + line)
         except OSError as e:
@@ -176,7 +176,8 @@ def _seal_url(url: str, key: bytes | None) -> Sealed:
         if _sealed_already(url, rep):
             return Sealed(url, rep.last_seq, "hmac" in (rep.seal or {}), True)
         sealed = fields(prefix_sha256(local_copy(url), rep.end), rep.blobs, rep.state, key)
-        journal.continue_after(rep.last_seq, rep.crc, rep.end, ("seal", sealed))  # shipped at once: a seal
+        start = rep.header["ts"]  # (the seal is shipped at once)
+        journal.continue_after(rep.last_seq, rep.crc, rep.end, ("seal", sealed), start=start)
     replay(url)  # the sealed trace reads back from the bucket
     return Sealed(url, rep.last_seq + 1, key is not None, False)
 

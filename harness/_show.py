@@ -97,7 +97,7 @@ class Timeline:
         what = describe_record(rec)
         if kind == "transition":
             what = f"{rec.get('from')} -> {rec.get('to')}"
-            what = f"{what:<22}step {rec.get('step')}, attempt {rec.get('attempt')}"
+            what = f"{what:<22}step {rec.get('step')}, attempt {rec.get('attempt', 1)}"
         agent = rec.get("agent", "main")
         if self.vector:  # a record written before the run spawned has the clock {"main": seq}
             vc = rec.get("vc")

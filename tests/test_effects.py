@@ -122,7 +122,7 @@ def test_a_new_attempt_gets_a_new_key(tmp_path: Path) -> None:
     assert out.state == "DONE"
     run_id = harness.replay(path).run_id
     assert seen == [f"{run_id}-0-1", f"{run_id}-0-2", f"{run_id}-0-3"]
-    assert [(i["attempt"], i["key"]) for i in intents(path)] == [(n, f"{run_id}-0-{n}") for n in (1, 2, 3)]
+    assert [(i.get("attempt", 1), i["key"]) for i in intents(path)] == [(n, f"{run_id}-0-{n}") for n in (1, 2, 3)]
 
 
 def test_a_resume_after_a_tool_error_gets_the_next_attempts_key(tmp_path: Path) -> None:
@@ -198,7 +198,7 @@ def test_an_unsafe_call_in_flight_pauses_the_run(tmp_path: Path) -> None:
     assert rep.state == "PAUSED" and not rep.complete
     assert rep.pending == out.pending
     assert records(path)[-1] | {"ts": 0, "crc": ""} == {
-        "seq": intent["seq"] + 3, "kind": "transition", "from": "ACT", "to": "PAUSED", "step": 1, "attempt": 1,
+        "seq": intent["seq"] + 3, "kind": "transition", "from": "ACT", "to": "PAUSED", "step": 1,
         "ts": 0, "crc": "",
     }  # fmt: skip
 
@@ -343,18 +343,18 @@ HEAD = {"kind": "header", "schema": 2, "run_id": "r", "goal": "g", "tools": UNSA
 T = "transition"
 BEFORE_PAUSE = [
     HEAD,
-    {"kind": T, "from": "INIT", "to": "PLAN", "step": 0, "attempt": 1},
-    {"kind": T, "from": "PLAN", "to": "ACT", "step": 0, "attempt": 1, "name": "pay", "tool": "pay", "args": {}},
+    {"kind": T, "from": "INIT", "to": "PLAN", "step": 0},
+    {"kind": T, "from": "PLAN", "to": "ACT", "step": 0, "name": "pay", "tool": "pay", "args": {}},
     {"kind": "resume", "set_aside": None, "env": {}},  # only a resuming process pauses a run
 ]
-PAUSE = {"kind": T, "from": "ACT", "to": "PAUSED", "step": 0, "attempt": 1}
+PAUSE = {"kind": T, "from": "ACT", "to": "PAUSED", "step": 0}
 YES = {"kind": "reconcile", "op": 3, "happened": True, "result": 7, "evidence": ""}
 NO = {"kind": "reconcile", "op": 3, "happened": False, "result": None, "evidence": ""}
-ON = {"kind": T, "from": "PAUSED", "to": "VERIFY", "step": 0, "attempt": 1, "result": 7}
-AGAIN = {"kind": T, "from": "PAUSED", "to": "ACT", "step": 0, "attempt": 1, "name": "pay", "tool": "pay", "args": {}}
+ON = {"kind": T, "from": "PAUSED", "to": "VERIFY", "step": 0, "result": 7}
+AGAIN = {"kind": T, "from": "PAUSED", "to": "ACT", "step": 0, "name": "pay", "tool": "pay", "args": {}}
 FINISH = [
     {"kind": "checkpoint", "step": 0, "verified": 7},  # seq 7 is ON, holding the result
-    {"kind": T, "from": "PLAN", "to": "DONE", "step": 1, "attempt": 1},
+    {"kind": T, "from": "PLAN", "to": "DONE", "step": 1},
 ]
 
 

@@ -20,7 +20,7 @@ def moves(trace: Path) -> list[tuple[str, str, int, int]]:
     out: list[tuple[str, str, int, int]] = []
     for r in read_records(trace):
         if r["kind"] == "transition":
-            out.append((r["from"], r["to"], r["step"], r["attempt"]))
+            out.append((r["from"], r["to"], r["step"], r.get("attempt", 1)))
         elif r["kind"] == "checkpoint":
             attempt = out[-1][3]
             out += [("VERIFY", "CHECKPOINT", r["step"], attempt), ("CHECKPOINT", "PLAN", r["step"], attempt)]

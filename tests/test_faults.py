@@ -432,7 +432,7 @@ except test_faults.JournalError as e:
 """
 
 
-@pytest.mark.parametrize("limit", [60, 900, 1800, 3000])
+@pytest.mark.parametrize("limit", [60, 900, 1800, 2600])  # (the whole run writes about 2,700 bytes)
 def test_a_real_file_size_limit_is_a_clean_stop(tmp_path: Path, limit: int) -> None:
     trace = tmp_path / "run.jsonl"
     proc = subprocess.run(

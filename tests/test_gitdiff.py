@@ -76,8 +76,8 @@ def test_git_diff_and_log_show_the_one_record_that_moved(repo: Path) -> None:
 
     record(trace, bump=1)  # step 1's result moves from 10 to 11
     removed, added = changes(git(repo, "diff"))
-    assert removed == ['{"kind":"transition","from":"ACT","to":"VERIFY","step":1,"attempt":1,"result":{"value":10}}']
-    assert added == ['{"kind":"transition","from":"ACT","to":"VERIFY","step":1,"attempt":1,"result":{"value":11}}']
+    assert removed == ['{"kind":"transition","from":"ACT","to":"VERIFY","step":1,"result":{"value":10}}']
+    assert added == ['{"kind":"transition","from":"ACT","to":"VERIFY","step":1,"result":{"value":11}}']
 
     git(repo, "commit", "-q", "-am", "bump step 1")
     assert changes(git(repo, "log", "-p", "-1", "--format=%s")) == (removed, added)
@@ -92,6 +92,6 @@ def test_an_inserted_retry_is_an_insertion_in_git_diff(repo: Path) -> None:
     record(trace, fail_once=True)  # step 1 fails once with a ToolError and is retried
     removed, added = changes(git(repo, "diff"))
     error = '"error":{"message":"flaky","type":"ToolError"}'
-    assert '{"kind":"transition","from":"ACT","to":"PLAN","step":1,"attempt":1,' + error + "}" in added
+    assert '{"kind":"transition","from":"ACT","to":"PLAN","step":1,' + error + "}" in added
     assert len(added) == len(removed) + 2  # two records inserted; the rest of step 1 only changes its attempt
     assert all('"step":1' in line for line in removed + added)

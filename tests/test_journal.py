@@ -20,6 +20,7 @@ import harness
 from harness import Executor, JournalError, NotSerializable, Step, TraceLocked, TraceUnreadable, replay
 from harness import _journal as journal_module
 from harness._journal import Journal
+from harness._replay import attempt_of
 from harness.testing import FakeLLM, counter, fixed_plan, read_records, steps
 
 Run = Callable[..., harness.Outcome]  # the `run` fixture of conftest.py
@@ -27,7 +28,7 @@ Run = Callable[..., harness.Outcome]  # the `run` fixture of conftest.py
 
 def shape(path: Path) -> list[tuple[Any, ...]]:
     """What a trace says, without its run id, wall clock and checksums."""
-    return [(r["kind"], r.get("from"), r.get("to"), r.get("step"), r.get("attempt")) for r in read_records(path)]
+    return [(r["kind"], r.get("from"), r.get("to"), r.get("step"), attempt_of(r)) for r in read_records(path)]
 
 
 def test_each_line_is_a_json_object_whose_seq_is_its_line_number(trace: Path, run: Run) -> None:
@@ -235,6 +236,7 @@ def test_a_failed_fsync_stops_the_run_and_the_journal_accepts_nothing_more(trace
 def test_after_a_failed_sync_the_journal_accepts_nothing_more(tmp_path: Path, syncs: SyncSpy) -> None:
     path = tmp_path / "j.jsonl"
     with Journal.open(path) as j:
+        j.t0 = 0.0  # (no header: the records' clock starts at the epoch)
         syncs.fail_at = len(syncs.inodes) + 1
         with pytest.raises(JournalError, match="fsync failed"):
             j.append("event", {}, sync=True)
@@ -248,6 +250,7 @@ def test_a_full_disk_is_a_clear_error(tmp_path: Path, monkeypatch: pytest.Monkey
     path = tmp_path / "j.jsonl"
     real = os.write
     with Journal.open(path) as j:
+        j.t0 = 0.0  # (no header: the records' clock starts at the epoch)
         monkeypatch.setattr(os, "write", lambda fd, data: _enospc() if fd == j.fd else real(fd, data))
         with pytest.raises(JournalError, match=rf"{path}: write of seq 1 failed: the disk is full \(ENOSPC\)"):
             j.append("event", {})

@@ -27,7 +27,7 @@ def test_a_planner_that_never_ends_fails_at_the_limit_with_a_recorded_error(trac
     }
     last, seal = read_records(trace)[-2:]
     assert seal["kind"] == "seal"
-    assert (last["from"], last["to"], last["step"], last["attempt"], last["error"]) == (
+    assert (last["from"], last["to"], last["step"], last.get("attempt", 1), last["error"]) == (
         "PLAN", "FAILED", 5, 1, out.error
     )  # fmt: skip
     r = replay(trace)  # the table has the edge, and replay accepts it

@@ -20,8 +20,8 @@ must make replay() raise TraceCorruption, or, when the file ends in a line
 without its newline, be read as a torn tail after complete lines that are
 the trace's own; any other exception, an accepted mutant, or a replay taking
 more than ALARM seconds fails the test. `test_the_corpus_is_as_documented`
-pins the counts quoted here and in docs/FORMAT.md: 94 kinds, 4,040 mutants
-(2,133 raw, 1,907 with the checksum recomputed), a few seconds of CPU.
+pins the counts quoted here and in docs/FORMAT.md: 94 kinds, 3,992 mutants
+(2,109 raw, 1,883 with the checksum recomputed), a few seconds of CPU.
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ from harness._journal import SUFFIX
 from harness.testing import FakeLLM, counter, flaky, power_cut
 
 ALARM = 10  # seconds for one kind's whole sweep: a hang fails instead of blocking CI
-KINDS, RAW, RECOMPUTED = 94, 2133, 1907  # the corpus, as the docstring and docs/FORMAT.md state it
+KINDS, RAW, RECOMPUTED = 94, 2109, 1883  # the corpus, as the docstring and docs/FORMAT.md state it
 
 # --- the rich trace --------------------------------------------------------------------------------
 

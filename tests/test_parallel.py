@@ -89,7 +89,7 @@ def test_a_call_retries_on_its_own(tmp_path: Path) -> None:
     trace = tmp_path / "t.jsonl"
     out = Executor(planner=fan(3), tools={"work": work}, trace=trace).run("g")
     assert out.state == "DONE" and sorted(calls) == [0, 1, 1, 2]
-    attempts = [(r["step"], r["attempt"]) for r in read_records(trace) if r.get("to") == "ACT"]
+    attempts = [(r["step"], r.get("attempt", 1)) for r in read_records(trace) if r.get("to") == "ACT"]
     assert sorted(attempts) == [(0, 1), (1, 1), (1, 2), (2, 1)]
     r = harness.rerun(trace, planner=fan(3), tools={"work": refuse})
     assert r.equal and r.live_calls == 0
@@ -107,7 +107,7 @@ def test_a_call_that_fails_for_good_fails_the_run_with_its_error(tmp_path: Path)
     rep = harness.replay(trace)
     assert rep.state == "FAILED" and [c.result for c in rep.checkpoints] == [0, 3]
     last = read_records(trace)[-2]  # (the seal follows)
-    assert (last["from"], last["to"], last["step"], last["attempt"]) == ("PLAN", "FAILED", 1, 2)
+    assert (last["from"], last["to"], last["step"], last.get("attempt", 1)) == ("PLAN", "FAILED", 1, 2)
     assert harness.rerun(trace, planner=fan(4), tools={"work": refuse}).equal
 
 
@@ -246,7 +246,7 @@ def forged_parallel(tmp_path: Path, forge: str) -> tuple[Path, int]:
     elif forge == "a transition after its checkpoint":
         ck = next(i for i, r in enumerate(records) if r["kind"] == "checkpoint" and r.get("agent") == "step-1")
         records.insert(ck + 1, {"kind": "transition", "agent": "step-1", "from": "CHECKPOINT", "to": "PLAN",
-                                "step": 1, "attempt": 1, "ts": 0.0})  # fmt: skip
+                                "step": 1, "ts": 0.0})  # fmt: skip
         at = ck + 1
     elif forge == "a call spawned out of step order":
         spawn = next(i for i, r in enumerate(records) if r["kind"] == "spawn" and r["child"] == "step-1")

@@ -220,7 +220,7 @@ def test_recorder_traces_work_as_golden_traces(pytester: pytest.Pytester) -> Non
         (lambda rs: rs.insert(6, {"seq": 7, "kind": "event", "type": "late", "data": 1}), "after-terminal", 7),
         (lambda rs: rs.append({"seq": 8, "kind": "event", "type": "late", "data": 1}), "after-terminal", 8),
         (lambda rs: rs.insert(1, {"seq": 2, "kind": "transition", "from": "INIT", "to": "PLAN",
-                                  "step": 0, "attempt": 1, "ts": 0.0}), "bad-transition", 3),
+                                  "step": 0, "ts": 0.0}), "bad-transition", 3),
     ],
 )  # fmt: skip
 def test_replay_refuses_forged_recorder_traces(trace: Path, edit: Any, reason: str, line: int) -> None:

@@ -98,14 +98,13 @@ def test_a_checkpoint_for_another_step_than_the_vouched_one_is_refused(done: Pat
     refused(done, ck + 1, "unvouched-checkpoint")
 
 
-@pytest.mark.parametrize("verified", [3, 4, 8, "7"])  # an intent, step 0's result, its own line, a str
-def test_a_checkpoint_that_names_another_record_than_the_verified_result_is_refused(done: Path, verified: Any) -> None:
+def test_a_checkpoint_before_the_result_it_would_vouch_for_is_refused(done: Path) -> None:
+    """A checkpoint vouches for its lane's last result, by position: moved before that result, it vouches for none."""
     records = read_records(done)
     ck = line_of(done, "checkpoint", 1) - 1
-    assert records[ck]["verified"] == 7
-    records[ck]["verified"] = verified
-    write_trace(done, records)
-    refused(done, ck + 1, "unvouched-checkpoint")
+    records[ck - 1], records[ck] = records[ck], records[ck - 1]
+    write_trace(done, renumber(records))
+    refused(done, ck, "unvouched-checkpoint")
 
 
 def test_a_verified_result_not_followed_by_its_checkpoint_is_refused(done: Path) -> None:
@@ -120,7 +119,7 @@ def test_a_checkpoint_written_as_transitions_is_refused(done: Path) -> None:
     """Schema 1's VERIFY -> CHECKPOINT transition: in schema 2 only a checkpoint record makes that move."""
     records = read_records(done)
     ck = line_of(done, "checkpoint", 0) - 1
-    records[ck] = {"seq": ck + 1, "kind": "transition", "from": "VERIFY", "to": "CHECKPOINT", "step": 0, "attempt": 1,
+    records[ck] = {"seq": ck + 1, "kind": "transition", "from": "VERIFY", "to": "CHECKPOINT", "step": 0,
                    "ts": 1.5}  # fmt: skip
     write_trace(done, records)
     refused(done, ck + 1, "bad-transition")
@@ -239,8 +238,8 @@ def test_a_first_record_that_is_not_a_header(done: Path) -> None:
 
 @pytest.mark.parametrize(
     ("line", "field"),
-    [(1, "run_id"), (1, "goal"), (3, "to"), (3, "from"), (5, "step"), (5, "verified"), (4, "seq"),
-     (3, "tool"), (3, "args"), (3, "name"), (3, "attempt"), (4, "result"), (2, "step")],
+    [(1, "run_id"), (1, "goal"), (3, "to"), (3, "from"), (5, "step"), (4, "seq"),
+     (3, "tool"), (3, "args"), (3, "name"), (4, "result"), (2, "step")],
 )  # fmt: skip
 def test_a_record_without_a_required_field_is_malformed(done: Path, line: int, field: str) -> None:
     records = read_records(done)
@@ -268,6 +267,15 @@ def test_steps_and_attempts_must_follow_on_from_each_other(done: Path) -> None:
     write_trace(done, records)
     e = refused(done, 2, "bad-transition")
     assert "step 5, attempt 1 where step 0, attempt 1 comes next" in str(e)
+
+
+def test_a_first_attempt_written_out_is_refused(done: Path) -> None:
+    """One spelling: `attempt` is left out on a first attempt, so `"attempt":1` is a line harness never writes."""
+    records = read_records(done)
+    assert "attempt" not in records[2]
+    records[2] = {k: v for k, v in records[2].items() if k != "ts"} | {"attempt": 1, "ts": records[2]["ts"]}
+    write_trace(done, records)
+    assert "attempt 1 written out" in str(refused(done, 3, "non-canonical"))
 
 
 def test_an_attempt_out_of_nowhere_is_refused(done: Path) -> None:

@@ -353,7 +353,7 @@ def test_a_long_trace_is_served_in_windows_never_whole(tmp_path: Path) -> None:
 
 def test_unknown_record_kinds_are_shown_as_the_corruption_replay_says_they_are(tmp_path: Path) -> None:
     header = {"seq": 1, "kind": "header", "schema": SCHEMA, "run_id": "b" * 32, "goal": "g", "tools": {}, "ts": 1.0}
-    plan = {"seq": 2, "kind": "transition", "from": "INIT", "to": "PLAN", "step": 0, "attempt": 1, "ts": 2.0}
+    plan = {"seq": 2, "kind": "transition", "from": "INIT", "to": "PLAN", "step": 0, "ts": 2.0}
     odd = {"seq": 3, "kind": "telemetry", "gauge": {"tokens": 12}, "ts": 3.0}
     write_trace(tmp_path / "odd.jsonl", [header, plan, odd])
     idx = Index(str(tmp_path / "odd.jsonl")).extend()  # one replay() pass: the index stops where it does

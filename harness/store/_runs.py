@@ -22,6 +22,7 @@ from typing import Any
 import orjson
 
 from .._errors import TraceUnreadable
+from .._replay import wall_clock
 from .._runs import RunInfo, _detail, _terminal, _time, _waiting, header_line
 from ._lease import NAME, STALE_FACTOR, every, modified
 from ._location import Location, cover, open_location, segment_span
@@ -116,7 +117,7 @@ def _info(location: Any, name: str, found: Found, live: bool) -> RunInfo:
         id=str(header.get("run_id", fallback)), path=url,
         entrypoint=env.get("entrypoint") if isinstance(env, dict) else None,
         status=status, started=_time(header.get("ts")),
-        ended=_time(last.get("ts")) if status in ("done", "failed") else None,
+        ended=_time(wall_clock(header, last)) if status in ("done", "failed") else None,
         records=last["seq"] if type(last.get("seq")) is int else 1,
         parent=parent if isinstance(parent, str) else None,
         branch=branch if type(branch) is int else None,

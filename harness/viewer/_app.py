@@ -59,6 +59,7 @@ from .._annotations import FORMAT as ANNOTATIONS_FORMAT
 from .._annotations import annotations_path
 from .._blobs import read as read_blob
 from .._errors import HarnessError, TraceCorruption
+from .._replay import wall_clock
 from .._rerun import load_agent
 from .._runs import run_info
 from .._seal import verify
@@ -250,7 +251,7 @@ def _summary_of(v: Viewer, run: str) -> dict[str, Any]:
     info = run_info(path)
     header = idx.header or {}
     torn = idx.size - idx.end if shown == len(idx) and idx.broken is None else 0
-    last_ts = idx.last.get("ts") if idx.last else None
+    last_ts = wall_clock(header, idx.last) if idx.last else None
     pending = verdict.pending
     reconcile = answer = None
     if pending is not None and "question" in pending:  # interrupt(): a human answers, no reconcile

@@ -39,7 +39,7 @@ import orjson
 
 from .._errors import HarnessError, TraceCorruption, TraceUnreadable
 from .._journal import MAX_LINE, line_ok
-from .._replay import Replay, replay
+from .._replay import Replay, attempt_of, replay
 
 _CHUNK = 1 << 20
 _NOTE = 160  # characters of a value shown in a record's one-line note
@@ -436,7 +436,7 @@ class Index:
             "line": i + 1, "seq": rec.get("seq"), "kind": rec.get("kind"), "cls": chr(self.codes[i]),
             "lane": self.lanes[i], "agent": agent, "col": self.cols[i],
             "role": role(rec, self.header), "label": label(rec), "note": note(rec),
-            "step": rec.get("step"), "attempt": rec.get("attempt"), "failed": error is not None,
+            "step": rec.get("step"), "attempt": attempt_of(rec), "failed": error is not None,
             "own": vc.get(agent) if isinstance(vc, dict) else None, "link": link(rec),
         }  # fmt: skip
 

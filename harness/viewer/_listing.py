@@ -22,6 +22,7 @@ from typing import Any
 import orjson
 
 from .. import list_runs
+from .._replay import attempt_of
 from ._index import short
 from ._paths import address
 
@@ -86,7 +87,8 @@ class Listing:
         if head["goal"] is not None:  # a header that could not be read is tried again next time
             heads[hkey] = head
         tails[tkey] = tail
-        return {**head, **tail}
+        start, since = head["start_ts"], tail["last_ts"]  # a record's ts counts from the header's
+        return {**head, **tail, "last_ts": start + since if start is not None and since is not None else None}
 
 
 def _head(f: Any) -> dict[str, Any]:
@@ -131,7 +133,7 @@ def _tail(f: Any, size: int) -> dict[str, Any]:
 def _tail_of(rec: dict[str, Any] | None) -> dict[str, Any]:
     if rec is None:
         return {"steps": None, "step": None, "attempt": None, "last_ts": None, "sealed": False}
-    step, attempt = rec.get("step"), rec.get("attempt")
+    step, attempt = rec.get("step"), attempt_of(rec)
     step = step if type(step) is int else None
     steps = None
     if step is not None:  # steps done, as far as the last record tells
@@ -141,7 +143,7 @@ def _tail_of(rec: dict[str, Any] | None) -> dict[str, Any]:
         steps = step if done else step + 1 if closed else step
     return {
         "steps": steps, "step": step, "attempt": attempt if type(attempt) is int else None,
-        "last_ts": _ts(rec.get("ts")), "sealed": False,
+        "last_ts": 0.0 if rec.get("kind") == "header" else _ts(rec.get("ts")), "sealed": False,
     }  # fmt: skip
 
 

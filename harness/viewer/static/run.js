@@ -333,6 +333,14 @@ function blobField(name, value, ref) {
   return h("section", { class: "field blob" }, h("h3", {}, name), where, h("pre", {}, typeof value === "string" ? value : pretty(value)));
 }
 
+// a record's ts counts seconds from the header's (docs/FORMAT.md): its wall clock, and how far into the run
+function when(r) {
+  const start = st.summary.started;
+  if (r.ts == null) return null;
+  if (r.kind === "header" || start == null) return time(r.ts);
+  return `${time(start + r.ts)} (+${duration(r.ts)})`;
+}
+
 async function openLine(line) {
   st.selected = line;
   if (line <= st.start || line > st.start + st.window.length) {
@@ -344,7 +352,7 @@ async function openLine(line) {
   const r = body.inline, b = body.brief, stored = body.stored || {};
   const known = ["seq", "kind", "ts", "crc", "from", "to", "step", "attempt", "agent", "vc", "key", "reused", "mutated"];
   const meta = [["seq", r.seq], ["line", body.line], ["kind", r.kind], ["agent", body.lane], ["role", b.role],
-    ["step", r.step], ["attempt", r.attempt], ["key", r.key], ["time", r.ts != null ? time(r.ts) : null],
+    ["step", r.step], ["attempt", r.attempt], ["key", r.key], ["time", when(r)],
     ["bytes", body.bytes]].filter(([, v]) => v !== undefined && v !== null);
   const sections = [];
   if (r.vc !== undefined) sections.push(field("vector clock", r.vc));
@@ -394,7 +402,7 @@ function follow() {
     st.codes += b.cls;
     if (st.lanes.length > 1) st.laneCodes += String.fromCharCode(48 + b.lane);
     st.total = Math.max(st.total, m.line);
-    st.summary.last_ts = m.record.ts ?? st.summary.last_ts;
+    if (m.record.ts != null && st.summary.started != null) st.summary.last_ts = st.summary.started + m.record.ts;
     const shown = st.start + st.window.length; // the window, loaded after the summary, may hold it already
     if (m.line > shown && (st.follow || shown === m.line - 1)) {
       st.window.push(b);
