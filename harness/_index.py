@@ -385,7 +385,7 @@ class Prefixed(_Checkpoints):
         self._full: _Checkpoints | None = None
 
     def __len__(self) -> int:
-        return self._base + len(self._pos) // 4
+        return self._base + len(self._pos)
 
     def _read(self, f: Any, i: int) -> list[dict[str, Any]]:
         if i >= self._base:
@@ -499,7 +499,7 @@ class Writer:
         lines = rep.checkpoints._lines
         assert isinstance(lines, _Checkpoints)
         w.count = lines._base if isinstance(lines, Prefixed) else 0
-        w.pending = array("q", lines._pos[::4])
+        w.pending = lines._pos.column(0)
         w.pos, w.run_id = rep.end, rep.run_id
         q = rep.quiet
         if q is not None:

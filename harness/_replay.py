@@ -102,10 +102,10 @@ class Lane:
         self.result_seq = self.result_crossing = 0  # the record holding its result, and that crossing's index
         self.last: dict[str, Any] | None = None
         self.intent: dict[str, Any] | None = None
-        self.intent_pos = (0, 0, 0)
+        self.intent_pos = (0, 0)  # its line: offset, length << 32 | crc before
         self.result: Any = None
         self.reconcile: dict[str, Any] | None = None
-        self.ck: tuple[int, int, int, int] | None = None  # where its checkpoint is (and its result's crossing)
+        self.ck: tuple[int, int, int] | None = None  # where its checkpoint is (and its result's crossing), packed
         self.ck_rec: Checkpoint | None = None
         self.planned: dict[str, Any] = {}  # name, tool, args, as the spawn record gives them
         self.done = False
@@ -152,23 +152,83 @@ def request_hash(kind: str, request: Any) -> str:
     return hashlib.sha256(canonical([kind, request])).hexdigest()[:16]
 
 
-class _Lines:
-    """Records of a trace kept as file positions, decoded (and re-checked) on access."""
+_ROWS = 1 << 14  # rows of positions per block: every full block is the same size, so freed ones are reused
+_LOW = 0xFFFFFFFF
 
-    __slots__ = ("_build", "_path", "_pos", "_width")
 
-    def __init__(self, path: str, width: int, build: Any):
-        self._path, self._pos, self._build, self._width = path, array("q"), build, width
+class _Rows:
+    """Rows of `width` int64s (line positions), appended to `tail` and moved into fixed-size blocks as it fills.
+
+    One array grown by realloc to tens of MB leaves the heap fragmented
+    once freed (glibc raises its mmap threshold to the size freed and then
+    grows the next such array on the heap, copying), so a second replay in
+    the same process (`harness diff A B`) held twice the memory. Blocks of
+    _ROWS rows are all the same size: a second replay reuses the first's.
+    `seal()` moves the full blocks out of `tail`; the scan calls it between
+    chunks, so `tail` never holds more than a chunk's rows beyond a block.
+    """
+
+    __slots__ = ("blocks", "tail", "width")
+
+    def __init__(self, width: int):
+        self.width, self.tail = width, array("q")
+        self.blocks: list[array[int]] = []
 
     def __len__(self) -> int:
-        return len(self._pos) // (3 * self._width)
+        return len(self.blocks) * _ROWS + len(self.tail) // self.width
+
+    def seal(self) -> None:
+        size = _ROWS * self.width
+        while len(self.tail) >= size:
+            self.blocks.append(self.tail[:size])  # an exact-size copy; tail keeps its identity (the scan holds it)
+            del self.tail[:size]
+
+    def __getitem__(self, i: int) -> array[int]:
+        w, b = self.width, i // _ROWS
+        if b < len(self.blocks):
+            r = (i - b * _ROWS) * w
+            return self.blocks[b][r : r + w]
+        r = (i - len(self.blocks) * _ROWS) * w
+        return self.tail[r : r + w]
+
+    def column(self, j: int) -> array[int]:
+        """Slot j of every row, in order."""
+        out = array("q")
+        for block in (*self.blocks, self.tail):
+            out.extend(block[j :: self.width])
+        return out
+
+
+def _unpack(off: int, packed: int) -> tuple[int, int, int]:
+    """A line's position (offset, length with its newline, crc of the line before) from its two stored slots."""
+    return off, packed >> 32, packed & _LOW
+
+
+class _Lines:
+    """Crossings of a trace kept as file positions, decoded (and re-checked) on access.
+
+    A row is the request's line and the response's line (the same line for a
+    `crossing` record; the intent and its result for a tool), each as two
+    int64s: the line's offset, and its length << 32 | the crc of the line
+    before it.
+    """
+
+    __slots__ = ("_build", "_path", "_pos")
+
+    def __init__(self, path: str, build: Any, width: int = 4):
+        self._path, self._pos, self._build = path, _Rows(width), build
+
+    def __len__(self) -> int:
+        return len(self._pos)
 
     def _read(self, f: Any, i: int) -> list[dict[str, Any]]:
-        base = i * 3 * self._width
-        return [self._line(f, *self._pos[base + 3 * j : base + 3 * j + 3]) for j in range(self._width)]
+        req_off, req, resp_off, resp = self._pos[i]
+        got = self._line(f, resp_off, resp)
+        return [got if req_off == resp_off else self._line(f, req_off, req), got]
 
-    def _line(self, f: Any, off: int, length: int, prev: int) -> dict[str, Any]:
+    def _line(self, f: Any, off: int, packed: int) -> dict[str, Any]:
         """The record at off, its crc checked again and its blob-stored payloads read back."""
+        length, prev = packed >> 32, packed & _LOW
         f.seek(off)
         line = f.read(length - 1)  # without its newline
         if len(line) != length - 1 or not line_ok(line, prev):
@@ -199,20 +259,18 @@ class _Checkpoints(_Lines):
     """Checkpoints, each kept as its line's position and the index of the tool crossing whose result it vouches for.
 
     The crossing holds the intent (the step's name) and the result: nothing is stored twice, in memory or on file.
+    A row: the line's offset, its length << 32 | the crc before it, the crossing's index.
     """
 
     __slots__ = ("_crossings",)
 
     def __init__(self, path: str, crossings: _Lines):
-        super().__init__(path, 1, _checkpoint)
+        super().__init__(path, _checkpoint, 3)
         self._crossings = crossings
 
-    def __len__(self) -> int:
-        return len(self._pos) // 4
-
     def _read(self, f: Any, i: int) -> list[dict[str, Any]]:
-        off, length, prev, crossing = self._pos[4 * i : 4 * i + 4]
-        return [self._line(f, off, length, prev), *self._crossings._read(f, crossing)]
+        off, packed, crossing = self._pos[i]
+        return [self._line(f, off, packed), *self._crossings._read(f, crossing)]
 
 
 class Records(Sequence[Any]):
@@ -530,9 +588,12 @@ def _scan(
     path: str, f: Any, on_record: Callable[[bytes, dict[str, Any]], None] | None = None, origin: Any = None
 ) -> Replay:  # one loop on purpose: it is the hot path
     """Check the lines of f from its start, or from the point `origin` describes (a verified index mark, _index.py)."""
-    crossings = _Lines(path, 2, _crossing)
+    crossings = _Lines(path, _crossing)
     checkpoints = _Checkpoints(path, crossings) if origin is None else origin.checkpoints(path, crossings)
-    ck_pos, cr_pos = checkpoints._pos, crossings._pos
+    ck_rows, cr_rows = checkpoints._pos, crossings._pos
+    ck_add, cr_add = ck_rows.tail.extend, cr_rows.tail.extend  # rows go to the tail; seal() moves full blocks out
+    ck_tail, cr_tail, ck_full, cr_full = ck_rows.tail, cr_rows.tail, _ROWS * 3, _ROWS * 4
+    crossed = 0  # crossings so far (rows of cr_rows)
     edges = S.EDGES
     loads, dumps, crc32 = orjson.loads, orjson.dumps, zlib.crc32  # locals: looked up once, not on every line
     header: dict[str, Any] = {}
@@ -541,7 +602,7 @@ def _scan(
     n = seq = crc = transitions = resumes = offset = 0
     last: dict[str, Any] | None = None
     intent: dict[str, Any] | None = None
-    intent_pos = (0, 0, 0)
+    intent_pos = (0, 0)
     result: Any = None  # the result being verified (a BlobRef while its blob is not read)
     result_seq, result_crossing = 0, 0  # the record holding it, and its tool crossing's index
     reconcile: dict[str, Any] | None = None
@@ -567,7 +628,8 @@ def _scan(
     header_pos = (0, 0, 0)
     if origin is not None:  # right after a quiet checkpoint: the state is these few values
         m = origin.mark
-        header, tools, last, intent, intent_pos = origin.header, origin.header["tools"], origin.last, origin.intent, m.intent  # fmt: skip  # noqa: E501
+        header, tools, last, intent = origin.header, origin.header["tools"], origin.last, origin.intent
+        intent_pos = (m.intent[0], m.intent[1] << 32 | m.intent[2])
         result, result_seq, header_pos, quiet = origin.result, origin.result_seq, m.header, origin.quiet
         state, n, seq, crc, offset, at_step, before = S.PLAN, m.seq, m.seq, m.crc, m.end, m.step + 1, "checkpoint"
         # transitions and resumes count from here: what a resume needs of them is relative
@@ -708,9 +770,9 @@ def _scan(
                         again = timed_out_key if timed_out_key and timed_out_key[0] == _call_of(rec) else None
                         _intent(path, n, rec, tools, header, intent if src == S.PAUSED else None, again)
                         timed_out_key = None
-                        intent, intent_pos = rec, (offset, length, prev)
+                        intent, intent_pos = rec, (offset, length << 32 | prev)
                         if src != S.PAUSED and lane is run_lane:  # PAUSED -> ACT repeats the intent planned before
-                            planned = (len(cr_pos) // 6 - fresh, len(cr_pos) // 6)  # (a call's plan is its spawn's)
+                            planned = (crossed - fresh, crossed)  # (a call's plan is its spawn's)
                         lane.resumes = resumes
                     elif dst == S.PAUSED and "question" not in rec:  # only from ACT: an operation of uncertain outcome
                         assert intent is not None
@@ -742,10 +804,10 @@ def _scan(
                     if (src == S.ACT and "question" not in rec) or (src == S.PAUSED and dst == S.VERIFY and not asked):
                         result = _payload(rec, "result") if dst == S.VERIFY else None
                         if dst != S.PAUSED:
-                            cr_pos.extend(intent_pos)
-                            cr_pos.extend((offset, length, prev))
+                            cr_add((*intent_pos, offset, length << 32 | prev))
+                            crossed += 1
                         if dst == S.VERIFY:
-                            result_seq, result_crossing = seq, len(cr_pos) // 6 - 1
+                            result_seq, result_crossing = seq, crossed - 1
                     if asked:
                         assert question is not None
                         if not answered:
@@ -792,9 +854,9 @@ def _scan(
                     last, fresh = rec, 0
                     if lane is run_lane:
                         at_step, at_attempt = at_step + 1, 1
-                        ck_pos.extend((offset, length, prev, result_crossing))
+                        ck_add((offset, length << 32 | prev, result_crossing))
                     else:  # a call's checkpoint joins the progress when the run joins the call, in planner order
-                        lane.ck, lane.done = (offset, length, prev, result_crossing), True
+                        lane.ck, lane.done = (offset, length << 32 | prev, result_crossing), True
                         assert intent is not None
                         lane.ck_rec = Checkpoint(step, intent["name"], result, seq)
                 elif kind == "artifact":
@@ -816,7 +878,9 @@ def _scan(
                         why = 'a crossing needs either a response or an error object {"type": str, "message": str}'
                         raise _fail(path, n, "malformed", why, seq)
                     fresh += 1
-                    cr_pos.extend((offset, length, prev, offset, length, prev))
+                    crossed += 1
+                    packed = length << 32 | prev
+                    cr_add((offset, packed, offset, packed))
                     if rec["boundary"] == "interrupt" and answers:
                         answers.pop(0)  # delivered, and recorded: a resume serves the crossing
                 elif kind == "answer":
@@ -875,7 +939,7 @@ def _scan(
                                 raise _fail(path, n, "malformed", why, seq)
                             call.planned = {"name": name, "tool": tool, "args": args}
                             if not group:  # the planner's crossings that planned the list: a resume asks it again
-                                planned = (len(cr_pos) // 6 - fresh, len(cr_pos) // 6)
+                                planned = (crossed - fresh, crossed)
                             group.append(call)
                     elif kind == "join" and child in lanes and lanes[child] in group:
                         if group[joined] is not lanes[child]:
@@ -884,7 +948,7 @@ def _scan(
                         joined += 1
                         ck = lanes[child].ck
                         if ck is not None:
-                            ck_pos.extend(ck)
+                            ck_add(ck)
                 elif kind == "header":
                     if n != 1:
                         raise _fail(path, n, "bad-header", "a header after the first line", seq)
@@ -941,6 +1005,10 @@ def _scan(
             before = kind
             offset += length
         del lines, chunk  # free this chunk and its lines before reading the next one (peak memory)
+        if len(cr_tail) >= cr_full:
+            cr_rows.seal()
+        if len(ck_tail) >= ck_full:
+            ck_rows.seal()
     if lane is not run_lane:  # the run's own variables back in the locals
         lane.state, lane.at_step, lane.at_attempt, lane.last = state, at_step, at_attempt, last
         lane.result_seq, lane.result_crossing = result_seq, result_crossing
@@ -974,9 +1042,9 @@ def _scan(
         result = orjson.loads(_blobs.read(path, result_seq, result.sha256, result.size))
     if quiet is not None and len(quiet) == 8:  # where the lines of the last quiet point are (see _index.Writer)
         off, length, prev, q_seq, q_crc, step, q_blobs, c = quiet
-        done = len(checkpoints) - (len(ck_pos) // 4 - _count_to(ck_pos, off))
-        r = 6 * c
-        intent_at, result_at = tuple(cr_pos[r : r + 3]), tuple(cr_pos[r + 3 : r + 6])
+        done = len(checkpoints) - (len(ck_rows) - _count_to(ck_rows, off))
+        row = cr_rows[c]
+        intent_at, result_at = _unpack(row[0], row[1]), _unpack(row[2], row[3])
         quiet = (off + length, q_seq, q_crc, step, (off, length, prev), intent_at, result_at, q_blobs, done, header_pos)
     if reconcile is not None and "result" not in reconcile:
         reconcile = _blobs.inline(path, reconcile)
@@ -1014,12 +1082,12 @@ def _scan(
     )
 
 
-def _count_to(ck_pos: Any, off: int) -> int:
-    """How many checkpoints ck_pos holds up to and including the one at byte off (the last ones are searched)."""
-    i = len(ck_pos) - 4
-    while i >= 0 and ck_pos[i] != off:
-        i -= 4
-    return i // 4 + 1
+def _count_to(ck_rows: _Rows, off: int) -> int:
+    """How many checkpoints ck_rows holds up to and including the one at byte off (the last ones are searched)."""
+    i = len(ck_rows) - 1
+    while i >= 0 and ck_rows[i][0] != off:
+        i -= 1
+    return i + 1
 
 
 def _call_of(rec: dict[str, Any]) -> bytes:
