@@ -157,7 +157,46 @@ def test_replay_streams_memory_does_not_grow_with_the_trace(tmp_path: Path, trac
     small_records, small_kb = replay_peak_kb(small)
     large_records, large_kb = replay_peak_kb(large)
     assert large_records > 180_000 and large.stat().st_size > 20_000_000
-    # replay() keeps two file positions per checkpoint and per tool crossing (96 bytes a step, 5.8 MB
-    # here) and reads 1 MB at a time; keeping the records themselves would take hundreds of MB
+    # replay() keeps a file position per checkpoint and two per tool crossing (56 bytes a step, 3.4 MB
+    # here) and reads 64 KiB at a time; keeping the records themselves would take hundreds of MB
     growth = large_kb - small_kb
     assert growth < 12 * 1024, f"{small_records} records: {small_kb} kB; {large_records}: {large_kb} kB"
+
+
+TWICE = """
+import sys
+from harness import replay
+def peak():
+    return next(int(line.split()[1]) for line in open("/proc/self/status") if line.startswith("VmHWM:"))
+r = replay(sys.argv[1])
+first = peak()
+del r
+r = replay(sys.argv[1])
+print(first, peak())
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads VmHWM from /proc")
+def test_a_second_replay_in_one_process_reuses_the_first_ones_memory(tmp_path: Path, trace: Path, run: Run) -> None:
+    """`harness diff A B` replays twice: the positions of the first, freed, are reused by the second."""
+    run(counter(), n=1)
+    large = tmp_path / "large.jsonl"
+    big_trace(large, 60_000, read_records(trace))
+    out = subprocess.run([sys.executable, "-c", TWICE, str(large)], capture_output=True, text=True, check=True)
+    first, second = map(int, out.stdout.split())
+    # the positions take 3.4 MB here: a second replay that could not reuse them would add as much or more
+    assert second - first < 1024, f"peak {first} kB after one replay, {second} kB after two"
+
+
+def test_positions_read_back_across_their_blocks(tmp_path: Path, trace: Path, run: Run) -> None:
+    """Crossings and checkpoints past the first block of positions (16,384 rows) read back by index and in order."""
+    run(counter(), n=1)
+    large = tmp_path / "large.jsonl"
+    big_trace(large, 40_000, read_records(trace))
+    r = replay(large)
+    crossings, checkpoints = list(r.crossings), list(r.checkpoints)
+    assert len(crossings) == len(checkpoints) == 40_000
+    for i in (0, 16_383, 16_384, 32_767, 32_768, 39_999, -1):
+        assert r.crossings[i] == crossings[i] and r.checkpoints[i] == checkpoints[i]
+    assert [c.step for c in checkpoints] == list(range(40_000))
+    assert [c.request["args"] for c in crossings[16_380:16_390]] == [{"i": i} for i in range(16_380, 16_390)]
