@@ -152,26 +152,28 @@ def request_hash(kind: str, request: Any) -> str:
     return hashlib.sha256(canonical([kind, request])).hexdigest()[:16]
 
 
-_ROWS = 1 << 14  # rows of positions per block: every full block is the same size, so freed ones are reused
+_ROWS = 1 << 12  # rows of positions per block: every full block is the same size, so freed ones are reused
 _LOW = 0xFFFFFFFF
 
 
 class _Rows:
-    """Rows of `width` int64s (line positions), appended to `tail` and moved into fixed-size blocks as it fills.
+    """Rows of `width` int64s (line positions), kept in int64 arrays of _ROWS rows each, the last rows in `tail`.
 
-    One array grown by realloc to tens of MB leaves the heap fragmented
-    once freed (glibc raises its mmap threshold to the size freed and then
-    grows the next such array on the heap, copying), so a second replay in
-    the same process (`harness diff A B`) held twice the memory. Blocks of
-    _ROWS rows are all the same size: a second replay reuses the first's.
-    `seal()` moves the full blocks out of `tail`; the scan calls it between
-    chunks, so `tail` never holds more than a chunk's rows beyond a block.
+    The scan appends to `tail`, a list (list.extend of a tuple costs a fifth
+    of array.extend's), and calls `seal()` between chunks, which moves each
+    full block of rows into an array: `tail` never holds much more than a
+    block. Why blocks: one array grown by realloc to tens of MB leaves the
+    heap fragmented once freed (glibc raises its mmap threshold to the size
+    freed, then grows the next such array on the heap, copying), so a second
+    replay in the same process (`harness diff A B`) held twice the memory.
+    Blocks are all the same size: a second replay reuses the first's.
     """
 
     __slots__ = ("blocks", "tail", "width")
 
     def __init__(self, width: int):
-        self.width, self.tail = width, array("q")
+        self.width = width
+        self.tail: list[int] = []
         self.blocks: list[array[int]] = []
 
     def __len__(self) -> int:
@@ -180,7 +182,7 @@ class _Rows:
     def seal(self) -> None:
         size = _ROWS * self.width
         while len(self.tail) >= size:
-            self.blocks.append(self.tail[:size])  # an exact-size copy; tail keeps its identity (the scan holds it)
+            self.blocks.append(array("q", self.tail[:size]))  # tail keeps its identity (the scan holds it)
             del self.tail[:size]
 
     def __getitem__(self, i: int) -> array[int]:
@@ -189,7 +191,7 @@ class _Rows:
             r = (i - b * _ROWS) * w
             return self.blocks[b][r : r + w]
         r = (i - len(self.blocks) * _ROWS) * w
-        return self.tail[r : r + w]
+        return array("q", self.tail[r : r + w])
 
     def column(self, j: int) -> array[int]:
         """Slot j of every row, in order."""
@@ -464,6 +466,9 @@ def replay(
 
 
 _fail = TraceCorruption
+# a checkpoint record makes S.CHECKPOINT_MOVES from VERIFY (the only state it is read in): the table's word on
+# them, asked once here, as the table is fixed (the first move it refuses, or None)
+_CHECKPOINT_ILLEGAL = next(filter(None, map(S.check, (S.VERIFY, *S.CHECKPOINT_MOVES[:-1]), S.CHECKPOINT_MOVES)), None)
 _SORTED = orjson.OPT_SORT_KEYS
 _EFFECTS = frozenset({"at-least-once", "idempotent", "unsafe"})
 _ASIDE = re.compile(r"[^/\\\x00]+\.torn-[1-9][0-9]*")  # a sibling's file name, as set_aside() makes it
@@ -747,7 +752,7 @@ def _scan(
                         if "error" in rec:
                             raise _fail(path, n, "malformed", "a pause on a question with an error", seq)
                         question, answered = rec, False
-                    elif not asked:
+                    elif answers and not asked:
                         answers = []  # the state moved on: what was answered has been delivered
                     if (
                         src == S.VERIFY
@@ -802,7 +807,9 @@ def _scan(
                         assert intent is not None
                         timed_out_key = (_call_of(intent), intent["key"])  # the next attempt of this call keeps it
                     if (src == S.ACT and "question" not in rec) or (src == S.PAUSED and dst == S.VERIFY and not asked):
-                        result = _payload(rec, "result") if dst == S.VERIFY else None
+                        result = None
+                        if dst == S.VERIFY:
+                            result = rec["result"] if "result" in rec else _payload(rec, "result")
                         if dst != S.PAUSED:
                             cr_add((*intent_pos, offset, length << 32 | prev))
                             crossed += 1
@@ -843,11 +850,9 @@ def _scan(
                     if state != S.VERIFY or type(step) is not int or step != at_step:
                         why = f"a checkpoint of step {step!r} in state {state}, step {at_step}: nothing verified"
                         raise _fail(path, n, "unvouched-checkpoint", why, seq)
-                    for move in S.CHECKPOINT_MOVES:  # the table allows each move, or this is no checkpoint
-                        illegal = S.check(state, move)
-                        if illegal:
-                            raise _fail(path, n, "bad-transition", illegal, seq)
-                        state = move
+                    if _CHECKPOINT_ILLEGAL:  # the table allows each move from VERIFY, or this is no checkpoint
+                        raise _fail(path, n, "bad-transition", _CHECKPOINT_ILLEGAL, seq)
+                    state = S.CHECKPOINT_MOVES[-1]
                     transitions += len(S.CHECKPOINT_MOVES)
                     if lane is run_lane and last["from"] == S.ACT and clocks is None and crash is None and not answers:  # type: ignore[index]
                         quiet = (offset, length, prev, seq, crc, step, len(blobs), result_crossing)
@@ -867,12 +872,12 @@ def _scan(
                     named = rec.get("blobs") or {}
                     if (
                         type(rec["boundary"]) is not str
-                        or not _has(rec, named, "request")
+                        or ("request" not in rec and "request" not in named)
                         or type(rec["hash"]) is not str
                     ):
                         why = "a crossing needs a str boundary, a request and a str hash"
                         raise _fail(path, n, "malformed", why, seq)
-                    if _has(rec, named, "response") is ("error" in rec) or (
+                    if ("response" in rec or "response" in named) is ("error" in rec) or (
                         "error" in rec and not _error_ok(rec["error"])
                     ):
                         why = 'a crossing needs either a response or an error object {"type": str, "message": str}'

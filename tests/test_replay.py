@@ -189,14 +189,18 @@ def test_a_second_replay_in_one_process_reuses_the_first_ones_memory(tmp_path: P
 
 
 def test_positions_read_back_across_their_blocks(tmp_path: Path, trace: Path, run: Run) -> None:
-    """Crossings and checkpoints past the first block of positions (16,384 rows) read back by index and in order."""
+    """Crossings and checkpoints past the first blocks of positions read back by index and in order."""
+    from harness._replay import _ROWS  # rows of positions per block
+
     run(counter(), n=1)
     large = tmp_path / "large.jsonl"
-    big_trace(large, 40_000, read_records(trace))
+    n = 2 * _ROWS + 100
+    big_trace(large, n, read_records(trace))
     r = replay(large)
     crossings, checkpoints = list(r.crossings), list(r.checkpoints)
-    assert len(crossings) == len(checkpoints) == 40_000
-    for i in (0, 16_383, 16_384, 32_767, 32_768, 39_999, -1):
+    assert len(crossings) == len(checkpoints) == n
+    for i in (0, _ROWS - 1, _ROWS, 2 * _ROWS - 1, 2 * _ROWS, n - 1, -1):
         assert r.crossings[i] == crossings[i] and r.checkpoints[i] == checkpoints[i]
-    assert [c.step for c in checkpoints] == list(range(40_000))
-    assert [c.request["args"] for c in crossings[16_380:16_390]] == [{"i": i} for i in range(16_380, 16_390)]
+    assert [c.step for c in checkpoints] == list(range(n))
+    around = range(_ROWS - 3, _ROWS + 3)
+    assert [c.request["args"] for c in crossings[around.start : around.stop]] == [{"i": i} for i in around]
