@@ -12,11 +12,12 @@ lane. The first failure raises TraceCorruption naming the line. A last
 line without its newline is a torn tail (a writer died mid-line), reported,
 never an error.
 
-No record stays in memory: checkpoints and crossings are kept as
-(offset, length, previous crc) triples and decoded on access, re-checking
-each line's crc, so a file changed after replay() is still caught. A
-checkpoint vouches for its lane's last transition into VERIFY; its result is
-read from there, and its name from the intent before it. Blob-stored
+No record stays in memory: checkpoints and crossings are kept as the
+positions of their lines (offset; length << 32 | the crc before the line:
+two int64s, in fixed-size blocks, see _Rows) and decoded on access,
+re-checking each line's crc, so a file changed after replay() is still
+caught. A checkpoint vouches for its lane's last transition into VERIFY;
+its result is read from there, and its name from the intent before it. Blob-stored
 payloads are read (and their sha256 checked) on access too; the scan only
 checks that each named blob is there with its size. A `seal` record is
 checked against a sha256 of every byte before it and the blobs the trace
