@@ -1089,11 +1089,16 @@ def _scan(
 
 
 def _count_to(ck_rows: _Rows, off: int) -> int:
-    """How many checkpoints ck_rows holds up to and including the one at byte off (the last ones are searched)."""
-    i = len(ck_rows) - 1
-    while i >= 0 and ck_rows[i][0] != off:
-        i -= 1
-    return i + 1
+    """How many checkpoints ck_rows holds up to and including the one at byte off (the last blocks first; 0 if none).
+
+    A checkpoint's line has its own offset, so the first row holding off in a block is the only one.
+    """
+    parts = [*ck_rows.blocks, ck_rows.tail]
+    for b in range(len(parts) - 1, -1, -1):
+        offsets = parts[b][:: ck_rows.width]
+        if off in offsets:
+            return b * _ROWS + offsets.index(off) + 1
+    return 0
 
 
 def _call_of(rec: dict[str, Any]) -> bytes:
