@@ -373,7 +373,9 @@ class Executor:
             _index.remove(journal.path)  # an index beside a new trace is another trace's
         journal.append("header", header, sync=True, user=("goal",))
         run = _Run(journal, session or Session(journal, redact=self.redact), goal, run_id, [], S.INIT)
-        run.index = None if is_url(journal.path) else _index.Writer(journal.path, journal.fd, journal.digests)
+        run.index = (
+            None if is_url(journal.path) else _index.Writer(journal.path, journal.fd, journal.digests, journal.blocks)
+        )
         run.move(S.PLAN)
         return self._drive(run)
 
@@ -392,6 +394,7 @@ class Executor:
         if rep.header.get("tools") != self.contracts:
             raise ResumeMismatch(path, "tools", rep.header.get("tools"), self.contracts)
         journal.digests.update(rep.blobs)
+        journal.blocks[:] = _index.trusted_blocks(path, rep)  # what the mark's writer hashed: the seal takes them
         if rep.complete and rep.seal is None:  # its writer died writing the end: the seal is all that is missing
             aside = set_aside(path, rep.end) if rep.torn_tail else None
             seal = journal.seal_fields(rep.end, state=rep.state, key=journal.seal_key)
@@ -438,7 +441,7 @@ class Executor:
         last, intent = rep.last or {}, rep.intent
         goal = rep.goal if goal is _RECORDED else goal
         run = _Run(journal, session, goal, rep.run_id, _index.resumed(rep), rep.state)
-        run.index = _index.Writer.after(journal.path, journal.fd, journal.digests, rep)
+        run.index = _index.Writer.after(journal.path, journal.fd, journal.digests, journal.blocks, rep)
         if rep.group:  # a parallel step was open: its calls go on, each from where its lane stands
             run.state, run.step = S.PLAN, rep.group[0].step
             token = session.activate()

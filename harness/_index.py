@@ -2,9 +2,12 @@
 
 Layout: one 8-byte entry per checkpoint record of the run, in order (the
 byte offset where its line starts, a little-endian int64), then the trailer:
-the JSON of the mark, its length (u32), its zlib crc32 (u32) and MAGIC. A
-file is usable only when its size is exactly 8 x the mark's checkpoint count
-+ the trailer's length.
+the raw sha256 of each whole 4 MiB block of the trace before the mark's end
+(32 bytes each: the seal's content hash, _seal.py), the JSON of the mark,
+the count of blocks (u32), the JSON's length (u32), the zlib crc32 of the
+digests and the JSON (u32) and MAGIC. A file is usable only when its size is
+exactly 8 x the mark's checkpoint count + the trailer's length, and when it
+holds the digest of every whole block before the mark's end.
 
 A mark describes a quiet point of a run that has not spawned an agent: right
 after a `checkpoint` record whose result came straight from ACT (not a
@@ -12,12 +15,18 @@ reconcile, not an answer) with nothing but crossings between them. There the
 state of the scanner in _replay._scan is a few numbers (seq, crc, the step),
 the blobs named so far, and four lines: the header, the step's intent, its
 result and the checkpoint. The executor writes marks (one pwrite of the new
-entries and the trailer) every INTERVAL bytes of trace and when a run stops;
+entries and the trailer) every INTERVAL bytes of trace and when a run stops,
+hashing first each block the trace completed since the last mark, read back
+from the file (the page cache: the bytes were just written);
 it finds the checkpoints it wrote by reading back the bytes since the last
 mark (`Writer`), and a mark's lines by walking back from its checkpoint. A
 mark is never fsynced: it is a hint that a resume checks (`resume_point`),
 never a source of truth. A missing, torn, stale or foreign index is ignored,
 the trace is read from its first line, and the resume leaves a fresh index.
+The seal at the end of a run resumed from a mark takes the mark's block
+digests as given (`trusted_blocks`) and hashes only the bytes after them;
+`replay()` and `harness verify` recompute every block, so a block changed
+after its digest was recorded (or a wrong digest) fails the seal there.
 
 What a resume from a mark trusts, and what catches a change: see
 docs/FORMAT.md, "The index (`<trace>.idx`)".
@@ -27,6 +36,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import hashlib
 import operator
 import os
 import re
@@ -35,7 +45,7 @@ import sys
 import zlib
 from array import array
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import orjson
@@ -46,6 +56,7 @@ from ._errors import HarnessError
 from ._journal import MAX_LINE, SUFFIX, line_ok, open_regular, read_error
 from ._replay import Checkpoint, Records, Replay, _Checkpoints, _header_problem, _Lines, _payload, _scan
 from ._replay import replay as _replay
+from ._seal import BLOCK
 from .store._location import is_url
 
 MAGIC = b"HIDX\x00\x02\r\n"  # the format's name and version (2: schema-2 traces); \r\n catches a text conversion
@@ -53,7 +64,8 @@ INTERVAL = 1 << 16  # bytes of trace between two marks written while a run goes 
 ENTRY = 8  # the offset of a checkpoint's line
 BLOBS_MAX = 256  # a run naming more blobs gets no new mark (the last one written stays good)
 WALK = 64  # lines a reader walks back from a checkpoint to find its result and intent
-_CLOSE = struct.Struct("<II8s")
+DIGEST = 32  # bytes of a block's raw sha256
+_CLOSE = struct.Struct("<III8s")  # blocks, the JSON's length, crc32 of digests + JSON, MAGIC
 _BATCH = 4096  # entries read at a time when progress is iterated
 _CHECKPOINT = b',"kind":"checkpoint","step":'  # a line of the run's own checkpoint, after its seq
 _SEQ = re.compile(rb'\{"seq":([0-9]+),"kind":"')
@@ -86,16 +98,18 @@ class Mark:
     last: Pos  # the checkpoint
     checkpoints: int  # entries before the trailer
     blobs: tuple[str, ...]  # the sha256 of every blob named up to end
+    blocks: bytes = b""  # the raw sha256 of each whole BLOCK of trace before end, in order (not in the JSON)
 
     def encode(self) -> bytes:
-        body = orjson.dumps({k: getattr(self, k) for k in self.__slots__})
-        return body + _CLOSE.pack(len(body), zlib.crc32(body), MAGIC)
+        body = orjson.dumps({k: getattr(self, k) for k in self.__slots__ if k != "blocks"})
+        crc = zlib.crc32(body, zlib.crc32(self.blocks))
+        return self.blocks + body + _CLOSE.pack(len(self.blocks) // DIGEST, len(body), crc, MAGIC)
 
     @classmethod
-    def decode(cls, body: bytes) -> Mark | None:
+    def decode(cls, body: bytes, blocks: bytes = b"") -> Mark | None:
         try:
             d = orjson.loads(body)
-            mark = cls(**{k: tuple(v) if type(v) is list else v for k, v in d.items()})  # type: ignore[arg-type]
+            mark = cls(**{k: tuple(v) if type(v) is list else v for k, v in d.items()}, blocks=blocks)  # type: ignore[arg-type]
         except (orjson.JSONDecodeError, TypeError, KeyError):
             return None
         ints = [mark.end, mark.seq, mark.crc, mark.step, mark.checkpoints]
@@ -105,9 +119,13 @@ class Mark:
             or any(len(p) != 3 for p in poss)
             or not all(type(v) is int and v >= 0 for v in ints + [x for p in poss for x in p])
             or not all(type(b) is str for b in mark.blobs)
+            or len(blocks) != DIGEST * (mark.end // BLOCK)
         ):
             return None
         return mark
+
+    def block_digests(self) -> list[bytes]:
+        return [self.blocks[i : i + DIGEST] for i in range(0, len(self.blocks), DIGEST)]
 
 
 def load(trace: str) -> Mark | None:
@@ -120,20 +138,37 @@ def load(trace: str) -> Mark | None:
         size = os.fstat(fd).st_size
         if size < _CLOSE.size:
             return None
-        length, crc, magic = _CLOSE.unpack(os.pread(fd, _CLOSE.size, size - _CLOSE.size))
-        if magic != MAGIC or length > size - _CLOSE.size or (size - _CLOSE.size - length) % ENTRY:
+        count, length, crc, magic = _CLOSE.unpack(os.pread(fd, _CLOSE.size, size - _CLOSE.size))
+        region = count * DIGEST + length  # the digests and the JSON
+        if magic != MAGIC or region > size - _CLOSE.size or (size - _CLOSE.size - region) % ENTRY:
             return None
-        body = os.pread(fd, length, size - _CLOSE.size - length)
+        data = os.pread(fd, region, size - _CLOSE.size - region)
     except OSError:
         return None
     finally:
         os.close(fd)
-    if len(body) != length or zlib.crc32(body) != crc:
+    if len(data) != region or zlib.crc32(data) != crc:
         return None
-    mark = Mark.decode(body)
-    if mark is None or mark.checkpoints * ENTRY + length + _CLOSE.size != size:
+    mark = Mark.decode(data[count * DIGEST :], data[: count * DIGEST])
+    if mark is None or mark.checkpoints * ENTRY + region + _CLOSE.size != size:
         return None
     return mark
+
+
+def trusted_blocks(trace: str, rep: Replay) -> list[bytes]:
+    """The block digests of the mark a resume started from (rep from resume_point), which its seal takes as given.
+
+    [] when rep was read from the first line (no usable mark): the seal then
+    hashes every block. The index is read again; only the trace's writer
+    (who holds its lock, as the caller does) writes it, so it is the mark
+    resume_point checked.
+    """
+    if rep.since == 0 or is_url(trace):
+        return []
+    mark = load(trace)
+    if mark is None or mark.end != rep.since or mark.run_id != rep.run_id:
+        return []
+    return mark.block_digests()
 
 
 def entries(trace: str, lo: int, hi: int) -> array[int]:
@@ -473,12 +508,13 @@ class Writer:
     A trace shorter than INTERVAL gets no index: reading it whole is as fast.
     """
 
-    __slots__ = ("count", "dead", "digests", "fd", "header", "idx", "path", "pending", "pos", "quiet", "run_id",
-                 "steps", "written_at")  # fmt: skip
+    __slots__ = ("blocks", "count", "dead", "digests", "fd", "header", "idx", "path", "pending", "pos", "quiet",
+                 "run_id", "steps", "written_at")  # fmt: skip
 
-    def __init__(self, trace: str, fd: int, digests: set[str]):
+    def __init__(self, trace: str, fd: int, digests: set[str], blocks: list[bytes]):
         self.path, self.fd = trace, fd  # the trace and a descriptor to read it (the journal's)
         self.digests = digests  # the journal's: every blob the trace names so far
+        self.blocks = blocks  # the journal's: the digests of the trace's first whole blocks (Journal.blocks)
         self.idx = -2  # the index's descriptor: -2 not opened yet, -1 given up
         self.count = 0  # entries on file
         self.pending = array("q")  # entries not yet on file
@@ -491,11 +527,15 @@ class Writer:
         self.dead = False
 
     @classmethod
-    def after(cls, trace: str, fd: int, digests: set[str], rep: Replay) -> Writer | None:
-        """The writer of a resumed run, from where replay or resume_point left the index and the run."""
+    def after(cls, trace: str, fd: int, digests: set[str], blocks: list[bytes], rep: Replay) -> Writer | None:
+        """The writer of a resumed run, from where replay or resume_point left the index and the run.
+
+        `blocks` holds what trusted_blocks() gave (none when the run was read
+        from its first line: the first mark written hashes the blocks before it).
+        """
         if is_url(trace) or rep.clocks is not None or rep.group:
             return None
-        w = cls(trace, fd, digests)
+        w = cls(trace, fd, digests, blocks)
         lines = rep.checkpoints._lines
         assert isinstance(lines, _Checkpoints)
         w.count = lines._base if isinstance(lines, Prefixed) else 0
@@ -600,6 +640,14 @@ class Writer:
             except OSError:
                 self.idx = -1
                 return
+        whole = q.end // BLOCK
+        for i in range(len(self.blocks), whole):  # the blocks completed since the last mark (all, after a full read)
+            block = self._pread(i * BLOCK, BLOCK)
+            if len(block) != BLOCK:
+                raise OSError("the trace is shorter than the mark")
+            self.blocks.append(hashlib.sha256(block).digest())
+        if len(q.blocks) != whole * DIGEST:
+            self.quiet = q = replace(q, blocks=b"".join(self.blocks[:whole]))
         todo = self.pending[: q.checkpoints - self.count]
         data = todo.tobytes() if sys.byteorder == "little" else _swapped(todo)
         trailer = q.encode()

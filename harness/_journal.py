@@ -37,7 +37,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
-import hashlib
 import math
 import os
 import secrets
@@ -200,8 +199,8 @@ class Journal:
     """The single writer of one trace. Open with `Journal.open()`; use as a context manager."""
 
     __slots__ = (
-        "_broken", "_clean", "_lock", "_stamp", "_tick", "_truncated", "_walk", "blob_threshold", "crc", "created",
-        "digests", "dirty", "fd", "fsync", "path", "redact", "seal_key", "seq", "t0",
+        "_broken", "_clean", "_lock", "_stamp", "_tick", "_truncated", "_walk", "blob_threshold", "blocks", "crc",
+        "created", "digests", "dirty", "fd", "fsync", "path", "redact", "seal_key", "seq", "t0",
     )  # fmt: skip
 
     def __init__(
@@ -227,6 +226,10 @@ class Journal:
         self.blob_threshold = blob_threshold
         self.digests: set[str] = set()  # every blob the trace names: what its seal lists
         self.seal_key: bytes | None = None  # an HMAC key for the seal, else an unkeyed seal
+        # the sha256 of the file's first whole blocks of the seal's content hash (_seal.BLOCK bytes each), hashed
+        # from the file by this process or taken from an index mark a resume trusted (_index.py): the seal hashes
+        # only the bytes after them
+        self.blocks: list[bytes] = []
         self._lock: threading.Lock | None = None  # set once several agents write (share())
         self._stamp: Callable[[dict[str, int] | None], tuple[str, dict[str, int]]] | None = None
         self._tick: Callable[[dict[str, int]], None] | None = None
@@ -343,6 +346,9 @@ class Journal:
         """
         self.seq, self.crc, self.t0 = seq, crc, start
         size = self.size()
+        from ._seal import BLOCK
+
+        del self.blocks[end // BLOCK :]  # the bytes after end go
         if record is None or size == end:
             if size != end:
                 self._guard(lambda: os.ftruncate(self.fd, end), "truncate")
@@ -554,25 +560,23 @@ class Journal:
         """The fields of a seal over the file's first `end` bytes (a run whose writer died before its seal)."""
         from . import _seal
 
-        return _seal.fields(self._prefix_sha256(b"", end), self.digests, state, key)
+        return _seal.fields(self._content_hash(b"", end), self.digests, state, key)
 
     def _seal_line(self, seq: int, before: bytes, crc: int, state: str, key: bytes | None) -> tuple[bytes, int]:
         from . import _seal
 
-        seal = _seal.fields(self._prefix_sha256(before), self.digests, state, key)
+        seal = _seal.fields(self._content_hash(before), self.digests, state, key)
         return encode({"seq": seq, "kind": "seal", **seal, "ts": self.now()}, crc)
 
-    def _prefix_sha256(self, tail: bytes, end: int | None = None) -> str:
-        """sha256 of the file's bytes up to end (all of them by default: on disk, under our lock), then tail."""
-        h = hashlib.sha256()
-        offset, size = 0, self.size() if end is None else end
-        while offset < size:
-            chunk = os.pread(self.fd, min(1 << 20, size - offset), offset)
-            if not chunk:
-                break
-            h.update(chunk)
-            offset += len(chunk)
-        h.update(tail)
+    def _content_hash(self, tail: bytes, end: int | None = None) -> str:
+        """The seal's content hash of the file's bytes up to end (all of them by default: on disk, under our lock),
+        then tail. The blocks in `blocks` are not read again; the digests of the blocks hashed join them."""
+        from ._seal import BLOCK, content_hash_of
+
+        size = self.size() if end is None else end
+        known = self.blocks[: size // BLOCK]
+        h = content_hash_of(lambda off, n: os.pread(self.fd, n, off), size, known, tail)
+        self.blocks[len(known) :] = h.blocks[len(known) : size // BLOCK]  # those of bytes on file only
         return h.hexdigest()
 
     def append_many(self, records: Iterable[tuple[Any, ...]], *, sync: bool = False) -> int:

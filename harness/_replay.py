@@ -20,8 +20,8 @@ caught. A checkpoint vouches for its lane's last transition into VERIFY;
 its result is read from there, and its name from the intent before it. Blob-stored
 payloads are read (and their sha256 checked) on access too; the scan only
 checks that each named blob is there with its size. A `seal` record is
-checked against a sha256 of every byte before it and the blobs the trace
-names.
+checked against the content hash (_seal.py) of every byte before it, every
+block hashed again, and the blobs the trace names.
 """
 
 from __future__ import annotations
@@ -1191,8 +1191,8 @@ def _same(a: Any, b: Any) -> bool:
 
 
 def _seal_mismatch(path: str, offset: int, rec: dict[str, Any], blobs: dict[str, Any], state: str) -> str | None:
-    from ._seal import mismatch, prefix_sha256
+    from ._seal import content_hash, mismatch
 
-    if type(rec.get("sha256")) is not str or type(rec.get("digests")) is not list:
-        return "a seal without its sha256 and digests"
-    return mismatch(rec, prefix_sha256(path, offset), blobs, state)
+    if type(rec.get("content_hash")) is not str or type(rec.get("digests")) is not list:
+        return "a seal without its content_hash and digests"
+    return mismatch(rec, content_hash(path, offset), blobs, state)

@@ -2,11 +2,21 @@
 
 A run that ends in DONE or FAILED writes its terminal record and a `seal`
 record in one write. The seal holds `state` (the terminal state),
-`sha256` (of every byte of the trace before the seal's line), `digests` (the
-sorted sha256 of every blob and artifact the trace names) and, when a key is
-given (`seal_key=` or $HARNESS_SEAL_KEY), `hmac`: HMAC-SHA256 with that key
-of the canonical JSON of {"digests", "sha256", "state"}. A sealed trace is
-immutable: nothing may follow the seal.
+`content_hash` (of every byte of the trace before the seal's line), `digests`
+(the sorted sha256 of every blob and artifact the trace names) and, when a
+key is given (`seal_key=` or $HARNESS_SEAL_KEY), `hmac`: HMAC-SHA256 with
+that key of the canonical JSON of {"content_hash", "digests", "state"}. A
+sealed trace is immutable: nothing may follow the seal.
+
+The content hash is Dropbox's content_hash scheme: the bytes are cut into
+BLOCK (4 MiB) blocks, the last one possibly short, each block is hashed with
+sha256, and the value is the hex sha256 of the concatenated raw block
+digests. `ContentHash` is the one implementation, used by every writer and
+checker. A writer may take the digests of the first whole blocks as given:
+the executor takes those its index recorded (_index.py) when a resume
+trusts the index, and hashes only the rest; `replay()` and `verify()`
+recompute every block from the bytes, so a block changed after its digest
+was recorded makes the seal fail there.
 
 What it proves (the threat model, also in docs/FORMAT.md):
 - the per-line CRC chain catches accidents, not forgers: anyone can rewrite
@@ -30,7 +40,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -60,25 +70,84 @@ def key_of(seal_key: str | bytes | None) -> bytes | None:
     return key
 
 
-def _message(sha256: str, digests: list[str], state: str) -> bytes:
-    return orjson.dumps({"digests": digests, "sha256": sha256, "state": state}, option=orjson.OPT_SORT_KEYS)
+BLOCK = 4 << 20  # bytes per block of the content hash (Dropbox's content_hash block size)
 
 
-def fields(sha256: str, digests: Iterable[str], state: str, key: bytes | None) -> dict[str, Any]:
-    """The fields of a seal record over a prefix whose sha256 is given."""
+class ContentHash:
+    """The content hash of bytes fed in pieces of any size, as hashlib's objects are fed.
+
+    `blocks` holds the raw sha256 of every whole block fed so far, after the
+    `known` digests given at the start: those stand for the first
+    len(known) blocks, which are then not fed (feeding starts at byte
+    len(known) * BLOCK).
+    """
+
+    __slots__ = ("_h", "_left", "blocks")
+
+    def __init__(self, known: Sequence[bytes] = ()):
+        self.blocks: list[bytes] = list(known)
+        self._h = hashlib.sha256()
+        self._left = BLOCK  # bytes until the block being fed is whole
+
+    def update(self, data: bytes | memoryview) -> None:
+        view = memoryview(data)
+        while len(view) >= self._left:
+            self._h.update(view[: self._left])
+            self.blocks.append(self._h.digest())
+            view, self._h, self._left = view[self._left :], hashlib.sha256(), BLOCK
+        if view:
+            self._h.update(view)
+            self._left -= len(view)
+
+    def hexdigest(self) -> str:
+        last = [self._h.digest()] if self._left < BLOCK else []
+        return hashlib.sha256(b"".join(self.blocks + last)).hexdigest()
+
+
+def content_hash_of(
+    read: Callable[[int, int], bytes], end: int, known: Sequence[bytes] = (), tail: bytes = b""
+) -> ContentHash:
+    """The content hash of the first `end` bytes `read(offset, size)` gives, then `tail`.
+
+    The first len(known) blocks are taken as `known` says, and not read.
+    """
+    h = ContentHash(known)
+    offset = len(known) * BLOCK
+    while offset < end:
+        chunk = read(offset, min(BLOCK - offset % BLOCK, end - offset))  # block by block
+        if not chunk:
+            break  # the file is shorter: the hash is of what is there, and will not match
+        h.update(chunk)
+        offset += len(chunk)
+    h.update(tail)
+    return h
+
+
+def content_hash(path: str, end: int) -> str:
+    """The content hash of the first `end` bytes of the file, every block read and hashed."""
+    with open(path, "rb", buffering=0) as f:
+        return content_hash_of(lambda off, n: os.pread(f.fileno(), n, off), end).hexdigest()
+
+
+def _message(content: str, digests: list[str], state: str) -> bytes:
+    return orjson.dumps({"content_hash": content, "digests": digests, "state": state}, option=orjson.OPT_SORT_KEYS)
+
+
+def fields(content: str, digests: Iterable[str], state: str, key: bytes | None) -> dict[str, Any]:
+    """The fields of a seal record over a prefix whose content hash is given."""
     blobs = sorted(set(digests))
-    out: dict[str, Any] = {"state": state, "sha256": sha256, "digests": blobs}
+    out: dict[str, Any] = {"state": state, "content_hash": content, "digests": blobs}
     if key is not None:
-        out["hmac"] = hmac.new(key, _message(sha256, blobs, state), hashlib.sha256).hexdigest()
+        out["hmac"] = hmac.new(key, _message(content, blobs, state), hashlib.sha256).hexdigest()
     return out
 
 
-def mismatch(rec: dict[str, Any], sha256: str, digests: Iterable[str], state: str) -> str | None:
+def mismatch(rec: dict[str, Any], content: str, digests: Iterable[str], state: str) -> str | None:
     """None when the seal record matches the trace before it, else what differs (accidents; no key needed)."""
     if rec.get("state") != state:
         return f"the seal says the run ended {rec.get('state')!r}, the trace says {state}"
-    if rec.get("sha256") != sha256:
-        return "the bytes before the seal are not the ones it sealed (sha256 differs)"
+    if rec.get("content_hash") != content:
+        return "the bytes before the seal are not the ones it sealed (content_hash differs)"
     if rec.get("digests") != sorted(set(digests)):
         return "the seal lists other blobs than the trace names"
     if "hmac" in rec and type(rec["hmac"]) is not str:
@@ -87,22 +156,8 @@ def mismatch(rec: dict[str, Any], sha256: str, digests: Iterable[str], state: st
 
 
 def hmac_ok(rec: dict[str, Any], key: bytes) -> bool:
-    expected = hmac.new(key, _message(rec["sha256"], rec["digests"], rec["state"]), hashlib.sha256).hexdigest()
+    expected = hmac.new(key, _message(rec["content_hash"], rec["digests"], rec["state"]), hashlib.sha256).hexdigest()
     return hmac.compare_digest(expected, str(rec.get("hmac")))
-
-
-def prefix_sha256(path: str, end: int) -> str:
-    """sha256 of the first `end` bytes of the file."""
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        left = end
-        while left > 0:
-            chunk = f.read(min(1 << 20, left))
-            if not chunk:
-                break
-            h.update(chunk)
-            left -= len(chunk)
-    return h.hexdigest()
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,7 +188,9 @@ def seal(trace: str | os.PathLike[str], *, seal_key: str | bytes | None = None) 
             raise HarnessError(f"{path}: bytes after the run's end; nothing was written")
         with open(path, "rb") as f:
             data = f.read(rep.end)
-        sealed = fields(hashlib.sha256(data).hexdigest(), rep.blobs, rep.state, key)
+        content = ContentHash()
+        content.update(data)
+        sealed = fields(content.hexdigest(), rep.blobs, rep.state, key)
         line, _ = encode({"seq": rep.last_seq + 1, "kind": "seal", **sealed, "ts": since(rep.header["ts"])}, rep.crc)
         try:
             _blobs.write_atomically(path, data + line)
@@ -175,7 +232,7 @@ def _seal_url(url: str, key: bytes | None) -> Sealed:
         rep = replay(url)  # the spool: the bytes the seal will vouch for
         if _sealed_already(url, rep):
             return Sealed(url, rep.last_seq, "hmac" in (rep.seal or {}), True)
-        sealed = fields(prefix_sha256(local_copy(url), rep.end), rep.blobs, rep.state, key)
+        sealed = fields(content_hash(local_copy(url), rep.end), rep.blobs, rep.state, key)
         start = rep.header["ts"]  # (the seal is shipped at once)
         journal.continue_after(rep.last_seq, rep.crc, rep.end, ("seal", sealed), start=start)
     replay(url)  # the sealed trace reads back from the bucket
@@ -206,7 +263,9 @@ class Verification:
         out = [f"{self.path}: {self.lines} lines: checksum chain, seq and state machine checked"]
         out.append(f"  {self.blobs} blobs and artifacts: size and sha256 of each checked")
         if self.sealed:
-            how = "keyed seal (HMAC-SHA256) checked with the key" if self.keyed else "unkeyed seal (sha256) checked"
+            how = (
+                "keyed seal (HMAC-SHA256) checked with the key" if self.keyed else "unkeyed seal (content hash) checked"
+            )
             out.append(f"  {how}: every byte and blob before it, state {self.state}")
         out += [f"  problem: {p}" for p in self.problems]
         if self.ok:
