@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -32,6 +33,7 @@ from harness._index import ENTRY, load, path_of, resume_point
 from harness._journal import SUFFIX
 from harness._seal import BLOCK, ContentHash, content_hash
 
+ROOT = Path(__file__).resolve().parent.parent
 PAD = "x" * 30_000  # below the blob threshold: every result is inline, so the trace itself grows
 
 
@@ -223,6 +225,29 @@ def test_a_wrong_block_digest_in_the_index_is_refused_or_caught_by_verify(trace:
         p.write_bytes(data)
     forge_mark(trace, blocks=mark.blocks[:-32])
     assert load(str(trace)) is None and resume_point(str(trace)).since == 0
+
+
+def test_the_recipe_in_format_md_checks_a_seal_by_hand(tmp_path: Path) -> None:
+    text = (ROOT / "docs" / "FORMAT.md").read_text()
+    found = re.search(r"```python\n(.*?)```", text[text.index("**The content hash**") :], re.S)
+    assert found is not None
+    trace = tmp_path / "run.jsonl"
+    with pytest.raises(Crash):
+        Executor(planner=plan(400), tools={"work": work_until(300)}, trace=trace, seal_key="k").run("g")
+    ex = Executor(planner=plan(400), tools={"work": work_until(None)}, trace=trace, resume=True, seal_key="k")
+    assert ex.run("g").state == "DONE" and trace.stat().st_size > 2 * BLOCK
+
+    def by_recipe(**env: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-c", found[1]], cwd=tmp_path, capture_output=True, text=True,
+                              timeout=120, env={**os.environ, **env})  # fmt: skip
+
+    out = by_recipe(HARNESS_SEAL_KEY="k")
+    assert out.returncode == 0 and "the seal matches the" in out.stdout, out.stderr
+    assert "AssertionError" in by_recipe(HARNESS_SEAL_KEY="other").stderr
+    data = bytearray(trace.read_bytes())
+    data[BLOCK + 10] ^= 1  # one bit in the second block
+    trace.write_bytes(bytes(data))
+    assert "AssertionError" in by_recipe().stderr
 
 
 def cli(*args: object) -> subprocess.CompletedProcess[str]:
