@@ -534,7 +534,7 @@ def _seal(args: argparse.Namespace) -> int:
     from ._seal import seal
 
     done = seal(args.trace, seal_key=args.key)
-    how = "keyed (HMAC-SHA256)" if done.keyed else "unkeyed (sha256)"
+    how = "keyed (HMAC-SHA256)" if done.keyed else "unkeyed (content hash)"
     print(f"{args.trace}: {'already sealed' if done.already else 'sealed'}, {how}, seal at seq {done.seq}")
     return 0
 

@@ -85,12 +85,12 @@ function drawHead() {
     parent);
 }
 
-// sealed: replay() checked the seal's sha256 of every byte and the blobs' sizes; `harness verify` (asked for
+// sealed: replay() checked the seal's content hash of every byte and the blobs' sizes; `harness verify` (asked for
 // after the page is drawn) also reads every blob and checks a keyed seal's HMAC: "intact" once it says so
 function sealBadge(s) {
   if (!s.seal) return s.unsealed ? h("span", { class: "seal unsealed", id: "seal", title: `ended without a seal: ${s.seal_command}` }, "not sealed") : "";
   const v = st.verified;
-  const how = s.seal.keyed ? "keyed seal (HMAC-SHA256)" : "seal (sha256)";
+  const how = s.seal.keyed ? "keyed seal (HMAC-SHA256)" : "seal (content hash)";
   if (!v) return h("span", { class: "seal", id: "seal", title: `${how}; checking every blob…` }, "⊡ sealed");
   const ok = v.ok;
   return h("span", { class: `seal ${ok ? "intact" : "broken"}`, id: "seal", "data-intact": ok ? "1" : "0",
