@@ -711,9 +711,10 @@ TO_FIRST_PLAN: dict[str, list[float]] = {}  # trace -> CPU seconds from run() to
 def resume_seconds(trace: str) -> Sample:
     """Time to resume the generated run (paused in PLAN) and finish it; the file is put back after.
 
-    Finishing it ends and seals the run, which hashes the whole trace; the
-    time until the planner is first asked (the run back at work) goes to
-    TO_FIRST_PLAN.
+    Finishing it ends and seals the run: the seal hashes the bytes after the
+    whole 4 MiB blocks whose digests the index holds (every byte in the
+    first round, which finds no index); the time until the planner is first
+    asked (the run back at work) goes to TO_FIRST_PLAN.
     """
     size = os.path.getsize(trace)
     t0 = clocks()

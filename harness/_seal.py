@@ -12,11 +12,12 @@ The content hash is Dropbox's content_hash scheme: the bytes are cut into
 BLOCK (4 MiB) blocks, the last one possibly short, each block is hashed with
 sha256, and the value is the hex sha256 of the concatenated raw block
 digests. `ContentHash` is the one implementation, used by every writer and
-checker. A writer may take the digests of the first whole blocks as given:
-the executor takes those its index recorded (_index.py) when a resume
-trusts the index, and hashes only the rest; `replay()` and `verify()`
-recompute every block from the bytes, so a block changed after its digest
-was recorded makes the seal fail there.
+checker. A writer may take the digests of the first whole blocks as given
+and hash only the rest: the executor takes those it hashed as the run wrote
+(kept in the index, _index.py) and, after a resume, those of the index mark
+the resume trusted (Journal.blocks). `replay()` and `verify()` recompute
+every block from the bytes, so a block changed after its digest was
+recorded makes the seal fail there.
 
 What it proves (the threat model, also in docs/FORMAT.md):
 - the per-line CRC chain catches accidents, not forgers: anyone can rewrite
