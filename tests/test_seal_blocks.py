@@ -77,13 +77,13 @@ def work_until(stop: int | None) -> Any:
     return work
 
 
-def crashed(trace: Path, n: int, stop: int) -> None:
+def crashed(trace: Path, n: int, stop: int, **options: Any) -> None:
     with pytest.raises(Crash):
-        Executor(planner=plan(n), tools={"work": work_until(stop)}, trace=trace).run("g")
+        Executor(planner=plan(n), tools={"work": work_until(stop)}, trace=trace, **options).run("g")
 
 
-def finish(trace: Path, n: int) -> harness.Outcome:
-    return Executor(planner=plan(n), tools={"work": work_until(None)}, trace=trace, resume=True).run("g")
+def finish(trace: Path, n: int, **options: Any) -> harness.Outcome:
+    return Executor(planner=plan(n), tools={"work": work_until(None)}, trace=trace, resume=True, **options).run("g")
 
 
 def intact(trace: Path) -> None:
@@ -248,6 +248,43 @@ def test_the_recipe_in_format_md_checks_a_seal_by_hand(tmp_path: Path) -> None:
     data[BLOCK + 10] ^= 1  # one bit in the second block
     trace.write_bytes(bytes(data))
     assert "AssertionError" in by_recipe().stderr
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_after_a_power_loss_any_index_left_gives_a_seal_that_verifies(
+    tmp_path: Path, seed: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """fsync mode: the trace cut back to one of its synced lengths past two blocks; the index (never synced)
+    as it was at any sync of the run, earlier or later than that length, torn, or gone."""
+    import harness._journal as journal_module
+
+    rng, trace = random.Random(seed), tmp_path / "run.jsonl"
+    idx = Path(path_of(str(trace)))
+    synced: list[tuple[int, bytes]] = []  # the trace's length at each sync, and the index then
+    real = journal_module._fsync
+
+    def spy(fd: int) -> None:
+        real(fd)
+        synced.append((os.fstat(fd).st_size, idx.read_bytes() if idx.exists() else b""))
+
+    monkeypatch.setattr(journal_module, "_fsync", spy)
+    crashed(trace, 400, 300, durability="fsync")
+    monkeypatch.setattr(journal_module, "_fsync", real)
+    size, then = rng.choice([(n, data) for n, data in synced if n > 2 * BLOCK])
+    os.truncate(trace, size)
+    left = rng.choice([data for _, data in synced if data])  # the index as some sync left it, before or after
+    if seed % 4 == 0:
+        left = then  # the index as it was when the trace was that long
+    elif seed % 4 == 1:
+        left = left[: rng.randrange(len(left))]  # torn
+    idx.write_bytes(left)
+    if seed % 4 == 0:  # its mark is trusted, and its digests with it
+        assert resume_point(str(trace)).since > BLOCK
+    elif seed % 4 == 2:
+        idx.unlink()
+    out = finish(trace, 400, durability="fsync")
+    assert out.state == "DONE" and [c.result["i"] for c in out.checkpoints] == list(range(400))
+    intact(trace)
 
 
 def cli(*args: object) -> subprocess.CompletedProcess[str]:
