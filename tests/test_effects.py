@@ -353,7 +353,7 @@ NO = {"kind": "reconcile", "op": 3, "happened": False, "result": None, "evidence
 ON = {"kind": T, "from": "PAUSED", "to": "VERIFY", "step": 0, "result": 7}
 AGAIN = {"kind": T, "from": "PAUSED", "to": "ACT", "step": 0, "name": "pay", "tool": "pay", "args": {}}
 FINISH = [
-    {"kind": "checkpoint", "step": 0, "verified": 7},  # seq 7 is ON, holding the result
+    {"kind": "checkpoint", "step": 0},  # vouches for ON, just above it
     {"kind": T, "from": "PLAN", "to": "DONE", "step": 1},
 ]
 

@@ -72,7 +72,7 @@ ONE_STEP = [  # a valid run of one plain step
     *START,
     intent("work"),
     T("ACT", "VERIFY", result={"i": 0}),
-    {"kind": "checkpoint", "step": 0, "verified": 4},  # the moves VERIFY -> CHECKPOINT -> PLAN
+    {"kind": "checkpoint", "step": 0},  # the moves VERIFY -> CHECKPOINT -> PLAN
     T("PLAN", "DONE", 1),
 ]  # without its seal: a forged run ends at its terminal record
 SEAM = {"kind": "resume", "set_aside": None, "env": {}}
@@ -99,7 +99,7 @@ def with_(records: list[dict[str, Any]], at: int, **fields: Any) -> list[dict[st
 def test_the_bases_are_valid(tmp_path: Path) -> None:
     assert harness.replay(forge(tmp_path / "a.jsonl", ONE_STEP)).state == "DONE"
     assert harness.replay(forge(tmp_path / "b.jsonl", PAUSED)).pending is not None
-    ok = [*PAUSED, YES, T("PAUSED", "VERIFY", result=2), {"kind": "checkpoint", "step": 0, "verified": 7}]
+    ok = [*PAUSED, YES, T("PAUSED", "VERIFY", result=2), {"kind": "checkpoint", "step": 0}]
     assert [c.result for c in harness.replay(forge(tmp_path / "c.jsonl", ok)).checkpoints] == [2]
     again = [*PAUSED, NO, T("PAUSED", "ACT", name="s0", tool="pay", args={"i": 0})]
     assert harness.replay(forge(tmp_path / "d.jsonl", again)).state == "ACT"

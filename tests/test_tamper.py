@@ -75,8 +75,7 @@ def crashed(trace: Path, run: Run) -> Path:
 
 def test_a_forged_checkpoint_with_a_valid_checksum_is_caught_by_the_state_rule(crashed: Path) -> None:
     last = read_records(crashed)[-1]  # PLAN -> ACT of step 2: the tool never returned
-    forged, _ = encode({"seq": last["seq"] + 1, "kind": "checkpoint", "step": 2, "name": "step-2",
-                        "verified": last["seq"], "ts": 0.0}, int(last["crc"], 16))  # fmt: skip
+    forged, _ = encode({"seq": last["seq"] + 1, "kind": "checkpoint", "step": 2, "ts": 0.0}, int(last["crc"], 16))
     with crashed.open("ab") as f:
         f.write(forged)
     e = refused(crashed, last["seq"] + 1, "unvouched-checkpoint")
