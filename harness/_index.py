@@ -383,11 +383,12 @@ def _verify(f: Any, mark: Mark) -> Start | None:
     line = f.read(length)
     if len(line) != length or line[-SUFFIX - 1 : -1] != b',"crc":"%08x"}' % mark.crc:
         return None
-    last, header, intent, result = _read(f, mark.last), _read(f, mark.header), _read(f, mark.intent), None
-    if last is None or header is None or intent is None:
+    header = _read(f, mark.header)
+    found = _closed(_file_reader(f), off, mark.step)  # the result the checkpoint vouches for, by position
+    if header is None or found is None:
         return None
-    result = _read(f, mark.result)
-    if result is None or last.get("seq") != mark.seq or not _closes(last, intent, result, mark.step):
+    last_pos, last, intent_pos, intent, result_pos, result = found
+    if last.get("seq") != mark.seq or (last_pos, intent_pos, result_pos) != (mark.last, mark.intent, mark.result):
         return None
     if header.get("kind") != "header" or header.get("run_id") != mark.run_id or _header_problem("", header):
         return None
@@ -561,8 +562,17 @@ class Writer:
             if size - self.written_at >= INTERVAL:
                 self._read_back(size)
                 self._mark_last(size, blobs=frozenset(self.digests))
+            self._hash_blocks(size)  # marked or not (agents, many blobs): the seal at the end takes them
         except (OSError, ValueError, KeyError, TypeError, orjson.JSONDecodeError):
             self.dead = True
+
+    def _hash_blocks(self, end: int) -> None:
+        """Hash the whole blocks of the trace before end not hashed yet (read back from the page cache)."""
+        for i in range(len(self.blocks), end // BLOCK):
+            block = self._pread(i * BLOCK, BLOCK)
+            if len(block) != BLOCK:
+                raise OSError("the trace is shorter than it was")
+            self.blocks.append(hashlib.sha256(block).digest())
 
     def close(self) -> None:
         """The run stops: mark its last checkpoint (when no later line names a blob), let go of the index."""
@@ -641,11 +651,7 @@ class Writer:
                 self.idx = -1
                 return
         whole = q.end // BLOCK
-        for i in range(len(self.blocks), whole):  # the blocks completed since the last mark (all, after a full read)
-            block = self._pread(i * BLOCK, BLOCK)
-            if len(block) != BLOCK:
-                raise OSError("the trace is shorter than the mark")
-            self.blocks.append(hashlib.sha256(block).digest())
+        self._hash_blocks(q.end)  # the blocks completed since the last mark (all, after a full read)
         if len(q.blocks) != whole * DIGEST:
             self.quiet = q = replace(q, blocks=b"".join(self.blocks[:whole]))
         todo = self.pending[: q.checkpoints - self.count]

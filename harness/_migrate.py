@@ -9,9 +9,11 @@ point leaves the original byte-identical (a killed one may leave its
 temporary file, named `.TRACE.*.tmp`).
 
 Rules kept here:
-- payloads, results, errors, request hashes and timestamps are copied as
-  they are; a migration moves and renumbers records, it never edits what a
-  record says happened to make an old trace replay;
+- payloads, results, errors and request hashes are copied as they are
+  (timestamps are only respelled: seconds since the header's, as schema 2
+  writes them, and so is a first attempt's `attempt`); a migration moves
+  and renumbers records, it never edits what a record says happened to make
+  an old trace replay;
 - the checksum chain is computed again (it covers the bytes, which change);
 - a torn tail is not migrated: it stays in the backup, and the report says so.
 
@@ -98,7 +100,7 @@ def _1_to_2(records: Records, path: str) -> Records:
     for rec in out[1:]:
         if rec["kind"] == "reconcile" and type(rec.get("op")) is int:
             rec["op"] = new_seq[rec["op"]]
-        elif rec["kind"] == "transition" and rec.get("attempt") == 1:  # a first attempt leaves it out
+        elif rec["kind"] == "transition" and type(rec.get("attempt")) is int and rec["attempt"] == 1:  # left out
             del rec["attempt"]
         if type(rec.get("ts")) is float and type(start) is float:  # seconds since the header's, to the ms
             rec["ts"] = round(rec["ts"] - start, 3)

@@ -133,7 +133,7 @@ class Call:
     joined: bool
     planned: dict[str, Any]
     checkpoint: Checkpoint | None
-    result_seq: int = 0  # the record holding its result (a checkpoint names it)
+    result_seq: int = 0  # the record holding its result (which its checkpoint vouches for)
 
 
 def attempt_of(rec: Mapping[str, Any]) -> Any:
@@ -741,7 +741,8 @@ def _scan(
                         )
                         raise _fail(path, n, "bad-transition", why, seq)
                     if attempt == 1 and "attempt" in rec:  # one spelling: the first attempt leaves `attempt` out
-                        raise _fail(path, n, "non-canonical", "attempt 1 written out (the first attempt omits it)", seq)
+                        why = "attempt 1 written out (the first attempt omits it; 0.2.0 development builds wrote it)"
+                        raise _fail(path, n, "non-canonical", why, seq)
                     if dst == S.CHECKPOINT:
                         why = "VERIFY -> CHECKPOINT is written as a checkpoint record, not a transition"
                         raise _fail(path, n, "bad-transition", why, seq)
@@ -816,6 +817,10 @@ def _scan(
                             crossed += 1
                         if dst == S.VERIFY:
                             result_seq, result_crossing = seq, crossed - 1
+                    delivered = dst == S.VERIFY and result_seq == seq
+                    if not delivered and ("result" in rec or "result" in (rec.get("blobs") or ())):
+                        why = f"a result on {src} -> {dst}: only the transition into VERIFY that delivers one has it"
+                        raise _fail(path, n, "malformed", why, seq)
                     if asked:
                         assert question is not None
                         if not answered:
@@ -848,6 +853,9 @@ def _scan(
                         fresh = 0
                 elif kind == "checkpoint":  # the moves VERIFY -> CHECKPOINT -> PLAN, in one line
                     step = rec["step"]  # it vouches for the result of its lane's last transition into VERIFY
+                    if "verified" in rec:  # one spelling: the result it vouches for is fixed by where it stands
+                        why = "a checkpoint naming its result's seq (verified), as 0.2.0 development builds wrote"
+                        raise _fail(path, n, "non-canonical", why, seq)
                     if state != S.VERIFY or type(step) is not int or step != at_step:
                         why = f"a checkpoint of step {step!r} in state {state}, step {at_step}: nothing verified"
                         raise _fail(path, n, "unvouched-checkpoint", why, seq)

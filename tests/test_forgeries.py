@@ -107,6 +107,39 @@ def test_the_bases_are_valid(tmp_path: Path) -> None:
     assert harness.replay(forge(tmp_path / "e.jsonl", keyed)).state == "VERIFY"
 
 
+@pytest.mark.parametrize(
+    "forged",
+    [
+        [*START, T("PLAN", "ACT", name="s0", tool="work", args={}, result=1)],  # on an intent
+        [*START, intent("work"), T("ACT", "PLAN", error={"type": "E", "message": "m"}, result=1)],  # a failure
+        [*ONE_STEP[:-1], T("PLAN", "DONE", step=1, result=1)],  # the end
+    ],
+)
+def test_a_result_on_a_transition_that_delivers_none_is_refused(tmp_path: Path, forged: list[dict[str, Any]]) -> None:
+    """A checkpoint vouches for the last result delivered into VERIFY: no other transition may carry one."""
+    refused(forge(tmp_path / "r.jsonl", forged), len(forged), "malformed")
+
+
+def test_a_result_forged_onto_the_answer_that_leaves_a_verifiers_pause_is_refused(tmp_path: Path) -> None:
+    """PAUSED -> VERIFY after a question carries no result: the checkpoint vouches for the one before the pause."""
+    trace = tmp_path / "t.jsonl"
+
+    def plan(goal: Any, progress: Any) -> Step | None:
+        return None if progress else Step("s0", "work", {})
+
+    def verify(step: Step, result: Any) -> bool:
+        return bool(harness.interrupt("ok?") == "yes")
+
+    ex = Executor(planner=plan, tools={"work": lambda: {"v": "real"}}, verifier=verify, trace=trace, resume="auto")
+    assert ex.run("g").state == "PAUSED" and ex.run("g", answer="yes").state == "DONE"
+    records = [orjson.loads(line) for line in trace.read_bytes().splitlines()][:-1]  # the seal left out
+    back = next(i for i, r in enumerate(records) if r.get("from") == "PAUSED" and r.get("to") == "VERIFY")
+    assert "result" not in records[back]
+    records[back] = {k: v for k, v in records[back].items() if k not in ("ts", "crc")} | {"result": {"v": "forged"}}
+    write_trace(trace, [{**r, "ts": r.get("ts", 0.0)} for r in records])
+    refused(trace, back + 1, "malformed")
+
+
 # --- crashes and hangs: what the writer would refuse, the reader refuses -----------------------
 
 

@@ -12,6 +12,7 @@ still catches an edit anywhere.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import os
 import pickle
 import random
@@ -22,6 +23,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 from children import kill_at
 
@@ -203,6 +205,41 @@ def test_a_mark_that_does_not_match_the_trace_is_ignored(tmp_path: Path) -> None
     crashed(c, 200, 150)
     os.truncate(c, load(str(c)).end - 100)  # type: ignore[union-attr]  # stale: the marked line is gone
     assert resume_point(str(c)).since == 0
+
+
+def test_a_mark_naming_a_rejected_attempts_lines_is_not_trusted(trace: Path) -> None:
+    """The result a mark names must be the one its checkpoint vouches for by position, not an earlier attempt's."""
+    rejected: set[int] = set()
+
+    def verify(step: Step, result: Any) -> bool:
+        if result["i"] == 39 and 39 not in rejected:  # the last step's first attempt is rejected, then retried
+            rejected.add(39)
+            return False
+        return True
+
+    def plan(goal: Any, progress: Any) -> Step | None:
+        return None if len(progress) >= 40 else Step(f"s{len(progress)}", "work", {"i": len(progress)})
+
+    Executor(planner=plan, tools={"work": lambda i: {"i": i, "pad": "x" * 3000}}, verifier=verify, trace=trace).run("g")
+    mark = load(str(trace))
+    assert mark is not None and mark.step == 39
+    data = trace.read_bytes()
+    starts = [0, *(i + 1 for i, c in enumerate(data) if c == 10)][:-1]
+    records = [orjson.loads(data[o : data.index(b"\n", o)]) for o in starts]
+
+    def pos(i: int) -> tuple[int, int, int]:
+        o = starts[i]
+        return o, data.index(b"\n", o) + 1 - o, int(data[o - 11 : o - 3], 16)
+
+    first = [i for i, r in enumerate(records) if r.get("step") == 39 and r["kind"] == "transition"]
+    first = [i for i in first if "attempt" not in records[i]]
+    intent, result = (next(i for i in first if records[i]["to"] == to) for to in ("ACT", "VERIFY"))
+    forged = dataclasses.replace(mark, intent=pos(intent), result=pos(result))  # attempt 1's: rejected
+    idx = Path(path_of(str(trace)))
+    idx.write_bytes(idx.read_bytes()[: mark.checkpoints * ENTRY] + forged.encode())  # its trailer's crc is right
+    point = resume_point(str(trace))
+    assert point.since == 0 and point.intent is not None and point.intent["attempt"] == 2  # read whole, not trusted
+    assert point.result_seq == records[result]["seq"] + 3
 
 
 def test_what_resume_trusts_and_what_catches_an_edit_behind_its_back(trace: Path) -> None:

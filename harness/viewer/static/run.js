@@ -352,7 +352,7 @@ async function openLine(line) {
   const r = body.inline, b = body.brief, stored = body.stored || {};
   const known = ["seq", "kind", "ts", "crc", "from", "to", "step", "attempt", "agent", "vc", "key", "reused", "mutated"];
   const meta = [["seq", r.seq], ["line", body.line], ["kind", r.kind], ["agent", body.lane], ["role", b.role],
-    ["step", r.step], ["attempt", r.attempt], ["key", r.key], ["time", when(r)],
+    ["step", r.step], ["attempt", b.attempt], ["key", r.key], ["time", when(r)],
     ["bytes", body.bytes]].filter(([, v]) => v !== undefined && v !== null);
   const sections = [];
   if (r.vc !== undefined) sections.push(field("vector clock", r.vc));
