@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import hashlib
 import operator
 import os
 import re
@@ -56,7 +55,7 @@ from ._errors import HarnessError
 from ._journal import MAX_LINE, SUFFIX, line_ok, open_regular, read_error
 from ._replay import Checkpoint, Records, Replay, _Checkpoints, _header_problem, _Lines, _payload, _scan
 from ._replay import replay as _replay
-from ._seal import BLOCK
+from ._seal import BLOCK, content_hash_of
 from .store._location import is_url
 
 MAGIC = b"HIDX\x00\x02\r\n"  # the format's name and version (2: schema-2 traces); \r\n catches a text conversion
@@ -568,11 +567,11 @@ class Writer:
 
     def _hash_blocks(self, end: int) -> None:
         """Hash the whole blocks of the trace before end not hashed yet (read back from the page cache)."""
-        for i in range(len(self.blocks), end // BLOCK):
-            block = self._pread(i * BLOCK, BLOCK)
-            if len(block) != BLOCK:
+        whole, known = end // BLOCK, len(self.blocks)
+        if whole > known:  # (blocks is the journal's own list: extended in place)
+            self.blocks[known:] = content_hash_of(self._pread, whole * BLOCK, self.blocks).blocks[known:]
+            if len(self.blocks) != whole:
                 raise OSError("the trace is shorter than it was")
-            self.blocks.append(hashlib.sha256(block).digest())
 
     def close(self) -> None:
         """The run stops: mark its last checkpoint (when no later line names a blob), let go of the index."""

@@ -18,14 +18,12 @@ import pickle
 import random
 import shutil
 import signal
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
-from children import kill_at
+from children import kill_in_call
 
 import harness
 from harness import Executor, Step, TraceCorruption, replay
@@ -326,35 +324,9 @@ def test_resumed_progress_reads_like_progress_and_refuses_changes(trace: Path) -
     assert seen["eq"] is True
 
 
-CHILD = """
-import os, sys, time
-from pathlib import Path
-import harness
-from harness import Executor, Step
-
-trace, marker = sys.argv[1], Path(sys.argv[2])
-
-def plan(goal, progress):
-    if len(progress) >= 400:
-        return None
-    return Step(f"s{len(progress)}", "work", {"i": len(progress)})
-
-def work(i):
-    if i == 300:
-        Path(f"{marker}.tmp").write_text(str(os.getpid()))
-        os.replace(f"{marker}.tmp", marker)  # tell the parent (atomically) we are inside call 300
-        time.sleep(600)  # and wait for the SIGKILL
-    return {"i": i, "pad": "x" * 600}
-
-Executor(planner=plan, tools={"work": work}, trace=trace).run("g")
-"""
-
-
 def test_a_sigkilled_run_is_resumed_from_its_index(tmp_path: Path, trace: Path) -> None:
     marker = tmp_path / "inside"
-    child = subprocess.Popen([sys.executable, "-c", CHILD, str(trace), str(marker)], stderr=subprocess.PIPE)
-    kill_at(marker, child, "call 300")
-    assert child.returncode == -signal.SIGKILL
+    assert kill_in_call(trace, marker, steps=400, at=300, pad=600) == -signal.SIGKILL
     mark = load(str(trace))  # written as the run went (every INTERVAL bytes), not at its end: there was none
     assert mark is not None and 200 < mark.checkpoints < 300
     assert trace.stat().st_size - mark.end < 3 * INTERVAL

@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import math
 import os
+import time
 import zlib
 from collections.abc import Callable
 from importlib.metadata import version
@@ -41,6 +42,30 @@ def test_each_line_is_a_json_object_whose_seq_is_its_line_number(trace: Path, ru
         assert rec["seq"] == n
         assert isinstance(rec["ts"], float)
         assert list(rec)[:2] == ["seq", "kind"] and list(rec)[-1] == "crc"
+
+
+def test_only_the_header_ts_is_a_date_the_others_count_seconds_from_it(trace: Path) -> None:
+    """Also in a second process's records: a resume counts from the header it continues, not from its own start."""
+    before = time.time()
+    plan = fixed_plan([Step("a", "work", {"i": 0}), Step("b", "work", {"i": 1})])
+    stop = {"at": 1}
+
+    def work(i: int) -> int:
+        if i == stop["at"]:
+            raise KeyboardInterrupt  # the first process stops inside its second call
+        return i
+
+    with pytest.raises(KeyboardInterrupt):
+        Executor(planner=plan, tools={"work": work}, trace=trace).run("g")
+    time.sleep(0.05)
+    stop["at"] = -1
+    assert Executor(planner=plan, tools={"work": work}, trace=trace, resume=True).run("g").state == "DONE"
+    after = time.time()
+    header, *rest = read_records(trace)
+    assert before - 0.001 <= header["ts"] <= after
+    assert any(r["kind"] == "resume" for r in rest)
+    assert all(0.0 <= r["ts"] <= after - header["ts"] + 0.001 for r in rest)
+    assert rest[-1]["ts"] >= 0.05  # the resumed process's records count from the first process's header
 
 
 def test_each_crc_chains_on_the_previous_line_and_covers_the_bytes_before_it(trace: Path, run: Run) -> None:

@@ -25,7 +25,7 @@ from typing import Any
 
 import orjson
 import pytest
-from children import kill_at
+from children import kill_in_call
 
 import harness
 from harness import Executor, Step, TraceCorruption, replay
@@ -315,32 +315,9 @@ def test_a_torn_seal_is_completed_by_a_resume_with_the_recorded_digests(trace: P
     intact(trace)
 
 
-CHILD = """
-import os, sys, time
-from pathlib import Path
-from harness import Executor, Step
-
-trace, marker = sys.argv[1], Path(sys.argv[2])
-
-def plan(goal, progress):
-    return None if len(progress) >= 400 else Step(f"s{len(progress)}", "work", {"i": len(progress)})
-
-def work(i):
-    if i == 300:
-        Path(f"{marker}.tmp").write_text(str(os.getpid()))
-        os.replace(f"{marker}.tmp", marker)  # tell the parent (atomically) we are inside call 300
-        time.sleep(600)  # and wait for the SIGKILL
-    return {"i": i, "pad": "x" * 30_000}
-
-Executor(planner=plan, tools={"work": work}, trace=trace).run("g")
-"""
-
-
 def test_a_sigkilled_multi_block_run_resumes_and_its_seal_verifies(tmp_path: Path, trace: Path) -> None:
     marker = tmp_path / "inside"
-    child = subprocess.Popen([sys.executable, "-c", CHILD, str(trace), str(marker)], stderr=subprocess.PIPE)
-    kill_at(marker, child, "call 300")
-    assert child.returncode == -signal.SIGKILL
+    assert kill_in_call(trace, marker, steps=400, at=300, pad=30_000) == -signal.SIGKILL
     mark = load(str(trace))  # written as the run went, its digests read back from the page cache
     assert mark is not None and mark.end // BLOCK >= 2
     assert mark.block_digests() == blocks_of(trace.read_bytes(), mark.end)
