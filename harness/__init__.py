@@ -8,11 +8,6 @@ the run from that file and refuses a trace that cannot support its story.
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
-from ._agents import Handle, Message, current_agent, join, receive, send, spawn
-from ._annotations import annotate, annotations
-from ._async import AsyncHandle, aspawn
-from ._boundary import aboundary, allm, artifact, boundary, llm, now, random, uuid4
-from ._diff import Diff, diff
 from ._errors import (
     HarnessError,
     HttpRecordingError,
@@ -31,21 +26,26 @@ from ._errors import (
     TraceUnreadable,
     VerificationFailed,
 )
-from ._executor import Executor, Outcome, RetryPolicy, Step, Tool
-from ._interrupt import Interrupted, interrupt
-from ._migrate import Migrated, migrate
-from ._normalize import normalize
-from ._reconcile import reconcile
-from ._recorder import Recorder
-from ._recover import Recovered, recover, resume
-from ._redact import MARKER, Redaction, RedactionRuleError
-from ._replay import Artifact, Checkpoint, Crossing, Replay, replay
-from ._rerun import Rerun, fork, rerun
-from ._runs import RunInfo, list_runs
-from ._seal import Sealed, Verification, seal, verify
-from ._timers import sleep
 from .bundle import Bundled, BundleError, export, import_bundle
+from .ops.reconcile import reconcile
+from .ops.recover import Recovered, recover, resume
+from .review.diff import Diff, diff
+from .review.normalize import normalize
+from .review.rerun import Rerun, fork, rerun
+from .review.runs import RunInfo, list_runs
+from .runtime.agents import Handle, Message, current_agent, join, receive, send, spawn
+from .runtime.boundary import aboundary, allm, artifact, boundary, llm, now, random, uuid4
+from .runtime.bridge import AsyncHandle, aspawn
+from .runtime.executor import Executor, Outcome, RetryPolicy, Step, Tool
+from .runtime.interrupt import Interrupted, interrupt
+from .runtime.recorder import Recorder
+from .runtime.timers import sleep
 from .store import FenceLost
+from .trace.annotations import annotate, annotations
+from .trace.migrate import Migrated, migrate
+from .trace.reader import Artifact, Checkpoint, Crossing, Replay, replay
+from .trace.redact import MARKER, Redaction, RedactionRuleError
+from .trace.seal import Sealed, Verification, seal, verify
 
 try:  # the distribution is harness-trace: `harness` on the package index is an unrelated project
     __version__ = version("harness-trace")

@@ -64,9 +64,9 @@ def _show(args: argparse.Namespace) -> int:
 
     import orjson
 
-    from ._annotations import annotations
     from ._errors import TraceCorruption
-    from ._show import View, show_trace
+    from .review.show import View, show_trace
+    from .trace.annotations import annotations
 
     view: View = "timeline"
     if args.golden or args.json or args.record is not None:
@@ -103,7 +103,7 @@ def _replay(args: argparse.Namespace) -> int:
     import orjson
 
     from ._errors import TraceCorruption
-    from ._replay import replay
+    from .trace.reader import replay
 
     try:
         rep = replay(args.trace)
@@ -150,7 +150,7 @@ def _diff_setup(p: argparse.ArgumentParser) -> None:
 def _diff(args: argparse.Namespace) -> int:
     import orjson
 
-    from ._diff import diff
+    from .review.diff import diff
 
     result = diff(args.a, args.b)
     if args.format == "json":
@@ -182,7 +182,7 @@ def _reconcile_args(p: argparse.ArgumentParser) -> None:
 def _reconcile(args: argparse.Namespace) -> int:
     import orjson
 
-    from ._reconcile import reconcile
+    from .ops.reconcile import reconcile
 
     result = None
     if args.happened:
@@ -219,7 +219,7 @@ def _runs_setup(p: argparse.ArgumentParser) -> None:
 def _runs(args: argparse.Namespace) -> int:
     import orjson
 
-    from ._runs import list_runs
+    from .review.runs import list_runs
 
     wanted = {s.strip() for given in args.status or () for s in given.split(",") if s.strip()}
     unknown = sorted(wanted - set(STATUSES))
@@ -287,7 +287,7 @@ def _rerun_setup(p: argparse.ArgumentParser) -> None:
 @command("rerun", "Re-execute a recorded run, every boundary served from the recording (0 live calls).", _rerun_setup)
 def _rerun(args: argparse.Namespace) -> int:
     from ._errors import ReplayDrift, ReplayViolation
-    from ._rerun import load_agent, rerun
+    from .review.rerun import load_agent, rerun
 
     planner, tools, verifier = load_agent(args.agent)
     try:
@@ -299,7 +299,7 @@ def _rerun(args: argparse.Namespace) -> int:
     except HarnessError:
         raise
     except Exception as e:  # the agent's own failure: its cause, not a traceback
-        from .store import exists
+        from .storage import exists
 
         kept = f"; what was written up to it is in {args.out}" if args.out and exists(args.out) else ""
         print(f"harness rerun: the agent raised {_cause(e)}{kept}", file=sys.stderr)
@@ -328,7 +328,7 @@ def _fork(args: argparse.Namespace) -> int:
     import orjson
 
     from ._errors import ReplayDrift, ReplayViolation
-    from ._rerun import fork, load_agent
+    from .review.rerun import fork, load_agent
 
     value: Any = args.set_text
     if args.set is not None:
@@ -392,9 +392,9 @@ def _run_options(p: argparse.ArgumentParser) -> None:
 def _resume(args: argparse.Namespace) -> int:
     import orjson
 
-    from ._executor import NO_ANSWER
-    from ._recover import resume
-    from ._rerun import load_agent
+    from .ops.recover import resume
+    from .review.rerun import load_agent
+    from .runtime.executor import NO_ANSWER
 
     answer = NO_ANSWER
     if args.answer is not None:
@@ -450,8 +450,8 @@ def _recover_setup(p: argparse.ArgumentParser) -> None:
 def _recover(args: argparse.Namespace) -> int:
     import orjson
 
-    from ._recover import recover
-    from ._rerun import load_agent
+    from .ops.recover import recover
+    from .review.rerun import load_agent
 
     if args.parallel < 1:
         raise HarnessError(f"--parallel {args.parallel}: give at least 1")
@@ -480,7 +480,7 @@ def _recover(args: argparse.Namespace) -> int:
 
 
 def _show_diff(recording: str, records: list[dict[str, Any]]) -> None:
-    from ._diff import diff
+    from .review.diff import diff
 
     for line in diff(recording, records).lines(a="recording", b="rerun", limit=20):
         print(line)
@@ -531,7 +531,7 @@ def _seal_setup(p: argparse.ArgumentParser) -> None:
 
 @command("seal", "Seal a run that ended without a seal; a sealed trace is immutable.", _seal_setup)
 def _seal(args: argparse.Namespace) -> int:
-    from ._seal import seal
+    from .trace.seal import seal
 
     done = seal(args.trace, seal_key=args.key)
     how = "keyed (HMAC-SHA256)" if done.keyed else "unkeyed (content hash)"
@@ -543,7 +543,7 @@ def _seal(args: argparse.Namespace) -> int:
     "verify", "Check the seal, every blob and every line. Exit 0 sealed and intact, 1 not, 2 unreadable.", _seal_setup
 )
 def _verify(args: argparse.Namespace) -> int:
-    from ._seal import verify
+    from .trace.seal import verify
 
     v = verify(args.trace, seal_key=args.key)
     print("\n".join(v.report()))
@@ -558,7 +558,7 @@ def _annotate_setup(p: argparse.ArgumentParser) -> None:
 
 @command("annotate", "Add a note to a run, beside its trace and outside its seal.", _annotate_setup)
 def _annotate(args: argparse.Namespace) -> int:
-    from ._annotations import annotate, annotations_path
+    from .trace.annotations import annotate, annotations_path
 
     annotate(args.trace, args.key, args.note)
     print(f"{args.trace}: noted in {annotations_path(args.trace)}")
@@ -588,8 +588,8 @@ def _import_setup(p: argparse.ArgumentParser) -> None:
 
 @command("import", "Check a bundle completely, then add its runs to a runs folder.", _import_setup)
 def _import(args: argparse.Namespace) -> int:
-    from ._runs import runs_dir
     from .bundle import import_bundle
+    from .review.runs import runs_dir
 
     done = import_bundle(args.bundle, runs_dir(args.into))
     same = f", {len(done.skipped)} already there" if done.skipped else ""
@@ -608,7 +608,7 @@ def _migrate_setup(p: argparse.ArgumentParser) -> None:
 
 @command("migrate", "Upgrade a trace of an older schema in place, keeping a backup.", _migrate_setup)
 def _migrate(args: argparse.Namespace) -> int:
-    from ._migrate import migrate
+    from .trace.migrate import migrate
 
     m = migrate(args.trace, out=args.out)
     if m.backup is None:
@@ -643,8 +643,8 @@ def _compact_setup(p: argparse.ArgumentParser) -> None:
     _compact_setup,
 )
 def _compact(args: argparse.Namespace) -> int:
-    from .store import is_url
-    from .store._compact import compact, compact_runs
+    from .ops.compact import compact, compact_runs
+    from .storage import is_url
 
     if not is_url(args.trace):
         raise HarnessError(f"{args.trace}: a local trace is one file already; compact takes a trace URL on a store")

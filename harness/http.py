@@ -48,10 +48,10 @@ from typing import Any
 
 import orjson
 
-from ._boundary import aboundary, active, boundary
 from ._errors import HarnessError, HttpRecordingError
-from ._journal import problem
-from ._redact import Redaction, Rule, at, parse_path
+from .runtime.boundary import aboundary, active, boundary
+from .trace.journal import problem
+from .trace.redact import Redaction, Rule, at, parse_path
 
 try:
     import httpx

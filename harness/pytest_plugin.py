@@ -41,9 +41,9 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from ._diff import diff
 from ._errors import HarnessError
-from ._normalize import RERECORD, Loaded, normalize, parse_golden, render, stale
+from .review.diff import diff
+from .review.normalize import RERECORD, Loaded, normalize, parse_golden, render, stale
 
 try:  # syrupy is optional: without it pytest still starts, and golden_trace says what to install
     from syrupy.assertion import SnapshotAssertion

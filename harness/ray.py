@@ -27,9 +27,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from ._errors import HarnessError
-from ._executor import Outcome
-from ._journal import canonical, check_value
-from .store import is_url, join
+from .runtime.executor import Outcome
+from .storage import is_url, join
+from .trace.journal import canonical, check_value
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,8 +107,8 @@ def read_goals(path: str | os.PathLike[str]) -> list[Any]:
 
 def run_one(task: Task) -> Outcome:
     """Run (or resume) one task's goal in this process: what each Ray task does."""
-    from ._executor import Executor
-    from ._rerun import load_agent
+    from .review.rerun import load_agent
+    from .runtime.executor import Executor
 
     try:
         planner, tools, verifier = load_agent(task.agent)

@@ -12,7 +12,7 @@ import orjson
 import pytest
 
 from harness import Executor, ToolError, diff, normalize, replay
-from harness._normalize import render
+from harness.review.normalize import render
 from harness.testing import ScriptedTool, counter, fixed_plan, read_records, steps, write_trace
 
 HARNESS = shutil.which("harness") or str(Path(sys.executable).parent / "harness")

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 import harness
 from harness import Executor, HarnessError, Tool, ToolError, TraceCorruption, diff, normalize
-from harness._normalize import render
+from harness.review.normalize import render
 from harness.testing import ScriptedTool, counter, fixed_plan, read_records, steps, write_trace
 
 FIRST_KEYS = {"seq_a", "seq_b", "line_a", "line_b", "kind", "from", "to", "step", "attempt", "changes"}
@@ -376,7 +376,7 @@ def test_a_trace_walked_from_either_end_gives_the_same_lines_whatever_the_window
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Every place a read window can end (inside a line, on its newline, just after it) gives the same lines."""
-    import harness._normalize as N
+    import harness.review.normalize as N
 
     trace = run(tmp_path / "a.jsonl", counter(), n=3)
     data = trace.read_bytes()

@@ -23,12 +23,12 @@ from s3server import need_s3, until_stale
 need_s3()
 
 import children  # noqa: E402
+from harness.store import FenceLost, RemoteJournal  # noqa: E402
 
 import harness  # noqa: E402 - after the skip
 from harness import Executor, TraceCorruption, TraceUnreadable  # noqa: E402
-from harness._journal import SCHEMA  # noqa: E402 - the version this harness writes
 from harness.cli import main  # noqa: E402
-from harness.store import FenceLost, RemoteJournal  # noqa: E402
+from harness.trace.journal import SCHEMA  # noqa: E402 - the version this harness writes
 
 HERE = Path(__file__).parent
 
@@ -451,6 +451,6 @@ def test_blobs_go_to_the_bucket_beside_the_traces_and_a_sealed_run_verifies_from
     loc = harness.store.open(f"{runs}/blobs")
     loc.fs.pipe_file(blobs[0], b"altered")  # the bucket's blob changed: verify says so
     capsys.readouterr()
-    harness.store._read._folder = None  # a fresh copies folder: the blob fetched again, as another process would
+    harness.storage.read._folder = None  # a fresh copies folder: the blob fetched again, as another process would
     assert main(["verify", out.trace]) == 1
     assert "blob" in capsys.readouterr().out

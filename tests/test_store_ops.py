@@ -27,10 +27,10 @@ need_s3()
 
 import orjson  # noqa: E402 - after the skip
 from children import kill_at, wait_for  # noqa: E402
+from harness.store import segment_name  # noqa: E402
 
 import harness  # noqa: E402
 from harness.cli import main  # noqa: E402
-from harness.store import segment_name  # noqa: E402
 
 HERE = Path(__file__).parent
 FIXTURES = HERE / "fixtures" / "schema1"
@@ -521,7 +521,7 @@ def test_a_reader_that_listed_before_a_compaction_reads_the_same_bytes_after_it(
 def test_a_mirror_that_copied_part_of_a_run_reads_only_the_rest_of_its_compacted_span(
     runs: str, tmp_path: Path
 ) -> None:
-    from harness.store._mirror import Mirror
+    from harness.storage.mirror import Mirror
 
     done = executor(runs_dir=runs).run(goal(tmp_path, steps=3))
     source = harness.store.open(done.trace)

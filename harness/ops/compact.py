@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .._errors import HarnessError, TraceUnreadable
-from ._location import open_location, span_name
+from ..storage.location import open_location, span_name
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,7 +44,7 @@ class Compacted:
 
 def compact(url: str, *, storage_options: dict[str, Any] | None = None) -> Compacted:
     """Merge the segments of the sealed run at the trace URL url into one object; see the module docstring."""
-    from ._read import local_copy, replay_url
+    from ..storage.read import local_copy, replay_url
 
     url = url.rstrip("/")
     location = open_location(url, storage_options)
@@ -86,7 +86,7 @@ def compact(url: str, *, storage_options: dict[str, Any] | None = None) -> Compa
 
 def compact_runs(url: str, *, storage_options: dict[str, Any] | None = None) -> list[Compacted | HarnessError]:
     """compact() of every run under the runs URL url: what it did, or why not, for each, in name order."""
-    from ._runs import run_segments
+    from ..storage.listing import run_segments
 
     location = open_location(url, storage_options)
     out: list[Compacted | HarnessError] = []

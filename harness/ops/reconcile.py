@@ -15,12 +15,12 @@ import os
 from collections.abc import Iterable
 from typing import Any
 
-from . import _state as S
-from ._errors import HarnessError, TraceUnreadable
-from ._journal import check_value, set_aside
-from ._redact import Redaction, Rule
-from ._replay import replay
-from .store import is_url, open_journal
+from .._errors import HarnessError, TraceUnreadable
+from ..storage import is_url, open_journal
+from ..trace import state as S
+from ..trace.journal import check_value, set_aside
+from ..trace.reader import replay
+from ..trace.redact import Redaction, Rule
 
 
 def reconcile(

@@ -35,16 +35,16 @@ from typing import Any
 
 import orjson
 
-from . import _state as S
-from . import store
-from ._errors import HarnessError, TraceCorruption, TraceLocked, TraceMissing
-from ._executor import NO_ANSWER, Executor, Outcome, RetryPolicy, Step, Tool
-from ._journal import open_regular
-from ._redact import Redaction, Rule
-from ._replay import Checkpoint, replay
-from ._runs import _header as _runs_header
-from ._runs import list_runs
-from .store import exists, is_url
+from .. import storage as store
+from .._errors import HarnessError, TraceCorruption, TraceLocked, TraceMissing
+from ..review.runs import _header as _runs_header
+from ..review.runs import list_runs
+from ..runtime.executor import NO_ANSWER, Executor, Outcome, RetryPolicy, Step, Tool
+from ..storage import exists, is_url
+from ..trace import state as S
+from ..trace.journal import open_regular
+from ..trace.reader import Checkpoint, replay
+from ..trace.redact import Redaction, Rule
 
 Planner = Callable[[Any, list[Checkpoint]], Step | None]
 

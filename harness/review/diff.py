@@ -38,8 +38,8 @@ from typing import Any
 
 import orjson
 
-from ._normalize import Item, Loaded, Source, normalize_record, quick, view
-from ._replay import attempt_of
+from ..trace.reader import attempt_of
+from .normalize import Item, Loaded, Source, normalize_record, quick, view
 
 _SMALL = 250_000  # product of stretch lengths up to which difflib aligns an anchorless stretch
 _EDITS = 300  # beyond it, Myers gives up on a long anchorless stretch (its records are then all reported)

@@ -41,11 +41,11 @@ from typing import Any
 
 import orjson
 
-from . import _blobs
-from ._errors import HarnessError, TraceUnreadable
-from ._executor import Outcome
-from ._replay import Replay, replay
-from .store import local_copy
+from .._errors import HarnessError, TraceUnreadable
+from ..runtime.executor import Outcome
+from ..storage import blobs as _blobs
+from ..storage import local_copy
+from ..trace.reader import Replay, replay
 
 FORMAT, VERSION = "harness-golden", 2  # 2: trace schema 2 (one checkpoint record per step, seals)
 GOLDEN_HEAD = orjson.dumps({"format": FORMAT, "version": VERSION}).decode()

@@ -51,20 +51,20 @@ from typing import Any, cast
 
 import orjson
 
-from . import _blobs
-from . import _state as S
-from ._agents import MAIN
-from ._async import Bridge, bridged, is_async
-from ._boundary import Arrived, Match, Session, differences, same
-from ._errors import HarnessError, ReplayDrift, ReplayViolation, ToolTimeout, TraceUnreadable
-from ._executor import MAX_STEPS, Executor, RetryPolicy, Step, Tool, environment
-from ._interrupt import Interrupted
-from ._journal import Journal, check_value
-from ._normalize import normalize, normalize_record
-from ._redact import Redaction, Rule
-from ._replay import Checkpoint, Crossing, Replay, replay, request_hash
-from .store import FenceLost, RemoteJournal, exists, is_url, join, local_copy
-from .store import open as open_store
+from .._errors import HarnessError, ReplayDrift, ReplayViolation, ToolTimeout, TraceUnreadable
+from ..runtime.agents import MAIN
+from ..runtime.boundary import Arrived, Match, Session, differences, same
+from ..runtime.bridge import Bridge, bridged, is_async
+from ..runtime.executor import MAX_STEPS, Executor, RetryPolicy, Step, Tool, environment
+from ..runtime.interrupt import Interrupted
+from ..storage import FenceLost, RemoteJournal, exists, is_url, join, local_copy
+from ..storage import blobs as _blobs
+from ..storage import open as open_store
+from ..trace import state as S
+from ..trace.journal import Journal, check_value
+from ..trace.reader import Checkpoint, Crossing, Replay, replay, request_hash
+from ..trace.redact import Redaction, Rule
+from .normalize import normalize, normalize_record
 
 Planner = Callable[[Any, list[Checkpoint]], Step | None]
 Verifier = Callable[[Step, Any], bool]

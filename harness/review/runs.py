@@ -32,10 +32,10 @@ from typing import Any
 
 import orjson
 
-from ._errors import TraceUnreadable
-from ._journal import HEADER_START, MAX_LINE, line_ok, open_regular
-from ._replay import wall_clock
-from .store._location import is_url
+from .._errors import TraceUnreadable
+from ..storage.location import is_url
+from ..trace.journal import HEADER_START, MAX_LINE, line_ok, open_regular
+from ..trace.reader import wall_clock
 
 _HEAD = 64 * 1024
 _TAIL = 8 * 1024
@@ -90,7 +90,7 @@ def list_runs(folder: str | os.PathLike[str] | None = None) -> list[RunInfo]:
     """The runs in `folder` (see runs_dir()), oldest first."""
     path = runs_dir(folder)
     if is_url(path):  # a runs URL on object storage
-        from .store._runs import list_runs_url
+        from ..storage.listing import list_runs_url
 
         return list_runs_url(path)
     try:

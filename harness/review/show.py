@@ -30,11 +30,11 @@ from typing import Any, Literal
 
 import orjson
 
-from . import _blobs
-from ._diff import describe_record
-from ._errors import HarnessError, TraceUnreadable
-from ._normalize import GOLDEN_HEAD, causal_key, is_golden_file, normalize_record, parse_golden
-from ._replay import Replay, replay
+from .._errors import HarnessError, TraceUnreadable
+from ..storage import blobs as _blobs
+from ..trace.reader import Replay, replay
+from .diff import describe_record
+from .normalize import GOLDEN_HEAD, causal_key, is_golden_file, normalize_record, parse_golden
 
 INDENT = 10  # where a wrapped field starts: past the seq column
 MIN_WIDTH = 40

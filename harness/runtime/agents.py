@@ -38,11 +38,11 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-from ._errors import HarnessError
+from .._errors import HarnessError
 
 if TYPE_CHECKING:
-    from ._boundary import Session
-    from ._journal import Journal
+    from ..trace.journal import Journal
+    from .boundary import Session
 
 T = TypeVar("T")
 MAIN = "main"
@@ -86,7 +86,7 @@ _in_call: ContextVar[bool] = ContextVar("harness_in_call", default=False)  # a c
 
 def write_exit(journal: Any, error: BaseException | None) -> None:
     """Write an agent's `exit` record: its status, and its error when it raised."""
-    from ._boundary import error_of  # _boundary imports this module
+    from .boundary import error_of  # _boundary imports this module
 
     fields: dict[str, Any] = {"status": "ok" if error is None else "error"}
     if error is not None:
@@ -489,7 +489,7 @@ class Handle(Generic[T]):
 
 
 def _session() -> Session | None:
-    from ._boundary import _current
+    from .boundary import _current
 
     return _current.get()
 
@@ -552,7 +552,7 @@ def join(*handles: Handle[Any], timeout: float | None = None) -> list[Any]:
 
 def send(to: str, message: Any) -> None:
     """Send `message` (a JSON value) to agent `to`: a recorded crossing, delivered once it is written."""
-    from ._boundary import _current
+    from .boundary import _current
 
     session = _current.get()
     if session is None:
@@ -576,7 +576,7 @@ def receive(sender: str | None = None, *, timeout: float | None = None) -> Messa
     message is served (after its send was made again); none recorded is a
     ReplayViolation. A timeout raises TimeoutError, recorded too.
     """
-    from ._boundary import _current
+    from .boundary import _current
 
     session = _current.get()
     if session is None:

@@ -43,14 +43,14 @@ from contextvars import ContextVar
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from ._agents import MAIN, Agents, AgentState, _agent, _in_call
-from ._errors import HarnessError, ReplayDrift, ReplayViolation, ToolError
-from ._journal import check_value
-from ._redact import DEFAULT, Redaction
-from ._replay import Crossing, request_hash
+from .._errors import HarnessError, ReplayDrift, ReplayViolation, ToolError
+from ..trace.journal import check_value
+from ..trace.reader import Crossing, request_hash
+from ..trace.redact import DEFAULT, Redaction
+from .agents import MAIN, Agents, AgentState, _agent, _in_call
 
 if TYPE_CHECKING:
-    from ._journal import Journal
+    from ..trace.journal import Journal
 
 T = TypeVar("T")
 Match = Callable[[Any], Any]  # a request -> the part of it a recorded crossing must equal

@@ -28,8 +28,8 @@ from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from types import TracebackType
 from typing import Any, Generic, TypeVar
 
-from ._agents import MAIN, Agents, _agent, _in_call
-from ._errors import HarnessError
+from .._errors import HarnessError
+from .agents import MAIN, Agents, _agent, _in_call
 
 T = TypeVar("T")
 
@@ -92,7 +92,7 @@ def _settle(done: concurrent.futures.Future[Any], task: asyncio.Task[Any]) -> No
 
 def bridged(bridge: Bridge, planner: Any, tools: Mapping[str, Any], verifier: Any) -> tuple[Any, dict[str, Any], Any]:
     """The planner, tools and verifier with their awaitables run on the bridge's loop."""
-    from ._executor import Tool
+    from .executor import Tool
 
     out: dict[str, Any] = {}
     for name, tool in tools.items():
@@ -139,7 +139,7 @@ def aspawn(name: str, coro_fn: Callable[..., Coroutine[Any, Any, T]], /, *args: 
 
     Outside a run (or inside a call) it is a plain task.
     """
-    from ._boundary import _current
+    from .boundary import _current
 
     if type(name) is not str or not name or name == MAIN:
         raise HarnessError(f"an agent needs a non-empty str name other than 'main', not {name!r}")

@@ -47,12 +47,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import KW_ONLY, dataclass, field
 from typing import Any
 
-from . import _index, _timers
-from . import _state as S
-from ._agents import AgentState, _agent, _in_call
-from ._blobs import THRESHOLD
-from ._boundary import Session, _current, deactivate, error_of
-from ._errors import (
+from .._errors import (
     HarnessError,
     JournalError,
     NotSerializable,
@@ -68,16 +63,22 @@ from ._errors import (
     TraceUnreadable,
     VerificationFailed,
 )
-from ._interrupt import Interrupted
-from ._journal import SCHEMA, Journal, a, canonical, check_value, set_aside
-from ._redact import Redaction, Rule
-from ._replay import Call, Checkpoint, Replay, replay
-from ._runs import runs_dir
-from .store import exists, is_url, join, open_journal
+from ..review.runs import runs_dir
+from ..storage import exists, is_url, join, open_journal
+from ..storage.blobs import THRESHOLD
+from ..trace import index as _index
+from ..trace import state as S
+from ..trace.journal import SCHEMA, Journal, a, canonical, check_value, set_aside
+from ..trace.reader import Call, Checkpoint, Replay, replay
+from ..trace.redact import Redaction, Rule
+from . import timers as _timers
+from .agents import AgentState, _agent, _in_call
+from .boundary import Session, _current, deactivate, error_of
+from .interrupt import Interrupted
 
 
 def _version() -> str:
-    from . import __version__
+    from .. import __version__
 
     return __version__
 
@@ -320,7 +321,7 @@ class Executor:
             path = join(folder, f"{run_id}.jsonl")
         if (self.resume is True or answer is not NO_ANSWER) and not exists(path, storage_options=self.storage_options):
             raise TraceMissing(path)  # Journal.open would create it: a typo would repeat every side effect
-        from ._seal import key_of
+        from ..trace.seal import key_of
 
         key = key_of(self.seal_key)  # a bad key fails before anything is written
         with open_journal(
@@ -353,7 +354,7 @@ class Executor:
         The executor waits in a worker thread; each awaitable runs as a task on
         the running loop, so the calls of a parallel step are concurrent tasks.
         """
-        from ._async import Bridge, bridged
+        from .bridge import Bridge, bridged
 
         bridge = Bridge(asyncio.get_running_loop())
         ex = copy.copy(self)

@@ -25,9 +25,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._boundary import Session, _current
-from ._errors import HarnessError
-from ._journal import check_value
+from .._errors import HarnessError
+from ..trace.journal import check_value
+from .boundary import Session, _current
 
 
 class Interrupted(BaseException):  # a control-flow signal (like KeyboardInterrupt), not an Exception

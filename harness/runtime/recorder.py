@@ -27,15 +27,15 @@ from collections.abc import Iterable
 from types import TracebackType
 from typing import Any
 
-from ._blobs import THRESHOLD
-from ._boundary import Session, deactivate, error_of
-from ._errors import HarnessError, TraceExists
-from ._executor import environment
-from ._journal import SCHEMA, Journal, check_value
-from ._redact import Redaction, Rule
-from ._seal import key_of
-from ._state import DONE, FAILED
-from .store import open_journal
+from .._errors import HarnessError, TraceExists
+from ..storage import open_journal
+from ..storage.blobs import THRESHOLD
+from ..trace.journal import SCHEMA, Journal, check_value
+from ..trace.redact import Redaction, Rule
+from ..trace.seal import key_of
+from ..trace.state import DONE, FAILED
+from .boundary import Session, deactivate, error_of
+from .executor import environment
 
 STATUSES = ("success", "failure", "error")
 

@@ -19,7 +19,7 @@ import math
 import time
 from typing import Any
 
-from ._boundary import Session, _current
+from .boundary import Session, _current
 
 pause = time.sleep  # the one place a timer waits
 

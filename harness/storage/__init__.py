@@ -20,9 +20,9 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from ._compact import Compacted, compact
-from ._location import FenceLost, Location, is_url, open_location, segment_name
-from ._spool import RemoteJournal, open_journal
+from ..ops.compact import Compacted, compact
+from .location import FenceLost, Location, is_url, open_location, segment_name
+from .spool import RemoteJournal, open_journal
 
 __all__ = [
     "Compacted",
@@ -63,7 +63,7 @@ def local_copy(path: str | os.PathLike[str], *, storage_options: dict[str, Any] 
     """A local file holding the trace at path: path itself when it is local, else a copy of its segments."""
     if not is_url(path):
         return os.fspath(path)
-    from ._read import local_copy as copy
+    from .read import local_copy as copy
 
     return copy(str(path), storage_options=storage_options)
 
@@ -71,10 +71,10 @@ def local_copy(path: str | os.PathLike[str], *, storage_options: dict[str, Any] 
 def replay(path: str | os.PathLike[str], *, storage_options: dict[str, Any] | None = None, **kwargs: Any) -> Any:
     """harness.replay() of a local path or a URL (with storage_options for the URL)."""
     if not is_url(path):
-        from .._replay import replay as local
+        from ..trace.reader import replay as local
 
         return local(path, **kwargs)
-    from ._read import replay_url
+    from .read import replay_url
 
     return replay_url(str(path), storage_options=storage_options, **kwargs)
 
@@ -82,9 +82,9 @@ def replay(path: str | os.PathLike[str], *, storage_options: dict[str, Any] | No
 def list_runs(folder: str | os.PathLike[str] | None = None, *, storage_options: dict[str, Any] | None = None) -> Any:
     """harness.list_runs() of a local folder or a runs URL."""
     if is_url(folder):
-        from ._runs import list_runs_url
+        from .listing import list_runs_url
 
         return list_runs_url(str(folder), storage_options=storage_options)
-    from .._runs import list_runs as local
+    from ..review.runs import list_runs as local
 
     return local(folder)

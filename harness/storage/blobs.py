@@ -33,7 +33,7 @@ from typing import Any
 
 import orjson
 
-from ._errors import TraceCorruption
+from .._errors import TraceCorruption
 
 THRESHOLD = 64 * 1024  # bytes of JSON above which a payload goes to a blob (Executor(blob_threshold=...))
 FOLDER = "blobs"

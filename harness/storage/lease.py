@@ -38,7 +38,7 @@ from typing import Any
 import orjson
 
 from .._errors import HarnessError
-from ._location import Location
+from .location import Location
 
 NAME = "lease"
 ENV = "HARNESS_LEASE_SECONDS"

@@ -22,10 +22,10 @@ from typing import Any
 import orjson
 
 from .._errors import TraceUnreadable
-from .._replay import wall_clock
-from .._runs import RunInfo, _detail, _terminal, _time, _waiting, header_line
-from ._lease import NAME, STALE_FACTOR, every, modified
-from ._location import Location, cover, open_location, segment_span
+from ..review.runs import RunInfo, _detail, _terminal, _time, _waiting, header_line
+from ..trace.reader import wall_clock
+from .lease import NAME, STALE_FACTOR, every, modified
+from .location import Location, cover, open_location, segment_span
 
 _SEG = re.compile(r"^(.*\.jsonl)/([^/]+\.seg)$")
 _LEASE = re.compile(r"^(.*\.jsonl)/" + NAME + "$")

@@ -98,7 +98,7 @@ class FenceLost(HarnessError):
 
 def blob_names(trace_file: str) -> list[str]:
     """The sha256 names of the blobs and artifacts the lines of a local trace file name, sorted."""
-    from .. import _blobs
+    from . import blobs as _blobs
 
     names: set[str] = set()
     with open(trace_file, "rb") as f:
@@ -145,7 +145,7 @@ class Location:
 
         A blob already there is kept; one missing on the store is left for replay() to name.
         """
-        from .. import _blobs
+        from . import blobs as _blobs
 
         folder, source, copied = _blobs.folder_of(trace_file), self.blobs(), 0
         for name in blob_names(trace_file):

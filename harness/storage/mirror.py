@@ -26,8 +26,8 @@ import tempfile
 import threading
 from typing import Any
 
-from ._location import Location, open_location, segment_span
-from ._runs import live_runs
+from .listing import live_runs
+from .location import Location, open_location, segment_span
 
 
 class Mirror:

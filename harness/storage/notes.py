@@ -19,7 +19,7 @@ from typing import Any
 import orjson
 
 from .._errors import HarnessError, TraceUnreadable
-from ._location import Location, open_location
+from .location import Location, open_location
 
 FOLDER = "notes"
 _NOTE = re.compile(r"^(\d{6,})\.json$")

@@ -18,9 +18,9 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from .. import _blobs
 from .._errors import HarnessError, TraceExists, TraceUnreadable
-from ._location import blob_names, open_location, segment_name
+from . import blobs as _blobs
+from .location import blob_names, open_location, segment_name
 
 
 def publish(

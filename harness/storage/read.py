@@ -25,11 +25,11 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from .._errors import HarnessError, TraceCorruption, TraceUnreadable
-from ._location import open_location
-from ._spool import SPOOLS
+from .location import open_location
+from .spool import SPOOLS
 
 if TYPE_CHECKING:
-    from .._replay import Replay
+    from ..trace.reader import Replay
 
 _folder: str | None = None
 
@@ -75,7 +75,7 @@ def replay_url(
     storage_options: dict[str, Any] | None = None,
 ) -> Replay:
     """replay() of the trace at url: the same checks, the damage named against the URL."""
-    from .._replay import replay
+    from ..trace.reader import replay
 
     url = url.rstrip("/")
     path = local_copy(url, storage_options=storage_options)

@@ -38,11 +38,11 @@ import threading
 from collections.abc import Iterable
 from typing import Any, cast
 
-from .. import _state as S
 from .._errors import JournalError
-from .._journal import Journal
-from ._lease import Lease
-from ._location import FenceLost, Location, open_location, segment_name
+from ..trace import state as S
+from ..trace.journal import Journal
+from .lease import Lease
+from .location import FenceLost, Location, open_location, segment_name
 
 _SHIP_KINDS = frozenset({"header", "checkpoint", "resume", "reconcile", "seal"})
 _SHIP_STATES = frozenset({S.DONE, S.FAILED, S.PAUSED})
@@ -135,7 +135,7 @@ class RemoteJournal(Journal):
 
     def put_blob(self, data: bytes) -> str:
         """Store data as a blob: in the spool's blobs folder, and on the store before any line names it."""
-        from .. import _blobs
+        from . import blobs as _blobs
 
         if self._broken:
             raise JournalError(self.path, f"an earlier {self._broken} failed; this journal accepts nothing more")
@@ -218,7 +218,7 @@ def open_journal(
 
     `redact` and `options` (blob_threshold=...) go to `Journal.open` as it takes them.
     """
-    from ._location import is_url
+    from .location import is_url
 
     if is_url(path):
         return RemoteJournal.open_url(

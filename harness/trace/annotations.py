@@ -16,9 +16,9 @@ from typing import Any
 
 import orjson
 
-from ._errors import HarnessError, TraceUnreadable
-from ._journal import check_value
-from .store import exists, is_url
+from .._errors import HarnessError, TraceUnreadable
+from ..storage import exists, is_url
+from .journal import check_value
 
 SUFFIX = ".annotations.json"
 FORMAT, VERSION = "harness-annotations", 1
@@ -27,7 +27,7 @@ FORMAT, VERSION = "harness-annotations", 1
 def annotations_path(trace: str | os.PathLike[str]) -> str:
     """Where the notes on the run at trace are: a file beside it, or for a URL the folder of note objects."""
     if is_url(trace):
-        from .store._notes import FOLDER
+        from ..storage.notes import FOLDER
 
         return f"{str(trace).rstrip('/')}/{FOLDER}/"
     return os.fspath(trace) + SUFFIX
@@ -36,7 +36,7 @@ def annotations_path(trace: str | os.PathLike[str]) -> str:
 def annotations(trace: str | os.PathLike[str]) -> list[dict[str, Any]]:
     """The notes on a run, oldest first ([] when it has none)."""
     if is_url(trace):
-        from .store._notes import read_notes
+        from ..storage.notes import read_notes
 
         return read_notes(str(trace))
     path = annotations_path(trace)
@@ -55,7 +55,7 @@ def annotations(trace: str | os.PathLike[str]) -> list[dict[str, Any]]:
 
 def annotate(trace: str | os.PathLike[str], key: str, value: Any) -> dict[str, Any]:
     """Add a note `key: value` (any JSON value) to the run at `trace`; returns the note."""
-    from ._blobs import write_atomically
+    from ..storage.blobs import write_atomically
 
     path = os.fspath(trace)
     if is_url(path):
@@ -68,7 +68,7 @@ def annotate(trace: str | os.PathLike[str], key: str, value: Any) -> dict[str, A
     check_value("value", value)
     note = {"key": key, "value": value, "at": datetime.now(UTC).isoformat(timespec="milliseconds")}
     if is_url(path):  # one immutable object per note, beside the segments (store/_notes.py)
-        from .store._notes import add_note
+        from ..storage.notes import add_note
 
         add_note(path, note)
         return note

@@ -49,14 +49,14 @@ from typing import Any
 
 import orjson
 
-from . import _blobs
-from . import _state as S
-from ._errors import HarnessError
-from ._journal import MAX_LINE, SUFFIX, line_ok, open_regular, read_error
-from ._replay import Checkpoint, Records, Replay, _Checkpoints, _header_problem, _Lines, _payload, _scan
-from ._replay import replay as _replay
-from ._seal import BLOCK, content_hash_of
-from .store._location import is_url
+from .._errors import HarnessError
+from ..storage import blobs as _blobs
+from ..storage.location import is_url
+from . import state as S
+from .journal import MAX_LINE, SUFFIX, line_ok, open_regular, read_error
+from .reader import Checkpoint, Records, Replay, _Checkpoints, _header_problem, _Lines, _payload, _scan
+from .reader import replay as _replay
+from .seal import BLOCK, content_hash_of
 
 MAGIC = b"HIDX\x00\x02\r\n"  # the format's name and version (2: schema-2 traces); \r\n catches a text conversion
 INTERVAL = 1 << 16  # bytes of trace between two marks written while a run goes on

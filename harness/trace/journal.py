@@ -49,9 +49,9 @@ from typing import Any
 
 import orjson
 
-from . import _blobs
-from ._errors import HarnessError, JournalError, NotSerializable, TraceLocked, TraceUnreadable
-from ._redact import Redaction, user_text
+from .._errors import HarnessError, JournalError, NotSerializable, TraceLocked, TraceUnreadable
+from ..storage import blobs as _blobs
+from .redact import Redaction, user_text
 
 SCHEMA = 2
 MAX_LINE = 16 * 1024 * 1024  # bytes; larger records are refused on write and on read
@@ -346,7 +346,7 @@ class Journal:
         """
         self.seq, self.crc, self.t0 = seq, crc, start
         size = self.size()
-        from ._seal import BLOCK
+        from .seal import BLOCK
 
         del self.blocks[end // BLOCK :]  # the bytes after end go
         if record is None or size == end:
@@ -558,12 +558,12 @@ class Journal:
 
     def seal_fields(self, end: int, *, state: str, key: bytes | None) -> dict[str, Any]:
         """The fields of a seal over the file's first `end` bytes (a run whose writer died before its seal)."""
-        from . import _seal
+        from . import seal as _seal
 
         return _seal.fields(self._content_hash(b"", end), self.digests, state, key)
 
     def _seal_line(self, seq: int, before: bytes, crc: int, state: str, key: bytes | None) -> tuple[bytes, int]:
-        from . import _seal
+        from . import seal as _seal
 
         seal = _seal.fields(self._content_hash(before), self.digests, state, key)
         return encode({"seq": seq, "kind": "seal", **seal, "ts": self.now()}, crc)
@@ -571,7 +571,7 @@ class Journal:
     def _content_hash(self, tail: bytes, end: int | None = None) -> str:
         """The seal's content hash of the file's bytes up to end (all of them by default: on disk, under our lock),
         then tail. The blocks in `blocks` are not read again; the digests of the blocks hashed join them."""
-        from ._seal import BLOCK, content_hash_of
+        from .seal import BLOCK, content_hash_of
 
         size = self.size() if end is None else end
         known = self.blocks[: size // BLOCK]

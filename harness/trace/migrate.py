@@ -37,12 +37,12 @@ from typing import Any
 
 import orjson
 
-from . import _blobs
-from ._errors import HarnessError, TraceCorruption
-from ._journal import SCHEMA, Journal, encode, line_ok
-from .store import exists, is_url, local_copy
-from .store._location import blob_names
-from .store._publish import publish
+from .._errors import HarnessError, TraceCorruption
+from ..storage import blobs as _blobs
+from ..storage import exists, is_url, local_copy
+from ..storage.location import blob_names
+from ..storage.publish import publish
+from .journal import SCHEMA, Journal, encode, line_ok
 
 Records = list[dict[str, Any]]
 
@@ -135,7 +135,7 @@ def migrate(trace: str | os.PathLike[str], *, out: str | os.PathLike[str] | None
     instead and the original is left as it is, as the backup. A trace on
     object storage is immutable segments: it is only migrated with `out`.
     """
-    from ._replay import replay
+    from .reader import replay
 
     path = os.fspath(trace)
     if out is not None or is_url(path):
@@ -186,7 +186,7 @@ def migrate(trace: str | os.PathLike[str], *, out: str | os.PathLike[str] | None
 
 def _migrate_to(path: str, out: str | os.PathLike[str] | None) -> Migrated:
     """migrate(path, out=out): the migrated copy is written to out, a new trace (a path, or a URL as a new run)."""
-    from ._replay import replay
+    from .reader import replay
 
     if out is None:
         raise HarnessError(
@@ -261,7 +261,7 @@ def _place_file(tmp: str, target: str, names: list[str]) -> None:
 
 def _check(tmp: str) -> Any:
     """The migrated trace as replay() reads it (a separate function: tests interrupt a migration here)."""
-    from ._replay import replay
+    from .reader import replay
 
     return replay(tmp)
 

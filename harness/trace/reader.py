@@ -39,15 +39,15 @@ from typing import Any, overload
 
 import orjson
 
-from . import _blobs
-from . import _state as S
-from ._agents import MAIN, ClockRules
-from ._blobs import BlobRef
-from ._errors import HarnessError, TraceCorruption
-from ._journal import HEADER_START as _HEADER_START
-from ._journal import MARK as _MARK
-from ._journal import MAX_DEPTH, MAX_LINE, SCHEMA, SUFFIX, canonical, line_ok, open_regular, read_error, unreadable
-from .store._location import is_url
+from .._errors import HarnessError, TraceCorruption
+from ..runtime.agents import MAIN, ClockRules
+from ..storage import blobs as _blobs
+from ..storage.blobs import BlobRef
+from ..storage.location import is_url
+from . import state as S
+from .journal import HEADER_START as _HEADER_START
+from .journal import MARK as _MARK
+from .journal import MAX_DEPTH, MAX_LINE, SCHEMA, SUFFIX, canonical, line_ok, open_regular, read_error, unreadable
 
 _CHUNK = 1 << 16  # 64 KiB: small enough that a chunk's lines are still in the CPU cache when checked
 
@@ -456,7 +456,7 @@ def replay(
     """
     path = os.fspath(trace)
     if is_url(path):  # a trace on object storage: its segments, concatenated, through this same function
-        from .store._read import replay_url
+        from ..storage.read import replay_url
 
         return replay_url(path, on_record=on_record)
     with os.fdopen(open_regular(path), "rb") as f:
@@ -1199,7 +1199,7 @@ def _same(a: Any, b: Any) -> bool:
 
 
 def _seal_mismatch(path: str, offset: int, rec: dict[str, Any], blobs: dict[str, Any], state: str) -> str | None:
-    from ._seal import content_hash, mismatch
+    from .seal import content_hash, mismatch
 
     if type(rec.get("content_hash")) is not str or type(rec.get("digests")) is not list:
         return "a seal without its content_hash and digests"

@@ -40,7 +40,7 @@ from typing import Any, Union
 
 import orjson
 
-from ._errors import HarnessError
+from .._errors import HarnessError
 
 MARKER = "[REDACTED]"
 

@@ -47,14 +47,14 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from . import _blobs
-from . import _state as S
-from ._errors import HarnessError, TraceCorruption, TraceUnreadable
-from ._journal import Journal, encode, since
-from .store import is_url, local_copy
+from .._errors import HarnessError, TraceCorruption, TraceUnreadable
+from ..storage import blobs as _blobs
+from ..storage import is_url, local_copy
+from . import state as S
+from .journal import Journal, encode, since
 
 if TYPE_CHECKING:
-    from ._replay import Replay
+    from .reader import Replay
 
 ENV = "HARNESS_SEAL_KEY"
 
@@ -173,7 +173,7 @@ class Sealed:
 
 def seal(trace: str | os.PathLike[str], *, seal_key: str | bytes | None = None) -> Sealed:
     """Seal a run that ended (DONE or FAILED) without a seal. A sealed trace is left as it is."""
-    from ._replay import replay
+    from .reader import replay
 
     path = os.fspath(trace)
     key = key_of(seal_key)
@@ -223,8 +223,8 @@ def _seal_url(url: str, key: bytes | None) -> Sealed:
     shipped as segment N+1 with the store's conditional create. A writer
     that advanced the run meanwhile makes it FenceLost, nothing written.
     """
-    from ._replay import replay
-    from .store import open_journal
+    from ..storage import open_journal
+    from .reader import replay
 
     url = url.rstrip("/")
     with open_journal(url) as journal:  # its segments, downloaded into the writer's spool
@@ -280,7 +280,7 @@ class Verification:
 
 def verify(trace: str | os.PathLike[str], *, seal_key: str | bytes | None = None) -> Verification:
     """Check every line, every blob's bytes and the seal (with the key when there is one)."""
-    from ._replay import replay
+    from .reader import replay
 
     path = os.fspath(trace)
     key = key_of(seal_key)

@@ -55,14 +55,14 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .. import diff as harness_diff
 from .. import fork as harness_fork
-from .._annotations import FORMAT as ANNOTATIONS_FORMAT
-from .._annotations import annotations_path
-from .._blobs import read as read_blob
 from .._errors import HarnessError, TraceCorruption
-from .._replay import wall_clock
-from .._rerun import load_agent
-from .._runs import run_info
-from .._seal import verify
+from ..review.rerun import load_agent
+from ..review.runs import run_info
+from ..storage.blobs import read as read_blob
+from ..trace.annotations import FORMAT as ANNOTATIONS_FORMAT
+from ..trace.annotations import annotations_path
+from ..trace.reader import wall_clock
+from ..trace.seal import verify
 from ._index import CLASSES, Index, Indexes
 from ._listing import Listing
 from ._paths import RunNotFound, address, inside, trace_path, well_formed

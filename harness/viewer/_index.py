@@ -38,8 +38,8 @@ from typing import Any
 import orjson
 
 from .._errors import HarnessError, TraceCorruption, TraceUnreadable
-from .._journal import MAX_LINE, line_ok
-from .._replay import Replay, attempt_of, replay
+from ..trace.journal import MAX_LINE, line_ok
+from ..trace.reader import Replay, attempt_of, replay
 
 _CHUNK = 1 << 20
 _NOTE = 160  # characters of a value shown in a record's one-line note

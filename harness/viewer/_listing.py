@@ -22,7 +22,7 @@ from typing import Any
 import orjson
 
 from .. import list_runs
-from .._replay import attempt_of
+from ..trace.reader import attempt_of
 from ._index import short
 from ._paths import address
 
