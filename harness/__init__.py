@@ -5,7 +5,6 @@ streams every transition to one append-only JSONL trace; `replay()` rebuilds
 the run from that file and refuses a trace that cannot support its story.
 """
 
-from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
 from ._errors import (
@@ -36,21 +35,18 @@ from .review.runs import RunInfo, list_runs
 from .runtime.agents import Handle, Message, current_agent, join, receive, send, spawn
 from .runtime.boundary import aboundary, allm, artifact, boundary, llm, now, random, uuid4
 from .runtime.bridge import AsyncHandle, aspawn
-from .runtime.executor import Executor, Outcome, RetryPolicy, Step, Tool
+from .runtime.environment import VERSION as __version__
+from .runtime.executor import Executor, Outcome, RetryPolicy, Step
 from .runtime.interrupt import Interrupted, interrupt
 from .runtime.recorder import Recorder
 from .runtime.timers import sleep
+from .runtime.tool import Tool
 from .store import FenceLost
 from .trace.annotations import annotate, annotations
 from .trace.migrate import Migrated, migrate
 from .trace.reader import Artifact, Checkpoint, Crossing, Replay, replay
 from .trace.redact import MARKER, Redaction, RedactionRuleError
 from .trace.seal import Sealed, Verification, seal, verify
-
-try:  # the distribution is harness-trace: `harness` on the package index is an unrelated project
-    __version__ = version("harness-trace")
-except PackageNotFoundError:  # running from a source tree that was never installed
-    __version__ = "0+unknown"
 
 
 def __getattr__(name: str) -> Any:

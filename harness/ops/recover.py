@@ -39,7 +39,8 @@ from .. import storage as store
 from .._errors import HarnessError, TraceCorruption, TraceLocked, TraceMissing
 from ..review.runs import _header as _runs_header
 from ..review.runs import list_runs
-from ..runtime.executor import NO_ANSWER, Executor, Outcome, RetryPolicy, Step, Tool
+from ..runtime.executor import NO_ANSWER, Executor, Outcome, RetryPolicy, Step
+from ..runtime.tool import Tool
 from ..storage import exists, is_url
 from ..trace import state as S
 from ..trace.journal import open_regular

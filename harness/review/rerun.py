@@ -55,8 +55,10 @@ from .._errors import HarnessError, ReplayDrift, ReplayViolation, ToolTimeout, T
 from ..runtime.agents import MAIN
 from ..runtime.boundary import Arrived, Match, Session, differences, same
 from ..runtime.bridge import Bridge, bridged, is_async
-from ..runtime.executor import MAX_STEPS, Executor, RetryPolicy, Step, Tool, environment
+from ..runtime.environment import environment
+from ..runtime.executor import MAX_STEPS, Executor, RetryPolicy, Step
 from ..runtime.interrupt import Interrupted
+from ..runtime.tool import Tool
 from ..storage import FenceLost, RemoteJournal, exists, is_url, join, local_copy
 from ..storage import blobs as _blobs
 from ..storage import open as open_store

@@ -30,6 +30,7 @@ from typing import Any, Generic, TypeVar
 
 from .._errors import HarnessError
 from .agents import MAIN, Agents, _agent, _in_call
+from .tool import Tool
 
 T = TypeVar("T")
 
@@ -92,8 +93,6 @@ def _settle(done: concurrent.futures.Future[Any], task: asyncio.Task[Any]) -> No
 
 def bridged(bridge: Bridge, planner: Any, tools: Mapping[str, Any], verifier: Any) -> tuple[Any, dict[str, Any], Any]:
     """The planner, tools and verifier with their awaitables run on the bridge's loop."""
-    from .executor import Tool
-
     out: dict[str, Any] = {}
     for name, tool in tools.items():
         if isinstance(tool, Tool):

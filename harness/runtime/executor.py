@@ -36,7 +36,6 @@ import copy
 import functools
 import inspect
 import os
-import platform
 import random
 import sys
 import threading
@@ -74,13 +73,9 @@ from ..trace.redact import Redaction, Rule
 from . import timers as _timers
 from .agents import AgentState, _agent, _in_call
 from .boundary import Session, _current, deactivate, error_of
+from .environment import environment
 from .interrupt import Interrupted
-
-
-def _version() -> str:
-    from .. import __version__
-
-    return __version__
+from .tool import Tool
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,42 +134,6 @@ class RetryPolicy:
         return float(min(self.max_delay, self.backoff * 2 ** (failed - 1)))
 
 
-@dataclass(frozen=True, slots=True)
-class Tool:
-    """A tool with a declared effect contract.
-
-    idempotent=True: on resume after an interrupted call it is called again
-    with the same `idempotency_key` keyword argument, so it can dedupe.
-    idempotent=False: never re-invoked blindly; the run PAUSES until reconciled.
-    A declared tool's intent, and everything before it, is fsynced before the
-    tool is called, whatever the durability; its result is synced with the
-    next sync point (see docs/FORMAT.md "Durability").
-    A result of it that the verifier rejects ends the run FAILED (the effect
-    happened: calling it again would repeat it) unless retry_rejected=True.
-    """
-
-    fn: Callable[..., Any]
-    _: KW_ONLY
-    idempotent: bool
-    version: str | None = None
-    retry_rejected: bool = False
-
-    def __post_init__(self) -> None:
-        if not callable(self.fn):
-            raise TypeError(f"Tool needs a callable, not {self.fn!r}")
-        if type(self.idempotent) is not bool or not (self.version is None or type(self.version) is str):
-            raise TypeError("Tool(fn, idempotent=True|False, version=None|str)")
-        if type(self.retry_rejected) is not bool:
-            raise TypeError("Tool(..., retry_rejected=True|False)")
-
-    @property
-    def contract(self) -> dict[str, Any]:
-        contract: dict[str, Any] = {"effect": "idempotent" if self.idempotent else "unsafe", "version": self.version}
-        if self.retry_rejected:
-            contract["retry_rejected"] = True
-        return contract
-
-
 PLAIN = {"effect": "at-least-once", "version": None}
 NO_ANSWER: Any = object()  # run(goal) without answer=
 MAX_STEPS = 10_000  # the default step limit: a planner that never says DONE ends FAILED, not with a full disk
@@ -205,29 +164,6 @@ class Outcome:
     trace: str
     pending: dict[str, Any] | None = None
     error: dict[str, Any] | None = None
-
-
-@functools.cache
-def _platform() -> str:
-    """platform.platform(), as it reads on Linux, without the `uname -p` child it spawns on first use.
-
-    environment() runs while the trace is locked, and a child forked then
-    shares the locked descriptor until it execs: a writer killed at that
-    moment would leave its lock held by the child for a while.
-    """
-    libc = "".join(platform.libc_ver())
-    parts = [platform.system(), platform.release(), platform.machine(), *(["with", libc] if libc else [])]
-    return "-".join(p for p in parts if p)
-
-
-def environment(entrypoint: str) -> dict[str, Any]:
-    return {
-        "python": platform.python_version(),
-        "platform": _platform(),
-        "cwd": os.getcwd(),
-        "entrypoint": entrypoint,
-        "harness": _version(),
-    }
 
 
 class Executor:

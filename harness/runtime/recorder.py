@@ -35,7 +35,7 @@ from ..trace.redact import Redaction, Rule
 from ..trace.seal import key_of
 from ..trace.state import DONE, FAILED
 from .boundary import Session, deactivate, error_of
-from .executor import environment
+from .environment import environment
 
 STATUSES = ("success", "failure", "error")
 
