@@ -183,3 +183,12 @@ class ReplayDrift(HarnessError):
     def __init__(self, message: str, *, seq: int, line: int, fields: dict[str, tuple[Any, Any]], agent: str = "main"):
         self.seq, self.line, self.fields, self.agent = seq, line, fields, agent
         super().__init__(message)
+
+
+def error_of(e: BaseException) -> dict[str, str]:
+    """Any exception as a record holds it (the `error` of a crossing, a crash, an exit): its class and message.
+
+    runtime/boundary.py's rebuild() turns it back into an exception.
+    """
+    cls = type(e)
+    return {"type": f"{cls.__module__}.{cls.__qualname__}", "message": str(e)}

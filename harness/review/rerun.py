@@ -52,7 +52,6 @@ from typing import Any, cast
 import orjson
 
 from .._errors import HarnessError, ReplayDrift, ReplayViolation, ToolTimeout, TraceUnreadable
-from ..runtime.agents import MAIN
 from ..runtime.boundary import Arrived, Match, Session, differences, same
 from ..runtime.bridge import Bridge, bridged, is_async
 from ..runtime.environment import environment
@@ -63,6 +62,7 @@ from ..storage import FenceLost, RemoteJournal, exists, is_url, join, local_copy
 from ..storage import blobs as _blobs
 from ..storage import open as open_store
 from ..trace import state as S
+from ..trace.clock import MAIN
 from ..trace.journal import Journal, check_value
 from ..trace.reader import Checkpoint, Crossing, Replay, replay, request_hash
 from ..trace.redact import Redaction, Rule

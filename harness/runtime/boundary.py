@@ -39,15 +39,16 @@ import time
 import uuid as _uuid
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable
-from contextvars import ContextVar
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from .._errors import HarnessError, ReplayDrift, ReplayViolation, ToolError
+from .._errors import HarnessError, ReplayDrift, ReplayViolation, ToolError, error_of
+from ..trace.clock import MAIN
 from ..trace.journal import check_value
 from ..trace.reader import Crossing, request_hash
 from ..trace.redact import DEFAULT, Redaction
-from .agents import MAIN, Agents, AgentState, _agent, _in_call
+from .agents import Agents, AgentState
+from .context import _agent, _current, _in_call
 
 if TYPE_CHECKING:
     from ..trace.journal import Journal
@@ -55,7 +56,6 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 Match = Callable[[Any], Any]  # a request -> the part of it a recorded crossing must equal
 Arrived = Callable[[Any, bool], None]  # (response, served): runs before a crossing's record is written
-_current: ContextVar[Session | None] = ContextVar("harness_session", default=None)
 
 
 class Session:
@@ -289,11 +289,6 @@ def deactivate(token: Any) -> None:
     _current.reset(var_token)
     with _active_lock:
         _active.remove(session)
-
-
-def error_of(e: BaseException) -> dict[str, str]:
-    cls = type(e)
-    return {"type": f"{cls.__module__}.{cls.__qualname__}", "message": str(e)}
 
 
 def outcome(rec: Crossing) -> Any:

@@ -29,7 +29,9 @@ from types import TracebackType
 from typing import Any, Generic, TypeVar
 
 from .._errors import HarnessError
-from .agents import MAIN, Agents, _agent, _in_call
+from ..trace.clock import MAIN
+from .agents import Agents
+from .context import _agent, _current, _in_call
 from .tool import Tool
 
 T = TypeVar("T")
@@ -138,8 +140,6 @@ def aspawn(name: str, coro_fn: Callable[..., Coroutine[Any, Any, T]], /, *args: 
 
     Outside a run (or inside a call) it is a plain task.
     """
-    from .boundary import _current
-
     if type(name) is not str or not name or name == MAIN:
         raise HarnessError(f"an agent needs a non-empty str name other than 'main', not {name!r}")
     loop = asyncio.get_running_loop()

@@ -61,6 +61,7 @@ from .._errors import (
     TraceMissing,
     TraceUnreadable,
     VerificationFailed,
+    error_of,
 )
 from ..review.runs import runs_dir
 from ..storage import exists, is_url, join, open_journal
@@ -71,8 +72,9 @@ from ..trace.journal import SCHEMA, Journal, a, canonical, check_value, set_asid
 from ..trace.reader import Call, Checkpoint, Replay, replay
 from ..trace.redact import Redaction, Rule
 from . import timers as _timers
-from .agents import AgentState, _agent, _in_call
-from .boundary import Session, _current, deactivate, error_of
+from .agents import AgentState
+from .boundary import Session, deactivate
+from .context import _agent, _current, _in_call
 from .environment import environment
 from .interrupt import Interrupted
 from .tool import Tool

@@ -27,7 +27,8 @@ from typing import Any
 
 from .._errors import HarnessError
 from ..trace.journal import check_value
-from .boundary import Session, _current
+from .boundary import Session
+from .context import _current
 
 
 class Interrupted(BaseException):  # a control-flow signal (like KeyboardInterrupt), not an Exception

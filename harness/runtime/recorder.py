@@ -27,14 +27,14 @@ from collections.abc import Iterable
 from types import TracebackType
 from typing import Any
 
-from .._errors import HarnessError, TraceExists
+from .._errors import HarnessError, TraceExists, error_of
 from ..storage import open_journal
 from ..storage.blobs import THRESHOLD
 from ..trace.journal import SCHEMA, Journal, check_value
 from ..trace.redact import Redaction, Rule
 from ..trace.seal import key_of
 from ..trace.state import DONE, FAILED
-from .boundary import Session, deactivate, error_of
+from .boundary import Session, deactivate
 from .environment import environment
 
 STATUSES = ("success", "failure", "error")

@@ -19,7 +19,8 @@ import math
 import time
 from typing import Any
 
-from .boundary import Session, _current
+from .boundary import Session
+from .context import _current
 
 pause = time.sleep  # the one place a timer waits
 

@@ -40,11 +40,11 @@ from typing import Any, overload
 import orjson
 
 from .._errors import HarnessError, TraceCorruption
-from ..runtime.agents import MAIN, ClockRules
 from ..storage import blobs as _blobs
 from ..storage.blobs import BlobRef
 from ..storage.location import is_url
 from . import state as S
+from .clock import MAIN, ClockRules
 from .journal import HEADER_START as _HEADER_START
 from .journal import MARK as _MARK
 from .journal import MAX_DEPTH, MAX_LINE, SCHEMA, SUFFIX, canonical, line_ok, open_regular, read_error, unreadable
