@@ -46,7 +46,7 @@ from .trace.annotations import annotate, annotations
 from .trace.migrate import Migrated, migrate
 from .trace.reader import Artifact, Checkpoint, Crossing, Replay, replay
 from .trace.redact import MARKER, Redaction, RedactionRuleError
-from .trace.seal import Sealed, Verification, seal, verify
+from .trace.verify import Sealed, Verification, seal, verify
 
 
 def __getattr__(name: str) -> Any:

@@ -531,7 +531,7 @@ def _seal_setup(p: argparse.ArgumentParser) -> None:
 
 @command("seal", "Seal a run that ended without a seal; a sealed trace is immutable.", _seal_setup)
 def _seal(args: argparse.Namespace) -> int:
-    from .trace.seal import seal
+    from .trace.verify import seal
 
     done = seal(args.trace, seal_key=args.key)
     how = "keyed (HMAC-SHA256)" if done.keyed else "unkeyed (content hash)"
@@ -543,7 +543,7 @@ def _seal(args: argparse.Namespace) -> int:
     "verify", "Check the seal, every blob and every line. Exit 0 sealed and intact, 1 not, 2 unreadable.", _seal_setup
 )
 def _verify(args: argparse.Namespace) -> int:
-    from .trace.seal import verify
+    from .trace.verify import verify
 
     v = verify(args.trace, seal_key=args.key)
     print("\n".join(v.report()))

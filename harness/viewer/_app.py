@@ -62,7 +62,7 @@ from ..storage.blobs import read as read_blob
 from ..trace.annotations import FORMAT as ANNOTATIONS_FORMAT
 from ..trace.annotations import annotations_path
 from ..trace.reader import wall_clock
-from ..trace.seal import verify
+from ..trace.verify import verify
 from ._index import CLASSES, Index, Indexes
 from ._listing import Listing
 from ._paths import RunNotFound, address, inside, trace_path, well_formed
