@@ -589,7 +589,7 @@ def _import_setup(p: argparse.ArgumentParser) -> None:
 @command("import", "Check a bundle completely, then add its runs to a runs folder.", _import_setup)
 def _import(args: argparse.Namespace) -> int:
     from .bundle import import_bundle
-    from .review.runs import runs_dir
+    from .storage import runs_dir
 
     done = import_bundle(args.bundle, runs_dir(args.into))
     same = f", {len(done.skipped)} already there" if done.skipped else ""

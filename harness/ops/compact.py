@@ -44,7 +44,8 @@ class Compacted:
 
 def compact(url: str, *, storage_options: dict[str, Any] | None = None) -> Compacted:
     """Merge the segments of the sealed run at the trace URL url into one object; see the module docstring."""
-    from ..storage.read import local_copy, replay_url
+    from ..storage.read import local_copy
+    from ..trace.reader import replay_url
 
     url = url.rstrip("/")
     location = open_location(url, storage_options)

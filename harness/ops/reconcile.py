@@ -16,11 +16,12 @@ from collections.abc import Iterable
 from typing import Any
 
 from .._errors import HarnessError, TraceUnreadable
-from ..storage import is_url, open_journal
+from ..storage import is_url
 from ..trace import state as S
 from ..trace.journal import check_value, set_aside
 from ..trace.reader import replay
 from ..trace.redact import Redaction, Rule
+from ..trace.remote import open_journal
 
 
 def reconcile(

@@ -35,7 +35,6 @@ from typing import Any
 
 import orjson
 
-from .. import storage as store
 from .._errors import HarnessError, TraceCorruption, TraceLocked, TraceMissing
 from ..review.runs import _header as _runs_header
 from ..review.runs import list_runs
@@ -44,7 +43,7 @@ from ..runtime.tool import Tool
 from ..storage import exists, is_url
 from ..trace import state as S
 from ..trace.journal import open_regular
-from ..trace.reader import Checkpoint, replay
+from ..trace.reader import Checkpoint, replay, replay_url
 from ..trace.redact import Redaction, Rule
 
 Planner = Callable[[Any, list[Checkpoint]], Step | None]
@@ -76,7 +75,8 @@ def resume(
         raise TraceMissing(path)
     header = None if is_url(path) else _header_of(path)  # the goal and rules: the resume itself checks the rest
     if header is None:  # a URL, or a first line the resume's full read will name the problem of
-        header = store.replay(path, storage_options=options.get("storage_options")).header
+        rep = replay_url(path, storage_options=options.get("storage_options")) if is_url(path) else replay(path)
+        header = rep.header
     rules = Redaction.from_header(header.get("redact"), path).plus(redact)
     ex = Executor(
         planner=planner, tools=tools, verifier=verifier, trace=path, resume=True, retry=retry or RetryPolicy(),

@@ -58,7 +58,7 @@ from ..runtime.environment import environment
 from ..runtime.executor import MAX_STEPS, Executor, RetryPolicy, Step
 from ..runtime.interrupt import Interrupted
 from ..runtime.tool import Tool
-from ..storage import FenceLost, RemoteJournal, exists, is_url, join, local_copy
+from ..storage import FenceLost, exists, is_url, join, local_copy
 from ..storage import blobs as _blobs
 from ..storage import open as open_store
 from ..trace import state as S
@@ -66,6 +66,7 @@ from ..trace.clock import MAIN
 from ..trace.journal import Journal, check_value
 from ..trace.reader import Checkpoint, Crossing, Replay, replay, request_hash
 from ..trace.redact import Redaction, Rule
+from ..trace.remote import RemoteJournal
 from .normalize import normalize, normalize_record
 
 Planner = Callable[[Any, list[Checkpoint]], Step | None]

@@ -20,6 +20,13 @@ operator's reconcile. A file whose header cannot be read is listed as
 A live writer is seen in /proc/locks (Linux), which takes no lock and so
 can never make a writer opening the trace at that instant fail. Elsewhere a
 shared flock is tried without waiting and dropped at once.
+
+A runs URL on object storage (`list_runs_url`): one recursive listing finds
+every run (storage/listing.py); for each, the first line of segment 1 (the
+header) and the last line of the last segment are read with ranged reads,
+as for the two ends of a file. Status as for a local folder, except that a
+store has no lock to see: a run without a terminal record is `running`
+while its writer's lease is fresh, else `paused` or `interrupted`.
 """
 
 from __future__ import annotations
@@ -33,7 +40,9 @@ from typing import Any
 import orjson
 
 from .._errors import TraceUnreadable
-from ..storage.location import is_url
+from ..storage import runs_dir
+from ..storage.listing import Found, _fresh, _runs
+from ..storage.location import is_url, open_location
 from ..trace.journal import HEADER_START, MAX_LINE, line_ok, open_regular
 from ..trace.reader import wall_clock
 
@@ -81,17 +90,10 @@ def shown(name: str) -> str:
     return os.fsencode(name).decode("utf-8", "backslashreplace")
 
 
-def runs_dir(folder: str | os.PathLike[str] | None = None) -> str:
-    """The folder runs go to: `folder`, else $HARNESS_RUNS_DIR, else ./runs."""
-    return os.fspath(folder or os.environ.get("HARNESS_RUNS_DIR") or "runs")
-
-
 def list_runs(folder: str | os.PathLike[str] | None = None) -> list[RunInfo]:
     """The runs in `folder` (see runs_dir()), oldest first."""
     path = runs_dir(folder)
     if is_url(path):  # a runs URL on object storage
-        from ..storage.listing import list_runs_url
-
         return list_runs_url(path)
     try:
         names = [e.name for e in os.scandir(path) if e.name.endswith(".jsonl") and e.is_file()]
@@ -282,3 +284,68 @@ def _time(ts: Any) -> datetime | None:
 
 def _iso(t: datetime | None) -> str | None:
     return t.isoformat(timespec="milliseconds").replace("+00:00", "Z") if t is not None else None
+
+
+# --- a runs URL on object storage: the same two ends, read from its segment objects ---
+
+
+def list_runs_url(url: str, *, storage_options: dict[str, Any] | None = None) -> list[RunInfo]:
+    """The runs under url, oldest first."""
+    location = open_location(url, storage_options)
+    runs, alive = _runs(location)
+    if not runs and not location.fs.exists(location.root):
+        raise TraceUnreadable(location.url, "no such runs folder on the store")
+    live = _fresh(alive)
+    infos = [_url_info(location, name, segs, name in live) for name, segs in runs.items()]
+    infos.sort(key=lambda r: (r.started is None, r.started or datetime.min.replace(tzinfo=UTC), r.id))
+    return infos
+
+
+def _url_info(location: Any, name: str, found: Found, live: bool) -> RunInfo:
+    url = f"{location.url}/{name}"
+    fallback = name.removesuffix(".jsonl")
+    first = found[0][2] if found[0][0] == 1 else None  # the object holding segment 1 (found is sorted)
+    header = _first_line(location, first) if first else None
+    if header is None:
+        return RunInfo(fallback, url, None, "unreadable", None, None, 0)
+    last = _last_line(location, max(found, key=lambda f: f[1])[2]) or header
+    env = header.get("env")
+    status = _terminal(last) or ("running" if live else _waiting(last))
+    parent, branch = header.get("parent"), header.get("branch")
+    return RunInfo(
+        id=str(header.get("run_id", fallback)), path=url,
+        entrypoint=env.get("entrypoint") if isinstance(env, dict) else None,
+        status=status, started=_time(header.get("ts")),
+        ended=_time(wall_clock(header, last)) if status in ("done", "failed") else None,
+        records=last["seq"] if type(last.get("seq")) is int else 1,
+        parent=parent if isinstance(parent, str) else None,
+        branch=branch if type(branch) is int else None,
+        detail=None if status == "running" else _detail(last),
+    )  # fmt: skip
+
+
+def _first_line(location: Any, path: str) -> dict[str, Any] | None:
+    try:
+        data = location.read(path, 0, _HEAD)
+        end = data.find(b"\n")
+        if end < 0:
+            data = location.read(path)
+            end = data.find(b"\n")
+    except TraceUnreadable:
+        return None
+    return header_line(data[:end]) if end >= 0 else None
+
+
+def _last_line(location: Any, path: str) -> dict[str, Any] | None:
+    try:
+        data = location.read(path, -_TAIL, None)
+        if data.count(b"\n") < 2 and len(data) >= _TAIL:  # a long last line: read the whole segment
+            data = location.read(path)
+    except TraceUnreadable:
+        return None
+    lines = data.rstrip(b"\n").rsplit(b"\n", 1)
+    try:
+        rec = orjson.loads(lines[-1])
+    except orjson.JSONDecodeError:
+        return None
+    return rec if isinstance(rec, dict) else None

@@ -63,14 +63,14 @@ from .._errors import (
     VerificationFailed,
     error_of,
 )
-from ..review.runs import runs_dir
-from ..storage import exists, is_url, join, open_journal
+from ..storage import exists, is_url, join, runs_dir
 from ..storage.blobs import THRESHOLD
 from ..trace import index as _index
 from ..trace import state as S
 from ..trace.journal import SCHEMA, Journal, a, canonical, check_value, set_aside
 from ..trace.reader import Call, Checkpoint, Replay, replay
 from ..trace.redact import Redaction, Rule
+from ..trace.remote import open_journal
 from . import timers as _timers
 from .agents import AgentState
 from .boundary import Session, deactivate

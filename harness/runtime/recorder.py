@@ -28,10 +28,10 @@ from types import TracebackType
 from typing import Any
 
 from .._errors import HarnessError, TraceExists, error_of
-from ..storage import open_journal
 from ..storage.blobs import THRESHOLD
 from ..trace.journal import SCHEMA, Journal, check_value
 from ..trace.redact import Redaction, Rule
+from ..trace.remote import open_journal
 from ..trace.seal import key_of
 from ..trace.state import DONE, FAILED
 from .boundary import Session, deactivate

@@ -1,18 +1,27 @@
-"""Traces on object storage (the `s3` extra: fsspec, s3fs).
+"""Storage backends: where a trace's bytes live, a local file or objects on a bucket (`s3` extra: fsspec, s3fs).
 
-Anywhere harness takes a runs folder or a trace path, an fsspec URL works
-too (`s3://bucket/runs`, `s3://bucket/runs/<run>.jsonl`). A trace there is a
-prefix of immutable segment objects whose concatenation is exactly the bytes
-of a local trace (`_location`); a writer keeps the open tail in a local spool
-and ships segments at its sync points, fenced by the store's conditional
-create (`_spool`); readers concatenate the segments and run the same checks
-(`_read`); `harness runs` lists a runs URL (`_runs`).
+The bottom layer: it imports nothing of harness but `_errors`, and knows of a
+trace only that it is whole lines of bytes with its blobs beside it
+(blobs.py). The layers above use it through a small interface:
+- the journal (trace/journal.py) writes a local trace through its own
+  descriptor (O_APPEND, flock, fdatasync: the hot path stays one os.write
+  per record). For a trace URL it appends the same way to the local spool
+  of a `Spool` (spool.py), and at its ship points calls `Spool.ship()`,
+  which creates the next segment object, fenced by the store's conditional
+  create, under the run's lease (lease.py) (trace/remote.py);
+- the reader (trace/reader.py) gets a readable local file from
+  `local_copy(path)`: the trace itself, this process's spool of it, or the
+  concatenation of its segments (read.py), and runs the same checks.
 
-One resolver for everything that takes a path: `open_journal(path)` for
-writers, `local_copy(path)` / `replay(path)` for readers, `list_runs(path)`,
-`exists(path)`, `join(folder, name)`: each takes a local path as well, and
-imports fsspec only for a URL. A command that only reads a file can call
-`local_copy(path)` first and go on as for a local trace.
+A trace on a bucket is a prefix of immutable segment objects whose
+concatenation is exactly the bytes of a local trace (location.py);
+listing.py finds the runs (segments, leases) under a runs URL, mirror.py
+follows them into a local folder, notes.py keeps annotations as objects,
+publish.py places a whole trace and its blobs.
+
+Each helper here takes a local path as well, and imports fsspec only for a
+URL: `is_url`, `open(url)`, `exists(path)`, `join(folder, name)`,
+`local_copy(path)`, `runs_dir(folder)`. Private: users call `harness.store`.
 """
 
 from __future__ import annotations
@@ -20,24 +29,17 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from ..ops.compact import Compacted, compact
 from .location import FenceLost, Location, is_url, open_location, segment_name
-from .spool import RemoteJournal, open_journal
 
 __all__ = [
-    "Compacted",
     "FenceLost",
     "Location",
-    "RemoteJournal",
-    "compact",
     "exists",
     "is_url",
     "join",
-    "list_runs",
     "local_copy",
     "open",
-    "open_journal",
-    "replay",
+    "runs_dir",
     "segment_name",
 ]
 
@@ -68,23 +70,6 @@ def local_copy(path: str | os.PathLike[str], *, storage_options: dict[str, Any] 
     return copy(str(path), storage_options=storage_options)
 
 
-def replay(path: str | os.PathLike[str], *, storage_options: dict[str, Any] | None = None, **kwargs: Any) -> Any:
-    """harness.replay() of a local path or a URL (with storage_options for the URL)."""
-    if not is_url(path):
-        from ..trace.reader import replay as local
-
-        return local(path, **kwargs)
-    from .read import replay_url
-
-    return replay_url(str(path), storage_options=storage_options, **kwargs)
-
-
-def list_runs(folder: str | os.PathLike[str] | None = None, *, storage_options: dict[str, Any] | None = None) -> Any:
-    """harness.list_runs() of a local folder or a runs URL."""
-    if is_url(folder):
-        from .listing import list_runs_url
-
-        return list_runs_url(str(folder), storage_options=storage_options)
-    from ..review.runs import list_runs as local
-
-    return local(folder)
+def runs_dir(folder: str | os.PathLike[str] | None = None) -> str:
+    """The folder runs go to: `folder`, else $HARNESS_RUNS_DIR, else ./runs."""
+    return os.fspath(folder or os.environ.get("HARNESS_RUNS_DIR") or "runs")

@@ -1,11 +1,10 @@
 """Reading a trace on object storage: its segments, concatenated into a local copy.
 
 `local_copy(url)` lists the run's segments and streams them, in order, into
-one local file: the very bytes a local trace of the run holds. `replay(url)`
-runs the same `replay()` on that copy (every check a local trace gets),
-reports any damage against the URL with the same line numbers, and returns a
-Replay whose `path` is the URL. When this process itself holds the run's
-writer, its spool is read instead (what it wrote, shipped or not).
+one local file: the very bytes a local trace of the run holds, which the
+reader checks as it checks a local trace (trace/reader.py `replay_url`).
+When this process itself holds the run's writer, its spool is read instead
+(what it wrote, shipped or not).
 
 Copies live in one temporary folder per process, removed when it exits; a
 copy is reused while the run's segments are unchanged (same names, sizes
@@ -15,21 +14,16 @@ and ETags or modification times).
 from __future__ import annotations
 
 import atexit
-import dataclasses
 import hashlib
 import os
 import shutil
 import tempfile
 import uuid
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from .._errors import HarnessError, TraceCorruption, TraceUnreadable
+from .._errors import TraceUnreadable
 from .location import open_location
 from .spool import SPOOLS
-
-if TYPE_CHECKING:
-    from ..trace.reader import Replay
 
 _folder: str | None = None
 
@@ -66,25 +60,3 @@ def local_copy(url: str, *, storage_options: dict[str, Any] | None = None) -> st
             os.unlink(part)
         raise
     return path
-
-
-def replay_url(
-    url: str,
-    *,
-    on_record: Callable[[bytes, dict[str, Any]], None] | None = None,
-    storage_options: dict[str, Any] | None = None,
-) -> Replay:
-    """replay() of the trace at url: the same checks, the damage named against the URL."""
-    from ..trace.reader import replay
-
-    url = url.rstrip("/")
-    path = local_copy(url, storage_options=storage_options)
-    try:
-        rep = replay(path, on_record=on_record)
-    except TraceCorruption as e:
-        raise TraceCorruption(url, e.line, e.reason, e.detail, e.seq) from None
-    except TraceUnreadable as e:
-        raise TraceUnreadable(url, e.problem.replace(path, url)) from None
-    except HarnessError as e:
-        raise HarnessError(str(e).replace(path, url)) from None
-    return dataclasses.replace(rep, path=url)

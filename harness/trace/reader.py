@@ -27,6 +27,7 @@ block hashed again, and the blobs the trace names.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import json
 import os
@@ -39,10 +40,10 @@ from typing import Any, overload
 
 import orjson
 
-from .._errors import HarnessError, TraceCorruption
+from .._errors import HarnessError, TraceCorruption, TraceUnreadable
 from ..storage import blobs as _blobs
+from ..storage import is_url, local_copy
 from ..storage.blobs import BlobRef
-from ..storage.location import is_url
 from . import state as S
 from .clock import MAIN, ClockRules
 from .journal import HEADER_START as _HEADER_START
@@ -456,14 +457,32 @@ def replay(
     """
     path = os.fspath(trace)
     if is_url(path):  # a trace on object storage: its segments, concatenated, through this same function
-        from ..storage.read import replay_url
-
         return replay_url(path, on_record=on_record)
     with os.fdopen(open_regular(path), "rb") as f:
         try:
             return _scan(path, f, on_record)
         except OSError as e:  # EIO and the like, after the open: the file's problem, named
             raise read_error(path, e) from None
+
+
+def replay_url(
+    url: str,
+    *,
+    on_record: Callable[[bytes, dict[str, Any]], None] | None = None,
+    storage_options: dict[str, Any] | None = None,
+) -> Replay:
+    """replay() of the trace at url: the same checks, the damage named against the URL."""
+    url = url.rstrip("/")
+    path = local_copy(url, storage_options=storage_options)
+    try:
+        rep = replay(path, on_record=on_record)
+    except TraceCorruption as e:
+        raise TraceCorruption(url, e.line, e.reason, e.detail, e.seq) from None
+    except TraceUnreadable as e:
+        raise TraceUnreadable(url, e.problem.replace(path, url)) from None
+    except HarnessError as e:
+        raise HarnessError(str(e).replace(path, url)) from None
+    return dataclasses.replace(rep, path=url)
 
 
 _fail = TraceCorruption

@@ -89,8 +89,8 @@ def _seal_url(url: str, key: bytes | None) -> Sealed:
     shipped as segment N+1 with the store's conditional create. A writer
     that advanced the run meanwhile makes it FenceLost, nothing written.
     """
-    from ..storage import open_journal
     from .reader import replay
+    from .remote import open_journal
 
     url = url.rstrip("/")
     with open_journal(url) as journal:  # its segments, downloaded into the writer's spool

@@ -106,10 +106,10 @@ def create_app(
     `hosts`: the Host header values accepted (default: the loopback names, against DNS rebinding).
     """
     _require()
-    from ..review import runs as _runs
+    from ..storage import runs_dir
     from ._app import create_app as make
 
-    path = _runs.runs_dir(folder)
+    path = runs_dir(folder)
     if is_url(path):  # a runs URL on object storage: served from a local folder that follows it
         from ..storage.mirror import mirror
 
