@@ -53,9 +53,9 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from .. import diff as harness_diff
-from .. import fork as harness_fork
 from .._errors import HarnessError, TraceCorruption
+from ..review.diff import diff as harness_diff
+from ..review.rerun import fork as harness_fork
 from ..review.rerun import load_agent
 from ..review.runs import run_info
 from ..storage.blobs import read as read_blob

@@ -21,7 +21,7 @@ from typing import Any
 
 import orjson
 
-from .. import list_runs
+from ..review.runs import list_runs
 from ..trace.reader import attempt_of
 from ._index import short
 from ._paths import address
