@@ -3,6 +3,12 @@
 An Executor drives PLAN -> ACT -> VERIFY -> CHECKPOINT ... DONE/FAILED and
 streams every transition to one append-only JSONL trace; `replay()` rebuilds
 the run from that file and refuses a trace that cannot support its story.
+
+The public API is this package's names, and the modules `harness.store`,
+`harness.bundle`, `harness.http`, `harness.ray`, `harness.pytest_plugin`,
+`harness.testing` and `harness.viewer`. The subpackages (`storage`, `trace`,
+`runtime`, `review`, `ops`) are private layers, each importing only the ones
+below it; nothing inside harness imports this package (docs/ARCHITECTURE.md).
 """
 
 from typing import Any

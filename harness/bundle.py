@@ -356,7 +356,7 @@ def _place_on_store(
     As into a folder: everything is compared before anything is written (a
     run or note already there with other bytes is refused), then blobs go
     first, each run's notes next, and each trace last, as its run's first
-    segment (created only if absent: store/_publish.py), so a trace is never
+    segment (created only if absent: storage/publish.py), so a trace is never
     visible before its blobs.
     """
     import io

@@ -385,7 +385,7 @@ class _Writer(_Rewriting):
 
 
 class _RemoteWriter(_Rewriting, RemoteJournal):
-    """The new trace at a trace URL: shipped as segments at the ship points of any run (store/_spool.py)."""
+    """The new trace at a trace URL: shipped as segments at the ship points of any run (trace/remote.py)."""
 
     __slots__ = ("ahead", "below", "branch_at", "parent", "positions", "stops")
 

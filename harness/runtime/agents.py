@@ -23,7 +23,7 @@ Rules kept here:
   run is in flight, is refused (HarnessError) and remembered by the session,
   so the run fails instead of recording a lie (its rerun would not serve it);
   only when that run is the only one in progress in the process: with several,
-  the crossing raises in its own thread and no run is blamed (see _boundary._stray);
+  the crossing raises in its own thread and no run is blamed (see boundary._stray);
 - a spawn made inside a call (a tool, or another crossing) is a plain thread:
   like the crossings of that call, it belongs to the call and is not recorded.
 """

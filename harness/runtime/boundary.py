@@ -21,7 +21,7 @@ Rules kept here:
   parameters and body fields this way). It is applied to the recorded and
   to the new request alike; the stored `hash` is the hash of that part.
 - recorded crossings are served per agent, each agent its own in its own
-  order (see _agents.py); "a crossing made while another crossing's call
+  order (see agents.py); "a crossing made while another crossing's call
   runs" is per call context (a context variable), so concurrent calls of one
   agent (tasks of asyncio.gather) are each recorded, written in the order
   they started; concurrent calls of one agent from two threads are refused;
@@ -82,7 +82,7 @@ class Session:
         self.agents = Agents(self)
         self.calls: dict[str, int] = {}  # live calls per agent
         self.failure: HarnessError | None = None  # kept in case agent code swallows it
-        self.answers: deque[Any] = deque()  # human answers for interrupt(), oldest first (see _interrupt)
+        self.answers: deque[Any] = deque()  # human answers for interrupt(), oldest first (see interrupt.py)
 
     @property
     def nested(self) -> bool:

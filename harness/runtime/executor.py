@@ -971,7 +971,7 @@ class _Run:
             self.progress, self.tail = progress, progress.tail
         else:
             self.progress = self.tail = Progress(progress)
-        self.index: _index.Writer | None = None  # the trace's index (_index.py), for the run itself
+        self.index: _index.Writer | None = None  # the trace's index (trace/index.py), for the run itself
         self.state, self.step, self.attempt = state, 0, 1
         self.intent: dict[str, Any] = {}
         self.planned: Step | None = None

@@ -1,27 +1,23 @@
-"""Storage backends: where a trace's bytes live, a local file or objects on a bucket (`s3` extra: fsspec, s3fs).
+"""Storage backends: traces in local files, and on object storage (the `s3` extra: fsspec, s3fs).
 
-The bottom layer: it imports nothing of harness but `_errors`, and knows of a
-trace only that it is whole lines of bytes with its blobs beside it
-(blobs.py). The layers above use it through a small interface:
-- the journal (trace/journal.py) writes a local trace through its own
-  descriptor (O_APPEND, flock, fdatasync: the hot path stays one os.write
-  per record). For a trace URL it appends the same way to the local spool
-  of a `Spool` (spool.py), and at its ship points calls `Spool.ship()`,
-  which creates the next segment object, fenced by the store's conditional
-  create, under the run's lease (lease.py) (trace/remote.py);
-- the reader (trace/reader.py) gets a readable local file from
-  `local_copy(path)`: the trace itself, this process's spool of it, or the
-  concatenation of its segments (read.py), and runs the same checks.
+Anywhere harness takes a runs folder or a trace path, an fsspec URL works
+too (`s3://bucket/runs`, `s3://bucket/runs/<run>.jsonl`). A trace there is a
+prefix of immutable segment objects whose concatenation is exactly the bytes
+of a local trace (`location`); a writer keeps the open tail in a local spool
+and ships segments at its sync points, fenced by the store's conditional
+create (`spool`); readers concatenate the segments and run the same checks
+(`read`); `harness runs` lists a runs URL (`listing`).
 
-A trace on a bucket is a prefix of immutable segment objects whose
-concatenation is exactly the bytes of a local trace (location.py);
-listing.py finds the runs (segments, leases) under a runs URL, mirror.py
-follows them into a local folder, notes.py keeps annotations as objects,
-publish.py places a whole trace and its blobs.
-
-Each helper here takes a local path as well, and imports fsspec only for a
-URL: `is_url`, `open(url)`, `exists(path)`, `join(folder, name)`,
-`local_copy(path)`, `runs_dir(folder)`. Private: users call `harness.store`.
+The bottom layer: it imports nothing of harness but `_errors`, and knows of
+a trace only that it is whole lines with its blobs beside it (`blobs`). The
+journal writes a local trace through its own descriptor; for a URL it
+appends to a `Spool` and calls `Spool.ship()` at its ship points
+(trace/remote.py). The reader gets a local file from `local_copy(path)` and
+runs the same checks. Each helper here takes a local path as well, and
+imports fsspec only for a URL: `open(url)`, `exists(path)`,
+`join(folder, name)`, `local_copy(path)`, `runs_dir(folder)`. A command that
+only reads a file can call `local_copy(path)` first and go on as for a local
+trace. Private: users call `harness.store` (docs/ARCHITECTURE.md).
 """
 
 from __future__ import annotations

@@ -1,11 +1,16 @@
-"""The runs under a runs URL, from one listing: each run's segment objects, and whether its writer is alive.
+"""List the runs under a runs URL: their segment objects, and whether each one's writer is alive.
 
 One recursive listing of the prefix finds every run (`<run>.jsonl/` with
-its segments) and its lease. A store has no lock to see, so a writer is
-alive while its lease is fresh (the lease, or the last segment, modified
-less than 3 lease periods ago, lease.py). The times come from the same
-listing: no extra request per run. What a run's status is, from the two
-ends of its trace, is the runs listing's (review/runs.py `list_runs_url`).
+its segments); the runs listing (review/runs.py) then reads, for each, the
+first line of segment 1 (the header) and the last line of the last segment
+with ranged reads, as the local listing reads the two ends of a file.
+Nothing is validated: replay does that.
+
+Status as for a local folder, except that a store has no lock to see: a run
+without a terminal record is `running` while its writer's lease is fresh
+(the lease, or the last segment, modified less than 3 lease periods ago,
+lease.py), else `paused` or `interrupted`. The times come from the same
+listing: no extra request per run.
 """
 
 from __future__ import annotations

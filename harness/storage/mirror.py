@@ -8,7 +8,7 @@ appends: the viewer reads, tails and validates it as any trace. A run whose
 next segment is missing (a gap) is left as it is until the gap is filled.
 A compacted span (`harness compact`) holds the same bytes as the segments it
 replaced: only its part past what was copied is read (a ranged read). While
-a run's writer keeps its lease fresh (_lease.py), the mirror holds the lock
+a run's writer keeps its lease fresh (lease.py), the mirror holds the lock
 of the run's copy, so the viewer lists it `running`, as a local live run.
 
 `follow()` syncs every `interval` seconds on a daemon thread. The folder is

@@ -7,7 +7,7 @@ so a reader sees the old notes or the new ones, never half a file. The trace
 itself is never touched: annotating a sealed run does not break its seal.
 Two annotators racing may lose one note (the last rename wins). A run on
 object storage keeps one immutable object per note instead
-(`<run>.jsonl/notes/NNNNNN.json`, store/_notes.py): none is lost there.
+(`<run>.jsonl/notes/NNNNNN.json`, storage/notes.py): none is lost there.
 """
 
 import os  # no `from __future__ import annotations`: this module's function of that name would shadow it
@@ -67,7 +67,7 @@ def annotate(trace: str | os.PathLike[str], key: str, value: Any) -> dict[str, A
         raise HarnessError(f"{path}: an annotation needs a non-empty str key, not {key!r}")
     check_value("value", value)
     note = {"key": key, "value": value, "at": datetime.now(UTC).isoformat(timespec="milliseconds")}
-    if is_url(path):  # one immutable object per note, beside the segments (store/_notes.py)
+    if is_url(path):  # one immutable object per note, beside the segments (storage/notes.py)
         from ..storage.notes import add_note
 
         add_note(path, note)

@@ -3,7 +3,7 @@
 Layout: one 8-byte entry per checkpoint record of the run, in order (the
 byte offset where its line starts, a little-endian int64), then the trailer:
 the raw sha256 of each whole 4 MiB block of the trace before the mark's end
-(32 bytes each: the seal's content hash, _seal.py), the JSON of the mark,
+(32 bytes each: the seal's content hash, seal.py), the JSON of the mark,
 the count of blocks (u32), the JSON's length (u32), the zlib crc32 of the
 digests and the JSON (u32) and MAGIC. A file is usable only when its size is
 exactly 8 x the mark's checkpoint count + the trailer's length, and when it

@@ -24,9 +24,9 @@ Rules kept here:
 - with a `Redaction`, the user fields a caller names (`check=`, `user=`) are
   redacted before their record is written: the search for anything to redact
   runs on the line's bytes, and only a hit walks the fields and encodes again;
-- a payload larger than `blob_threshold` is stored in a blob (_blobs.py), as
+- a payload larger than `blob_threshold` is stored in a blob (storage/blobs.py), as
   redacted, before the line naming it is written; a run's terminal record and
-  its seal (_seal.py) go out in one write, so no torn seal follows a finished run.
+  its seal (seal.py) go out in one write, so no torn seal follows a finished run.
 - once a run has several agents (`share()`), each agent's thread stamps and
   encodes its own records and only the seq, the crc chain and the write are
   under a lock; until then the single-thread path takes no lock at all.
@@ -226,8 +226,8 @@ class Journal:
         self.blob_threshold = blob_threshold
         self.digests: set[str] = set()  # every blob the trace names: what its seal lists
         self.seal_key: bytes | None = None  # an HMAC key for the seal, else an unkeyed seal
-        # the sha256 of the file's first whole blocks of the seal's content hash (_seal.BLOCK bytes each), hashed
-        # from the file by this process or taken from an index mark a resume trusted (_index.py): the seal hashes
+        # the sha256 of the file's first whole blocks of the seal's content hash (seal.BLOCK bytes each), hashed
+        # from the file by this process or taken from an index mark a resume trusted (index.py): the seal hashes
         # only the bytes after them
         self.blocks: list[bytes] = []
         self._lock: threading.Lock | None = None  # set once several agents write (share())

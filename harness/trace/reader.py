@@ -4,8 +4,8 @@ The file is read in large chunks and split on newlines; each complete line
 is checked in this order: the checksum suffix is where it must be, the
 chained crc matches the bytes, the line parses as an object, the seq is the
 previous one + 1, once the run spawned agents its vector clock is the one
-the rules give (_agents.ClockRules), and the record is legal in the current
-state (the table in _state.py). Each call of a parallel step walks the
+the rules give (clock.py, ClockRules), and the record is legal in the current
+state (the table in state.py). Each call of a parallel step walks the
 state table in a lane of its own: the lane's variables are swapped into the
 loop's locals when one of its records comes, so one code path checks every
 lane. The first failure raises TraceCorruption naming the line. A last
@@ -20,7 +20,7 @@ caught. A checkpoint vouches for its lane's last transition into VERIFY;
 its result is read from there, and its name from the intent before it. Blob-stored
 payloads are read (and their sha256 checked) on access too; the scan only
 checks that each named blob is there with its size. A `seal` record is
-checked against the content hash (_seal.py) of every byte before it, every
+checked against the content hash (seal.py) of every byte before it, every
 block hashed again, and the blobs the trace names.
 """
 
@@ -371,7 +371,7 @@ class Replay:
 
     clocks: dict[str, dict[str, int]] | None = field(default=None, repr=False)  # last clock per agent, once spawned
     group: tuple[Call, ...] = field(default=(), repr=False)  # the calls of a parallel step not closed yet
-    # the last quiet point (after a checkpoint a resume may start from; see _index.py), and the byte where
+    # the last quiet point (after a checkpoint a resume may start from; see index.py), and the byte where
     # checking began: 0 for replay(), an index mark's end for _index.resume_point()
     quiet: tuple[Any, ...] | None = field(default=None, repr=False)
     since: int = field(default=0, repr=False)
@@ -612,7 +612,7 @@ def _header_problem(path: str, rec: dict[str, Any]) -> tuple[str, str] | None:
 def _scan(
     path: str, f: Any, on_record: Callable[[bytes, dict[str, Any]], None] | None = None, origin: Any = None
 ) -> Replay:  # one loop on purpose: it is the hot path
-    """Check the lines of f from its start, or from the point `origin` describes (a verified index mark, _index.py)."""
+    """Check the lines of f from its start, or from the point `origin` describes (a verified index mark, index.py)."""
     crossings = _Lines(path, _crossing)
     checkpoints = _Checkpoints(path, crossings) if origin is None else origin.checkpoints(path, crossings)
     ck_rows, cr_rows = checkpoints._pos, crossings._pos
@@ -649,7 +649,7 @@ def _scan(
     group: list[Lane] = []  # the open parallel step's calls, in planner order
     joined = 0  # how many of them the run joined (in that order)
     ended = False  # the run reached DONE or FAILED
-    quiet: tuple[Any, ...] | None = None  # the last point a resume may start from (_index.py), once resolved
+    quiet: tuple[Any, ...] | None = None  # the last point a resume may start from (index.py), once resolved
     header_pos = (0, 0, 0)
     if origin is not None:  # right after a quiet checkpoint: the state is these few values
         m = origin.mark

@@ -14,7 +14,7 @@ sha256, and the value is the hex sha256 of the concatenated raw block
 digests. `ContentHash` is the one implementation, used by every writer and
 checker. A writer may take the digests of the first whole blocks as given
 and hash only the rest: the executor takes those it hashed as the run wrote
-(kept in the index, _index.py) and, after a resume, those of the index mark
+(kept in the index, index.py) and, after a resume, those of the index mark
 the resume trusted (Journal.blocks). `replay()` and `verify()` recompute
 every block from the bytes, so a block changed after its digest was
 recorded makes the seal fail there.
