@@ -17,12 +17,13 @@ from pathlib import Path
 import grimp
 
 ROOT = Path(__file__).resolve().parent.parent
-LINT_IMPORTS = Path(sys.executable).parent / "lint-imports"
+# the `lint-imports` command, run by this interpreter (import-linter is in the test extra)
+LINT_IMPORTS = "import sys; from importlinter.cli import lint_imports_command; sys.exit(lint_imports_command())"
 
 
 def lint_imports(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [str(LINT_IMPORTS), "--no-cache", "--no-logo", *args],
+        [sys.executable, "-c", LINT_IMPORTS, "--no-cache", "--no-logo", *args],
         cwd=cwd,
         capture_output=True,
         text=True,
