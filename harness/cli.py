@@ -144,6 +144,15 @@ def _diff_setup(p: argparse.ArgumentParser) -> None:
     p.add_argument("a", help="a trace (or golden file)")
     p.add_argument("b", help="the trace to compare it with")
     p.add_argument("--format", choices=("text", "markdown", "json"), default="text", help="default: text")
+    p.add_argument(
+        "--ignore", action="append", default=[], metavar="PATH",
+        help="leave this field out (repeatable): request.url, response.body.usage, *.id; "
+        "added to [tool.harness] golden_ignore of the nearest pyproject.toml",
+    )  # fmt: skip
+    p.add_argument(
+        "--no-defaults", action="store_true",
+        help="compare what the default rules leave out (a loopback port, request ids, a model response's ids)",
+    )  # fmt: skip
 
 
 @command("diff", "Compare two traces after normalization. Exit 0 equal, 1 different, 2 error.", _diff_setup)
@@ -151,8 +160,10 @@ def _diff(args: argparse.Namespace) -> int:
     import orjson
 
     from .review.diff import diff
+    from .review.normalize import project_rules
 
-    result = diff(args.a, args.b)
+    rules = project_rules(os.getcwd())[0].plus(args.ignore, False if args.no_defaults else None)
+    result = diff(args.a, args.b, ignore=rules.ignore, defaults=rules.defaults)
     if args.format == "json":
         sys.stdout.buffer.write(orjson.dumps(result.as_json(), option=orjson.OPT_INDENT_2) + b"\n")
     elif args.format == "markdown":
@@ -318,31 +329,58 @@ def _fork_setup(p: argparse.ArgumentParser) -> None:
     _agent_arg(p)
     p.add_argument("--at", required=True, type=int, metavar="SEQ", help="seq of the crossing to change (see `show`)")
     value = p.add_mutually_exclusive_group(required=True)
-    value.add_argument("--set", metavar="JSON", help="the new response of that crossing, as JSON")
+    value.add_argument(
+        "--set", action="append", metavar="PATH=VALUE",
+        help="replace one field of the recorded response (repeatable): VALUE is JSON, or a bare string when it "
+        "does not parse; PATH as `show` prints the response (stream.message.content for a streamed reply). "
+        "A whole JSON value alone replaces the whole response",
+    )  # fmt: skip
     value.add_argument("--set-text", metavar="TEXT", help="the new response of that crossing: this string")
     p.add_argument("--out", help="the child trace, a path or URL (default: <child run id>.jsonl beside the parent)")
 
 
-@command("fork", "Re-execute a run up to a crossing, answer it with another value, and run the rest live.", _fork_setup)
-def _fork(args: argparse.Namespace) -> int:
+def _settings(given: list[str]) -> tuple[Any, dict[str, Any] | None]:
+    """(whole value, None) for `--set JSON` alone; (None, {path: value}) for `--set PATH=VALUE` ones."""
     import orjson
 
+    whole, fields = [], {}
+    for text in given:
+        try:
+            whole.append(orjson.loads(text))  # no PATH=VALUE is valid JSON: `=` stands only inside a string there
+            continue
+        except orjson.JSONDecodeError as e:
+            why = e
+        path, eq, raw = text.partition("=")
+        if not eq or not path.strip():
+            raise HarnessError(
+                f"--set {text!r} is neither valid JSON ({why}) nor PATH=VALUE (stream.message.content=hello); "
+                "for the whole response as a string, --set-text TEXT"
+            )
+        try:
+            fields[path.strip()] = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            fields[path.strip()] = raw  # a bare string: --set stream.message.content=yes, go ahead
+    if whole and (fields or len(whole) > 1):
+        raise HarnessError("--set: give either one whole JSON value, or PATH=VALUE settings, not both")
+    return (whole[0], None) if whole else (None, fields)
+
+
+@command("fork", "Re-execute a run up to a crossing, answer it with another value, and run the rest live.", _fork_setup)
+def _fork(args: argparse.Namespace) -> int:
     from ._errors import ReplayDrift, ReplayViolation
     from .review.rerun import fork, load_agent
 
     value: Any = args.set_text
+    fields = None
     if args.set is not None:
-        try:
-            value = orjson.loads(args.set)
-        except orjson.JSONDecodeError as e:
-            hint = " (for a string, --set-text TEXT)" if not args.set.lstrip().startswith('"') else ""
-            raise HarnessError(f"--set is not valid JSON: {e}{hint}") from None
+        value, fields = _settings(args.set)
+    change: dict[str, Any] = {"value": value} if fields is None else {"set": fields}
     planner, tools, verifier = load_agent(args.agent)
     try:
         redact = _redact_rules(args)
         r = fork(
-            args.trace, at=args.at, value=value, planner=planner, tools=tools, verifier=verifier, out=args.out,
-            redact=redact,
+            args.trace, at=args.at, planner=planner, tools=tools, verifier=verifier, out=args.out, redact=redact,
+            **change,
         )  # fmt: skip
     except (ReplayDrift, ReplayViolation) as e:
         print(f"{args.trace}:{e.line}: {type(e).__name__}: {e}", file=sys.stderr)

@@ -27,10 +27,10 @@ need_s3()
 
 import orjson  # noqa: E402 - after the skip
 from children import kill_at, wait_for  # noqa: E402
-from harness.store import segment_name  # noqa: E402
 
 import harness  # noqa: E402
 from harness.cli import main  # noqa: E402
+from harness.store import segment_name  # noqa: E402
 
 HERE = Path(__file__).parent
 FIXTURES = HERE / "fixtures" / "schema1"

@@ -32,18 +32,22 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import difflib
-from collections.abc import Hashable, Iterator, Mapping, Sequence
+import re
+from collections.abc import Hashable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
 
 from ..trace.reader import attempt_of
-from .normalize import Item, Loaded, Source, normalize_record, quick, view
+from .normalize import Item, Loaded, Rules, Source, normalize_record, quick, view
 
 _SMALL = 250_000  # product of stretch lengths up to which difflib aligns an anchorless stretch
 _EDITS = 300  # beyond it, Myers gives up on a long anchorless stretch (its records are then all reported)
 _SHOW = 60  # characters of a value shown in text (around the first difference when it is longer)
+WEB_WIDTH = 600  # characters of a value the viewer's diff page shows (around the first difference)
+_MIDDLE = 4000  # characters of a changed middle compared word by word; a longer one is marked whole
+_WORD = re.compile(r"\w+|\s+|[^\w\s]")  # what the web diff compares: words, runs of spaces, any other character
 
 
 class _Absent:
@@ -197,16 +201,26 @@ class Diff:
         return "\n".join(out) + "\n"
 
 
-def diff(a: Source | Loaded, b: Source | Loaded) -> Diff:
+def diff(
+    a: Source | Loaded, b: Source | Loaded, *, ignore: str | Iterable[str] | None = None, defaults: bool = True
+) -> Diff:
     """Compare two traces (paths, Replays, Outcomes, record lists or golden files) after normalization.
 
-    Memory: the common prefix and suffix are compared as they are read, so
+    `ignore`: field paths left out of the comparison (`"response.body.usage"`,
+    `"*.id"`: see `harness.normalize`); `defaults=False` compares what the
+    default rules leave out (a loopback port, request ids, a model response's
+    ids and times). Memory: the common prefix and suffix are compared as they are read, so
     what is held grows with the region where the traces differ (the records
     between them), plus a fixed read window; two equal traces of any length
     are compared in constant memory.
     Raises HarnessError (TraceCorruption for a corrupt trace) naming the file.
     """
-    la, lb = Loaded.load(a), Loaded.load(b)
+    rules = Rules.of(ignore, defaults)
+    return diff_with(Loaded.load(a, rules), Loaded.load(b, rules))
+
+
+def diff_with(la: Loaded, lb: Loaded) -> Diff:
+    """diff() of two loaded sides, each read under its own rules (give both the same)."""
     na, nb = len(la), len(lb)
     if la.causal or lb.causal:  # a run with agents: each agent's records aligned with its own
         return Diff(la.name, lb.name, na, nb, _by_agent(la, lb))
@@ -215,7 +229,7 @@ def diff(a: Source | Loaded, b: Source | Loaded) -> Diff:
     walk_a, walk_b = la.forward(), lb.forward()
     for x, at_a in walk_a:
         y, at_b = next(walk_b, (None, start_b))
-        if y is None or not _same(x, y):
+        if y is None or not _same(x, y, la.rules):
             start_a, start_b = at_a, at_b
             break
         steps.remember(x)
@@ -229,7 +243,7 @@ def diff(a: Source | Loaded, b: Source | Loaded) -> Diff:
     if hi_a > lo and hi_b > lo:
         back_a, back_b = la.backward(), lb.backward()
         for (x, at_a), (y, at_b) in zip(back_a, back_b, strict=False):
-            if hi_a == lo or hi_b == lo or not _same(x, y):
+            if hi_a == lo or hi_b == lo or not _same(x, y, la.rules):
                 break
             hi_a, hi_b, stop_a, stop_b = hi_a - 1, hi_b - 1, at_a, at_b
         back_a.close()
@@ -306,11 +320,11 @@ def _by_agent(la: Loaded, lb: Loaded) -> tuple[Moved, ...]:
     return tuple(m for _, m in found)
 
 
-def _same(x: Item, y: Item) -> bool:
+def _same(x: Item, y: Item, rules: Rules) -> bool:
     qa = quick(x)
     if qa is not None and qa == quick(y):
         return True
-    vx, vy = view(x), view(y)
+    vx, vy = view(x, rules), view(y, rules)
     return vx == vy and orjson.dumps(vx, option=orjson.OPT_SORT_KEYS) == orjson.dumps(vy, option=orjson.OPT_SORT_KEYS)
 
 
@@ -349,7 +363,7 @@ class _Steps:
         state = _Steps()
         for item in (self.last_intent, self.last_transition):
             if item is not None:
-                state.feed(view(item))
+                state.feed(view(item, side.rules))
         return [state.feed(side.record(i)) for i in range(lo, hi)]
 
     def feed(self, rec: Mapping[str, Any]) -> bytes:
@@ -498,7 +512,7 @@ def _stretch(
 def _one(side: Loaded, op: str, i: int | None, j: int | None) -> Moved:
     n = i if i is not None else j
     assert n is not None
-    rec = normalize_record(side.record(n))  # nested keys sorted, as normalize() gives them
+    rec = normalize_record(side.record(n), rules=side.rules)  # nested keys sorted, as normalize() gives them
     seq, line = side.seq(n), side.line(n)
     return Moved(
         op, rec.get("kind"), rec.get("from"), rec.get("to"), rec.get("step"), attempt_of(rec),
@@ -591,19 +605,135 @@ def show_pair(old: Any, new: Any, width: int = _SHOW) -> tuple[str, str]:
     a, b = show(old, 1 << 62), show(new, 1 << 62)
     if len(a) <= width and len(b) <= width:
         return a, b
-    first = next((n for n, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
-    start = max(0, first - width // 3)
+    start = max(0, first_difference(a, b) - width // 3)
     return _window(a, start, width), _window(b, start, width)
 
 
+def first_difference(a: str, b: str) -> int:
+    """Where two texts first differ: the length of their common prefix."""
+    if a == b:
+        return len(a)
+    lo, hi = 0, min(len(a), len(b))
+    while lo < hi:  # halving: two long texts that differ near their end compare in C, in a few slices
+        mid = (lo + hi + 1) // 2
+        if a[:mid] == b[:mid]:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def spans(a: str, b: str) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
+    """The characters that changed: [start, end) spans of a (removed) and of b (added).
+
+    The common prefix and suffix are never marked; between them, a short
+    middle is compared word by word (difflib over words, spaces and single
+    other characters), a mark spreading over the spaces between two marked
+    words; a middle whose two sides are mostly different (under half their
+    words in common), or long (over _MIDDLE characters), is marked whole.
+    """
+    head = first_difference(a, b)
+    tail = 0
+    while tail < min(len(a), len(b)) - head and a[len(a) - 1 - tail] == b[len(b) - 1 - tail]:
+        tail += 1
+    while head and (_inside(a, head) or _inside(b, head)):  # never in the middle of a word: `10 -> 11` marks both
+        head -= 1
+    while tail and (_inside(a, len(a) - tail) or _inside(b, len(b) - tail)):
+        tail -= 1
+    ma, mb = a[head : len(a) - tail], b[head : len(b) - tail]
+    if not ma and not mb:
+        return [], []
+    whole = ([(head, len(a) - tail)] if ma else []), ([(head, len(b) - tail)] if mb else [])
+    if len(ma) > _MIDDLE or len(mb) > _MIDDLE or not ma or not mb:
+        return whole
+    wa, wb = _WORD.findall(ma), _WORD.findall(mb)
+    sm = difflib.SequenceMatcher(None, wa, wb, autojunk=False)
+    if sm.ratio() < 0.5:
+        return whole
+    at_a, at_b = [head], [head]  # where each word starts
+    for w in wa:
+        at_a.append(at_a[-1] + len(w))
+    for w in wb:
+        at_b.append(at_b[-1] + len(w))
+    out_a: list[tuple[int, int]] = []
+    out_b: list[tuple[int, int]] = []
+    for op, i1, i2, j1, j2 in sm.get_opcodes():
+        if op == "equal":
+            continue
+        for out, words, at, lo, hi in ((out_a, wa, at_a, i1, i2), (out_b, wb, at_b, j1, j2)):
+            if lo < hi:
+                gap = "".join(words[k] for k in range(_back(out, at), lo)) if out else "x"
+                if not gap.strip():  # only spaces since the last mark: one mark over both
+                    out[-1] = (out[-1][0], at[hi])
+                else:
+                    out.append((at[lo], at[hi]))
+    return _trim(a, out_a), _trim(b, out_b)
+
+
+def _trim(text: str, marks: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Marks without the spaces at their ends (a mark of spaces alone stays whole)."""
+    out = []
+    for lo, hi in marks:
+        inner = text[lo:hi]
+        if inner.strip():
+            lo, hi = lo + len(inner) - len(inner.lstrip()), hi - (len(inner) - len(inner.rstrip()))
+        out.append((lo, hi))
+    return out
+
+
+def _inside(text: str, at: int) -> bool:
+    """Whether position at (between two characters) falls inside a word of text."""
+    return (
+        0 < at < len(text)
+        and (text[at - 1].isalnum() or text[at - 1] == "_")
+        and (text[at].isalnum() or text[at] == "_")
+    )
+
+
+def _back(out: list[tuple[int, int]], at: list[int]) -> int:
+    """The word index where the last mark in out ends."""
+    return bisect.bisect_left(at, out[-1][1])
+
+
+def marked(old: Any, new: Any, width: int = WEB_WIDTH) -> dict[str, Any]:
+    """Two values as compact JSON in a window around their first difference, with the changed characters.
+
+    {"old": text, "new": text, "old_marks": [[start, end], ...], "new_marks": [...]}: what the
+    viewer's diff page highlights; the window is show_pair()'s, with room for width characters.
+    """
+    a, b = show(old, 1 << 62), show(new, 1 << 62)
+    marks_a, marks_b = spans(a, b)
+    start = 0 if len(a) <= width and len(b) <= width else max(0, first_difference(a, b) - width // 4)
+    out: dict[str, Any] = {}
+    for name, text, marks in (("old", a, marks_a), ("new", b, marks_b)):
+        head, body, tail = _cut(text, start, width)
+        out[name] = head + body + tail
+        out[f"{name}_marks"] = [
+            [max(lo - start, 0) + len(head), min(hi - start, len(body)) + len(head)]
+            for lo, hi in marks
+            if hi > start and lo - start < len(body)
+        ]
+    return out
+
+
+def marked_changes(m: Moved, width: int = WEB_WIDTH) -> list[dict[str, Any]]:
+    """marked() of each changed field of m: the viewer's diff page shows these."""
+    return [{"field": c.field, **marked(c.old, c.new, width)} for c in m.changes]
+
+
 def _window(text: str, start: int, width: int) -> str:
+    return "".join(_cut(text, start, width))
+
+
+def _cut(text: str, start: int, width: int) -> tuple[str, str, str]:
+    """text from start in at most width characters: (`…` when cut before, what is shown, `…` when cut after)."""
     if len(text) <= width and start == 0:
-        return text
+        return "", text, ""
     cut = text[start:]
     head = "…" if start else ""
     if len(head) + len(cut) <= width:
-        return head + cut
-    return head + cut[: width - len(head) - 1] + "…"
+        return head, cut, ""
+    return head, cut[: width - len(head) - 1], "…"
 
 
 def details(m: Moved) -> list[str]:

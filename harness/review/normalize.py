@@ -10,7 +10,21 @@ to, a seal's digests (its `state` stays), and a crash record's traceback (file
 paths). Payloads stored in blobs
 are read back in place: the view is the same whether a payload was inline
 or not. Dropping seq makes an inserted record an insertion, not a
-renumbering of every later one; the record's position still gives it.
+renumbering of every later one; the record's position still gives it. An
+http crossing's streamed model reply reads as the message it adds up to
+(`_stream.http_view`: `response.stream` instead of `response.chunks`).
+
+`Rules` adds what a project chooses: field paths marked `<ignored>` in
+every record (`_fieldpath`), and the defaults, on unless turned off (each
+replaces a value with a marker, so a golden shows what was left out):
+- a loopback URL's port, in any string: `http://127.0.0.1:<port>/v1` (also
+  `localhost`, `[::1]`, `0.0.0.0`): a test server binds a free port;
+- an http response's per-request headers (`VOLATILE_RESPONSE_HEADERS`:
+  request ids, server timings, rate-limit counters);
+- a model response's `id`, `created`, `created_at` and `system_fingerprint`
+  (and a responses API output item's `id`), in a JSON body whose `object`
+  names a model response and in an assembled stream: the server assigns
+  them per call, from a counter, a random id or the clock.
 
 Rules kept here:
 - one record in, one record out, in order: record i of the view is seq i+1,
@@ -34,9 +48,11 @@ and only the region the engine asks for is held in memory.
 from __future__ import annotations
 
 import os
+import re
 import stat
 import sys
-from collections.abc import Generator, Mapping, Sequence
+from collections.abc import Generator, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
@@ -46,6 +62,8 @@ from ..runtime.executor import Outcome
 from ..storage import blobs as _blobs
 from ..storage import local_copy
 from ..trace.reader import Replay, replay
+from .fieldpath import Path, mark, parse
+from .stream import http_view
 
 FORMAT, VERSION = "harness-golden", 2  # 2: trace schema 2 (one checkpoint record per step, seals)
 GOLDEN_HEAD = orjson.dumps({"format": FORMAT, "version": VERSION}).decode()
@@ -64,11 +82,87 @@ _RANK = {k: i for i, k in enumerate(ORDER)}
 
 Source = str | os.PathLike[str] | Sequence[Mapping[str, Any]] | Replay | Outcome
 
+# the defaults (see the module docstring)
+VOLATILE_RESPONSE_HEADERS = (
+    "x-request-id", "request-id", "cf-ray", "openai-processing-ms", "x-envoy-upstream-service-time",
+    "x-ratelimit-*", "anthropic-ratelimit-*",
+)  # fmt: skip
+MODEL_OBJECTS = frozenset({"chat.completion", "response", "text_completion"})  # a JSON body's `object`
+_MODEL_IDS = tuple(parse(p) for p in ("id", "created", "created_at", "system_fingerprint", "output[*].id"))
+_HEADERS = tuple(parse(f"headers.{h}") for h in VOLATILE_RESPONSE_HEADERS)
+_LOOPBACK = r"(://(?:[^/@\s\"]*@)?(?:localhost|127\.\d{1,3}\.\d{1,3}\.\d{1,3}|\[::1\]|0\.0\.0\.0)):\d{1,5}(?!\d)"
+_PORT, _PORT_BYTES = re.compile(_LOOPBACK), re.compile(_LOOPBACK.encode())
 
-def _canon(value: Any) -> Any:
-    if isinstance(value, dict | list):  # nested keys sorted, in C
-        return orjson.loads(orjson.dumps(value, option=orjson.OPT_SORT_KEYS))
-    return value
+
+@dataclass(frozen=True, slots=True)
+class Rules:
+    """What a view leaves out beyond the fixed rules: `ignore`d field paths, and whether the defaults apply.
+
+    `Rules.of(ignore, defaults)` takes a path or a list of them;
+    FieldPathError names a path that cannot be read.
+    """
+
+    ignore: tuple[str, ...] = ()
+    defaults: bool = True
+    paths: tuple[Path, ...] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if type(self.defaults) is not bool:
+            raise HarnessError(f"defaults must be True or False, not {self.defaults!r}")
+        object.__setattr__(self, "paths", tuple(parse(p) for p in self.ignore))
+
+    @classmethod
+    def of(cls, ignore: str | Iterable[str] | None = None, defaults: bool = True) -> Rules:
+        paths = () if ignore is None else (ignore,) if isinstance(ignore, str) else tuple(ignore)
+        return cls(paths, defaults)
+
+    def plus(self, ignore: str | Iterable[str] | None = None, defaults: bool | None = None) -> Rules:
+        """These rules with more paths ignored, and the defaults set when `defaults` is given."""
+        more = Rules.of(ignore)
+        return Rules((*self.ignore, *more.ignore), self.defaults if defaults is None else defaults)
+
+
+RULES = Rules()  # the defaults, and nothing ignored
+
+
+def project_rules(start: str | os.PathLike[str]) -> tuple[Rules, str | None]:
+    """The rules `[tool.harness]` of the nearest pyproject.toml at or above `start` sets, and that file.
+
+    `golden_ignore = ["response.body.usage", ...]` adds paths to ignore;
+    `golden_defaults = false` turns the defaults off. HarnessError naming the
+    file for one that cannot be read or a setting of the wrong type.
+    """
+    here = os.path.abspath(start)
+    while True:
+        candidate = os.path.join(here, "pyproject.toml")
+        if os.path.isfile(candidate):
+            return _read_rules(candidate), candidate
+        parent = os.path.dirname(here)
+        if parent == here:
+            return RULES, None
+        here = parent
+
+
+def _read_rules(path: str) -> Rules:
+    import tomllib  # only when a project is read: the CLI starts without it
+
+    try:
+        with open(path, "rb") as f:
+            data = tomllib.load(f)
+    except (OSError, tomllib.TOMLDecodeError) as e:
+        raise HarnessError(f"{path}: cannot read it: {e}") from None
+    section = data.get("tool", {}).get("harness", {})
+    ignore = section.get("golden_ignore", [])
+    defaults = section.get("golden_defaults", True)
+    if not isinstance(ignore, list) or not all(isinstance(p, str) for p in ignore):
+        what = "must be a list of field paths (strings)"
+        raise HarnessError(f"{path}: [tool.harness] golden_ignore {what}, not {ignore!r}")
+    if type(defaults) is not bool:
+        raise HarnessError(f"{path}: [tool.harness] golden_defaults must be true or false, not {defaults!r}")
+    try:
+        return Rules(tuple(ignore), defaults)
+    except HarnessError as e:
+        raise HarnessError(f"{path}: [tool.harness] golden_ignore: {e}") from None
 
 
 _plans: dict[tuple[str, ...], tuple[str, ...]] = {}  # a record's keys -> the keys of its view, in order
@@ -100,33 +194,78 @@ def causal_key(record: Mapping[str, Any], seq: int) -> tuple[int, str]:
     return seq, "main"
 
 
-def normalize_record(record: Mapping[str, Any], *, nested: bool = True) -> dict[str, Any]:
-    """The deterministic view of one record (see the module docstring).
+def normalize_record(record: Mapping[str, Any], *, nested: bool = True, rules: Rules = RULES) -> dict[str, Any]:
+    """The deterministic view of one record (see the module docstring), under `rules`.
 
     nested=False leaves nested objects in their own key order: equal as
     dicts and as canonical bytes, cheaper, for comparing (the diff engine).
     """
     kind = record.get("kind")
     plan = _plan(tuple(record))
-    out = {k: _canon(record[k]) for k in plan} if nested else {k: record[k] for k in plan}
+    out = {k: record[k] for k in plan}
     if kind in ("reconcile", "answer"):
         out.pop("op", None)  # the seq of the paused operation or of the question: a seq number
     elif kind == "seal":  # digests of bytes that hold wall-clock times; keyed or not is not behaviour
         out = {k: v for k, v in out.items() if k in ("kind", "state")}
     elif kind == "crossing" and out.get("boundary") in ("now", "sleep", "backoff"):
         out.pop("response", None)  # a wall-clock reading (a wake-up time; a backoff's also a random delay)
+    elif kind == "crossing" and out.get("boundary") == "http" and "response" in out:
+        out["response"] = _http(out["response"], rules.defaults)
     aside = out.get("set_aside")
     if isinstance(aside, str) and ".torn-" in aside:  # "<trace name>.torn-N": keep N, not the name
         out["set_aside"] = "torn-" + aside.rpartition(".torn-")[2]
+    for path in rules.paths:
+        out = mark(out, path)
+    if nested or rules.defaults:
+        for k, v in out.items():
+            if type(v) is dict or type(v) is list:  # nested keys sorted (in C); a loopback port found in the text
+                data = orjson.dumps(v, option=orjson.OPT_SORT_KEYS) if nested else orjson.dumps(v)
+                if rules.defaults and _PORT_BYTES.search(data):  # its literal `://` is looked for first, in C
+                    out[k] = orjson.loads(_PORT_BYTES.sub(rb"\1:<port>", data))
+                elif nested:
+                    out[k] = orjson.loads(data)
+            elif type(v) is str and rules.defaults and _PORT.search(v):
+                out[k] = _PORT.sub(r"\1:<port>", v)
     return out
 
 
-def normalize(trace: Source) -> list[dict[str, Any]]:
+def _http(response: Any, defaults: bool) -> Any:
+    """An http response as shown (a stream as its message), with the defaults marked when they apply."""
+    shown = http_view(response)
+    if not defaults or not isinstance(shown, dict):
+        return shown
+    for path in _HEADERS:
+        shown = mark(shown, path)
+    body = shown.get("body")
+    if isinstance(body, dict) and body.get("object") in MODEL_OBJECTS:
+        shown = {**shown, "body": _model_ids(body)}
+    if isinstance(shown.get("stream"), dict):
+        shown = {**shown, "stream": _model_ids(shown["stream"])}
+    return shown
+
+
+def _model_ids(value: dict[str, Any]) -> dict[str, Any]:
+    for path in _MODEL_IDS:
+        value = mark(value, path)
+    return value
+
+
+def normalize(
+    trace: Source, *, ignore: str | Iterable[str] | None = None, defaults: bool = True
+) -> list[dict[str, Any]]:
     """The deterministic view of a trace: a path (trace or golden file), a Replay, an Outcome, or records.
 
     Records are dicts as read from a trace (`harness.testing.read_records`).
+    `ignore`: field paths whose values read `<ignored>` (`"response.body.usage"`,
+    `"*.id"`); `defaults=False` keeps what the defaults would mark (a loopback
+    port, request ids, a model response's ids and times).
     Raises HarnessError (TraceCorruption for a corrupt trace) naming the file.
     """
+    return normalize_with(trace, Rules.of(ignore, defaults))
+
+
+def normalize_with(trace: Source, rules: Rules) -> list[dict[str, Any]]:
+    """normalize() under rules."""
     if isinstance(trace, Outcome):
         trace = trace.trace
     if isinstance(trace, Replay):
@@ -139,7 +278,7 @@ def normalize(trace: Source) -> list[dict[str, Any]]:
 
         def take(line: bytes, rec: dict[str, Any]) -> None:
             nonlocal spawned
-            out.append(normalize_record(_blobs.inline(path, rec)))
+            out.append(normalize_record(_blobs.inline(path, rec), rules=rules))
             keys.append(causal_key(rec, rec["seq"]))
             spawned = spawned or "vc" in rec
 
@@ -148,13 +287,13 @@ def normalize(trace: Source) -> list[dict[str, Any]]:
             order = sorted(range(len(out)), key=keys.__getitem__)
             return [out[i] for i in order]
         return out
-    loaded = Loaded.load(trace)
-    return [normalize_record(loaded.record(i)) for i in range(len(loaded))]
+    loaded = Loaded.load(trace, rules)
+    return [normalize_record(loaded.record(i), rules=rules) for i in range(len(loaded))]
 
 
-def render(records: Sequence[Mapping[str, Any]]) -> str:
+def render(records: Sequence[Mapping[str, Any]], rules: Rules = RULES) -> str:
     """A golden file's text: the format line, then one normalized record per line."""
-    body = b"\n".join(orjson.dumps(normalize_record(r)) for r in records)
+    body = b"\n".join(orjson.dumps(normalize_record(r, rules=rules)) for r in records)
     return GOLDEN_HEAD + "\n" + (body.decode() + "\n" if records else "")
 
 
@@ -229,14 +368,16 @@ class Loaded:
 
     __slots__ = (
         "_base", "_end", "_n", "_norm", "_path", "_raw", "_records", "_seqs", "causal", "first_line", "name",
-        "torn_tail",
+        "rules", "torn_tail",
     )  # fmt: skip
 
     def __init__(
         self, name: str, *, records: Sequence[Mapping[str, Any]] | None = None, path: str | None = None,
         end: int = 0, count: int = 0, first_line: int = 1, seqs: list[int] | None = None, torn_tail: bool = False,
+        rules: Rules = RULES,
     ):  # fmt: skip
         self.name, self._records, self._path, self._end = name, records, path, end
+        self.rules = rules  # what the view of each record leaves out
         self._n = len(records) if records is not None else count
         self.first_line, self._seqs = first_line, seqs
         self.torn_tail = torn_tail  # the trace ends in an unfinished line, left out
@@ -247,13 +388,13 @@ class Loaded:
         self.causal = records is not None and any("vc" in r for r in records)
 
     @classmethod
-    def load(cls, source: Source | Loaded) -> Loaded:
+    def load(cls, source: Source | Loaded, rules: Rules = RULES) -> Loaded:
         if isinstance(source, Loaded):
             return source
         if isinstance(source, Outcome):
             source = source.trace
         if isinstance(source, Replay):
-            return cls.trace(source.path)
+            return cls.trace(source.path, rules)
         if isinstance(source, str | os.PathLike):
             path = os.fspath(source)
             if is_golden_file(path):
@@ -262,8 +403,8 @@ class Loaded:
                         text = f.read()
                 except OSError as e:
                     raise TraceUnreadable(path, f"cannot read: {e.strerror}") from None
-                return cls.golden(text, path)
-            return cls.trace(path)
+                return cls.golden(text, path, rules)
+            return cls.trace(path, rules)
         if isinstance(source, Sequence):
             records: Sequence[Mapping[str, Any]] = source  # type: ignore[assignment]  # str was handled above
             bad = next((i for i, r in enumerate(records) if not isinstance(r, Mapping)), None)
@@ -274,12 +415,12 @@ class Loaded:
             if any("vc" in r for r in records):
                 order = sorted(range(len(records)), key=lambda i: causal_key(records[i], seqs[i]))
                 records, seqs = [records[i] for i in order], [seqs[i] for i in order]
-            return cls("<records>", records=records, seqs=seqs)
+            return cls("<records>", records=records, seqs=seqs, rules=rules)
         what = type(source).__name__
         raise HarnessError(f"cannot read a trace from a {what}; pass a path, a Replay, an Outcome or a list of records")
 
     @classmethod
-    def trace(cls, path: str) -> Loaded:
+    def trace(cls, path: str, rules: Rules = RULES) -> Loaded:
         rep = replay(path)  # raises on a corrupt or foreign file, naming line and reason
         if rep.clocks is not None:  # a run with agents: its records in the canonical causal order, held
             with open(path, "rb") as f:
@@ -287,16 +428,16 @@ class Loaded:
             records = [orjson.loads(line) for line in data.split(b"\n")[:-1]]
             order = sorted(range(len(records)), key=lambda i: causal_key(records[i], i + 1))
             ordered, seqs = [records[i] for i in order], [i + 1 for i in order]
-            loaded = cls(path, records=ordered, seqs=seqs, torn_tail=rep.torn_tail)
+            loaded = cls(path, records=ordered, seqs=seqs, torn_tail=rep.torn_tail, rules=rules)
             loaded.causal = True
             return loaded
         # complete lines only: a torn tail is not part of the run
         local = local_copy(path)  # a URL: the copy replay() just checked
-        return cls(path, path=local, end=rep.end, count=rep.records, torn_tail=rep.torn_tail)
+        return cls(path, path=local, end=rep.end, count=rep.records, torn_tail=rep.torn_tail, rules=rules)
 
     @classmethod
-    def golden(cls, text: str | bytes, name: str) -> Loaded:
-        return cls(name, records=parse_golden(text, name), first_line=2)
+    def golden(cls, text: str | bytes, name: str, rules: Rules = RULES) -> Loaded:
+        return cls(name, records=parse_golden(text, name), first_line=2, rules=rules)
 
     def __len__(self) -> int:
         return self._n
@@ -405,7 +546,7 @@ class Loaded:
                     raw = _blobs.inline(self._path, raw)
             else:
                 raw = self._records[i]  # type: ignore[index]
-            rec = self._norm[i] = normalize_record(raw, nested=False)
+            rec = self._norm[i] = normalize_record(raw, nested=False, rules=self.rules)
         return rec
 
     def key(self, i: int) -> bytes:
@@ -421,6 +562,6 @@ def quick(item: Item) -> bytes | None:
     return item[start:end] if start > 0 and end > start else None
 
 
-def view(item: Item) -> dict[str, Any]:
+def view(item: Item, rules: Rules = RULES) -> dict[str, Any]:
     """The normalized record of a raw line or a record, nested objects as they come (for comparing)."""
-    return normalize_record(orjson.loads(item) if isinstance(item, bytes) else item, nested=False)
+    return normalize_record(orjson.loads(item) if isinstance(item, bytes) else item, nested=False, rules=rules)

@@ -67,7 +67,9 @@ from ..trace.journal import Journal, check_value
 from ..trace.reader import Checkpoint, Crossing, Replay, replay, request_hash
 from ..trace.redact import Redaction, Rule
 from ..trace.remote import RemoteJournal
+from .fieldpath import put
 from .normalize import normalize, normalize_record
+from .stream import http_unview, http_view
 
 Planner = Callable[[Any, list[Checkpoint]], Step | None]
 Verifier = Callable[[Step, Any], bool]
@@ -135,11 +137,15 @@ def rerun(
             shutil.rmtree(scratch, ignore_errors=True)
 
 
+_UNSET: Any = object()  # fork() was given no value=
+
+
 def fork(
     trace: str | os.PathLike[str],
     *,
     at: int,
-    value: Any,
+    value: Any = _UNSET,
+    set: Mapping[str, Any] | None = None,  # the word the CLI and the docs use: fork(set={path: value})
     planner: Planner,
     tools: Mapping[str, Callable[..., Any] | Tool],
     verifier: Verifier | None = None,
@@ -149,6 +155,16 @@ def fork(
 ) -> Rerun:
     """Re-execute `trace` up to the crossing at seq `at`, answer it with `value`, run the rest live.
 
+    Exactly one of `value` (the whole new response) and `set` ({field path:
+    new value}: the recorded response with those fields replaced, e.g.
+    `{"body.choices[0].message.content": "no"}`). Paths and values are read
+    on the response as `harness show` prints it: a streamed model reply of
+    an http crossing as `stream` (`{"stream.message.content": "no"}`), which
+    is re-chunked into a stream the client reads as the new message; a
+    `value=` given in that form is re-chunked the same way. A path the
+    recorded response does not hold is a HarnessError naming it and what is
+    there.
+
     The child goes to `out` (a new file or trace URL), by default
     `<child run_id>.jsonl` beside the parent (in its bucket for a URL). Its
     header names `parent` (run id) and `branch` (`at`). A fork that fails
@@ -157,11 +173,18 @@ def fork(
     branch (a model server that is down); the exception is raised again.
     Redaction: the rules the parent's header names, plus `redact`, as rerun().
     """
-    check_value("value", value)
+    if (value is _UNSET) == (set is None):
+        raise HarnessError(
+            "fork: give exactly one of value= (the whole new response) and set= ({field path: value}: fields of "
+            "the recorded response)"
+        )
     rec = _Recording(os.fspath(trace))
-    if not any(c.seq == at for c in rec.crossings):
+    branch = next((c for c in rec.crossings if c.seq == at), None)
+    if branch is None:
         seqs = ", ".join(str(c.seq) for c in rec.crossings) or "none"
         raise HarnessError(f"{rec.path}: seq {at!r} does not carry a crossing a fork can change (crossings: {seqs})")
+    value = _changed(rec.path, branch, value, set)
+    check_value("value", value)
     run_id = uuid.uuid4().hex
     beside = rec.path.rsplit("/", 1)[0] if is_url(rec.path) else os.path.dirname(rec.path)
     path = os.fspath(out) if out is not None else join(beside, f"{run_id}.jsonl")
@@ -187,6 +210,30 @@ def fork(
         elif os.path.exists(path):
             os.unlink(path)
         raise
+
+
+def _changed(path: str, branch: Crossing, value: Any, fields: Mapping[str, Any] | None) -> Any:
+    """The response a fork answers at branch: value, or the recorded one with fields set; streams re-chunked."""
+    recorded = branch.response
+    http = branch.kind == "http"
+    if fields is not None:
+        if not isinstance(fields, Mapping) or not fields:
+            raise HarnessError(f"fork: set= is a non-empty dict of field path -> new value, not {fields!r}")
+        what = f"the recorded {branch.kind} response at seq {branch.seq} of {path}"
+        if branch.error is not None and recorded is None:
+            raise HarnessError(f"fork: {what} is an error ({branch.error}), with no field to set; give value=")
+        value = http_view(recorded) if http else recorded
+        for field_path, new in fields.items():
+            value = put(value, field_path, check_value("set", new), what=what)
+    if http:
+        unviewed = http_unview(value, recorded)
+        if unviewed is None:
+            raise HarnessError(
+                f"fork: the stream at seq {branch.seq} of {path} cannot carry that message: set text fields to "
+                "strings (or null), tool calls to {id, name, arguments} with string name and arguments"
+            )
+        value = unviewed
+    return value
 
 
 def _remove_segments(url: str) -> None:

@@ -10,7 +10,9 @@ replay() raises the TraceCorruption that names it.
 What a timeline line holds: the seq, what the record is (`PLAN -> ACT  step
 0, attempt 1`), then its fields as compact JSON, whole: a value is wrapped
 at the width, never cut, so a model prompt reads in full. Fields that only
-make sense to a machine (seq, ts, crc, hash) are left out; a `now()` reading
+make sense to a machine (seq, ts, crc, hash) are left out; an http
+crossing's streamed model reply shows as the message its chunks add up to
+(`response.stream`: text, tool calls, finish reason); a `now()` reading
 is shown as a UTC time, so is a `sleep`'s wake-up time; a crash record
 shows its error and innermost frame, not its whole traceback; a fork's header names its `parent` and `branch`, and
 its records say whether they were `reused` from the parent, are the
@@ -35,6 +37,7 @@ from ..storage import blobs as _blobs
 from ..trace.reader import Replay, replay
 from .diff import describe_record
 from .normalize import GOLDEN_HEAD, causal_key, is_golden_file, normalize_record, parse_golden
+from .stream import http_view
 
 INDENT = 10  # where a wrapped field starts: past the seq column
 MIN_WIDTH = 40
@@ -138,6 +141,8 @@ class Timeline:
             notes.append(f"now={_time(fields.pop('response'))}")
         if kind == "crossing" and rec.get("boundary") == "sleep" and "response" in fields:
             notes.append(f"wakes={_time(fields.pop('response'))}")  # a durable timer's wake-up time
+        if kind == "crossing" and rec.get("boundary") == "http" and "response" in fields:
+            fields["response"] = http_view(fields["response"])  # a model stream: the message, not its chunks
         if kind == "crash" and isinstance(fields.get("traceback"), str):  # the innermost frame, not the whole text
             frames = [f.strip() for f in fields.pop("traceback").splitlines() if f.strip().startswith("File ")]
             fields["at"] = frames[-1] if frames else None
