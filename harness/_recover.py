@@ -37,6 +37,7 @@ import orjson
 
 from . import _state as S
 from . import store
+from ._async import bridging
 from ._errors import HarnessError, TraceCorruption, TraceLocked, TraceMissing
 from ._executor import NO_ANSWER, Executor, Outcome, RetryPolicy, Step, Tool
 from ._journal import open_regular
@@ -62,6 +63,8 @@ def resume(
 ) -> Outcome:
     """Resume the run recorded in `trace` (crashed, reconciled or interrupted); its goal comes from the trace.
 
+    The planner, tools and verifier may be `async def`: they run on a private event loop meanwhile.
+
     `Executor(trace=trace, resume=True).run(goal)` with the goal and the
     redaction rules the trace's header records. `redact` adds rules to those
     (a `Redaction` replaces them). `options` are the Executor's other
@@ -77,11 +80,12 @@ def resume(
     if header is None:  # a URL, or a first line the resume's full read will name the problem of
         header = store.replay(path, storage_options=options.get("storage_options")).header
     rules = Redaction.from_header(header.get("redact"), path).plus(redact)
-    ex = Executor(
-        planner=planner, tools=tools, verifier=verifier, trace=path, resume=True, retry=retry or RetryPolicy(),
-        redact=rules, **options,
-    )  # fmt: skip
-    return ex.run(header.get("goal"), answer=answer)
+    with bridging(planner, tools, verifier) as (planner, tools, verifier):  # async agents: on a private loop
+        ex = Executor(
+            planner=planner, tools=tools, verifier=verifier, trace=path, resume=True, retry=retry or RetryPolicy(),
+            redact=rules, **options,
+        )  # fmt: skip
+        return ex.run(header.get("goal"), answer=answer)
 
 
 def _header_of(path: str) -> dict[str, Any] | None:
