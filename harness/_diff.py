@@ -38,6 +38,7 @@ from typing import Any
 
 import orjson
 
+from ._errors import internal
 from ._normalize import Item, Loaded, Source, normalize_record, quick, view
 from ._replay import attempt_of
 
@@ -177,7 +178,8 @@ class Diff:
         if self.equal:
             return f"**Traces equal** after normalization: `{self.a}` and `{self.b}` ({self.records_b} records).\n"
         first = self.first
-        assert first is not None
+        if first is None:
+            raise internal("unequal traces with no first difference", self.b)
         out = [
             f"**Traces differ**: `{self.a}` → `{self.b}`: {self.counts()}.",
             "",
@@ -497,7 +499,8 @@ def _stretch(
 
 def _one(side: Loaded, op: str, i: int | None, j: int | None) -> Moved:
     n = i if i is not None else j
-    assert n is not None
+    if n is None:
+        raise internal(f"a {op} record at no position")
     rec = normalize_record(side.record(n))  # nested keys sorted, as normalize() gives them
     seq, line = side.seq(n), side.line(n)
     return Moved(
