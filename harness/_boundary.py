@@ -191,9 +191,7 @@ class Session:
             left = sum(1 for c in queue if c.seq < self.horizon())
             said = (
                 f"the resumed code made a {kind} crossing that matches none of the {left} its agent recorded and "
-                f"has not served yet; compared with this {rec.kind} crossing: {shown}. The code changed since the "
-                "run was recorded: nothing was called live and nothing was written; resume it with the code that "
-                "recorded it, or start a new run"
+                f"has not served yet; compared with this {rec.kind} crossing: {shown}. {self._changed()}"
             )
         return ReplayDrift(f"seq {rec.seq}{who}: {said}", seq=rec.seq, line=rec.seq, fields=fields, agent=rec.agent)
 
@@ -221,12 +219,7 @@ class Session:
         """The ReplayDrift of a recorded crossing the code went past without making."""
         who = "" if rec.agent == MAIN else f" (agent {rec.agent})"
         said = "the re-execution" if self.strict else "the resumed code"
-        fix = (
-            "(harness diff shows where)"
-            if self.strict
-            else "The code changed since the run was recorded: nothing was written; resume it with the code that "
-            "recorded it, or start a new run"
-        )
+        fix = "(harness diff shows where)" if self.strict else self._changed()
         drift = ReplayDrift(
             f"seq {rec.seq}{who}: {said} moved on without making the {rec.kind} crossing the recording has here "
             f"(request {rec.request!r:.200}). {fix}",
@@ -237,6 +230,15 @@ class Session:
         )
         self.failure = self.failure or drift
         return drift
+
+    def _changed(self) -> str:
+        """What a resume's ReplayDrift tells to do, and what it left."""
+        wrote = self.journal is not None and not self.journal.owes
+        left = "the trace keeps what the resumed code wrote before it" if wrote else "nothing was written"
+        return (
+            f"The code changed since the run was recorded: nothing was called live and {left}; resume it with "
+            "the code that recorded it, or start a new run"
+        )
 
     def enter(
         self, kind: str, request: Any, match: Match | None = None, arrived: Arrived | None = None

@@ -463,3 +463,33 @@ def test_a_resume_whose_first_record_ends_the_run_seals_over_its_seam(tmp_path: 
     found = harness.verify(trace, seal_key="k")
     assert found.ok and found.keyed, found.report()
     assert (tmp_path / "run.jsonl.torn-1").read_bytes() == b'{"seq":12,"kind":"tran'
+
+
+def test_a_drift_after_the_resumed_code_wrote_says_so_and_the_trace_still_resumes(tmp_path: Path) -> None:
+    """Records a resumed planner writes before it drifts (an agent's spawn, exit and join) stay: they are true."""
+    trace = tmp_path / "run.jsonl"
+    crash = [True]
+    model = FakeLLM(lambda request: {"text": str(request)})
+
+    def make(prompt: str) -> Any:
+        def planner(goal: Any, done: list[Any]) -> Step | None:
+            if done:
+                return None
+            helper = harness.spawn("helper", lambda: harness.llm({"helper": 1}, model))
+            harness.join(helper)
+            said = harness.llm({"prompt": prompt}, model)
+            if crash:
+                crash.pop()
+                raise RuntimeError("power cut")
+            return Step("save", "save", {"drafts": [said["text"]]})
+
+        return planner
+
+    with pytest.raises(RuntimeError):
+        Executor(planner=make("a"), tools={"save": counter()}, trace=trace).run("g")
+    with pytest.raises(harness.ReplayDrift, match="the trace keeps what the resumed code wrote before it"):
+        Executor(planner=make("b"), tools={"save": counter()}, trace=trace, resume=True).run("g")
+    assert [r["kind"] for r in read_records(trace)][-4:] == ["resume", "spawn", "exit", "join"]
+    assert replay(trace).state == "PLAN"
+    out = Executor(planner=make("a"), tools={"save": counter()}, trace=trace, resume=True).run("g")
+    assert out.state == "DONE" and len(model.requests) == 2  # each asked once, in the first process
