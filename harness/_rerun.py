@@ -491,6 +491,16 @@ class _Replaying(Session):
             self._write(*waiting.pop(seq))
 
     def _write(self, rec: Crossing, kind: str, match: Match | None, arrived: Arrived | None) -> None:
+        self.placed(rec, kind)
+        if arrived is not None and rec.error is None:
+            arrived(rec.response, True)
+        key = rec.request if match is None else match(rec.request)  # the recorded request: what matching ignores
+        fields = {"boundary": kind, "request": rec.request, "hash": request_hash(kind, key)}  # stays as recorded
+        fields.update({"response": rec.response} if rec.error is None else {"error": rec.error})
+        self.journal.append("crossing", fields, check=("response",) if rec.error is None else (), user=("request",))
+
+    def placed(self, rec: Crossing, kind: str) -> None:
+        """ReplayDrift unless the record that carries rec's response now is the one that carried it then."""
         agent, here, _ = self.place()
         if rec.vc.get(agent) != here:  # the record that will carry its response is not the recorded one
             was = rec.vc.get(agent)
@@ -505,12 +515,6 @@ class _Replaying(Session):
             )
             self.failure = self.failure or drift
             raise drift
-        if arrived is not None and rec.error is None:
-            arrived(rec.response, True)
-        key = rec.request if match is None else match(rec.request)  # the recorded request: what matching ignores
-        fields = {"boundary": kind, "request": rec.request, "hash": request_hash(kind, key)}  # stays as recorded
-        fields.update({"response": rec.response} if rec.error is None else {"error": rec.error})
-        self.journal.append("crossing", fields, check=("response",) if rec.error is None else (), user=("request",))
 
     def pause_here(self) -> None:
         """Raise what made the recorded run pause at this point, if it paused here."""
@@ -531,7 +535,10 @@ class _Replaying(Session):
             if future and not (agent == self.branch.agent and here == self.branch.vc[agent]):
                 self.queue().clear()  # this agent's recorded future no longer applies
                 return None
-        return self.take(kind, request, match)[0]
+        rec, written = self.take(kind, request, match)
+        if not written:  # a tool's call, whose record the executor writes next: at its recorded place?
+            self.placed(rec, kind)
+        return rec
 
     def enter(
         self, kind: str, request: Any, match: Match | None = None, arrived: Arrived | None = None
