@@ -865,3 +865,41 @@ def test_a_streamed_model_reply_reads_as_its_text_and_its_diff_marks_the_changed
         added = [m["new"][a:b] for a, b in m["new_marks"]]
         assert (removed, added) == (["database", "less"], ["spreadsheet", "no", "at all"])
         assert all(0 <= a < b <= len(m["new"]) for a, b in m["new_marks"])
+
+
+def test_a_fork_from_the_page_accepts_an_async_agent_and_the_paused_banner_command_works(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """tests/gather_agent.py: an async planner gathering three model calls, then asking a human to pick one."""
+    import asyncio
+
+    import gather_agent
+
+    monkeypatch.setenv("GATHER_DIR", str(tmp_path))
+    monkeypatch.chdir(Path(__file__).parent)  # --agent imports from the current directory
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    planner, tools, _ = gather_agent.make_agent()
+    paused = asyncio.run(Executor(planner=planner, tools=tools, trace=runs / "asks.jsonl").arun("report"))
+    with local(create_app(runs, agent="gather_agent:make_agent")) as c:
+        shown = c.get("/api/runs/asks").json()
+        assert shown["state"] == "PAUSED" and shown["pending"] == paused.pending
+        command = shlex.split(shown["answer"].replace("MODULE:FACTORY", "gather_agent:make_agent"))
+        command[command.index("--answer") + 1] = '{"index": 0}'
+        done = subprocess.run(command, capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stdout + done.stderr
+        drafts = paused.pending["question"]["pick one"]  # type: ignore[index]
+        assert harness.replay(runs / "asks.jsonl").checkpoints[0].result == {"saved": drafts[0]}
+        at = next(r["seq"] for r in read_records(runs / "asks.jsonl") if r.get("boundary") == "interrupt")
+        job = c.post("/api/runs/asks/fork", json={"at": at, "value": {"index": 2}}).json()
+        for _ in range(3000):
+            state = c.get(f"/api/jobs/{job['job']}").json()
+            if state["state"] != "running":
+                break
+            time.sleep(0.02)
+        assert state["state"] == "done", state
+        child = c.get(f"/api/runs/{job['child']}").json()
+        assert child["state"] == "DONE" and child["branch"] == at
+    (checkpoint,) = harness.replay(runs / f"{job['child']}.jsonl").checkpoints
+    assert checkpoint.result == {"saved": drafts[2]}
+    assert len((tmp_path / "calls.log").read_bytes().splitlines()) == 3  # every draft served, before the branch

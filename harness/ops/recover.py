@@ -38,6 +38,7 @@ import orjson
 from .._errors import HarnessError, TraceCorruption, TraceLocked, TraceMissing
 from ..review.runs import _header as _runs_header
 from ..review.runs import list_runs
+from ..runtime.bridge import bridging
 from ..runtime.executor import NO_ANSWER, Executor, Outcome, RetryPolicy, Step
 from ..runtime.tool import Tool
 from ..storage import exists, is_url
@@ -62,6 +63,8 @@ def resume(
 ) -> Outcome:
     """Resume the run recorded in `trace` (crashed, reconciled or interrupted); its goal comes from the trace.
 
+    The planner, tools and verifier may be `async def`: they run on a private event loop meanwhile.
+
     `Executor(trace=trace, resume=True).run(goal)` with the goal and the
     redaction rules the trace's header records. `redact` adds rules to those
     (a `Redaction` replaces them). `options` are the Executor's other
@@ -78,11 +81,12 @@ def resume(
         rep = replay_url(path, storage_options=options.get("storage_options")) if is_url(path) else replay(path)
         header = rep.header
     rules = Redaction.from_header(header.get("redact"), path).plus(redact)
-    ex = Executor(
-        planner=planner, tools=tools, verifier=verifier, trace=path, resume=True, retry=retry or RetryPolicy(),
-        redact=rules, **options,
-    )  # fmt: skip
-    return ex.run(header.get("goal"), answer=answer)
+    with bridging(planner, tools, verifier) as (planner, tools, verifier):  # async agents: on a private loop
+        ex = Executor(
+            planner=planner, tools=tools, verifier=verifier, trace=path, resume=True, retry=retry or RetryPolicy(),
+            redact=rules, **options,
+        )  # fmt: skip
+        return ex.run(header.get("goal"), answer=answer)
 
 
 def _header_of(path: str) -> dict[str, Any] | None:

@@ -26,6 +26,7 @@ import tempfile
 import threading
 from typing import Any
 
+from .._errors import internal
 from .listing import live_runs
 from .location import Location, open_location, segment_span
 
@@ -90,7 +91,8 @@ class Mirror:
     @staticmethod
     def _last(source: str) -> int:
         span = segment_span(source.rstrip("/").rsplit("/", 1)[-1])
-        assert span is not None  # run_segments gives segment objects only
+        if span is None:  # run_segments gives segment objects only
+            raise internal(f"{source} is not a segment object")
         return span[1]
 
     def follow(self, interval: float = 1.0) -> threading.Thread:

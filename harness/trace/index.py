@@ -49,7 +49,7 @@ from typing import Any
 
 import orjson
 
-from .._errors import HarnessError
+from .._errors import HarnessError, internal
 from ..storage import blobs as _blobs
 from ..storage.location import is_url
 from . import state as S
@@ -434,7 +434,8 @@ class Prefixed(_Checkpoints):
             if found is not None:
                 return found
             self._rebase()
-        assert self._full is not None
+        if self._full is None:
+            raise internal("a prefixed progress with no full read after its rebase", self._path)
         return self._full._read(f, i)
 
     def _decode(self, f: Any, at: int, i: int) -> list[dict[str, Any]] | None:
@@ -464,7 +465,8 @@ class Prefixed(_Checkpoints):
         replay() reads and checks every line; a trace that was itself changed raises TraceCorruption there.
         """
         full = _replay(self._path).checkpoints._lines
-        assert isinstance(full, _Checkpoints)
+        if not isinstance(full, _Checkpoints):
+            raise internal(f"replay() read the checkpoints as {type(full).__name__}", self._path)
         self._full = full
 
     def __iter__(self) -> Iterator[Any]:
@@ -482,8 +484,8 @@ class Prefixed(_Checkpoints):
                         self._rebase()
                         break
                     for g in got:
-                        assert g is not None
-                        yield self._build(*g)
+                        if g is not None:  # (none is: checked above)
+                            yield self._build(*g)
                     done = hi
                 for i in range(done, len(self)):
                     yield self._build(*self._read(f, i))
@@ -537,7 +539,8 @@ class Writer:
             return None
         w = cls(trace, fd, digests, blocks)
         lines = rep.checkpoints._lines
-        assert isinstance(lines, _Checkpoints)
+        if not isinstance(lines, _Checkpoints):
+            raise internal(f"a resume read the checkpoints as {type(lines).__name__}", trace)
         w.count = lines._base if isinstance(lines, Prefixed) else 0
         w.pending = lines._pos.column(0)
         w.pos, w.run_id = rep.end, rep.run_id
@@ -573,9 +576,12 @@ class Writer:
             if len(self.blocks) != whole:
                 raise OSError("the trace is shorter than it was")
 
-    def close(self) -> None:
-        """The run stops: mark its last checkpoint (when no later line names a blob), let go of the index."""
-        if not self.dead:
+    def close(self, *, mark: bool = True) -> None:
+        """The run stops: mark its last checkpoint (when no later line names a blob), let go of the index.
+
+        mark=False only lets go: a resume that wrote nothing leaves the index as it found it.
+        """
+        if not self.dead and mark:
             try:
                 size = os.fstat(self.fd).st_size
                 self._read_back(size)
@@ -699,7 +705,8 @@ class ResumedProgress(Sequence[Checkpoint]):
     @property
     def tail(self) -> list[Checkpoint]:
         """The checkpoints written since the resume: the executor appends to this list."""
-        assert isinstance(self._tail, list)
+        if not isinstance(self._tail, list):
+            raise internal("the checkpoints of a finished resume were appended to")
         return self._tail
 
     def __len__(self) -> int:

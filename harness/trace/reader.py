@@ -40,7 +40,7 @@ from typing import Any, overload
 
 import orjson
 
-from .._errors import HarnessError, TraceCorruption, TraceUnreadable
+from .._errors import HarnessError, TraceCorruption, TraceUnreadable, internal
 from ..storage import blobs as _blobs
 from ..storage import is_url, local_copy
 from ..storage.blobs import BlobRef
@@ -801,7 +801,8 @@ def _scan(
                             planned = (crossed - fresh, crossed)  # (a call's plan is its spawn's)
                         lane.resumes = resumes
                     elif dst == S.PAUSED and "question" not in rec:  # only from ACT: an operation of uncertain outcome
-                        assert intent is not None
+                        if intent is None:  # (ACT is entered with an intent)
+                            raise internal("a pause on an operation with no intent", path, seq)
                         # a call of a parallel step: its intent was written before the process that pauses it
                         resumed = lane is not run_lane and resumes > lane.resumes
                         timed_out = isinstance(rec.get("error"), dict) and rec["error"].get("type") == "ToolTimeout"
@@ -824,8 +825,8 @@ def _scan(
                     if failed and not _error_ok(rec["error"]):
                         why = f'{src} -> {dst} without its error object {{"type": str, "message": str}}'
                         raise _fail(path, n, "malformed", why, seq)
-                    if failed and dst == S.PLAN and rec["error"]["type"] == "ToolTimeout" and "key" in (intent or {}):
-                        assert intent is not None
+                    timeout_retry = failed and dst == S.PLAN and rec["error"]["type"] == "ToolTimeout"
+                    if timeout_retry and intent is not None and "key" in intent:
                         timed_out_key = (_call_of(intent), intent["key"])  # the next attempt of this call keeps it
                     if (src == S.ACT and "question" not in rec) or (src == S.PAUSED and dst == S.VERIFY and not asked):
                         result = None
@@ -840,15 +841,14 @@ def _scan(
                     if not delivered and ("result" in rec or "result" in (rec.get("blobs") or ())):
                         why = f"a result on {src} -> {dst}: only the transition into VERIFY that delivers one has it"
                         raise _fail(path, n, "malformed", why, seq)
-                    if asked:
-                        assert question is not None
+                    if asked and question is not None:  # (asked says question is not None)
                         if not answered:
                             why = "a run paused on a question moved on before it was answered"
                             raise _fail(path, n, "bad-transition", why, seq)
                         if dst != question["from"]:
                             why = f"PAUSED -> {dst} after an answer, but the question was asked in {question['from']}"
                             raise _fail(path, n, "bad-transition", why, seq)
-                        question = None
+                        question, answered = None, False  # (a later pause, on an operation say, waits for no answer)
                     elif src == S.PAUSED:
                         if reconcile is None:
                             raise _fail(
@@ -890,7 +890,8 @@ def _scan(
                         ck_add((offset, length << 32 | prev, result_crossing))
                     else:  # a call's checkpoint joins the progress when the run joins the call, in planner order
                         lane.ck, lane.done = (offset, length << 32 | prev, result_crossing), True
-                        assert intent is not None
+                        if intent is None:  # (VERIFY is entered after an intent)
+                            raise internal(f"a checkpoint of {lane.agent} with no intent", path, seq)
                         lane.ck_rec = Checkpoint(step, intent["name"], result, seq)
                 elif kind == "artifact":
                     if type(rec["name"]) is not str:

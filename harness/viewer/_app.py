@@ -199,7 +199,8 @@ async def _harness_error(request: Request, exc: Exception) -> Response:
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:
-    assert isinstance(exc, HTTPException)
+    if not isinstance(exc, HTTPException):  # (Starlette calls this handler for HTTPException only)
+        raise exc
     if request.url.path.startswith("/api/"):
         return _json({"error": "HTTPException", "message": exc.detail}, exc.status_code)
     return Response(f"{exc.status_code}: {exc.detail}\n", exc.status_code, media_type="text/plain")
@@ -553,7 +554,9 @@ async def _fork(request: Request) -> Response:
 
 
 def _run_fork(v: Viewer, job: Job, parent: str, child: str, value: Any) -> None:
-    assert v.agent is not None
+    if v.agent is None:  # (_fork starts no job without one)
+        job.state, job.error = "failed", "HarnessError: internal error, please report: a fork job with no agent"
+        return
     try:
         planner, tools, verifier = load_agent(v.agent)
         r = harness_fork(parent, at=job.at, value=value, planner=planner, tools=tools, verifier=verifier, out=child)
