@@ -587,7 +587,13 @@ def _header_problem(path: str, rec: dict[str, Any]) -> tuple[str, str] | None:
         return "malformed", "a header whose redact is not an object"
     if ("parent" in rec and type(rec["parent"]) is not str) or ("branch" in rec and type(rec["branch"]) is not int):
         return "malformed", "a header whose parent is not a str or whose branch is not an int"
+    ts = rec.get("ts")
+    if type(ts) is float and not _WALL[0] <= ts < _WALL[1]:
+        return "malformed", f"a header whose ts {ts!r} is no wall-clock time (seconds since the epoch, years 1-9999)"
     return None
+
+
+_WALL = (-62135596800.0, 253402300800.0)  # the header's ts: a time a date can hold (0001-01-01 to 9999-12-31, UTC)
 
 
 def _scan(
