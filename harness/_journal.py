@@ -190,7 +190,7 @@ def encode_tail(record: dict[str, Any]) -> memoryview:
     return memoryview(body)[1:-1]
 
 
-def line_ok(line: bytes, prev: int) -> bool:
+def line_ok(line: bytes | memoryview, prev: int) -> bool:
     """Whether line (without its newline) ends with the crc of its bytes, chained on prev."""
     return line[-SUFFIX:] == b',"crc":"%08x"}' % zlib.crc32(line[:-SUFFIX], prev)
 
@@ -752,17 +752,30 @@ def _why(e: OSError) -> str:
     return e.strerror or str(e)
 
 
-def open_regular(path: str) -> int:
+def open_regular(path: str, *, within: str | None = None) -> int:
     """A read-only descriptor on path, refused (TraceUnreadable) unless it is a regular file.
 
     Opened with O_NONBLOCK and checked with fstat before anything is read, so
     a FIFO, a device or a socket given as a trace is refused at once instead
     of blocking the reader. O_NONBLOCK changes nothing for a regular file.
+    With `within` (a folder), path is also refused unless its real path
+    (symlinks resolved) lies inside the folder's real path: how every file
+    beside a trace is opened (blobs, annotations, `.torn-N` files, the
+    index, see open_beside()), so a symlink cannot lead a reader out of the
+    run's folder (to /dev/zero, or to a file of someone else's).
     """
+    target, flags = path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC
+    if within is not None:
+        target = os.path.realpath(path)
+        root = os.path.realpath(within)
+        if os.path.commonpath([root, target]) != root:
+            raise unreadable(path, f"leads to {target}, outside {root}: harness reads no file beside a trace "
+                                   "that lies outside the run's folder (a symlink out?)")  # fmt: skip
+        flags |= os.O_NOFOLLOW  # the resolved path: a symlink put there since is refused, not followed
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        fd = os.open(target, flags)
     except FileNotFoundError:
-        raise unreadable(path, "no such file") from None
+        raise _Missing(path, "no such file") from None
     except IsADirectoryError:
         raise unreadable(path, "is a directory, not a trace file") from None
     except OSError as e:
@@ -775,8 +788,56 @@ def open_regular(path: str) -> int:
     if not stat.S_ISREG(mode):
         os.close(fd)
         what = "a directory" if stat.S_ISDIR(mode) else _KINDS.get(stat.S_IFMT(mode), "not a regular file")
+        if within is not None:
+            raise unreadable(path, f"is {what}, not a regular file; harness reads only regular files beside a trace")
         raise unreadable(path, f"is {what}, not a trace file; a trace is a regular file")
     return fd
+
+
+class _Missing(TraceUnreadable):
+    """open_regular() found nothing at the path (open_beside() answers None for it)."""
+
+
+class TooLarge(TraceUnreadable):
+    """read_beside() refused a file that holds more bytes (`size`) than the reader takes (`limit`)."""
+
+    def __init__(self, path: str, size: int, limit: int):
+        self.size, self.limit = size, limit
+        super().__init__(path, f"holds {size} bytes, more than the {limit} harness reads of such a file")
+
+
+def open_beside(path: str, folder: str) -> int | None:
+    """open_regular(path, within=folder) for a file beside a trace in `folder`; None when nothing is there.
+
+    The one way harness opens a file that sits beside a trace: a blob, the
+    annotations, a `.torn-N` file, the index, a bundle's file on export.
+    A dangling symlink counts as nothing there.
+    """
+    try:
+        return open_regular(path, within=folder)
+    except _Missing:
+        return None
+
+
+def read_beside(path: str, folder: str, limit: int | None = None) -> bytes | None:
+    """The bytes of the file beside a trace at path (opened by open_beside()); None when nothing is there.
+
+    Never more than `limit` bytes, or than the file's size when it was
+    opened (limit None): a file that holds more than `limit` is refused
+    (TraceUnreadable naming the limit), never read whole.
+    """
+    fd = open_beside(path, folder)
+    if fd is None:
+        return None
+    try:
+        size = os.fstat(fd).st_size
+        if limit is not None and size > limit:
+            raise TooLarge(path, size, limit)
+        return _read_all(fd, 0, size)
+    except OSError as e:
+        raise read_error(path, e) from None
+    finally:
+        os.close(fd)
 
 
 _KINDS = {stat.S_IFIFO: "a FIFO (named pipe)", stat.S_IFCHR: "a character device", stat.S_IFBLK: "a block device",
@@ -884,9 +945,13 @@ def _holds(name: str, data: bytes) -> bool:
         return False
 
 
-def _read_all(fd: int, offset: int) -> bytes:
+def _read_all(fd: int, offset: int, end: int | None = None) -> bytes:
+    """The bytes of fd from offset to end (to its end when None): never past end, however the file grows."""
     parts = []
-    while chunk := os.pread(fd, 1 << 20, offset):
+    while end is None or offset < end:
+        chunk = os.pread(fd, 1 << 20 if end is None else min(1 << 20, end - offset), offset)
+        if not chunk:
+            break
         parts.append(chunk)
         offset += len(chunk)
     return b"".join(parts)
