@@ -45,14 +45,15 @@ def run_segments(location: Location) -> dict[str, list[tuple[int, str]]]:
     return live_runs(location)[0]
 
 
-def live_runs(location: Location) -> tuple[dict[str, list[tuple[int, str]]], set[str]]:
-    """run_segments(), and the runs whose writer is alive (a fresh lease), from the same listing."""
+def live_runs(location: Location) -> tuple[dict[str, list[tuple[int, str]]], set[str], dict[str, Found]]:
+    """run_segments(), the runs whose writer is alive (a fresh lease), and every segment object of each run
+    (what a span read must agree with: `span_problem`), from the same listing."""
     runs, alive = _runs(location)
     out = {}
     for name, found in runs.items():
         firsts = {(last, path): first for first, last, path, _ in found}
         out[name] = [(firsts[(last, path)], path) for last, path, _ in cover(location.url, found, strict=False)]
-    return out, _fresh(alive)
+    return out, _fresh(alive), runs
 
 
 def _fresh(alive: dict[str, float | None]) -> set[str]:
@@ -84,7 +85,7 @@ def _runs(location: Location) -> tuple[dict[str, Found], dict[str, float | None]
     for name, found in runs.items():
         found.sort()
         if name in leases:
-            newest = max(found, key=lambda f: f[1])[2]
+            newest = max(found, key=lambda f: f[1])[2]  # (any object: a time, not bytes to read)
             times = [t for t in (leases[name], modified(details[newest])) if t is not None]
             alive[name] = max(times) if times else None
     return runs, alive
@@ -105,11 +106,11 @@ def list_runs_url(url: str, *, storage_options: dict[str, Any] | None = None) ->
 def _info(location: Any, name: str, found: Found, live: bool) -> RunInfo:
     url = f"{location.url}/{name}"
     fallback = name.removesuffix(".jsonl")
-    first = found[0][2] if found[0][0] == 1 else None  # the object holding segment 1 (found is sorted)
-    header = _first_line(location, first) if first else None
+    held = cover(url, found, strict=False)  # the objects a reader reads: a planted span beside segments is not one
+    header = _first_line(location, held[0][1]) if held else None
     if header is None:
         return RunInfo(fallback, url, None, "unreadable", None, None, 0)
-    last = _last_line(location, max(found, key=lambda f: f[1])[2]) or header
+    last = _last_line(location, held[-1][1]) or header
     env = header.get("env")
     status = _terminal(last) or ("running" if live else _waiting(last))
     parent, branch = header.get("parent"), header.get("branch")
