@@ -154,8 +154,11 @@ def missing(folder: str, name: str, size: int) -> str | None:
     try:
         st = os.lstat(path)
         if stat.S_ISLNK(st.st_mode):  # rare: resolved only then, so a replay of many blobs stays one lstat each
-            _journal.open_regular(path, within=os.path.dirname(folder))  # raises when it leads out or nowhere
-            st = os.stat(path)
+            fd = _journal.open_regular(path, within=os.path.dirname(folder))  # raises when it leads out or nowhere
+            try:
+                st = os.fstat(fd)
+            finally:
+                os.close(fd)
     except FileNotFoundError:
         return f"blob {name} is missing from {folder}"
     except TraceUnreadable as e:

@@ -57,7 +57,7 @@ from ._annotations import MAX_BYTES as ANNOTATIONS_MAX
 from ._annotations import annotations_path
 from ._annotations import parse as parse_annotations
 from ._errors import HarnessError, TraceCorruption, TraceUnreadable
-from ._journal import open_beside, read_beside
+from ._journal import open_beside, open_regular, read_beside
 from .store import is_url
 
 if TYPE_CHECKING:
@@ -178,7 +178,7 @@ def export(traces: Iterable[str | os.PathLike[str]], out: str | os.PathLike[str]
     for path, name, run in zip(paths, names, found, strict=True):
         assert isinstance(run, _Run)  # the refusals were raised above
         folder = os.path.dirname(os.path.abspath(path))
-        add(name, folder, path)
+        add(name, "", path)  # the trace itself: opened as traces are (it may be a symlink the user gave)
         notes = annotations_path(path)
         try:
             data = read_beside(notes, folder, ANNOTATIONS_MAX)
@@ -215,7 +215,7 @@ def export(traces: Iterable[str | os.PathLike[str]], out: str | os.PathLike[str]
 
 
 def _copy(target: str, folder: str, source: str | bytes, dst: Any) -> tuple[str, int]:
-    """Write source (a file beside a trace in folder, or bytes) to dst; its sha256 and size.
+    """Write source (a file beside a trace in folder, a trace when folder is "", or bytes) to dst; its sha256 and size.
 
     A file is opened as every file beside a trace is (open_beside) and read
     up to its size at the open, so a FIFO, a device or a symlink out of the
@@ -226,7 +226,7 @@ def _copy(target: str, folder: str, source: str | bytes, dst: Any) -> tuple[str,
         dst.write(source)
         return hashlib.sha256(source).hexdigest(), len(source)
     try:
-        fd = open_beside(source, folder)
+        fd = open_beside(source, folder) if folder else open_regular(source)
     except TraceUnreadable as e:
         raise BundleError(target, f"cannot export {source}: {e.problem}") from None
     if fd is None:

@@ -693,3 +693,23 @@ def test_a_torn_file_no_run_names_is_refused(tmp_path: Path) -> None:
     bad = hostile(tmp_path / "bad.zip", [*entries, ("b.jsonl.torn-1", b"stray")])
     with pytest.raises(BundleError, match=r"b\.jsonl\.torn-1: a \.torn-N file that no run of the bundle names"):
         harness.import_bundle(bad, tmp_path / "into")
+
+
+def test_a_trace_given_through_a_symlink_still_exports(tmp_path: Path) -> None:
+    """The trace itself is opened as traces are: a symlink the user gives is theirs to give (files beside it are
+    read from where it stands, as replay() reads them)."""
+    (tmp_path / "data").mkdir()
+    (tmp_path / "links").mkdir()
+    trace = big_run(tmp_path / "data", name="a.jsonl")
+    (tmp_path / "links" / "a.jsonl").symlink_to(trace)
+    (tmp_path / "links" / "blobs").symlink_to(tmp_path / "data" / "blobs", target_is_directory=True)
+    with pytest.raises(BundleError, match="outside"):  # its blobs, through a folder symlinked out: no
+        harness.export([tmp_path / "links" / "a.jsonl"], tmp_path / "no.zip")
+    done = harness.export([trace], tmp_path / "a.zip")
+    (tmp_path / "links" / "blobs").unlink()
+    small = tmp_path / "small"
+    small.mkdir()
+    Executor(planner=fixed_plan(steps(2)), tools={"work": lambda i: i}, trace=small / "s.jsonl").run("g")
+    (tmp_path / "links" / "s.jsonl").symlink_to(small / "s.jsonl")
+    assert harness.export([tmp_path / "links" / "s.jsonl"], tmp_path / "s.zip").files == ("s.jsonl",)
+    assert done.runs == ("a.jsonl",)
