@@ -225,10 +225,12 @@ class Redaction:
         object.__setattr__(self, "_paths", tuple(paths))
         object.__setattr__(self, "_patterns", tuple(patterns))
         # the last five characters of each key, by length: a key ends right before `":` in a JSON text; a hit
-        # may be a false alarm (the walk then changes nothing), a miss is certain
+        # may be a false alarm (the walk then changes nothing), a miss is certain. A four-letter key is looked
+        # up with the quote that opens it (`"auth`), so that the defaults need one pass over the keys, not two
         tails: dict[int, set[bytes]] = {}
         for k in keys:
-            tails.setdefault(len(k[-5:]), set()).add(k[-5:].encode())
+            tail = (k if len(k) != 4 else f'"{k}')[-5:]
+            tails.setdefault(len(tail), set()).add(tail.encode())
         object.__setattr__(self, "_tails", tuple((n, frozenset(t)) for n, t in sorted(tails.items())))
         # the default patterns are searched for with one search of their heads (TRIGGER); others one by one
         # (a default pattern given as a rule with defaults=False is searched on its own)

@@ -493,8 +493,9 @@ _PIECES = [
     *("Bearer ", "Basic dXNlcjpw", "sk-", "AKIA", "ghp_", "github_pat_", "glpat-", "xoxb-", "AIza", "=", "pin=4"),
     *("api_key", "token", "Cookie", "pass", "word", '"', ":", " ", "x", "7", "Z", "-", "_", "\u00e9", "\n", "\\"),
     *("api_\u212aey", "\u0130", '":'),  # a Kelvin sign lowers to k; a dotted I to two characters
+    *("auth", "AUTH", "o", "sig"),  # a four-letter key (looked up with its opening quote), and what surrounds it
 ]
-_USER = Redaction((re.compile(r"pin=\d"), "x-token"))
+_USER = Redaction((re.compile(r"pin=\d"), "x-token", "ssn4"))
 
 
 @settings(max_examples=500, deadline=None)
@@ -619,7 +620,7 @@ def test_the_headers_vendors_and_recorders_name_are_redacted(header: str) -> Non
 
 @pytest.mark.parametrize(
     "key",
-    ["token", "secret", "accessToken", "clientSecret", "client-secret", "connectionString", "credentials",
+    ["token", "secret", "accessToken", "clientSecret", "client-secret", "connectionString", "credentials", "AUTH",
      "privateKey", "authenticity_token", "code_verifier", "clientAssertion", "db_pass", "app_key"],
 )  # fmt: skip
 def test_the_json_keys_scanners_and_recorders_name_are_redacted_in_every_spelling(key: str) -> None:
