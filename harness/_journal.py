@@ -766,12 +766,8 @@ def open_regular(path: str, *, within: str | None = None) -> int:
     """
     target, flags = path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC
     if within is not None:
-        target = os.path.realpath(path)
-        root = os.path.realpath(within)
-        if os.path.commonpath([root, target]) != root:
-            raise unreadable(path, f"leads to {target}, outside {root}: harness reads no file beside a trace "
-                                   "that lies outside the run's folder (a symlink out?)")  # fmt: skip
-        flags |= os.O_NOFOLLOW  # the resolved path: a symlink put there since is refused, not followed
+        target = _within(path, within)
+        flags |= os.O_NOFOLLOW  # a symlink put there since it was checked is refused, not followed
     try:
         fd = os.open(target, flags)
     except FileNotFoundError:
@@ -792,6 +788,31 @@ def open_regular(path: str, *, within: str | None = None) -> int:
             raise unreadable(path, f"is {what}, not a regular file; harness reads only regular files beside a trace")
         raise unreadable(path, f"is {what}, not a trace file; a trace is a regular file")
     return fd
+
+
+def _within(path: str, folder: str) -> str:
+    """What to open for path, a file in folder: a path that is no symlink and whose every folder from `folder`
+    on is none either; TraceUnreadable when path's real path lies outside folder's.
+
+    The common case costs no resolving: path below folder with no symlink on the way (one lstat per folder
+    between them). A symlink on the way is resolved, and followed only when it stays inside.
+    """
+    full, root = os.path.abspath(path), os.path.abspath(folder)
+    parts = os.path.relpath(full, root).split(os.sep)
+    if parts[0] != os.pardir:
+        try:
+            plain = not any(
+                stat.S_ISLNK(os.lstat(os.path.join(root, *parts[:i])).st_mode) for i in range(1, len(parts))
+            )
+            if plain and not stat.S_ISLNK(os.lstat(full).st_mode):
+                return full
+        except OSError:  # nothing there (the open says so), or a folder that cannot be looked at: resolve it
+            pass
+    target, real_root = os.path.realpath(path), os.path.realpath(folder)
+    if os.path.commonpath([real_root, target]) != real_root:
+        raise unreadable(path, f"leads to {target}, outside {real_root}: harness reads no file beside a trace "
+                               "that lies outside the run's folder (a symlink out?)")  # fmt: skip
+    return target
 
 
 class _Missing(TraceUnreadable):
