@@ -13,6 +13,16 @@ class HarnessError(Exception):
     """Root of every error raised by harness."""
 
 
+def internal(what: str, path: str | None = None, seq: int | None = None) -> HarnessError:
+    """The error for a state harness believes impossible: a bug of harness, never the user's (no assert decides).
+
+    It names the trace and the seq when they are known, and asks for a report.
+    """
+    where = f"{path}: " if path else ""
+    where += f"seq {seq}: " if seq is not None else ""
+    return HarnessError(f"internal error, please report: {where}{what}")
+
+
 class TraceCorruption(HarnessError):
     """A trace that cannot support its own story.
 
@@ -183,3 +193,12 @@ class ReplayDrift(HarnessError):
     def __init__(self, message: str, *, seq: int, line: int, fields: dict[str, tuple[Any, Any]], agent: str = "main"):
         self.seq, self.line, self.fields, self.agent = seq, line, fields, agent
         super().__init__(message)
+
+
+def error_of(e: BaseException) -> dict[str, str]:
+    """Any exception as a record holds it (the `error` of a crossing, a crash, an exit): its class and message.
+
+    runtime/boundary.py's rebuild() turns it back into an exception.
+    """
+    cls = type(e)
+    return {"type": f"{cls.__module__}.{cls.__qualname__}", "message": str(e)}

@@ -27,9 +27,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from ._errors import HarnessError
-from ._executor import Outcome
-from ._journal import canonical, check_value
-from .store import is_url, join
+from .runtime.executor import Outcome
+from .storage import is_url, join
+from .trace.journal import canonical, check_value
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,13 +107,16 @@ def read_goals(path: str | os.PathLike[str]) -> list[Any]:
 
 def run_one(task: Task) -> Outcome:
     """Run (or resume) one task's goal in this process: what each Ray task does."""
-    from ._executor import Executor
-    from ._rerun import load_agent
+    from .review.rerun import load_agent
+    from .runtime.bridge import bridging
+    from .runtime.executor import Executor
 
     try:
-        planner, tools, verifier = load_agent(task.agent)
-        ex = Executor(planner=planner, tools=tools, verifier=verifier, trace=task.trace, resume="auto", **task.options)
-        return ex.run(task.goal)
+        agent = load_agent(task.agent)
+        with bridging(*agent) as (planner, tools, verifier):  # an async agent: on a private event loop
+            ex = Executor(planner=planner, tools=tools, verifier=verifier, trace=task.trace, resume="auto",
+                          **task.options)  # fmt: skip
+            return ex.run(task.goal)
     except Exception as e:  # what went wrong, as one line that survives pickling (HarnessError's fields may not)
         raise TaskFailed(f"{type(e).__name__}: {' '.join(str(e).split())}") from None
 

@@ -721,7 +721,7 @@ CRASH = {"kind": "crash", "state": "PLAN", "step": 0, "attempt": 1, "error": {"t
     ],
 )  # fmt: skip
 def test_a_field_means_one_thing_on_one_kind(tmp_path: Path, records: list[dict[str, Any]], line: int) -> None:
-    assert harness._blobs.put(str(tmp_path / "blobs"), b"", sync_dir=False) == EMPTY  # the artifact's, there
+    assert harness.storage.blobs.put(str(tmp_path / "blobs"), b"", sync_dir=False) == EMPTY  # the artifact's, there
     refused(forge(tmp_path / "run.jsonl", records, reclock=True), line, "malformed")
 
 
@@ -820,7 +820,7 @@ def test_a_crash_then_the_resume_is_valid(tmp_path: Path) -> None:
 
 def test_a_blob_reference_is_its_sha256_and_size(tmp_path: Path) -> None:
     data = b'"a result stored beside the trace"'
-    name = harness._blobs.put(str(tmp_path / "blobs"), data, sync_dir=False)
+    name = harness.storage.blobs.put(str(tmp_path / "blobs"), data, sync_dir=False)
     ref = {"sha256": name, "size": len(data)}
     stored = [*START, intent("work"), T("ACT", "VERIFY", blobs={"result": ref})]
     assert harness.replay(forge(tmp_path / "ok.jsonl", stored)).result == "a result stored beside the trace"
