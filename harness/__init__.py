@@ -1,8 +1,9 @@
 """harness: agent runs you can trust after the fact.
 
 An Executor drives PLAN -> ACT -> VERIFY -> CHECKPOINT ... DONE/FAILED and
-streams every transition to one append-only JSONL trace; `replay()` rebuilds
-the run from that file and refuses a trace that cannot support its story.
+streams every transition to one append-only JSONL trace; `@workflow` runs a
+plain function on the same state machine; `replay()` rebuilds the run from
+that file and refuses a trace that cannot support its story.
 """
 
 from importlib.metadata import PackageNotFoundError, version
@@ -12,6 +13,7 @@ from ._agents import Handle, Message, current_agent, join, receive, send, spawn
 from ._annotations import annotate, annotations
 from ._async import AsyncHandle, aspawn
 from ._boundary import aboundary, allm, artifact, boundary, llm, now, random, uuid4
+from ._calls import acall, call
 from ._diff import Diff, diff
 from ._errors import (
     HarnessError,
@@ -32,6 +34,7 @@ from ._errors import (
     VerificationFailed,
 )
 from ._executor import Executor, Outcome, RetryPolicy, Step, Tool
+from ._history import patched
 from ._interrupt import Interrupted, interrupt
 from ._migrate import Migrated, migrate
 from ._normalize import normalize
@@ -44,6 +47,7 @@ from ._rerun import Rerun, fork, rerun
 from ._runs import RunInfo, list_runs
 from ._seal import Sealed, Verification, seal, verify
 from ._timers import sleep
+from ._workflow import Workflow, workflow
 from .bundle import Bundled, BundleError, export, import_bundle
 from .store import FenceLost
 
@@ -106,14 +110,17 @@ __all__ = [
     "TraceUnreadable",
     "Verification",
     "VerificationFailed",
+    "Workflow",
     "__version__",
     "aboundary",
+    "acall",
     "allm",
     "annotate",
     "annotations",
     "artifact",
     "aspawn",
     "boundary",
+    "call",
     "current_agent",
     "diff",
     "export",
@@ -126,6 +133,7 @@ __all__ = [
     "migrate",
     "normalize",
     "now",
+    "patched",
     "random",
     "receive",
     "reconcile",
@@ -139,4 +147,5 @@ __all__ = [
     "spawn",
     "uuid4",
     "verify",
+    "workflow",
 ]

@@ -83,6 +83,7 @@ class Session:
         self.calls: dict[str, int] = {}  # live calls per agent
         self.failure: HarnessError | None = None  # kept in case agent code swallows it
         self.answers: deque[Any] = deque()  # human answers for interrupt(), oldest first (see _interrupt)
+        self.patches: dict[str, bool] = {}  # harness.patched(): each change id's answer in this run (_history)
 
     @property
     def nested(self) -> bool:

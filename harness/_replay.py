@@ -392,6 +392,20 @@ class Replay:
         return str(self.header["run_id"])
 
     @property
+    def workflow(self) -> str | None:
+        """The `module:qualname` of the workflow whose run this is (`@harness.workflow`), None for an Executor's."""
+        name = self.header.get("workflow")
+        return name if isinstance(name, str) else None
+
+    @property
+    def returned(self) -> Any:
+        """What a workflow that ended DONE returned (its PLAN -> DONE's result, a blob read back); else None."""
+        last = self.last
+        if self.state != S.DONE or self.workflow is None or last is None:
+            return None
+        return _blobs.inline(self.path, last)["result"] if "result" not in last else last["result"]
+
+    @property
     def goal(self) -> Any:
         return self.header["goal"]
 
@@ -472,6 +486,7 @@ _fail = TraceCorruption
 _CHECKPOINT_ILLEGAL = next(filter(None, map(S.check, (S.VERIFY, *S.CHECKPOINT_MOVES[:-1]), S.CHECKPOINT_MOVES)), None)
 _SORTED = orjson.OPT_SORT_KEYS
 _EFFECTS = frozenset({"at-least-once", "idempotent", "unsafe"})
+_INTENT = ("name", "tool", "args", "key", "contract")  # what PAUSED -> ACT repeats of the uncertain intent
 _ASIDE = re.compile(r"[^/\\\x00]+\.torn-[1-9][0-9]*")  # a sibling's file name, as set_aside() makes it
 
 
@@ -575,10 +590,7 @@ def _header_problem(path: str, rec: dict[str, Any]) -> tuple[str, str] | None:
     if type(rec.get("run_id")) is not str or "goal" not in rec:
         return "malformed", "a header without its str run_id and its goal"
     tools = rec.get("tools")
-    if type(tools) is not dict or not all(
-        type(c) is dict and c.get("effect") in _EFFECTS and (c.get("version") is None or type(c["version"]) is str)
-        for c in tools.values()
-    ):
+    if type(tools) is not dict or not all(_contract_ok(c) for c in tools.values()):
         why = 'a header whose tools is not an object of {"effect": at-least-once|idempotent|unsafe, "version"}'
         return "malformed", why
     if "env" in rec and type(rec["env"]) is not dict:
@@ -587,6 +599,9 @@ def _header_problem(path: str, rec: dict[str, Any]) -> tuple[str, str] | None:
         return "malformed", "a header whose redact is not an object"
     if ("parent" in rec and type(rec["parent"]) is not str) or ("branch" in rec and type(rec["branch"]) is not int):
         return "malformed", "a header whose parent is not a str or whose branch is not an int"
+    if "workflow" in rec and (type(rec["workflow"]) is not str or not rec["workflow"] or tools):
+        why = "a workflow's header needs its name (a non-empty str) and tools {} (its calls carry their contracts)"
+        return "malformed", why
     return None
 
 
@@ -634,7 +649,7 @@ def _scan(
     header_pos = (0, 0, 0)
     if origin is not None:  # right after a quiet checkpoint: the state is these few values
         m = origin.mark
-        header, tools, last, intent = origin.header, origin.header["tools"], origin.last, origin.intent
+        header, tools, last, intent = origin.header, dict(origin.header["tools"]), origin.last, origin.intent
         intent_pos = (m.intent[0], m.intent[1] << 32 | m.intent[2])
         result, result_seq, header_pos, quiet = origin.result, origin.result_seq, m.header, origin.quiet
         state, n, seq, crc, offset, at_step, before = S.PLAN, m.seq, m.seq, m.crc, m.end, m.step + 1, "checkpoint"
@@ -769,7 +784,7 @@ def _scan(
                         asked
                         and dst == S.ACT
                         and intent is not None
-                        and any(rec.get(k) != intent.get(k) for k in ("name", "tool", "args", "key"))
+                        and any(rec.get(k) != intent.get(k) for k in _INTENT)
                     ):
                         why = "the intent after an answer is not the one that asked"
                         raise _fail(path, n, "bad-transition", why, seq)
@@ -818,8 +833,15 @@ def _scan(
                         if dst == S.VERIFY:
                             result_seq, result_crossing = seq, crossed - 1
                     delivered = dst == S.VERIFY and result_seq == seq
-                    if not delivered and ("result" in rec or "result" in (rec.get("blobs") or ())):
+                    returned = "result" in rec or "result" in (rec.get("blobs") or ())
+                    if "workflow" in header and dst == S.DONE and lane is run_lane:  # what the function returned
+                        if not returned:
+                            why = "a workflow's PLAN -> DONE without its result (what the function returned)"
+                            raise _fail(path, n, "malformed", why, seq)
+                    elif not delivered and returned:
                         why = f"a result on {src} -> {dst}: only the transition into VERIFY that delivers one has it"
+                        if dst == S.DONE:
+                            why += " (and a workflow's PLAN -> DONE; this trace's header names no workflow)"
                         raise _fail(path, n, "malformed", why, seq)
                     if asked:
                         assert question is not None
@@ -969,7 +991,7 @@ def _scan(
                     found = _header_problem(path, rec)
                     if found is not None:
                         raise _fail(path, n, found[0], found[1], seq)
-                    header, tools, header_pos = rec, rec["tools"], (offset, length, prev)
+                    header, tools, header_pos = rec, dict(rec["tools"]), (offset, length, prev)
                 elif kind == "reconcile":
                     if state != S.PAUSED or reconcile is not None or question is not None:
                         raise _fail(
@@ -1130,6 +1152,11 @@ def _intent(
     seq, tool = rec["seq"], rec["tool"]
     if type(rec["name"]) is not str or type(tool) is not str or type(rec["args"]) is not dict:
         raise _fail(path, n, "malformed", "an intent needs a str name, a str tool, a dict of args", seq)
+    if "workflow" in header:  # a workflow's tools are not known when it starts: each intent names its contract
+        _contract(path, n, rec, tools)
+    elif "contract" in rec:
+        why = "an intent with a contract in a trace whose header names no workflow (its header lists the contracts)"
+        raise _fail(path, n, "malformed", why, seq)
     contract = tools.get(tool)
     if contract is None:
         listed = ", ".join(sorted(tools)) or "none"
@@ -1144,14 +1171,35 @@ def _intent(
     elif "key" in rec:
         why = f"an intent with a key for {tool!r}, an {contract['effect']} tool that is never given one"
         raise _fail(path, n, "bad-intent", why, seq)
-    if paused is not None:
-        fields = ("name", "tool", "args", "key")
-        if orjson.dumps([rec.get(k) for k in fields], option=_SORTED) != orjson.dumps(
-            [paused.get(k) for k in fields], option=_SORTED
-        ):
-            why = f"PAUSED -> ACT does not repeat the uncertain intent (seq {paused['seq']}) exactly"
-            why += " (name, tool, args and key, compared by type and value)"
-            raise _fail(path, n, "bad-intent", why, seq)
+    if paused is not None and _repeat(rec) != _repeat(paused):
+        why = f"PAUSED -> ACT does not repeat the uncertain intent (seq {paused['seq']}) exactly"
+        why += " (name, tool, args, key and a workflow's contract, compared by type and value)"
+        raise _fail(path, n, "bad-intent", why, seq)
+
+
+def _repeat(intent: dict[str, Any]) -> bytes:
+    """What PAUSED -> ACT must repeat of an intent, as canonical bytes (compared by type and value)."""
+    return orjson.dumps([intent.get(k) for k in _INTENT], option=_SORTED)
+
+
+def _contract(path: str, n: int, rec: dict[str, Any], tools: dict[str, Any]) -> None:
+    """A workflow's intent names its tool's contract; within a run a tool keeps the one it first had (in tools)."""
+    seq, tool, contract = rec["seq"], rec["tool"], rec.get("contract")
+    if not _contract_ok(contract):
+        why = (
+            f'a workflow\'s intent for {tool!r} without its contract {{"effect": at-least-once|idempotent|unsafe, '
+            f'"version": str or null}} (it has {contract!r:.200})'
+        )
+        raise _fail(path, n, "malformed", why, seq)
+    known = tools.setdefault(tool, contract)
+    if known is not contract and orjson.dumps(known, option=_SORTED) != orjson.dumps(contract, option=_SORTED):
+        why = f"tool {tool!r} with contract {contract!r}, after {known!r} earlier in the run: a tool keeps one contract"
+        raise _fail(path, n, "bad-intent", why, seq)
+
+
+def _contract_ok(c: Any) -> bool:
+    """Whether c is an effect contract: {"effect": one of the three, "version": str or null, ...}."""
+    return type(c) is dict and c.get("effect") in _EFFECTS and (c.get("version") is None or type(c["version"]) is str)
 
 
 def _schema_advice(path: str, found: Any) -> str:
