@@ -137,7 +137,7 @@ async def acall(tool: Any, /, **kwargs: Any) -> Any:
         return await out if inspect.isawaitable(out) else out
     if flow.history is not None and isinstance(flow.run.session, Serving):  # let sibling tasks take their items
         session = flow.run.session
-        await session.settled(session, STEP, spec.name, session.redact(check_value("args", kwargs)))
+        await session.settled(STEP, spec.name, session.redact(check_value("args", kwargs)))
     if flow.alock is None:
         flow.alock = asyncio.Lock()
     async with flow.alock:
@@ -182,7 +182,8 @@ def _begin(flow: Flow, spec: ToolSpec, kwargs: dict[str, Any]) -> _Begun:
                 what = f"contract of tool {spec.name!r} (the call at seq {item.seq})"
                 raise ResumeMismatch(flow.history.path, what, step.contract, contract)
             flow.contracts[spec.name] = contract
-            return _reopen(flow, spec, step, args)
+            begun = _reopen(flow, spec, step, args)
+            return begun if begun.intent is None else _recorded(flow, spec, begun.intent)
     flow.contracts[spec.name] = contract
     if run.state != S.PLAN:
         raise HarnessError(
@@ -195,8 +196,13 @@ def _begin(flow: Flow, spec: ToolSpec, kwargs: dict[str, Any]) -> _Begun:
     run.intent, run.planned = intent, None
     # the live call gets intent; the trace its args redacted (the journal does it on its own copy)
     run.move(S.ACT, sync=flow.fsync or contract["effect"] != "at-least-once", user=("args",), **intent)
+    return _recorded(flow, spec, intent)
+
+
+def _recorded(flow: Flow, spec: ToolSpec, intent: dict[str, Any]) -> _Begun:
+    """A call whose intent is written: its result served by a rerun's recording, or the intent to call live."""
     try:
-        recorded = served(session, intent)  # a rerun: the recorded result
+        recorded = served(flow.run.session, intent)
     except _Served as e:
         _failed(flow, e.error)
         return _Begun(error=rebuild(e.error))

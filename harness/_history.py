@@ -235,22 +235,19 @@ class History:
         )
 
 
-class Serving:
-    """What a session that re-executes a workflow adds to its kind: the history, served first."""
+class Serving(Session):
+    """A session that re-executes a workflow: its history is served first (the kinds add what comes after)."""
 
     history: History
 
-    def from_history(self, session: Session, kind: str, request: Any, match: Match | None) -> Item | None:
-        return self.history.take(session.agents.current(), CROSSING, kind, request, match)
-
-    async def settled(self, session: Session, space: str, kind: str, shown: Any, match: Match | None = None) -> None:
+    async def settled(self, space: str, kind: str, shown: Any, match: Match | None = None) -> None:
         """Wait (WAIT seconds at most) until `shown` (a request as written) matches an unserved item, or the
         history is used up.
 
         Sibling tasks of asyncio.gather may take the items before this one:
         each yields to the loop between its turns.
         """
-        agent = session.agents.current()
+        agent = self.agents.current()
         history = self.history
         deadline = None
         spins = 0
@@ -264,23 +261,23 @@ class Serving:
                 return  # take() says what drifted
             await asyncio.sleep(0.01)
 
-
-class Resumed(Serving, Session):
-    """A resumed workflow's session: its history served first (nothing written), then live."""
-
-    def __init__(self, journal: Journal, history: History, **kwargs: Any):
-        Session.__init__(self, journal, **kwargs)
-        self.history = history
-
-    def serve(self, kind: str, request: Any, match: Match | None = None) -> Crossing | None:
-        item = self.from_history(self, kind, request, match)
-        return item.crossing if item is not None else None  # (a question the run paused on: asked live)
-
     async def across(self, kind: str, request: Any, acall: Callable[[], Awaitable[T]], match: Match | None = None) -> T:
         if not self.nested:
             check_value("request", request)
-            await self.settled(self, CROSSING, kind, self.redact(request), match)
-        return await Session.across(self, kind, request, acall, match)
+            await self.settled(CROSSING, kind, self.redact(request), match)
+        return await super().across(kind, request, acall, match)
+
+
+class Resumed(Serving):
+    """A resumed workflow's session: its history served first (nothing written), then live."""
+
+    def __init__(self, journal: Journal, history: History, **kwargs: Any):
+        super().__init__(journal, **kwargs)
+        self.history = history
+
+    def serve(self, kind: str, request: Any, match: Match | None = None) -> Crossing | None:
+        item = self.history.take(self.agents.current(), CROSSING, kind, request, match)
+        return item.crossing if item is not None else None  # (a question the run paused on: asked live)
 
 
 _WRITES = frozenset({"append", "append_many", "finish", "put_blob"})

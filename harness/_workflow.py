@@ -35,10 +35,12 @@ again writes nothing.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import functools
 import inspect
 import os
 import sys
+import threading
 import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -137,23 +139,7 @@ class Workflow(Generic[P, R]):
                 return asyncio.run(self._arun(args, kwargs, options))
             raise HarnessError(f"{self.name} is async and an event loop is running here: `await W.arun(...)`")
         with _Opened(self, args, kwargs, options) as opened:
-            if opened.outcome is not None:
-                return opened.outcome
-            flow = opened.flow
-            token = flow.run.session.activate(), _flow.set(flow)
-            try:
-                try:
-                    value = self.fn(*args, **kwargs)
-                except BaseException as e:
-                    return _raised(flow, e)
-                if inspect.isawaitable(value):
-                    stop = _awaitable(self, value)
-                    _stopped(flow.run, stop)
-                    raise stop
-                return _returned(flow, value)
-            finally:
-                _flow.reset(token[1])
-                deactivate(token[0])
+            return opened.outcome or execute(self, opened.flow, args, kwargs)
 
     async def arun(
         self,
@@ -174,21 +160,66 @@ class Workflow(Generic[P, R]):
 
     async def _arun(self, args: tuple[Any, ...], kwargs: dict[str, Any], options: _Options) -> Outcome:
         with _Opened(self, args, kwargs, options) as opened:
-            if opened.outcome is not None:
-                return opened.outcome
-            flow = opened.flow
-            token = flow.run.session.activate(), _flow.set(flow)
-            try:
-                try:
-                    value: Any = self.fn(*args, **kwargs)
-                    if inspect.isawaitable(value):
-                        value = await value
-                except BaseException as e:
-                    return _raised(flow, e)
-                return _returned(flow, value)
-            finally:
-                _flow.reset(token[1])
-                deactivate(token[0])
+            return opened.outcome or await aexecute(self, opened.flow, args, kwargs)
+
+
+def execute(w: Workflow[Any, Any], flow: Flow, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Outcome:
+    """Run w's (sync) function in flow, its session active, to its end: DONE, FAILED, PAUSED, or raised."""
+    token = flow.run.session.activate(), _flow.set(flow)
+    try:
+        try:
+            value = w.fn(*args, **kwargs)
+        except BaseException as e:
+            return _raised(flow, e)
+        if inspect.isawaitable(value):
+            stop = _awaitable(w, value)
+            _stopped(flow.run, stop)
+            raise stop
+        return _returned(flow, value)
+    finally:
+        _flow.reset(token[1])
+        deactivate(token[0])
+
+
+async def aexecute(w: Workflow[Any, Any], flow: Flow, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Outcome:
+    """execute() on the running loop: an async function is awaited (a plain one is called)."""
+    token = flow.run.session.activate(), _flow.set(flow)
+    try:
+        try:
+            value: Any = w.fn(*args, **kwargs)
+            if inspect.isawaitable(value):
+                value = await value
+        except BaseException as e:
+            return _raised(flow, e)
+        return _returned(flow, value)
+    finally:
+        _flow.reset(token[1])
+        deactivate(token[0])
+
+
+def run_anywhere(w: Workflow[Any, Any], flow: Flow, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Outcome:
+    """execute(), or for an async function aexecute() on a loop of its own (in a thread when this one has one)."""
+    if not w.is_async:
+        return execute(w, flow, args, kwargs)
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(aexecute(w, flow, args, kwargs))
+    box: dict[str, Any] = {}
+
+    def own() -> None:
+        try:
+            box["out"] = asyncio.run(aexecute(w, flow, args, kwargs))
+        except BaseException as e:  # raised in the caller's thread
+            box["error"] = e
+
+    ctx = contextvars.copy_context()
+    t = threading.Thread(target=ctx.run, args=(own,), name="harness-workflow")
+    t.start()
+    t.join()
+    if "error" in box:
+        raise box["error"]
+    return cast(Outcome, box["out"])
 
 
 def workflow(fn: Callable[P, R]) -> Workflow[P, R]:
