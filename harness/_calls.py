@@ -25,7 +25,8 @@ Tool steps of one run go one at a time: sync calls under a lock, async ones
 under an asyncio.Lock, in the order they reach it; crossings (model calls)
 run concurrently. A call from a spawned agent is refused (call tools from
 the workflow's own code). Outside a workflow run, or inside another call,
-`call` just calls the tool, as boundaries do.
+`call` just calls the tool, as boundaries do (an idempotent tool with a
+fresh `idempotency_key`: nothing will make that call again).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ import asyncio
 import contextvars
 import inspect
 import threading
+import uuid
 from dataclasses import dataclass
 from typing import Any
 
@@ -104,7 +106,7 @@ def call(tool: Any, /, **kwargs: Any) -> Any:
     if spec.is_async:
         raise HarnessError(f"tool {spec.name!r} is async: call it with `await harness.acall(...)`")
     if flow is None:
-        return spec.fn(**kwargs)
+        return spec.fn(**_plain(spec, kwargs))
     if flow.alock is not None and flow.alock.locked():
         raise HarnessError(
             f"harness.call({spec.name}) while an `await harness.acall(...)` of the same run is in flight: in async "
@@ -133,7 +135,7 @@ async def acall(tool: Any, /, **kwargs: Any) -> Any:
     spec = spec_of(tool)
     flow = _here(spec)
     if flow is None:
-        out = spec.fn(**kwargs)
+        out = spec.fn(**_plain(spec, kwargs))
         return await out if inspect.isawaitable(out) else out
     if flow.history is not None and isinstance(flow.run.session, Serving):  # let sibling tasks take their items
         session = flow.run.session
@@ -152,6 +154,13 @@ async def acall(tool: Any, /, **kwargs: Any) -> Any:
             _failed(flow, error_of(e))
             raise
         return _done(flow, spec, raw)
+
+
+def _plain(spec: ToolSpec, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """A plain call's arguments: an idempotent tool gets a key of its own (no run will make the call again)."""
+    if spec.contract["effect"] == "idempotent":
+        return {**kwargs, "idempotency_key": uuid.uuid4().hex}
+    return kwargs
 
 
 def _given(begun: _Begun) -> Any:

@@ -416,6 +416,11 @@ class Executor:
             set_aside(path, 0)
             journal.continue_after(0, 0, 0, start=None)
             return self._start(journal, goal, uuid.uuid4().hex)
+        if rep.workflow is not None:
+            raise HarnessError(
+                f"{path}: the run of workflow {rep.workflow}, not an Executor's: resume it with its workflow "
+                "(W.run(..., resume=True), or harness resume --workflow MODULE:ATTR); nothing was written"
+            )
         if canonical(rep.goal) != canonical(self.redact(goal)):
             raise ResumeMismatch(path, "goal", rep.goal, goal)
         if rep.header.get("tools") != self.contracts:

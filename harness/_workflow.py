@@ -77,7 +77,8 @@ P = ParamSpec("P")
 R = TypeVar("R")
 # harness's own verdicts: raised out of run(), never a FAILED outcome (a plain HarnessError is harness's own too)
 _STOPS = (JournalError, ReplayDrift, ReplayViolation, NotSerializable, NotATool, ResumeMismatch, TraceCorruption)
-_UNRECORDED = (JournalError, ReplayDrift, ReplayViolation, FenceLost)  # the journal failed, or the run drifted
+# no crash record: the journal failed, the run drifted, or a bad value was refused before anything was written
+_UNRECORDED = (JournalError, ReplayDrift, ReplayViolation, FenceLost, NotSerializable, NotATool)
 
 
 class Workflow(Generic[P, R]):
@@ -348,7 +349,7 @@ def _uncertain(rep: Replay) -> bool:
 
 def goal_of(args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
     """A workflow's goal, as its header holds it: `{"args": [...], "kwargs": {...}}` (NotSerializable if not JSON)."""
-    goal: dict[str, Any] = check_value("goal", {"args": list(args), "kwargs": dict(kwargs)})
+    goal: dict[str, Any] = check_value("arguments", {"args": list(args), "kwargs": dict(kwargs)})
     return goal
 
 
@@ -421,6 +422,7 @@ def go_on(
         run.journal = session.journal = cast(Journal, Deferred(real, before))
     elif back:
         run.move(S.PLAN, sync=True)
+    session.patches.clear()  # the function starts again: it asks again, and the history answers
     session.answers.extend(rep.answers)
     if answer is not NO_ANSWER:
         session.answers.append(answer)
