@@ -8,8 +8,9 @@ are the tool's name, `args`, `key` for an idempotent tool, and the tool's
 call, ACT -> VERIFY (`result`), the checkpoint. An exception the tool raises
 is the step's failed attempt (ACT -> PLAN with its `error`) and is raised at
 the call site: the function may catch it and call again (the next attempt of
-the same step) or move on. What the call returns is the tool's value as a
-JSON round trip (tuples become lists), as a resumed run reads it back.
+the same step) or move on. What the call returns is the tool's value as the
+trace holds it (a JSON round trip: tuples become lists; secrets redacted),
+so a live run and its re-execution see the same value.
 
 Every rule of an Executor's tool step holds: the intent is on the file
 before the call (and fsynced for an idempotent or unsafe tool, or for every
@@ -36,13 +37,12 @@ import contextvars
 import inspect
 import threading
 import uuid
-from dataclasses import dataclass
 from typing import Any
 
 from . import _state as S
-from ._agents import MAIN
+from ._agents import MAIN, _agent, _in_call
 from ._boundary import _current, error_of, rebuild
-from ._errors import HarnessError, ResumeMismatch
+from ._errors import HarnessError, NotSerializable, ResumeMismatch
 from ._executor import NOT_SERVED, _Run, _Served, ainvoke, finished, invoke, served
 from ._history import STEP, History, Serving, Step
 from ._interrupt import Interrupted
@@ -75,26 +75,30 @@ class Flow:
 _flow: contextvars.ContextVar[Flow | None] = contextvars.ContextVar("harness_workflow", default=None)
 
 
-@dataclass(slots=True)
-class _Begun:
-    """What a step's start decided: the value to return (or the error to raise), or the intent to call live."""
+class _Given:
+    """A step's start that decided its outcome: the value to return, or the error to raise (no live call)."""
 
-    value: Any = None
-    error: BaseException | None = None
-    intent: dict[str, Any] | None = None
+    __slots__ = ("error", "value")
+
+    def __init__(self, value: Any = None, error: BaseException | None = None):
+        self.value, self.error = value, error
+
+    def give(self) -> Any:
+        if self.error is not None:
+            raise self.error
+        return self.value
 
 
 def _here(spec: ToolSpec) -> Flow | None:
     """The workflow run this call is a step of; None when it is a plain call (no run, or inside another call)."""
     flow = _flow.get()
-    session = _current.get()
-    if flow is None or session is None or session is not flow.run.session or session.nested:
+    if flow is None or _current.get() is not flow.run.session or _in_call.get():
         return None
-    agent = session.agents.current()
-    if agent != MAIN:
+    agent = _agent.get()
+    if agent is not None and agent.name != MAIN:
         raise HarnessError(
-            f"harness.call({spec.name}) from agent {agent!r}: a workflow's tool calls are its steps, made from the "
-            "workflow's own code (its main agent). Return what the agent found and call the tool from there"
+            f"harness.call({spec.name}) from agent {agent.name!r}: a workflow's tool calls are its steps, made from "
+            "the workflow's own code (its main agent). Return what the agent found and call the tool from there"
         )
     return flow
 
@@ -113,20 +117,16 @@ def call(tool: Any, /, **kwargs: Any) -> Any:
             "code call every tool with `await harness.acall(...)`, so their steps go one at a time"
         )
     with flow.lock:
-        begun = _begin(flow, spec, kwargs)
-        if begun.intent is None:
-            return _given(begun)
+        intent = _begin(flow, spec, kwargs)
+        if isinstance(intent, _Given):
+            return intent.give()
         try:
-            raw = invoke(flow.run.session, spec.fn, begun.intent)
+            raw = invoke(flow.run.session, spec.fn, intent)
         except Interrupted:  # the tool asked a question: the run pauses in ACT (the workflow's end handles it)
             raise
         except Exception as e:
             _failed(flow, error_of(e))
             raise
-        if inspect.isawaitable(raw):
-            if inspect.iscoroutine(raw):
-                raw.close()
-            raise HarnessError(f"tool {spec.name!r} returned an awaitable: call it with `await harness.acall(...)`")
         return _done(flow, spec, raw)
 
 
@@ -143,11 +143,11 @@ async def acall(tool: Any, /, **kwargs: Any) -> Any:
     if flow.alock is None:
         flow.alock = asyncio.Lock()
     async with flow.alock:
-        begun = _begin(flow, spec, kwargs)
-        if begun.intent is None:
-            return _given(begun)
+        intent = _begin(flow, spec, kwargs)
+        if isinstance(intent, _Given):
+            return intent.give()
         try:
-            raw = await ainvoke(flow.run.session, spec.fn, begun.intent)
+            raw = await ainvoke(flow.run.session, spec.fn, intent)
         except Interrupted:
             raise
         except Exception as e:
@@ -163,71 +163,72 @@ def _plain(spec: ToolSpec, kwargs: dict[str, Any]) -> dict[str, Any]:
     return kwargs
 
 
-def _given(begun: _Begun) -> Any:
-    if begun.error is not None:
-        raise begun.error
-    return begun.value
-
-
-def _begin(flow: Flow, spec: ToolSpec, kwargs: dict[str, Any]) -> _Begun:
+def _begin(flow: Flow, spec: ToolSpec, kwargs: dict[str, Any]) -> dict[str, Any] | _Given:
     """Start a step: serve it from the history, go on with the call the trace left open, or write its intent."""
     run = flow.run
-    session = run.session
-    args = check_value("args", kwargs, tool=spec.name, step=run.step)
     contract = spec.contract
     known = flow.contracts.get(spec.name)
-    if known is not None and canonical(known) != canonical(contract):
+    if known is None:
+        flow.contracts[spec.name] = contract
+    elif known is not contract and known != contract:
         raise HarnessError(
             f"tool {spec.name!r} is called with contract {contract!r} after {known!r} in this run: a tool name keeps "
             "one contract within a run (its trace could not tell the two apart). Give the two tools distinct names; "
             "nothing was written"
         )
     if flow.history is not None:
-        item = flow.history.take(MAIN, STEP, spec.name, session.redact(args))
+        args = check_value("args", kwargs, tool=spec.name, step=run.step)
+        item = flow.history.take(MAIN, STEP, spec.name, run.session.redact(args))
         if item is not None:
             step = item.step
             assert step is not None
             if canonical(step.contract) != canonical(contract):
                 what = f"contract of tool {spec.name!r} (the call at seq {item.seq})"
                 raise ResumeMismatch(flow.history.path, what, step.contract, contract)
-            flow.contracts[spec.name] = contract
-            begun = _reopen(flow, spec, step, args)
-            return begun if begun.intent is None else _recorded(flow, spec, begun.intent)
-    flow.contracts[spec.name] = contract
+            reopened = _reopen(flow, spec, step, args)
+            return reopened if isinstance(reopened, _Given) else _recorded(flow, spec, reopened)
     if run.state != S.PLAN:
         raise HarnessError(
             f"internal error, please report: {run.journal.path}: a tool call in state {run.state} at step {run.step}"
         )
-    intent: dict[str, Any] = {"name": spec.name, "tool": spec.name, "args": args}
-    if contract["effect"] == "idempotent":
-        intent["key"] = f"{run.id}-{run.step}-{run.attempt}"
-    intent["contract"] = contract
+    effect = contract["effect"]
+    if effect == "at-least-once":
+        intent: dict[str, Any] = {"name": spec.name, "tool": spec.name, "args": kwargs, "contract": contract}
+    else:
+        intent = {"name": spec.name, "tool": spec.name, "args": kwargs}
+        if effect == "idempotent":
+            intent["key"] = f"{run.id}-{run.step}-{run.attempt}"
+        intent["contract"] = contract
     run.intent, run.planned = intent, None
-    # the live call gets intent; the trace its args redacted (the journal does it on its own copy)
-    run.move(S.ACT, sync=flow.fsync or contract["effect"] != "at-least-once", user=("args",), **intent)
+    # the trace gets the args checked (NotSerializable, nothing written) and redacted, on its own copy; the call,
+    # the caller's (this call's own dict)
+    run.move(S.ACT, sync=flow.fsync or effect != "at-least-once", check=("args",), **intent)
     return _recorded(flow, spec, intent)
 
 
-def _recorded(flow: Flow, spec: ToolSpec, intent: dict[str, Any]) -> _Begun:
+def _recorded(flow: Flow, spec: ToolSpec, intent: dict[str, Any]) -> dict[str, Any] | _Given:
     """A call whose intent is written: its result served by a rerun's recording, or the intent to call live."""
+    session = flow.run.session
+    if not session.strict and not session.recorded:  # a live run (the common case): nothing to serve
+        return intent
     try:
         recorded = served(flow.run.session, intent)
     except _Served as e:
         _failed(flow, e.error)
-        return _Begun(error=rebuild(e.error))
+        return _Given(error=rebuild(e.error))
     if recorded is not NOT_SERVED:
-        return _Begun(value=_done(flow, spec, recorded))
-    return _Begun(intent=intent)
+        return _Given(_done(flow, spec, recorded))
+    return intent
 
 
-def _reopen(flow: Flow, spec: ToolSpec, step: Step, args: dict[str, Any]) -> _Begun:
+def _reopen(flow: Flow, spec: ToolSpec, step: Step, args: dict[str, Any]) -> dict[str, Any] | _Given:
     """A call the history holds: its recorded outcome, or the call the trace left open, gone on with."""
     run = flow.run
     if step.state == "done":
-        return _Begun(value=check_value("result", step.result))
+        return _Given(check_value("result", step.result))
     if step.state == "failed":
         assert step.error is not None
-        return _Begun(error=rebuild(step.error))
+        return _Given(error=rebuild(step.error))
     recorded = step.intent
     intent: dict[str, Any] = {k: recorded[k] for k in ("name", "tool", "args", "key", "contract") if k in recorded}
     intent["args"] = args  # the live args (they redact to the recorded ones: matched so)
@@ -235,35 +236,44 @@ def _reopen(flow: Flow, spec: ToolSpec, step: Step, args: dict[str, Any]) -> _Be
     if step.state == S.VERIFY:  # the result is on the file: only the checkpoint is missing
         run.result = step.result
         run.checkpoint()
-        return _Begun(value=check_value("result", step.result))
+        return _Given(check_value("result", step.result))
     if step.state == S.PAUSED:
         if step.question is None and step.reconcile is not None and step.reconcile["happened"]:
             result = step.reconcile["result"]
             run.result = run.move(S.VERIFY, sync=True, user=("result",), result=result)["result"]
             run.checkpoint()
-            return _Begun(value=check_value("result", result))
+            return _Given(check_value("result", result))
         if step.question is None and step.reconcile is None:
             raise HarnessError(
                 f"internal error, please report: {run.journal.path}: a call paused and not reconciled was resumed"
             )
         # reconciled as not happened, or its question answered: made again, its intent repeated exactly
         run.move(S.ACT, sync=True, user=("args",), **intent)
-        return _Begun(intent=intent)
+        return intent
     if step.contract["effect"] == "unsafe":  # in flight at the crash: never made again blindly
         run.move(S.PAUSED, sync=True)
         raise Paused(finished(replay(run.journal.path)))
     if run.journal.dirty and (flow.fsync or step.contract["effect"] != "at-least-once"):
         run.journal.sync()  # a resumed call of a declared tool: everything before it durable first
-    return _Begun(intent=intent)  # made again (an idempotent tool with the same key)
+    return intent  # made again (an idempotent tool with the same key)
 
 
 def _done(flow: Flow, spec: ToolSpec, raw: Any) -> Any:
-    """The call returned raw: its result on the file (ACT -> VERIFY), then its checkpoint; raw as JSON."""
+    """The call returned raw: its result on the file (ACT -> VERIFY), then its checkpoint; the result as the
+    trace holds it (a JSON round trip, redacted), which is what a resumed run is served."""
     run = flow.run
-    value = check_value("result", raw, tool=spec.name, step=run.step)  # the call stays open: resume decides
-    run.result = run.move(S.VERIFY, user=("result",), result=value)["result"]
+    try:
+        run.result = run.move(S.VERIFY, check=("result",), result=raw)["result"]
+    except NotSerializable as e:  # nothing written: the call stays open, and a resume decides by its contract
+        if inspect.isawaitable(raw):
+            if inspect.iscoroutine(raw):
+                raw.close()  # no "never awaited" warning on top of this error
+            raise HarnessError(
+                f"tool {spec.name!r} returned an awaitable: call it with `await harness.acall(...)`"
+            ) from None
+        raise NotSerializable(e.field, e.where, e.problem, tool=spec.name, step=run.step) from None
     run.checkpoint()
-    return value
+    return run.result
 
 
 def _failed(flow: Flow, error: dict[str, Any]) -> None:

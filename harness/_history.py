@@ -42,8 +42,8 @@ from . import _state as S
 from ._agents import MAIN
 from ._boundary import Match, Session, _current, differences
 from ._errors import HarnessError, ReplayDrift
-from ._journal import Journal, check_value
-from ._replay import Crossing, Replay, replay, request_hash
+from ._journal import Journal, canonical, check_value
+from ._replay import Crossing, Replay, replay
 from ._timers import replaying
 
 T = TypeVar("T")
@@ -88,16 +88,30 @@ def _moved(step: Step, rec: dict[str, Any]) -> None:
 
 
 class Item:
-    """Something the function did, as its trace has it: matched by `space`, `kind` and the hash of `request`."""
+    """Something the function did, as its trace has it: matched by `space`, `kind` and `request` (its canonical
+    JSON: equal by type and value, as a request hash compares them)."""
 
-    __slots__ = ("crossing", "hash", "kind", "request", "seq", "served", "space", "step")
+    __slots__ = ("key", "kind", "rec", "request", "seq", "served", "space", "step")
 
     def __init__(self, space: str, kind: str, request: Any, seq: int):
         self.space, self.kind, self.request, self.seq = space, kind, request, seq
-        self.hash = request_hash(kind, request)
+        self.key = canonical(request)
         self.served = False
-        self.crossing: Crossing | None = None  # a crossing's own record, to serve
+        self.rec: dict[str, Any] | None = None  # a crossing's own record, to serve
         self.step: Step | None = None  # a tool call's
+
+    @property
+    def asked(self) -> bool:
+        """Whether this is the question the run paused on (asked live again when the function gets there)."""
+        return self.space == CROSSING and self.rec is None
+
+    @property
+    def crossing(self) -> Crossing | None:
+        """The crossing to serve (None for a tool call, or a question the run paused on: asked live)."""
+        rec = self.rec
+        if rec is None:
+            return None
+        return Crossing(rec["seq"], rec["boundary"], rec["request"], rec.get("response"), rec.get("error"), rec["seq"])
 
 
 class History:
@@ -126,9 +140,7 @@ class History:
                 rec = _blobs.inline(path, rec)
             if kind == "crossing":
                 item = Item(CROSSING, rec["boundary"], rec["request"], rec["seq"])
-                item.crossing = Crossing(
-                    rec["seq"], rec["boundary"], rec["request"], rec.get("response"), rec.get("error"), rec["seq"]
-                )
+                item.rec = rec
                 items.append(item)
             elif kind == "artifact":
                 items.append(Item(ARTIFACT, rec["name"], {"name": rec["name"], "sha256": rec["sha256"]}, rec["seq"]))
@@ -136,7 +148,7 @@ class History:
                 src, dst = rec["from"], rec["to"]
                 if src == S.PLAN and dst == S.PAUSED:  # interrupt() asked, not answered (yet): asked live again
                     items.append(Item(CROSSING, "interrupt", rec["question"], rec["seq"]))
-                elif src == S.PAUSED and dst == S.PLAN and items and items[-1].crossing is None:
+                elif src == S.PAUSED and dst == S.PLAN and items and items[-1].asked:
                     items.pop()  # answered: the interrupt crossing that follows delivers the answer
                 elif dst == S.ACT and src == S.PLAN:
                     step = Step(rec)
@@ -175,15 +187,21 @@ class History:
         return items[i] if i < len(items) else None
 
     def find(self, agent: str, space: str, kind: str, request: Any, match: Match | None = None) -> Item | None:
-        """The first unserved item of agent that is what request is (None when none is), without taking it."""
-        first = self.next(agent)
-        if first is None:
+        """The first unserved item of agent that is what request is (None when none is), without taking it.
+
+        Usually the first unserved item itself: the scan goes further only for items served out of order.
+        """
+        items = self.items.get(agent)
+        if not items:
             return None
-        h = request_hash(kind, request if match is None else match(request))
-        for item in self.items[agent][self.first[agent] :]:
+        i, n = self.first.get(agent, 0), len(items)
+        key = canonical(request if match is None else match(request))
+        while i < n:
+            item = items[i]
+            i += 1
             if item.served or item.space != space or item.kind != kind:
                 continue
-            if (item.hash if match is None else request_hash(kind, match(item.request))) == h:
+            if (item.key if match is None else canonical(match(item.request))) == key:
                 return item
         return None
 
@@ -195,6 +213,7 @@ class History:
         item = self.find(agent, space, kind, request, match)
         if item is not None:
             item.served = True
+            self.next(agent)  # (moves past it when it was the first)
             return item
         first = self.next(agent)
         if first is None:

@@ -90,8 +90,27 @@ def is_async_fn(fn: Any) -> bool:
     return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(type(fn).__call__)
 
 
+_SPECS: dict[Any, ToolSpec] = {}  # spec_of's answers, by tool: a call's hot path asks again and again
+_KEPT = 4096  # answers kept at most (then forgotten all at once): a tool made per call must not grow it
+
+
 def spec_of(tool: Any) -> ToolSpec:
     """The ToolSpec of what a workflow calls; NotATool (a TypeError) when it cannot be called."""
+    try:
+        return _SPECS[tool]
+    except (KeyError, TypeError):  # (TypeError: unhashable, asked every time)
+        pass
+    spec = _spec_of(tool)
+    try:
+        if len(_SPECS) >= _KEPT:
+            _SPECS.clear()
+        _SPECS[tool] = spec
+    except TypeError:
+        pass
+    return spec
+
+
+def _spec_of(tool: Any) -> ToolSpec:
     if isinstance(tool, ToolSpec):
         return tool
     own = getattr(tool, "__harness_tool__", None)
