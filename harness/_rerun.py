@@ -588,6 +588,7 @@ class _Flowing:
     @contextlib.contextmanager
     def prepared(self, rec: _Recording, path: str, retry: RetryPolicy | None, redact: Redaction) -> Iterator[None]:
         self.redact, self.entrypoint = redact, _entrypoint(rec)
+        self.workflow = rec.rep.workflow or self.w.name  # its name as recorded (run as a script: `__main__:...`)
         yield
 
     def session(
@@ -596,8 +597,8 @@ class _Flowing:
         return _Rerunning(writer, rec.crossings, branch=at, value=value, redact=redact)
 
     def start(self, writer: _Rewriting, session: _Replaying, goal: Any, run_id: str, lineage: dict[str, Any]) -> None:
-        flow = start(writer, self.w.name, goal, run_id, redact=self.redact, fsync=writer.fsync, session=session,
-                     lineage=lineage, entrypoint=self.entrypoint)  # fmt: skip
+        flow = start(writer, self.workflow or self.w.name, goal, run_id, redact=self.redact, fsync=writer.fsync,
+                     session=session, lineage=lineage, entrypoint=self.entrypoint)  # fmt: skip
         run_anywhere(self.w, flow, *_arguments(goal))
 
     def go_on(self, writer: _Rewriting, session: _Replaying, rep: Replay) -> None:
