@@ -31,6 +31,7 @@ Rules kept here:
 
 from __future__ import annotations
 
+import hashlib
 import os
 import random as _random
 import sys
@@ -84,6 +85,10 @@ class Session:
         self.failure: HarnessError | None = None  # kept in case agent code swallows it
         self.answers: deque[Any] = deque()  # human answers for interrupt(), oldest first (see _interrupt)
         self.patches: dict[str, bool] = {}  # harness.patched(): each change id's answer in this run (_history)
+
+    def artifact_served(self, name: str, sha256: str) -> bool:
+        """Whether an artifact of these bytes is already in the trace here (a re-executed workflow's): not again."""
+        return False
 
     @property
     def nested(self) -> bool:
@@ -464,6 +469,8 @@ def artifact(name: str, data: bytes | str | os.PathLike[str]) -> str:
         content = bytes(data)
     else:
         raise HarnessError(f"artifact({name!r}): data must be bytes, a str or a path, not {type(data).__name__}")
+    if session.artifact_served(name, hashlib.sha256(content).hexdigest()):
+        return hashlib.sha256(content).hexdigest()
     digest = session.journal.put_blob(content)
     session.journal.append("artifact", {"name": name, "sha256": digest, "size": len(content)})
     return digest

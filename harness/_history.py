@@ -280,6 +280,9 @@ class Serving(Session):
                 return  # take() says what drifted
             await asyncio.sleep(0.01)
 
+    def artifact_served(self, name: str, sha256: str) -> bool:
+        return self.history.take(self.agents.current(), ARTIFACT, name, {"name": name, "sha256": sha256}) is not None
+
     async def across(self, kind: str, request: Any, acall: Callable[[], Awaitable[T]], match: Match | None = None) -> T:
         if not self.nested:
             check_value("request", request)
@@ -299,7 +302,8 @@ class Resumed(Serving):
         return item.crossing if item is not None else None  # (a question the run paused on: asked live)
 
 
-_WRITES = frozenset({"append", "append_many", "finish", "put_blob"})
+# the journal's methods that write (or, for share, make what follows carry clocks: the resume record goes first)
+_WRITES = frozenset({"append", "append_many", "finish", "put_blob", "share"})
 
 
 class Deferred:

@@ -85,7 +85,9 @@ def resume(
         header = store.replay(path, storage_options=options.get("storage_options")).header
     rules = Redaction.from_header(header.get("redact"), path).plus(redact)
     if workflow is not None:
-        return _resume_workflow(path, header, workflow, answer, rules, planner, tools, verifier, retry, options)
+        if planner is not None or tools is not None or verifier is not None or retry is not None:
+            raise HarnessError("give either workflow= or planner= and tools= (an Executor's agent), not both")
+        return _resume_workflow(path, header, workflow, answer, rules, options)
     if planner is None or tools is None:
         raise HarnessError(f"{path}: resume needs planner= and tools= (an Executor's agent), or workflow=")
     ex = Executor(
@@ -99,18 +101,9 @@ _WORKFLOW_OPTIONS = frozenset({"seal_key", "durability", "storage_options"})
 
 
 def _resume_workflow(
-    path: str,
-    header: dict[str, Any],
-    workflow: Callable[..., Any],
-    answer: Any,
-    rules: Redaction,
-    *agent: Any,
-    **given: Any,
+    path: str, header: dict[str, Any], workflow: Callable[..., Any], answer: Any, rules: Redaction, options: Any
 ) -> Outcome:
     """resume(workflow=W): W.run with the arguments the trace records, resume=True."""
-    planner, tools, verifier, retry, options = agent
-    if planner is not None or tools is not None or verifier is not None or retry is not None:
-        raise HarnessError("give either workflow= or planner= and tools= (an Executor's agent), not both")
     if set(options) - _WORKFLOW_OPTIONS:
         raise TypeError(f"resume(workflow=...) takes {', '.join(sorted(_WORKFLOW_OPTIONS))} as options, not {options}")
     w = workflow if isinstance(workflow, Workflow) else Workflow(workflow)

@@ -801,3 +801,52 @@ def test_a_workflows_golden_trace(pytester: pytest.Pytester, monkeypatch: pytest
     changed = run("!")
     changed.assert_outcomes(failed=1)
     assert "about ducks!" in changed.stdout.str()
+
+
+# --- artifacts, agents after a resume, Ray's tasks --------------------------------------------------------
+
+
+@harness.workflow
+def with_artifact(topic: str) -> Any:
+    text = harness.llm({"prompt": topic}, model)
+    digest = harness.artifact("report.txt", text)
+    harness.call(SEND, to=topic)
+    return digest
+
+
+def test_an_artifact_is_served_on_resume_not_written_twice(trace: Path) -> None:
+    whole = with_artifact.run("eels", trace=trace)
+    cut_after(trace, 4)  # the artifact is in the trace, the unsafe call not yet
+    before = trace.read_bytes()
+    out = with_artifact.run("eels", trace=trace, resume=True)
+    assert out.result == whole.result
+    kinds = [r["kind"] for r in records(trace)]
+    assert kinds.count("artifact") == 1 and trace.read_bytes().startswith(before)
+
+
+@harness.workflow
+def spawns_later(n: int) -> Any:
+    first = harness.llm({"prompt": str(n)}, model)
+    h = harness.spawn("helper", worker, n + 1)
+    return [first, h.join()]
+
+
+def test_a_resumed_run_that_spawns_once_live_writes_clocks_replay_accepts(trace: Path) -> None:
+    whole = spawns_later.run(1, trace=trace)
+    cut_after(trace, 3)  # before the spawn
+    out = spawns_later.run(1, trace=trace, resume=True)
+    assert out.state == "DONE" and out.result == whole.result
+    assert replay(trace).state == "DONE"
+
+
+def test_ray_tasks_of_a_workflow_run_and_resume_in_this_process(tmp_path: Path) -> None:
+    from harness.ray import run_one, tasks
+
+    (task,) = tasks(["ducks"], workflow="test_workflow:research", runs=tmp_path)
+    assert task.workflow and task.agent == "test_workflow:research"
+    out = run_one(task)
+    assert out.state == "DONE" and out.result["sent"] == {"sent": "ducks"}
+    CALLS.clear()
+    assert run_one(task).result == out.result and CALLS == {}  # the retry of a finished task: nothing again
+    with pytest.raises(harness.HarnessError, match="one of them"):
+        tasks(["x"], agent="a:b", workflow="c:d", runs=tmp_path)
