@@ -137,9 +137,9 @@ async def acall(tool: Any, /, **kwargs: Any) -> Any:
     if flow is None:
         out = spec.fn(**_plain(spec, kwargs))
         return await out if inspect.isawaitable(out) else out
-    if flow.history is not None and isinstance(flow.run.session, Serving):  # let sibling tasks take their items
-        session = flow.run.session
-        await session.settled(STEP, spec.name, session.redact(check_value("args", kwargs)))
+    session = flow.run.session
+    if isinstance(session, Serving):  # a re-execution: sibling tasks take their recorded calls first
+        await session.settled(STEP, spec.name, session.redact(check_value("args", kwargs, tool=spec.name)))
     if flow.alock is None:
         flow.alock = asyncio.Lock()
     async with flow.alock:

@@ -268,17 +268,7 @@ class Serving(Session):
         """
         agent = self.agents.current()
         history = self.history
-        deadline = None
-        spins = 0
-        while history.next(agent) is not None and history.find(agent, space, kind, shown, match) is None:
-            if spins < 100:  # served siblings take no time: a few turns of the loop let them all go
-                spins += 1
-                await asyncio.sleep(0)
-                continue
-            deadline = deadline or time.monotonic() + WAIT
-            if time.monotonic() > deadline:
-                return  # take() says what drifted
-            await asyncio.sleep(0.01)
+        await turn(lambda: history.next(agent) is None or history.find(agent, space, kind, shown, match) is not None)
 
     def artifact_served(self, name: str, sha256: str) -> bool:
         return self.history.take(self.agents.current(), ARTIFACT, name, {"name": name, "sha256": sha256}) is not None
@@ -303,6 +293,23 @@ class Resumed(Serving):
 
 
 # the journal's methods that write (or, for share, make what follows carry clocks: the resume record goes first)
+async def turn(ready: Callable[[], bool]) -> None:
+    """Yield to sibling tasks until ready() (WAIT seconds at most: then the caller's own check says what drifted).
+
+    Served siblings take no time: a few turns of the loop let them all go; after that, a short poll.
+    """
+    spins, deadline = 0, None
+    while not ready():
+        if spins < 100:
+            spins += 1
+            await asyncio.sleep(0)
+            continue
+        deadline = deadline or time.monotonic() + WAIT
+        if time.monotonic() > deadline:
+            return
+        await asyncio.sleep(0.01)
+
+
 _WRITES = frozenset({"append", "append_many", "finish", "put_blob", "share"})
 
 

@@ -58,7 +58,7 @@ from ._async import Bridge, bridged, is_async
 from ._boundary import Arrived, Match, Session, differences, same
 from ._errors import HarnessError, ReplayDrift, ReplayViolation, ResumeMismatch, ToolTimeout, TraceUnreadable
 from ._executor import MAX_STEPS, Executor, RetryPolicy, Step, Tool, environment
-from ._history import CROSSING, History, Serving
+from ._history import CROSSING, STEP, History, Serving, turn
 from ._interrupt import Interrupted
 from ._journal import Journal, check_value
 from ._normalize import normalize, normalize_record
@@ -653,6 +653,23 @@ class _Rerunning(Serving, _Replaying):
         if item is not None and item.crossing is not None:
             return item.crossing, True
         return _Replaying.take(self, kind, request, match)  # (a question the run paused on: the recorded answer)
+
+    async def settled(self, space: str, kind: str, shown: Any, match: Match | None = None) -> None:
+        """Also wait for this request's turn in the recording: a task whose crossing (or tool call) the
+        recording holds later than a sibling's waits until the sibling made its own. Served calls return at
+        once, so without the wait a nested gather (inner calls started as outer ones return) would ask in
+        another order than the recorded one and drift; with it, the rerun writes the recorded order."""
+        await super().settled(space, kind, shown, match)
+        if self.live or self.history.next(self.agents.current()) is not None:
+            return
+        if space == STEP:
+            kind, shown, match = "tool", {"tool": kind, "args": shown}, None
+        queue = self.queue()
+
+        def answers(c: Crossing) -> bool:
+            return c.kind == kind and same(kind, c, shown, match)
+
+        await turn(lambda: not queue or answers(queue[0]) or not any(answers(c) for c in queue))
 
 
 def _execute(

@@ -172,9 +172,9 @@ def test_a_gather_of_three_model_calls_killed_midway_resumes_in_a_new_process(tm
     assert r.equal and r.live_calls == 0
 
 
-def test_a_nested_gather_resumes_though_its_inner_calls_start_in_another_order(tmp_path: Path) -> None:
-    """Inner calls start in the order the outer ones returned (random), and all at once when they are served:
-    the resume matches each to its recording by what it is."""
+def test_a_nested_gather_resumes_and_reruns_though_its_inner_calls_start_in_another_order(tmp_path: Path) -> None:
+    """Re-executed, served calls return at once, so an inner call is asked before its siblings' outer ones:
+    the resume matches each to its recording by what it is, and the rerun waits for each one's turn."""
     trace = tmp_path / "run.jsonl"
     base = {**os.environ, "WF_LEDGER": str(tmp_path)}
     first = gathered(trace, "nested", ["x", "y", "z"], base)
@@ -186,6 +186,8 @@ def test_a_nested_gather_resumes_though_its_inner_calls_start_in_another_order(t
     made = len(lines(tmp_path / "model"))
     assert gathered(trace, "nested", ["x", "y", "z"], base) == first
     assert len(lines(tmp_path / "model")) == made + 2  # only the two calls the cut removed
+    r = harness.rerun(trace, workflow=_named("nested"))
+    assert r.equal and r.live_calls == 0
 
 
 def _named(name: str) -> Any:

@@ -117,8 +117,9 @@ async def fan_out(topics: list[str]) -> dict[str, Any]:
 
 @harness.workflow
 async def nested(topics: list[str]) -> list[str]:
-    """Each branch asks twice, the second time once its first answer came: the inner calls start in the
-    order the first ones returned, which differs between a live run and its re-execution."""
+    """Each branch asks twice, the second time once its first answer came. Live, a call returns once every
+    call started before it was written, so the outer calls return in their start order and the trace reads
+    x, y, z, x?, y?, z?; re-executed, a served call returns at once, so x? is asked before y."""
 
     async def branch(t: str) -> str:
         a = await harness.allm({"prompt": t}, slow_model)
