@@ -713,11 +713,35 @@ def test_show_verify_runs_diff_export_and_import_read_a_workflow_trace(tmp_path:
     assert harness.normalize(next((tmp_path / "in").glob("*.jsonl"))) == harness.normalize(trace)
 
 
+STOP = [True]
+
+
+@harness.workflow
+def stops_once(topic: str) -> Any:
+    idea = harness.llm({"prompt": topic}, model)
+    found = harness.call(search, query=idea)
+    if STOP[0]:
+        raise harness.HarnessError("stopped here (a bug fixed before the resume)")
+    return harness.call(SEND, to=found["query"])
+
+
 def test_a_workflow_run_on_object_storage_resumes_there(runs: str) -> None:
     url = runs + "/flow.jsonl"
     whole = research.run("ducks", trace=url)
     assert whole.state == "DONE" and harness.replay(url).returned == whole.result
     assert research.run("ducks", trace=url, resume=True).result == whole.result
+    stopped = runs + "/stopped.jsonl"
+    STOP[0] = True
+    with pytest.raises(harness.HarnessError, match="stopped here"):
+        stops_once.run("eels", trace=stopped)
+    assert harness.replay(stopped).crash is not None
+    STOP[0] = False
+    CALLS.clear()
+    out = stops_once.run("eels", trace=stopped, resume=True)
+    assert out.state == "DONE" and out.result == {"sent": "about eels"}
+    assert CALLS == {"send": ["about eels"]}  # the model and the search were served from the bucket
+    rep = harness.replay(stopped)
+    assert rep.state == "DONE" and rep.resumes == 1
 
 
 def test_the_cli_resumes_recovers_reruns_and_forks_a_workflow(tmp_path: Path) -> None:
