@@ -181,7 +181,8 @@ def _begin(flow: Flow, spec: ToolSpec, kwargs: dict[str, Any]) -> dict[str, Any]
         item = flow.history.take(MAIN, STEP, spec.name, run.session.redact(args))
         if item is not None:
             step = item.step
-            assert step is not None
+            if step is None:
+                raise HarnessError(f"internal error, please report: {flow.history.path}: seq {item.seq} is no call")
             if canonical(step.contract) != canonical(contract):
                 what = f"contract of tool {spec.name!r} (the call at seq {item.seq})"
                 raise ResumeMismatch(flow.history.path, what, step.contract, contract)
@@ -227,8 +228,7 @@ def _reopen(flow: Flow, spec: ToolSpec, step: Step, args: dict[str, Any]) -> dic
     if step.state == "done":
         return _Given(check_value("result", step.result))
     if step.state == "failed":
-        assert step.error is not None
-        return _Given(error=rebuild(step.error))
+        return _Given(error=rebuild(step.error or {"type": "ToolError", "message": "(no error recorded)"}))
     recorded = step.intent
     intent: dict[str, Any] = {k: recorded[k] for k in ("name", "tool", "args", "key", "contract") if k in recorded}
     intent["args"] = args  # the live args (they redact to the recorded ones: matched so)

@@ -103,13 +103,14 @@ class TraceMissing(TraceUnreadable):
 
 
 class ResumeMismatch(HarnessError):
-    """resume=True with a goal or tools other than the ones the trace pins."""
+    """resume=True with a goal or tools other than the ones the trace pins (for a workflow: another workflow,
+    other arguments, or a recorded call's tool with another contract). Nothing was written."""
 
     def __init__(self, path: str, what: str, recorded: Any, given: Any):
         self.path, self.what, self.recorded, self.given = path, what, recorded, given
         super().__init__(
             f"{path}: cannot resume with another {what}: the trace has {recorded!r}, "
-            f"this executor has {given!r}. Resume with the same {what}, or start a new trace."
+            f"this run was given {given!r}. Resume with the same {what}, or start a new trace."
         )
 
 

@@ -565,14 +565,17 @@ class _Agent:
     ) -> _Replaying:
         return _Replaying(writer, rec.crossings, branch=at, value=value, redact=redact)
 
+    def executor(self) -> Executor:
+        if self.ex is None:
+            raise HarnessError("internal error, please report: a re-execution started before its executor was made")
+        return self.ex
+
     def start(self, writer: _Rewriting, session: _Replaying, goal: Any, run_id: str, lineage: dict[str, Any]) -> None:
-        assert self.ex is not None
-        self.ex._start(writer, goal, run_id, session=session, **lineage)
+        self.executor()._start(writer, goal, run_id, session=session, **lineage)
 
     def go_on(self, writer: _Rewriting, session: _Replaying, rep: Replay) -> None:
-        assert self.ex is not None
         session.again = deque(rep.resumable_crossings())  # what Executor resume serves again
-        self.ex._continue(writer, session, rep)
+        self.executor()._continue(writer, session, rep)
 
 
 class _Flowing:

@@ -413,8 +413,7 @@ def go_on(
             aside = set_aside(rep.path, rep.end) if rep.torn_tail else None
             seam = {"set_aside": os.path.basename(aside) if aside else None, "env": environment(entrypoint)}
             real.continue_after(rep.last_seq, rep.crc, rep.end, ("resume", seam), start=rep.header["ts"])
-            if answer is not NO_ANSWER:
-                assert rep.question is not None
+            if answer is not NO_ANSWER and rep.question is not None:  # (_Opened refused an answer with none)
                 real.append("answer", {"op": rep.question["seq"], "answer": answer}, sync=True, user=("answer",))
             if back:  # back to PLAN, where the function asks its question again and gets the answer
                 run.move(S.PLAN, sync=True)
