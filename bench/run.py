@@ -9,7 +9,7 @@ noise on a shared machine falls on both sides alike; no absolute time is a
 result. The data come from `trace_records()`, a seeded generator of the
 records a real run writes (transitions with small args, an LLM crossing on
 every other step, results of a few hundred bytes, a retry now and then),
-written through `harness._journal.Journal` so that every trace is valid.
+written through `harness.trace.journal.Journal` so that every trace is valid.
 
 Clocks: both are read for every sample. The append lines are judged on
 wall-clock time, since waiting for the disk is part of their cost (SQLite
@@ -100,10 +100,10 @@ import orjson
 
 import harness
 from harness import Executor, Step, Tool, replay
-from harness._journal import SCHEMA, SUFFIX, Journal, check_value, encode
-from harness._replay import _CHUNK, request_hash
 from harness.testing import read_records
 from harness.testing import write_trace as forge
+from harness.trace.journal import SCHEMA, SUFFIX, Journal, check_value, encode
+from harness.trace.reader import _CHUNK, request_hash
 
 Append = tuple[str, dict[str, Any], tuple[str, ...]]  # kind, fields, fields to check: one Journal.append call
 

@@ -4,17 +4,16 @@ An Executor drives PLAN -> ACT -> VERIFY -> CHECKPOINT ... DONE/FAILED and
 streams every transition to one append-only JSONL trace; `@workflow` runs a
 plain function on the same state machine; `replay()` rebuilds the run from
 that file and refuses a trace that cannot support its story.
+
+The public API is this package's names, and the modules `harness.store`,
+`harness.bundle`, `harness.http`, `harness.ray`, `harness.pytest_plugin`,
+`harness.testing` and `harness.viewer`. The subpackages (`storage`, `trace`,
+`runtime`, `review`, `ops`) are private layers, each importing only the ones
+below it; nothing inside harness imports this package (docs/ARCHITECTURE.md).
 """
 
-from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
-from ._agents import Handle, Message, current_agent, join, receive, send, spawn
-from ._annotations import annotate, annotations
-from ._async import AsyncHandle, aspawn
-from ._boundary import aboundary, allm, artifact, boundary, llm, now, random, uuid4
-from ._calls import acall, call
-from ._diff import Diff, diff
 from ._errors import (
     HarnessError,
     HttpRecordingError,
@@ -33,28 +32,31 @@ from ._errors import (
     TraceUnreadable,
     VerificationFailed,
 )
-from ._executor import Executor, Outcome, RetryPolicy, Step, Tool
-from ._history import patched
-from ._interrupt import Interrupted, interrupt
-from ._migrate import Migrated, migrate
-from ._normalize import normalize
-from ._reconcile import reconcile
-from ._recorder import Recorder
-from ._recover import Recovered, recover, resume
-from ._redact import MARKER, Redaction, RedactionRuleError
-from ._replay import Artifact, Checkpoint, Crossing, Replay, replay
-from ._rerun import Rerun, fork, rerun
-from ._runs import RunInfo, list_runs
-from ._seal import Sealed, Verification, seal, verify
-from ._timers import sleep
-from ._workflow import Workflow, workflow
 from .bundle import Bundled, BundleError, export, import_bundle
+from .ops.reconcile import reconcile
+from .ops.recover import Recovered, recover, resume
+from .review.diff import Diff, diff
+from .review.normalize import normalize
+from .review.rerun import Rerun, fork, rerun
+from .review.runs import RunInfo, list_runs
+from .runtime.agents import Handle, Message, current_agent, join, receive, send, spawn
+from .runtime.boundary import aboundary, allm, artifact, boundary, llm, now, random, uuid4
+from .runtime.bridge import AsyncHandle, aspawn
+from .runtime.calls import acall, call
+from .runtime.environment import VERSION as __version__
+from .runtime.executor import Executor, Outcome, RetryPolicy, Step
+from .runtime.history import patched
+from .runtime.interrupt import Interrupted, interrupt
+from .runtime.recorder import Recorder
+from .runtime.timers import sleep
+from .runtime.tool import Tool
+from .runtime.workflow import Workflow, workflow
 from .store import FenceLost
-
-try:  # the distribution is harness-trace: `harness` on the package index is an unrelated project
-    __version__ = version("harness-trace")
-except PackageNotFoundError:  # running from a source tree that was never installed
-    __version__ = "0+unknown"
+from .trace.annotations import annotate, annotations
+from .trace.migrate import Migrated, migrate
+from .trace.reader import Artifact, Checkpoint, Crossing, Replay, replay
+from .trace.redact import MARKER, Redaction, RedactionRuleError
+from .trace.verify import Sealed, Verification, seal, verify
 
 
 def __getattr__(name: str) -> Any:

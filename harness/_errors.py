@@ -132,6 +132,17 @@ class RedactedArgs(HarnessError):
         )
 
 
+class NotATool(HarnessError, TypeError):
+    """harness.call() of something it cannot call. `tool` is what it was given."""
+
+    def __init__(self, tool: Any, problem: str):
+        self.tool = tool
+        super().__init__(
+            f"harness.call() needs a function, a harness.Tool or an object with a __harness_tool__ ToolSpec; "
+            f"{problem}. Nothing was written."
+        )
+
+
 class HttpRecordingError(HarnessError, ValueError):
     """A harness.http option, or an http exchange, that cannot be recorded or served.
 
@@ -184,3 +195,12 @@ class ReplayDrift(HarnessError):
     def __init__(self, message: str, *, seq: int, line: int, fields: dict[str, tuple[Any, Any]], agent: str = "main"):
         self.seq, self.line, self.fields, self.agent = seq, line, fields, agent
         super().__init__(message)
+
+
+def error_of(e: BaseException) -> dict[str, str]:
+    """Any exception as a record holds it (the `error` of a crossing, a crash, an exit): its class and message.
+
+    runtime/boundary.py's rebuild() turns it back into an exception.
+    """
+    cls = type(e)
+    return {"type": f"{cls.__module__}.{cls.__qualname__}", "message": str(e)}

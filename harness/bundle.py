@@ -35,10 +35,10 @@ from dataclasses import dataclass
 
 import orjson
 
-from . import _blobs
-from ._annotations import annotations_path
 from ._errors import HarnessError, TraceCorruption, TraceUnreadable
-from .store import is_url
+from .storage import blobs as _blobs
+from .storage import is_url
+from .trace.annotations import annotations_path
 
 FORMAT, VERSION = "harness-bundle", 1
 MANIFEST = "manifest.json"
@@ -69,7 +69,7 @@ class Bundled:
 
 def _sealed_refusal(trace: str) -> str | None:
     """None when the run at trace is sealed and intact, else why not and what to do."""
-    from ._replay import replay
+    from .trace.reader import replay
 
     try:
         rep = replay(trace)
@@ -92,7 +92,7 @@ def _sealed_refusal(trace: str) -> str | None:
 
 def export(traces: Iterable[str | os.PathLike[str]], out: str | os.PathLike[str]) -> Bundled:
     """Write the sealed runs at `traces` (with their blobs and annotations) to the zip `out`."""
-    from ._replay import replay
+    from .trace.reader import replay
 
     paths = [os.fspath(t) for t in traces]
     target = os.fspath(out)
@@ -153,8 +153,8 @@ def export(traces: Iterable[str | os.PathLike[str]], out: str | os.PathLike[str]
 
 def _fetched(url: str, staging: str) -> str:
     """A local copy of the run at url, under its own name in a folder of staging, with its blobs and notes."""
-    from ._annotations import annotations
-    from .store import open as open_store
+    from .storage import open as open_store
+    from .trace.annotations import annotations
 
     url = url.rstrip("/")
     location = open_store(url)
@@ -275,7 +275,7 @@ def import_bundle(
     max_ratio: float = MAX_RATIO,
 ) -> Bundled:
     """Check the bundle, then add its runs, blobs and annotations to the runs folder `into`."""
-    from ._replay import replay
+    from .trace.reader import replay
 
     path, target = os.fspath(bundle), os.fspath(into)
     try:
@@ -356,15 +356,15 @@ def _place_on_store(
     As into a folder: everything is compared before anything is written (a
     run or note already there with other bytes is refused), then blobs go
     first, each run's notes next, and each trace last, as its run's first
-    segment (created only if absent: store/_publish.py), so a trace is never
+    segment (created only if absent: storage/publish.py), so a trace is never
     visible before its blobs.
     """
     import io
 
-    from ._annotations import annotations
-    from .store import open as open_store
-    from .store._notes import add_note
-    from .store._publish import place_blobs, publish
+    from .storage import open as open_store
+    from .storage.notes import add_note
+    from .storage.publish import place_blobs, publish
+    from .trace.annotations import annotations
 
     target = target.rstrip("/")
     blobs = open_store(target).child(_blobs.FOLDER)
@@ -435,8 +435,8 @@ def runs_in(folder: str | os.PathLike[str]) -> list[str]:
     """Every trace in a runs folder (or under a runs URL), by name."""
     path = os.fspath(folder)
     if is_url(path):
-        from .store import open as open_store
-        from .store._runs import run_segments
+        from .storage import open as open_store
+        from .storage.listing import run_segments
 
         return sorted(f"{path.rstrip('/')}/{name}" for name in run_segments(open_store(path)))
     try:

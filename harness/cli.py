@@ -64,9 +64,9 @@ def _show(args: argparse.Namespace) -> int:
 
     import orjson
 
-    from ._annotations import annotations
     from ._errors import TraceCorruption
-    from ._show import View, show_trace
+    from .review.show import View, show_trace
+    from .trace.annotations import annotations
 
     view: View = "timeline"
     if args.golden or args.json or args.record is not None:
@@ -103,7 +103,7 @@ def _replay(args: argparse.Namespace) -> int:
     import orjson
 
     from ._errors import TraceCorruption
-    from ._replay import replay
+    from .trace.reader import replay
 
     try:
         rep = replay(args.trace)
@@ -144,15 +144,26 @@ def _diff_setup(p: argparse.ArgumentParser) -> None:
     p.add_argument("a", help="a trace (or golden file)")
     p.add_argument("b", help="the trace to compare it with")
     p.add_argument("--format", choices=("text", "markdown", "json"), default="text", help="default: text")
+    p.add_argument(
+        "--ignore", action="append", default=[], metavar="PATH",
+        help="leave this field out (repeatable): request.url, response.body.usage, *.id; "
+        "added to [tool.harness] golden_ignore of the nearest pyproject.toml",
+    )  # fmt: skip
+    p.add_argument(
+        "--no-defaults", action="store_true",
+        help="compare what the default rules leave out (a loopback port, request ids, a model response's ids)",
+    )  # fmt: skip
 
 
 @command("diff", "Compare two traces after normalization. Exit 0 equal, 1 different, 2 error.", _diff_setup)
 def _diff(args: argparse.Namespace) -> int:
     import orjson
 
-    from ._diff import diff
+    from .review.diff import diff
+    from .review.normalize import project_rules
 
-    result = diff(args.a, args.b)
+    rules = project_rules(os.getcwd())[0].plus(args.ignore, False if args.no_defaults else None)
+    result = diff(args.a, args.b, ignore=rules.ignore, defaults=rules.defaults)
     if args.format == "json":
         sys.stdout.buffer.write(orjson.dumps(result.as_json(), option=orjson.OPT_INDENT_2) + b"\n")
     elif args.format == "markdown":
@@ -182,7 +193,7 @@ def _reconcile_args(p: argparse.ArgumentParser) -> None:
 def _reconcile(args: argparse.Namespace) -> int:
     import orjson
 
-    from ._reconcile import reconcile
+    from .ops.reconcile import reconcile
 
     result = None
     if args.happened:
@@ -219,7 +230,7 @@ def _runs_setup(p: argparse.ArgumentParser) -> None:
 def _runs(args: argparse.Namespace) -> int:
     import orjson
 
-    from ._runs import list_runs
+    from .review.runs import list_runs
 
     wanted = {s.strip() for given in args.status or () for s in given.split(",") if s.strip()}
     unknown = sorted(wanted - set(STATUSES))
@@ -276,7 +287,7 @@ def _agent_or_workflow(p: argparse.ArgumentParser, *, required: bool, fork: bool
 
 def _agent_of(args: argparse.Namespace) -> dict[str, Any]:
     """The agent the command re-executes or resumes, as keyword arguments: planner/tools/verifier, or workflow."""
-    from ._rerun import load_agent, load_workflow
+    from .review.rerun import load_agent, load_workflow
 
     if args.workflow is not None:
         return {"workflow": load_workflow(args.workflow)}
@@ -312,7 +323,7 @@ def _rerun_setup(p: argparse.ArgumentParser) -> None:
 @command("rerun", "Re-execute a recorded run, every boundary served from the recording (0 live calls).", _rerun_setup)
 def _rerun(args: argparse.Namespace) -> int:
     from ._errors import ReplayDrift, ReplayViolation
-    from ._rerun import rerun
+    from .review.rerun import rerun
 
     agent = _agent_of(args)
     try:
@@ -324,7 +335,7 @@ def _rerun(args: argparse.Namespace) -> int:
     except HarnessError:
         raise
     except Exception as e:  # the agent's own failure: its cause, not a traceback
-        from .store import exists
+        from .storage import exists
 
         kept = f"; what was written up to it is in {args.out}" if args.out and exists(args.out) else ""
         print(f"harness rerun: the agent raised {_cause(e)}{kept}", file=sys.stderr)
@@ -343,29 +354,56 @@ def _fork_setup(p: argparse.ArgumentParser) -> None:
     _agent_arg(p)
     p.add_argument("--at", required=True, type=int, metavar="SEQ", help="seq of the crossing to change (see `show`)")
     value = p.add_mutually_exclusive_group(required=True)
-    value.add_argument("--set", metavar="JSON", help="the new response of that crossing, as JSON")
+    value.add_argument(
+        "--set", action="append", metavar="PATH=VALUE",
+        help="replace one field of the recorded response (repeatable): VALUE is JSON, or a bare string when it "
+        "does not parse; PATH as `show` prints the response (stream.message.content for a streamed reply). "
+        "A whole JSON value alone replaces the whole response",
+    )  # fmt: skip
     value.add_argument("--set-text", metavar="TEXT", help="the new response of that crossing: this string")
     p.add_argument("--out", help="the child trace, a path or URL (default: <child run id>.jsonl beside the parent)")
 
 
-@command("fork", "Re-execute a run up to a crossing, answer it with another value, and run the rest live.", _fork_setup)
-def _fork(args: argparse.Namespace) -> int:
+def _settings(given: list[str]) -> tuple[Any, dict[str, Any] | None]:
+    """(whole value, None) for `--set JSON` alone; (None, {path: value}) for `--set PATH=VALUE` ones."""
     import orjson
 
+    whole, fields = [], {}
+    for text in given:
+        try:
+            whole.append(orjson.loads(text))  # no PATH=VALUE is valid JSON: `=` stands only inside a string there
+            continue
+        except orjson.JSONDecodeError as e:
+            why = e
+        path, eq, raw = text.partition("=")
+        if not eq or not path.strip():
+            raise HarnessError(
+                f"--set {text!r} is neither valid JSON ({why}) nor PATH=VALUE (stream.message.content=hello); "
+                "for the whole response as a string, --set-text TEXT"
+            )
+        try:
+            fields[path.strip()] = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            fields[path.strip()] = raw  # a bare string: --set stream.message.content=yes, go ahead
+    if whole and (fields or len(whole) > 1):
+        raise HarnessError("--set: give either one whole JSON value, or PATH=VALUE settings, not both")
+    return (whole[0], None) if whole else (None, fields)
+
+
+@command("fork", "Re-execute a run up to a crossing, answer it with another value, and run the rest live.", _fork_setup)
+def _fork(args: argparse.Namespace) -> int:
     from ._errors import ReplayDrift, ReplayViolation
-    from ._rerun import fork
+    from .review.rerun import fork
 
     value: Any = args.set_text
+    fields = None
     if args.set is not None:
-        try:
-            value = orjson.loads(args.set)
-        except orjson.JSONDecodeError as e:
-            hint = " (for a string, --set-text TEXT)" if not args.set.lstrip().startswith('"') else ""
-            raise HarnessError(f"--set is not valid JSON: {e}{hint}") from None
+        value, fields = _settings(args.set)
+    change: dict[str, Any] = {"value": value} if fields is None else {"set": fields}
     agent = _agent_of(args)
     try:
         redact = _redact_rules(args)
-        r = fork(args.trace, at=args.at, value=value, **agent, out=args.out, redact=redact)
+        r = fork(args.trace, at=args.at, **agent, out=args.out, redact=redact, **change)
     except (ReplayDrift, ReplayViolation) as e:
         print(f"{args.trace}:{e.line}: {type(e).__name__}: {e}", file=sys.stderr)
         return 1
@@ -414,8 +452,8 @@ def _run_options(p: argparse.ArgumentParser) -> None:
 def _resume(args: argparse.Namespace) -> int:
     import orjson
 
-    from ._executor import NO_ANSWER
-    from ._recover import resume
+    from .ops.recover import resume
+    from .runtime.executor import NO_ANSWER
 
     answer = NO_ANSWER
     if args.answer is not None:
@@ -468,7 +506,7 @@ def _recover_setup(p: argparse.ArgumentParser) -> None:
 def _recover(args: argparse.Namespace) -> int:
     import orjson
 
-    from ._recover import recover
+    from .ops.recover import recover
 
     if args.parallel < 1:
         raise HarnessError(f"--parallel {args.parallel}: give at least 1")
@@ -496,7 +534,7 @@ def _recover(args: argparse.Namespace) -> int:
 
 
 def _show_diff(recording: str, records: list[dict[str, Any]]) -> None:
-    from ._diff import diff
+    from .review.diff import diff
 
     for line in diff(recording, records).lines(a="recording", b="rerun", limit=20):
         print(line)
@@ -547,7 +585,7 @@ def _seal_setup(p: argparse.ArgumentParser) -> None:
 
 @command("seal", "Seal a run that ended without a seal; a sealed trace is immutable.", _seal_setup)
 def _seal(args: argparse.Namespace) -> int:
-    from ._seal import seal
+    from .trace.verify import seal
 
     done = seal(args.trace, seal_key=args.key)
     how = "keyed (HMAC-SHA256)" if done.keyed else "unkeyed (content hash)"
@@ -559,7 +597,7 @@ def _seal(args: argparse.Namespace) -> int:
     "verify", "Check the seal, every blob and every line. Exit 0 sealed and intact, 1 not, 2 unreadable.", _seal_setup
 )
 def _verify(args: argparse.Namespace) -> int:
-    from ._seal import verify
+    from .trace.verify import verify
 
     v = verify(args.trace, seal_key=args.key)
     print("\n".join(v.report()))
@@ -574,7 +612,7 @@ def _annotate_setup(p: argparse.ArgumentParser) -> None:
 
 @command("annotate", "Add a note to a run, beside its trace and outside its seal.", _annotate_setup)
 def _annotate(args: argparse.Namespace) -> int:
-    from ._annotations import annotate, annotations_path
+    from .trace.annotations import annotate, annotations_path
 
     annotate(args.trace, args.key, args.note)
     print(f"{args.trace}: noted in {annotations_path(args.trace)}")
@@ -604,8 +642,8 @@ def _import_setup(p: argparse.ArgumentParser) -> None:
 
 @command("import", "Check a bundle completely, then add its runs to a runs folder.", _import_setup)
 def _import(args: argparse.Namespace) -> int:
-    from ._runs import runs_dir
     from .bundle import import_bundle
+    from .storage import runs_dir
 
     done = import_bundle(args.bundle, runs_dir(args.into))
     same = f", {len(done.skipped)} already there" if done.skipped else ""
@@ -624,7 +662,7 @@ def _migrate_setup(p: argparse.ArgumentParser) -> None:
 
 @command("migrate", "Upgrade a trace of an older schema in place, keeping a backup.", _migrate_setup)
 def _migrate(args: argparse.Namespace) -> int:
-    from ._migrate import migrate
+    from .trace.migrate import migrate
 
     m = migrate(args.trace, out=args.out)
     if m.backup is None:
@@ -659,8 +697,8 @@ def _compact_setup(p: argparse.ArgumentParser) -> None:
     _compact_setup,
 )
 def _compact(args: argparse.Namespace) -> int:
-    from .store import is_url
-    from .store._compact import compact, compact_runs
+    from .ops.compact import compact, compact_runs
+    from .storage import is_url
 
     if not is_url(args.trace):
         raise HarnessError(f"{args.trace}: a local trace is one file already; compact takes a trace URL on a store")

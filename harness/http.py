@@ -21,9 +21,11 @@ What a crossing holds (all JSON):
   raised again, as the same httpx exception class, on rerun.
 
 Rules kept here:
-- matching (`match_on`, `ignore_query`, `ignore_body`) decides which part of a
-  request must equal the recorded one; the request is stored whole (redacted),
-  and both sides are cut down the same way before they are compared;
+- matching (`match_on`, `ignore_query`, `ignore_body`, `any_local_port`)
+  decides which part of a request must equal the recorded one; the request is
+  stored whole (redacted), and both sides are cut down the same way before
+  they are compared; by default the port of a loopback host (127.0.0.1,
+  localhost, ::1) does not count: a test's model server binds a free port;
 - the response body reaches the client decoded (no content-encoding), and a
   JSON body is served as the same JSON value, not necessarily the same bytes;
 - while recording, a response (streamed ones too) is read whole before the
@@ -48,10 +50,10 @@ from typing import Any
 
 import orjson
 
-from ._boundary import aboundary, active, boundary
 from ._errors import HarnessError, HttpRecordingError
-from ._journal import problem
-from ._redact import Redaction, Rule, at, parse_path
+from .runtime.boundary import aboundary, active, boundary
+from .trace.journal import problem
+from .trace.redact import Redaction, Rule, at, parse_path
 
 try:
     import httpx
@@ -82,12 +84,15 @@ class Matcher:
     headers, body. `ignore_query`: query parameter names left out of the
     url/query. `ignore_body`: JSON paths left out of a JSON body
     (`$.timestamp`, `$.metadata.request_id`, `$.messages[*].id`).
+    `any_local_port`: a request to a loopback host (127.0.0.1, localhost,
+    ::1) matches whatever its port (False: the port counts, as any other's).
     Calling it on a recorded request gives what is compared (and hashed).
     """
 
     on: tuple[str, ...] = MATCH_ON
     ignore_query: frozenset[str] = frozenset()
     ignore_body: tuple[str, ...] = ()
+    any_local_port: bool = True
     _paths: tuple[tuple[str | int, ...], ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -106,7 +111,7 @@ class Matcher:
         if not isinstance(request, dict):
             return request
         out: dict[str, Any] = {}
-        url = _url_parts(request.get("url"), self.ignore_query)
+        url = _url_parts(request.get("url"), self.ignore_query, self.any_local_port)
         for f in self.on:
             if f == "method":
                 out[f] = str(request.get("method", "")).upper()
@@ -126,15 +131,17 @@ class Matcher:
         return out
 
 
-def _url_parts(url: Any, ignore: frozenset[str]) -> dict[str, Any]:
+def _url_parts(url: Any, ignore: frozenset[str], any_local_port: bool) -> dict[str, Any]:
     if not isinstance(url, str):
         return {"url": url}
     u = httpx.URL(url)
+    local = any_local_port and (u.host in ("localhost", "::1", "0.0.0.0") or u.host.startswith("127."))
     query: dict[str, Any] = {}  # name -> value, or its values in order when repeated; names in any order
     for k, v in u.params.multi_items():
         if k not in ignore:
             query[k] = [*query[k], v] if isinstance(query.get(k), list) else [query[k], v] if k in query else v
-    return {"scheme": u.scheme, "host": u.host, "port": u.port, "path": u.path, "query": dict(sorted(query.items()))}
+    port = "any" if local else u.port  # a loopback host's: a test server's free port
+    return {"scheme": u.scheme, "host": u.host, "port": port, "path": u.path, "query": dict(sorted(query.items()))}
 
 
 def _names(names: Iterable[str]) -> tuple[str, ...]:
@@ -242,8 +249,9 @@ class _Recording:
         skip_headers: Iterable[str],
         redact: Redaction | Iterable[Rule] | None,
         max_body: int = MAX_BODY,
+        any_local_port: bool = True,
     ):
-        self.match = Matcher(_names(match_on), frozenset(_names(ignore_query)), _names(ignore_body))
+        self.match = Matcher(_names(match_on), frozenset(_names(ignore_query)), _names(ignore_body), any_local_port)
         self.skip = _skip(_names(skip_headers))
         self.redact = Redaction.of(redact)
         if type(max_body) is not int or max_body < 1:
@@ -399,6 +407,7 @@ def transport(
     redact: Redaction | Iterable[Rule] | None = None,
     wrap: httpx.BaseTransport | None = None,
     max_body: int = MAX_BODY,
+    any_local_port: bool = True,
     **options: Any,
 ) -> RecordingTransport:
     """An httpx transport that records each request as an `http` crossing inside a run.
@@ -410,10 +419,13 @@ def transport(
     requests, responses and the messages of errors.
     `max_body`: the most bytes of one response read while recording
     (HttpRecordingError beyond; default MAX_BODY, 16 MiB).
+    `any_local_port=False`: the port of 127.0.0.1 / localhost / ::1 counts
+    when a request is matched with its recording (by default it does not).
     See the module docstring for matching.
     """
     inner = wrap if wrap is not None else httpx.HTTPTransport(**options)
-    return RecordingTransport(inner, _Recording(match_on, ignore_query, ignore_body, skip_headers, redact, max_body))
+    recording = _Recording(match_on, ignore_query, ignore_body, skip_headers, redact, max_body, any_local_port)
+    return RecordingTransport(inner, recording)
 
 
 def async_transport(
@@ -425,9 +437,10 @@ def async_transport(
     redact: Redaction | Iterable[Rule] | None = None,
     wrap: httpx.AsyncBaseTransport | None = None,
     max_body: int = MAX_BODY,
+    any_local_port: bool = True,
     **options: Any,
 ) -> AsyncRecordingTransport:
     """transport() for `httpx.AsyncClient` (and `openai.AsyncOpenAI(http_client=...)`)."""
     inner = wrap if wrap is not None else httpx.AsyncHTTPTransport(**options)
-    recording = _Recording(match_on, ignore_query, ignore_body, skip_headers, redact, max_body)
+    recording = _Recording(match_on, ignore_query, ignore_body, skip_headers, redact, max_body, any_local_port)
     return AsyncRecordingTransport(inner, recording)

@@ -7,6 +7,15 @@ of records) normalizes the trace and compares it with
 goldens whose test is gone as unused (under pytest-xdist too: the extension
 is importable by name, which is how xdist's controller rebuilds it).
 
+What is compared is `normalize()`'s view under the project's rules:
+`[tool.harness]` in the rootdir's pyproject.toml (`golden_ignore`, field
+paths marked `<ignored>`; `golden_defaults = false` turns the default rules
+off), plus what one assertion adds: `golden_trace(ignore=[...],
+defaults=...)`. A golden is read through the same rules before it is
+compared, so one recorded before a rule was added (or by an older harness:
+a model stream as its chunks, a port) still matches; `--snapshot-update`
+writes it again as it would be written today.
+
 The first line of a failure says what moved: the seq (in the received
 trace), kind, from -> to, step and attempt of the first record that differs,
 then its changed fields, then every other difference, compact, because
@@ -34,16 +43,28 @@ dependency) pytest still starts, and the fixture says what to install.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Generator, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import pytest
 
-from ._diff import diff
 from ._errors import HarnessError
-from ._normalize import RERECORD, Loaded, normalize, parse_golden, render, stale
+from .review.diff import diff_with
+from .review.normalize import (
+    RERECORD,
+    RULES,
+    Loaded,
+    Rules,
+    normalize_record,
+    normalize_with,
+    parse_golden,
+    project_rules,
+    render,
+    stale,
+)  # fmt: skip
 
 try:  # syrupy is optional: without it pytest still starts, and golden_trace says what to install
     from syrupy.assertion import SnapshotAssertion
@@ -57,10 +78,11 @@ if TYPE_CHECKING:
     from syrupy.location import PyTestLocation
     from syrupy.types import PropertyFilter, PropertyMatcher, SerializableData, SerializedData
 
-__all__ = ["GoldenTraceExtension", "golden_trace"]
+__all__ = ["GoldenTrace", "GoldenTraceExtension", "golden_trace"]
 
 GOLDEN_START = b'{"format":"harness-golden"'  # the first bytes of every golden file, any version
 _UNUSED = pytest.StashKey[tuple[list[Path], bool]]()  # the unused goldens found, and whether they were deleted
+_RULES = pytest.StashKey[Rules]()  # the project's rules, read once per session
 
 
 if HAVE_SYRUPY:
@@ -71,6 +93,8 @@ if HAVE_SYRUPY:
         _write_mode = WriteMode.TEXT
         file_extension = "jsonl"
         snapshot_dirname = "golden"
+        rules: Rules = RULES  # set per assertion by the fixture: the project's, plus golden_trace(ignore=...)
+        updating = False  # --snapshot-update: a golden that matches only through today's rules is written again
 
         @classmethod
         def dirname(cls, *, test_location: PyTestLocation) -> str:
@@ -86,50 +110,100 @@ if HAVE_SYRUPY:
             include: PropertyFilter | None = None,
             matcher: PropertyMatcher | None = None,
         ) -> SerializedData:
-            return render(normalize(data))
+            return render(normalize_with(data, self.rules), self.rules)
 
         def matches(self, *, serialized_data: SerializableData, snapshot_data: SerializableData) -> bool:
             if serialized_data == snapshot_data:
                 return True
-            try:  # same records written differently (hand-edited spacing, key order) still match
+            if self.updating:  # not byte for byte: written again as today's rules and harness write it
+                return False
+            try:  # the golden read through today's rules; spelling (spacing, key order) does not count
                 received = parse_golden(str(serialized_data), "received")
-                return bool(received == parse_golden(str(snapshot_data), "golden"))
+                golden = parse_golden(str(snapshot_data), "golden")
+                return received == [normalize_record(r, rules=self.rules) for r in golden]
             except HarnessError:
                 return False
 
         def diff_lines(self, serialized_data: SerializedData, snapshot_data: SerializedData) -> Iterator[str]:
             """What moved, most important first: pytest keeps only the first lines of a message."""
-            golden = str(snapshot_data)
-            if not golden:
-                yield "the golden trace is missing or empty; record it with `pytest --snapshot-update`"
-                return
-            why = stale(golden.splitlines()[0])
-            if why:
-                yield f"stale golden trace: {why}; {RERECORD}"
-                return
+            return explain(str(serialized_data), str(snapshot_data), self.rules)
+
+    class GoldenTrace(SnapshotAssertion):
+        """syrupy's assertion with harness's options: `golden_trace(ignore=[...], defaults=False, name=...)`."""
+
+        __hash__ = SnapshotAssertion.__hash__
+
+        @property
+        def golden(self) -> GoldenTraceExtension:
+            return cast(GoldenTraceExtension, self.extension)
+
+        def __call__(
+            self,
+            *,
+            ignore: str | list[str] | tuple[str, ...] | None = None,
+            defaults: bool | None = None,
+            **options: Any,
+        ) -> GoldenTrace:  # syrupy's options, and two of harness's
+            if ignore is None and defaults is None:
+                return super().__call__(**options)  # type: ignore[return-value]
+            rules = self.golden.rules.plus(ignore, defaults)  # FieldPathError for a path it cannot read
+            super().__call__(extension_class=GoldenTraceExtension, **options)  # a fresh extension, this once
+            self.golden.rules, self.golden.updating = rules, self.update_snapshots
+            return self
+
+        def __eq__(self, other: Any) -> bool:
+            rules = self.golden.rules  # before syrupy puts the options back
             try:
-                result = diff(Loaded.golden(golden, "golden"), Loaded.golden(str(serialized_data), "received"))
-            except HarnessError as e:
-                yield f"unreadable golden trace: {e}"
-                return
-            if result.equal:  # the records match; only their spelling differs
-                yield "golden trace equal record for record, not byte for byte; re-record it with `--snapshot-update`"
-                return
-            lines = result.lines(a="golden", b="received", limit=30)
-            yield f"golden trace differs: {next(lines)}"
-            yield from lines
+                return super().__eq__(other)
+            finally:
+                self.__dict__.setdefault("rules_used", {})[self.num_executions - 1] = rules
+
+
+def explain(received: str, golden: str, rules: Rules) -> Iterator[str]:
+    """The lines of a golden trace failure: what moved, most important first."""
+    if not golden:
+        yield "the golden trace is missing or empty; record it with `pytest --snapshot-update`"
+        return
+    why = stale(golden.splitlines()[0])
+    if why:
+        yield f"stale golden trace: {why}; {RERECORD}"
+        return
+    try:
+        result = diff_with(Loaded.golden(golden, "golden", rules), Loaded.golden(received, "received", rules))
+    except HarnessError as e:
+        yield f"unreadable golden trace: {e}"
+        return
+    if result.equal:  # the records match; only their spelling differs
+        yield "golden trace equal record for record, not byte for byte; re-record it with `--snapshot-update`"
+        return
+    lines = result.lines(a="golden", b="received", limit=30)
+    yield f"golden trace differs: {next(lines)}"
+    yield from lines
 
 
 @pytest.fixture
 def golden_trace(request: pytest.FixtureRequest) -> Any:
     """Compare a trace with its golden: `assert golden_trace == outcome` (or a path, a Replay, records).
 
-    Name several goldens in one test with `golden_trace(name="crash")`.
+    Name several goldens in one test with `golden_trace(name="crash")`; leave
+    fields out with `golden_trace(ignore=["response.body.usage"])` (added to
+    the project's `[tool.harness] golden_ignore`), the default rules with
+    `defaults=False`.
     """
     if not HAVE_SYRUPY:
         pytest.fail("golden_trace needs syrupy: pip install 'syrupy>=6' (or 'harness-trace[pytest]')", pytrace=False)
     snapshot: SnapshotAssertion = request.getfixturevalue("snapshot")
-    return snapshot.use_extension(GoldenTraceExtension)
+    config = request.config
+    if _RULES not in config.stash:
+        try:
+            config.stash[_RULES] = project_rules(config.rootpath)[0]
+        except HarnessError as e:
+            pytest.fail(f"golden_trace: {e}", pytrace=False)
+    options = {f.name: getattr(snapshot, f.name) for f in dataclasses.fields(SnapshotAssertion) if f.init}
+    options["extension_class"] = GoldenTraceExtension
+    assertion = GoldenTrace(**options)
+    assertion.golden.rules, assertion.golden.updating = config.stash[_RULES], snapshot.update_snapshots
+    return assertion
 
 
 @pytest.hookimpl(wrapper=True)
@@ -147,13 +221,15 @@ def pytest_assertrepr_compare(config: pytest.Config, op: str, left: Any, right: 
 
 
 def _explain(assertion: SnapshotAssertion, *, detailed: bool) -> list[str]:
-    result = assertion.executions[assertion.num_executions - 1]
+    n = assertion.num_executions - 1
+    result = assertion.executions[n]
     location = result.snapshot_location
     if result.exception is not None:
         return [f"golden trace not compared: {result.exception}"]
     if result.recalled_data is None:
         return [f"golden trace missing: {location} does not exist; record it with `pytest --snapshot-update`"]
-    lines = list(assertion.extension.diff_lines(result.asserted_data or "", result.recalled_data))
+    rules = assertion.__dict__.get("rules_used", {}).get(n, RULES)  # what this assertion compared under
+    lines = list(explain(str(result.asserted_data or ""), str(result.recalled_data), rules))
     return [*lines, f"golden: {location}"] if detailed else lines[:1]
 
 

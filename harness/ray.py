@@ -31,9 +31,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from ._errors import HarnessError
-from ._executor import Outcome
-from ._journal import canonical, check_value
-from .store import is_url, join
+from .runtime.executor import Outcome
+from .storage import is_url, join
+from .trace.journal import canonical, check_value
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,7 +85,7 @@ def tasks(
     if (agent is None) == (workflow is None):
         raise HarnessError("give agent='module:factory' (an Executor's agent) or workflow='module:attr', one of them")
     if workflow is not None:
-        from ._rerun import load_workflow
+        from .review.rerun import load_workflow
 
         load_workflow(workflow)  # here, not on every worker: a closure or a lambda cannot be imported there
     spec = agent or workflow or ""
@@ -128,8 +128,8 @@ def read_goals(path: str | os.PathLike[str]) -> list[Any]:
 
 def run_one(task: Task) -> Outcome:
     """Run (or resume) one task's goal in this process: what each Ray task does."""
-    from ._executor import Executor
-    from ._rerun import load_agent, load_workflow
+    from .review.rerun import load_agent, load_workflow
+    from .runtime.executor import Executor
 
     try:
         if task.workflow:

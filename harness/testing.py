@@ -24,8 +24,8 @@ from typing import Any
 import orjson
 
 from ._errors import ToolError
-from ._executor import Step
-from ._journal import encode
+from .runtime.executor import Step
+from .trace.journal import encode
 
 __all__ = [
     "FakeLLM",

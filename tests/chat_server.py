@@ -2,10 +2,13 @@
 
 POST /v1/chat/completions answers "echo: <last message>" (in words, one SSE
 event per word when `stream` is true, sent with chunked transfer encoding).
-Every answer carries a fresh id and the time, so two live runs differ. The
-server notes each request's path, Authorization header and JSON body in
-`seen`. POST /echo answers its JSON body and query back (for plain httpx
-tests). Anything else is a 404.
+POST /v1/responses does the same in the responses API's shape (its stream:
+named `response.*` events as OpenAI sends them, a delta per word), and when
+the request offers a tool and the input says "call <name>", the answer is a
+call of that tool instead. Every answer carries a fresh id and the time, so
+two live runs differ. The server notes each request's path, Authorization
+header and JSON body in `seen`. POST /echo answers its JSON body and query
+back (for plain httpx tests). Anything else is a 404.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from urllib.parse import parse_qsl, urlsplit
 
 
 class ChatServer:
-    def __init__(self) -> None:
+    def __init__(self, port: int = 0) -> None:  # 0: a free port
         self.seen: list[dict[str, Any]] = []
         self._ids = itertools.count(1)
         self._open: set[Any] = set()  # live connections, closed by stop() (keep-alive would outlive shutdown)
@@ -53,6 +56,8 @@ class ChatServer:
                 server.seen.append({"path": url.path, "authorization": self.headers.get("authorization"), "body": body})
                 if url.path == "/v1/chat/completions":
                     server.chat(self, body)
+                elif url.path == "/v1/responses":
+                    server.responses(self, body)
                 elif url.path == "/echo":
                     self.send_json(200, {"body": body, "query": dict(parse_qsl(url.query))}, cookie=True)
                 else:
@@ -74,7 +79,7 @@ class ChatServer:
                 self.wfile.flush()
 
         self.Handler = Handler
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", port), Handler)
         self.httpd.daemon_threads = True
         self.port = self.httpd.server_address[1]
         self.url = f"http://127.0.0.1:{self.port}"
@@ -104,6 +109,62 @@ class ChatServer:
                      "choices": [{"index": 0, "delta": {"content": piece}, "finish_reason": None}]}  # fmt: skip
             h.send_chunk(b"data: " + json.dumps(event).encode() + b"\n\n")
         h.send_chunk(b"data: [DONE]\n\n")
+        h.wfile.write(b"0\r\n\r\n")
+        h.wfile.flush()
+
+    def responses(self, h: Any, body: dict[str, Any]) -> None:
+        given = body["input"]
+        last = given if isinstance(given, str) else given[-1]["content"]
+        n = next(self._ids)
+        tools = [t["name"] for t in body.get("tools") or [] if t.get("type") == "function"]
+        called = next((t for t in tools if f"call {t}" in last), None)
+        if called is not None:
+            arguments = json.dumps({"about": last})
+            item: dict[str, Any] = {"id": f"fc_{n}", "type": "function_call", "status": "completed",
+                                    "call_id": f"call_{n}", "name": called, "arguments": arguments}  # fmt: skip
+        else:
+            item = {"id": f"msg_{n}", "type": "message", "status": "completed", "role": "assistant",
+                    "content": [{"type": "output_text", "text": f"echo: {last}", "annotations": []}]}  # fmt: skip
+        usage = {"input_tokens": 3, "output_tokens": len(last.split()) + 1, "total_tokens": 9}
+        response = {
+            "id": f"resp_{n}", "object": "response", "created_at": int(time.time()), "status": "completed",
+            "model": body["model"], "output": [item], "usage": usage, "error": None, "incomplete_details": None,
+            "instructions": body.get("instructions"), "tools": body.get("tools") or [], "parallel_tool_calls": True,
+        }  # fmt: skip
+        if not body.get("stream"):
+            h.send_json(200, response)
+            return
+        h.send_response(200)
+        h.send_header("content-type", "text/event-stream")
+        h.send_header("transfer-encoding", "chunked")
+        h.end_headers()
+        seq = itertools.count()
+
+        def event(kind: str, **fields: Any) -> None:
+            data = json.dumps({"type": kind, "sequence_number": next(seq), **fields})
+            h.send_chunk(f"event: {kind}\ndata: {data}\n\n".encode())
+
+        event("response.created", response={**response, "status": "in_progress", "output": [], "usage": None})
+        event("response.in_progress", response={**response, "status": "in_progress", "output": [], "usage": None})
+        if item["type"] == "message":
+            event("response.output_item.added", output_index=0, item={**item, "status": "in_progress", "content": []})
+            part = item["content"][0]
+            where = {"item_id": item["id"], "output_index": 0, "content_index": 0}
+            event("response.content_part.added", **where, part={**part, "text": ""})
+            words = part["text"].split(" ")
+            for i, word in enumerate(words):
+                event("response.output_text.delta", **where, delta=word if i == 0 else " " + word, logprobs=[])
+            event("response.output_text.done", **where, text=part["text"], logprobs=[])
+            event("response.content_part.done", **where, part=part)
+        else:
+            event("response.output_item.added", output_index=0, item={**item, "arguments": "", "status": "in_progress"})
+            where = {"item_id": item["id"], "output_index": 0}
+            half = len(item["arguments"]) // 2
+            for piece in (item["arguments"][:half], item["arguments"][half:]):
+                event("response.function_call_arguments.delta", **where, delta=piece)
+            event("response.function_call_arguments.done", **where, arguments=item["arguments"])
+        event("response.output_item.done", output_index=0, item=item)
+        event("response.completed", response=response)
         h.wfile.write(b"0\r\n\r\n")
         h.wfile.flush()
 

@@ -13,7 +13,7 @@ import pytest
 
 import harness
 from harness import Executor, HarnessError, ReplayDrift, Step, TraceCorruption
-from harness._normalize import render
+from harness.review.normalize import render
 from harness.testing import read_records, write_trace
 
 
@@ -539,7 +539,7 @@ def test_agents_left_running_when_the_run_raises_write_nothing_after_it(tmp_path
 
 
 def test_show_golden_of_a_run_with_agents_is_its_normalized_view(tmp_path: Path) -> None:
-    from harness._show import show_trace
+    from harness.review.show import show_trace
 
     trace = tmp_path / "t.jsonl"
     Executor(planner=pair, tools={"noop": noop}, trace=trace).run("g")
@@ -631,7 +631,7 @@ def test_two_threads_crossing_as_one_agent_at_once_fail_the_run_instead_of_losin
 
 
 def test_the_stray_thread_error_recommends_spawn_only(tmp_path: Path) -> None:
-    from harness._boundary import Session
+    from harness.runtime.boundary import Session
 
     message = str(Session(None).stray("now"))
     assert "harness.spawn()" in message and "copy_context" not in message

@@ -14,7 +14,7 @@ from children import kill_at
 
 import harness
 from harness import Executor, Step
-from harness._boundary import _active
+from harness.runtime.boundary import _active
 from harness.testing import read_records
 
 
@@ -292,7 +292,7 @@ def test_a_crossing_whose_earlier_sibling_waits_on_its_caller_is_written_after_a
 ) -> None:
     """Task b sets the event task a's model waits on, once b's own crossing returned: written in start order,
     b's record would wait for a's and a for b's caller, for ever. After TURN_WAIT b is written out of order."""
-    monkeypatch.setattr(harness._boundary, "TURN_WAIT", 0.2)
+    monkeypatch.setattr(harness.runtime.boundary, "TURN_WAIT", 0.2)
 
     async def main() -> Any:
         ev = asyncio.Event()

@@ -12,7 +12,7 @@ import orjson
 import pytest
 
 from harness import Executor, ToolError, diff, normalize, replay
-from harness._normalize import render
+from harness.review.normalize import render
 from harness.testing import ScriptedTool, counter, fixed_plan, read_records, steps, write_trace
 
 HARNESS = shutil.which("harness") or str(Path(sys.executable).parent / "harness")
@@ -257,7 +257,8 @@ def test_fork_set_text_gives_a_string_value(tmp_path: Path) -> None:
     both = fork_cli(tmp_path, "--at", at, "--set", '"x"', "--set-text", "x", "--out", "other.jsonl")
     assert both.returncode == 2 and "not allowed with argument" in both.stderr
     bare = fork_cli(tmp_path, "--at", at, "--set", "deny", "--out", "other.jsonl")  # a string needs JSON quotes
-    assert bare.returncode == 2 and "--set is not valid JSON" in bare.stderr and "--set-text TEXT" in bare.stderr
+    assert bare.returncode == 2 and "--set 'deny' is neither valid JSON" in bare.stderr
+    assert "--set-text TEXT" in bare.stderr
     assert not (tmp_path / "other.jsonl").exists()
 
 

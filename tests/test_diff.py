@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +13,7 @@ from hypothesis import strategies as st
 
 import harness
 from harness import Executor, HarnessError, Tool, ToolError, TraceCorruption, diff, normalize
-from harness._normalize import render
+from harness.review.normalize import render
 from harness.testing import ScriptedTool, counter, fixed_plan, read_records, steps, write_trace
 
 FIRST_KEYS = {"seq_a", "seq_b", "line_a", "line_b", "kind", "from", "to", "step", "attempt", "changes"}
@@ -376,7 +377,7 @@ def test_a_trace_walked_from_either_end_gives_the_same_lines_whatever_the_window
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Every place a read window can end (inside a line, on its newline, just after it) gives the same lines."""
-    import harness._normalize as N
+    import harness.review.normalize as N
 
     trace = run(tmp_path / "a.jsonl", counter(), n=3)
     data = trace.read_bytes()
@@ -387,3 +388,42 @@ def test_a_trace_walked_from_either_end_gives_the_same_lines_whatever_the_window
         side = N.Loaded.trace(str(trace))
         assert list(side.forward()) == list(zip(lines, starts, strict=True)), window
         assert list(side.backward()) == list(zip(lines, starts, strict=True))[::-1], window
+
+
+# --- the changed characters of a value, as the viewer's diff page marks them --------------------------------------
+
+
+def marks(old: Any, new: Any, width: int = 600) -> tuple[list[str], list[str]]:
+    from harness.review.diff import marked
+
+    m = marked(old, new, width)
+    return [m["old"][a:b] for a, b in m["old_marks"]], [m["new"][a:b] for a, b in m["new_marks"]]
+
+
+def test_the_changed_words_of_a_value_are_marked() -> None:
+    assert marks("the quick brown fox jumps", "the quick red fox jumped") == (["brown", "jumps"], ["red", "jumped"])
+    assert marks({"a": 1, "b": [1, 2, 3]}, {"a": 2, "b": [1, 2, 4]}) == (["1", "3"], ["2", "4"])
+    assert marks(10, 11) == (["10"], ["11"])  # never half a word
+    assert marks("echo: hi", "echo: hi!") == ([], ["!"])
+    assert marks("a reply", "something else entirely") == (["a reply"], ["something else entirely"])  # mostly new
+    assert marks([1], [1]) == ([], [])
+    long_a, long_b = "x " * 500 + "hello world " + "y " * 500, "x " * 500 + "hello there " + "y " * 500
+    m_a, m_b = marks(long_a, long_b, width=100)  # a window around the first difference, as `harness diff` cuts it
+    assert (m_a, m_b) == (["world"], ["there"])
+
+
+WORDS = st.lists(st.sampled_from(["a", "b", "cc", " ", ", ", "dd", "1", "22", "é"]), max_size=12).map("".join)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(max_size=40) | WORDS, st.text(max_size=40) | WORDS)
+def test_marks_cover_every_difference_and_lie_inside_the_text(a: str, b: str) -> None:
+    from harness.review.diff import spans
+
+    old, new = spans(a, b)
+    for text, found in ((a, old), (b, new)):
+        assert all(0 <= lo < hi <= len(text) for lo, hi in found)
+        assert all(x[1] <= y[0] for x, y in itertools.pairwise(found))  # in order, apart
+    keep_a = "".join(c for i, c in enumerate(a) if not any(lo <= i < hi for lo, hi in old))
+    keep_b = "".join(c for i, c in enumerate(b) if not any(lo <= i < hi for lo, hi in new))
+    assert keep_a.split() == keep_b.split()  # unmarked: what they share (a mark may take the spaces between words)

@@ -20,8 +20,8 @@ from hypothesis import strategies as st
 
 import harness
 from harness import Executor, HarnessError, NotSerializable, ResumeMismatch, Step, Tool, ToolError, TraceCorruption
-from harness._journal import encode
 from harness.cli import main
+from harness.trace.journal import encode
 
 
 class Crash(Exception):

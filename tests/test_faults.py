@@ -30,7 +30,7 @@ from typing import Any
 import pytest
 
 import harness
-import harness._journal as journal_module
+import harness.trace.journal as journal_module
 from harness import Executor, JournalError, Step, Tool, ToolError, TraceCorruption
 
 REAL_WRITE, REAL_FSYNC, REAL_SYNC = os.write, os.fsync, journal_module._fsync

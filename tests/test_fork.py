@@ -227,7 +227,7 @@ def test_cli_fork_then_diff_reports_the_branch_point(tmp_path: Path) -> None:
     assert "name: parent 'read', fork 'rename'" in drift.stderr
     assert not (tmp_path / "bad.jsonl").exists()
     bad_input = [
-        (["--set", "{nope"], "--set is not valid JSON"),
+        (["--set", "{nope"], "--set '{nope' is neither valid JSON"),
         (["--set", "1", "--at", "2"], "does not carry a crossing"),
     ]
     for args, why in bad_input:

@@ -15,7 +15,7 @@ from syrupy.assertion import SnapshotAssertion
 
 import harness
 from harness import Executor, RetryPolicy, Step, Tool, ToolError, VerificationFailed, normalize
-from harness._normalize import render
+from harness.review.normalize import render
 from harness.testing import FakeLLM, ScriptedTool, counter, fixed_plan, power_cut, read_records, steps
 
 

@@ -7,6 +7,7 @@ port then refuses connections), and re-executes: any live call would fail.
 from __future__ import annotations
 
 import asyncio
+import os
 import socket
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -20,9 +21,12 @@ from harness import Executor, Recorder, ReplayDrift, Step, fork, replay, rerun
 
 httpx = pytest.importorskip("httpx", reason="harness.http needs httpx: pip install -e '.[test]'")
 
+import stream_agent  # noqa: E402  # after the skip: it needs httpx
 from chat_server import ChatServer  # noqa: E402
 
+from harness import cli  # noqa: E402
 from harness import http as hhttp  # noqa: E402  # after the skip: it needs httpx
+from harness.review.stream import assemble, http_view  # noqa: E402
 
 KEY = "sk-test-REALKEY0123456789abcdefXYZ"
 OTHER_KEY = "sk-test-OTHERKEY9876543210zyxwvuABC"
@@ -450,3 +454,191 @@ def test_the_transports_own_rules_apply_to_a_recorded_error(tmp_path: Path) -> N
     assert b"S3CRETSIGNATURE" not in (tmp_path / "run.jsonl").read_bytes()
     (cross,) = http_crossings(tmp_path / "run.jsonl")
     assert cross.error is not None and "sig=[REDACTED]" in cross.error["message"]
+
+
+# --- model streams read as their message, and forked by one field -----------------------------------------------
+
+QUESTIONS = {"questions": ["what is a journal", "why append only"]}
+
+
+def streamed(url: str, trace: Path, api: str = "chat", asynchronous: bool = False) -> harness.Outcome:
+    planner, tools, _ = stream_agent.make_agent(url, api, asynchronous)
+    return Executor(planner=planner, tools=tools, trace=trace).run(QUESTIONS)
+
+
+def noted(trace: Path) -> list[Any]:
+    return [c.result["noted"] for c in replay(trace).checkpoints]
+
+
+def test_a_streamed_reply_reads_as_its_text_in_show_and_in_the_golden(
+    server: ChatServer, trace: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    streamed(server.url, trace)
+    raw = [orjson.dumps(c.response) for c in http_crossings(trace)]
+    assert all(b"chat.completion.chunk" in r for r in raw)  # the trace keeps the chunks, to serve them again
+    assert cli.main(["show", str(trace), "--width", "200"]) == 0
+    shown = capsys.readouterr().out
+    assert '"message":{"content":"echo: what is a journal"}' in shown and "chat.completion.chunk" not in shown
+    assert len(shown.splitlines()) < 40  # two model calls, 12 records: not the chunks, one a line
+    golden = [r for r in harness.normalize(trace) if r.get("boundary") == "http"]
+    assert [r["response"]["stream"]["message"]["content"] for r in golden] == [
+        "echo: what is a journal",
+        "echo: why append only",
+    ]
+    assert golden[0]["response"]["stream"]["id"] == "<ignored>" and "chunks" not in golden[0]["response"]
+    assert golden[0]["request"]["url"] == "http://127.0.0.1:<port>/v1/chat/completions"
+    assert len(orjson.dumps(golden[0])) < len(raw[0])
+
+
+@pytest.mark.parametrize(
+    ("api", "asynchronous"), [("chat", False), ("chat", True), ("responses", False)], ids=["chat", "async", "responses"]
+)
+def test_fork_set_changes_the_text_of_a_streamed_reply(
+    server: ChatServer, trace: Path, api: str, asynchronous: bool
+) -> None:
+    streamed(server.url, trace, api, asynchronous)
+    assert noted(trace) == ["echo: what is a journal", "echo: why append only"]
+    last = http_crossings(trace)[-1]
+    server.stop()  # the fork calls no model: up to the branch it is served, the branch is the new reply
+    text = 'because a crash cannot tear what is written: ünïcode ✓, "quotes"\nand lines'
+    planner, tools, _ = stream_agent.make_agent(server.url, api, asynchronous)
+    child = trace.parent / "child.jsonl"
+    r = fork(trace, at=last.seq, set={"stream.message.content": text}, planner=planner, tools=tools, out=child)
+    assert r.state == "DONE" and len(server.seen) == 2  # live after the branch: the note tool, not the model
+    assert noted(child) == ["echo: what is a journal", text]  # the real client read the re-chunked stream
+    forked = http_crossings(child)[-1].response
+    assert "chunks" in forked and harness.diff(trace, child).first.changes[0].field == "response.stream.message.content"
+    assert rerun(child, planner=planner, tools=tools).equal  # the new stream serves again, chunk for chunk
+
+
+def test_fork_set_of_a_field_that_is_not_there_names_it_and_what_is(server: ChatServer, trace: Path) -> None:
+    streamed(server.url, trace)
+    at = http_crossings(trace)[-1].seq
+    planner, tools, _ = stream_agent.make_agent(server.url)
+    child = trace.parent / "child.jsonl"
+    with pytest.raises(harness.HarnessError) as e:
+        fork(trace, at=at, set={"message.content": "x"}, planner=planner, tools=tools, out=child)
+    assert str(e.value) == (
+        f"field path 'message.content': the recorded http response at seq {at} of {trace} has no key 'message': "
+        "it is an object with keys status, headers, stream"
+    )
+    with pytest.raises(
+        harness.HarnessError,
+        match=r"stream\.message in the recorded .* has no key 'text': it is an object with keys content",
+    ):
+        fork(trace, at=at, set={"stream.message.text": "x"}, planner=planner, tools=tools, out=child)
+    with pytest.raises(harness.HarnessError, match="cannot carry that message"):
+        fork(trace, at=at, set={"stream.message.content": 42}, planner=planner, tools=tools, out=child)
+    with pytest.raises(harness.HarnessError, match=r"exactly one of value= .* and set="):
+        fork(trace, at=at, value={}, set={"status": 500}, planner=planner, tools=tools, out=child)
+    with pytest.raises(harness.HarnessError, match="exactly one of value="):
+        fork(trace, at=at, planner=planner, tools=tools, out=child)
+    with pytest.raises(harness.HarnessError, match="names one field"):
+        fork(trace, at=at, set={"stream.*": 1}, planner=planner, tools=tools, out=child)
+    assert not child.exists() and len(server.seen) == 2
+    shown = http_view(http_crossings(trace)[-1].response)  # a whole value in the shown form is re-chunked too
+    shown["stream"]["message"]["content"] = "whole"
+    fork(trace, at=at, value=shown, planner=planner, tools=tools, out=child)
+    assert noted(child)[-1] == "whole"
+
+
+def test_harness_fork_set_path_value_from_the_command_line(server: ChatServer, tmp_path: Path) -> None:
+    import shutil
+    import subprocess
+    import sys
+
+    shutil.copy(Path(__file__).with_name("stream_agent.py"), tmp_path / "stream_agent.py")
+    parent = tmp_path / "parent.jsonl"
+    streamed(server.url, parent)
+    at = http_crossings(parent)[-1].seq
+    harness_cli = [sys.executable, "-m", "harness.cli", "fork", "parent.jsonl", "--agent", "stream_agent:make_agent"]
+    env = {**os.environ, "MODEL_URL": server.url}
+
+    def fork_cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([*harness_cli, *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+
+    out = fork_cli("--at", str(at), "--set", "stream.message.content=no, and here is why", "--set",
+                   'stream.finish_reason="stop"', "--out", "child.jsonl")  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert noted(tmp_path / "child.jsonl")[-1] == "no, and here is why"  # a bare string: VALUE is not JSON
+    assert assemble(http_crossings(tmp_path / "child.jsonl")[-1].response["chunks"])["finish_reason"] == "stop"
+    bad = fork_cli("--at", str(at), "--set", "stream.message.words=x", "--out", "other.jsonl")
+    assert bad.returncode == 2 and bad.stdout == "" and len(bad.stderr.splitlines()) == 1
+    assert (
+        "'stream.message.words'" in bad.stderr and "has no key 'words': it is an object with keys content" in bad.stderr
+    )
+    mixed = fork_cli("--at", str(at), "--set", '{"status": 200}', "--set", "status=500", "--out", "other.jsonl")
+    assert mixed.returncode == 2 and "either one whole JSON value, or PATH=VALUE settings" in mixed.stderr
+    assert not (tmp_path / "other.jsonl").exists() and len(server.seen) == 2
+
+
+def test_harness_diff_leaves_out_a_moved_port_and_ignores_what_it_is_told(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    traces = [str(tmp_path / "a.jsonl"), str(tmp_path / "b.jsonl")]
+    servers = [ChatServer(), ChatServer()]  # both up at once: two ports for sure
+    try:  # the same agent twice, its model server on another port each time
+        for server, trace in zip(servers, traces, strict=True):
+            streamed(server.url, Path(trace))
+    finally:
+        for server in servers:
+            server.stop()
+    monkeypatch.chdir(tmp_path)
+    assert harness.diff(*traces).equal
+    assert cli.main(["diff", *traces]) == 0
+    assert capsys.readouterr().out == "equal after normalization (12 records)\n"
+
+    exact = harness.diff(*traces, defaults=False)
+    assert "request.url" in {c.field for m in exact.moved for c in m.changes}
+    assert cli.main(["diff", *traces, "--no-defaults"]) == 1
+    assert "request.url:" in capsys.readouterr().out
+
+    volatile = ["--ignore", "request.url", "--ignore", "response.stream.created", "--ignore", "response.stream.id"]
+    assert cli.main(["diff", *traces, "--no-defaults", *volatile]) == 0
+    assert harness.diff(*traces, defaults=False, ignore=["request.url", "**.created", "response.stream.id"]).equal
+    capsys.readouterr()
+    (tmp_path / "pyproject.toml").write_text(
+        '[tool.harness]\ngolden_defaults = false\ngolden_ignore = ["**.created", "response.stream.id"]\n'
+    )
+    assert cli.main(["diff", *traces, "--format", "json"]) == 1  # the project's rules: the time ignored, the port not
+    changed = orjson.loads(capsys.readouterr().out)["changed"]
+    assert [c["field"] for m in changed for c in m["changes"]] == ["request.url"] * 2
+    assert cli.main(["diff", *traces, "--ignore", "request.url"]) == 0
+    assert cli.main(["diff", *traces, "--ignore", "request[url"]) == 2
+    assert "field path 'request[url': cannot read it at character 8" in capsys.readouterr().err
+
+
+def test_a_rerun_matches_a_local_model_server_on_another_port_unless_told_the_port_counts(
+    server: ChatServer, trace: Path
+) -> None:
+    streamed(server.url, trace)
+    server.stop()
+    elsewhere = f"http://127.0.0.1:{closed_port()}"  # the next test server binds another free port
+    planner, tools, _ = stream_agent.make_agent(elsewhere)
+    assert rerun(trace, planner=planner, tools=tools).equal
+    strict = hhttp.transport(any_local_port=False)
+    assert strict.recording.match.any_local_port is False
+
+    def strict_planner(goal: Any, progress: list[Any]) -> Step | None:
+        with httpx.Client(transport=strict) as client:
+            if progress:
+                return None
+            body = {
+                "model": "test-model",
+                "messages": [{"role": "user", "content": "what is a journal"}],
+                "stream": True,
+            }
+            client.post(elsewhere + "/v1/chat/completions", json=body)
+        return Step(name="ask 0", tool="note", args={"question": "q", "answer": "a"})
+
+    with pytest.raises(ReplayDrift) as drift:
+        rerun(trace, planner=strict_planner, tools=tools)
+    assert "url.port" in str(drift.value)
+    remote = hhttp.Matcher()({"url": "https://api.example.com:8443/v1"})["url"]
+    assert remote["port"] == 8443 and hhttp.Matcher()({"url": "http://localhost:5/v1"})["url"]["port"] == "any"
+
+
+def closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])

@@ -27,7 +27,7 @@ from children import kill_in_call
 
 import harness
 from harness import Executor, Step, TraceCorruption, replay
-from harness._index import ENTRY, INTERVAL, load, path_of, resume_point
+from harness.trace.index import ENTRY, INTERVAL, load, path_of, resume_point
 
 PAD = "x" * 600  # results this size make a trace pass INTERVAL in about a hundred steps
 
@@ -346,7 +346,7 @@ def test_power_loss_leaves_any_index_and_resume_still_finishes_exactly(
     tmp_path: Path, seed: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """fsync mode: cut the trace back to one of its synced lengths, and the unsynced index anywhere."""
-    import harness._journal as journal_module
+    import harness.trace.journal as journal_module
 
     rng = random.Random(seed)
     trace = tmp_path / "run.jsonl"
@@ -408,14 +408,14 @@ def test_harness_resume_reads_the_trace_from_the_mark_too(tmp_path: Path, monkey
         Executor(planner=planner, tools={"t": lambda i: {"i": i}}, trace=trace, max_steps=None).run("g")
     assert os.path.exists(f"{trace}.idx")
     scans: list[str] = []
-    real = harness._replay._scan
+    real = harness.trace.reader._scan
 
     def counted(path: str, f: Any, on_record: Any = None, origin: Any = None) -> Any:
         scans.append("full" if origin is None else "from-mark")
         return real(path, f, on_record, origin=origin) if origin is not None else real(path, f, on_record)
 
-    monkeypatch.setattr(harness._replay, "_scan", counted)
-    monkeypatch.setattr(harness._index, "_scan", counted)
+    monkeypatch.setattr(harness.trace.reader, "_scan", counted)
+    monkeypatch.setattr(harness.trace.index, "_scan", counted)
     out = harness.resume(trace, planner=planner, tools={"t": lambda i: {"i": i}}, max_steps=None)
     assert out.state == "DONE" and scans == ["from-mark"]
 

@@ -19,10 +19,10 @@ from hypothesis import strategies as st
 
 import harness
 from harness import Executor, JournalError, NotSerializable, Step, TraceLocked, TraceUnreadable, replay
-from harness import _journal as journal_module
-from harness._journal import Journal
-from harness._replay import attempt_of
 from harness.testing import FakeLLM, counter, fixed_plan, read_records, steps
+from harness.trace import journal as journal_module
+from harness.trace.journal import Journal
+from harness.trace.reader import attempt_of
 
 Run = Callable[..., harness.Outcome]  # the `run` fixture of conftest.py
 

@@ -19,8 +19,8 @@ import pytest
 
 import harness
 from harness import Executor, Step, Tool, TraceExists, TraceLocked
-from harness._journal import Journal
 from harness.cli import main
+from harness.trace.journal import Journal
 
 STEPS = [Step("one", "hold", {"n": 1}), Step("two", "hold", {"n": 2})]
 

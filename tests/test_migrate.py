@@ -116,7 +116,7 @@ def test_the_cli_migrates_and_says_where_the_backup_is(old: Path) -> None:
 
 
 def test_a_failed_migration_leaves_the_original_byte_identical(old: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import harness._migrate as m
+    import harness.trace.migrate as m
 
     trace = old / "crash_resume.jsonl"
     before = trace.read_bytes()
@@ -133,7 +133,7 @@ def test_a_failed_migration_leaves_the_original_byte_identical(old: Path, monkey
 
 KILL = """
 import os, signal, sys
-import harness._migrate as m
+import harness.trace.migrate as m
 def die(tmp):
     os.kill(os.getpid(), signal.SIGKILL)  # after the migrated file is written, before it is renamed
 m._check = die

@@ -16,7 +16,7 @@ import pytest
 
 import harness
 from harness import Executor, HarnessError, Recorder, Step, Tool, ToolError, replay
-from harness._boundary import rebuild
+from harness.runtime.boundary import rebuild
 from harness.testing import ScriptedTool, fixed_plan, steps
 
 
@@ -90,7 +90,7 @@ def test_a_crossing_interrupted_by_a_base_exception_does_not_hide_later_crossing
 
 def test_rebuilding_a_recorded_error_never_imports_a_module(tmp_path: Path) -> None:
     code = (
-        "import sys; from harness._boundary import rebuild\n"
+        "import sys; from harness.runtime.boundary import rebuild\n"
         "e = rebuild({'type': 'this.Nothing', 'message': 'm'})\n"
         "print(type(e).__name__, 'this' in sys.modules)\n"
     )

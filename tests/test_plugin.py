@@ -9,10 +9,13 @@ decide whether it is a worker.
 
 from __future__ import annotations
 
+import importlib
 import re
 import shutil
+import tempfile
 from pathlib import Path
 
+import orjson
 import pytest
 import syrupy
 from syrupy.extensions.base import SnapshotCollectionStorage
@@ -313,3 +316,159 @@ def test_a_file_in_a_golden_folder_that_is_not_a_golden_is_left_alone(project: p
     assert run(project, "alone").ret == 0
     assert run(project, "alone", "--snapshot-update").ret == 0
     assert notes.read_text() == '{"mine": true}\n'
+
+
+# --- goldens of a model agent: what varies between runs is left out, what matters is not ---------------------------
+
+MODEL_AGENT = """
+import os
+
+import pytest
+from chat_server import ChatServer
+from stream_agent import make_agent
+
+from harness import Executor
+
+GOAL = {{"questions": [{question!r}]}}
+
+
+@pytest.fixture
+def server():
+    s = ChatServer(int(os.environ["CHAT_PORT"]))  # the port the outer test chose: another one each run
+    yield s
+    s.stop()
+
+
+def test_agent(server, tmp_path, golden_trace):
+    planner, tools, _ = make_agent(server.url)
+    outcome = Executor(planner=planner, tools=tools, trace=tmp_path / "run.jsonl").run(GOAL)
+    assert golden_trace{options} == outcome
+"""
+
+
+def free_ports(n: int) -> list[int]:
+    """n distinct ports of 127.0.0.1 that were free a moment ago."""
+    import socket
+
+    socks = [socket.socket() for _ in range(n)]
+    try:
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def old_http_line(port: int) -> str:
+    """The golden line of the agent's model call as harness 0.1.0 wrote it: the port and every chunk kept."""
+    import stream_agent
+    from chat_server import ChatServer
+
+    from harness import Executor
+    from harness.review.normalize import DROP
+    from harness.testing import read_records
+
+    server = ChatServer(port)
+    try:
+        with tempfile.TemporaryDirectory() as folder:
+            planner, tools, _ = stream_agent.make_agent(server.url)
+            trace = Path(folder) / "run.jsonl"
+            Executor(planner=planner, tools=tools, trace=trace).run({"questions": ["what is a journal"]})
+            (http,) = [r for r in read_records(trace) if r.get("boundary") == "http"]
+    finally:
+        server.stop()
+    assert "chunks" in http["response"]
+    return orjson.dumps({k: v for k, v in http.items() if k not in DROP}, option=orjson.OPT_SORT_KEYS).decode()
+
+
+def model_project(project: pytest.Pytester, question: str, options: str = "") -> Path:
+    pytest.importorskip("openai", reason="the model agent drives the real openai client")
+    # imported here, before the in-process runs: pytester forgets the modules a run imported, and a second run
+    # importing httpx again would meet the first run's classes in the openai client
+    importlib.import_module("harness.http")
+    tests = project.path / "tests"
+    for helper in ("chat_server.py", "stream_agent.py"):
+        shutil.copy(Path(__file__).with_name(helper), tests / helper)
+    (tests / "test_model.py").write_text(MODEL_AGENT.format(question=question, options=options))
+    return tests / "golden" / "test_model" / "test_agent.jsonl"
+
+
+def at_port(project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, port: int, *args: str) -> pytest.RunResult:
+    monkeypatch.setenv("CHAT_PORT", str(port))
+    return run(project, "alone", *args)
+
+
+def test_a_model_agent_s_golden_still_matches_when_its_server_moves_to_another_port(
+    project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    first, second = free_ports(2)
+    golden = model_project(project, "what is a journal")
+    recorded = at_port(project, monkeypatch, first, "--snapshot-update")
+    assert recorded.ret == 0, recorded.stdout.str()
+    lines = golden.read_text().splitlines()
+    (http,) = [orjson.loads(line) for line in lines if '"boundary":"http"' in line]
+    assert http["request"]["url"] == "http://127.0.0.1:<port>/v1/chat/completions"  # the port, not the URL, left out
+    assert http["response"]["stream"] == {  # the streamed reply as its text; the server's id and time left out
+        "api": "chat.completions", "created": "<ignored>", "finish_reason": None, "id": "<ignored>",
+        "message": {"content": "echo: what is a journal"}, "model": "test-model",
+    }  # fmt: skip
+    assert max(map(len, lines)) < 600 and "chunk" not in golden.read_text()
+
+    moved = at_port(project, monkeypatch, second)  # the same agent, its model server on another port
+    assert moved.ret == 0, moved.stdout.str()
+    moved.stdout.fnmatch_lines(["*1 snapshot passed*"])
+
+    # a golden an older harness wrote (the stream as its chunks, the port as it was) is read through today's rules
+    # until --snapshot-update writes it as today's harness does
+    old = [line if '"boundary":"http"' not in line else old_http_line(first) for line in lines]
+    golden.write_text("\n".join(old) + "\n")
+    assert at_port(project, monkeypatch, second).ret == 0
+    rewritten = at_port(project, monkeypatch, second, "--snapshot-update")
+    rewritten.stdout.fnmatch_lines(["*1 snapshot updated*"])
+    assert golden.read_text().splitlines() == lines
+
+    model_project(project, "why append only")  # a real change: another question, another answer
+    changed = at_port(project, monkeypatch, first)
+    assert changed.ret == 1
+    said = "\n".join(first_error_lines(changed, 12))
+    assert 'response.stream.message.content: "echo: what is a journal" -> "echo: why append only"' in said
+    assert 'request.body.messages[0].content: "what is a journal" -> "why append only"' in said
+    assert "request.url" not in said and "created" not in said
+
+
+def test_project_rules_in_pyproject_and_an_assertion_s_own(
+    project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    first, second = free_ports(2)
+    golden = model_project(project, "what is a journal")
+    pyproject = project.path / "pyproject.toml"
+    pyproject.write_text("[tool.harness]\ngolden_defaults = false\n")  # every value compared as recorded
+    assert at_port(project, monkeypatch, first, "--snapshot-update").ret == 0
+    exact = at_port(project, monkeypatch, second)
+    assert exact.ret == 1
+    said = "\n".join(first_error_lines(exact, 6))
+    assert f'request.url: "http://127.0.0.1:{first}/v1/chat/completions" -> "http://127.0.0.1:{second}/v1' in said
+
+    ignored = ["request.url", "response.stream.created", "response.stream.id"]
+    pyproject.write_text(f"[tool.harness]\ngolden_defaults = false\ngolden_ignore = {ignored!r}\n".replace("'", '"'))
+    assert at_port(project, monkeypatch, first, "--snapshot-update").ret == 0
+    assert '"url":"<ignored>"' in golden.read_text()
+    assert at_port(project, monkeypatch, second).ret == 0
+
+    pyproject.write_text("[tool.harness]\ngolden_defaults = false\n")  # the same rules, given by the assertion
+    model_project(project, "what is a journal", options=f"(ignore={ignored!r})")
+    assert at_port(project, monkeypatch, first).ret == 0  # the golden above, read through the assertion's rules
+    model_project(project, "why append only", options=f"(ignore={ignored!r})")
+    changed = at_port(project, monkeypatch, second)
+    assert changed.ret == 1  # what moved is said under the assertion's rules: nothing of what it ignores
+    said = "\n".join(first_error_lines(changed, 12))
+    assert "response.stream.message.content" in said and "request.url" not in said and "stream.id" not in said
+
+    model_project(project, "what is a journal", options='(ignore=["request..url"])')
+    bad = at_port(project, monkeypatch, first)
+    assert bad.ret == 1 and "field path 'request..url': cannot read it at character 8" in bad.stdout.str()
+    pyproject.write_text('[tool.harness]\ngolden_ignore = "request.url"\n')
+    wrong = at_port(project, monkeypatch, first)
+    assert wrong.ret == 1
+    wrong.stdout.fnmatch_lines(["*golden_trace: *pyproject.toml: [[]tool.harness[]] golden_ignore must be a list*"])

@@ -18,8 +18,8 @@ import pytest
 
 import harness
 from harness import BundleError, Executor, HarnessError, Step, TraceCorruption, replay
-from harness._journal import encode
 from harness.testing import FakeLLM, fixed_plan, read_records, steps
+from harness.trace.journal import encode
 
 BIG = "x" * 100_000
 
@@ -451,7 +451,7 @@ def test_an_import_that_fails_midway_lands_no_trace(tmp_path: Path, monkeypatch:
 
 KILLED_IN_A_BLOB = """
 import os, signal, sys
-import harness._blobs as blobs
+import harness.storage.blobs as blobs
 from harness import Executor
 from harness.testing import fixed_plan, steps
 

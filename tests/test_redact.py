@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 
 import harness
 from harness import MARKER, Executor, Recorder, Redaction, RedactionRuleError, Step, ToolError, replay, rerun
-from harness._journal import Journal
-from harness._redact import DEFAULT, at, parse_path
+from harness.trace.journal import Journal
+from harness.trace.redact import DEFAULT, at, parse_path
 
 KEY = "sk-proj-LIVEKEY0123456789abcdefghij"
 OTHER = "sk-proj-NEWKEY9876543210zyxwvutsrq"
@@ -590,7 +590,7 @@ def test_a_resumed_parallel_step_whose_planner_plans_otherwise_calls_nothing(tmp
 
 def test_default_patterns_given_as_rules_without_the_defaults_are_searched_too(tmp_path: Path) -> None:
     """Redaction(DEFAULT_PATTERNS, defaults=False): the token patterns without the key names."""
-    from harness._redact import DEFAULT_PATTERNS
+    from harness.trace.redact import DEFAULT_PATTERNS
 
     tokens = Redaction(DEFAULT_PATTERNS, defaults=False)
     secret = "sk-" + "A" * 30

@@ -187,7 +187,7 @@ def test_a_second_replay_in_one_process_reuses_the_first_ones_memory(tmp_path: P
 
 def test_positions_read_back_across_their_blocks(tmp_path: Path, trace: Path, run: Run) -> None:
     """Crossings and checkpoints past the first blocks of positions read back by index and in order."""
-    from harness._replay import _ROWS  # rows of positions per block
+    from harness.trace.reader import _ROWS  # rows of positions per block
 
     run(counter(), n=1)
     large = tmp_path / "large.jsonl"

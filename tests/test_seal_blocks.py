@@ -29,9 +29,9 @@ from children import kill_in_call
 
 import harness
 from harness import Executor, Step, TraceCorruption, replay
-from harness._index import ENTRY, load, path_of, resume_point
-from harness._journal import SUFFIX
-from harness._seal import BLOCK, ContentHash, content_hash
+from harness.trace.index import ENTRY, load, path_of, resume_point
+from harness.trace.journal import SUFFIX
+from harness.trace.seal import BLOCK, ContentHash, content_hash
 
 ROOT = Path(__file__).resolve().parent.parent
 PAD = "x" * 30_000  # below the blob threshold: every result is inline, so the trace itself grows
@@ -256,7 +256,7 @@ def test_after_a_power_loss_any_index_left_gives_a_seal_that_verifies(
 ) -> None:
     """fsync mode: the trace cut back to one of its synced lengths past two blocks; the index (never synced)
     as it was at any sync of the run, earlier or later than that length, torn, or gone."""
-    import harness._journal as journal_module
+    import harness.trace.journal as journal_module
 
     rng, trace = random.Random(seed), tmp_path / "run.jsonl"
     idx = Path(path_of(str(trace)))

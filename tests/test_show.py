@@ -15,8 +15,8 @@ import pytest
 import refund_agent
 
 import harness
-from harness._normalize import render
 from harness.cli import main
+from harness.review.normalize import render
 from harness.testing import read_records
 
 HARNESS = shutil.which("harness") or str(Path(sys.executable).parent / "harness")

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import _state as S
+from harness.trace import state as S
 
 STATES = list(S.EDGES)
 EDGES = [(a, b) for a in STATES for b in S.EDGES[a]]
@@ -66,7 +66,7 @@ def test_mermaid_has_one_line_per_edge() -> None:
 def test_the_readme_diagram_is_generated_from_the_table() -> None:
     readme = Path(__file__).resolve().parent.parent / "README.md"
     blocks = re.findall(r"```mermaid\n(.*?)```", readme.read_text(encoding="utf-8"), re.S)
-    assert blocks, "README.md has no ```mermaid block; paste the output of harness._state.mermaid() there"
+    assert blocks, "README.md has no ```mermaid block; paste the output of harness.trace.state.mermaid() there"
     assert S.mermaid().strip() in [b.strip() for b in blocks], (
-        "the README diagram differs from the state table; paste harness._state.mermaid() there"
+        "the README diagram differs from the state table; paste harness.trace.state.mermaid() there"
     )

@@ -26,9 +26,9 @@ import children  # noqa: E402
 
 import harness  # noqa: E402 - after the skip
 from harness import Executor, TraceCorruption, TraceUnreadable  # noqa: E402
-from harness._journal import SCHEMA  # noqa: E402 - the version this harness writes
 from harness.cli import main  # noqa: E402
 from harness.store import FenceLost, RemoteJournal  # noqa: E402
+from harness.trace.journal import SCHEMA  # noqa: E402 - the version this harness writes
 
 HERE = Path(__file__).parent
 
@@ -211,7 +211,7 @@ def test_two_new_writers_of_one_run_the_second_loses_the_fence(runs: str) -> Non
 def test_runs_show_replay_and_diff_read_the_bucket(
     runs: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("HARNESS_LEASE_SECONDS", "0.2")  # the killed writer's lease goes stale in 0.6 s (_lease.py)
+    monkeypatch.setenv("HARNESS_LEASE_SECONDS", "0.2")  # the killed writer's lease goes stale in 0.6 s (lease.py)
     done = executor(runs_dir=runs).run(goal(tmp_path, steps=2))
     marker = tmp_path / "inside"
     child = start(f"{runs}/stopped.jsonl", goal(tmp_path, run=1, steps=3, tool="charge", step=1, marker=str(marker)))
@@ -451,6 +451,6 @@ def test_blobs_go_to_the_bucket_beside_the_traces_and_a_sealed_run_verifies_from
     loc = harness.store.open(f"{runs}/blobs")
     loc.fs.pipe_file(blobs[0], b"altered")  # the bucket's blob changed: verify says so
     capsys.readouterr()
-    harness.store._read._folder = None  # a fresh copies folder: the blob fetched again, as another process would
+    harness.storage.read._folder = None  # a fresh copies folder: the blob fetched again, as another process would
     assert main(["verify", out.trace]) == 1
     assert "blob" in capsys.readouterr().out

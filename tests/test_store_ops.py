@@ -521,7 +521,7 @@ def test_a_reader_that_listed_before_a_compaction_reads_the_same_bytes_after_it(
 def test_a_mirror_that_copied_part_of_a_run_reads_only_the_rest_of_its_compacted_span(
     runs: str, tmp_path: Path
 ) -> None:
-    from harness.store._mirror import Mirror
+    from harness.storage.mirror import Mirror
 
     done = executor(runs_dir=runs).run(goal(tmp_path, steps=3))
     source = harness.store.open(done.trace)

@@ -20,8 +20,8 @@ from hypothesis import strategies as st
 
 import harness
 from harness import Step, TraceCorruption, replay
-from harness._journal import encode
 from harness.testing import FakeLLM, counter, power_cut, read_records, write_trace
+from harness.trace.journal import encode
 
 Run = Callable[..., harness.Outcome]  # the `run` fixture of conftest.py
 

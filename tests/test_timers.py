@@ -19,7 +19,8 @@ import pytest
 from children import kill_at
 
 import harness
-from harness import Executor, RetryPolicy, Step, Tool, ToolError, _timers, replay
+from harness import Executor, RetryPolicy, Step, Tool, ToolError, replay
+from harness.runtime import timers as _timers
 from harness.testing import read_records, write_trace
 
 
@@ -76,7 +77,8 @@ CHILD = """
 import os, sys
 from pathlib import Path
 import harness
-from harness import Executor, Step, _timers
+from harness import Executor, Step
+from harness.runtime import timers as _timers
 
 trace, marker = sys.argv[1], Path(sys.argv[2])
 real = _timers.pause

@@ -40,8 +40,8 @@ from viewer_runs import AGENT, ROOT, fork_value, runs_folder, search_seq  # noqa
 
 import harness
 from harness import Executor
-from harness._journal import SCHEMA  # the version this harness writes: fixtures follow it
 from harness.testing import fixed_plan, read_records, steps, write_trace
+from harness.trace.journal import SCHEMA  # the version this harness writes: fixtures follow it
 from harness.viewer import RemoteForkRefused, create_app, serve
 from harness.viewer._app import JOBS_KEPT, Job, Viewer
 from harness.viewer._index import Index, classify, label, note
@@ -837,3 +837,31 @@ def test_a_run_paused_on_a_question_shows_it_and_the_answer_command(tmp_path: Pa
     assert s["pending"] == {"seq": 3, "step": 0, "state": "PLAN", "question": {"approve": "refund 5"}}
     assert s["answer"].startswith(f"harness resume {runs / 'asks.jsonl'} --agent ") and "--answer" in s["answer"]
     assert s["detail"] == 'waiting for an answer: {"approve":"refund 5"}'
+
+
+# --- model streams: their text in the What column, the panel and the diff ------------------------------------------
+
+
+def test_a_streamed_model_reply_reads_as_its_text_and_its_diff_marks_the_changed_characters(tmp_path: Path) -> None:
+    stream_agent = pytest.importorskip("stream_agent", reason="the model runs need the openai client")
+    ids = stream_agent.record_runs(tmp_path)
+    with local(create_app(tmp_path)) as c:
+        rows = c.get(f"/api/runs/{ids['model']}/records").json()["records"]
+        calls = [b for b in rows if b["label"] == "crossing http"]
+        assert [b["note"] for b in calls] == [f"echo: {q}" for q in stream_agent.QUESTIONS]  # not {"status":200,...
+        one = c.get(f"/api/runs/{ids['model']}/record?line={calls[1]['line']}").json()
+        assert one["reply"] == {"message": {"content": f"echo: {stream_agent.QUESTIONS[1]}"}, "finish_reason": None}
+        assert "chunks" in one["record"]["response"]  # the record as it is, for "the whole record"
+        assert one["forkable"]["value"]["stream"]["message"] == one["reply"]["message"]  # forks edit the message
+        child = [b["note"] for b in c.get(f"/api/runs/{ids['model_fork']}/records").json()["records"]]
+        assert stream_agent.FORKED in child
+
+        d = c.get(f"/api/diff?a={ids['model']}&b={ids['model_fork']}").json()
+        first = d["moved"][0]
+        assert [ch["field"] for ch in first["changes"]] == ["response.stream.message.content"]
+        (m,) = first["marks"]
+        assert m["old"] == f'"echo: {stream_agent.QUESTIONS[1]}"' and m["new"] == f'"{stream_agent.FORKED}"'
+        removed = [m["old"][a:b] for a, b in m["old_marks"]]
+        added = [m["new"][a:b] for a, b in m["new_marks"]]
+        assert (removed, added) == (["database", "less"], ["spreadsheet", "no", "at all"])
+        assert all(0 <= a < b <= len(m["new"]) for a, b in m["new_marks"])

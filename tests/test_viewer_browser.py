@@ -324,8 +324,7 @@ def test_a_diff_highlights_the_first_divergence(page: Any, server: str, folder: 
     )
     assert row.locator("td.num").nth(1).inner_text() == str(branch)
     engine = harness.diff(path / f"{ids['done']}.jsonl", path / f"{ids['fork']}.jsonl")
-    assert page.locator("table.diff tr.moved").count() == len(engine.moved)
-    shot(page, "viewer-diff.png")
+    assert page.locator("table.diff tr.moved").count() == len(engine.moved)  # docs/viewer-diff.png: a model's fork
 
 
 def test_fork_from_the_page_creates_a_child_run(page: Any, server: str, folder: Any) -> None:
@@ -359,3 +358,64 @@ def test_without_agent_there_is_no_fork_button(page: Any, folder: Any) -> None:
         assert page.locator("#fork-button").count() == 0 and page.locator("#fork-value").count() == 0
     finally:
         stop(proc)
+
+
+# --- model streams: their text on the run page, a fork of the text, the changed words on the diff page -------------
+
+
+@pytest.fixture(scope="module")
+def model_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, dict[str, str], Path]]:
+    """`harness serve` over a model agent's runs (tests/stream_agent.py), forking on, its model server up."""
+    stream_agent = pytest.importorskip("stream_agent", reason="the model runs need the openai client")
+    from chat_server import ChatServer
+
+    path = tmp_path_factory.mktemp("model-runs")
+    ids = stream_agent.record_runs(path)
+    model = ChatServer()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("MODEL_URL", model.url)  # for the forks the viewer runs: the agent reads it
+        proc, url = serve(path, "--agent", "tests.stream_agent:make_agent")
+    try:
+        yield url, ids, path
+    finally:
+        stop(proc)
+        model.stop()
+
+
+def test_a_streamed_model_reply_shows_as_its_text(page: Any, model_server: Any) -> None:
+    url, ids, _ = model_server
+    stream_agent = pytest.importorskip("stream_agent")
+    open_page(page, f"{url}runs/{ids['model']}")
+    calls = page.locator("table.records tr.rec", has_text="crossing http")
+    assert calls.locator("td.note").all_inner_texts() == [f"echo: {q}" for q in stream_agent.QUESTIONS]
+    second = calls.nth(1)
+    second.click()
+    reply = page.locator("#reply")
+    reply.wait_for(state="visible")
+    assert reply.locator("pre").inner_text() == f"echo: {stream_agent.QUESTIONS[1]}"
+    assert "finish reason" in reply.inner_text()
+    editor = orjson.loads(page.locator("#fork-value").input_value())  # a fork edits the message, not its chunks
+    assert editor["stream"]["message"]["content"] == f"echo: {stream_agent.QUESTIONS[1]}" and "chunks" not in editor
+    shot(page, "viewer-stream.png")
+
+    editor["stream"]["message"]["content"] = "Because nobody can trust a trace they could rewrite."
+    page.fill("#fork-value", orjson.dumps(editor, option=orjson.OPT_INDENT_2).decode())
+    page.click("#fork-button")
+    page.wait_for_url(re.compile(r".*/runs/[0-9a-f]{32}\?job=[0-9a-f]{32}$"))
+    until(lambda: "done, state DONE" in page.locator("#job").inner_text(), "the fork's job done")
+    page.reload()
+    page.wait_for_selector("body[data-loaded]")
+    notes = page.locator("table.records tr.rec", has_text="crossing http").locator("td.note").all_inner_texts()
+    assert notes[1] == "Because nobody can trust a trace they could rewrite."  # the client read the new stream
+
+
+def test_the_diff_page_marks_the_changed_words(page: Any, model_server: Any) -> None:
+    url, ids, _ = model_server
+    open_page(page, f"{url}diff?a={ids['model']}&b={ids['model_fork']}")
+    first = page.locator("table.diff tr.first")
+    assert first.locator(".change .path").first.inner_text() == "response.stream.message.content"
+    removed, added = first.locator("mark.del").all_inner_texts(), first.locator("mark.ins").all_inner_texts()
+    assert "database" in removed and "spreadsheet" in added and "append only" not in "".join(removed + added)
+    later = page.locator("table.diff tr.moved").nth(1).locator("mark.ins").all_inner_texts()
+    assert later  # the step after the branch: its args changed, and the changed words are marked there too
+    shot(page, "viewer-diff.png")

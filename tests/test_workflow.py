@@ -16,7 +16,7 @@ import pytest
 
 import harness
 from harness import Executor, ReplayDrift, ResumeMismatch, Step, ToolError, TraceCorruption, TraceMissing, replay
-from harness._tools import NotATool
+from harness._errors import NotATool
 
 # --- agents used below: module level, so their names are their traces' -----------------------------
 

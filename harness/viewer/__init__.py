@@ -28,7 +28,7 @@ import threading
 from typing import TYPE_CHECKING, TextIO
 
 from .._errors import HarnessError, TraceUnreadable
-from ..store import is_url
+from ..storage import is_url
 
 if TYPE_CHECKING:
     from starlette.applications import Starlette
@@ -111,12 +111,12 @@ def create_app(
     `hosts`: the Host header values accepted (default: the loopback names, against DNS rebinding).
     """
     _require()
-    from .. import _runs
+    from ..storage import runs_dir
     from ._app import create_app as make
 
-    path = _runs.runs_dir(folder)
+    path = runs_dir(folder)
     if is_url(path):  # a runs URL on object storage: served from a local folder that follows it
-        from ..store._mirror import mirror
+        from ..storage.mirror import mirror
 
         path = mirror(path).folder
     if not os.path.isdir(path):
@@ -125,11 +125,11 @@ def create_app(
     if agent is not None and workflow is not None:
         raise HarnessError("give --agent or --workflow to fork from the page, not both")
     if agent is not None:
-        from .._rerun import load_agent
+        from ..review.rerun import load_agent
 
         load_agent(agent)  # a wrong --agent fails now, not at the first fork
     if workflow is not None:
-        from .._rerun import load_workflow
+        from ..review.rerun import load_workflow
 
         load_workflow(workflow)
     return make(path, agent=agent, hosts=hosts, workflow=workflow)

@@ -53,16 +53,18 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from .. import diff as harness_diff
-from .. import fork as harness_fork
-from .._annotations import FORMAT as ANNOTATIONS_FORMAT
-from .._annotations import annotations_path
-from .._blobs import read as read_blob
 from .._errors import HarnessError, TraceCorruption
-from .._replay import wall_clock
-from .._rerun import load_agent, load_workflow
-from .._runs import run_info
-from .._seal import verify
+from ..review.diff import diff as harness_diff
+from ..review.diff import marked_changes
+from ..review.rerun import fork as harness_fork
+from ..review.rerun import load_agent, load_workflow
+from ..review.runs import run_info
+from ..review.stream import http_view, reply
+from ..storage.blobs import read as read_blob
+from ..trace.annotations import FORMAT as ANNOTATIONS_FORMAT
+from ..trace.annotations import annotations_path
+from ..trace.reader import wall_clock
+from ..trace.verify import verify
 from ._index import CLASSES, Index, Indexes
 from ._listing import Listing
 from ._paths import RunNotFound, address, inside, trace_path, well_formed
@@ -402,8 +404,12 @@ def _one(v: Viewer, run: str, line: int) -> dict[str, Any]:
         "line": line, "offset": idx.offsets[line - 1], "bytes": len(raw) + 1,
         "lane": idx.lane_names[idx.lanes[line - 1]], "col": idx.cols[line - 1],
         "brief": idx.brief(line - 1, rec), "record": rec, "inline": whole, "stored": stored,
-        "forkable": _forkable(whole),
+        "forkable": _forkable(whole), "reply": reply(whole.get("response")) if _http(whole) else None,
     }  # fmt: skip
+
+
+def _http(rec: dict[str, Any]) -> bool:
+    return rec.get("kind") == "crossing" and rec.get("boundary") == "http"
 
 
 def _inline(path: str, line: int, rec: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -436,8 +442,9 @@ def _inline(path: str, line: int, rec: dict[str, Any]) -> tuple[dict[str, Any], 
 def _forkable(rec: dict[str, Any]) -> dict[str, Any] | None:
     """What a fork at this record would change (its seq and recorded value), or None if it carries no crossing."""
     seq = rec.get("seq")
-    if rec.get("kind") == "crossing" and "response" in rec:
-        return {"at": seq, "value": rec["response"], "what": f"the {rec.get('boundary')} response"}
+    if rec.get("kind") == "crossing" and "response" in rec:  # a model stream as its message: fork re-chunks it
+        value = http_view(rec["response"]) if _http(rec) else rec["response"]
+        return {"at": seq, "value": value, "what": f"the {rec.get('boundary')} response"}
     if rec.get("kind") == "transition" and rec.get("from") == "ACT" and rec.get("to") == "VERIFY":
         return {"at": seq, "value": rec.get("result"), "what": "the tool's result"}
     return None
@@ -584,7 +591,8 @@ def _diff_of(v: Viewer, a: str, b: str) -> dict[str, Any]:
         "headline": d.headline(), "counts": d.counts(), "first": first.first_json() if first else None,
         "changed": len(d.changed), "inserted": len(d.inserted), "removed": len(d.removed), "total": len(d.moved),
         "moved": [
-            {"op": m.op, "describe": m.describe(), **m.first_json(), "record": m.record} for m in d.moved[:DIFF_SHOWN]
+            {"op": m.op, "describe": m.describe(), **m.first_json(), "marks": marked_changes(m), "record": m.record}
+            for m in d.moved[:DIFF_SHOWN]
         ],
     }  # fmt: skip
 

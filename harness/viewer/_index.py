@@ -38,8 +38,9 @@ from typing import Any
 import orjson
 
 from .._errors import HarnessError, TraceCorruption, TraceUnreadable
-from .._journal import MAX_LINE, line_ok
-from .._replay import Replay, attempt_of, replay
+from ..review.stream import reply, said
+from ..trace.journal import MAX_LINE, line_ok
+from ..trace.reader import Replay, attempt_of, replay
 
 _CHUNK = 1 << 20
 _NOTE = 160  # characters of a value shown in a record's one-line note
@@ -157,6 +158,10 @@ def note(rec: dict[str, Any]) -> str:
             return short(request.get("message"), _NOTE)
         if isinstance(response, dict) and "message" in response:
             return short(response["message"], _NOTE)
+    if kind == "crossing" and rec.get("boundary") == "http":
+        answer = reply(rec.get("response"))  # a model call, streamed or not: what the model said
+        if answer is not None:
+            return short(said(answer), _NOTE)
     if kind == "resume":
         return f"set aside {rec['set_aside']}" if rec.get("set_aside") else "resumed by another process"
     named = rec.get("blobs")

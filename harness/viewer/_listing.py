@@ -21,8 +21,8 @@ from typing import Any
 
 import orjson
 
-from .. import list_runs
-from .._replay import attempt_of
+from ..review.runs import list_runs
+from ..trace.reader import attempt_of
 from ._index import short
 from ._paths import address
 

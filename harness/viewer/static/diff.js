@@ -17,8 +17,24 @@ app.replaceChildren(nav("diff"), h("main", {},
     h("button", { class: "primary", type: "submit" }, "Compare")),
   out));
 
-function value(v) {
-  return v === null || v === undefined ? "(absent)" : JSON.stringify(v);
+// one side of a changed value: the window of its JSON text the server cut (harness.review.diff.marked), the
+// characters that changed marked; the same logic as `harness diff`'s window around the first difference
+function marked(text, marks, cls) {
+  const out = [];
+  let at = 0;
+  for (const [lo, hi] of marks) {
+    if (lo > at) out.push(text.slice(at, lo));
+    out.push(h("mark", { class: cls }, text.slice(lo, hi)));
+    at = hi;
+  }
+  if (at < text.length) out.push(text.slice(at));
+  return out;
+}
+
+function change(c, m) {
+  return h("div", { class: "change" }, h("code", { class: "path" }, c.field),
+    h("div", { class: "side old", title: "a" }, h("span", { class: "sign" }, "−"), h("code", {}, marked(m.old, m.old_marks, "del"))),
+    h("div", { class: "side new", title: "b" }, h("span", { class: "sign" }, "+"), h("code", {}, marked(m.new, m.new_marks, "ins"))));
 }
 
 function side(run, seq) {
@@ -36,8 +52,7 @@ function drawDiff(d) {
     h("td", { class: "num" }, side(d.a, m.seq_a)), h("td", { class: "num" }, side(d.b, m.seq_b)),
     h("td", {}, m.describe),
     h("td", { class: "changes" }, m.op === "changed"
-      ? m.changes.map((c) => h("div", { class: "change" }, h("code", { class: "path" }, c.field), " ",
-          h("span", { class: "old" }, value(c.old)), " → ", h("span", { class: "new" }, value(c.new))))
+      ? m.changes.map((c, n) => change(c, m.marks[n]))
       : h("code", { class: "payload" }, JSON.stringify(m.record)))));
   out.replaceChildren(
     h("div", { class: "banner diverge", id: "first" }, h("strong", {}, "First divergence: "), d.headline,

@@ -333,6 +333,17 @@ function blobField(name, value, ref) {
   return h("section", { class: "field blob" }, h("h3", {}, name), where, h("pre", {}, typeof value === "string" ? value : pretty(value)));
 }
 
+// a model call's answer, streamed or not, as the server assembled it (harness.review.stream.reply): its text, the
+// tools it called and why it stopped, above the raw request and response
+function replyField(rep) {
+  const m = rep.message || {};
+  const calls = (m.tool_calls || []).map((c) => h("div", { class: "call" }, `→ ${c.name} ${c.arguments}`));
+  return h("section", { class: "field reply", id: "reply" }, h("h3", {}, "model reply"),
+    typeof m.content === "string" ? h("pre", {}, m.content) : "",
+    typeof m.refusal === "string" ? h("pre", {}, `refused: ${m.refusal}`) : "",
+    calls, h("div", { class: "finish" }, `finish reason: ${rep.finish_reason ?? "—"}`));
+}
+
 // a record's ts counts seconds from the header's (docs/FORMAT.md): its wall clock, and how far into the run
 function when(r) {
   const start = st.summary.started;
@@ -355,6 +366,7 @@ async function openLine(line) {
     ["step", r.step], ["attempt", b.attempt], ["key", r.key], ["time", when(r)],
     ["bytes", body.bytes]].filter(([, v]) => v !== undefined && v !== null);
   const sections = [];
+  if (body.reply) sections.push(replyField(body.reply));
   if (r.vc !== undefined) sections.push(field("vector clock", r.vc));
   for (const [k, v] of Object.entries(r)) {
     if (known.includes(k)) continue;

@@ -1,0 +1,567 @@
+"""The deterministic view of a trace: what golden files hold and what diffs compare.
+
+`normalize()` keeps what describes control flow and data (kinds, states,
+steps, attempts, tools, args, results, errors, checkpoints, crossings,
+resumes) and drops what changes between two runs of the same program: seq
+numbers, wall-clock values, run ids, checksums and hashes, the host
+environment, idempotency keys (they embed the run id), fork lineage, the
+trace's own file name, the seq a reconcile or an answer record points
+to, a seal's digests (its `state` stays), and a crash record's traceback (file
+paths). Payloads stored in blobs
+are read back in place: the view is the same whether a payload was inline
+or not. Dropping seq makes an inserted record an insertion, not a
+renumbering of every later one; the record's position still gives it. An
+http crossing's streamed model reply reads as the message it adds up to
+(`_stream.http_view`: `response.stream` instead of `response.chunks`).
+
+`Rules` adds what a project chooses: field paths marked `<ignored>` in
+every record (`_fieldpath`), and the defaults, on unless turned off (each
+replaces a value with a marker, so a golden shows what was left out):
+- a loopback URL's port, in any string: `http://127.0.0.1:<port>/v1` (also
+  `localhost`, `[::1]`, `0.0.0.0`): a test server binds a free port;
+- an http response's per-request headers (`VOLATILE_RESPONSE_HEADERS`:
+  request ids, server timings, rate-limit counters);
+- a model response's `id`, `created`, `created_at` and `system_fingerprint`
+  (and a responses API output item's `id`), in a JSON body whose `object`
+  names a model response and in an assembled stream: the server assigns
+  them per call, from a counter, a random id or the clock.
+
+Rules kept here:
+- one record in, one record out, in order: record i of the view is seq i+1,
+  except in a run with agents, whose records come in one canonical linear
+  extension of happens-before (`causal_key`: the sum of the clock, then the
+  agent; within an agent its own order), so the view of a concurrent run is
+  the same however its threads interleaved;
+- the same keys come out in the same order every time (kind, then ORDER,
+  then the rest sorted; nested objects sorted), so a run renders to the
+  same bytes whenever it behaves the same;
+- normalizing a normalized record changes nothing;
+- a trace is validated by replay() before it is read: a corrupt or foreign
+  file raises, it is never half-read.
+
+A golden file is the view as JSONL after one line naming its format and
+version (`GOLDEN_HEAD`); `Loaded` reads traces, golden files and lists of
+records alike, for the diff engine: a trace file is walked from either end
+and only the region the engine asks for is held in memory.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import stat
+import sys
+from collections.abc import Generator, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from .._errors import HarnessError, TraceUnreadable
+from ..runtime.executor import Outcome
+from ..storage import blobs as _blobs
+from ..storage import local_copy
+from ..trace.reader import Replay, replay
+from .fieldpath import Path, mark, parse
+from .stream import http_view
+
+FORMAT, VERSION = "harness-golden", 2  # 2: trace schema 2 (one checkpoint record per step, seals)
+GOLDEN_HEAD = orjson.dumps({"format": FORMAT, "version": VERSION}).decode()
+RERECORD = "re-record it with `pytest --snapshot-update` (or `harness show --golden TRACE`)"
+
+# top-level fields that differ between two runs of the same program
+DROP = frozenset(
+    {"seq", "ts", "crc", "hash", "run_id", "env", "key", "parent", "branch", "reused", "mutated", "duration", "elapsed"}
+) | {"traceback"}  # a crash record's traceback: file paths and line numbers
+# the fields that come first, in this order; others follow sorted
+ORDER = (
+    "kind", "from", "to", "step", "attempt", "name", "tool", "args", "result", "error",
+    "boundary", "request", "response", "status", "happened", "evidence", "set_aside", "schema", "goal", "tools",
+)  # fmt: skip
+_RANK = {k: i for i, k in enumerate(ORDER)}
+
+Source = str | os.PathLike[str] | Sequence[Mapping[str, Any]] | Replay | Outcome
+
+# the defaults (see the module docstring)
+VOLATILE_RESPONSE_HEADERS = (
+    "x-request-id", "request-id", "cf-ray", "openai-processing-ms", "x-envoy-upstream-service-time",
+    "x-ratelimit-*", "anthropic-ratelimit-*",
+)  # fmt: skip
+MODEL_OBJECTS = frozenset({"chat.completion", "response", "text_completion"})  # a JSON body's `object`
+_MODEL_IDS = tuple(parse(p) for p in ("id", "created", "created_at", "system_fingerprint", "output[*].id"))
+_HEADERS = tuple(parse(f"headers.{h}") for h in VOLATILE_RESPONSE_HEADERS)
+_LOOPBACK = r"(://(?:[^/@\s\"]*@)?(?:localhost|127\.\d{1,3}\.\d{1,3}\.\d{1,3}|\[::1\]|0\.0\.0\.0)):\d{1,5}(?!\d)"
+_PORT, _PORT_BYTES = re.compile(_LOOPBACK), re.compile(_LOOPBACK.encode())
+
+
+@dataclass(frozen=True, slots=True)
+class Rules:
+    """What a view leaves out beyond the fixed rules: `ignore`d field paths, and whether the defaults apply.
+
+    `Rules.of(ignore, defaults)` takes a path or a list of them;
+    FieldPathError names a path that cannot be read.
+    """
+
+    ignore: tuple[str, ...] = ()
+    defaults: bool = True
+    paths: tuple[Path, ...] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if type(self.defaults) is not bool:
+            raise HarnessError(f"defaults must be True or False, not {self.defaults!r}")
+        object.__setattr__(self, "paths", tuple(parse(p) for p in self.ignore))
+
+    @classmethod
+    def of(cls, ignore: str | Iterable[str] | None = None, defaults: bool = True) -> Rules:
+        paths = () if ignore is None else (ignore,) if isinstance(ignore, str) else tuple(ignore)
+        return cls(paths, defaults)
+
+    def plus(self, ignore: str | Iterable[str] | None = None, defaults: bool | None = None) -> Rules:
+        """These rules with more paths ignored, and the defaults set when `defaults` is given."""
+        more = Rules.of(ignore)
+        return Rules((*self.ignore, *more.ignore), self.defaults if defaults is None else defaults)
+
+
+RULES = Rules()  # the defaults, and nothing ignored
+
+
+def project_rules(start: str | os.PathLike[str]) -> tuple[Rules, str | None]:
+    """The rules `[tool.harness]` of the nearest pyproject.toml at or above `start` sets, and that file.
+
+    `golden_ignore = ["response.body.usage", ...]` adds paths to ignore;
+    `golden_defaults = false` turns the defaults off. HarnessError naming the
+    file for one that cannot be read or a setting of the wrong type.
+    """
+    here = os.path.abspath(start)
+    while True:
+        candidate = os.path.join(here, "pyproject.toml")
+        if os.path.isfile(candidate):
+            return _read_rules(candidate), candidate
+        parent = os.path.dirname(here)
+        if parent == here:
+            return RULES, None
+        here = parent
+
+
+def _read_rules(path: str) -> Rules:
+    import tomllib  # only when a project is read: the CLI starts without it
+
+    try:
+        with open(path, "rb") as f:
+            data = tomllib.load(f)
+    except (OSError, tomllib.TOMLDecodeError) as e:
+        raise HarnessError(f"{path}: cannot read it: {e}") from None
+    section = data.get("tool", {}).get("harness", {})
+    ignore = section.get("golden_ignore", [])
+    defaults = section.get("golden_defaults", True)
+    if not isinstance(ignore, list) or not all(isinstance(p, str) for p in ignore):
+        what = "must be a list of field paths (strings)"
+        raise HarnessError(f"{path}: [tool.harness] golden_ignore {what}, not {ignore!r}")
+    if type(defaults) is not bool:
+        raise HarnessError(f"{path}: [tool.harness] golden_defaults must be true or false, not {defaults!r}")
+    try:
+        return Rules(tuple(ignore), defaults)
+    except HarnessError as e:
+        raise HarnessError(f"{path}: [tool.harness] golden_ignore: {e}") from None
+
+
+_plans: dict[tuple[str, ...], tuple[str, ...]] = {}  # a record's keys -> the keys of its view, in order
+
+
+def _plan(keys: tuple[str, ...]) -> tuple[str, ...]:
+    plan = _plans.get(keys)
+    if plan is None:
+        if len(_plans) > 4096:  # records of many shapes (free-form events): keep the cache small
+            _plans.clear()
+        plan = _plans[keys] = tuple(
+            sorted((k for k in keys if k not in DROP), key=lambda k: (_RANK.get(k, len(ORDER)), k))
+        )
+    return plan
+
+
+def causal_key(record: Mapping[str, Any], seq: int) -> tuple[int, str]:
+    """Where a record goes in the canonical order: the sum of its clock, then its agent.
+
+    If a happened before b, a's clock is below b's and so is its sum; two
+    records of one agent never tie. A record without a clock was written
+    before the run spawned: its clock is {"main": seq}, whose sum is seq.
+    """
+    vc = record.get("vc")
+    if isinstance(vc, dict):
+        return sum(vc.values()), str(record.get("agent", "main"))
+    if record.get("kind") == "seal":  # no agent's event: it closes the file, after every record
+        return sys.maxsize, ""
+    return seq, "main"
+
+
+def normalize_record(record: Mapping[str, Any], *, nested: bool = True, rules: Rules = RULES) -> dict[str, Any]:
+    """The deterministic view of one record (see the module docstring), under `rules`.
+
+    nested=False leaves nested objects in their own key order: equal as
+    dicts and as canonical bytes, cheaper, for comparing (the diff engine).
+    """
+    kind = record.get("kind")
+    plan = _plan(tuple(record))
+    out = {k: record[k] for k in plan}
+    if kind in ("reconcile", "answer"):
+        out.pop("op", None)  # the seq of the paused operation or of the question: a seq number
+    elif kind == "seal":  # digests of bytes that hold wall-clock times; keyed or not is not behaviour
+        out = {k: v for k, v in out.items() if k in ("kind", "state")}
+    elif kind == "crossing" and out.get("boundary") in ("now", "sleep", "backoff"):
+        out.pop("response", None)  # a wall-clock reading (a wake-up time; a backoff's also a random delay)
+    elif kind == "crossing" and out.get("boundary") == "http" and "response" in out:
+        out["response"] = _http(out["response"], rules.defaults)
+    aside = out.get("set_aside")
+    if isinstance(aside, str) and ".torn-" in aside:  # "<trace name>.torn-N": keep N, not the name
+        out["set_aside"] = "torn-" + aside.rpartition(".torn-")[2]
+    for path in rules.paths:
+        out = mark(out, path)
+    if nested or rules.defaults:
+        for k, v in out.items():
+            if type(v) is dict or type(v) is list:  # nested keys sorted (in C); a loopback port found in the text
+                data = orjson.dumps(v, option=orjson.OPT_SORT_KEYS) if nested else orjson.dumps(v)
+                if rules.defaults and _PORT_BYTES.search(data):  # its literal `://` is looked for first, in C
+                    out[k] = orjson.loads(_PORT_BYTES.sub(rb"\1:<port>", data))
+                elif nested:
+                    out[k] = orjson.loads(data)
+            elif type(v) is str and rules.defaults and _PORT.search(v):
+                out[k] = _PORT.sub(r"\1:<port>", v)
+    return out
+
+
+def _http(response: Any, defaults: bool) -> Any:
+    """An http response as shown (a stream as its message), with the defaults marked when they apply."""
+    shown = http_view(response)
+    if not defaults or not isinstance(shown, dict):
+        return shown
+    for path in _HEADERS:
+        shown = mark(shown, path)
+    body = shown.get("body")
+    if isinstance(body, dict) and body.get("object") in MODEL_OBJECTS:
+        shown = {**shown, "body": _model_ids(body)}
+    if isinstance(shown.get("stream"), dict):
+        shown = {**shown, "stream": _model_ids(shown["stream"])}
+    return shown
+
+
+def _model_ids(value: dict[str, Any]) -> dict[str, Any]:
+    for path in _MODEL_IDS:
+        value = mark(value, path)
+    return value
+
+
+def normalize(
+    trace: Source, *, ignore: str | Iterable[str] | None = None, defaults: bool = True
+) -> list[dict[str, Any]]:
+    """The deterministic view of a trace: a path (trace or golden file), a Replay, an Outcome, or records.
+
+    Records are dicts as read from a trace (`harness.testing.read_records`).
+    `ignore`: field paths whose values read `<ignored>` (`"response.body.usage"`,
+    `"*.id"`); `defaults=False` keeps what the defaults would mark (a loopback
+    port, request ids, a model response's ids and times).
+    Raises HarnessError (TraceCorruption for a corrupt trace) naming the file.
+    """
+    return normalize_with(trace, Rules.of(ignore, defaults))
+
+
+def normalize_with(trace: Source, rules: Rules) -> list[dict[str, Any]]:
+    """normalize() under rules."""
+    if isinstance(trace, Outcome):
+        trace = trace.trace
+    if isinstance(trace, Replay):
+        trace = trace.path
+    if isinstance(trace, str | os.PathLike) and not is_golden_file(os.fspath(trace)):
+        out: list[dict[str, Any]] = []  # one pass: replay() validates and hands over each record
+        path = os.fspath(trace)
+        keys: list[tuple[int, str]] = []
+        spawned = False
+
+        def take(line: bytes, rec: dict[str, Any]) -> None:
+            nonlocal spawned
+            out.append(normalize_record(_blobs.inline(path, rec), rules=rules))
+            keys.append(causal_key(rec, rec["seq"]))
+            spawned = spawned or "vc" in rec
+
+        replay(path, on_record=take)
+        if spawned:  # a run with agents: its records in the canonical causal order
+            order = sorted(range(len(out)), key=keys.__getitem__)
+            return [out[i] for i in order]
+        return out
+    loaded = Loaded.load(trace, rules)
+    return [normalize_record(loaded.record(i), rules=rules) for i in range(len(loaded))]
+
+
+def render(records: Sequence[Mapping[str, Any]], rules: Rules = RULES) -> str:
+    """A golden file's text: the format line, then one normalized record per line."""
+    body = b"\n".join(orjson.dumps(normalize_record(r, rules=rules)) for r in records)
+    return GOLDEN_HEAD + "\n" + (body.decode() + "\n" if records else "")
+
+
+def stale(first_line: str | bytes) -> str | None:
+    """None when first_line is this version's golden head, else why the file is not a current golden."""
+    try:
+        head = orjson.loads(first_line)
+    except orjson.JSONDecodeError:
+        head = None
+    if not isinstance(head, dict) or head.get("format") != FORMAT:
+        return f"its first line is not {GOLDEN_HEAD} (not a harness golden, or written before goldens had a version)"
+    if head.get("version") != VERSION:
+        return f"it was written as golden format version {head.get('version')!r}; this harness writes version {VERSION}"
+    return None
+
+
+def parse_golden(text: str | bytes, name: str) -> list[dict[str, Any]]:
+    """The records of a golden file's text; HarnessError naming `name` and the line when it is not one."""
+    if isinstance(text, bytes):
+        try:
+            text = text.decode()
+        except UnicodeDecodeError as e:
+            raise HarnessError(f"{name}: not UTF-8 text ({e}); {RERECORD}") from None
+    lines = text.splitlines()
+    why = stale(lines[0]) if lines else "it is empty"
+    if why:
+        raise HarnessError(f"{name}: stale golden: {why}; {RERECORD}")
+    out = []
+    for n, line in enumerate(lines[1:], 2):
+        if not line.strip():
+            continue
+        try:
+            rec = orjson.loads(line)
+        except orjson.JSONDecodeError as e:
+            raise HarnessError(f"{name}:{n}: not valid JSON ({e}); fix the line or {RERECORD}") from None
+        if not isinstance(rec, dict) or not isinstance(rec.get("kind"), str):
+            raise HarnessError(f"{name}:{n}: not a record (a JSON object with a kind); fix the line or {RERECORD}")
+        out.append(rec)
+    return out
+
+
+def is_golden_file(path: str) -> bool:
+    """Whether the file at path starts like a golden file (any version) rather than a trace.
+
+    Only a regular file is opened (a FIFO would block): anything else is left to replay() to refuse.
+    """
+    try:
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            return False
+        with open(path, "rb") as f:
+            start = f.read(64).lstrip()
+    except OSError:
+        return False
+    return start.startswith(b'{"format"') or start.startswith(b'{ "format"')
+
+
+_CHUNK = 1 << 16  # bytes read at a time when a trace file is walked forward or backward
+Item = bytes | Mapping[str, Any]  # one record as a walk yields it: a trace file's raw line, or a record
+
+
+class Loaded:
+    """One side of a comparison: a trace file, a golden file or a list of records, read on demand.
+
+    A trace file is validated by replay() and then only walked: `forward()`
+    and `backward()` yield its raw lines from either end, 64 KiB at a time,
+    and `hold(lo, hi, ...)` keeps the lines of one region in memory; records
+    are only ever decoded there. So the diff engine compares two long traces
+    in memory proportional to the region where they differ. Two lines whose
+    bytes match once seq, ts and crc are cut off (`quick`) are equal without
+    being parsed.
+    """
+
+    __slots__ = (
+        "_base", "_end", "_n", "_norm", "_path", "_raw", "_records", "_seqs", "causal", "first_line", "name",
+        "rules", "torn_tail",
+    )  # fmt: skip
+
+    def __init__(
+        self, name: str, *, records: Sequence[Mapping[str, Any]] | None = None, path: str | None = None,
+        end: int = 0, count: int = 0, first_line: int = 1, seqs: list[int] | None = None, torn_tail: bool = False,
+        rules: Rules = RULES,
+    ):  # fmt: skip
+        self.name, self._records, self._path, self._end = name, records, path, end
+        self.rules = rules  # what the view of each record leaves out
+        self._n = len(records) if records is not None else count
+        self.first_line, self._seqs = first_line, seqs
+        self.torn_tail = torn_tail  # the trace ends in an unfinished line, left out
+        self._raw: list[bytes] = []  # a trace file's held lines: records _base to _base + len(_raw)
+        self._base = 0
+        self._norm: dict[int, dict[str, Any]] = {}
+        # a run with agents, in the canonical causal order (held in memory; its line numbers are its seqs)
+        self.causal = records is not None and any("vc" in r for r in records)
+
+    @classmethod
+    def load(cls, source: Source | Loaded, rules: Rules = RULES) -> Loaded:
+        if isinstance(source, Loaded):
+            return source
+        if isinstance(source, Outcome):
+            source = source.trace
+        if isinstance(source, Replay):
+            return cls.trace(source.path, rules)
+        if isinstance(source, str | os.PathLike):
+            path = os.fspath(source)
+            if is_golden_file(path):
+                try:
+                    with open(path, "rb") as f:
+                        text = f.read()
+                except OSError as e:
+                    raise TraceUnreadable(path, f"cannot read: {e.strerror}") from None
+                return cls.golden(text, path, rules)
+            return cls.trace(path, rules)
+        if isinstance(source, Sequence):
+            records: Sequence[Mapping[str, Any]] = source  # type: ignore[assignment]  # str was handled above
+            bad = next((i for i, r in enumerate(records) if not isinstance(r, Mapping)), None)
+            if bad is not None:
+                what = type(records[bad]).__name__
+                raise HarnessError(f"record {bad} is a {what}, not a dict; pass a path or a list of records")
+            seqs = [r["seq"] if type(r.get("seq")) is int else i + 1 for i, r in enumerate(records)]
+            if any("vc" in r for r in records):
+                order = sorted(range(len(records)), key=lambda i: causal_key(records[i], seqs[i]))
+                records, seqs = [records[i] for i in order], [seqs[i] for i in order]
+            return cls("<records>", records=records, seqs=seqs, rules=rules)
+        what = type(source).__name__
+        raise HarnessError(f"cannot read a trace from a {what}; pass a path, a Replay, an Outcome or a list of records")
+
+    @classmethod
+    def trace(cls, path: str, rules: Rules = RULES) -> Loaded:
+        rep = replay(path)  # raises on a corrupt or foreign file, naming line and reason
+        if rep.clocks is not None:  # a run with agents: its records in the canonical causal order, held
+            with open(path, "rb") as f:
+                data = f.read(rep.end)
+            records = [orjson.loads(line) for line in data.split(b"\n")[:-1]]
+            order = sorted(range(len(records)), key=lambda i: causal_key(records[i], i + 1))
+            ordered, seqs = [records[i] for i in order], [i + 1 for i in order]
+            loaded = cls(path, records=ordered, seqs=seqs, torn_tail=rep.torn_tail, rules=rules)
+            loaded.causal = True
+            return loaded
+        # complete lines only: a torn tail is not part of the run
+        local = local_copy(path)  # a URL: the copy replay() just checked
+        return cls(path, path=local, end=rep.end, count=rep.records, torn_tail=rep.torn_tail, rules=rules)
+
+    @classmethod
+    def golden(cls, text: str | bytes, name: str, rules: Rules = RULES) -> Loaded:
+        return cls(name, records=parse_golden(text, name), first_line=2, rules=rules)
+
+    def __len__(self) -> int:
+        return self._n
+
+    def _changed(self) -> HarnessError:
+        return HarnessError(f"{self.name} changed while it was compared; compare it again")
+
+    def forward(self) -> Generator[tuple[Item, int]]:
+        """Each record from the first, with where it starts (a byte offset in a trace file, else its index)."""
+        try:
+            yield from self._forward()
+        except OSError as e:  # a read error after replay() read it (EIO): named, never a traceback
+            raise TraceUnreadable(self.name, f"cannot read: {e.strerror}") from None
+
+    def backward(self) -> Generator[tuple[Item, int]]:
+        """Each record from the last, with where it starts (as forward())."""
+        try:
+            yield from self._backward()
+        except OSError as e:
+            raise TraceUnreadable(self.name, f"cannot read: {e.strerror}") from None
+
+    def _forward(self) -> Generator[tuple[Item, int]]:
+        if self._path is None:
+            yield from ((r, i) for i, r in enumerate(self._records or ()))
+            return
+        with open(self._path, "rb") as f:
+            pos = n = 0
+            rest = b""
+            while pos < self._end:
+                chunk = f.read(min(_CHUNK, self._end - pos))
+                if not chunk:
+                    raise self._changed()
+                lines = (rest + chunk).split(b"\n")
+                start = pos - len(rest)
+                pos += len(chunk)
+                rest = lines.pop()
+                for line in lines:
+                    yield self._item(line), start
+                    start += len(line) + 1
+                    n += 1
+            if rest or n != self._n:
+                raise self._changed()
+
+    def _backward(self) -> Generator[tuple[Item, int]]:
+        if self._path is None:
+            records = self._records or ()
+            yield from ((records[i], i) for i in range(len(records) - 1, -1, -1))
+            return
+        with open(self._path, "rb") as f:
+            pos, rest = self._end, b""  # rest: the end of a line whose start lies before pos
+            while pos > 0:
+                size = min(_CHUNK, pos)
+                pos -= size
+                f.seek(pos)
+                block = f.read(size)
+                if len(block) != size or (not rest and not block.endswith(b"\n")):
+                    raise self._changed()
+                lines = (block + rest).split(b"\n")
+                lines.pop()  # the empty string after the last newline
+                at = pos + len(block) + len(rest)
+                first = lines[0] if pos > 0 else None  # may be cut: completed by the next block
+                for line in reversed(lines[1:] if pos > 0 else lines):
+                    at -= len(line) + 1
+                    yield self._item(line), at
+                rest = first + b"\n" if first is not None else b""  # b"\n" alone: the block began with a newline
+
+    def _item(self, line: bytes) -> Item:
+        """The raw line, or the record with its blob-stored payloads read back in place when it names blobs."""
+        if b'"blobs":{' not in line or self._path is None:
+            return line
+        return _blobs.inline(self._path, orjson.loads(line))
+
+    def hold(self, lo: int, hi: int, start: int, stop: int) -> None:
+        """Keep records lo to hi (starting at `start`, the next one at `stop`) in memory; forget the others."""
+        self._norm.clear()
+        if self._path is None:
+            return
+        try:
+            with open(self._path, "rb") as f:
+                f.seek(start)
+                data = f.read(stop - start)
+        except OSError as e:
+            raise TraceUnreadable(self.name, f"cannot read: {e.strerror}") from None
+        raw = data.split(b"\n")
+        raw.pop()
+        if len(raw) != hi - lo:
+            raise self._changed()
+        self._raw, self._base = raw, lo
+
+    def seq(self, i: int) -> int:
+        """The record's seq in its trace (in a valid trace, its line number; in a golden, its position)."""
+        return self._seqs[i] if self._seqs is not None else i + 1
+
+    def line(self, i: int) -> int:
+        if self.causal and self._seqs is not None and self.first_line == 1:  # a trace: its line is its seq
+            return self._seqs[i]
+        return i + self.first_line
+
+    def record(self, i: int) -> dict[str, Any]:
+        """The normalized record i (of the held region, for a trace file)."""
+        rec = self._norm.get(i)
+        if rec is None:
+            if self._path is not None:
+                raw = orjson.loads(self._raw[i - self._base])
+                if "blobs" in raw:
+                    raw = _blobs.inline(self._path, raw)
+            else:
+                raw = self._records[i]  # type: ignore[index]
+            rec = self._norm[i] = normalize_record(raw, nested=False, rules=self.rules)
+        return rec
+
+    def key(self, i: int) -> bytes:
+        """Canonical bytes of the normalized record: equal keys, equal records."""
+        return orjson.dumps(self.record(i), option=orjson.OPT_SORT_KEYS)
+
+
+def quick(item: Item) -> bytes | None:
+    """A raw line without seq, ts and crc (equal ones are equal records); None for a record."""
+    if not isinstance(item, bytes):
+        return None
+    start, end = item.find(b","), item.rfind(b',"ts":')
+    return item[start:end] if start > 0 and end > start else None
+
+
+def view(item: Item, rules: Rules = RULES) -> dict[str, Any]:
+    """The normalized record of a raw line or a record, nested objects as they come (for comparing)."""
+    return normalize_record(orjson.loads(item) if isinstance(item, bytes) else item, nested=False, rules=rules)

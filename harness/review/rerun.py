@@ -1,0 +1,890 @@
+"""Re-execute a recorded run with every boundary served from the recording.
+
+`rerun()` drives a fresh Executor over a strict Session holding the
+recording's crossings in order: planner, verifier and control flow run for
+real, no tool and no model is called, and each served crossing is written to
+the new trace as it was recorded. A request that differs from the recorded
+one raises ReplayDrift, a crossing the recording lacks ReplayViolation, both
+at the first crossing concerned. `fork()` does the same up to one crossing,
+answers that one with another value, and runs everything after it live.
+
+Agents. Each agent is served its own recorded crossings in its own order,
+checked at the same place in its own sequence (its clock's own component),
+whatever the threads do; a served receive waits until its send is made
+again. A fork's "after" is the branch's causal future: a record whose clock
+has reached the branch's (or an agent that received a message from that
+future) runs live; every other record is served and compared with the
+parent's record of the same agent at the same count, and marked reused.
+
+Resume seams. A recording can hold a process history rather than one
+process: the run stopped (killed, or an exception escaped run()) and a later
+process resumed it, writing a `resume` record (and for a paused run the
+operator's `reconcile`). A re-execution reproduces that history: it stops at
+the first write or crossing that would take a resume record's seq, writes
+the resume record (its `set_aside` as recorded, its env the current one),
+and goes on the way Executor resume does, serving again the crossings made
+since the last transition; reconcile, answer and crash records are copied.
+A pause the recording has (interrupt() waiting for an answer, an unsafe
+tool's timeout) is reproduced where it stands: the crossing or tool call
+made there raises what it raised then. Seqs thus line up with the
+recording's. A recording with no terminal record is re-executed up to where
+it stops.
+
+Rules kept here:
+- the recording is validated by replay() first and never written to;
+- the session never calls live, except in a fork after the branch;
+- before its branch a fork writes exactly the parent's records (each one
+  compared after normalization, else ReplayDrift), marked `"reused": true`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import tempfile
+import uuid
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any, cast
+
+import orjson
+
+from .._errors import HarnessError, ReplayDrift, ReplayViolation, ResumeMismatch, ToolTimeout, TraceUnreadable
+from ..runtime.boundary import Arrived, Match, Session, differences, same
+from ..runtime.bridge import Bridge, bridged, is_async
+from ..runtime.environment import environment
+from ..runtime.executor import MAX_STEPS, Executor, RetryPolicy, Step
+from ..runtime.history import CROSSING, STEP, History, Serving, turn
+from ..runtime.interrupt import Interrupted
+from ..runtime.tool import Tool
+from ..runtime.workflow import Workflow, go_on, run_anywhere, same_workflow, start
+from ..storage import FenceLost, exists, is_url, join, local_copy
+from ..storage import blobs as _blobs
+from ..storage import open as open_store
+from ..trace import state as S
+from ..trace.clock import MAIN
+from ..trace.journal import Journal, check_value
+from ..trace.reader import Checkpoint, Crossing, Replay, replay, request_hash
+from ..trace.redact import Redaction, Rule
+from ..trace.remote import RemoteJournal
+from .fieldpath import put
+from .normalize import normalize, normalize_record
+from .stream import http_unview, http_view
+
+Planner = Callable[[Any, list[Checkpoint]], Step | None]
+Verifier = Callable[[Step, Any], bool]
+
+
+class _Seam(BaseException):
+    """The re-execution reached the point where a recorded process stopped.
+
+    A BaseException so that agent code catching Exception cannot swallow it.
+    """
+
+
+@dataclass(frozen=True, slots=True)
+class Rerun:
+    """How a re-execution went.
+
+    `equal`: the new trace equals the recording after normalization and no
+    recorded crossing was left unused. `live_calls`: boundary calls made live
+    (0 for a faithful rerun; in a fork, the calls after the branch).
+    `trace` is the new trace's path, None when rerun() was given no `out`.
+    """
+
+    run_id: str
+    parent: str
+    branch: int | None
+    state: str
+    equal: bool
+    live_calls: int
+    unused: int
+    trace: str | None
+    records: tuple[dict[str, Any], ...] = field(repr=False)
+    live_calls_by_agent: dict[str, int] = field(default_factory=dict)
+
+
+def rerun(
+    trace: str | os.PathLike[str],
+    *,
+    planner: Planner | None = None,
+    tools: Mapping[str, Callable[..., Any] | Tool] | None = None,
+    verifier: Verifier | None = None,
+    workflow: Callable[..., Any] | None = None,
+    out: str | os.PathLike[str] | None = None,
+    retry: RetryPolicy | None = None,
+    redact: Redaction | Iterable[Rule] | None = None,
+) -> Rerun:
+    """Re-execute the run recorded in `trace`, calling no tool and no model.
+
+    The agent is `planner=`, `tools=` (and `verifier=`) for an Executor's
+    run, or `workflow=` (an `@harness.workflow`) for a workflow's: exactly
+    one of the two shapes. The new trace goes to `out` when given (a new
+    file, or a new trace URL whose segments ship as any run's do; after a
+    ReplayDrift it keeps what was written up to it), else it is only
+    returned as `.records`. `retry` defaults to what the recording shows;
+    the redaction rules are those the recording's header names, plus
+    `redact` (a list of rules; a Redaction replaces them).
+    """
+    runner = _runner(planner, tools, verifier, workflow)
+    rec = _Recording(os.fspath(trace), runner.workflow)
+    if out is not None:
+        _fresh(os.fspath(out))
+    scratch = None if out is not None else tempfile.mkdtemp(prefix="harness-rerun-")
+    path = os.fspath(out) if out is not None else os.path.join(scratch or "", "rerun.jsonl")
+    try:
+        stops = sorted({*rec.resumes, *rec.crashes, *([] if rec.rep.complete else [rec.rep.last_seq + 1])})
+        done = _execute(rec, path, runner, retry, stops=stops, redact=redact)
+        return done if out is not None else replace(done, trace=None)
+    finally:
+        if scratch is not None:
+            shutil.rmtree(scratch, ignore_errors=True)
+
+
+_UNSET: Any = object()  # fork() was given no value=
+
+
+def fork(
+    trace: str | os.PathLike[str],
+    *,
+    at: int,
+    value: Any = _UNSET,
+    set: Mapping[str, Any] | None = None,  # the word the CLI and the docs use: fork(set={path: value})
+    planner: Planner | None = None,
+    tools: Mapping[str, Callable[..., Any] | Tool] | None = None,
+    verifier: Verifier | None = None,
+    workflow: Callable[..., Any] | None = None,
+    out: str | os.PathLike[str] | None = None,
+    retry: RetryPolicy | None = None,
+    redact: Redaction | Iterable[Rule] | None = None,
+) -> Rerun:
+    """Re-execute `trace` up to the crossing at seq `at`, answer it with `value`, run the rest live.
+
+    Exactly one of `value` (the whole new response) and `set` ({field path:
+    new value}: the recorded response with those fields replaced, e.g.
+    `{"body.choices[0].message.content": "no"}`). Paths and values are read
+    on the response as `harness show` prints it: a streamed model reply of
+    an http crossing as `stream` (`{"stream.message.content": "no"}`), which
+    is re-chunked into a stream the client reads as the new message; a
+    `value=` given in that form is re-chunked the same way. A path the
+    recorded response does not hold is a HarnessError naming it and what is
+    there.
+
+    The child goes to `out` (a new file or trace URL), by default
+    `<child run_id>.jsonl` beside the parent (in its bucket for a URL). Its
+    header names `parent` (run id) and `branch` (`at`). A fork that fails
+    leaves no file (no segment at a URL), whatever the failure: a HarnessError
+    (drift before the branch, say) or an exception the agent raised after the
+    branch (a model server that is down); the exception is raised again.
+    Redaction: the rules the parent's header names, plus `redact`, and the
+    agent's shapes (`planner=`/`tools=` or `workflow=`), as rerun().
+    """
+    if (value is _UNSET) == (set is None):
+        raise HarnessError(
+            "fork: give exactly one of value= (the whole new response) and set= ({field path: value}: fields of "
+            "the recorded response)"
+        )
+    runner = _runner(planner, tools, verifier, workflow)
+    rec = _Recording(os.fspath(trace), runner.workflow)
+    branch = next((c for c in rec.crossings if c.seq == at), None)
+    if branch is None:
+        seqs = ", ".join(str(c.seq) for c in rec.crossings) or "none"
+        raise HarnessError(f"{rec.path}: seq {at!r} does not carry a crossing a fork can change (crossings: {seqs})")
+    value = _changed(rec.path, branch, value, set)
+    check_value("value", value)
+    run_id = uuid.uuid4().hex
+    beside = rec.path.rsplit("/", 1)[0] if is_url(rec.path) else os.path.dirname(rec.path)
+    path = os.fspath(out) if out is not None else join(beside, f"{run_id}.jsonl")
+    _fresh(path)
+    try:
+        return _execute(
+            rec,
+            path,
+            runner,
+            retry,
+            stops=sorted(s for s in {*rec.resumes, *rec.crashes} if s < at),
+            branch=at,
+            value=value,
+            run_id=run_id,
+            redact=redact,
+        )
+    except BaseException as e:  # a child that is no whole fork of its parent: leave nothing half made behind
+        if is_url(path):
+            if not isinstance(e, FenceLost):  # (a lost fence: the segments there are another writer's)
+                _remove_segments(path)
+        elif os.path.exists(path):
+            os.unlink(path)
+        raise
+
+
+def _changed(path: str, branch: Crossing, value: Any, fields: Mapping[str, Any] | None) -> Any:
+    """The response a fork answers at branch: value, or the recorded one with fields set; streams re-chunked."""
+    recorded = branch.response
+    http = branch.kind == "http"
+    if fields is not None:
+        if not isinstance(fields, Mapping) or not fields:
+            raise HarnessError(f"fork: set= is a non-empty dict of field path -> new value, not {fields!r}")
+        what = f"the recorded {branch.kind} response at seq {branch.seq} of {path}"
+        if branch.error is not None and recorded is None:
+            raise HarnessError(f"fork: {what} is an error ({branch.error}), with no field to set; give value=")
+        value = http_view(recorded) if http else recorded
+        for field_path, new in fields.items():
+            value = put(value, field_path, check_value("set", new), what=what)
+    if http:
+        unviewed = http_unview(value, recorded)
+        if unviewed is None:
+            raise HarnessError(
+                f"fork: the stream at seq {branch.seq} of {path} cannot carry that message: set text fields to "
+                "strings (or null), tool calls to {id, name, arguments} with string name and arguments"
+            )
+        value = unviewed
+    return value
+
+
+def _remove_segments(url: str) -> None:
+    """Remove the segments a failed fork shipped to url (its blobs stay: content-addressed, harmless)."""
+    location = open_store(url)
+    with contextlib.suppress(Exception):  # the fork's own error says more; a leftover child is listed, not harmful
+        for _, segment in location.segments():
+            location.fs.rm_file(segment)
+
+
+def _fresh(path: str) -> None:
+    if is_url(path):
+        if exists(path):
+            raise HarnessError(f"{path} already holds a run; a rerun or fork writes a new trace, choose another URL")
+        return
+    if os.path.exists(path):
+        raise HarnessError(f"{path} already exists; a rerun or fork writes a new trace, choose another path")
+
+
+class _Recording:
+    """What a re-execution needs from the recording: its records, crossings and seams."""
+
+    def __init__(self, path: str, workflow: str | None = None):
+        self.path = path
+        self.rep: Replay = replay(path)
+        self.records = _records(local_copy(path), self.rep.end)  # a URL: the copy replay() just checked
+        if any(r["kind"] in ("event", "end") for r in self.records):
+            raise HarnessError(f"{path}: written by a Recorder, not an Executor; there is no agent loop to re-execute")
+        recorded = self.rep.workflow
+        if recorded is None and workflow is not None:
+            raise HarnessError(
+                f"{path}: an Executor's run, not a workflow's: re-execute it with planner= and tools= "
+                "(--agent MODULE:FACTORY), not workflow="
+            )
+        if recorded is not None and workflow is None:
+            raise HarnessError(
+                f"{path}: the run of workflow {recorded}: re-execute it with workflow= (--workflow MODULE:ATTR), "
+                "not planner= and tools="
+            )
+        if recorded is not None and workflow is not None and not same_workflow(recorded, workflow):
+            raise ResumeMismatch(path, "workflow", recorded, workflow)
+        # a result taken from an operator's reconcile record is not served: resume reads it from the trace
+        self.crossings = [c for c in self.rep.crossings if self.records[c.seq - 1].get("from") != S.PAUSED]
+        self.resumes = [r["seq"] for r in self.records if r["kind"] == "resume"]
+        self.crashes = [r["seq"] for r in self.records if r["kind"] == "crash"]  # the process stopped there
+        if self.rep.clocks is not None and (self.resumes or not self.rep.complete):
+            raise HarnessError(
+                f"{path}: a run with agents that was interrupted or resumed cannot be re-executed yet; "
+                "re-execute a run that went from start to end in one process"
+            )
+
+    def positions(self) -> dict[tuple[str, int], dict[str, Any]]:
+        """Each record by (agent, its own count): where a causal fork finds the parent's version of a record."""
+        out = {}
+        for r in self.records:
+            vc = r.get("vc")
+            agent = r.get("agent", MAIN)
+            out[(agent, vc[agent] if vc else r["seq"])] = r
+        return out
+
+    def max_steps(self) -> int | None:
+        """The step limit the recording shows it ran under: the one it hit, else the default."""
+        last = self.rep.last or {}
+        error = last.get("error") if self.rep.state == S.FAILED and last.get("from") == S.PLAN else None
+        return error["max_steps"] if isinstance(error, dict) and type(error.get("max_steps")) is int else MAX_STEPS
+
+    def retry(self) -> RetryPolicy:
+        """The policy the recording shows: the last attempt of a FAILED run, else at least the default."""
+        last = self.rep.last
+        step_limit = last is not None and last["from"] == S.PLAN and "max_steps" in (last.get("error") or {})
+        if self.rep.state == S.FAILED and last is not None and not step_limit:  # (a parallel call's last attempt too)
+            return RetryPolicy(last.get("attempt", 1), **self.backoff())
+        seen = [r.get("attempt", 1) for r in self.records if r["kind"] == "transition"]
+        return RetryPolicy(max([RetryPolicy().max_attempts, *seen]), **self.backoff())
+
+    def backoff(self) -> dict[str, float]:
+        """The backoff the recording waited under, from its first `backoff` crossing (else none)."""
+        for c in self.crossings:
+            if c.kind == "backoff" and isinstance(c.request, dict):
+                return {"backoff": c.request["backoff"], "max_delay": c.request["max_delay"]}
+        return {}
+
+
+def _unsealed(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The records without a final seal: a recording sealed or not (migrated, say) reruns equal."""
+    return records[:-1] if records and records[-1]["kind"] == "seal" else records
+
+
+def _records(path: str, end: int) -> list[dict[str, Any]]:
+    """The records of the trace's complete lines, blob-stored payloads read back in place."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read(end)
+    except OSError as e:  # replay() read it a moment ago: it was moved or its rights changed since
+        raise TraceUnreadable(path, f"cannot read: {e.strerror}") from None
+    return [_blobs.inline(path, orjson.loads(line)) for line in data.split(b"\n")[:-1]]
+
+
+class _Rewriting(Journal):
+    """The new trace: stops where the recording's process stopped, checks and marks a fork's prefix.
+
+    What any writer of a re-execution does, on top of the journal it is: a
+    local `_Writer`, or a `_RemoteWriter` shipping segments to a trace URL.
+    """
+
+    __slots__ = ()
+
+    stops: deque[int]
+    below: int
+    parent: list[dict[str, Any]]
+    branch_at: tuple[str, int] | None  # (agent, own count) of a fork's branch
+    positions: dict[tuple[str, int], dict[str, Any]]  # the parent's records by (agent, own count)
+    ahead: set[str]  # agents in the branch's causal future (a live receive may merge no clock of the branch)
+
+    def at_stop(self) -> bool:
+        return bool(self.stops) and self.seq + 1 == self.stops[0]
+
+    def append(
+        self,
+        kind: str,
+        fields: dict[str, Any],
+        *,
+        sync: bool = False,
+        check: tuple[str, ...] = (),
+        user: tuple[str, ...] = (),
+    ) -> int:
+        for name in check:  # as Journal.append: each checked field becomes its own copy, as it reads back
+            fields[name] = check_value(name, fields[name])
+        return self.append_many(((kind, fields, (*check, *user)),), sync=sync)
+
+    def append_many(self, records: Iterable[tuple[Any, ...]], *, sync: bool = False) -> int:
+        if self.shared:  # agents write: a fork's lineage is decided by clocks, in annotate()
+            return super().append_many(records, sync=sync)
+        batch: list[tuple[str, dict[str, Any]]] = []
+        for kind, fields, *user in records:
+            self.redacted(fields, user[0] if user else ())  # as it will be written: compared with the parent so
+            seq = self.seq + len(batch) + 1
+            if self.stops and seq == self.stops[0]:  # the recorded process stopped here
+                if batch:
+                    super().append_many(batch, sync=sync)
+                raise _Seam
+            batch.append((kind, self._vet(seq, kind, fields)))
+        return super().append_many(batch, sync=sync)
+
+    def finish(
+        self, kind: str, fields: dict[str, Any], *, state: str, key: bytes | None, user: tuple[str, ...] = ()
+    ) -> int:
+        if self.shared:  # a run with agents: its end is live or rerun as recorded, never before a branch
+            return super().finish(kind, fields, state=state, key=key, user=user)
+        self.redacted(fields, user)  # as it will be written: compared with the parent so
+        seq = self.seq + 1
+        if self.stops and seq == self.stops[0]:
+            raise _Seam
+        return super().finish(kind, self._vet(seq, kind, fields), state=state, key=key)
+
+    def _vet(self, seq: int, kind: str, fields: dict[str, Any]) -> dict[str, Any]:
+        """fields as the new trace holds them: before a fork's branch, checked against the parent and marked."""
+        if seq < self.below:
+            self.same_as(self.parent[seq - 1], {"seq": seq, "kind": kind, **fields}, seq)
+            if kind != "header":
+                fields = {**fields, "reused": True}
+        elif seq == self.below:
+            fields = {**fields, "mutated": True}
+        return fields
+
+    def same_as(self, parent: dict[str, Any], record: dict[str, Any], seq: int) -> None:
+        was, now = normalize_record(parent), normalize_record(record)
+        if was != now:
+            found = differences(was, now)
+            shown = "; ".join(f"{k}: parent {x!r}, fork {y!r}" for k, (x, y) in found.items())
+            agent = str(parent.get("agent", MAIN))
+            raise ReplayDrift(
+                f"seq {parent['seq']}: outside its branch's causal future the fork wrote another record than "
+                f"the parent: {shown}",
+                seq=parent["seq"],
+                line=parent["seq"],
+                fields=found,
+                agent=agent,
+            )
+
+    def annotate(self, record: dict[str, Any], agent: str, vc: dict[str, int]) -> dict[str, Any]:
+        """A causal fork's lineage: the branch is mutated, its causal future live, the rest reused (and checked)."""
+        if not self.branch_at:
+            return record
+        b_agent, b_count = self.branch_at
+        count = vc[agent]
+        if agent == b_agent and count == b_count:
+            record["mutated"] = True
+        elif vc.get(b_agent, 0) < b_count and agent not in self.ahead:  # the branch's past, or concurrent with it
+            parent = self.positions.get((agent, count))
+            if parent is None:
+                raise ReplayDrift(
+                    f"the fork wrote a {record['kind']} record as event {count} of agent {agent!r}, which the "
+                    "parent does not have outside the branch's causal future",
+                    seq=0,
+                    line=0,
+                    fields={"event": (None, [agent, count])},
+                    agent=agent,
+                )
+            self.same_as(parent, record, parent["seq"])
+            record["reused"] = True
+        return record
+
+
+class _Writer(_Rewriting):
+    """The new trace in a local file."""
+
+    __slots__ = ("ahead", "below", "branch_at", "parent", "positions", "stops")
+
+
+class _RemoteWriter(_Rewriting, RemoteJournal):
+    """The new trace at a trace URL: shipped as segments at the ship points of any run (trace/remote.py)."""
+
+    __slots__ = ("ahead", "below", "branch_at", "parent", "positions", "stops")
+
+
+class _Replaying(Session):
+    """A strict session that writes what it serves, stops at seams, and can branch to live."""
+
+    journal: _Rewriting
+
+    def __init__(
+        self,
+        journal: _Rewriting,
+        recorded: Iterable[Crossing],
+        *,
+        branch: Crossing | None,
+        value: Any,
+        redact: Redaction,
+    ):
+        super().__init__(journal, recorded, strict=True, redact=redact)
+        self.again: deque[Crossing] = deque()  # served again after a seam, already in the new trace
+        self.branch, self.value = branch, value
+        self.live = False  # the branch was reached
+        self.ahead: set[str] = set()  # agents that entered the branch's causal future
+
+    def place(self, kind: str = "", request: Any = None) -> tuple[str, int, bool]:
+        """(agent, own count) of the current agent's next record, and whether it is in the branch's causal future.
+
+        A receive knows its merge only from the message it gets: the recorded
+        one's send clock decides (a message whose send is in the future is too).
+        """
+        agent = self.agents.current()
+        vc = self.agents.next_vc(self.journal)
+        if self.branch is None:
+            return agent, vc[agent], False
+        b_agent = self.branch.agent
+        future = agent in self.ahead or vc.get(b_agent, 0) >= self.branch.vc[b_agent]
+        if not future and kind == "agent_msg" and isinstance(request, dict) and "receive" in request:
+            queue = self.queue()
+            sent = queue[0].response.get("sent") if queue and isinstance(queue[0].response, dict) else None
+            future = isinstance(sent, dict) and sent.get(b_agent, 0) >= self.branch.vc[b_agent]
+        if future and not (agent == b_agent and vc[agent] == self.branch.vc[b_agent]):
+            self.ahead.add(agent)  # in the branch's causal future: every later event of this agent is too
+        return agent, vc[agent], future
+
+    def take(self, kind: str, request: Any, match: Match | None = None) -> tuple[Crossing, bool]:
+        """The crossing to serve, and whether the new trace holds it already."""
+        if self.again:
+            rec = self.again[0]
+            if rec.kind == kind and same(kind, rec, request, match):
+                return self.again.popleft(), True
+            self.again.clear()  # as a resume does: the old crossings no longer apply
+        if self.journal.at_stop():
+            raise _Seam
+        agent, here, _ = self.place()
+        self.pause_here()
+        try:
+            found = Session.serve(self, kind, request, match)
+        except ReplayViolation as e:
+            seq = self.journal.seq + 1  # where the recording would have had to hold it
+            where = f"seq {seq}" if agent == MAIN and not self.agents.spawned else f"agent {agent!r} event {here}"
+            violation = ReplayViolation(f"{where}: {e}", seq=seq, line=seq, agent=agent)
+            self.failure = self.failure or violation
+            raise violation from None
+        except ReplayDrift as e:
+            self.failure = self.failure or e
+            raise
+        assert found is not None  # strict: serve() raises rather than answer None
+        if found.vc.get(agent) != here:  # the record that will carry its response is not the recorded one
+            was = found.vc.get(agent)
+            where = "seq" if agent == MAIN and not self.agents.spawned else f"agent {agent!r} event"
+            drift = ReplayDrift(
+                f"seq {found.seq}: the re-execution reached this {kind} crossing at {where} {here}, not where the "
+                "recording has it: the run took another path before it (harness diff shows where)",
+                seq=found.seq,
+                line=found.seq,
+                fields={"seq": (found.seq, self.journal.seq + 1)} if where == "seq" else {"event": (was, here)},
+                agent=agent,
+            )
+            self.failure = self.failure or drift
+            raise drift
+        if self.branch is not None and found.seq == self.branch.seq:
+            self.live = True
+            self.queue().clear()
+            found = replace(found, response=self.value, error=None)
+        return found, False
+
+    def pause_here(self) -> None:
+        """Raise what made the recorded run pause at this point, if it paused here."""
+        here = self.journal.seq + 1
+        parent = self.journal.parent
+        rec = parent[here - 1] if here <= len(parent) else {}
+        if rec.get("kind") != "transition" or rec.get("to") != S.PAUSED:
+            return
+        if "question" in rec:
+            raise Interrupted(rec["question"])
+        error = rec.get("error")
+        if isinstance(error, dict) and error.get("type") == "ToolTimeout":
+            raise ToolTimeout(self.journal.parent[rec["seq"] - 2].get("tool", "?"), float(error.get("timeout", 0)))
+
+    def serve(self, kind: str, request: Any, match: Match | None = None) -> Crossing | None:
+        if self.branch is not None:
+            agent, here, future = self.place(kind, request)
+            if future and not (agent == self.branch.agent and here == self.branch.vc[agent]):
+                self.queue().clear()  # this agent's recorded future no longer applies
+                return None
+        return self.take(kind, request, match)[0]
+
+    def enter(
+        self, kind: str, request: Any, match: Match | None = None, arrived: Arrived | None = None
+    ) -> tuple[Any, Crossing | None]:
+        """Serve the crossing and write it to the new trace as the recording has it (live in a fork's future)."""
+        if self.branch is not None:
+            agent, here, future = self.place(kind, request)
+            if future and not (agent == self.branch.agent and here == self.branch.vc[agent]):
+                self.queue().clear()
+                return super().enter(kind, request, match, arrived)
+        check_value("request", request)
+        request = self.redact(request)
+        rec, written = self.take(kind, request, match)
+        if not written:  # the recorded request: what matching ignores stays as it was recorded
+            if arrived is not None and rec.error is None:
+                arrived(rec.response, True)
+            key = rec.request if match is None else match(rec.request)
+            fields = {"boundary": kind, "request": rec.request, "hash": request_hash(kind, key)}
+            fields.update({"response": rec.response} if rec.error is None else {"error": rec.error})
+            self.journal.append("crossing", fields, check=("response",) if rec.error is None else (), user=("request",))
+        return request, rec
+
+
+class _Agent:
+    """An Executor's agent, re-executed: its planner, tools and verifier drive the Executor's own loop."""
+
+    workflow: str | None = None
+
+    def __init__(self, planner: Planner, tools: Mapping[str, Callable[..., Any] | Tool], verifier: Verifier | None):
+        self.planner, self.tools, self.verifier = planner, tools, verifier
+        self.ex: Executor | None = None
+
+    @contextlib.contextmanager
+    def prepared(self, rec: _Recording, path: str, retry: RetryPolicy | None, redact: Redaction) -> Iterator[None]:
+        planner, tools, verifier = self.planner, self.tools, self.verifier
+        with contextlib.ExitStack() as stack:
+            if is_async(planner, verifier, *tools.values()):  # async agents: awaited on a private loop
+                bridge = stack.enter_context(Bridge())
+                planner, tools, verifier = bridged(bridge, planner, tools, verifier)
+            self.ex = Executor(
+                planner=planner,
+                tools=tools,
+                verifier=verifier,
+                trace=path,
+                retry=retry or rec.retry(),
+                max_steps=rec.max_steps(),
+                entrypoint=_entrypoint(rec),
+                redact=redact,
+            )
+            yield
+
+    def session(
+        self, writer: _Rewriting, rec: _Recording, at: Crossing | None, value: Any, redact: Redaction
+    ) -> _Replaying:
+        return _Replaying(writer, rec.crossings, branch=at, value=value, redact=redact)
+
+    def executor(self) -> Executor:
+        if self.ex is None:
+            raise HarnessError("internal error, please report: a re-execution started before its executor was made")
+        return self.ex
+
+    def start(self, writer: _Rewriting, session: _Replaying, goal: Any, run_id: str, lineage: dict[str, Any]) -> None:
+        self.executor()._start(writer, goal, run_id, session=session, **lineage)
+
+    def go_on(self, writer: _Rewriting, session: _Replaying, rep: Replay) -> None:
+        session.again = deque(rep.resumable_crossings())  # what Executor resume serves again
+        self.executor()._continue(writer, session, rep)
+
+
+class _Flowing:
+    """A workflow, re-executed: its function runs from the start at the run's start and again at each seam,
+    over what the new trace holds by then (served, not written again, as a resume does)."""
+
+    def __init__(self, w: Workflow[Any, Any]):
+        self.w = w
+        self.workflow: str | None = w.name
+        self.redact: Redaction = Redaction.of(None)
+        self.entrypoint = "<rerun>"
+
+    @contextlib.contextmanager
+    def prepared(self, rec: _Recording, path: str, retry: RetryPolicy | None, redact: Redaction) -> Iterator[None]:
+        self.redact, self.entrypoint = redact, _entrypoint(rec)
+        self.workflow = rec.rep.workflow or self.w.name  # its name as recorded (run as a script: `__main__:...`)
+        yield
+
+    def session(
+        self, writer: _Rewriting, rec: _Recording, at: Crossing | None, value: Any, redact: Redaction
+    ) -> _Replaying:
+        return _Rerunning(writer, rec.crossings, branch=at, value=value, redact=redact)
+
+    def start(self, writer: _Rewriting, session: _Replaying, goal: Any, run_id: str, lineage: dict[str, Any]) -> None:
+        flow = start(writer, self.workflow or self.w.name, goal, run_id, redact=self.redact, fsync=writer.fsync,
+                     session=session, lineage=lineage, entrypoint=self.entrypoint)  # fmt: skip
+        run_anywhere(self.w, flow, *_arguments(goal))
+
+    def go_on(self, writer: _Rewriting, session: _Replaying, rep: Replay) -> None:
+        rep, history = History.read(writer.path)
+        history.check()
+        cast(_Rerunning, session).history = history
+        flow = go_on(writer, session, rep, history, fsync=writer.fsync, lazy=False, entrypoint=self.entrypoint)
+        run_anywhere(self.w, flow, *_arguments(rep.goal))
+
+
+def _arguments(goal: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """A workflow's args and kwargs, from its goal as its header holds it."""
+    return tuple(goal["args"]), dict(goal["kwargs"])
+
+
+def _entrypoint(rec: _Recording) -> str:
+    env = rec.rep.header.get("env") or {}
+    return str(env.get("entrypoint") or "<rerun>")
+
+
+_Runner = _Agent | _Flowing
+
+
+def _runner(
+    planner: Planner | None,
+    tools: Mapping[str, Callable[..., Any] | Tool] | None,
+    verifier: Verifier | None,
+    workflow: Callable[..., Any] | None,
+) -> _Runner:
+    """What re-executes the recording: exactly one of an Executor's agent and a workflow."""
+    if workflow is not None:
+        if planner is not None or tools is not None or verifier is not None:
+            raise HarnessError("give either workflow= or planner= and tools= (an Executor's agent), not both")
+        return _Flowing(workflow if isinstance(workflow, Workflow) else Workflow(workflow))
+    if planner is None or tools is None:
+        raise HarnessError(
+            "give the agent that made the run: planner= and tools= (and verifier=) for an Executor's run, "
+            "or workflow= for a workflow's"
+        )
+    return _Agent(planner, tools, verifier)
+
+
+class _Rerunning(Serving, _Replaying):
+    """A workflow's re-execution: after a seam, what the new trace holds is served first (not written again)."""
+
+    def __init__(self, journal: _Rewriting, recorded: Iterable[Crossing], **kwargs: Any):
+        _Replaying.__init__(self, journal, recorded, **kwargs)
+        self.history = History(journal.path, [])
+
+    def take(self, kind: str, request: Any, match: Match | None = None) -> tuple[Crossing, bool]:
+        item = self.history.take(self.agents.current(), CROSSING, kind, request, match)
+        if item is not None and item.crossing is not None:
+            return item.crossing, True
+        return _Replaying.take(self, kind, request, match)  # (a question the run paused on: the recorded answer)
+
+    async def settled(self, space: str, kind: str, shown: Any, match: Match | None = None) -> None:
+        """Also wait for this request's turn in the recording: a task whose crossing (or tool call) the
+        recording holds later than a sibling's waits until the sibling made its own. Served calls return at
+        once, so without the wait a nested gather (inner calls started as outer ones return) would ask in
+        another order than the recorded one and drift; with it, the rerun writes the recorded order."""
+        await super().settled(space, kind, shown, match)
+        if self.live or self.history.next(self.agents.current()) is not None:
+            return
+        if space == STEP:
+            kind, shown, match = "tool", {"tool": kind, "args": shown}, None
+        queue = self.queue()
+
+        def answers(c: Crossing) -> bool:
+            return c.kind == kind and same(kind, c, shown, match)
+
+        await turn(lambda: not queue or answers(queue[0]) or not any(answers(c) for c in queue))
+
+
+def _execute(
+    rec: _Recording,
+    path: str,
+    runner: _Runner,
+    retry: RetryPolicy | None,
+    *,
+    stops: list[int],
+    branch: int | None = None,
+    value: Any = None,
+    run_id: str | None = None,
+    redact: Redaction | Iterable[Rule] | None = None,
+) -> Rerun:
+    recorded = rec.rep.header.get("redact")
+    rules = Redaction.from_header(recorded, rec.path).plus(redact)
+    run_id = run_id or uuid.uuid4().hex
+    lineage: dict[str, Any] = {"parent": rec.rep.run_id, "redact": recorded}  # as the parent: more rules are ours
+    if branch is not None:
+        lineage["branch"] = branch
+    writer: _Rewriting
+    if is_url(path):  # a trace URL: segments shipped as any run ships them, fenced by conditional create
+        writer = cast(_RemoteWriter, _RemoteWriter.open_url(path, redact=rules))
+    else:
+        writer = cast(_Writer, _Writer.open(path, redact=rules))
+    at = next((c for c in rec.crossings if c.seq == branch), None)
+    with writer, runner.prepared(rec, path, retry, rules):
+        writer.stops, writer.below, writer.parent = deque(stops), branch or 0, rec.records
+        writer.branch_at = (at.agent, at.vc[at.agent]) if at is not None else None
+        writer.positions = rec.positions()
+        session = runner.session(writer, rec, at, value, rules)
+        writer.ahead = session.ahead
+        try:
+            _drive(runner, writer, session, rec, run_id, lineage)
+        except (ReplayDrift, ReplayViolation) as e:
+            if session.failure is not None and session.failure is not e:
+                raise session.failure from None  # the first one, which agent code swallowed
+            raise
+        if session.failure is not None:  # raised inside agent code that caught it
+            raise session.failure
+        if branch is not None and not session.live:
+            raise HarnessError(
+                f"{rec.path}: the fork ended at seq {writer.seq} without reaching the crossing at seq {branch}"
+            )
+        new = _records(local_copy(path), writer.size())  # a URL: the writer's spool
+    same = normalize(_unsealed(new)) == normalize(_unsealed(rec.records))
+    return Rerun(
+        run_id=run_id,
+        parent=rec.rep.run_id,
+        branch=branch,
+        state=replay(path).state,
+        equal=same and not session.left(),
+        live_calls=session.live_calls,
+        unused=session.left(),
+        trace=path,
+        records=tuple(new),
+        live_calls_by_agent=dict(sorted(session.calls.items())),
+    )
+
+
+def _drive(
+    runner: _Runner, writer: _Rewriting, session: _Replaying, rec: _Recording, run_id: str, lineage: dict[str, Any]
+) -> None:
+    """Run from the start, then from each seam on, as the recorded processes did."""
+    records = rec.records
+    rep: Replay | None = None
+    while True:
+        try:
+            if rep is None:
+                runner.start(writer, session, rec.rep.goal, run_id, lineage)
+            else:
+                runner.go_on(writer, session, rep)
+        except _Seam:
+            pass
+        except (ReplayDrift, ReplayViolation):
+            raise
+        except Exception:
+            if not writer.at_stop():  # the recorded process did not stop here: a real error
+                raise
+        if session.live:  # a fork past its branch: no recorded seam applies any more
+            return
+        seq = writer.seq + 1
+        while seq <= len(records) and records[seq - 1]["kind"] in _COPIED:  # written as the recording has them
+            r = records[seq - 1]
+            if writer.stops and writer.stops[0] == seq:  # a crash record: the stop is the record itself
+                writer.stops.popleft()
+            writer.append(r["kind"], _copy(r), sync=True)
+            seq += 1
+        if not (writer.at_stop() and seq <= len(records) and records[seq - 1]["kind"] == "resume"):
+            return
+        writer.stops.popleft()
+        seam = {"set_aside": records[seq - 1].get("set_aside"), "env": environment(_entrypoint(rec))}
+        writer.append("resume", seam)
+        while seq < len(records) and records[seq]["kind"] == "answer":  # the answer this resume brought
+            writer.append("answer", _copy(records[seq]), sync=True)
+            seq += 1
+        rep = replay(writer.path)
+
+
+_COPIED = frozenset({"reconcile", "crash"})  # records a re-execution copies from the recording (and answers)
+
+
+def _copy(record: dict[str, Any]) -> dict[str, Any]:
+    """A recorded record's own fields, to write again (the journal adds seq, ts and crc; a fork marks reuse)."""
+    return {k: v for k, v in record.items() if k not in ("seq", "kind", "ts", "crc", "reused")}
+
+
+def import_attr(spec: str, flag: str, shape: str) -> Any:
+    """What `module:attr` names (attr may be dotted), the module imported with the current directory on
+    sys.path (the `uvicorn module:app` convention); HarnessError naming flag and spec when it cannot be."""
+    import importlib
+    import sys
+
+    module, sep, name = spec.partition(":")
+    if not sep or not module or not name:
+        raise HarnessError(f"{flag} {spec!r}: expected {shape}")
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        found: Any = importlib.import_module(module)
+    except ImportError as e:
+        raise HarnessError(f"{flag} {spec!r}: cannot import {module}: {e}") from None
+    for part in name.split("."):
+        found = getattr(found, part, None)
+        if found is None:
+            what = "callable" if flag == "--agent" else "workflow or function"
+            raise HarnessError(f"{flag} {spec!r}: {module} has no {what} {name}")
+    return found
+
+
+def load_agent(spec: str) -> tuple[Planner, Mapping[str, Callable[..., Any] | Tool], Verifier | None]:
+    """Call the factory named by `module:factory` and return its (planner, tools, verifier).
+
+    The module is imported with the current directory on sys.path (the
+    `uvicorn module:app` convention).
+    """
+    factory = import_attr(spec, "--agent", "module:factory, e.g. my_agent:make_agent")
+    name = spec.partition(":")[2]
+    if not callable(factory):
+        raise HarnessError(f"--agent {spec!r}: {spec.partition(':')[0]} has no callable {name}")
+    try:
+        made = factory()
+    except Exception as e:
+        raise HarnessError(f"--agent {spec!r}: {name}() raised {type(e).__name__}: {e}") from None
+    if not (isinstance(made, tuple | list) and len(made) == 3 and callable(made[0]) and isinstance(made[1], Mapping)):
+        raise HarnessError(f"--agent {spec!r}: {name}() must return (planner, tools, verifier), not {made!r:.200}")
+    return made[0], made[1], made[2]
+
+
+def load_workflow(spec: str) -> Workflow[Any, Any]:
+    """The workflow named by `module:attr` (an `@harness.workflow`, or a plain function made one).
+
+    HarnessError when it cannot be imported by the name its traces record
+    (a lambda, a closure or a nested function: define it at module level).
+    """
+    found = import_attr(spec, "--workflow", "module:attr, e.g. my_agent:research")
+    if not callable(found):
+        raise HarnessError(f"--workflow {spec!r}: {found!r:.80} is not a workflow or a function")
+    w = found if isinstance(found, Workflow) else Workflow(found)
+    if w.importable is not None:
+        raise HarnessError(
+            f"--workflow {spec!r}: workflow {w.name} cannot be imported by that name: {w.importable}. Define it "
+            "at the top level of a module (its traces name it module:qualname)"
+        )
+    return w

@@ -1,0 +1,224 @@
+"""`harness show`: a trace as people read it, streamed record by record.
+
+How it works: replay() validates the file and hands each record to a
+callback once it has passed every check (`replay(on_record=...)`); the
+callback formats that one record and writes it out at once. So a trace of any
+length is shown in constant memory (one record at a time, nothing kept that
+grows with the file), and a corrupt trace is shown up to its damage before
+replay() raises the TraceCorruption that names it.
+
+What a timeline line holds: the seq, what the record is (`PLAN -> ACT  step
+0, attempt 1`), then its fields as compact JSON, whole: a value is wrapped
+at the width, never cut, so a model prompt reads in full. Fields that only
+make sense to a machine (seq, ts, crc, hash) are left out; an http
+crossing's streamed model reply shows as the message its chunks add up to
+(`response.stream`: text, tool calls, finish reason); a `now()` reading
+is shown as a UTC time, so is a `sleep`'s wake-up time; a crash record
+shows its error and innermost frame, not its whole traceback; a fork's header names its `parent` and `branch`, and
+its records say whether they were `reused` from the parent, are the
+`mutated` crossing or ran `live`.
+
+Other views: `json` writes each line exactly as read; `record` one record in
+full, indented; `golden` the normalized view (the git textconv), which
+refuses a corrupt trace before writing anything.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+import orjson
+
+from .._errors import HarnessError, TraceUnreadable
+from ..storage import blobs as _blobs
+from ..trace.reader import Replay, replay
+from .diff import describe_record
+from .normalize import GOLDEN_HEAD, causal_key, is_golden_file, normalize_record, parse_golden
+from .stream import http_view
+
+INDENT = 10  # where a wrapped field starts: past the seq column
+MIN_WIDTH = 40
+_HIDDEN = frozenset(
+    {"seq", "ts", "crc", "hash", "kind", "from", "to", "step", "attempt", "boundary", "reused", "mutated"}
+    | {"agent", "vc"}  # shown before the record, as `[agent]` (or with --vector, agent and clock)
+)
+Write = Callable[[str], Any]
+View = Literal["timeline", "json", "record", "golden"]
+
+
+def _json(value: Any) -> str:
+    return orjson.dumps(value).decode()
+
+
+def _time(value: Any) -> str:
+    if type(value) in (int, float):
+        try:
+            return datetime.fromtimestamp(value, UTC).isoformat()
+        except (OverflowError, OSError, ValueError):
+            pass
+    return _json(value)
+
+
+def wrap(text: str, room: int, indent: str) -> list[str]:
+    """text in lines of at most `room` characters after `indent` (continuations 2 more).
+
+    A line breaks at its last space (which is dropped) or after its last comma in its second half, else
+    inside a word: nothing is left out but the space a line broke at.
+    """
+    out = []
+    while len(text) > room:
+        space = text.rfind(" ", room // 2, room + 1)
+        comma = text.rfind(",", room // 2, room)
+        if space > 0 and space >= comma:
+            out.append(indent + text[:space])
+            text = text[space + 1 :]
+        else:
+            cut = comma + 1 if comma > 0 else room
+            out.append(indent + text[:cut])
+            text = text[cut:]
+        if len(out) == 1:
+            indent, room = indent + "  ", room - 2
+    out.append(indent + text)
+    return out
+
+
+class Timeline:
+    """Formats records as timeline lines; knows the trace's fork lineage from its header."""
+
+    def __init__(self, width: int, *, vector: bool = False):
+        self.width = max(width, MIN_WIDTH)
+        self.branch: int | None = None
+        self.vector = vector  # each record's agent and vector clock in a column of their own
+
+    def lines(self, seq: int, rec: Mapping[str, Any]) -> list[str]:
+        kind = rec.get("kind")
+        if kind == "header" and type(rec.get("branch")) is int:
+            self.branch = rec["branch"]
+        what = describe_record(rec)
+        if kind == "transition":
+            what = f"{rec.get('from')} -> {rec.get('to')}"
+            what = f"{what:<22}step {rec.get('step')}, attempt {rec.get('attempt', 1)}"
+        agent = rec.get("agent", "main")
+        if self.vector:  # a record written before the run spawned has the clock {"main": seq}
+            vc = rec.get("vc")
+            clock = vc if isinstance(vc, dict) else {"main": seq}
+            what = f"{agent:<12} {{{','.join(f'{a}:{n}' for a, n in clock.items())}}}  {what}"
+        elif agent != "main":
+            what = f"[{agent}] {what}"
+        notes = self.notes(seq, rec)
+        head = f"{seq:>6}  {what}"
+        one = f"{seq:>6}  {what:<40}  {'  '.join(notes)}".rstrip()
+        if len(one) <= self.width:
+            return [one]
+        out = [head]
+        for note in notes:
+            out.extend(wrap(note, self.width - INDENT, " " * INDENT))
+        return out
+
+    def notes(self, seq: int, rec: Mapping[str, Any]) -> list[str]:
+        kind = rec.get("kind")
+        notes = []
+        if rec.get("reused") is True:
+            notes.append("reused")
+        elif rec.get("mutated") is True or (self.branch is not None and seq == self.branch and "vc" not in rec):
+            notes.append("mutated")
+        elif self.branch is not None and "vc" in rec:  # a causal fork marks what it reused: the rest ran live
+            notes.append("live")
+        elif self.branch is not None and seq == self.branch:
+            notes.append("mutated")
+        elif self.branch is not None and seq > self.branch:
+            notes.append("live")
+        fields = {k: v for k, v in rec.items() if k not in _HIDDEN}
+        if kind == "checkpoint":
+            fields.pop("name", None)  # already in `what`
+        if kind == "header" and "ts" in rec:
+            fields["started"] = rec["ts"]
+        if kind == "crossing" and rec.get("boundary") == "now" and "response" in fields:
+            fields.pop("request", None)  # always null
+            notes.append(f"now={_time(fields.pop('response'))}")
+        if kind == "crossing" and rec.get("boundary") == "sleep" and "response" in fields:
+            notes.append(f"wakes={_time(fields.pop('response'))}")  # a durable timer's wake-up time
+        if kind == "crossing" and rec.get("boundary") == "http" and "response" in fields:
+            fields["response"] = http_view(fields["response"])  # a model stream: the message, not its chunks
+        if kind == "crash" and isinstance(fields.get("traceback"), str):  # the innermost frame, not the whole text
+            frames = [f.strip() for f in fields.pop("traceback").splitlines() if f.strip().startswith("File ")]
+            fields["at"] = frames[-1] if frames else None
+        if "tool" in fields:
+            fields = {"call": f"{fields.pop('tool')} {_json(fields.pop('args', {}))}", **fields}
+        for k, v in fields.items():
+            shown = v if k == "call" else _time(v) if k == "started" else _json(v)
+            notes.append(f"{k}={shown}")
+        return notes
+
+
+def show_trace(
+    trace: str | os.PathLike[str],
+    write: Write,
+    *,
+    view: View = "timeline",
+    width: int = 100,
+    seq: int | None = None,
+    vector: bool = False,
+) -> Replay | None:
+    """Write the trace at `trace` through `write`, one record at a time.
+
+    view: "timeline" (wrapped at `width`), "json" (each line as read),
+    "record" (the record at `seq`, whole and indented) or "golden" (the
+    normalized view). Returns the Replay of a trace file (None for a golden
+    file); raises TraceCorruption after writing the records before the damage
+    ("golden" writes nothing then), HarnessError for an unreadable file or,
+    with view="record", a seq the trace does not hold. `vector`: the timeline
+    shows each record's agent and vector clock.
+
+    The golden view of a run with agents is in the canonical causal order:
+    the records before its first spawn stream out as they come (they come
+    first in that order), the rest are held, then sorted and written.
+    """
+    path = os.fspath(trace)
+    timeline = Timeline(width, vector=vector)
+    held_back: list[tuple[tuple[int, str], dict[str, Any]]] = []  # golden view, from the first clock on
+    found: list[bool] = []
+    held = 0
+
+    def emit(n: int, raw: bytes | None, rec: Mapping[str, Any]) -> None:
+        if view == "timeline":
+            write("\n".join(timeline.lines(n, rec)) + "\n")
+        elif view == "json":
+            write((raw.decode() if raw is not None else _json(rec)) + "\n")
+        elif view == "golden":
+            normalized = normalize_record(_blobs.inline(path, rec) if "blobs" in rec else rec)
+            if raw is not None and (held_back or "vc" in rec):  # from the first clock on (the seal too)
+                held_back.append((causal_key(rec, n), normalized))
+            else:
+                write(_json(normalized) + "\n")
+        elif n == seq:
+            write(orjson.dumps(rec, option=orjson.OPT_INDENT_2).decode() + "\n")
+            found.append(True)
+
+    if is_golden_file(path):
+        try:
+            with open(path, "rb") as f:
+                records = parse_golden(f.read(), path)
+        except OSError as e:
+            raise TraceUnreadable(path, f"cannot read: {e.strerror}") from None
+        if view == "golden":
+            write(GOLDEN_HEAD + "\n")
+        for n, rec in enumerate(records, 1):
+            emit(n, None, rec)
+        rep, held = None, len(records)
+    else:
+        if view == "golden":  # the textconv: refuse a corrupt trace before writing a byte
+            replay(path)
+            write(GOLDEN_HEAD + "\n")
+        rep = replay(path, on_record=lambda line, rec: emit(rec["seq"], line, rec))
+        for _, normalized in sorted(held_back, key=lambda x: x[0]):
+            write(_json(normalized) + "\n")
+        if rep.torn_tail and view == "timeline":
+            write(f"{'':>6}  (torn tail: an unfinished last line, not part of the run)\n")
+    if view == "record" and not found:
+        count = rep.records if rep is not None else held
+        raise HarnessError(f"{path}: no record with seq {seq} (it holds seq 1 to {count})")
+    return rep

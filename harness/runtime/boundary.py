@@ -1,0 +1,471 @@
+"""Boundaries: where a run's non-determinism comes in, recorded on the way.
+
+Agent code calls `boundary(kind, request, call)` (or `now()`, `random()`,
+`uuid4()`, `llm()`) instead of reading the world directly. Inside a run the
+active Session records each crossing's request and response in the trace;
+when the Session holds recorded crossings (a resume, a rerun) it serves them
+instead, in order, and checks that each request is the one recorded.
+Outside a run these functions just call through.
+
+Rules kept here:
+- a crossing made while another crossing's call runs (a tool reading the
+  clock) belongs to the outer one: it is neither recorded nor served;
+- an exception raised by a call is recorded as the crossing's outcome,
+  then raised again;
+- a strict session (rerun, fork) never calls live: a missing crossing is a
+  ReplayViolation, a different request a ReplayDrift;
+- a request is redacted (the session's `Redaction`) before it is hashed,
+  compared or written, and a response or error before it is written;
+- a crossing may bring its own `match`: a function from a request to the
+  part of it that must be equal (`harness.http` drops ignored query
+  parameters and body fields this way). It is applied to the recorded and
+  to the new request alike; the stored `hash` is the hash of that part.
+- recorded crossings are served per agent, each agent its own in its own
+  order (see agents.py); "a crossing made while another crossing's call
+  runs" is per call context (a context variable), so concurrent calls of one
+  agent (tasks of asyncio.gather) are each recorded, written in the order
+  they started; concurrent calls of one agent from two threads are refused;
+- a crossing from a thread the run did not start, while no call of the run
+  is in flight, raises HarnessError and fails the run (it would be a lie).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import random as _random
+import sys
+import threading
+import time
+import uuid as _uuid
+from collections import deque
+from collections.abc import Awaitable, Callable, Iterable
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from .._errors import HarnessError, ReplayDrift, ReplayViolation, ToolError, error_of
+from ..trace.clock import MAIN
+from ..trace.journal import check_value
+from ..trace.reader import Crossing, request_hash
+from ..trace.redact import DEFAULT, Redaction
+from .agents import Agents, AgentState
+from .context import _agent, _current, _in_call
+
+if TYPE_CHECKING:
+    from ..trace.journal import Journal
+
+T = TypeVar("T")
+Match = Callable[[Any], Any]  # a request -> the part of it a recorded crossing must equal
+Arrived = Callable[[Any, bool], None]  # (response, served): runs before a crossing's record is written
+
+
+class Session:
+    """The crossings of one run: where new ones are written and recorded ones come from.
+
+    Recorded crossings are kept per agent, each in its own order, so every
+    agent is served its own whatever the threads do.
+    """
+
+    def __init__(
+        self,
+        journal: Journal | None,
+        recorded: Iterable[Crossing] = (),
+        *,
+        strict: bool = False,
+        redact: Redaction = DEFAULT,
+    ):
+        self.journal = journal
+        self.recorded: dict[str, deque[Crossing]] = {}
+        for c in recorded:
+            self.recorded.setdefault(c.agent, deque()).append(c)
+        self.strict = strict
+        self.redact = redact
+        self.agents = Agents(self)
+        self.calls: dict[str, int] = {}  # live calls per agent
+        self.failure: HarnessError | None = None  # kept in case agent code swallows it
+        self.answers: deque[Any] = deque()  # human answers for interrupt(), oldest first (see interrupt.py)
+        self.patches: dict[str, bool] = {}  # harness.patched(): each change id's answer in this run (history.py)
+
+    def artifact_served(self, name: str, sha256: str) -> bool:
+        """Whether an artifact of these bytes is already in the trace here (a re-executed workflow's): not again."""
+        return False
+
+    @property
+    def nested(self) -> bool:
+        """Whether the code runs inside a call (a tool, a crossing): its crossings belong to that call."""
+        return _in_call.get()
+
+    @property
+    def live_calls(self) -> int:
+        return sum(self.calls.values())
+
+    def agent(self) -> AgentState:
+        """The state of the agent whose code is running."""
+        return _agent.get() or self.agents.main
+
+    def count_live(self, me: AgentState) -> None:
+        """One live call by agent me, the current one (only its own thread writes its count)."""
+        self.calls[me.name] = self.calls.get(me.name, 0) + 1
+
+    def left(self) -> int:
+        """Recorded crossings not served (yet)."""
+        return sum(len(q) for q in self.recorded.values())
+
+    def queue(self) -> deque[Crossing]:
+        """The current agent's recorded crossings, in its own order."""
+        name = (_agent.get() or self.agents.main).name
+        q = self.recorded.get(name)
+        if q is None:
+            q = self.recorded[name] = deque()
+        return q
+
+    @property
+    def serving(self) -> bool:
+        """Whether a crossing may be served from the recording (or must be, in a strict session)."""
+        return self.strict or bool(self.queue())
+
+    def serve(self, kind: str, request: Any, match: Match | None = None) -> Crossing | None:
+        """The recorded crossing to use instead of a live call, or None to call live."""
+        queue = self.queue()
+        if not queue:
+            if self.strict:
+                raise ReplayViolation(
+                    f"a live {kind} call with request {request!r} during a re-execution: the recording "
+                    "has no crossing left here. Route it through harness, or record the run again.",
+                    agent=(_agent.get() or self.agents.main).name,
+                )
+            return None
+        rec = queue[0]
+        if rec.kind == kind and same(kind, rec, request, match):
+            return queue.popleft()
+        if not self.strict:  # resuming changed code: the rest of the old recording no longer applies
+            queue.clear()
+            return None
+        was, now = (rec.request, request) if match is None else (match(rec.request), match(request))
+        fields = differences(was, now) if rec.kind == kind else {"kind": (rec.kind, kind)}
+        shown = "; ".join(f"{k}: recorded {a!r}, now {b!r}" for k, a, b in ((k, *v) for k, v in fields.items()))
+        who = "" if rec.agent == MAIN else f" (agent {rec.agent})"
+        raise ReplayDrift(
+            f"seq {rec.seq}{who}: the run drifted from its recording at a {rec.kind} crossing: {shown}",
+            seq=rec.seq,
+            line=rec.seq,
+            fields=fields,
+            agent=rec.agent,
+        )
+
+    def enter(
+        self, kind: str, request: Any, match: Match | None = None, arrived: Arrived | None = None
+    ) -> tuple[Any, Crossing | None]:
+        """The request as it is compared and written (redacted), and the crossing to serve, if any.
+
+        `arrived(response, served)` runs before a crossing's record is written (a receive merges its clock).
+        """
+        check_value("request", request)  # before it is hashed: NotSerializable, not orjson's TypeError
+        request = self.redact(request)
+        rec = self.serve(kind, request, match)
+        if rec is not None and arrived is not None and rec.error is None:
+            arrived(rec.response, True)
+        return request, rec
+
+    def cross(
+        self,
+        kind: str,
+        request: Any,
+        call: Callable[[], T],
+        match: Match | None = None,
+        *,
+        arrived: Arrived | None = None,
+    ) -> T:
+        if _in_call.get():
+            return call()
+        request, rec = self.enter(kind, request, match, arrived)
+        if rec is not None:
+            return outcome(rec)  # type: ignore[no-any-return]
+        me = self.agent()
+        self.agents.enter_call(me)
+        self.count_live(me)
+        token = _in_call.set(True)  # in this call's context only: a concurrent call of the agent has its own
+        try:
+            response = call()
+        except Exception as e:
+            self._record(kind, request, "error", error_of(e), match)
+            raise
+        finally:  # also after a KeyboardInterrupt: later crossings must still be recorded
+            _in_call.reset(token)
+            self.agents.leave_call(me)
+        if arrived is not None:
+            arrived(response, False)
+        self._record(kind, request, "response", response, match)
+        return response
+
+    async def across(self, kind: str, request: Any, acall: Callable[[], Awaitable[T]], match: Match | None = None) -> T:
+        """cross() for a coroutine: the same recording, serving and strict rerun errors.
+
+        Concurrent crossings of one agent (tasks of asyncio.gather) are each
+        recorded, and written in the order they started, whatever order they
+        finish in: a rerun starts them in the same order and serves each its own.
+        """
+        if _in_call.get():
+            return await acall()
+        request, rec = self.enter(kind, request, match)
+        if rec is not None:
+            return outcome(rec)  # type: ignore[no-any-return]
+        me = self.agent()
+        self.agents.enter_call(me)
+        self.count_live(me)
+        ticket, me.ticket = me.ticket, me.ticket + 1
+        token = _in_call.set(True)
+        try:
+            try:
+                response = await acall()
+            except Exception as e:
+                await _turn(me, ticket)
+                self._record(kind, request, "error", error_of(e), match)
+                raise
+            await _turn(me, ticket)
+            self._record(kind, request, "response", response, match)
+            return response
+        finally:
+            _in_call.reset(token)
+            self.agents.leave_call(me)
+            _done(me, ticket)
+
+    def _record(self, kind: str, request: Any, outcome: str, value: Any, match: Match | None = None) -> None:
+        assert self.journal is not None
+        key = request if match is None else match(request)
+        fields = {"boundary": kind, "request": request, "hash": request_hash(kind, key), outcome: value}
+        self.journal.append("crossing", fields, check=(outcome,), user=("request",))  # the journal redacts
+
+    def activate(self) -> Any:
+        with _active_lock:
+            _active.append(self)
+        return (self, _current.set(self))
+
+    def stray(self, kind: str) -> HarnessError:
+        """The error for a crossing made on a thread this run did not start; the run fails with it too."""
+        e = HarnessError(
+            f"a {kind} crossing on thread {threading.current_thread().name!r}, which the run did not start: it "
+            "would be neither recorded nor served on rerun. Start the thread with harness.spawn(), "
+            "which makes it an agent of the run with its own recorded crossings."
+        )
+        self.failure = self.failure or e
+        return e
+
+
+TURN_WAIT = 30.0  # seconds a finished async crossing waits for the earlier ones of its agent (see _turn)
+
+
+async def _turn(me: AgentState, ticket: int) -> None:
+    """Wait until every async crossing of agent me that started before this one is done, TURN_WAIT at most.
+
+    Written in start order, a rerun serves each concurrent crossing its own.
+    But an earlier crossing may wait on what this one's caller does next (a
+    task that sets an event once its own call returned): after TURN_WAIT
+    this one is written out of start order rather than wait forever, and a
+    rerun of the run stops at it with ReplayDrift; never a hang.
+    """
+    if me.written < ticket:
+        import asyncio
+
+        future = me.waiting[ticket] = asyncio.get_running_loop().create_future()
+        try:
+            await asyncio.wait_for(future, TURN_WAIT)
+        except TimeoutError:
+            me.waiting.pop(ticket, None)
+
+
+def _done(me: AgentState, ticket: int) -> None:
+    """Async crossing `ticket` of agent me is done: the next one in start order may write."""
+    me.waiting.pop(ticket, None)
+    me.finished.add(ticket)
+    while me.written in me.finished:
+        me.finished.discard(me.written)
+        me.written += 1
+    future = me.waiting.pop(me.written, None)
+    if future is not None and not future.done():
+        future.set_result(None)
+
+
+_active: list[Session] = []  # the sessions of runs in progress in this process
+_active_lock = threading.Lock()
+
+
+def deactivate(token: Any) -> None:
+    session, var_token = token
+    _current.reset(var_token)
+    with _active_lock:
+        _active.remove(session)
+
+
+def outcome(rec: Crossing) -> Any:
+    """The recorded response, or the recorded exception raised again."""
+    if rec.error is None:
+        return rec.response
+    raise rebuild(rec.error)
+
+
+def rebuild(error: dict[str, str]) -> BaseException:
+    """The exception a crossing recorded, of the same class when that class is already imported.
+
+    Nothing is imported for it: reading a trace must never run code it names.
+    """
+    module, _, name = error["type"].rpartition(".")
+    cls: Any = sys.modules.get(module)
+    for part in name.split("."):
+        cls = getattr(cls, part, None)
+    if isinstance(cls, type) and issubclass(cls, Exception):
+        try:
+            return cls(error["message"])
+        except Exception:  # a constructor that wants more than a message: build it bare
+            e = cls.__new__(cls)
+            Exception.__init__(e, error["message"])
+            try:
+                str(e)
+                return e
+            except Exception:  # its __str__ needs what __init__ would have set
+                pass
+    return ToolError(f"{error['type']}: {error['message']}")
+
+
+def same(kind: str, rec: Crossing, request: Any, match: Match | None) -> bool:
+    """Whether a recorded crossing answers request: equal hashes of both (of what match keeps of both)."""
+    if match is None:
+        return rec.hash == request_hash(kind, request)
+    return request_hash(kind, match(rec.request)) == request_hash(kind, match(request))
+
+
+def differences(recorded: Any, now: Any, where: str = "") -> dict[str, tuple[Any, Any]]:
+    """Paths where two JSON values differ, with both values, as `harness diff` names them.
+
+    Objects are followed key by key (`request.model`), lists of the same
+    length item by item (`messages[1].content`); a list whose length changed
+    is reported whole, and a key on one side only has None on the other.
+    """
+    if isinstance(recorded, dict) and isinstance(now, dict):
+        out: dict[str, tuple[Any, Any]] = {}
+        for k in [*recorded, *(k for k in now if k not in recorded)]:
+            out.update(differences(recorded.get(k), now.get(k), f"{where}.{k}" if where else str(k)))
+        return out
+    if isinstance(recorded, list) and isinstance(now, list) and len(recorded) == len(now):
+        out = {}
+        for n, (x, y) in enumerate(zip(recorded, now, strict=True)):
+            out.update(differences(x, y, f"{where}[{n}]"))
+        return out
+    if recorded == now and type(recorded) is type(now):
+        return {}
+    return {where or "request": (recorded, now)}
+
+
+def boundary(kind: str, request: Any, call: Callable[[], T], *, match: Match | None = None) -> T:
+    """Cross a boundary: record (or, on re-execution, serve) what `call()` returns for `request`.
+
+    `match(request)` (optional) is the part of a request a recorded one must equal to be served.
+    """
+    session = _current.get()
+    if session is None:
+        if _active:  # a run is in progress: is this a thread it did not start?
+            stray = _stray(kind)
+            if stray is not None:
+                raise stray.stray(kind)
+        return call()
+    return session.cross(kind, request, call, match)
+
+
+async def aboundary(kind: str, request: Any, acall: Callable[[], Awaitable[T]], *, match: Match | None = None) -> T:
+    """boundary() for async code: `await acall()` is recorded (or served) for `request`."""
+    session = _current.get()
+    if session is None:
+        if _active:  # a run is in progress: is this a thread it did not start?
+            stray = _stray(kind)
+            if stray is not None:
+                raise stray.stray(kind)
+        return await acall()
+    return await session.across(kind, request, acall, match)
+
+
+def active() -> bool:
+    """Whether a run (an Executor or a Recorder) is recording or serving crossings here."""
+    return _current.get() is not None
+
+
+def _stray(kind: str) -> Session | None:
+    """The run a crossing from a foreign thread would lie to; None when the crossing may call through.
+
+    While a call (a tool, a model call) is in flight, a helper thread's
+    crossings belong to that call, as crossings nested in it do. A thread is
+    blamed on a run only when that run is the only one in progress in this
+    process: with several (recover(parallel=N), Executors on threads) no one
+    can tell whose thread it is, so the crossing itself raises HarnessError
+    and no run is failed for it.
+    """
+    with _active_lock:
+        running = [s for s in _active if s.journal is not None]
+    if not running or any(s.agents.in_flight() for s in running):
+        return None
+    if len(running) == 1:
+        return running[0]
+    raise HarnessError(
+        f"a {kind} crossing on thread {threading.current_thread().name!r}, which no run started, while "
+        f"{len(running)} runs are in progress in this process: it cannot be told whose it is, so it would be "
+        "neither recorded nor served on rerun. Start the thread with harness.spawn() inside its run."
+    )
+
+
+async def allm(request: Any, acall: Callable[[Any], Awaitable[T]]) -> T:
+    """llm() for an async model client: `await acall(request)`, recorded with the request."""
+    return await aboundary("llm", request, lambda: acall(request))
+
+
+def now() -> datetime:
+    """The current time, as a timezone-aware UTC datetime, recorded."""
+    return datetime.fromtimestamp(boundary("now", None, time.time), UTC)
+
+
+def random() -> float:
+    """A float in [0, 1), recorded."""
+    return boundary("random", None, _random.random)
+
+
+def uuid4() -> _uuid.UUID:
+    """A random UUID, recorded."""
+    return _uuid.UUID(boundary("uuid4", None, lambda: _uuid.uuid4().hex))
+
+
+def llm(request: Any, call: Callable[[Any], T]) -> T:
+    """A model call: `call(request)` returns the response, recorded with the request."""
+    return boundary("llm", request, lambda: call(request))
+
+
+def artifact(name: str, data: bytes | str | os.PathLike[str]) -> str:
+    """Record a named output of the run (bytes, text, or the file at a path) as a blob; returns its sha256.
+
+    Inside a run only, and from the agent's own code: a rerun does not call
+    tools, so an artifact made inside one could not be recorded again.
+    """
+    session = _current.get()
+    if session is None or session.journal is None:
+        raise HarnessError(f"artifact({name!r}): outside a run; call it inside Executor.run() or a Recorder")
+    if session.nested:
+        raise HarnessError(
+            f"artifact({name!r}) inside a tool or boundary call; return the data and record it from the "
+            "planner or verifier, so that a rerun (which calls no tool) records it too"
+        )
+    if not isinstance(name, str) or not name:
+        raise HarnessError(f"an artifact needs a non-empty str name, not {name!r}")
+    if isinstance(data, os.PathLike):
+        try:
+            with open(data, "rb") as f:
+                content = f.read()
+        except OSError as e:
+            raise HarnessError(f"artifact({name!r}): cannot read {os.fspath(data)}: {e.strerror}") from None
+    elif isinstance(data, str):
+        content = data.encode()
+    elif isinstance(data, bytes | bytearray | memoryview):
+        content = bytes(data)
+    else:
+        raise HarnessError(f"artifact({name!r}): data must be bytes, a str or a path, not {type(data).__name__}")
+    if session.artifact_served(name, hashlib.sha256(content).hexdigest()):
+        return hashlib.sha256(content).hexdigest()
+    digest = session.journal.put_blob(content)
+    session.journal.append("artifact", {"name": name, "sha256": digest, "size": len(content)})
+    return digest

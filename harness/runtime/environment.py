@@ -1,0 +1,42 @@
+"""Where a run ran: the `env` its header records, and each resume record again.
+
+`VERSION` is harness's own version, read once, here, from the installed
+distribution's metadata: `harness.__version__` is this value, so that no
+module below the `harness` package imports the package itself for it.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import platform
+from importlib.metadata import PackageNotFoundError, version
+from typing import Any
+
+try:  # the distribution is harness-trace: `harness` on the package index is an unrelated project
+    VERSION = version("harness-trace")
+except PackageNotFoundError:  # running from a source tree that was never installed
+    VERSION = "0+unknown"
+
+
+@functools.cache
+def _platform() -> str:
+    """platform.platform(), as it reads on Linux, without the `uname -p` child it spawns on first use.
+
+    environment() runs while the trace is locked, and a child forked then
+    shares the locked descriptor until it execs: a writer killed at that
+    moment would leave its lock held by the child for a while.
+    """
+    libc = "".join(platform.libc_ver())
+    parts = [platform.system(), platform.release(), platform.machine(), *(["with", libc] if libc else [])]
+    return "-".join(p for p in parts if p)
+
+
+def environment(entrypoint: str) -> dict[str, Any]:
+    return {
+        "python": platform.python_version(),
+        "platform": _platform(),
+        "cwd": os.getcwd(),
+        "entrypoint": entrypoint,
+        "harness": VERSION,
+    }

@@ -1,0 +1,289 @@
+"""Where a trace lives on object storage, and the segment objects that hold it.
+
+A run's trace at URL `<runs>/<run>.jsonl` is a prefix holding immutable
+segment objects `000001.seg`, `000002.seg`, ...: their concatenation, in
+number order, is exactly the bytes a local trace of the same run holds (same
+lines, same crc chain). A segment holds whole lines only and is never
+rewritten. A writer creates segment N with the store's conditional create
+(S3 `If-None-Match: *`, a local file's O_EXCL), so segment numbers are the
+fence that keeps two writers from both advancing one run.
+
+`open_location(url)` resolves a URL through fsspec (the `s3` extra); the
+credentials and endpoint come from the usual places (the environment,
+AWS_ENDPOINT_URL, ~/.aws) or `storage_options=`; the CLI also reads
+$HARNESS_STORAGE_OPTIONS (a JSON object). fsspec is imported here only.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from .._errors import HarnessError, TraceCorruption, TraceUnreadable
+
+_URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+_SEGMENT = re.compile(r"^(\d{6,})(?:-(\d{6,}))?\.seg$")  # NNNNNN.seg, or a compacted span FFFFFF-LLLLLL.seg
+_RETRIES = 3  # listings a reader takes again when an object it listed vanished (compacted meanwhile)
+
+
+def is_url(path: str | os.PathLike[str] | None) -> bool:
+    """Whether path is an fsspec URL (`s3://bucket/runs`, `memory://x`, `file:///tmp/runs`) rather than a local path."""
+    return isinstance(path, str) and _URL.match(path) is not None
+
+
+def segment_name(n: int) -> str:
+    return f"{n:06d}.seg"
+
+
+def span_name(first: int, last: int) -> str:
+    """The name of a compacted object holding segments first..last: `000001-000037.seg`."""
+    return f"{first:06d}-{last:06d}.seg"
+
+
+def segment_span(name: str) -> tuple[int, int] | None:
+    """(first, last) segment numbers the object named `name` holds, or None when it is no segment."""
+    m = _SEGMENT.match(name)
+    if not m:
+        return None
+    first = int(m[1])
+    last = int(m[2]) if m[2] else first
+    return (first, last) if last >= first else None
+
+
+def cover(url: str, found: list[tuple[int, int, str, str]], *, strict: bool = True) -> list[tuple[int, str, str]]:
+    """The objects that hold segments 1..N in order, as (last segment held, path, tag).
+
+    found: (first, last, path, tag) of every segment object. Where a
+    compacted span and the segments it holds are both there (a compaction
+    between its create and its deletes), the span is read: one object.
+    TraceCorruption `segment-gap` when a number is held by no object (with
+    strict=False: the objects up to the gap).
+    """
+    by_first: dict[int, tuple[int, str, str]] = {}
+    for first, last, path, tag in found:
+        if first not in by_first or last > by_first[first][0]:
+            by_first[first] = (last, path, tag)
+    out, n = [], 1
+    while n in by_first:
+        last, path, tag = by_first[n]
+        out.append((last, path, tag))
+        n = last + 1
+    beyond = sorted(first for first, last, _, _ in found if last >= n)
+    if beyond and strict:
+        raise TraceCorruption(
+            url, 1, "segment-gap", f"segment {segment_name(n)} is missing (the next is {segment_name(beyond[0])})"
+        )
+    return out
+
+
+class FenceLost(HarnessError):
+    """Another writer created the segment this writer was about to create: it advanced the run meanwhile.
+
+    `url` is the trace, `segment` the number both wanted. This writer stopped
+    and ships nothing more; the bucket holds the other writer's story.
+    """
+
+    def __init__(self, url: str, segment: int):
+        self.url, self.segment = url, segment
+        super().__init__(
+            f"{url}: segment {segment_name(segment)} already exists: another writer advanced this run since "
+            "this one read it (two writers on one run). This writer stopped; nothing more of it was shipped. "
+            "Resume the run (resume=True) from the bucket once its other writer is gone."
+        )
+
+
+def blob_names(trace_file: str) -> list[str]:
+    """The sha256 names of the blobs and artifacts the lines of a local trace file name, sorted."""
+    from . import blobs as _blobs
+
+    names: set[str] = set()
+    with open(trace_file, "rb") as f:
+        for line in f:
+            if b'"blobs":' in line or b'"kind":"artifact"' in line:
+                try:
+                    names.update(name for _, name, _ in _blobs.refs(orjson.loads(line)))
+                except (ValueError, KeyError, TypeError, orjson.JSONDecodeError):
+                    continue  # replay() names what is wrong with the line
+    return sorted(names)
+
+
+def storage_options_from_env() -> dict[str, Any]:
+    """$HARNESS_STORAGE_OPTIONS as a dict (a JSON object), else {}."""
+    text = os.environ.get("HARNESS_STORAGE_OPTIONS")
+    if not text:
+        return {}
+    try:
+        value = orjson.loads(text)
+    except orjson.JSONDecodeError as e:
+        raise HarnessError(f"$HARNESS_STORAGE_OPTIONS is not valid JSON ({e}); give a JSON object") from None
+    if not isinstance(value, dict):
+        raise HarnessError("$HARNESS_STORAGE_OPTIONS must be a JSON object of fsspec storage options")
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class Location:
+    """A URL resolved to an fsspec file system and the path inside it."""
+
+    url: str
+    fs: Any
+    root: str
+
+    def child(self, name: str) -> Location:
+        return Location(f"{self.url}/{name}", self.fs, f"{self.root}/{name}")
+
+    def blobs(self) -> Location:
+        """The blobs folder beside the trace here (`<runs>/blobs`), where a local trace's blobs would be."""
+        return Location(f"{self.url.rsplit('/', 1)[0]}/blobs", self.fs, f"{self.root.rsplit('/', 1)[0]}/blobs")
+
+    def fetch_blobs(self, trace_file: str) -> int:
+        """Copy the blobs that the local copy trace_file of this trace names into its blobs folder; how many.
+
+        A blob already there is kept; one missing on the store is left for replay() to name.
+        """
+        from . import blobs as _blobs
+
+        folder, source, copied = _blobs.folder_of(trace_file), self.blobs(), 0
+        for name in blob_names(trace_file):
+            path = os.path.join(folder, name)
+            if os.path.exists(path):
+                continue
+            try:
+                data = source.read(f"{source.root}/{name}")
+            except TraceUnreadable:
+                continue
+            os.makedirs(folder, exist_ok=True)
+            part = f"{path}.{os.getpid()}.part"
+            with open(part, "wb") as out:
+                out.write(data)
+            os.replace(part, path)
+            copied += 1
+        return copied
+
+    @property
+    def local(self) -> bool:
+        protocol = self.fs.protocol
+        return bool({"file", "local"} & set((protocol,) if isinstance(protocol, str) else protocol))
+
+    def listing(self, recursive: bool = False) -> list[str]:
+        """The object paths under this location (fresh: fsspec's listing cache is dropped first)."""
+        return list(self.details(recursive))
+
+    def details(self, recursive: bool = False) -> dict[str, dict[str, Any]]:
+        """path -> fsspec's details (size, ETag or mtime, ...) of the objects under this location, fresh."""
+        self.fs.invalidate_cache(self.root)
+        try:
+            if recursive:
+                return dict(self.fs.find(self.root, detail=True))
+            return {d["name"]: d for d in self.fs.ls(self.root, detail=True)}
+        except FileNotFoundError:
+            return {}
+        except OSError as e:
+            raise TraceUnreadable(self.url, f"cannot list: {e}") from None
+
+    def segments(self) -> list[tuple[int, str]]:
+        """(number, object path) of the objects holding the trace here, in order; checks they hold 1..N.
+
+        The number is the last segment an object holds: its own for a
+        segment, the last of its span for a compacted object.
+        """
+        return [(n, path) for n, path, _ in self.versions()]
+
+    def versions(self) -> list[tuple[int, str, str]]:
+        """segments() with what identifies each one's bytes (size and ETag, or size and mtime)."""
+        return cover(self.url, self.segment_objects())
+
+    def segment_objects(self) -> list[tuple[int, int, str, str]]:
+        """(first, last, path, tag) of every segment object here, a span hiding others or not, sorted."""
+        found = []
+        for path, d in self.details().items():
+            span = segment_span(path.rstrip("/").rsplit("/", 1)[-1])
+            if span:
+                tag = f"{d.get('size')}:{d.get('ETag') or d.get('mtime') or d.get('LastModified') or ''}"
+                found.append((*span, path, tag))
+        return sorted(found)
+
+    def read(self, path: str, start: int | None = None, end: int | None = None) -> bytes:
+        try:
+            return bytes(self.fs.cat_file(path, start=start, end=end))
+        except OSError as e:
+            raise TraceUnreadable(self.url, f"cannot read {path}: {e}") from None
+
+    def create(self, name: str, data: bytes) -> bool:
+        """Create object `name` here holding data, only if it does not exist yet; False if it did.
+
+        Raises OSError when the store did not answer (the object may or may not exist then).
+        """
+        path = f"{self.root}/{name}"
+        for first in (True, False):
+            try:
+                with self.fs.open(path, "xb") as f:
+                    f.write(data)
+                return True
+            except FileExistsError:
+                return False
+            except FileNotFoundError:
+                if not (first and self.local):  # a bucket that does not exist: say so
+                    raise
+                self.fs.makedirs(self.root, exist_ok=True)  # a local folder is made; a bucket never is
+        raise AssertionError("unreachable")
+
+    def download(self, dest: Any, segments: list[tuple[int, str]] | None = None) -> tuple[int, int, int]:
+        """Write the concatenated segments (default: all) to the binary file dest; returns (last segment, bytes, lines).
+
+        TraceCorruption when a segment does not end with a whole line (segments only ever hold whole lines).
+        An object that vanished since it was listed (a compaction replaced it
+        by a span holding the same bytes) makes it list again and start over.
+        """
+        start = dest.tell()
+        for attempt in range(_RETRIES + 1):
+            listed = self.segments() if segments is None or attempt else segments
+            try:
+                return self._download(dest, listed)
+            except FileNotFoundError:
+                if attempt == _RETRIES:
+                    raise TraceUnreadable(self.url, "its segments kept vanishing while being read") from None
+                dest.seek(start)
+                dest.truncate()
+        raise AssertionError("unreachable")
+
+    def _download(self, dest: Any, segments: list[tuple[int, str]]) -> tuple[int, int, int]:
+        last = size = lines = 0
+        for n, path in segments:
+            try:
+                data = bytes(self.fs.cat_file(path))
+            except FileNotFoundError:
+                raise
+            except OSError as e:
+                raise TraceUnreadable(self.url, f"cannot read {path}: {e}") from None
+            lines += data.count(b"\n")
+            if not data.endswith(b"\n"):
+                name = path.rstrip("/").rsplit("/", 1)[-1]
+                why = f"segment {name} does not end with a whole line (segments hold whole lines only)"
+                raise TraceCorruption(self.url, lines + 1, "torn-segment", why)
+            dest.write(data)
+            last, size = n, size + len(data)
+        return last, size, lines
+
+
+def open_location(url: str, storage_options: dict[str, Any] | None = None) -> Location:
+    """Resolve url through fsspec. HarnessError saying what to install when the extra or protocol is missing."""
+    try:
+        import fsspec  # type: ignore[import-untyped]  # the `s3` extra (fsspec, s3fs); fsspec ships no type hints
+    except ImportError:
+        raise HarnessError(
+            f"{url}: traces on object storage need fsspec (and s3fs for s3://): pip install 'harness-trace[s3]'"
+        ) from None
+    options = storage_options if storage_options is not None else storage_options_from_env()
+    url = url.rstrip("/")
+    try:
+        fs, root = fsspec.core.url_to_fs(url, **options)
+    except ImportError as e:
+        raise HarnessError(f"{url}: {e}; for s3:// pip install 'harness-trace[s3]'") from None
+    except ValueError as e:
+        raise HarnessError(f"{url}: not a URL fsspec can open ({e})") from None
+    return Location(url, fs, str(root).rstrip("/"))

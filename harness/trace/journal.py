@@ -1,0 +1,892 @@
+"""The append-only writer of one trace file.
+
+A record is one line: the record's orjson bytes with the closing brace
+replaced by `,"crc":"<8 hex digits>"}` and a newline. The crc is
+zlib.crc32 of the bytes before `,"crc":`, seeded with the previous line's
+crc, so the lines form a chain: an edited, deleted, swapped or re-appended
+line breaks it at that very line, and the reader checks it straight from
+the bytes on disk, with no re-serialization.
+
+Rules kept here:
+- a record is encoded whole before anything is written; a value that would
+  not come back equal raises NotSerializable and writes nothing;
+- one os.write per record on an O_APPEND descriptor, looping on short writes;
+- a record written with sync=True is durable, with every record before it,
+  when the call returns (one fdatasync covers them all); the writer chooses
+  these sync points (the executor: before each tool call and at the end of
+  the run, see docs/FORMAT.md "Durability"); `sync()` makes everything
+  written so far durable, and with durability="fsync" close() syncs whatever
+  is left unsynced;
+- after a failed write or sync the journal refuses everything: an fsync error
+  is never retried and trusted (see "fsyncgate" in docs/FORMAT.md);
+- an exclusive flock on the descriptor for the writer's life: a second writer,
+  in any thread or process, fails at once; the kernel drops it with the process;
+- with a `Redaction`, the user fields a caller names (`check=`, `user=`) are
+  redacted before their record is written: the search for anything to redact
+  runs on the line's bytes, and only a hit walks the fields and encodes again;
+- a payload larger than `blob_threshold` is stored in a blob (storage/blobs.py), as
+  redacted, before the line naming it is written; a run's terminal record and
+  its seal (seal.py) go out in one write, so no torn seal follows a finished run.
+- once a run has several agents (`share()`), each agent's thread stamps and
+  encodes its own records and only the seq, the crc chain and the write are
+  under a lock; until then the single-thread path takes no lock at all.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import math
+import os
+import secrets
+import stat
+import threading
+import time
+import zlib
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import orjson
+
+from .._errors import HarnessError, JournalError, NotSerializable, TraceLocked, TraceUnreadable
+from ..storage import blobs as _blobs
+from .redact import Redaction, user_text
+
+SCHEMA = 2
+MAX_LINE = 16 * 1024 * 1024  # bytes; larger records are refused on write and on read
+SUFFIX = len(b',"crc":"00000000"}')  # bytes after the checksummed part, newline excluded
+MARK = b',"crc":"'  # where that suffix starts
+MAX_DEPTH = 254  # nesting levels of a line, the record included: orjson writes no deeper
+HEADER_START = b'{"seq":1,"kind":"header"'  # how every trace begins
+
+_DUMPS_OPTIONS = orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_SUBCLASS
+_fsync = getattr(os, "fdatasync", os.fsync)  # the data and the size are what we need back
+_dumps, _loads, _crc32 = orjson.dumps, orjson.loads, zlib.crc32  # the hot path's, without attribute lookups
+
+
+def _refuse(value: Any) -> Any:
+    raise TypeError(type(value).__name__)
+
+
+def canonical(value: Any) -> bytes:
+    """Canonical JSON bytes (sorted keys): what goals and requests are compared and hashed by."""
+    return orjson.dumps(value, default=_refuse, option=_DUMPS_OPTIONS | orjson.OPT_SORT_KEYS)
+
+
+def problem(value: Any, where: str = "", depth: int = 2) -> tuple[str, str] | None:
+    """(where, what) of the first part of value that a JSON round trip would change.
+
+    `what` reads after "is": `a datetime, not a JSON value`. `depth` is the
+    nesting level value sits at in its line: 2 for a record's field (the
+    record is level 1). Iterative, so no value is too deep to explain.
+    """
+    stack: list[tuple[Any, str, int]] = [(value, where, depth)]
+    while stack:
+        value, where, depth = stack.pop()
+        if isinstance(value, bool) or value is None:
+            continue
+        t = type(value)
+        if t is str:
+            if not _utf8(value):
+                return (where, "a str with a lone surrogate, not valid UTF-8")
+        elif t is int:
+            if not -(2**63) <= value < 2**64:
+                return (where, f"the integer {value}, out of the 64-bit range")
+        elif t is float:
+            if not math.isfinite(value):
+                return (where, f"{value}, not a finite number")
+        elif t is dict or t is list:
+            if depth > MAX_DEPTH:
+                return (where, f"nested more than {MAX_DEPTH} levels deep, counting the record itself")
+            children: list[tuple[Any, str, int]] = []
+            if t is dict:
+                for k, v in value.items():
+                    if type(k) is not str:
+                        return (where, f"a dict with the key {k!r}, which is {a(type(k).__name__)}, not a str")
+                    if not _utf8(k):
+                        return (where, f"a dict with the key {k!r}, which has a lone surrogate, not valid UTF-8")
+                    children.append((v, f"{where}.{k}", depth + 1))
+            else:
+                children = [(v, f"{where}[{i}]", depth + 1) for i, v in enumerate(value)]
+            stack.extend(reversed(children))  # depth first, in order: the first problem is reported
+        else:
+            return (where, f"{a(t.__name__)}, not a JSON value")
+    return None
+
+
+def a(noun: str) -> str:
+    """noun with its indefinite article: `a datetime`, `an object`."""
+    return f"{'an' if noun[:1].lower() in 'aeiou' else 'a'} {noun}"
+
+
+def _utf8(s: str) -> bool:
+    try:
+        s.encode()
+    except UnicodeEncodeError:  # a lone surrogate: orjson refuses it
+        return False
+    return True
+
+
+def check_value(field: str, value: Any, *, tool: str | None = None, step: int | None = None) -> Any:
+    """value as it reads back from a trace: a fresh copy nobody else holds.
+
+    NotSerializable unless it survives a JSON round trip unchanged; `tool`
+    and `step` name the step it belongs to in the message.
+    """
+    t = type(value)
+    if t is bool or value is None:  # a str may hold a lone surrogate: it goes through the check
+        return value
+    try:  # the whole check runs in C; the Python walk below only explains a failure
+        # inside a list, as inside its record: a value nested one level too deep for a line is refused here
+        back = orjson.loads(orjson.dumps([value], default=_refuse, option=_DUMPS_OPTIONS))[0]
+        if back == value:
+            return back
+    except TypeError:
+        pass
+    where, what = problem(value) or ("", "a value that does not come back equal from JSON")
+    raise NotSerializable(field, where, what, tool=tool, step=step)
+
+
+def encode(record: dict[str, Any], crc: int) -> tuple[bytes, int]:
+    """The line for record, chained on crc; returns (line, its crc).
+
+    NotSerializable, naming the field, when a value is not JSON or the line is too long.
+    """
+    try:
+        body = orjson.dumps(record, default=_refuse, option=_DUMPS_OPTIONS)[:-1]  # a hot path
+    except TypeError as e:  # a non-JSON value in a field nobody asked to check
+        raise _unstorable(record, e) from None
+    crc = zlib.crc32(body, crc)
+    line = body + b',"crc":"%08x"}\n' % crc  # one copy of body: faster than formatting it in
+    if len(line) > MAX_LINE:
+        raise NotSerializable(
+            f"the {record['kind']} record", "", f"{len(line)} bytes long; a trace line holds at most {MAX_LINE}"
+        )
+    return line, crc
+
+
+def since(start: float) -> float:
+    """A record's `ts`: seconds since `start` (the header's `ts`), cut to the millisecond.
+
+    Finer digits, or the epoch's ten, would cost bytes on every line. A whole
+    number of milliseconds over 1000 is the double nearest that decimal, so it
+    prints with at most three decimals (and costs less than round()).
+    Journal._encode, the hot path, has this expression inline.
+    """
+    return int((time.time() - start) * 1000) / 1000
+
+
+def encode_tail(record: dict[str, Any]) -> memoryview:
+    """A record without its seq, as the bytes that follow `{"seq":N,` (and precede the crc); not copied."""
+    try:
+        body = orjson.dumps(record, default=_refuse, option=_DUMPS_OPTIONS)
+    except TypeError as e:
+        raise _unstorable(record, e) from None
+    if len(body) + 40 > MAX_LINE:
+        raise NotSerializable(
+            f"the {record['kind']} record", "", f"{len(body)} bytes long; a trace line holds at most {MAX_LINE}"
+        )
+    return memoryview(body)[1:-1]
+
+
+def line_ok(line: bytes, prev: int) -> bool:
+    """Whether line (without its newline) ends with the crc of its bytes, chained on prev."""
+    return line[-SUFFIX:] == b',"crc":"%08x"}' % zlib.crc32(line[:-SUFFIX], prev)
+
+
+class Journal:
+    """The single writer of one trace. Open with `Journal.open()`; use as a context manager."""
+
+    __slots__ = (
+        "_broken", "_clean", "_lock", "_stamp", "_tick", "_truncated", "_walk", "blob_threshold", "blocks", "crc",
+        "created", "digests", "dirty", "fd", "fsync", "path", "redact", "seal_key", "seq", "t0",
+    )  # fmt: skip
+
+    def __init__(
+        self,
+        path: str,
+        fd: int,
+        *,
+        fsync: bool,
+        created: bool,
+        redact: Redaction | None = None,
+        blob_threshold: int = _blobs.THRESHOLD,
+    ):
+        self.path, self.fd, self.fsync, self.created = path, fd, fsync, created
+        self.redact = redact  # what the user fields of each record go through (None: nothing is redacted)
+        self._clean = redact.clean_json if redact is not None else None  # (the hot path's own references)
+        self._walk = redact is not None and redact.paths  # JSON paths apply whatever a search finds
+        self.seq = 0
+        self.crc = 0
+        self.t0: float | None = None  # the header's ts: every other record's ts counts from it
+        self._broken: str | None = None
+        self._truncated = False  # the next write is synced: it makes the truncation durable with it
+        self.dirty = False  # bytes written since the last fsync
+        self.blob_threshold = blob_threshold
+        self.digests: set[str] = set()  # every blob the trace names: what its seal lists
+        self.seal_key: bytes | None = None  # an HMAC key for the seal, else an unkeyed seal
+        # the sha256 of the file's first whole blocks of the seal's content hash (seal.BLOCK bytes each), hashed
+        # from the file by this process or taken from an index mark a resume trusted (index.py): the seal hashes
+        # only the bytes after them
+        self.blocks: list[bytes] = []
+        self._lock: threading.Lock | None = None  # set once several agents write (share())
+        self._stamp: Callable[[dict[str, int] | None], tuple[str, dict[str, int]]] | None = None
+        self._tick: Callable[[dict[str, int]], None] | None = None
+
+    def share(
+        self,
+        stamp: Callable[[dict[str, int] | None], tuple[str, dict[str, int]]],
+        tick: Callable[[dict[str, int]], None],
+    ) -> None:
+        """From now on several threads append, and each record carries its agent's clock from `stamp()`.
+
+        The clock is taken (`tick`) only once the record is encoded: one that
+        cannot be stored takes no event. Called from the only thread writing
+        so far, before any other starts.
+        """
+        self._stamp, self._tick, self._lock = stamp, tick, threading.Lock()
+
+    def now(self) -> float:
+        """The `ts` of a record written now."""
+        if self.t0 is None:
+            raise HarnessError(f"internal error, please report: {self.path}: a record before the trace's header")
+        return since(self.t0)
+
+    @property
+    def shared(self) -> bool:
+        return self._lock is not None
+
+    @classmethod
+    def open(
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        durability: str = "flush",
+        redact: Redaction | None = None,
+        blob_threshold: int = _blobs.THRESHOLD,
+    ) -> Journal:
+        """Open (creating if needed) and lock path. Takes the lock before anything else."""
+        if durability not in ("flush", "fsync"):
+            raise ValueError(f"durability must be 'flush' or 'fsync', not {durability!r}")
+        if type(blob_threshold) is not int or blob_threshold < 0:
+            raise ValueError(f"blob_threshold must be an int of bytes >= 0, not {blob_threshold!r}")
+        path = os.fspath(path)
+        created = False
+        try:
+            try:
+                fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+                created = True
+            except FileExistsError:  # O_NONBLOCK: a FIFO must not block the open (and changes nothing for a file)
+                fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CLOEXEC | os.O_NONBLOCK)
+        except IsADirectoryError:
+            raise TraceUnreadable(path, "is a directory, not a trace file; nothing was written") from None
+        except FileNotFoundError:  # O_CREAT: only a missing folder (or a dangling symlink) gets here
+            folder = os.path.dirname(os.path.abspath(path))
+            if os.path.isdir(folder):
+                raise TraceUnreadable(path, "cannot be created (a dangling symlink?); nothing was written") from None
+            why = f"its folder {folder} does not exist; nothing was written. Create the folder, or choose another path"
+            raise TraceUnreadable(path, why) from None
+        except OSError as e:
+            raise TraceUnreadable(path, f"cannot open for writing: {_why(e)}; nothing was written") from None
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            os.close(fd)
+            what = _KINDS.get(stat.S_IFMT(mode), "not a regular file")
+            raise TraceUnreadable(path, f"is {what}, not a trace file (a trace is a regular file); nothing was written")
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise TraceLocked(path) from None
+        journal = cls(
+            path, fd, fsync=durability == "fsync", created=created, redact=redact, blob_threshold=blob_threshold
+        )
+        if created:
+            try:
+                journal.sync_dir()
+            except OSError as e:  # close, or the leaked descriptor would keep the lock
+                journal.close()
+                raise JournalError(path, f"fsync of its directory failed: {_why(e)}") from None
+        return journal
+
+    def size(self) -> int:
+        return os.fstat(self.fd).st_size
+
+    def sync_dir(self) -> None:
+        """fsync the directory holding the trace, so that a new file's name survives power loss."""
+        dfd = os.open(os.path.dirname(os.path.abspath(self.path)), os.O_RDONLY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+
+    def continue_after(
+        self,
+        seq: int,
+        crc: int,
+        end: int,
+        record: tuple[str, dict[str, Any]] | None = None,
+        *,
+        start: float | None,
+        sync: bool = False,
+        user: tuple[str, ...] = (),
+    ) -> int:
+        """Continue the chain of an existing trace whose last complete line ends at byte end; return the last seq.
+
+        `start` is its header's `ts` (None for an empty file, whose header comes next).
+
+        Bytes after end (a torn tail, which the caller has set aside) are cut
+        off. With `record` (kind, fields), that record is written at byte end,
+        over those bytes, and the file cut after it, then synced: the record
+        naming where the tail went replaces the tail. A process killed in
+        between leaves either the tail (not yet overwritten) or the record
+        followed by the rest of the tail, again a torn tail: never a cut-off
+        tail without the record that names its copy.
+        """
+        self.seq, self.crc, self.t0 = seq, crc, start
+        size = self.size()
+        from .seal import BLOCK
+
+        del self.blocks[end // BLOCK :]  # the bytes after end go
+        if record is None or size == end:
+            if size != end:
+                self._guard(lambda: os.ftruncate(self.fd, end), "truncate")
+                self._truncated = True
+            return seq if record is None else self.append(*record, sync=sync, user=user)
+        if self._broken:
+            raise JournalError(self.path, f"an earlier {self._broken} failed; this journal accepts nothing more")
+        kind, fields = record
+        line, crc = self._encode(seq + 1, kind, fields, crc, user)
+        try:
+            flags = fcntl.fcntl(self.fd, fcntl.F_GETFL)
+            fcntl.fcntl(self.fd, fcntl.F_SETFL, flags & ~os.O_APPEND)  # with O_APPEND, pwrite appends (Linux)
+            try:
+                view, at = memoryview(line), end
+                while view:  # a short write: send the rest
+                    written = os.pwrite(self.fd, view, at)
+                    view, at = view[written:], at + written
+            finally:
+                fcntl.fcntl(self.fd, fcntl.F_SETFL, flags)
+        except OSError as e:
+            self._broken = "write"
+            raise JournalError(self.path, f"write of seq {seq + 1} over its torn tail failed: {_why(e)}") from None
+        if size > end + len(line):
+            self._guard(lambda: os.ftruncate(self.fd, end + len(line)), "truncate")
+        self._guard(lambda: _fsync(self.fd), "fsync")
+        self.seq, self.crc, self.dirty = seq + 1, crc, False
+        return seq + 1
+
+    def sync(self) -> None:
+        """Make every record written so far durable: one fdatasync, none when nothing is unsynced."""
+        if self._lock is not None:  # an agent may be writing: sync after its write, not in the middle
+            with self._lock:
+                self._sync()
+        else:
+            self._sync()
+
+    def _sync(self) -> None:
+        if self._broken:
+            raise JournalError(self.path, f"an earlier {self._broken} failed; this journal accepts nothing more")
+        if self.dirty:
+            self._guard(lambda: _fsync(self.fd), "fsync")
+            self.dirty = False
+
+    def append(
+        self,
+        kind: str,
+        fields: dict[str, Any],
+        *,
+        sync: bool = False,
+        check: tuple[str, ...] = (),
+        user: tuple[str, ...] = (),
+    ) -> int:
+        """Write one record and return its seq.
+
+        `check` names user-supplied fields that must come back equal from
+        JSON (NotSerializable, and nothing written, when one does not); each
+        gets its value as read back from the line: a fresh copy nobody else
+        holds. Those and `user` are redacted (see `_encode`).
+        """
+        if check:
+            user = (*check, *user)
+        if self._lock is not None:
+            for name in check:
+                fields[name] = check_value(name, fields[name])
+            return self._append_shared(((kind, fields, user),), sync)
+        seq = self.seq + 1
+        line, crc = self._encode(seq, kind, fields, self.crc, user, check)
+        if self._broken or sync or self._truncated:
+            self._write(line, seq, crc, sync)
+            return seq
+        try:  # _write, inline: the common case of every record
+            written = os.write(self.fd, line)
+        except OSError as e:
+            raise self._failed(e, seq) from None
+        if written < len(line):  # a short write: _write sends the rest
+            self._write(line[written:], seq, crc, sync)
+            return seq
+        self.dirty, self.seq, self.crc = True, seq, crc
+        return seq
+
+    def _encode(
+        self,
+        seq: int,
+        kind: str,
+        fields: dict[str, Any],
+        crc: int,
+        user: tuple[str, ...] = (),
+        check: tuple[str, ...] = (),
+    ) -> tuple[bytes, int]:
+        """The record's line and crc: `user` fields redacted (fields gets their values), large payloads in blobs.
+
+        The hot path of every step: one dumps, one loads when fields are
+        checked, one search for anything to redact on the line's own bytes, one
+        crc. Anything else (a value that is not JSON, a secret found, a line
+        over the blob threshold) goes the long way, `_encode_slow`.
+        """
+        if kind == "header":  # the run's start, on the wall clock; every later ts counts from it
+            ts = self.t0 = int(time.time() * 1000) / 1000
+        elif self.t0 is not None:
+            ts = int((time.time() - self.t0) * 1000) / 1000  # since(t0), inline
+        else:
+            ts = self.now()  # raises: a record before the header
+        record = {"seq": seq, "kind": kind, **fields, "ts": ts}
+        try:
+            whole = _dumps(record, default=_refuse, option=_DUMPS_OPTIONS)
+        except TypeError:  # not JSON somewhere: the long way says where
+            whole = b""
+        if user and whole:
+            text = user_text(whole, user)  # the user fields' part of the line: checked and searched alone
+            if check:
+                try:
+                    back = _loads(b"{%b}" % text)
+                    for name in check:
+                        if back[name] != fields[name]:
+                            whole = b""
+                            break
+                        fields[name] = back[name]  # the line's own copy: nobody else holds it
+                except (orjson.JSONDecodeError, KeyError):  # (user_text cut elsewhere): the long way
+                    whole = b""
+            if whole and self._clean is not None and (self._walk or not self._clean(text)):
+                return self._encode_slow(seq, kind, fields, crc, user, ts)
+        if not whole:
+            for name in check:  # NotSerializable, naming the tool, the step and where in the value
+                fields[name] = check_value(name, fields[name], tool=fields.get("tool"), step=fields.get("step"))
+            return self._encode_slow(seq, kind, fields, crc, user, ts)
+        body = whole[:-1]
+        out = _crc32(body, crc)
+        line = body + b',"crc":"%08x"}\n' % out  # one copy of body: faster than formatting it in
+        if len(line) > self.blob_threshold:  # (no payload can be larger than its line)
+            return self._encode_slow(seq, kind, fields, crc, user, ts)
+        return line, out
+
+    def _encode_slow(
+        self, seq: int, kind: str, fields: dict[str, Any], crc: int, user: tuple[str, ...], ts: float
+    ) -> tuple[bytes, int]:
+        """_encode the long way: redaction walks the user fields, payloads over the threshold go to blobs."""
+        record = {"seq": seq, "kind": kind, **fields, "ts": ts}
+        try:
+            line, out = encode(record, crc)
+        except NotSerializable:
+            if kind not in _blobs.FIELDS:
+                raise
+            line = b""  # too long for a line: it may fit once its payloads are blobs
+        if line and user and self.redact is not None:
+            line, out = self._redact(record, line, out, fields, user, crc)
+        if len(line) > self.blob_threshold or not line:
+            if not line:
+                self.redacted(fields, user)
+            stored = self._store(kind, fields)
+            if stored is not None:
+                line, out = encode({"seq": seq, "kind": kind, **stored, "ts": ts}, crc)
+            elif not line:
+                line, out = encode({"seq": seq, "kind": kind, **fields, "ts": ts}, crc)  # NotSerializable
+        return line, out
+
+    def _store(self, kind: str, fields: dict[str, Any]) -> dict[str, Any] | None:
+        """fields with each payload larger than the threshold stored as a blob; None when none is."""
+        named: dict[str, Any] = {}
+        for name in _blobs.FIELDS.get(kind, ()):
+            if name not in fields:
+                continue
+            try:
+                data = orjson.dumps(fields[name], default=_refuse, option=_DUMPS_OPTIONS)
+            except TypeError as e:
+                raise _unstorable({name: fields[name]}, e) from None
+            if len(data) > self.blob_threshold:
+                named[name] = {"sha256": self.put_blob(data), "size": len(data)}
+        if not named:
+            return None
+        return {**{k: v for k, v in fields.items() if k not in named}, "blobs": named}
+
+    def put_blob(self, data: bytes) -> str:
+        """Store data as a blob beside the trace (before any line names it); its sha256."""
+        if self._broken:
+            raise JournalError(self.path, f"an earlier {self._broken} failed; this journal accepts nothing more")
+        folder = _blobs.folder_of(self.path)
+        try:
+            name = _blobs.put(folder, data, sync_dir=self.fsync)
+        except OSError as e:
+            raise JournalError(self.path, f"cannot store a blob in {folder}: {_why(e)}") from None
+        self.digests.add(name)
+        return name
+
+    def finish(
+        self, kind: str, fields: dict[str, Any], *, state: str, key: bytes | None, user: tuple[str, ...] = ()
+    ) -> int:
+        """Write the record that ends the run and its seal, in one synced write; returns the end's seq.
+
+        In a run with agents the end is one more event of main, with its clock
+        (its agents are joined by then); the seal is no agent's event and has none.
+        """
+        if self._lock is not None:
+            assert self._stamp is not None and self._tick is not None
+            vc = fields["vc"] = self._stamp(None)[1]
+            with self._lock:
+                seq = self._finish(kind, fields, state, key, user)
+            self._tick(vc)
+            return seq
+        return self._finish(kind, fields, state, key, user)
+
+    def _finish(self, kind: str, fields: dict[str, Any], state: str, key: bytes | None, user: tuple[str, ...]) -> int:
+        seq = self.seq + 1
+        line, crc = self._encode(seq, kind, fields, self.crc, user)
+        seal_line, seal_crc = self._seal_line(seq + 1, line, crc, state, key)
+        self._write(line + seal_line, seq + 1, seal_crc, True)
+        return seq
+
+    def seal_fields(self, end: int, *, state: str, key: bytes | None) -> dict[str, Any]:
+        """The fields of a seal over the file's first `end` bytes (a run whose writer died before its seal)."""
+        from . import seal as _seal
+
+        return _seal.fields(self._content_hash(b"", end), self.digests, state, key)
+
+    def _seal_line(self, seq: int, before: bytes, crc: int, state: str, key: bytes | None) -> tuple[bytes, int]:
+        from . import seal as _seal
+
+        seal = _seal.fields(self._content_hash(before), self.digests, state, key)
+        return encode({"seq": seq, "kind": "seal", **seal, "ts": self.now()}, crc)
+
+    def _content_hash(self, tail: bytes, end: int | None = None) -> str:
+        """The seal's content hash of the file's bytes up to end (all of them by default: on disk, under our lock),
+        then tail. The blocks in `blocks` are not read again; the digests of the blocks hashed join them."""
+        from .seal import BLOCK, content_hash_of
+
+        size = self.size() if end is None else end
+        known = self.blocks[: size // BLOCK]
+        h = content_hash_of(lambda off, n: os.pread(self.fd, n, off), size, known, tail)
+        self.blocks[len(known) :] = h.blocks[len(known) : size // BLOCK]  # those of bytes on file only
+        return h.hexdigest()
+
+    def append_many(self, records: Iterable[tuple[Any, ...]], *, sync: bool = False) -> int:
+        """Write records that follow each other with nothing done between them, in one write.
+
+        Each is (kind, fields) or (kind, fields, user). All are encoded before
+        any byte is written: one that cannot be stored raises NotSerializable
+        and none is written. Returns the last seq.
+        """
+        if self._lock is not None:
+            return self._append_shared(records, sync)
+        seq, crc, lines = self.seq, self.crc, []
+        for record in records:
+            seq += 1
+            line, crc = self._encode(seq, record[0], record[1], crc, record[2] if len(record) > 2 else ())
+            lines.append(line)
+        self._write(b"".join(lines), seq, crc, sync)
+        return seq
+
+    def _redact(
+        self, record: dict[str, Any], line: bytes, out: int, fields: dict[str, Any], user: tuple[str, ...], crc: int
+    ) -> tuple[bytes, int]:
+        """record's line (and its crc), encoded from crc, with its fields `user` redacted; fields gets their values.
+
+        The search runs on the line already encoded; only when it finds
+        something are the user fields walked and the record encoded again.
+        """
+        assert self.redact is not None
+        redacted = self.redact.record(user_text(line, user), record, user)
+        if redacted is None:
+            return line, out
+        for name in user:
+            if name in fields:
+                fields[name] = redacted[name]
+        return encode(redacted, crc)
+
+    def redacted(self, fields: dict[str, Any], user: tuple[str, ...]) -> None:
+        """Give fields `user` their redacted values, as they are written (for a writer that compares first)."""
+        if not user or self.redact is None:
+            return
+        try:
+            data = orjson.dumps(fields, default=_refuse, option=_DUMPS_OPTIONS)
+        except TypeError:
+            data = b"\\"  # not JSON (encoding it will say so): walk it
+        fields.update(self.redact.record(user_text(data, user), fields, user) or ())
+
+    def _append_shared(self, records: Iterable[tuple[Any, ...]], sync: bool) -> int:
+        """Append for one of several agents: stamp and encode here, in the agent's thread; lock only
+        around what must be serial (the seq, the crc chain, the write).
+
+        The agent's records are stamped in the agent's own order (only its thread
+        writes them); another agent's records may land between two of its writes.
+        """
+        assert self._stamp is not None and self._tick is not None and self._lock is not None
+        stamp, annotate, tails = self._stamp, type(self).annotate is not Journal.annotate, []
+        vc: dict[str, int] | None = None  # the clock of the record before, in this write (not taken yet)
+        for record in records:  # (kind, fields) or (kind, fields, user)
+            kind, fields = record[0], record[1]
+            if len(record) > 2 and record[2] and self.redact is not None:
+                self.redacted(fields, record[2])
+            agent, vc = stamp(vc)
+            head = {"kind": kind} if agent == "main" else {"kind": kind, "agent": agent}
+            ts = self.now()
+            rec = {**head, **fields, "vc": vc, "ts": ts}
+            tail: memoryview | None
+            try:
+                tail = encode_tail(rec)
+            except NotSerializable:
+                if kind not in _blobs.FIELDS:
+                    raise
+                tail = None  # too long for a line: it may fit once its payloads are blobs
+            if tail is None or len(tail) > self.blob_threshold:
+                stored = self._store(kind, fields)
+                if stored is not None:
+                    rec, tail = {**head, **stored, "vc": vc, "ts": ts}, None
+                elif tail is None:
+                    encode_tail(rec)  # raises NotSerializable, naming the record
+            if annotate:
+                del rec["ts"]
+                rec = self.annotate(rec, agent, vc)
+                rec["ts"], tail = ts, None
+            tails.append(tail if tail is not None else encode_tail(rec))
+        if vc is not None:
+            self._tick(vc)  # every record encoded: only now does the agent's clock move on
+        crc32 = zlib.crc32
+        with self._lock:
+            if self.fd < 0:  # the run ended (closed its trace) while this agent went on
+                raise JournalError(self.path, "an agent wrote after the run had closed its trace (join your agents)")
+            seq, crc = self.seq, self.crc
+            parts: list[bytes | memoryview] = []
+            for tail in tails:
+                seq += 1
+                lead = b'{"seq":%d,' % seq
+                crc = crc32(tail, crc32(lead, crc))
+                parts += (lead, tail, b',"crc":"%08x"}\n' % crc)
+            self._write(b"".join(parts), seq, crc, sync)
+        return seq
+
+    def annotate(self, record: dict[str, Any], agent: str, vc: dict[str, int]) -> dict[str, Any]:
+        """A shared record about to be written, once its clock is known (a fork marks its lineage here)."""
+        return record
+
+    def _write(self, data: bytes, seq: int, crc: int, sync: bool) -> None:
+        """Write data, the lines up to seq, and acknowledge them only once they are where durability says."""
+        if self._broken:
+            raise JournalError(self.path, f"an earlier {self._broken} failed; this journal accepts nothing more")
+        try:
+            written = os.write(self.fd, data)
+            while written < len(data):  # a short write: send the rest
+                data = data[written:]
+                written = os.write(self.fd, data)
+        except OSError as e:
+            raise self._failed(e, seq) from None
+        self.dirty = True
+        if sync or self._truncated:  # a truncation is made durable with the record that follows it
+            self._guard(lambda: _fsync(self.fd), "fsync")
+            self._truncated = self.dirty = False
+        self.seq, self.crc = seq, crc
+
+    def _failed(self, e: OSError, seq: int) -> JournalError:
+        """The error of a failed write of the lines up to seq; the journal accepts nothing more."""
+        self._broken = "write"
+        seqs = f"seq {seq}" if seq == self.seq + 1 else f"seqs {self.seq + 1}..{seq}"
+        return JournalError(self.path, f"write of {seqs} failed: {_why(e)}")
+
+    def _guard(self, op: Any, name: str) -> None:
+        try:
+            op()
+        except OSError as e:
+            self._broken = name
+            raise JournalError(self.path, f"{name} failed after seq {self.seq}: {_why(e)}") from None
+
+    def close(self) -> None:
+        """Close, releasing the lock; with durability="fsync", sync what is not yet synced first."""
+        if self._lock is not None:  # an agent may be writing: not in the middle of its write
+            with self._lock:
+                self._close()
+        else:
+            self._close()
+
+    def _close(self) -> None:
+        if self.fd >= 0:
+            try:
+                if self.fsync and self.dirty and not self._broken:
+                    self._sync()
+            finally:
+                fd, self.fd = self.fd, -1
+                os.close(fd)  # also releases the flock
+
+    def __enter__(self) -> Journal:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, *exc: object) -> None:
+        if kind is None:
+            self.close()
+            return
+        with contextlib.suppress(JournalError):  # the exception in flight says more than a failed last sync
+            self.close()
+
+
+def _unstorable(record: dict[str, Any], e: TypeError) -> NotSerializable:
+    """Say which field of a record orjson refused, and where inside it."""
+    for name, value in record.items():
+        found = problem(value)
+        if found:
+            return NotSerializable(name, *found)
+    return NotSerializable(f"the {record.get('kind')} record", "", f"refused by the JSON encoder ({e})")
+
+
+def _why(e: OSError) -> str:
+    if e.errno == errno.ENOSPC:
+        return "the disk is full (ENOSPC)"
+    return e.strerror or str(e)
+
+
+def open_regular(path: str) -> int:
+    """A read-only descriptor on path, refused (TraceUnreadable) unless it is a regular file.
+
+    Opened with O_NONBLOCK and checked with fstat before anything is read, so
+    a FIFO, a device or a socket given as a trace is refused at once instead
+    of blocking the reader. O_NONBLOCK changes nothing for a regular file.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise unreadable(path, "no such file") from None
+    except IsADirectoryError:
+        raise unreadable(path, "is a directory, not a trace file") from None
+    except OSError as e:
+        raise unreadable(path, f"cannot read: {_why(e)}") from None
+    try:
+        mode = os.fstat(fd).st_mode
+    except OSError as e:
+        os.close(fd)
+        raise unreadable(path, f"cannot read: {_why(e)}") from None
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        what = "a directory" if stat.S_ISDIR(mode) else _KINDS.get(stat.S_IFMT(mode), "not a regular file")
+        raise unreadable(path, f"is {what}, not a trace file; a trace is a regular file")
+    return fd
+
+
+_KINDS = {stat.S_IFIFO: "a FIFO (named pipe)", stat.S_IFCHR: "a character device", stat.S_IFBLK: "a block device",
+          stat.S_IFSOCK: "a socket"}  # fmt: skip
+
+
+def unreadable(path: str, problem: str) -> TraceUnreadable:
+    """The error for a trace that cannot be read at all (as opposed to a corrupt one)."""
+    return TraceUnreadable(path, problem)
+
+
+def read_error(path: str, e: OSError) -> TraceUnreadable:
+    """A read that failed after the open (EIO, a vanished network file): named, never a raw OSError."""
+    return unreadable(path, f"read failed: {_why(e)}")
+
+
+def set_aside(path: str, data_from: int) -> str | None:
+    """Move the bytes of path after offset data_from to a new sibling `<path>.torn-N`; return its path.
+
+    The caller then names the sibling in the record it writes over the tail
+    (`Journal.continue_after(..., record)`). The bytes go to a hidden temporary file first,
+    fsynced, which is then linked into place under the first `.torn-N` no
+    file or symlink holds (nothing there is ever replaced or deleted) and the
+    folder fsynced: a `.torn-N` appears whole or not at all, and nothing is
+    lost even if we die in between. If a `.torn-N` already holds exactly
+    these bytes (a process died after placing it, before truncating the
+    trace and naming it), that one is returned instead of a second copy.
+    Only the temporary file, which this call created, is ever unlinked.
+    """
+    try:
+        fd = open_regular(path)
+        try:
+            tail = _read_all(fd, data_from)
+        finally:
+            os.close(fd)
+    except (OSError, TraceUnreadable) as e:
+        why = _why(e) if isinstance(e, OSError) else e.problem
+        raise JournalError(path, f"cannot read its torn tail to set it aside: {why}") from None
+    if not tail:
+        return None
+    n, aside = _free_torn(path, 1)
+    for k in range(1, n):  # an earlier attempt's copy, placed but never named?
+        if _holds(f"{path}.torn-{k}", tail):
+            return f"{path}.torn-{k}"
+    folder = os.path.dirname(os.path.abspath(path))
+    tmp: str | None = os.path.join(folder, f".{os.path.basename(path)}.torn-{secrets.token_hex(6)}.tmp")
+    try:
+        assert tmp is not None
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        try:
+            view = memoryview(tail)
+            while view:  # a short write is not a failure: write the rest
+                view = view[os.write(fd, view) :]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        while True:
+            try:
+                os.link(tmp, aside)  # never replaces: a name taken meanwhile raises FileExistsError
+                break
+            except FileExistsError:
+                n, aside = _free_torn(path, n + 1)
+            except OSError as e:  # a file system without hard links: rename (the trace's lock keeps harness out)
+                if e.errno not in (errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EMLINK, errno.EXDEV):
+                    raise
+                n, aside = _free_torn(path, n)
+                os.rename(tmp, aside)
+                tmp = None
+                break
+        if tmp is not None:
+            os.unlink(tmp)
+            tmp = None
+        dfd = os.open(folder, os.O_RDONLY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+    except OSError as e:  # the trace is not truncated yet: its tail is still in place
+        if tmp is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+        raise JournalError(path, f"cannot set its torn tail aside in {aside}: {_why(e)}") from None
+    return aside
+
+
+def _free_torn(path: str, n: int) -> tuple[int, str]:
+    """The first `<path>.torn-N` from n on that nothing holds: no file, no symlink (even a dangling one)."""
+    while os.path.lexists(aside := f"{path}.torn-{n}"):
+        n += 1
+    return n, aside
+
+
+def _holds(name: str, data: bytes) -> bool:
+    """Whether name is a regular file (not a symlink) holding exactly data."""
+    try:
+        st = os.lstat(name)
+        if not stat.S_ISREG(st.st_mode) or st.st_size != len(data):
+            return False
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        try:
+            return _read_all(fd, 0) == data
+        finally:
+            os.close(fd)
+    except OSError:
+        return False
+
+
+def _read_all(fd: int, offset: int) -> bytes:
+    parts = []
+    while chunk := os.pread(fd, 1 << 20, offset):
+        parts.append(chunk)
+        offset += len(chunk)
+    return b"".join(parts)

@@ -1,0 +1,1273 @@
+"""Read a trace back: validate every line and rebuild the run, running no tool.
+
+The file is read in large chunks and split on newlines; each complete line
+is checked in this order: the checksum suffix is where it must be, the
+chained crc matches the bytes, the line parses as an object, the seq is the
+previous one + 1, once the run spawned agents its vector clock is the one
+the rules give (clock.py, ClockRules), and the record is legal in the current
+state (the table in state.py). Each call of a parallel step walks the
+state table in a lane of its own: the lane's variables are swapped into the
+loop's locals when one of its records comes, so one code path checks every
+lane. The first failure raises TraceCorruption naming the line. A last
+line without its newline is a torn tail (a writer died mid-line), reported,
+never an error.
+
+No record stays in memory: checkpoints and crossings are kept as the
+positions of their lines (offset; length << 32 | the crc before the line:
+two int64s, in fixed-size blocks, see _Rows) and decoded on access,
+re-checking each line's crc, so a file changed after replay() is still
+caught. A checkpoint vouches for its lane's last transition into VERIFY;
+its result is read from there, and its name from the intent before it. Blob-stored
+payloads are read (and their sha256 checked) on access too; the scan only
+checks that each named blob is there with its size. A `seal` record is
+checked against the content hash (seal.py) of every byte before it, every
+block hashed again, and the blobs the trace names.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hashlib
+import json
+import os
+import re
+import zlib
+from array import array
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, overload
+
+import orjson
+
+from .._errors import HarnessError, TraceCorruption, TraceUnreadable
+from ..storage import blobs as _blobs
+from ..storage import is_url, local_copy
+from ..storage.blobs import BlobRef
+from . import state as S
+from .clock import MAIN, ClockRules
+from .journal import HEADER_START as _HEADER_START
+from .journal import MARK as _MARK
+from .journal import MAX_DEPTH, MAX_LINE, SCHEMA, SUFFIX, canonical, line_ok, open_regular, read_error, unreadable
+
+_CHUNK = 1 << 16  # 64 KiB: small enough that a chunk's lines are still in the CPU cache when checked
+
+
+@dataclass(frozen=True, slots=True)
+class Checkpoint:
+    """A verified step result. `seq` is the checkpoint record's seq."""
+
+    step: int
+    name: str
+    result: Any
+    seq: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Crossing:
+    """One value that crossed a boundary: a tool call, an LLM call, the clock, randomness.
+
+    `seq` is the record carrying the response (in a valid trace seq is also
+    its line number); `error` is set instead of `response` when the crossing
+    raised (`{"type": ..., "message": ...}`). `agent` made it; `vc` is the
+    vector clock of its record.
+    """
+
+    seq: int
+    kind: str
+    request: Any
+    response: Any
+    error: dict[str, Any] | None = None
+    line: int = 0
+    agent: str = MAIN
+    vc: dict[str, int] = field(default_factory=dict)  # the record's clock ({"main": seq} in a run that never spawned)
+
+    @property
+    def hash(self) -> str:
+        return request_hash(self.kind, self.request)
+
+
+class Lane:
+    """The state-machine position of one sub-run: the run itself ("main"), or one call of a parallel step.
+
+    A call's lane starts in PLAN at its step, walks the same table as the run,
+    and ends at its checkpoint (`done`), in FAILED, or PAUSED.
+    """
+
+    __slots__ = (
+        "agent", "at_attempt", "at_step", "ck", "ck_rec", "done", "intent", "intent_pos", "last", "planned",
+        "reconcile", "result", "result_crossing", "result_seq", "resumes", "state",
+    )  # fmt: skip
+
+    def __init__(self, agent: str, state: str, step: int):
+        self.agent, self.state, self.at_step, self.at_attempt = agent, state, step, 1
+        self.result_seq = self.result_crossing = 0  # the record holding its result, and that crossing's index
+        self.last: dict[str, Any] | None = None
+        self.intent: dict[str, Any] | None = None
+        self.intent_pos = (0, 0)  # its line: offset, length << 32 | crc before
+        self.result: Any = None
+        self.reconcile: dict[str, Any] | None = None
+        self.ck: tuple[int, int, int] | None = None  # where its checkpoint is (and its result's crossing), packed
+        self.ck_rec: Checkpoint | None = None
+        self.planned: dict[str, Any] = {}  # name, tool, args, as the spawn record gives them
+        self.done = False
+        self.resumes = 0  # resume records before its last intent
+
+    @property
+    def step(self) -> int:
+        return self.at_step
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    """One call of a parallel step still open at the end of a trace (a crash, a pause): where its lane stands."""
+
+    agent: str
+    step: int
+    state: str
+    attempt: int
+    last: dict[str, Any] | None
+    intent: dict[str, Any] | None
+    result: Any
+    reconcile: dict[str, Any] | None
+    done: bool
+    joined: bool
+    planned: dict[str, Any]
+    checkpoint: Checkpoint | None
+    result_seq: int = 0  # the record holding its result (which its checkpoint vouches for)
+
+
+def attempt_of(rec: Mapping[str, Any]) -> Any:
+    """A record's attempt: a transition without `attempt` is its step's first; other kinds say theirs (or not)."""
+    return rec.get("attempt", 1) if rec.get("kind") == "transition" else rec.get("attempt")
+
+
+def wall_clock(header: Mapping[str, Any], rec: Mapping[str, Any]) -> float | None:
+    """When rec was written, in seconds since the epoch: its `ts` counts from the header's (None when unknown)."""
+    start, ts = header.get("ts"), rec.get("ts")
+    if type(start) is not float or type(ts) is not float:
+        return None
+    return start if rec is header or rec.get("kind") == "header" else start + ts
+
+
+def request_hash(kind: str, request: Any) -> str:
+    return hashlib.sha256(canonical([kind, request])).hexdigest()[:16]
+
+
+_ROWS = 1 << 12  # rows of positions per block: every full block is the same size, so freed ones are reused
+_LOW = 0xFFFFFFFF
+
+
+class _Rows:
+    """Rows of `width` int64s (line positions), kept in int64 arrays of _ROWS rows each, the last rows in `tail`.
+
+    The scan appends to `tail`, a list (list.extend of a tuple costs a fifth
+    of array.extend's), and calls `seal()` between chunks, which moves each
+    full block of rows into an array: `tail` never holds much more than a
+    block. Why blocks: one array grown by realloc to tens of MB leaves the
+    heap fragmented once freed (glibc raises its mmap threshold to the size
+    freed, then grows the next such array on the heap, copying), so a second
+    replay in the same process (`harness diff A B`) held twice the memory.
+    Blocks are all the same size: a second replay reuses the first's.
+    """
+
+    __slots__ = ("blocks", "tail", "width")
+
+    def __init__(self, width: int):
+        self.width = width
+        self.tail: list[int] = []
+        self.blocks: list[array[int]] = []
+
+    def __len__(self) -> int:
+        return len(self.blocks) * _ROWS + len(self.tail) // self.width
+
+    def seal(self) -> None:
+        size = _ROWS * self.width
+        while len(self.tail) >= size:
+            self.blocks.append(array("q", self.tail[:size]))  # tail keeps its identity (the scan holds it)
+            del self.tail[:size]
+
+    def __getitem__(self, i: int) -> array[int]:
+        w, b = self.width, i // _ROWS
+        if b < len(self.blocks):
+            r = (i - b * _ROWS) * w
+            return self.blocks[b][r : r + w]
+        r = (i - len(self.blocks) * _ROWS) * w
+        return array("q", self.tail[r : r + w])
+
+    def column(self, j: int) -> array[int]:
+        """Slot j of every row, in order."""
+        out = array("q")
+        for block in (*self.blocks, self.tail):
+            out.extend(block[j :: self.width])
+        return out
+
+
+def _unpack(off: int, packed: int) -> tuple[int, int, int]:
+    """A line's position (offset, length with its newline, crc of the line before) from its two stored slots."""
+    return off, packed >> 32, packed & _LOW
+
+
+class _Lines:
+    """Crossings of a trace kept as file positions, decoded (and re-checked) on access.
+
+    A row is the request's line and the response's line (the same line for a
+    `crossing` record; the intent and its result for a tool), each as two
+    int64s: the line's offset, and its length << 32 | the crc of the line
+    before it.
+    """
+
+    __slots__ = ("_build", "_path", "_pos")
+
+    def __init__(self, path: str, build: Any, width: int = 4):
+        self._path, self._pos, self._build = path, _Rows(width), build
+
+    def __len__(self) -> int:
+        return len(self._pos)
+
+    def _read(self, f: Any, i: int) -> list[dict[str, Any]]:
+        req_off, req, resp_off, resp = self._pos[i]
+        got = self._line(f, resp_off, resp)
+        return [got if req_off == resp_off else self._line(f, req_off, req), got]
+
+    def _line(self, f: Any, off: int, packed: int) -> dict[str, Any]:
+        """The record at off, its crc checked again and its blob-stored payloads read back."""
+        length, prev = packed >> 32, packed & _LOW
+        f.seek(off)
+        line = f.read(length - 1)  # without its newline
+        if len(line) != length - 1 or not line_ok(line, prev):
+            raise HarnessError(f"{self._path} changed after it was replayed (at byte {off}); replay it again")
+        return _blobs.inline(self._path, orjson.loads(line))
+
+    def __iter__(self) -> Iterator[Any]:
+        with os.fdopen(open_regular(self._path), "rb") as f:
+            for i in range(len(self)):
+                yield self._build(*self._checked(f, i))
+
+    def __getitem__(self, i: int) -> Any:
+        if i < 0:
+            i += len(self)
+        if not 0 <= i < len(self):
+            raise IndexError(i)
+        with os.fdopen(open_regular(self._path), "rb") as f:
+            return self._build(*self._checked(f, i))
+
+    def _checked(self, f: Any, i: int) -> list[dict[str, Any]]:
+        try:
+            return self._read(f, i)
+        except OSError as e:
+            raise read_error(self._path, e) from None
+
+
+class _Checkpoints(_Lines):
+    """Checkpoints, each kept as its line's position and the index of the tool crossing whose result it vouches for.
+
+    The crossing holds the intent (the step's name) and the result: nothing is stored twice, in memory or on file.
+    A row: the line's offset, its length << 32 | the crc before it, the crossing's index.
+    """
+
+    __slots__ = ("_crossings",)
+
+    def __init__(self, path: str, crossings: _Lines):
+        super().__init__(path, _checkpoint, 3)
+        self._crossings = crossings
+
+    def _read(self, f: Any, i: int) -> list[dict[str, Any]]:
+        off, packed, crossing = self._pos[i]
+        return [self._line(f, off, packed), *self._crossings._read(f, crossing)]
+
+
+class Records(Sequence[Any]):
+    """A read-only sequence over a trace's checkpoints or crossings."""
+
+    def __init__(self, lines: _Lines):
+        self._lines = lines
+
+    def __len__(self) -> int:
+        return len(self._lines)
+
+    @overload
+    def __getitem__(self, i: int) -> Any: ...
+    @overload
+    def __getitem__(self, i: slice) -> list[Any]: ...
+    def __getitem__(self, i: int | slice) -> Any:
+        if isinstance(i, slice):
+            return [self._lines[j] for j in range(*i.indices(len(self)))]
+        return self._lines[i]
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self._lines)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Sequence) and list(self) == list(other)
+
+    def __repr__(self) -> str:
+        return f"<{len(self)} records of {self._lines._path}>"
+
+
+def _checkpoint(rec: dict[str, Any], intent: dict[str, Any], verified: dict[str, Any]) -> Checkpoint:
+    return Checkpoint(rec["step"], intent["name"], verified["result"], rec["seq"])
+
+
+@dataclass(frozen=True, slots=True)
+class Artifact:
+    """A named output of a run (`harness.artifact()`), stored as blob `sha256` beside the trace."""
+
+    seq: int
+    name: str
+    sha256: str
+    size: int
+    trace: str = field(repr=False, default="")
+
+    def read(self) -> bytes:
+        """Its bytes, checked against its sha256 (TraceCorruption if missing or altered)."""
+        return _blobs.read(self.trace, self.seq, self.sha256, self.size)
+
+
+def _crossing(req: dict[str, Any], resp: dict[str, Any]) -> Crossing:
+    seq = resp["seq"]
+    agent, vc = resp.get("agent", MAIN), resp.get("vc") or {MAIN: seq}
+    if resp["kind"] == "crossing":
+        return Crossing(seq, resp["boundary"], resp["request"], resp.get("response"), resp.get("error"), seq, agent, vc)
+    request = {"tool": req["tool"], "args": req["args"]}
+    return Crossing(seq, "tool", request, resp.get("result"), resp.get("error"), seq, agent, vc)
+
+
+@dataclass(frozen=True, slots=True)
+class Replay:
+    """What a trace says happened. Built by `replay()`."""
+
+    path: str
+    header: dict[str, Any]
+    state: str
+    checkpoints: Records
+    crossings: Records
+    transitions: int
+    records: int
+    resumes: int
+    torn_tail: bool
+    last_seq: int
+    # where a resuming writer continues: end of the last complete line, its crc
+    end: int = field(repr=False)
+    crc: int = field(repr=False)
+    last: dict[str, Any] | None = field(repr=False)  # the last record that moved the state (transition, checkpoint)
+    intent: dict[str, Any] | None = field(repr=False)  # the last transition into ACT
+    result: Any = field(repr=False)  # the last tool result (state VERIFY)
+    reconcile: dict[str, Any] | None = field(repr=False)  # an operator's word on a PAUSED run
+    fresh: int = field(repr=False)  # crossings since the last transition
+    # crossings[planned[0]:planned[1]]: those the planner made while planning the last intent (a resume asks it again)
+    planned: tuple[int, int] = field(default=(0, 0), repr=False)
+    # interrupt(): the transition into PAUSED that asked, while the run is PAUSED on it; whether it is answered;
+    # the answers not yet delivered to agent code (served again on resume); the last crash record
+    question: dict[str, Any] | None = field(default=None, repr=False)
+    answered: bool = field(default=False, repr=False)
+    answers: tuple[Any, ...] = field(default=(), repr=False)
+    crash: dict[str, Any] | None = field(default=None, repr=False)
+    result_seq: int = field(repr=False, default=0)  # the record holding `result`
+    # every blob the trace names (payloads and artifacts): sha256 -> (size, first line naming it)
+    blobs: dict[str, tuple[int, int]] = field(repr=False, default_factory=dict)
+    artifacts: tuple[Artifact, ...] = ()
+    seal: dict[str, Any] | None = field(repr=False, default=None)  # the seal record, when sealed
+
+    clocks: dict[str, dict[str, int]] | None = field(default=None, repr=False)  # last clock per agent, once spawned
+    group: tuple[Call, ...] = field(default=(), repr=False)  # the calls of a parallel step not closed yet
+    # the last quiet point (after a checkpoint a resume may start from; see index.py), and the byte where
+    # checking began: 0 for replay(), an index mark's end for _index.resume_point()
+    quiet: tuple[Any, ...] | None = field(default=None, repr=False)
+    since: int = field(default=0, repr=False)
+
+    @property
+    def sealed(self) -> bool:
+        return self.seal is not None
+
+    @property
+    def agents(self) -> dict[str, list[Crossing]]:
+        """Each agent's crossings, in its own order ("main" first, then by name)."""
+        out: dict[str, list[Crossing]] = {MAIN: []}
+        for c in self.crossings:
+            out.setdefault(c.agent, []).append(c)
+        return {MAIN: out.pop(MAIN), **dict(sorted(out.items()))}
+
+    @property
+    def run_id(self) -> str:
+        return str(self.header["run_id"])
+
+    @property
+    def workflow(self) -> str | None:
+        """The `module:qualname` of the workflow whose run this is (`@harness.workflow`), None for an Executor's."""
+        name = self.header.get("workflow")
+        return name if isinstance(name, str) else None
+
+    @property
+    def returned(self) -> Any:
+        """What a workflow that ended DONE returned (its PLAN -> DONE's result, a blob read back); else None."""
+        last = self.last
+        if self.state != S.DONE or self.workflow is None or last is None:
+            return None
+        return _blobs.inline(self.path, last)["result"] if "result" not in last else last["result"]
+
+    @property
+    def goal(self) -> Any:
+        return self.header["goal"]
+
+    @property
+    def complete(self) -> bool:
+        return self.state in S.TERMINAL
+
+    def resumable_crossings(self) -> list[Crossing]:
+        """The crossings since the last transition, each agent's up to its first that failed: a resume serves
+        them again."""
+        served, failed = [], set()
+        for c in self.crossings[len(self.crossings) - self.fresh :]:
+            if c.error is not None:
+                failed.add(c.agent)
+            if c.agent not in failed:
+                served.append(c)
+        return served
+
+    @property
+    def pending(self) -> dict[str, Any] | None:
+        """What a PAUSED run waits for: the question interrupt() asked, or the operation of uncertain outcome."""
+        if self.state != S.PAUSED:
+            return None
+        if self.question is not None:
+            q = self.question
+            return {"seq": q["seq"], "step": q["step"], "state": q["from"], "question": q["question"]}
+        paused = next((c for c in self.group if c.state == S.PAUSED and c.reconcile is None), None)
+        i = paused.intent if paused is not None else self.intent
+        if i is None:
+            return None
+        return {"seq": i["seq"], "step": i["step"], "tool": i["tool"], "args": i["args"]}
+
+
+def _all_joined(path: str, n: int, seq: int, clocks: ClockRules | None) -> None:
+    """A run ends only once every agent it started has exited and been joined (bad-transition if not)."""
+    left = clocks.unjoined() if clocks is not None else []
+    if left:
+        why = f"the run ended while agent(s) {', '.join(map(repr, left))} had not exited and been joined"
+        raise _fail(path, n, "bad-transition", why, seq)
+
+
+def _call(x: Lane, joined: bool) -> Call:
+    checkpoint = x.ck_rec
+    return Call(
+        x.agent, x.at_step, x.state, x.at_attempt, x.last, x.intent, x.result, x.reconcile, x.done, joined, x.planned,
+        checkpoint, x.result_seq,
+    )  # fmt: skip
+
+
+def replay(
+    trace: str | os.PathLike[str], *, on_record: Callable[[bytes, dict[str, Any]], None] | None = None
+) -> Replay:
+    """Validate the trace at `trace` and rebuild its run, running no tool.
+
+    Raises TraceCorruption (with .line, .seq, .reason) when the file cannot
+    support its story, HarnessError when it is not a readable trace at all
+    (missing, a directory, a FIFO or device, a read error).
+    `on_record(line, record)`, when given, is called with each line (without
+    its newline) and its record once they passed every check, in order: a
+    reader that streams the trace (`harness show`) sees what precedes a
+    corruption before replay() raises, and holds no more than one record.
+    """
+    path = os.fspath(trace)
+    if is_url(path):  # a trace on object storage: its segments, concatenated, through this same function
+        return replay_url(path, on_record=on_record)
+    with os.fdopen(open_regular(path), "rb") as f:
+        try:
+            return _scan(path, f, on_record)
+        except OSError as e:  # EIO and the like, after the open: the file's problem, named
+            raise read_error(path, e) from None
+
+
+def replay_url(
+    url: str,
+    *,
+    on_record: Callable[[bytes, dict[str, Any]], None] | None = None,
+    storage_options: dict[str, Any] | None = None,
+) -> Replay:
+    """replay() of the trace at url: the same checks, the damage named against the URL."""
+    url = url.rstrip("/")
+    path = local_copy(url, storage_options=storage_options)
+    try:
+        rep = replay(path, on_record=on_record)
+    except TraceCorruption as e:
+        raise TraceCorruption(url, e.line, e.reason, e.detail, e.seq) from None
+    except TraceUnreadable as e:
+        raise TraceUnreadable(url, e.problem.replace(path, url)) from None
+    except HarnessError as e:
+        raise HarnessError(str(e).replace(path, url)) from None
+    return dataclasses.replace(rep, path=url)
+
+
+_fail = TraceCorruption
+# a checkpoint record makes S.CHECKPOINT_MOVES from VERIFY (the only state it is read in): the table's word on
+# them, asked once here, as the table is fixed (the first move it refuses, or None)
+_CHECKPOINT_ILLEGAL = next(filter(None, map(S.check, (S.VERIFY, *S.CHECKPOINT_MOVES[:-1]), S.CHECKPOINT_MOVES)), None)
+_SORTED = orjson.OPT_SORT_KEYS
+_EFFECTS = frozenset({"at-least-once", "idempotent", "unsafe"})
+_INTENT = ("name", "tool", "args", "key", "contract")  # what PAUSED -> ACT repeats of the uncertain intent
+_ASIDE = re.compile(r"[^/\\\x00]+\.torn-[1-9][0-9]*")  # a sibling's file name, as set_aside() makes it
+
+
+def _claimed(line: bytes) -> int | None:
+    """The seq a line that failed its checks still names, for the message."""
+    found = re.match(rb'\{"seq":(\d+),', line)
+    return int(found[1]) if found else None
+
+
+def _unchecked(path: str, n: int, line: bytes) -> TraceCorruption:
+    """Why a line does not end with the checksum it should: the slow path of the first check."""
+    if n == 1 and not line.startswith(_HEADER_START):
+        return _fail(path, 1, "not-a-trace", "the first line is not a harness trace header")
+    if line.endswith(b'"}\r'):
+        why = (
+            "the line ends in CRLF (\\r\\n), not LF: the file was converted, most likely by git "
+            "(core.autocrlf=true on checkout). Add `*.jsonl -text` to .gitattributes (or set "
+            "core.autocrlf to false or input) and check the file out again; a trace is never edited as text"
+        )
+        return _fail(path, n, "crlf", why, _claimed(line))
+    if line[-SUFFIX:-10] != _MARK or line[-2:] != b'"}':
+        return _fail(path, n, "malformed", "the line does not end with its checksum", _claimed(line))
+    why = "the line's bytes do not match its checksum (edited, moved or damaged)"
+    return _fail(path, n, "checksum", why, _claimed(line))
+
+
+def _unparsed(path: str, n: int, line: bytes, e: orjson.JSONDecodeError) -> TraceCorruption:
+    if "depth" in str(e) or "recursion" in str(e):
+        return _fail(path, n, "too-deep", f"a value nested more than {MAX_DEPTH} levels deep", _claimed(line))
+    return _fail(path, n, "malformed", f"not a JSON object with seq and kind ({e})", _claimed(line))
+
+
+def _noncanonical(path: str, n: int, line: bytes, rec: dict[str, Any]) -> TraceCorruption:
+    """Why a line that parses is not the line harness writes for its record: the slow path of that check."""
+    seq = rec.get("seq") if type(rec.get("seq")) is int else _claimed(line)
+    try:
+        again = orjson.dumps(rec)
+    except TypeError:  # orjson writes at most MAX_DEPTH levels; harness never wrote this line
+        why = f"a value nested more than {MAX_DEPTH} levels deep (the record included); harness never writes one"
+        return _fail(path, n, "too-deep", why, seq)
+    found: list[str] = []
+
+    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
+        keys = [k for k, _ in items]
+        if not found and len(set(keys)) < len(keys):
+            dup = next(k for i, k in enumerate(keys) if k in keys[:i])
+            found.append(f"key {dup!r} appears twice in one object (two JSON parsers can read it differently)")
+        return dict(items)
+
+    def integer(text: str) -> int:
+        value = int(text)
+        if not found and not -(2**63) <= value < 2**64:
+            found.append(f"integer {text} is out of the 64-bit range harness writes (it reads back as a float)")
+        return value
+
+    with contextlib.suppress(ValueError, RecursionError):  # json sees what orjson's parse hides; depth is bounded
+        json.loads(line, object_pairs_hook=pairs, parse_int=integer)
+    if not found:
+        at = _first_difference(line, again)
+        found.append(
+            f"its bytes differ from the record re-encoded from byte {at} on ({line[at : at + 24]!r} where harness "
+            f"writes {again[at : at + 24]!r}): spaces, escapes, key order or number spelling a writer of harness "
+            "never produces"
+        )
+    return _fail(path, n, "non-canonical", found[0], seq)
+
+
+def _first_difference(a: bytes, b: bytes) -> int:
+    """The first index where a and b differ (or the shorter one's length): 4 KiB at a time, then byte by byte."""
+    start, end = 0, min(len(a), len(b))
+    while start < end and a[start : start + 4096] == b[start : start + 4096]:
+        start += 4096
+    stop = min(start + 4096, end)
+    return next((i for i in range(start, stop) if a[i] != b[i]), stop)
+
+
+def _error_ok(error: Any) -> bool:
+    """Whether error is an `{"type": str, "message": str}` object, as every error field is."""
+    return type(error) is dict and type(error.get("type")) is str and type(error.get("message")) is str
+
+
+def _aside_problem(path: str, header: dict[str, Any], name: Any) -> str | None:
+    """Why a `set_aside` value cannot name a sibling of the trace that holds a torn tail; None if it can."""
+    if type(name) is not str or not _ASIDE.fullmatch(name):
+        return f"set_aside {name!r} is not the file name of a sibling `<trace>.torn-N` (no folder, no path)"
+    if "parent" in header:  # a rerun or fork repeats its recording's seam: the file is beside the recording
+        return None
+    if not os.path.isfile(os.path.join(os.path.dirname(path), name)):
+        return (
+            f"set_aside names {name!r}, which is not beside the trace: the torn bytes it kept were moved or "
+            "deleted. Put the file back (its content is not checked), or keep traces with their .torn-N files"
+        )
+    return None
+
+
+def _header_problem(path: str, rec: dict[str, Any]) -> tuple[str, str] | None:
+    """(reason, why) when a header record cannot start a run; None when it can."""
+    schema = rec.get("schema")
+    if type(schema) is not int or schema != SCHEMA:
+        return "schema", _schema_advice(path, schema)
+    if type(rec.get("run_id")) is not str or "goal" not in rec:
+        return "malformed", "a header without its str run_id and its goal"
+    tools = rec.get("tools")
+    if type(tools) is not dict or not all(_contract_ok(c) for c in tools.values()):
+        why = 'a header whose tools is not an object of {"effect": at-least-once|idempotent|unsafe, "version"}'
+        return "malformed", why
+    if "env" in rec and type(rec["env"]) is not dict:
+        return "malformed", "a header whose env is not an object"
+    if "redact" in rec and type(rec["redact"]) is not dict:
+        return "malformed", "a header whose redact is not an object"
+    if ("parent" in rec and type(rec["parent"]) is not str) or ("branch" in rec and type(rec["branch"]) is not int):
+        return "malformed", "a header whose parent is not a str or whose branch is not an int"
+    if "workflow" in rec and (type(rec["workflow"]) is not str or not rec["workflow"] or tools):
+        why = "a workflow's header needs its name (a non-empty str) and tools {} (its calls carry their contracts)"
+        return "malformed", why
+    return None
+
+
+def _scan(
+    path: str, f: Any, on_record: Callable[[bytes, dict[str, Any]], None] | None = None, origin: Any = None
+) -> Replay:  # one loop on purpose: it is the hot path
+    """Check the lines of f from its start, or from the point `origin` describes (a verified index mark, index.py)."""
+    crossings = _Lines(path, _crossing)
+    checkpoints = _Checkpoints(path, crossings) if origin is None else origin.checkpoints(path, crossings)
+    ck_rows, cr_rows = checkpoints._pos, crossings._pos
+    ck_add, cr_add = ck_rows.tail.extend, cr_rows.tail.extend  # rows go to the tail; seal() moves full blocks out
+    ck_tail, cr_tail, ck_full, cr_full = ck_rows.tail, cr_rows.tail, _ROWS * 3, _ROWS * 4
+    crossed = 0  # crossings so far (rows of cr_rows)
+    edges = S.EDGES
+    loads, dumps, crc32 = orjson.loads, orjson.dumps, zlib.crc32  # locals: looked up once, not on every line
+    header: dict[str, Any] = {}
+    tools: dict[str, Any] = {}  # the header's contracts: an intent must name one of them
+    state = S.INIT
+    n = seq = crc = transitions = resumes = offset = 0
+    last: dict[str, Any] | None = None
+    intent: dict[str, Any] | None = None
+    intent_pos = (0, 0)
+    result: Any = None  # the result being verified (a BlobRef while its blob is not read)
+    result_seq, result_crossing = 0, 0  # the record holding it, and its tool crossing's index
+    reconcile: dict[str, Any] | None = None
+    blobs: dict[str, tuple[int, int]] = {}
+    artifacts: list[Artifact] = []
+    seal: dict[str, Any] | None = None
+    question: dict[str, Any] | None = None  # the pause on interrupt() the run is in
+    answered = False
+    timed_out_key: tuple[bytes, str] | None = None  # an idempotent call that timed out, and its key: reused
+    answers: list[Any] = []  # answers not yet delivered: an `interrupt` crossing delivers one
+    crash: dict[str, Any] | None = None  # the last crash record, until the run moves on
+    fresh = 0  # crossings since the last transition
+    planned = (0, 0)  # the crossings made while planning the last intent, as indexes into crossings
+    at_step, at_attempt = 0, 1  # what the next transition must name
+    before = ""  # the previous record's kind
+    clocks: ClockRules | None = None  # once the run spawned an agent
+    run_lane = lane = Lane(MAIN, S.INIT, 0)  # the lane whose variables are loaded in the locals above
+    lanes: dict[str, Lane] = {}  # the calls of parallel steps, by agent
+    group: list[Lane] = []  # the open parallel step's calls, in planner order
+    joined = 0  # how many of them the run joined (in that order)
+    ended = False  # the run reached DONE or FAILED
+    quiet: tuple[Any, ...] | None = None  # the last point a resume may start from (index.py), once resolved
+    header_pos = (0, 0, 0)
+    if origin is not None:  # right after a quiet checkpoint: the state is these few values
+        m = origin.mark
+        header, tools, last, intent = origin.header, dict(origin.header["tools"]), origin.last, origin.intent
+        intent_pos = (m.intent[0], m.intent[1] << 32 | m.intent[2])
+        result, result_seq, header_pos, quiet = origin.result, origin.result_seq, m.header, origin.quiet
+        state, n, seq, crc, offset, at_step, before = S.PLAN, m.seq, m.seq, m.crc, m.end, m.step + 1, "checkpoint"
+        # transitions and resumes count from here: what a resume needs of them is relative
+        blobs.update((name, (0, 0)) for name in m.blobs)  # (size and first line: not known)
+        f.seek(offset)
+    buf = b""
+    while True:
+        # a long partial line doubles the read, so copying stays linear; the cap keeps any line longer
+        # than MAX_LINE from completing inside one read: it is caught below as a too-long partial line
+        chunk = f.read(min(max(_CHUNK, len(buf)), MAX_LINE + 1 - len(buf)))
+        if not chunk:
+            break
+        lines = (buf + chunk).split(b"\n") if buf else chunk.split(b"\n")
+        buf = lines.pop()
+        if len(buf) > MAX_LINE:
+            raise _fail(path, n + 1, "line-too-long", f"a line longer than {MAX_LINE} bytes; this is not a trace")
+        for line in lines:
+            n += 1
+            length = len(line) + 1
+            prev = crc
+            crc = crc32(line[:-SUFFIX], crc)
+            if line[-SUFFIX:] != b',"crc":"%08x"}' % crc:  # one compare on the good path; then say what is wrong
+                raise _unchecked(path, n, line)
+            try:
+                rec = loads(line)
+                rseq, kind = rec["seq"], rec["kind"]
+            except orjson.JSONDecodeError as e:
+                raise _unparsed(path, n, line, e) from None
+            except (TypeError, KeyError, IndexError):
+                raise _fail(path, n, "malformed", "not a JSON object with seq and kind", _claimed(line)) from None
+            # Exactly the bytes harness writes for this record (orjson, in order, no spaces), so duplicate
+            # keys, integers beyond 64 bits, nesting orjson cannot write back, and any respelling are refused.
+            try:
+                same = dumps(rec) == line
+            except TypeError:  # too deep to write back
+                same = False
+            if not same:
+                raise _noncanonical(path, n, line, rec)
+            if rseq != seq + 1 or type(rseq) is not int:
+                raise _fail(
+                    path, n, "seq", f"expected seq {seq + 1}, found {rseq!r}", rseq if type(rseq) is int else None
+                )
+            seq = rseq
+            if clocks is not None or "vc" in rec or "agent" in rec:
+                if clocks is None:
+                    clocks = ClockRules(seq)
+                    if kind != "spawn":
+                        raise _fail(path, n, "vector-clock", "a clock or agent before the run spawned an agent", seq)
+                wrong = clocks.see(rec, kind)
+                if wrong is not None:
+                    raise _fail(path, n, "vector-clock", wrong, seq)
+                who = rec.get("agent", MAIN)
+                if kind == "reconcile":  # an operator's word on a paused call belongs to that call's lane
+                    for x in group:
+                        paused = intent if x is lane else x.intent
+                        if paused is not None and paused["seq"] == rec.get("op"):
+                            who = x.agent
+                if who != lane.agent and (who in lanes or lane is not run_lane):  # load that lane's variables
+                    lane.state, lane.at_step, lane.at_attempt, lane.last = state, at_step, at_attempt, last
+                    lane.result_seq, lane.result_crossing = result_seq, result_crossing
+                    lane.intent, lane.intent_pos, lane.result, lane.reconcile = intent, intent_pos, result, reconcile
+                    lane = lanes.get(who, run_lane)
+                    state, at_step, at_attempt, last = lane.state, lane.at_step, lane.at_attempt, lane.last
+                    result_seq, result_crossing = lane.result_seq, lane.result_crossing
+                    intent, intent_pos, result, reconcile = lane.intent, lane.intent_pos, lane.result, lane.reconcile
+            if ended and (kind != "seal" or seal is not None):
+                what = " and was sealed" if seal is not None else ""
+                raise _fail(path, n, "after-terminal", f"a {kind} record after the run ended in {state}{what}", seq)
+            if type(rec.get("ts")) is not float:
+                raise _fail(path, n, "malformed", f"a {kind} record without its float ts", seq)
+            try:
+                if "blobs" in rec or kind == "artifact":
+                    _check_blobs(path, n, seq, rec, blobs)
+                if kind == "transition":
+                    src, dst, step, attempt = rec["from"], rec["to"], rec["step"], rec.get("attempt", 1)
+                    if lane is not run_lane:
+                        if lane.done:
+                            why = f"a transition of {lane.agent}, whose call ended at its checkpoint"
+                            raise _fail(path, n, "bad-transition", why, seq)
+                    elif clocks is not None and rec.get("agent", MAIN) != MAIN:
+                        why = f"a transition of agent {rec['agent']!r}, which runs no call of a parallel step"
+                        raise _fail(path, n, "bad-transition", why, seq)
+                    elif group:  # the run moves on from a parallel step: every call joined, the failure named
+                        if joined < len(group):
+                            why = "the run moved on before it joined every call of its parallel step"
+                            raise _fail(path, n, "bad-transition", why, seq)
+                        failed_call = next((x for x in group if x.state == S.FAILED), None)
+                        if failed_call is not None and failed_call.last is not None:
+                            at_step, at_attempt = failed_call.last["step"], failed_call.last.get("attempt", 1)
+                            if dst != S.FAILED or rec.get("error") != failed_call.last.get("error"):
+                                why = f"call {failed_call.agent} failed: the run must fail with its error"
+                                raise _fail(path, n, "bad-transition", why, seq)
+                        else:
+                            at_step, at_attempt = group[0].at_step + len(group), 1
+                        group, joined = [], 0
+                    if src != state:
+                        raise _fail(path, n, "bad-transition", f"transition from {src} but the run is in {state}", seq)
+                    if dst not in edges[state]:
+                        raise _fail(path, n, "bad-transition", S.check(state, dst) or "", seq)
+                    if step != at_step or attempt != at_attempt or type(step) is not int or type(attempt) is not int:
+                        why = (
+                            f"step {step!r}, attempt {attempt!r} where step {at_step}, attempt {at_attempt} comes next"
+                        )
+                        raise _fail(path, n, "bad-transition", why, seq)
+                    if attempt == 1 and "attempt" in rec:  # one spelling: the first attempt leaves `attempt` out
+                        why = "attempt 1 written out (the first attempt omits it; 0.2.0 development builds wrote it)"
+                        raise _fail(path, n, "non-canonical", why, seq)
+                    if dst == S.CHECKPOINT:
+                        why = "VERIFY -> CHECKPOINT is written as a checkpoint record, not a transition"
+                        raise _fail(path, n, "bad-transition", why, seq)
+                    asked = src == S.PAUSED and question is not None  # leaving a pause on interrupt()
+                    if dst == S.PAUSED and src != S.ACT and "question" not in rec:
+                        why = f"{src} -> PAUSED without the question that interrupt() asked"
+                        raise _fail(path, n, "malformed", why, seq)
+                    if dst == S.PAUSED and "question" in rec:
+                        if "error" in rec:
+                            raise _fail(path, n, "malformed", "a pause on a question with an error", seq)
+                        question, answered = rec, False
+                    elif answers and not asked:
+                        answers = []  # the state moved on: what was answered has been delivered
+                    if (
+                        src == S.VERIFY
+                        and dst == S.PLAN
+                        and intent is not None
+                        and (tools.get(intent["tool"]) or {}).get("effect") == "unsafe"
+                        and not tools[intent["tool"]].get("retry_rejected")
+                    ):
+                        why = f"a rejected result of unsafe tool {intent['tool']!r} re-planned (its effect happened)"
+                        raise _fail(path, n, "bad-transition", why, seq)
+                    if (
+                        asked
+                        and dst == S.ACT
+                        and intent is not None
+                        and any(rec.get(k) != intent.get(k) for k in _INTENT)
+                    ):
+                        why = "the intent after an answer is not the one that asked"
+                        raise _fail(path, n, "bad-transition", why, seq)
+                    if dst == S.ACT:
+                        again = timed_out_key if timed_out_key and timed_out_key[0] == _call_of(rec) else None
+                        _intent(path, n, rec, tools, header, intent if src == S.PAUSED else None, again)
+                        timed_out_key = None
+                        intent, intent_pos = rec, (offset, length << 32 | prev)
+                        if src != S.PAUSED and lane is run_lane:  # PAUSED -> ACT repeats the intent planned before
+                            planned = (crossed - fresh, crossed)  # (a call's plan is its spawn's)
+                        lane.resumes = resumes
+                    elif dst == S.PAUSED and "question" not in rec:  # only from ACT: an operation of uncertain outcome
+                        assert intent is not None
+                        # a call of a parallel step: its intent was written before the process that pauses it
+                        resumed = lane is not run_lane and resumes > lane.resumes
+                        timed_out = isinstance(rec.get("error"), dict) and rec["error"].get("type") == "ToolTimeout"
+                        if before != "resume" and not resumed and not timed_out:
+                            why = (
+                                "ACT -> PAUSED not right after a resume record and not after a ToolTimeout: only a "
+                                "resuming process, or a call that timed out, pauses a run on an operation"
+                            )
+                            raise _fail(path, n, "bad-transition", why, seq)
+                        effect = tools[intent["tool"]]["effect"]
+                        if effect != "unsafe":
+                            why = (
+                                f"ACT -> PAUSED for {intent['tool']!r}, an {effect} tool: a resume calls it again; "
+                                "only an unsafe tool's interrupted call is of uncertain outcome"
+                            )
+                            raise _fail(path, n, "bad-transition", why, seq)
+                    elif dst == S.PLAN and src not in (S.INIT, S.PAUSED):  # a failed attempt: planned again
+                        at_attempt += 1
+                    failed = dst == S.FAILED or (dst == S.PLAN and src in (S.ACT, S.VERIFY))  # a failed attempt
+                    if failed and not _error_ok(rec["error"]):
+                        why = f'{src} -> {dst} without its error object {{"type": str, "message": str}}'
+                        raise _fail(path, n, "malformed", why, seq)
+                    if failed and dst == S.PLAN and rec["error"]["type"] == "ToolTimeout" and "key" in (intent or {}):
+                        assert intent is not None
+                        timed_out_key = (_call_of(intent), intent["key"])  # the next attempt of this call keeps it
+                    if (src == S.ACT and "question" not in rec) or (src == S.PAUSED and dst == S.VERIFY and not asked):
+                        result = None
+                        if dst == S.VERIFY:
+                            result = rec["result"] if "result" in rec else _payload(rec, "result")
+                        if dst != S.PAUSED:
+                            cr_add((*intent_pos, offset, length << 32 | prev))
+                            crossed += 1
+                        if dst == S.VERIFY:
+                            result_seq, result_crossing = seq, crossed - 1
+                    delivered = dst == S.VERIFY and result_seq == seq
+                    returned = "result" in rec or "result" in (rec.get("blobs") or ())
+                    if "workflow" in header and dst == S.DONE and lane is run_lane:  # what the function returned
+                        if not returned:
+                            why = "a workflow's PLAN -> DONE without its result (what the function returned)"
+                            raise _fail(path, n, "malformed", why, seq)
+                    elif not delivered and returned:
+                        why = f"a result on {src} -> {dst}: only the transition into VERIFY that delivers one has it"
+                        if dst == S.DONE:
+                            why += " (and a workflow's PLAN -> DONE; this trace's header names no workflow)"
+                        raise _fail(path, n, "malformed", why, seq)
+                    if asked:
+                        assert question is not None
+                        if not answered:
+                            why = "a run paused on a question moved on before it was answered"
+                            raise _fail(path, n, "bad-transition", why, seq)
+                        if dst != question["from"]:
+                            why = f"PAUSED -> {dst} after an answer, but the question was asked in {question['from']}"
+                            raise _fail(path, n, "bad-transition", why, seq)
+                        question = None
+                    elif src == S.PAUSED:
+                        if reconcile is None:
+                            raise _fail(
+                                path, n, "bad-transition", "a paused run moved on before it was reconciled", seq
+                            )
+                        if reconcile["happened"] is not (dst == S.VERIFY) or (
+                            dst == S.VERIFY and not _same(result, _payload(reconcile, "result"))
+                        ):
+                            why = f"PAUSED -> {dst} contradicts the reconcile record (happened={reconcile['happened']})"
+                            if dst == S.VERIFY and reconcile["happened"]:
+                                why += ": its result is not the reconciled one (compared by type and value)"
+                            raise _fail(path, n, "bad-reconcile", why, seq)
+                        reconcile = None
+                    state, last = dst, rec
+                    if dst in S.TERMINAL and lane is run_lane:
+                        ended = True
+                        _all_joined(path, n, seq, clocks)
+                    transitions += 1
+                    crash = None
+                    if not asked and question is not rec:  # crossings made before a question are served again
+                        fresh = 0
+                elif kind == "checkpoint":  # the moves VERIFY -> CHECKPOINT -> PLAN, in one line
+                    step = rec["step"]  # it vouches for the result of its lane's last transition into VERIFY
+                    if "verified" in rec:  # one spelling: the result it vouches for is fixed by where it stands
+                        why = "a checkpoint naming its result's seq (verified), as 0.2.0 development builds wrote"
+                        raise _fail(path, n, "non-canonical", why, seq)
+                    if state != S.VERIFY or type(step) is not int or step != at_step:
+                        why = f"a checkpoint of step {step!r} in state {state}, step {at_step}: nothing verified"
+                        raise _fail(path, n, "unvouched-checkpoint", why, seq)
+                    if _CHECKPOINT_ILLEGAL:  # the table allows each move from VERIFY, or this is no checkpoint
+                        raise _fail(path, n, "bad-transition", _CHECKPOINT_ILLEGAL, seq)
+                    state = S.CHECKPOINT_MOVES[-1]
+                    transitions += len(S.CHECKPOINT_MOVES)
+                    if lane is run_lane and last["from"] == S.ACT and clocks is None and crash is None and not answers:  # type: ignore[index]
+                        quiet = (offset, length, prev, seq, crc, step, len(blobs), result_crossing)
+                    last, fresh = rec, 0
+                    if lane is run_lane:
+                        at_step, at_attempt = at_step + 1, 1
+                        ck_add((offset, length << 32 | prev, result_crossing))
+                    else:  # a call's checkpoint joins the progress when the run joins the call, in planner order
+                        lane.ck, lane.done = (offset, length << 32 | prev, result_crossing), True
+                        assert intent is not None
+                        lane.ck_rec = Checkpoint(step, intent["name"], result, seq)
+                elif kind == "artifact":
+                    if type(rec["name"]) is not str:
+                        raise _fail(path, n, "malformed", "an artifact record whose name is not a str", seq)
+                    artifacts.append(Artifact(seq, rec["name"], rec["sha256"], rec["size"], path))
+                elif kind == "crossing":
+                    named = rec.get("blobs") or {}
+                    if (
+                        type(rec["boundary"]) is not str
+                        or ("request" not in rec and "request" not in named)
+                        or type(rec["hash"]) is not str
+                    ):
+                        why = "a crossing needs a str boundary, a request and a str hash"
+                        raise _fail(path, n, "malformed", why, seq)
+                    if ("response" in rec or "response" in named) is ("error" in rec) or (
+                        "error" in rec and not _error_ok(rec["error"])
+                    ):
+                        why = 'a crossing needs either a response or an error object {"type": str, "message": str}'
+                        raise _fail(path, n, "malformed", why, seq)
+                    fresh += 1
+                    crossed += 1
+                    packed = length << 32 | prev
+                    cr_add((offset, packed, offset, packed))
+                    if rec["boundary"] == "interrupt" and answers:
+                        answers.pop(0)  # delivered, and recorded: a resume serves the crossing
+                elif kind == "answer":
+                    if state != S.PAUSED or question is None or answered:
+                        why = "an answer record with no question waiting for it"
+                        raise _fail(path, n, "bad-answer", why, seq)
+                    if rec["op"] != question["seq"] or "answer" not in rec:
+                        raise _fail(path, n, "bad-answer", "the answer record does not name the question's seq", seq)
+                    answered = True
+                    answers.append(rec["answer"])
+                elif kind == "crash":
+                    # where the process was, in words: not part of the run's story (a signal can land between a
+                    # state change and its record), so only its types are checked, never its agreement with the run
+                    if (
+                        not _error_ok(rec["error"])
+                        or type(rec["traceback"]) is not str
+                        or rec["state"] not in edges
+                        or type(rec["step"]) is not int
+                        or type(rec["attempt"]) is not int
+                    ):
+                        why = "a crash record needs a state, int step and attempt, error {type, message}, traceback"
+                        raise _fail(path, n, "malformed", why, seq)
+                    crash = rec
+                elif kind == "resume":
+                    bad = _aside_problem(path, header, rec["set_aside"]) if rec["set_aside"] is not None else None
+                    if bad is None and type(rec["env"]) is not dict:
+                        bad = "a resume record whose env is not an object"
+                    if bad is not None:
+                        raise _fail(path, n, "bad-resume", bad, seq)
+                    resumes += 1
+                elif kind == "seal":
+                    if state not in S.TERMINAL:
+                        raise _fail(path, n, "seal", f"a seal in state {state}: only a run that ended is sealed", seq)
+                    unsealed = _seal_mismatch(path, offset, rec, blobs, state)
+                    if unsealed is None and "set_aside" in rec:  # a resume completed a torn seal: where it went
+                        unsealed = _aside_problem(path, header, rec["set_aside"])
+                    if unsealed:
+                        raise _fail(path, n, "seal", unsealed, seq)
+                    seal = rec
+                elif kind in ("spawn", "exit", "join"):  # an agent's life: its rules are the clock's (above)
+                    if clocks is None:
+                        raise _fail(path, n, "vector-clock", f"a {kind} record without its clock", seq)
+                    child = rec.get("child")
+                    if kind == "spawn" and "step" in rec:  # a call of a parallel step
+                        call = lanes.get(child)
+                        if lane is not run_lane or state != S.PLAN:
+                            raise _fail(path, n, "bad-transition", "a parallel call started outside PLAN", seq)
+                        if call is None or call not in group[joined:] or call.at_step != rec["step"]:
+                            if rec["step"] != at_step + len(group) or joined or call is not None:
+                                why = f"call {child!r} of step {rec['step']!r}; step {at_step + len(group)} comes next"
+                                raise _fail(path, n, "bad-transition", why, seq)
+                            call = lanes[child] = Lane(child, S.PLAN, rec["step"])
+                            name, tool, args = rec["name"], rec["tool"], rec["args"]
+                            if type(name) is not str or type(tool) is not str or type(args) is not dict:
+                                why = "a parallel call needs a str name, a str tool, a dict of args"
+                                raise _fail(path, n, "malformed", why, seq)
+                            call.planned = {"name": name, "tool": tool, "args": args}
+                            if not group:  # the planner's crossings that planned the list: a resume asks it again
+                                planned = (crossed - fresh, crossed)
+                            group.append(call)
+                    elif kind == "join" and child in lanes and lanes[child] in group:
+                        if group[joined] is not lanes[child]:
+                            why = f"call {child!r} joined out of planner order ({group[joined].agent} comes first)"
+                            raise _fail(path, n, "bad-transition", why, seq)
+                        joined += 1
+                        ck = lanes[child].ck
+                        if ck is not None:
+                            ck_add(ck)
+                elif kind == "header":
+                    if n != 1:
+                        raise _fail(path, n, "bad-header", "a header after the first line", seq)
+                    found = _header_problem(path, rec)
+                    if found is not None:
+                        raise _fail(path, n, found[0], found[1], seq)
+                    header, tools, header_pos = rec, dict(rec["tools"]), (offset, length, prev)
+                elif kind == "reconcile":
+                    if state != S.PAUSED or reconcile is not None or question is not None:
+                        raise _fail(
+                            path, n, "bad-reconcile", "a reconcile record with no uncertain operation before it", seq
+                        )
+                    op, happened = rec["op"], rec["happened"]
+                    if intent is None or type(op) is not int or op != intent["seq"] or type(happened) is not bool:
+                        why = (
+                            "the reconcile record does not name the paused operation's seq with happened true or false"
+                        )
+                        raise _fail(path, n, "bad-reconcile", why, seq)
+                    if not happened and _payload(rec, "result") is not None:
+                        why = "a reconcile record with a result for an operation that did not happen"
+                        raise _fail(path, n, "bad-reconcile", why, seq)
+                    if type(rec["evidence"]) is not str:
+                        raise _fail(path, n, "malformed", "a reconcile record whose evidence is not a str", seq)
+                    if "set_aside" in rec:
+                        bad = _aside_problem(path, header, rec["set_aside"])
+                        if bad is not None:
+                            raise _fail(path, n, "bad-reconcile", bad, seq)
+                    reconcile = rec
+                elif kind == "event":  # a Recorder's: its runs stay in INIT until their end record
+                    if state != S.INIT:
+                        raise _fail(path, n, "bad-transition", f"an event record in state {state}", seq)
+                    if type(rec["type"]) is not str or not _has(rec, rec.get("blobs") or {}, "data"):
+                        raise _fail(path, n, "malformed", "an event record needs a str type and its data", seq)
+                elif kind == "end":
+                    if state != S.INIT:
+                        raise _fail(path, n, "bad-transition", f"an end record in state {state}", seq)
+                    if rec["status"] not in ("success", "failure", "error"):
+                        why = f"end status {rec['status']!r} is not success, failure or error"
+                        raise _fail(path, n, "malformed", why, seq)
+                    if "error" in rec and not _error_ok(rec["error"]):
+                        why = 'an end record whose error is not {"type": str, "message": str}'
+                        raise _fail(path, n, "malformed", why, seq)
+                    state = S.DONE if rec["status"] == "success" else S.FAILED
+                    ended = True
+                    _all_joined(path, n, seq, clocks)
+                else:
+                    raise _fail(path, n, "unknown-kind", f"unknown record kind {kind!r}", seq)
+            except (KeyError, TypeError) as e:
+                raise _fail(path, n, "malformed", f"a {kind} record without a valid {e} field", seq) from None
+            if n == 1 and kind != "header":
+                raise _fail(path, 1, "not-a-trace", "the first record is not a header", seq)
+            if on_record is not None:
+                on_record(line, rec)
+            before = kind
+            offset += length
+        del lines, chunk  # free this chunk and its lines before reading the next one (peak memory)
+        if len(cr_tail) >= cr_full:
+            cr_rows.seal()
+        if len(ck_tail) >= ck_full:
+            ck_rows.seal()
+    if lane is not run_lane:  # the run's own variables back in the locals
+        lane.state, lane.at_step, lane.at_attempt, lane.last = state, at_step, at_attempt, last
+        lane.result_seq, lane.result_crossing = result_seq, result_crossing
+        lane.intent, lane.intent_pos, lane.result, lane.reconcile = intent, intent_pos, result, reconcile
+        lane = run_lane
+        state, at_step, at_attempt, last = lane.state, lane.at_step, lane.at_attempt, lane.last
+        result_seq, result_crossing = lane.result_seq, lane.result_crossing
+        intent, intent_pos, result, reconcile = lane.intent, lane.intent_pos, lane.result, lane.reconcile
+    calls = tuple(_call(x, i < joined) for i, x in enumerate(group))
+    if any(c.state == S.PAUSED for c in calls) and state == S.PLAN:
+        state = S.PAUSED  # the run waits for an operator's word on a call
+    if n == 0:
+        if buf.startswith(_HEADER_START[: len(buf)]) and buf:
+            raise _fail(
+                path, 1, "torn-header", "the file holds only part of a header: the writer died while creating it"
+            )
+        if not buf:
+            raise unreadable(path, "is empty, not a trace")
+        raise _fail(path, 1, "not-a-trace", "no complete line; this is not a harness trace")
+    if buf and state in S.TERMINAL:  # the end and its seal go out in one write: only a torn seal can follow the end
+        if seal is not None:
+            raise _fail(path, n + 1, "after-terminal", f"{len(buf)} bytes after the seal: a sealed trace is immutable")
+        start = b'{"seq":%d,"kind":"seal",' % (seq + 1)
+        if not (buf.startswith(start) or start.startswith(buf)):
+            why = (
+                f"{len(buf)} bytes without a newline after the run ended in {state}, and they are not the start "
+                "of its seal: harness writes nothing else after a terminal record, so they are not a torn tail"
+            )
+            raise _fail(path, n + 1, "after-terminal", why, _claimed(buf))
+    if isinstance(result, BlobRef):
+        result = orjson.loads(_blobs.read(path, result_seq, result.sha256, result.size))
+    if quiet is not None and len(quiet) == 8:  # where the lines of the last quiet point are (see _index.Writer)
+        off, length, prev, q_seq, q_crc, step, q_blobs, c = quiet
+        done = len(checkpoints) - (len(ck_rows) - _count_to(ck_rows, off))
+        row = cr_rows[c]
+        intent_at, result_at = _unpack(row[0], row[1]), _unpack(row[2], row[3])
+        quiet = (off + length, q_seq, q_crc, step, (off, length, prev), intent_at, result_at, q_blobs, done, header_pos)
+    if reconcile is not None and "result" not in reconcile:
+        reconcile = _blobs.inline(path, reconcile)
+    return Replay(
+        path=path,
+        header=header,
+        state=state,
+        checkpoints=Records(checkpoints),
+        crossings=Records(crossings),
+        transitions=transitions,
+        records=n,
+        resumes=resumes,
+        torn_tail=bool(buf),
+        last_seq=seq,
+        end=offset,
+        crc=crc,
+        last=last,
+        intent=intent,
+        result=result,
+        reconcile=reconcile,
+        fresh=fresh,
+        planned=planned,
+        result_seq=result_seq,
+        blobs=blobs,
+        artifacts=tuple(artifacts),
+        seal=seal,
+        clocks=dict(clocks.last) if clocks is not None else None,
+        group=calls,
+        question=question,
+        answered=answered,
+        answers=tuple(answers),
+        crash=crash,
+        quiet=quiet,
+        since=origin.mark.end if origin is not None else 0,
+    )
+
+
+def _count_to(ck_rows: _Rows, off: int) -> int:
+    """How many checkpoints ck_rows holds up to and including the one at byte off (the last blocks first; 0 if none).
+
+    A checkpoint's line has its own offset, so the first row holding off in a block is the only one.
+    """
+    parts = [*ck_rows.blocks, ck_rows.tail]
+    for b in range(len(parts) - 1, -1, -1):
+        offsets = parts[b][:: ck_rows.width]
+        if off in offsets:
+            return b * _ROWS + offsets.index(off) + 1
+    return 0
+
+
+def _call_of(rec: dict[str, Any]) -> bytes:
+    """A call's identity (tool and args, canonical), to recognise the same call made again."""
+    return orjson.dumps([rec.get("tool"), rec.get("args")], option=_SORTED)
+
+
+def _intent(
+    path: str,
+    n: int,
+    rec: dict[str, Any],
+    tools: dict[str, Any],
+    header: dict[str, Any],
+    paused: dict[str, Any] | None,
+    again: tuple[bytes, str] | None = None,
+) -> None:
+    """Refuse a transition into ACT that a resume could not act on as the writer meant: TraceCorruption.
+
+    `again`: the same call timed out on the attempt before, so its key is the one to repeat.
+    """
+    seq, tool = rec["seq"], rec["tool"]
+    if type(rec["name"]) is not str or type(tool) is not str or type(rec["args"]) is not dict:
+        raise _fail(path, n, "malformed", "an intent needs a str name, a str tool, a dict of args", seq)
+    if "workflow" in header:  # a workflow's tools are not known when it starts: each intent names its contract
+        _contract(path, n, rec, tools)
+    elif "contract" in rec:
+        why = "an intent with a contract in a trace whose header names no workflow (its header lists the contracts)"
+        raise _fail(path, n, "malformed", why, seq)
+    contract = tools.get(tool)
+    if contract is None:
+        listed = ", ".join(sorted(tools)) or "none"
+        why = f"an intent naming tool {tool!r}, which the header does not list (it lists: {listed})"
+        raise _fail(path, n, "bad-intent", why, seq)
+    if contract["effect"] == "idempotent":
+        key = again[1] if again is not None else f"{header['run_id']}-{rec['step']}-{rec.get('attempt', 1)}"
+        if rec.get("key") != key:
+            found = f"key {rec['key']!r}" if "key" in rec else "no key"
+            why = f"an intent for idempotent tool {tool!r} with {found}; its idempotency key is {key!r}"
+            raise _fail(path, n, "bad-intent", why, seq)
+    elif "key" in rec:
+        why = f"an intent with a key for {tool!r}, an {contract['effect']} tool that is never given one"
+        raise _fail(path, n, "bad-intent", why, seq)
+    if paused is not None and _repeat(rec) != _repeat(paused):
+        why = f"PAUSED -> ACT does not repeat the uncertain intent (seq {paused['seq']}) exactly"
+        why += " (name, tool, args, key and a workflow's contract, compared by type and value)"
+        raise _fail(path, n, "bad-intent", why, seq)
+
+
+def _repeat(intent: dict[str, Any]) -> bytes:
+    """What PAUSED -> ACT must repeat of an intent, as canonical bytes (compared by type and value)."""
+    return orjson.dumps([intent.get(k) for k in _INTENT], option=_SORTED)
+
+
+def _contract(path: str, n: int, rec: dict[str, Any], tools: dict[str, Any]) -> None:
+    """A workflow's intent names its tool's contract; within a run a tool keeps the one it first had (in tools)."""
+    seq, tool, contract = rec["seq"], rec["tool"], rec.get("contract")
+    if not _contract_ok(contract):
+        why = (
+            f'a workflow\'s intent for {tool!r} without its contract {{"effect": at-least-once|idempotent|unsafe, '
+            f'"version": str or null}} (it has {contract!r:.200})'
+        )
+        raise _fail(path, n, "malformed", why, seq)
+    known = tools.setdefault(tool, contract)
+    if known is not contract and orjson.dumps(known, option=_SORTED) != orjson.dumps(contract, option=_SORTED):
+        why = f"tool {tool!r} with contract {contract!r}, after {known!r} earlier in the run: a tool keeps one contract"
+        raise _fail(path, n, "bad-intent", why, seq)
+
+
+def _contract_ok(c: Any) -> bool:
+    """Whether c is an effect contract: {"effect": one of the three, "version": str or null, ...}."""
+    return type(c) is dict and c.get("effect") in _EFFECTS and (c.get("version") is None or type(c["version"]) is str)
+
+
+def _schema_advice(path: str, found: Any) -> str:
+    if type(found) is int and found < SCHEMA:
+        return (
+            f"trace schema version {found}; this harness reads version {SCHEMA}. Run `harness migrate {path}` "
+            "to upgrade it in place (a backup of the original is kept beside it)"
+        )
+    return f"trace schema version {found!r}; this harness reads version {SCHEMA} (a newer harness wrote it?)"
+
+
+def _check_blobs(path: str, n: int, seq: int, rec: dict[str, Any], seen: dict[str, tuple[int, int]]) -> None:
+    """Every blob the record names is well named and present with its size (its bytes are checked when read)."""
+    try:
+        named = _blobs.refs(rec)
+    except (ValueError, KeyError) as e:
+        raise _fail(path, n, "malformed", f"a {rec['kind']} record naming blobs badly: {e}", seq) from None
+    folder = _blobs.folder_of(path)
+    for _, name, size in named:
+        if name in seen:
+            continue
+        why = _blobs.missing(folder, name, size)
+        if why:
+            raise _fail(path, n, "blob", why, seq)
+        seen[name] = (size, n)
+
+
+def _has(rec: dict[str, Any], named: dict[str, Any], field: str) -> bool:
+    """Whether the record holds field, inline or in a blob."""
+    return field in rec or field in named
+
+
+def _payload(rec: dict[str, Any], field: str) -> Any:
+    """The record's field, or a BlobRef when it is stored in a blob (KeyError when it has neither)."""
+    if field in rec:
+        return rec[field]
+    return BlobRef(**rec["blobs"][field])
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Whether two results are the same value, compared by type and value; either may be a blob not read."""
+    if isinstance(a, BlobRef) or isinstance(b, BlobRef):
+        return _blobs.value_digest(a) == _blobs.value_digest(b)
+    return bool(orjson.dumps(a, option=_SORTED) == orjson.dumps(b, option=_SORTED))
+
+
+def _seal_mismatch(path: str, offset: int, rec: dict[str, Any], blobs: dict[str, Any], state: str) -> str | None:
+    from .seal import content_hash, mismatch
+
+    if type(rec.get("content_hash")) is not str or type(rec.get("digests")) is not list:
+        return "a seal without its content_hash and digests"
+    return mismatch(rec, content_hash(path, offset), blobs, state)

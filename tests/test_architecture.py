@@ -1,0 +1,118 @@
+"""The architecture is declared and checked: the layers of pyproject.toml hold, and no import cycle anywhere.
+
+docs/ARCHITECTURE.md says what each layer owns and where a new piece goes.
+`lint-imports` checks the contracts in pyproject.toml (CI runs only the test
+suite, so this test runs it). The cycle check builds the import graph of
+`harness` with grimp (which import-linter uses), counting the imports inside
+functions, and fails naming the modules of every cycle.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import grimp
+
+ROOT = Path(__file__).resolve().parent.parent
+# the `lint-imports` command, run by this interpreter (import-linter is in the test extra)
+LINT_IMPORTS = "import sys; from importlinter.cli import lint_imports_command; sys.exit(lint_imports_command())"
+
+
+def lint_imports(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", LINT_IMPORTS, "--no-cache", "--no-logo", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": str(cwd)},  # the package of this tree, not another one installed
+    )
+
+
+def cycles(graph: grimp.ImportGraph) -> list[list[str]]:
+    """The strongly connected components of more than one module, each sorted (Tarjan's, without recursion)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    for root in sorted(graph.modules):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph.find_modules_directly_imported_by(root))))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            module, imported = work[-1]
+            for other in imported:
+                if other not in index:
+                    index[other] = low[other] = len(index)
+                    stack.append(other)
+                    on_stack.add(other)
+                    work.append((other, iter(sorted(graph.find_modules_directly_imported_by(other)))))
+                    break
+                if other in on_stack:
+                    low[module] = min(low[module], index[other])
+            else:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[module])
+                if low[module] == index[module]:
+                    component = []
+                    while True:
+                        other = stack.pop()
+                        on_stack.discard(other)
+                        component.append(other)
+                        if other == module:
+                            break
+                    if len(component) > 1:
+                        found.append(sorted(component))
+    return found
+
+
+def test_lint_imports_keeps_every_contract_of_pyproject() -> None:
+    run = lint_imports(ROOT)
+    assert run.returncode == 0, f"lint-imports found a broken contract:\n{run.stdout}{run.stderr}"
+    assert " 0 broken." in run.stdout and " kept" in run.stdout, run.stdout
+
+
+def test_lint_imports_fails_on_an_import_up_a_layer(tmp_path: Path) -> None:
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text("")
+    (tmp_path / "pkg" / "high.py").write_text("")
+    (tmp_path / "pkg" / "low.py").write_text("def f():\n    from . import high\n")  # inside a function
+    (tmp_path / "pyproject.toml").write_text(
+        '[tool.importlinter]\nroot_package = "pkg"\n\n[[tool.importlinter.contracts]]\nname = "layers"\n'
+        'type = "layers"\ncontainers = ["pkg"]\nlayers = ["high", "low"]\n'
+    )
+    run = lint_imports(tmp_path)
+    assert run.returncode != 0 and "pkg.low -> pkg.high" in run.stdout, run.stdout + run.stderr
+
+
+def test_no_import_cycle_anywhere_in_harness() -> None:
+    """No module of harness reaches itself through its imports, those inside functions included.
+
+    Imports under `if TYPE_CHECKING:` are left out: they never run, so they
+    order no loading; Session and Agents, which hold each other, are typed
+    so. The layers contracts above count them: no type points up a layer.
+    """
+    graph = grimp.build_graph("harness", cache_dir=None, exclude_type_checking_imports=True)
+    # an import inside a function counts (Executor.arun imports the bridge only when it runs)
+    assert graph.direct_import_exists(importer="harness.runtime.executor", imported="harness.runtime.bridge")
+    found = cycles(graph)
+    assert not found, "import cycles in harness (break each: docs/ARCHITECTURE.md):\n" + "\n".join(
+        " <-> ".join(component) for component in found
+    )
+
+
+def test_the_cycle_check_names_the_modules_of_a_cycle() -> None:
+    graph = grimp.ImportGraph()
+    for importer, imported in [("p.a", "p.b"), ("p.b", "p.c"), ("p.c", "p.a"), ("p.c", "p.d"), ("p.d", "p.e")]:
+        graph.add_import(importer=importer, imported=imported)
+    graph.add_import(importer="p.x", imported="p.y")
+    graph.add_import(importer="p.y", imported="p.x")
+    assert sorted(cycles(graph)) == [["p.a", "p.b", "p.c"], ["p.x", "p.y"]]

@@ -1,0 +1,140 @@
+"""Field paths (`request.url`, `*.id`, `choices[*].message`) and the rules goldens and diffs compare under.
+
+The defaults must leave out what varies between two runs of the same agent
+on one machine and nothing else: each is checked on what it marks and on a
+look-alike it must leave alone.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import harness
+from harness.review.fieldpath import MARKER, FieldPathError, describe, mark, parse, put
+from harness.review.normalize import Rules, normalize_record
+
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers(-99, 99) | st.text(max_size=8),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.sampled_from(["id", "a", "b", "x-1"]), inner, max_size=3)
+    ),
+    max_leaves=12,
+)
+PATHS = st.sampled_from(["id", "*.id", "**.id", "a.b", "a[0]", "a[*].id", "a[-1]", "x-*", '["x-1"]', "*", "**.a[*]"])
+
+
+def test_the_grammar() -> None:
+    assert parse("request.url") == (("key", "request"), ("key", "url"))
+    assert parse("*.id") == (("any", None), ("key", "id"))
+    assert parse("**.created")[0] == ("deep", None)
+    assert parse("body.messages[0].content")[2] == ("index", 0) and parse("a[-1]")[1] == ("index", -1)
+    assert parse("choices[*].message")[1] == ("items", None)
+    assert parse('headers["x.y"]')[1] == ("key", "x.y") and parse("h['a[b]']")[1] == ("key", "a[b]")
+    assert parse('h["say \\"hi\\""]')[1] == ("key", 'say "hi"')
+    glob = parse("headers.x-ratelimit-*")[1]
+    assert glob[0] == "glob" and glob[1].fullmatch("x-ratelimit-remaining") and not glob[1].fullmatch("x-request-id")
+    for bad, where in [("", "non-empty"), (".a", "character 1"), ("a.", "character 2"), ("a..b", "character 2"),
+                       ("a[x]", "character 2"), ("a b[", "character 4"), ("**", "needs a step after it")]:  # fmt: skip
+        with pytest.raises(FieldPathError, match=where) as e:
+            parse(bad)
+        assert isinstance(e.value, harness.HarnessError) and e.value.path == bad
+
+
+def test_mark_replaces_what_a_path_reaches_and_copies_only_along_it() -> None:
+    value = {"id": 0, "a": {"id": 1, "b": [{"id": 2}, {"id": 3}]}, "c": {"d": 4}}
+    assert mark(value, parse("*.id")) == {**value, "a": {**value["a"], "id": MARKER}}
+    assert orjson.dumps(mark(value, parse("**.id"))).count(MARKER.encode()) == 4
+    assert mark(value, parse("a.b[-1]"))["a"]["b"] == [{"id": 2}, MARKER]  # an item keeps its place
+    assert mark(value, parse("nowhere.at.all")) is value  # a path that reaches nothing changes nothing
+    out = mark(value, parse("a.b[0].id"))
+    assert out["c"] is value["c"] and value["a"]["b"][0] == {"id": 2}  # shared where unchanged; the input untouched
+
+
+@settings(max_examples=300, deadline=None)
+@given(JSON, PATHS)
+def test_marking_twice_is_marking_once(value: Any, path: str) -> None:
+    once = mark(value, parse(path))
+    assert mark(once, parse(path)) == once
+
+
+def test_put_sets_one_field_that_must_be_there() -> None:
+    value = {"status": 200, "body": {"choices": [{"message": {"content": "yes"}}]}}
+    assert put(value, "body.choices[0].message.content", "no")["body"]["choices"][0]["message"] == {"content": "no"}
+    assert value["body"]["choices"][0]["message"]["content"] == "yes"
+    assert put(value, "body.choices[-1].message", None)["body"]["choices"][0]["message"] is None
+    with pytest.raises(FieldPathError) as e:
+        put(value, "body.choice[0]", 1, what="the response")
+    assert e.value.problem == "body in the response has no key 'choice': it is an object with keys choices"
+    with pytest.raises(FieldPathError, match=r"body\.choices in the value has no item \[3\]: it is a list of 1 item"):
+        put(value, "body.choices[3]", 1)
+    with pytest.raises(FieldPathError, match=r"status in the value has no key 'x': it is 200"):
+        put(value, "status.x", 1)
+    with pytest.raises(FieldPathError, match="names one field"):
+        put(value, "body.*", 1)
+    assert describe({f"k{i}": i for i in range(10)}).endswith("k7, ...") and describe("abc") == "a str ('abc')"
+
+
+def http(request: dict[str, Any], response: dict[str, Any]) -> dict[str, Any]:
+    return {"seq": 3, "ts": 1.5, "kind": "crossing", "boundary": "http", "request": request, "response": response}
+
+
+def test_the_defaults_mark_what_varies_between_runs_and_leave_its_look_alikes() -> None:
+    record = http(
+        {"method": "POST", "url": "http://127.0.0.1:41234/v1/chat/completions",
+         "body": {"callback": "http://localhost:9000/done", "elsewhere": "https://api.example.com:8443/v1"}},
+        {"status": 200, "headers": {"x-request-id": "req-7", "x-ratelimit-remaining-tokens": "99", "etag": "W/1"},
+         "body": {"object": "chat.completion", "id": "chatcmpl-9", "created": 1717000000, "system_fingerprint": "fp",
+                  "model": "m", "choices": [{"index": 0, "message": {"content": "hi"}}], "usage": {"total_tokens": 9}}},
+    )  # fmt: skip
+    view = normalize_record(record)
+    assert view["request"]["url"] == "http://127.0.0.1:<port>/v1/chat/completions"
+    assert view["request"]["body"] == {
+        "callback": "http://localhost:<port>/done",
+        "elsewhere": "https://api.example.com:8443/v1",
+    }
+    assert view["response"]["headers"] == {
+        "etag": "W/1",
+        "x-ratelimit-remaining-tokens": MARKER,
+        "x-request-id": MARKER,
+    }
+    body = view["response"]["body"]
+    assert (body["id"], body["created"], body["system_fingerprint"]) == (MARKER,) * 3
+    assert body["usage"] == {"total_tokens": 9} and body["model"] == "m"  # usage is what the call cost: kept
+    assert normalize_record(view) == view  # normalizing a normalized record changes nothing
+
+    exact = normalize_record(record, rules=Rules(defaults=False))
+    assert (
+        exact["request"]["url"].endswith(":41234/v1/chat/completions")
+        and exact["response"]["body"]["id"] == "chatcmpl-9"
+    )
+
+    # look-alikes: an order's id in an API that is no model, a port of another host, a tool's own `created`
+    order = http({"method": "POST", "url": "https://shop.example:8443/orders"},
+                 {"status": 201, "headers": {}, "body": {"object": "order", "id": 42, "created": 5}})  # fmt: skip
+    assert normalize_record(order)["response"]["body"] == {"created": 5, "id": 42, "object": "order"}
+    assert normalize_record(order)["request"]["url"] == "https://shop.example:8443/orders"
+    tool = {"kind": "transition", "from": "ACT", "to": "VERIFY", "step": 0, "result": {"id": 7, "created": 8}}
+    assert normalize_record(tool)["result"] == {"created": 8, "id": 7}
+    text = {"kind": "transition", "from": "PLAN", "to": "ACT", "step": 0, "args": {"note": "port 127.0.0.1:80 is up"}}
+    assert normalize_record(text)["args"]["note"] == "port 127.0.0.1:80 is up"  # not a URL: kept
+
+
+def test_ignored_paths_apply_to_every_record_after_the_defaults() -> None:
+    record = http(
+        {"method": "GET", "url": "http://127.0.0.1:5/x"}, {"status": 200, "headers": {}, "body": {"usage": 3}}
+    )
+    rules = Rules.of(["response.body.usage", "*.method"])
+    view = normalize_record(record, rules=rules)
+    assert view["response"]["body"] == {"usage": MARKER} and view["request"]["method"] == MARKER
+    assert view["request"]["url"] == "http://127.0.0.1:<port>/x"
+    assert Rules.of("a.b").ignore == ("a.b",) and Rules.of(["a"]).plus("b", False) == Rules(("a", "b"), False)
+    with pytest.raises(FieldPathError):
+        Rules.of(["ok", "not..ok"])
+    with pytest.raises(harness.HarnessError, match="defaults must be True or False"):
+        Rules((), "yes")  # type: ignore[arg-type]
+    assert harness.normalize([record], ignore="response.body")[0]["response"]["body"] == MARKER
