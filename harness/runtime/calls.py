@@ -140,7 +140,7 @@ async def acall(tool: Any, /, **kwargs: Any) -> Any:
         return await out if inspect.isawaitable(out) else out
     session = flow.run.session
     if isinstance(session, Serving):  # a re-execution: sibling tasks take their recorded calls first
-        await session.settled(STEP, spec.name, session.redact(check_value("args", kwargs, tool=spec.name)))
+        await session.wait_turn(STEP, spec.name, session.redact(check_value("args", kwargs, tool=spec.name)))
     if flow.alock is None:
         flow.alock = asyncio.Lock()
     async with flow.alock:

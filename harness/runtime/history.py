@@ -260,7 +260,7 @@ class Serving(Session):
 
     history: History
 
-    async def settled(self, space: str, kind: str, shown: Any, match: Match | None = None) -> None:
+    async def wait_turn(self, space: str, kind: str, shown: Any, match: Match | None = None) -> None:
         """Wait (WAIT seconds at most) until `shown` (a request as written) matches an unserved item, or the
         history is used up.
 
@@ -277,7 +277,7 @@ class Serving(Session):
     async def across(self, kind: str, request: Any, acall: Callable[[], Awaitable[T]], match: Match | None = None) -> T:
         if not self.nested:
             check_value("request", request)
-            await self.settled(CROSSING, kind, self.redact(request), match)
+            await self.wait_turn(CROSSING, kind, self.redact(request), match)
         return await super().across(kind, request, acall, match)
 
 
