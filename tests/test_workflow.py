@@ -223,7 +223,7 @@ def test_drift_on_changed_code_names_the_seq_and_path_and_writes_nothing(trace: 
     with pytest.raises(ReplayDrift) as e:
         research_v2.run("ducks", trace=trace, resume=True)
     assert e.value.seq == 3 and e.value.fields == {"prompt": ("ducks", "ducks (v2)")}
-    assert "seq 3" in str(e.value) and "Nothing was written" in str(e.value)
+    assert "seq 3" in str(e.value) and "nothing was written" in str(e.value)
     assert trace.read_bytes() == torn and not list(trace.parent.glob("*.torn-*"))  # byte for byte, nothing aside
     out = research.run("ducks", trace=trace, resume=True)  # the code that made it goes on
     assert out.state == "DONE" and len(list(trace.parent.glob("*.torn-*"))) == 1

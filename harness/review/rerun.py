@@ -53,11 +53,11 @@ from typing import Any, cast
 import orjson
 
 from .._errors import HarnessError, ReplayDrift, ReplayViolation, ResumeMismatch, ToolTimeout, TraceUnreadable, internal
-from ..runtime.boundary import Arrived, Match, Session, _Hold, _may_hold, differences, same, take
+from ..runtime.boundary import Arrived, Match, Session, _Hold, _may_hold, differences, patiently, same, take
 from ..runtime.bridge import bridging
 from ..runtime.environment import environment
 from ..runtime.executor import MAX_STEPS, Executor, RetryPolicy, Step
-from ..runtime.history import CROSSING, STEP, History, Serving, turn
+from ..runtime.history import STEP, Item, Recorded, Serving
 from ..runtime.interrupt import Interrupted
 from ..runtime.tool import Tool
 from ..runtime.workflow import Workflow, go_on, run_anywhere, same_workflow, start
@@ -697,10 +697,10 @@ class _Flowing:
         run_anywhere(self.w, flow, *_arguments(goal))
 
     def go_on(self, writer: _Rewriting, session: _Replaying, rep: Replay) -> None:
-        rep, history = History.read(writer.path)
-        history.check()
-        cast(_Rerunning, session).history = history
-        flow = go_on(writer, session, rep, history, fsync=writer.fsync, lazy=False, entrypoint=self.entrypoint)
+        rep, written = Recorded.read(writer.path)
+        written.check()
+        cast(_Rerunning, session).again_from(written)
+        flow = go_on(writer, session, rep, fsync=writer.fsync, lazy=False, entrypoint=self.entrypoint)
         run_anywhere(self.w, flow, *_arguments(rep.goal))
 
 
@@ -737,34 +737,44 @@ def _runner(
 
 
 class _Rerunning(Serving, _Replaying):
-    """A workflow's re-execution: after a seam, what the new trace holds is served first (not written again)."""
+    """A workflow's re-execution: after a seam, what the new trace holds is served first (not written again):
+    its crossings as an Executor's resume serves them (`again`), its calls and artifacts as a resume does."""
 
     def __init__(self, journal: _Rewriting, recorded: Iterable[Crossing], **kwargs: Any):
         _Replaying.__init__(self, journal, recorded, **kwargs)
-        self.history = History(journal.path, [])
+        self.held, self.path = deque(), journal.path
 
-    def take(self, kind: str, request: Any, match: Match | None = None) -> tuple[Crossing, bool]:
-        item = self.history.take(self.agents.current(), CROSSING, kind, request, match)
-        if item is not None and item.crossing is not None:
-            return item.crossing, True
-        return _Replaying.take(self, kind, request, match)  # (a question the run paused on: the recorded answer)
+    def again_from(self, written: Recorded) -> None:
+        """At a seam: what the new trace holds by then is served again first."""
+        self.again, self.held = deque(written.crossings), deque(written.held)
 
-    async def wait_turn(self, space: str, kind: str, shown: Any, match: Match | None = None) -> None:
-        """Also wait for this request's turn in the recording: a task whose crossing (or tool call) the
-        recording holds later than a sibling's waits until the sibling made its own. Served calls return at
-        once, so without the wait a nested gather (inner calls started as outer ones return) would ask in
-        another order than the recorded one and drift; with it, the rerun writes the recorded order."""
-        await super().wait_turn(space, kind, shown, match)
-        if self.live or self.history.next(self.agents.current()) is not None:
-            return
-        if space == STEP:
-            kind, shown, match = "tool", {"tool": kind, "args": shown}, None
-        queue = self.queue()
+    def upcoming(self) -> Crossing | Item | None:
+        if self.again or self.held:  # the new trace's own, after a seam
+            nxt: Crossing | Item | None = self.again[0] if self.again else None
+            if self.held and self.agent().name == MAIN and (nxt is None or self.held[0].seq < nxt.seq):
+                return self.held[0]
+            return nxt
+        return Serving.upcoming(self)
+
+    async def atake_held(self, space: str, kind: str, request: Any) -> Item | None:
+        """Also wait for a call's turn in the recording: a task whose call the recording holds later than a
+        sibling's waits until the sibling made its own. Served calls return at once, so without the wait a
+        nested gather (inner calls started as outer ones return) would write its intents in another order than
+        the recorded one and drift; with it, the rerun writes the recorded order."""
+        item = await super().atake_held(space, kind, request)
+        if item is not None or self.live or space != STEP:
+            return item
+        shown, queue = {"tool": kind, "args": request}, self.queue()
 
         def answers(c: Crossing) -> bool:
-            return c.kind == kind and same(kind, c, shown, match)
+            return c.kind == "tool" and same("tool", c, shown, None)
 
-        await turn(lambda: not queue or answers(queue[0]) or not any(answers(c) for c in queue))
+        def turn() -> None:
+            if queue and not answers(queue[0]) and any(answers(c) for c in queue) and _may_hold.get():
+                raise _Hold
+
+        await patiently(self, turn)
+        return None
 
 
 def _execute(
