@@ -342,6 +342,32 @@ def test_interrupt_pauses_the_run_and_an_answer_resumes_it(trace: Path) -> None:
         approve.run("memo", trace=trace, resume=True, answer="again")
 
 
+@harness.workflow
+def approve_v2(draft: str) -> dict[str, Any]:
+    text = harness.llm({"prompt": draft + "!"}, model)  # the code changed before the question
+    return {"verdict": harness.interrupt({"approve": text})}
+
+
+@harness.workflow
+def approve_other(draft: str) -> dict[str, Any]:
+    text = harness.llm({"prompt": draft}, model)
+    return {"verdict": harness.interrupt({"approve": text, "urgent": True})}  # another question
+
+
+def test_a_resume_with_an_answer_that_drifts_writes_nothing(trace: Path) -> None:
+    approve.run("memo", trace=trace)
+    before = trace.read_bytes()
+    approve_v2.name = approve_other.name = approve.name
+    with pytest.raises(ReplayDrift) as e:
+        approve_v2.run("memo", trace=trace, resume=True, answer="yes")
+    assert e.value.seq == 3 and trace.read_bytes() == before  # no resume, no answer, no PAUSED -> PLAN
+    with pytest.raises(ReplayDrift) as e:
+        approve_other.run("memo", trace=trace, resume=True, answer="yes")
+    assert e.value.seq == 4 and "another question" in str(e.value) and trace.read_bytes() == before
+    assert CALLS["model"] == ["memo"]  # served, never called again
+    assert approve.run("memo", trace=trace, resume=True, answer="yes").state == "DONE"
+
+
 def ask_in_tool(item: str) -> dict[str, Any]:
     return {"item": item, "ok": harness.interrupt(f"ship {item}?")}
 
