@@ -24,6 +24,15 @@ history that harness gives its own (the whole list of verified results):
   with `State.append` (the persister stores the whole state every step:
   quadratic, like LangGraph); "last result only" as for LangGraph.
 
+Durable functions (the workflow variants): one function, each round a model
+call (`decide`: the next call's args, or None when the goal is met) and a
+tool call, each a durable call: a harness workflow (`harness.llm` and
+`harness.call`), LangGraph's functional API (`@entrypoint` with SqliteSaver,
+a `@task` per call, durability="sync"), and a DBOS workflow with a
+`@DBOS.step` per call. Each resumes by running the function again over its
+recorded calls; the crash lands after the last model call (the one that
+said done) was recorded.
+
 Each variant runs in child processes so that none of the peers' global state
 (DBOS is a process-wide singleton) leaks into another, and so that the run can
 end as a crash does: the "run" child takes N steps and, when its planner is
@@ -324,34 +333,7 @@ def dbos_child(child: Child) -> dict[str, Any]:
             assert verify(result)
             results.append(result)
 
-    if child.phase == "resume":
-        child.mark("begin")
-        t0 = clocks()
-        DBOS.launch()  # recovers the pending workflow in a background thread
-        handle = None
-        while handle is None:  # until recovery has registered it (its status becomes SUCCESS when done)
-            try:
-                handle = DBOS.retrieve_workflow(RUN)
-            except Exception:
-                time.sleep(0.001)
-        done = handle.get_result(polling_interval_sec=0.001)  # not its default 1 s: time recovery, not polling
-        wall, cpu = time.perf_counter() - t0[0], time.process_time() - t0[1]
-        child.mark("end")
-        settings = dbos_settings(DBOS)
-        DBOS.destroy()
-        assert done == child.steps, done
-        return {"wall": wall, "cpu": cpu, "settings": settings}
-    DBOS.launch()
-    settings = dbos_settings(DBOS)
-    if child.phase == "empty":
-        DBOS.destroy()
-        return {"settings": settings}
-    child.mark("begin")
-    t0 = clocks()
-    die.append(crash_after(child, t0, settings))
-    with SetWorkflowID(RUN):
-        agent(child.steps)
-    raise AssertionError("the run should have ended at step N+1")
+    return _dbos_phases(child, DBOS, SetWorkflowID, agent, die)
 
 
 def dbos_settings(dbos: Any) -> dict[str, Any]:
@@ -435,6 +417,158 @@ def burr_child(child: Child, history: bool) -> dict[str, Any]:
     return {"wall": wall, "cpu": cpu, "settings": settings}
 
 
+# ---------------------------------------------------------------- durable functions
+
+
+def decide(n: int, after: str, steps: int) -> dict[str, Any] | None:
+    """The function's model call: the next tool call's args after n results, or None when the goal is met."""
+    for hook in ON_PLAN:
+        hook(n)
+    if n >= steps:
+        return None
+    return {"path": f"src/parser/mod_{n % 40}.py", "after": after}
+
+
+def rounds(model: Callable[[int, str], Any], call: Callable[[dict[str, Any]], Any], die: list[Any]) -> int:
+    """The durable function's body, the same for every variant: model call, tool call, until the model says done."""
+    results: list[dict[str, Any]] = []
+    while True:
+        nxt = model(len(results), results[-1]["sha"] if results else "start")
+        if nxt is None:
+            if die:
+                die[0]()  # the run's process dies here: the resume re-executes it all
+            return len(results)
+        result = call(nxt)
+        assert verify(result)
+        results.append(result)
+
+
+def workflow_child(child: Child, durability: str) -> dict[str, Any]:
+    import harness
+
+    path = os.path.join(child.folder, "trace.jsonl")
+    die: list[Callable[[], None]] = []
+    settings = {"durability": durability}
+
+    def model(n: int, after: str) -> Any:
+        return harness.llm({"n": n, "after": after}, lambda r: decide(r["n"], r["after"], child.steps))
+
+    @harness.workflow
+    def agent(steps: int) -> int:
+        return rounds(model, lambda args: harness.call(tool, **args), die)
+
+    if child.phase == "empty":
+        return {"settings": settings}
+    child.mark("begin")
+    t0 = clocks()
+    if child.phase == "run":
+        die.append(crash_after(child, t0, settings))
+        agent.run(child.steps, trace=path, durability=durability)
+        raise AssertionError("the run should have ended at step N+1")
+    out = agent.run(child.steps, trace=path, durability=durability, resume=True)
+    wall, cpu = time.perf_counter() - t0[0], time.process_time() - t0[1]
+    child.mark("end")
+    assert out.state == "DONE" and out.result == child.steps, out
+    return {"wall": wall, "cpu": cpu, "settings": settings}
+
+
+def langgraph_functional_child(child: Child) -> dict[str, Any]:
+    from langgraph.checkpoint.sqlite import SqliteSaver
+    from langgraph.func import entrypoint, task
+
+    db = os.path.join(child.folder, "langgraph.db")
+    die: list[Callable[[], None]] = []
+
+    @task
+    def model_call(n: int, after: str) -> dict[str, Any] | None:
+        return decide(n, after, child.steps)
+
+    @task
+    def tool_call(path: str, after: str) -> dict[str, Any]:
+        return tool(path, after)
+
+    config: dict[str, Any] = {"configurable": {"thread_id": RUN}}
+    with SqliteSaver.from_conn_string(db) as saver:
+        saver.setup()
+
+        @entrypoint(checkpointer=saver)
+        def agent(steps: int) -> int:
+            return rounds(lambda n, a: model_call(n, a).result(), lambda args: tool_call(**args).result(), die)
+
+        settings = {"durability": "sync", **sqlite_settings(saver.conn)}
+        if child.phase == "empty":
+            return {"settings": settings}
+        child.mark("begin")
+        t0 = clocks()
+        if child.phase == "run":
+            die.append(crash_after(child, t0, settings))
+            agent.invoke(child.steps, config, durability="sync")
+            raise AssertionError("the run should have ended at step N+1")
+        done = agent.invoke(None, config, durability="sync")  # its recorded tasks' results served again
+        wall, cpu = time.perf_counter() - t0[0], time.process_time() - t0[1]
+        child.mark("end")
+        assert done == child.steps, done
+    return {"wall": wall, "cpu": cpu, "settings": settings}
+
+
+def dbos_workflow_child(child: Child) -> dict[str, Any]:
+    import logging
+
+    from dbos import DBOS, SetWorkflowID
+
+    db = os.path.join(child.folder, "dbos.sqlite")
+    die: list[Callable[[], None]] = []
+    DBOS(config={"name": "peers-bench", "system_database_url": f"sqlite:///{db}", "log_level": "WARNING",
+                 "run_admin_server": False})  # fmt: skip
+    logging.getLogger("dbos").setLevel(logging.WARNING)
+
+    @DBOS.step()
+    def model_call(n: int, after: str) -> dict[str, Any] | None:
+        return decide(n, after, child.steps)
+
+    @DBOS.step()
+    def tool_call(path: str, after: str) -> dict[str, Any]:
+        return tool(path, after)
+
+    @DBOS.workflow()
+    def agent(steps: int) -> int:
+        return rounds(model_call, lambda args: tool_call(**args), die)
+
+    return _dbos_phases(child, DBOS, SetWorkflowID, agent, die)
+
+
+def _dbos_phases(child: Child, dbos: Any, set_id: Any, agent: Callable[[int], int], die: list[Any]) -> dict[str, Any]:
+    """A DBOS child's phases: launch and run (dying at the end), or launch and time the recovery."""
+    if child.phase == "resume":
+        child.mark("begin")
+        t0 = clocks()
+        dbos.launch()  # recovers the pending workflow in a background thread
+        handle = None
+        while handle is None:  # until recovery has registered it (its status becomes SUCCESS when done)
+            try:
+                handle = dbos.retrieve_workflow(RUN)
+            except Exception:
+                time.sleep(0.001)
+        done = handle.get_result(polling_interval_sec=0.001)  # not its default 1 s: time recovery, not polling
+        wall, cpu = time.perf_counter() - t0[0], time.process_time() - t0[1]
+        child.mark("end")
+        settings = dbos_settings(dbos)
+        dbos.destroy()
+        assert done == child.steps, done
+        return {"wall": wall, "cpu": cpu, "settings": settings}
+    dbos.launch()
+    settings = dbos_settings(dbos)
+    if child.phase == "empty":
+        dbos.destroy()
+        return {"settings": settings}
+    child.mark("begin")
+    t0 = clocks()
+    die.append(crash_after(child, t0, settings))
+    with set_id(RUN):
+        agent(child.steps)
+    raise AssertionError("the run should have ended at step N+1")
+
+
 # ---------------------------------------------------------------- the variants
 
 
@@ -463,9 +597,17 @@ VARIANTS = {
                 "every result (state, State.append)"),
         Variant("burr-last", "Burr SQLitePersister, last result only", "burr", lambda c: burr_child(c, False),
                 "the last result and a count"),
+        Variant("workflow-flush", "harness workflow, flush (a model and a tool call a round)", None,
+                lambda c: workflow_child(c, "flush"), "every result (function local)"),
+        Variant("workflow-fsync", "harness workflow, fsync (a model and a tool call a round)", None,
+                lambda c: workflow_child(c, "fsync"), "every result (function local)"),
+        Variant("langgraph-functional", 'LangGraph @entrypoint + @task, SqliteSaver, durability="sync"',
+                "langgraph", langgraph_functional_child, "every result (function local)"),
+        Variant("dbos-workflow", "DBOS workflow, a step per model and tool call, SQLite", "dbos",
+                dbos_workflow_child, "every result (function local)"),
     )
 }  # fmt: skip
-HARNESS_ONLY = ("harness-flush", "harness-fsync")
+HARNESS_ONLY = ("harness-flush", "harness-fsync", "workflow-flush", "workflow-fsync")
 DISTS = {"langgraph": "langgraph", "dbos": "dbos", "burr": "burr"}  # module -> pip name, for the error message
 INSTALL = "pip install -e '.[peers]'  (langgraph, langgraph-checkpoint-sqlite, dbos, burr at pinned versions)"
 
@@ -660,7 +802,10 @@ def ratio(figures: dict[str, Any], a: str, b: str, what: str = "step_wall") -> f
     return statistics.median(x / y for x, y in zip(xs, ys, strict=True))
 
 
-KEYS = ("step_fsync_vs_langgraph", "step_fsync_vs_dbos", "step_fsync_vs_burr", "bytes_per_step", "fsyncs_per_step")
+KEYS = (
+    "step_fsync_vs_langgraph", "step_fsync_vs_dbos", "step_fsync_vs_burr", "bytes_per_step", "fsyncs_per_step",
+    "workflow_call_vs_langgraph", "workflow_call_vs_dbos", "workflow_resume_vs_langgraph", "workflow_resume_vs_dbos",
+)  # fmt: skip
 
 
 def run(
@@ -685,6 +830,11 @@ def run(
         "step_fsync_vs_burr": ratio(figures, "harness-fsync", "burr"),
         "bytes_per_step": fsync["bytes_per_step"] if fsync else None,
         "fsyncs_per_step": fsync["fsyncs_per_step"] if fsync else None,
+        # durable functions: per durable call (both make the same calls a round), and the resume
+        "workflow_call_vs_langgraph": ratio(figures, "workflow-fsync", "langgraph-functional"),
+        "workflow_call_vs_dbos": ratio(figures, "workflow-fsync", "dbos-workflow"),
+        "workflow_resume_vs_langgraph": ratio(figures, "workflow-fsync", "langgraph-functional", "resume_wall"),
+        "workflow_resume_vs_dbos": ratio(figures, "workflow-fsync", "dbos-workflow", "resume_wall"),
     }
     detail = {
         "sizes": asdict(sizes),
@@ -697,7 +847,11 @@ def run(
             "step_fsync_vs_langgraph": ratio(figures, "harness-fsync", "langgraph-sync", "step_cpu"),
             "step_fsync_vs_dbos": ratio(figures, "harness-fsync", "dbos", "step_cpu"),
             "step_fsync_vs_burr": ratio(figures, "harness-fsync", "burr", "step_cpu"),
+            "workflow_call_vs_langgraph": ratio(figures, "workflow-fsync", "langgraph-functional", "step_cpu"),
+            "workflow_call_vs_dbos": ratio(figures, "workflow-fsync", "dbos-workflow", "step_cpu"),
         },
+        "workflow_flush_call_vs_langgraph": ratio(figures, "workflow-flush", "langgraph-functional"),
+        "workflow_flush_call_vs_dbos": ratio(figures, "workflow-flush", "dbos-workflow"),
         "step_fsync_vs_langgraph_last_only": ratio(figures, "harness-fsync", "langgraph-sync-last"),
         "step_fsync_vs_burr_last_only": ratio(figures, "harness-fsync", "burr-last"),
     }

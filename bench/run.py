@@ -52,7 +52,23 @@ Lines (the keys of the JSON):
   would (the detail also gives the same with no-op tools: the pure cost);
 - journal_8_threads_vs_1: records per second appended by 8 threads sharing
   one journal, against one thread on the same shared path (the detail also
-  gives the shared path against the lean single-agent one).
+  gives the shared path against the lean single-agent one);
+- workflow_call_vs_step: a `harness.call` of a no-op tool in a workflow (its
+  step: intent, result, checkpoint) against an Executor step with the same
+  tool and a no-op planner and verifier;
+- workflow_crossing_vs_step: a no-op `harness.llm` crossing in a workflow
+  against that Executor step (a crossing is one record, a step three);
+- workflow_resume_served_vs_live: a workflow of WORKFLOW_CROSSINGS no-op
+  model calls, resumed from a trace that holds all of them (the end cut
+  off): the resume re-executes the function, every call served, per served
+  crossing, against the same run live, per live crossing;
+- workflow_call_vs_langgraph, workflow_call_vs_dbos, workflow_resume_vs_langgraph,
+  workflow_resume_vs_dbos (--peers only): one function (a model call and a
+  tool call per round) as a harness workflow in fsync mode, as LangGraph's
+  functional API (`@entrypoint` with SqliteSaver, `@task` per call,
+  durability="sync") and as a DBOS workflow with a step per call on SQLite:
+  time per durable call, and the resume of a run killed after its last call
+  (see bench/peers.py).
 
 --quick runs in under a minute with smaller traces (the JSON says which
 sizes were used); --smoke is smaller still, for the test suite; the full
@@ -143,9 +159,17 @@ TARGETS = {
     "import_vs_zipfile": None,
     "parallel_step_vs_sequential": 0.25,
     "journal_8_threads_vs_1": None,
+    "workflow_call_vs_step": 1.0,
+    "workflow_crossing_vs_step": 1.0,
+    "workflow_resume_served_vs_live": 1.0,
+    "workflow_call_vs_langgraph": 0.4,
+    "workflow_call_vs_dbos": 0.4,
+    "workflow_resume_vs_langgraph": 1.0,
+    "workflow_resume_vs_dbos": 1.0,
 }
 KEYS = tuple(TARGETS)
 LATENCY = 0.02  # seconds a tool of the parallel-step line waits, as a network call would
+WORKFLOW_CROSSINGS = {"smoke": 1_000, "quick": 10_000, "full": 10_000}  # the resumed workflow's model calls
 
 
 # ---------------------------------------------------------------- the data
@@ -628,6 +652,91 @@ def bench_steps(scratch: Scratch, sizes: Sizes) -> Rounds:
     return interleaved({"harness": executor, "bare": bare, "appends only": appends_only}, sizes.reps)
 
 
+def _answer(request: Any) -> str:
+    return "ok"
+
+
+@harness.workflow
+def calls(n: int) -> int:
+    """n durable calls of a no-op tool."""
+    for _ in range(n):
+        harness.call(noop, path="src/parser/lexer.py")
+    return n
+
+
+@harness.workflow
+def crossings(n: int) -> int:
+    """n no-op model calls."""
+    for i in range(n):
+        harness.llm({"prompt": "next", "i": i}, _answer)
+    return n
+
+
+def bench_workflow(scratch: Scratch, sizes: Sizes) -> Rounds:
+    """A workflow's call and crossing against an Executor's step, the same no-op tool (see the docstring)."""
+    n = sizes.steps
+    step = Step("read", "read_file", {"path": "src/parser/lexer.py"})
+
+    def planner(goal: Any, progress: list[Any]) -> Step | None:
+        return step if len(progress) < n else None
+
+    def executor() -> Sample:
+        path = scratch()
+        ex = Executor(planner=planner, tools={"read_file": noop}, verifier=lambda s, r: True, trace=path)
+        t0 = clocks()
+        out = ex.run(GOAL)
+        t = since(t0, n)
+        assert out.state == "DONE" and len(out.checkpoints) == n
+        os.unlink(path)
+        return t
+
+    def workflow(w: harness.Workflow[Any, Any]) -> Callable[[], Sample]:
+        def go() -> Sample:
+            path = scratch()
+            t0 = clocks()
+            out = w.run(n, trace=path)
+            t = since(t0, n)
+            assert out.state == "DONE" and out.result == n
+            os.unlink(path)
+            return t
+
+        return go
+
+    return interleaved({"executor step": executor, "workflow call": workflow(calls),
+                        "workflow crossing": workflow(crossings)}, sizes.reps)  # fmt: skip
+
+
+def bench_workflow_resume(scratch: Scratch, n: int, reps: int) -> Rounds:
+    """A workflow of n model calls live, against its resume from a trace holding all n (its end cut off)."""
+    recorded = scratch()
+    assert crossings.run(n, trace=recorded).state == "DONE"
+    with open(recorded, "rb") as f:
+        lines = f.read().splitlines(keepends=True)
+    cut_off = b"".join(lines[:-2])  # without PLAN -> DONE and the seal: killed after its last call
+
+    def live() -> Sample:
+        path = scratch()
+        t0 = clocks()
+        out = crossings.run(n, trace=path)
+        t = since(t0, n)
+        assert out.state == "DONE"
+        os.unlink(path)
+        return t
+
+    def resumed() -> Sample:
+        path = scratch()
+        with open(path, "wb") as f:
+            f.write(cut_off)
+        t0 = clocks()
+        out = crossings.run(n, trace=path, resume=True)
+        t = since(t0, n)
+        assert out.state == "DONE" and replay(path).resumes == 1
+        os.unlink(path)
+        return t
+
+    return interleaved({"live": live, "resumed": resumed}, reps)
+
+
 def bench_blobs(folder: str, answers: int, reps: int) -> dict[str, float]:
     """A run whose model answers are 200 KiB each: trace size and replay time with blobs and all inline."""
     import zipfile
@@ -1001,6 +1110,18 @@ def run(mode: str, folder: str, log: Callable[[str], None], *, wall: bool = Fals
     detail["journal_shared_vs_lean_1_thread"] = got.ratio("1 thread", "lean", WALL)
     detail["clock"]["journal_threads"] = "wall"
 
+    log(f"workflows: a call and a crossing against an Executor step ({sizes.steps} each)")
+    got = bench_workflow(scratch, sizes)
+    out["workflow_call_vs_step"] = got.ratio("workflow call", "executor step", clock("workflow"))
+    out["workflow_crossing_vs_step"] = got.ratio("workflow crossing", "executor step", clock("workflow"))
+    detail["workflow_us"] = got.medians(1e6)
+    n = WORKFLOW_CROSSINGS[mode]
+    log(f"workflows: resume after {n} model calls, against the same run live")
+    got = bench_workflow_resume(scratch, n, sizes.resume_reps)
+    out["workflow_resume_served_vs_live"] = got.ratio("resumed", "live", clock("workflow_resume"))
+    detail["workflow_resume_us_per_crossing"] = got.medians(1e6)
+    detail["workflow_resume_crossings"] = n
+
     # bench/peers.py: harness alone by default, every peer with --peers (imported here, so the default run and the
     # tests need no peer installed); it raises PeersMissing, saying what to install, when a peer is absent
     peers = _peers()
@@ -1038,6 +1159,15 @@ def table(result: dict[str, Any]) -> str:
         "step_fsync_vs_burr": "step, fsync / Burr SQLitePersister (--peers)",
         "parallel_step_vs_sequential": f"1 parallel step of 8 calls / 8 sequential steps, tools waiting {LATENCY} s",
         "journal_8_threads_vs_1": f"records/s, 8 threads sharing a journal / 1 thread ({sizes['append']} records)",
+        "workflow_call_vs_step": f"workflow harness.call / Executor step, no-op tool ({sizes['steps']} each)",
+        "workflow_crossing_vs_step": "workflow harness.llm crossing, no-op model / Executor step",
+        "workflow_resume_served_vs_live": "workflow resume per served crossing / live, per crossing "
+        f"({result['detail'].get('workflow_resume_crossings')} model calls)",
+        "workflow_call_vs_langgraph": "workflow, fsync, per durable call / LangGraph @entrypoint + @task, "
+        'SqliteSaver, durability="sync" (--peers)',
+        "workflow_call_vs_dbos": "workflow, fsync, per durable call / DBOS workflow + steps on SQLite (--peers)",
+        "workflow_resume_vs_langgraph": "workflow resume of the killed run / LangGraph's (--peers)",
+        "workflow_resume_vs_dbos": "workflow resume of the killed run / DBOS recovery (--peers)",
     }
     rows = ["| key | what | measured | target |", "|---|---|---|---|"]
     for key, target in TARGETS.items():

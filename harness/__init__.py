@@ -1,8 +1,9 @@
 """harness: agent runs you can trust after the fact.
 
 An Executor drives PLAN -> ACT -> VERIFY -> CHECKPOINT ... DONE/FAILED and
-streams every transition to one append-only JSONL trace; `replay()` rebuilds
-the run from that file and refuses a trace that cannot support its story.
+streams every transition to one append-only JSONL trace; `@workflow` runs a
+plain function on the same state machine; `replay()` rebuilds the run from
+that file and refuses a trace that cannot support its story.
 
 The public API is this package's names, and the modules `harness.store`,
 `harness.bundle`, `harness.http`, `harness.ray`, `harness.pytest_plugin`,
@@ -41,12 +42,15 @@ from .review.runs import RunInfo, list_runs
 from .runtime.agents import Handle, Message, current_agent, join, receive, send, spawn
 from .runtime.boundary import aboundary, allm, artifact, boundary, llm, now, random, uuid4
 from .runtime.bridge import AsyncHandle, aspawn
+from .runtime.calls import acall, call
 from .runtime.environment import VERSION as __version__
 from .runtime.executor import Executor, Outcome, RetryPolicy, Step
+from .runtime.history import patched
 from .runtime.interrupt import Interrupted, interrupt
 from .runtime.recorder import Recorder
 from .runtime.timers import sleep
 from .runtime.tool import Tool
+from .runtime.workflow import Workflow, workflow
 from .store import FenceLost
 from .trace.annotations import annotate, annotations
 from .trace.migrate import Migrated, migrate
@@ -108,14 +112,17 @@ __all__ = [
     "TraceUnreadable",
     "Verification",
     "VerificationFailed",
+    "Workflow",
     "__version__",
     "aboundary",
+    "acall",
     "allm",
     "annotate",
     "annotations",
     "artifact",
     "aspawn",
     "boundary",
+    "call",
     "current_agent",
     "diff",
     "export",
@@ -128,6 +135,7 @@ __all__ = [
     "migrate",
     "normalize",
     "now",
+    "patched",
     "random",
     "receive",
     "reconcile",
@@ -141,4 +149,5 @@ __all__ = [
     "spawn",
     "uuid4",
     "verify",
+    "workflow",
 ]

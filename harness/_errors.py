@@ -113,13 +113,14 @@ class TraceMissing(TraceUnreadable):
 
 
 class ResumeMismatch(HarnessError):
-    """resume=True with a goal or tools other than the ones the trace pins."""
+    """resume=True with a goal or tools other than the ones the trace pins (for a workflow: another workflow,
+    other arguments, or a recorded call's tool with another contract). Nothing was written."""
 
     def __init__(self, path: str, what: str, recorded: Any, given: Any):
         self.path, self.what, self.recorded, self.given = path, what, recorded, given
         super().__init__(
             f"{path}: cannot resume with another {what}: the trace has {recorded!r}, "
-            f"this executor has {given!r}. Resume with the same {what}, or start a new trace."
+            f"this run was given {given!r}. Resume with the same {what}, or start a new trace."
         )
 
 
@@ -138,6 +139,17 @@ class RedactedArgs(HarnessError):
             f"and {problem}. The tool was not called with the marker. Make the planner plan the same step again "
             "from the same goal and progress (a resume asks it for the live args), or keep the secret out of the "
             "args (let the tool read it from its environment); then resume again."
+        )
+
+
+class NotATool(HarnessError, TypeError):
+    """harness.call() of something it cannot call. `tool` is what it was given."""
+
+    def __init__(self, tool: Any, problem: str):
+        self.tool = tool
+        super().__init__(
+            f"harness.call() needs a function, a harness.Tool or an object with a __harness_tool__ ToolSpec; "
+            f"{problem}. Nothing was written."
         )
 
 

@@ -262,17 +262,42 @@ def _printable(text: str) -> str:
 
 def _agent_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("trace", help="the recorded trace")
-    p.add_argument(
-        "--agent",
-        required=True,
-        metavar="MODULE:FACTORY",
-        help="factory returning (planner, tools, verifier), imported with the current directory on sys.path",
-    )
+    _agent_or_workflow(p, required=True)
     p.add_argument(
         "--redact", action="append", default=[], metavar="RULE",
         help="a redaction rule to add to those the trace's header records (repeatable): "
         "a key name, a $.json.path, or re:REGEX",
     )  # fmt: skip
+
+
+def _agent_or_workflow(p: argparse.ArgumentParser, *, required: bool, fork: bool = False) -> None:
+    """--agent MODULE:FACTORY (an Executor's agent) or --workflow MODULE:ATTR (a workflow): one of the two."""
+    which = p.add_mutually_exclusive_group(required=required)
+    which.add_argument(
+        "--agent", metavar="MODULE:FACTORY",
+        help=("enable fork from the page with this agent factory (as `harness fork --agent`)" if fork else
+              "factory returning (planner, tools, verifier), imported with the current directory on sys.path"),
+    )  # fmt: skip
+    which.add_argument(
+        "--workflow", metavar="MODULE:ATTR",
+        help=("enable fork from the page with this workflow (as `harness fork --workflow`)" if fork else
+              "an @harness.workflow function, imported with the current directory on sys.path"),
+    )  # fmt: skip
+
+
+def _agent_of(args: argparse.Namespace) -> dict[str, Any]:
+    """The agent the command re-executes or resumes, as keyword arguments: planner/tools/verifier, or workflow."""
+    from .review.rerun import load_agent, load_workflow
+
+    if args.workflow is not None:
+        return {"workflow": load_workflow(args.workflow)}
+    planner, tools, verifier = load_agent(args.agent)
+    return {"planner": planner, "tools": tools, "verifier": verifier}
+
+
+def _how(args: argparse.Namespace) -> str:
+    """The option naming the agent, for the commands a message suggests."""
+    return f"--workflow {args.workflow}" if args.workflow is not None else f"--agent {args.agent}"
 
 
 def _redact_rules(args: argparse.Namespace) -> list[Any]:
@@ -298,12 +323,12 @@ def _rerun_setup(p: argparse.ArgumentParser) -> None:
 @command("rerun", "Re-execute a recorded run, every boundary served from the recording (0 live calls).", _rerun_setup)
 def _rerun(args: argparse.Namespace) -> int:
     from ._errors import ReplayDrift, ReplayViolation
-    from .review.rerun import load_agent, rerun
+    from .review.rerun import rerun
 
-    planner, tools, verifier = load_agent(args.agent)
+    agent = _agent_of(args)
     try:
         redact = _redact_rules(args)
-        r = rerun(args.trace, planner=planner, tools=tools, verifier=verifier, out=args.out, redact=redact)
+        r = rerun(args.trace, **agent, out=args.out, redact=redact)
     except (ReplayDrift, ReplayViolation) as e:
         print(f"{args.trace}:{e.line}: {type(e).__name__}: {e}", file=sys.stderr)
         return 1
@@ -368,20 +393,17 @@ def _settings(given: list[str]) -> tuple[Any, dict[str, Any] | None]:
 @command("fork", "Re-execute a run up to a crossing, answer it with another value, and run the rest live.", _fork_setup)
 def _fork(args: argparse.Namespace) -> int:
     from ._errors import ReplayDrift, ReplayViolation
-    from .review.rerun import fork, load_agent
+    from .review.rerun import fork
 
     value: Any = args.set_text
     fields = None
     if args.set is not None:
         value, fields = _settings(args.set)
     change: dict[str, Any] = {"value": value} if fields is None else {"set": fields}
-    planner, tools, verifier = load_agent(args.agent)
+    agent = _agent_of(args)
     try:
         redact = _redact_rules(args)
-        r = fork(
-            args.trace, at=args.at, planner=planner, tools=tools, verifier=verifier, out=args.out, redact=redact,
-            **change,
-        )  # fmt: skip
+        r = fork(args.trace, at=args.at, **agent, out=args.out, redact=redact, **change)
     except (ReplayDrift, ReplayViolation) as e:
         print(f"{args.trace}:{e.line}: {type(e).__name__}: {e}", file=sys.stderr)
         return 1
@@ -431,7 +453,6 @@ def _resume(args: argparse.Namespace) -> int:
     import orjson
 
     from .ops.recover import resume
-    from .review.rerun import load_agent
     from .runtime.executor import NO_ANSWER
 
     answer = NO_ANSWER
@@ -440,11 +461,11 @@ def _resume(args: argparse.Namespace) -> int:
             answer = orjson.loads(args.answer)
         except orjson.JSONDecodeError as e:
             raise HarnessError(f"--answer is not valid JSON ({e}); nothing was written") from None
-    planner, tools, verifier = load_agent(args.agent)
+    agent = _agent_of(args)
     try:
         out = resume(
-            args.trace, planner=planner, tools=tools, verifier=verifier, answer=answer, redact=_redact_rules(args),
-            seal_key=args.key, durability=args.durability,
+            args.trace, **agent, answer=answer, redact=_redact_rules(args), seal_key=args.key,
+            durability=args.durability,
         )  # fmt: skip
     except HarnessError:
         raise
@@ -458,7 +479,7 @@ def _resume(args: argparse.Namespace) -> int:
         if "question" in out.pending:
             shown = orjson.dumps(out.pending["question"]).decode()
             print(f"  waiting for an answer to {shown}")
-            print(f"  answer it: harness resume {args.trace} --agent {args.agent} --answer JSON")
+            print(f"  answer it: harness resume {args.trace} {_how(args)} --answer JSON")
         else:
             print(f"  uncertain operation: {out.pending.get('tool')} at seq {out.pending.get('seq')}")
             print(f"  reconcile it: harness reconcile {args.trace} --happened --result JSON (or --not-happened)")
@@ -467,10 +488,7 @@ def _resume(args: argparse.Namespace) -> int:
 
 def _recover_setup(p: argparse.ArgumentParser) -> None:
     p.add_argument("folder", nargs="?", help="the runs folder (default: $HARNESS_RUNS_DIR, else ./runs)")
-    p.add_argument(
-        "--agent", required=True, metavar="MODULE:FACTORY",
-        help="factory returning (planner, tools, verifier), imported with the current directory on sys.path",
-    )  # fmt: skip
+    _agent_or_workflow(p, required=True)
     p.add_argument(
         "--redact", action="append", default=[], metavar="RULE",
         help="a redaction rule the runs were recorded with, beyond the defaults (repeatable)",
@@ -489,13 +507,11 @@ def _recover(args: argparse.Namespace) -> int:
     import orjson
 
     from .ops.recover import recover
-    from .review.rerun import load_agent
 
     if args.parallel < 1:
         raise HarnessError(f"--parallel {args.parallel}: give at least 1")
-    planner, tools, verifier = load_agent(args.agent)
     rows = recover(
-        args.folder, planner=planner, tools=tools, verifier=verifier, parallel=args.parallel, agent=args.agent,
+        args.folder, **_agent_of(args), parallel=args.parallel, agent=args.workflow or args.agent,
         redact=_redact_rules(args), seal_key=args.key, durability=args.durability,
     )  # fmt: skip
     bad = any(r.action in ("error", "crashed") for r in rows)
@@ -541,10 +557,7 @@ def _serve_setup(p: argparse.ArgumentParser) -> None:
     p.add_argument("folder", nargs="?", metavar="RUNS_DIR", help="default: $HARNESS_RUNS_DIR, else ./runs")
     p.add_argument("--host", default="127.0.0.1", help="the address to listen on (default: 127.0.0.1, this machine)")
     p.add_argument("--port", type=_port, default=8000, help="default: 8000; 0 picks a free port")
-    p.add_argument(
-        "--agent", metavar="MODULE:FACTORY",
-        help="enable fork from the page with this agent factory (as `harness fork --agent`)",
-    )  # fmt: skip
+    _agent_or_workflow(p, required=False, fork=True)
     p.add_argument(
         "--allow-remote-fork", action="store_true",
         help="allow --agent with a --host other machines can reach (anyone who reaches it can run forks)",
@@ -555,7 +568,10 @@ def _serve_setup(p: argparse.ArgumentParser) -> None:
 def _serve(args: argparse.Namespace) -> int:
     from .viewer import serve
 
-    serve(args.folder, host=args.host, port=args.port, agent=args.agent, allow_remote_fork=args.allow_remote_fork)
+    serve(
+        args.folder, host=args.host, port=args.port, agent=args.agent, workflow=args.workflow,
+        allow_remote_fork=args.allow_remote_fork,
+    )  # fmt: skip
     return 0
 
 
@@ -702,9 +718,7 @@ def _compact(args: argparse.Namespace) -> int:
 
 def _fleet_setup(p: argparse.ArgumentParser) -> None:
     p.add_argument("goals", help="a JSON-lines file: one goal (a JSON value) a line")
-    p.add_argument(
-        "--agent", required=True, metavar="MODULE:FACTORY", help="factory returning (planner, tools, verifier)"
-    )
+    _agent_or_workflow(p, required=True)
     p.add_argument("--runs", required=True, metavar="URL", help="where the traces go: a URL every worker reaches")
     p.add_argument("--batch", help="names the traces (<batch>-<index>.jsonl); default: a digest of agent and goals")
     p.add_argument("--max-retries", type=int, default=3, metavar="N", help="Ray retries of a task whose worker died")
@@ -724,8 +738,9 @@ def _fleet(args: argparse.Namespace) -> int:
 
     goals = read_goals(args.goals)
     outcomes = run_many(
-        goals, agent=args.agent, runs=args.runs, batch=args.batch, max_retries=args.max_retries, address=args.address
-    )
+        goals, agent=args.agent, workflow=args.workflow, runs=args.runs, batch=args.batch,
+        max_retries=args.max_retries, address=args.address,
+    )  # fmt: skip
     for i, o in enumerate(outcomes):
         if args.json:
             row = {"index": i, "state": o.state, "run_id": o.run_id, "trace": o.trace, "error": o.error}

@@ -11,6 +11,10 @@ re-run, an idempotent tool in flight is called again with the same
 idempotency key, and an unsafe call in flight pauses the run (its outcome
 is PAUSED, for an operator to reconcile).
 
+`run_many(goals, workflow="module:attr", runs=...)` does the same for a
+workflow (`@harness.workflow`): each goal is its one argument, and a retry
+resumes its run by re-execution (`W.run(goal, resume="auto")`).
+
 `batch` defaults to a digest of the agent and the goals, so running the same
 batch again (a driver that died and was restarted) resumes it too; give
 another `batch` to run the same goals afresh. The runs location should be
@@ -38,9 +42,10 @@ class Task:
 
     index: int
     goal: Any
-    agent: str
+    agent: str  # module:factory, or a workflow's module:attr
     trace: str
     options: dict[str, Any]
+    workflow: bool = False  # agent names a workflow
 
 
 class FleetError(HarnessError):
@@ -68,17 +73,33 @@ def batch_id(agent: str, goals: Sequence[Any]) -> str:
 
 
 def tasks(
-    goals: Iterable[Any], *, agent: str, runs: str | os.PathLike[str], batch: str | None = None, **options: Any
+    goals: Iterable[Any],
+    *,
+    agent: str | None = None,
+    runs: str | os.PathLike[str],
+    batch: str | None = None,
+    workflow: str | None = None,
+    **options: Any,
 ) -> list[Task]:
     """The tasks run_many() submits: one per goal, its trace named by batch and index."""
+    if (agent is None) == (workflow is None):
+        raise HarnessError("give agent='module:factory' (an Executor's agent) or workflow='module:attr', one of them")
+    if workflow is not None:
+        from .review.rerun import load_workflow
+
+        load_workflow(workflow)  # here, not on every worker: a closure or a lambda cannot be imported there
+    spec = agent or workflow or ""
     goals = list(goals)
     for i, goal in enumerate(goals):
         check_value(f"goal {i}", goal)
-    batch = batch or batch_id(agent, goals)
+    batch = batch or batch_id(spec, goals)
     if not batch or "/" in batch:
         raise HarnessError(f"batch {batch!r}: a batch names traces, so it must be a non-empty name without /")
     width = max(5, len(str(len(goals) - 1)))
-    return [Task(i, g, agent, join(runs, f"{batch}-{i:0{width}d}.jsonl"), options) for i, g in enumerate(goals)]
+    return [
+        Task(i, g, spec, join(runs, f"{batch}-{i:0{width}d}.jsonl"), options, workflow is not None)
+        for i, g in enumerate(goals)
+    ]
 
 
 def read_goals(path: str | os.PathLike[str]) -> list[Any]:
@@ -107,11 +128,13 @@ def read_goals(path: str | os.PathLike[str]) -> list[Any]:
 
 def run_one(task: Task) -> Outcome:
     """Run (or resume) one task's goal in this process: what each Ray task does."""
-    from .review.rerun import load_agent
+    from .review.rerun import load_agent, load_workflow
     from .runtime.bridge import bridging
     from .runtime.executor import Executor
 
     try:
+        if task.workflow:
+            return load_workflow(task.agent).run(task.goal, trace=task.trace, resume="auto", **task.options)
         agent = load_agent(task.agent)
         with bridging(*agent) as (planner, tools, verifier):  # an async agent: on a private event loop
             ex = Executor(planner=planner, tools=tools, verifier=verifier, trace=task.trace, resume="auto",
@@ -128,8 +151,9 @@ class TaskFailed(HarnessError):
 def run_many(
     goals: Iterable[Any],
     *,
-    agent: str,
+    agent: str | None = None,
     runs: str | os.PathLike[str],
+    workflow: str | None = None,
     max_retries: int = 3,
     batch: str | None = None,
     num_cpus: float = 1,
@@ -139,7 +163,8 @@ def run_many(
     """Run every goal as one Ray task; the outcomes in goal order.
 
     `agent` is `module:factory` returning (planner, tools, verifier),
-    imported on the worker; `runs` the runs location (a URL every worker
+    imported on the worker (or `workflow`, a workflow's `module:attr`, each
+    goal its one argument); `runs` the runs location (a URL every worker
     reaches); `max_retries` how often Ray retries a task whose worker died;
     `options` go to each Executor (durability, max_steps, storage_options,
     ...). Uses the Ray cluster this process is connected to, else the one
@@ -150,7 +175,7 @@ def run_many(
         import ray
     except ImportError:
         raise HarnessError("run_many needs Ray: pip install 'harness-trace[ray]'") from None
-    todo = tasks(goals, agent=agent, runs=runs, batch=batch, **options)
+    todo = tasks(goals, agent=agent, workflow=workflow, runs=runs, batch=batch, **options)
     if not is_url(runs):  # a local folder (one machine, or a shared file system): made once, here
         os.makedirs(runs, exist_ok=True)
     if not ray.is_initialized():

@@ -19,7 +19,10 @@ sys.path.insert(0, str(ROOT))
 from bench.peers import count_syncs  # noqa: E402 - bench/ is a top-level folder, not installed
 from bench.run import GOAL, KEYS, TOOLS, cut, write_trace  # noqa: E402
 
-PEER_KEYS = ("step_fsync_vs_langgraph", "step_fsync_vs_dbos", "step_fsync_vs_burr")  # null without --peers
+PEER_KEYS = (
+    "step_fsync_vs_langgraph", "step_fsync_vs_dbos", "step_fsync_vs_burr",
+    "workflow_call_vs_langgraph", "workflow_call_vs_dbos", "workflow_resume_vs_langgraph", "workflow_resume_vs_dbos",
+)  # null without --peers  # fmt: skip
 
 
 def test_smoke_run_writes_every_key(tmp_path: Path) -> None:

@@ -474,6 +474,62 @@ def build_agents(folder: Path) -> Path:
     return trace
 
 
+# --- the same corpus over a workflow's trace ---------------------------------------------------------------
+
+
+def build_workflow(folder: Path) -> Path:
+    """A workflow's run with the same shapes: a tool error caught and retried, crossings (one that raised),
+    an idempotent call, a crash inside an unsafe call, the resume that pauses, the reconcile, the resume
+    that finishes (with a torn tail set aside), the result on PLAN -> DONE; the seal cut off."""
+    trace = folder / "run.jsonl"
+    model = FakeLLM(lambda request: f"plan step {request['step']}")
+    flaky_work, counted = flaky(1), counter()
+
+    def work(i: int) -> Any:  # named functions: a callable object is named by its type (ScriptedTool)
+        return flaky_work(i=i)
+
+    def put(i: int, idempotency_key: str) -> Any:
+        return counted(i=i, idempotency_key=idempotency_key)
+
+    def lookup_down() -> Any:
+        raise LookupError("directory down")
+
+    def make(paying: Any) -> harness.Workflow[Any, Any]:
+        def pay(amount: int) -> Any:
+            return paying(amount=amount)
+
+        @harness.workflow
+        def refund(goal: str) -> Any:
+            harness.llm({"step": 0, "goal": goal}, model)
+            try:
+                harness.call(work, i=0)
+            except Exception:
+                harness.call(work, i=0)
+            with contextlib.suppress(LookupError):
+                harness.boundary("lookup", {"q": "account"}, lookup_down)
+            harness.call(Tool(put, idempotent=True), i=1)
+            paid = harness.call(Tool(pay, idempotent=False), amount=2)
+            return {"goal": goal, "paid": paid}
+
+        refund.name = "mutations:refund"
+        return refund
+
+    def cut(amount: int) -> Any:
+        raise KeyboardInterrupt  # the process stops inside the unsafe call (a tool's Exception is its failure)
+
+    with pytest.raises(KeyboardInterrupt):
+        make(cut).run("refund", trace=trace)
+    lines = trace.read_bytes().splitlines(keepends=True)
+    assert b'"kind":"crash"' in lines[-1]  # the word a KeyboardInterrupt leaves; a SIGKILL leaves none: drop it
+    trace.write_bytes(b"".join(lines[:-1]) + b'{"seq":99,"kind":"cross')  # and a torn line after the intent
+    assert make(counter()).run("refund", trace=trace, resume=True).state == "PAUSED"
+    harness.reconcile(trace, happened=True, result={"paid": 2}, evidence="ledger row 17")
+    assert make(counter()).run("refund", trace=trace, resume=True).state == "DONE"
+    lines = trace.read_bytes().splitlines(keepends=True)
+    trace.write_bytes(b"".join(lines[:-1]))  # without its seal
+    return trace
+
+
 @pytest.fixture(scope="module")
 def stories(tmp_path_factory: pytest.TempPathFactory, rich: Path) -> dict[str, list[dict[str, Any]]]:
     """The real traces' records, without their seals."""
@@ -700,3 +756,38 @@ def test_every_generated_forgery_is_refused_where_it_lies(
 def test_the_generated_corpus_is_as_documented(stories: dict[str, Records]) -> None:
     counts = {name: len(forgeries(stories, name)) for name in GENERATED}
     assert counts == GENERATED, f"update GENERATED, the docstring and docs/FORMAT.md: {counts}"
+
+
+@pytest.fixture(scope="module")
+def rich_workflow(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    trace = build_workflow(tmp_path_factory.mktemp("rich-workflow"))
+    rep = harness.replay(trace)
+    assert rep.workflow == "mutations:refund" and rep.state == "DONE" and rep.resumes == 2
+    return trace
+
+
+# A workflow's tools are not listed up front: an intent naming another tool (with its contract) tells a story
+# that can be true, which only the seal (cut off here) refutes once the checksum is recomputed.
+TRUE_OF_A_WORKFLOW = {"tool-ghost"}
+
+
+@pytest.mark.parametrize("name", sorted(set(MUTATIONS) - TRUE_OF_A_WORKFLOW))
+def test_every_mutant_of_a_workflow_trace_is_refused(rich_workflow: Path, scratch: Path, name: str) -> None:
+    original = rich_workflow.read_bytes()
+    folder = scratch / "m"
+    folder.mkdir()
+    for aside in rich_workflow.parent.glob("*.torn-*"):
+        (folder / aside.name).write_bytes(aside.read_bytes())
+    target, scratch = folder / "run.jsonl", scratch / "scratch.jsonl"
+    failures = []
+    old = signal.signal(signal.SIGALRM, _alarm)
+    signal.alarm(ALARM)
+    try:
+        for label, data in mutants(original, name, scratch):
+            why = judge(target, data, original)
+            if why is not None:
+                failures.append(f"{label}: {why}")
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+    assert not failures, "\n".join(failures[:20])

@@ -35,12 +35,13 @@ from typing import Any
 
 import orjson
 
-from .._errors import HarnessError, TraceCorruption, TraceLocked, TraceMissing
+from .._errors import HarnessError, ResumeMismatch, TraceCorruption, TraceLocked, TraceMissing
 from ..review.runs import _header as _runs_header
 from ..review.runs import list_runs
 from ..runtime.bridge import bridging
 from ..runtime.executor import NO_ANSWER, Executor, Outcome, RetryPolicy, Step
 from ..runtime.tool import Tool
+from ..runtime.workflow import Workflow, same_workflow
 from ..storage import exists, is_url
 from ..storage.files import open_regular
 from ..trace import state as S
@@ -53,9 +54,10 @@ Planner = Callable[[Any, list[Checkpoint]], Step | None]
 def resume(
     trace: str | os.PathLike[str],
     *,
-    planner: Planner,
-    tools: Mapping[str, Callable[..., Any] | Tool],
+    planner: Planner | None = None,
+    tools: Mapping[str, Callable[..., Any] | Tool] | None = None,
     verifier: Callable[[Step, Any], bool] | None = None,
+    workflow: Callable[..., Any] | None = None,
     answer: Any = NO_ANSWER,
     retry: RetryPolicy | None = None,
     redact: Redaction | Iterable[Rule] | None = None,
@@ -72,6 +74,11 @@ def resume(
     give the ones the run was started with. A goal that held a secret is
     resumed with the marker in its place (the trace never had the secret):
     give such a run its goal yourself, with `Executor(resume=True).run(goal)`.
+
+    `workflow=` (an `@harness.workflow`) instead of planner= and tools=: the
+    workflow's `run(*args, resume=True, **kwargs)` with the arguments its
+    trace records; `options` are then `seal_key`, `durability` and
+    `storage_options`.
     """
     path = os.fspath(trace)
     if not exists(path, storage_options=options.get("storage_options")):  # a file, or a trace URL's segments
@@ -81,12 +88,34 @@ def resume(
         rep = replay_url(path, storage_options=options.get("storage_options")) if is_url(path) else replay(path)
         header = rep.header
     rules = Redaction.from_header(header.get("redact"), path).plus(redact)
+    if workflow is not None:
+        if planner is not None or tools is not None or verifier is not None or retry is not None:
+            raise HarnessError("give either workflow= or planner= and tools= (an Executor's agent), not both")
+        return _resume_workflow(path, header, workflow, answer, rules, options)
+    if planner is None or tools is None:
+        raise HarnessError(f"{path}: resume needs planner= and tools= (an Executor's agent), or workflow=")
     with bridging(planner, tools, verifier) as (planner, tools, verifier):  # async agents: on a private loop
         ex = Executor(
             planner=planner, tools=tools, verifier=verifier, trace=path, resume=True, retry=retry or RetryPolicy(),
             redact=rules, **options,
         )  # fmt: skip
         return ex.run(header.get("goal"), answer=answer)
+
+
+_WORKFLOW_OPTIONS = frozenset({"seal_key", "durability", "storage_options"})
+
+
+def _resume_workflow(
+    path: str, header: dict[str, Any], workflow: Callable[..., Any], answer: Any, rules: Redaction, options: Any
+) -> Outcome:
+    """resume(workflow=W): W.run with the arguments the trace records, resume=True."""
+    if set(options) - _WORKFLOW_OPTIONS:
+        raise TypeError(f"resume(workflow=...) takes {', '.join(sorted(_WORKFLOW_OPTIONS))} as options, not {options}")
+    w = workflow if isinstance(workflow, Workflow) else Workflow(workflow)
+    goal = header.get("goal")
+    if not (isinstance(goal, dict) and isinstance(goal.get("args"), list) and isinstance(goal.get("kwargs"), dict)):
+        raise ResumeMismatch(path, "workflow", header.get("workflow"), w.name)  # an Executor's run
+    return w.run(*goal["args"], trace=path, resume=True, answer=answer, redact=rules, **options, **goal["kwargs"])
 
 
 def _header_of(path: str) -> dict[str, Any] | None:
@@ -129,22 +158,29 @@ class Recovered:
 def recover(
     folder: str | os.PathLike[str] | None = None,
     *,
-    planner: Planner,
-    tools: Mapping[str, Callable[..., Any] | Tool],
+    planner: Planner | None = None,
+    tools: Mapping[str, Callable[..., Any] | Tool] | None = None,
     verifier: Callable[[Step, Any], bool] | None = None,
+    workflow: Callable[..., Any] | None = None,
     parallel: int = 1,
     retry: RetryPolicy | None = None,
-    agent: str = "MODULE:FACTORY",
+    agent: str | None = None,
     redact: Redaction | Iterable[Rule] | None = None,
     **options: Any,
 ) -> list[Recovered]:
     """Resume every run of `folder` that stopped without ending; see the module docstring. Rows in listing order.
 
-    `agent` is only used in the commands the report suggests (`--agent AGENT`). `redact` and `options`
-    (the Executor's keywords: `seal_key`, `durability`, ...) are resume()'s, for every run.
+    The agent is planner= and tools= (an Executor's), or `workflow=`: a run of another shape (or another
+    workflow) is skipped. `agent` is only used in the commands the report suggests (`--agent AGENT`, or
+    `--workflow AGENT`). `redact` and `options` (the Executor's keywords: `seal_key`, `durability`, ...)
+    are resume()'s, for every run.
     """
     if type(parallel) is not int or parallel < 1:
         raise ValueError(f"parallel must be an int of at least 1, not {parallel!r}")
+    w = None if workflow is None else workflow if isinstance(workflow, Workflow) else Workflow(workflow)
+    if (w is None) == (planner is None or tools is None) or (w is not None and planner is not None):
+        raise HarnessError("give the agent: planner= and tools= (an Executor's agent), or workflow=; one of the two")
+    how = f"--workflow {agent or 'MODULE:ATTR'}" if w is not None else f"--agent {agent or 'MODULE:FACTORY'}"
     runs = [r for r in list_runs(folder) if r.status not in ("done", "failed")]
 
     def one(path: str, run_id: str, was: str) -> Recovered:
@@ -168,12 +204,19 @@ def recover(
             return row("skipped", rep.state, "ended meanwhile")
         if rep.transitions == 0 and rep.records > 1:
             return row("skipped", rep.state, "a Recorder's trace: there is no agent loop to resume")
+        if w is not None and (rep.workflow is None or not same_workflow(rep.workflow, w.name)):
+            return row("skipped", rep.state, f"not a run of workflow {w.name} ({rep.workflow or 'an Executor'}'s)")
+        if w is None and rep.workflow is not None:
+            return row("skipped", rep.state, f"a run of workflow {rep.workflow}: recover it with --workflow")
         if rep.state == S.PAUSED and rep.question is not None and not rep.answered:
-            return row("left", S.PAUSED, _asked(path, rep.pending, agent))
+            return row("left", S.PAUSED, _asked(path, rep.pending, how))
         if rep.state == S.PAUSED and rep.question is None and rep.reconcile is None:
             return row("left", S.PAUSED, _uncertain(path, rep.pending))
         try:
-            out = resume(path, planner=planner, tools=tools, verifier=verifier, retry=retry, redact=redact, **options)
+            agent_of: dict[str, Any] = (
+                {"workflow": w} if w is not None else {"planner": planner, "tools": tools, "verifier": verifier}
+            )
+            out = resume(path, **agent_of, retry=retry, redact=redact, **options)
         except TraceLocked:
             return row("skipped", None, "locked by a live writer")
         except HarnessError as e:
@@ -181,7 +224,7 @@ def recover(
         except Exception as e:  # the agent's own: recorded in the trace's crash record, reported here
             return row("crashed", None, f"{type(e).__name__}: {e} (recorded in a crash record; resume again)")
         if out.state == S.PAUSED and out.pending is not None:
-            why = _asked(path, out.pending, agent) if "question" in out.pending else _uncertain(path, out.pending)
+            why = _asked(path, out.pending, how) if "question" in out.pending else _uncertain(path, out.pending)
             return row("resumed", out.state, why)
         if out.state == S.FAILED and out.error is not None:
             return row("resumed", out.state, f"{out.error.get('type')}: {out.error.get('message')}")
@@ -194,9 +237,9 @@ def recover(
         return list(pool.map(lambda job: one(*job), jobs))
 
 
-def _asked(path: str, pending: dict[str, Any] | None, agent: str) -> str:
+def _asked(path: str, pending: dict[str, Any] | None, how: str) -> str:
     question = orjson.dumps((pending or {}).get("question")).decode()
-    return f"waiting for an answer to {question:.120}: harness resume {path} --agent {agent} --answer JSON"
+    return f"waiting for an answer to {question:.120}: harness resume {path} {how} --answer JSON"
 
 
 def _uncertain(path: str, pending: dict[str, Any] | None) -> str:

@@ -46,19 +46,21 @@ import shutil
 import tempfile
 import uuid
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, cast
 
 import orjson
 
-from .._errors import HarnessError, ReplayDrift, ReplayViolation, ToolTimeout, TraceUnreadable, internal
-from ..runtime.boundary import Arrived, Match, Session, _Hold, _may_hold, differences, take
-from ..runtime.bridge import bridging, is_async
+from .._errors import HarnessError, ReplayDrift, ReplayViolation, ResumeMismatch, ToolTimeout, TraceUnreadable, internal
+from ..runtime.boundary import Arrived, Match, Session, _Hold, _may_hold, differences, patiently, same, take
+from ..runtime.bridge import bridging
 from ..runtime.environment import environment
 from ..runtime.executor import MAX_STEPS, Executor, RetryPolicy, Step
+from ..runtime.history import STEP, Item, Recorded, Serving
 from ..runtime.interrupt import Interrupted
 from ..runtime.tool import Tool
+from ..runtime.workflow import Workflow, go_on, run_anywhere, same_workflow, start
 from ..storage import FenceLost, exists, is_url, join, local_copy
 from ..storage import blobs as _blobs
 from ..storage import open as open_store
@@ -109,30 +111,34 @@ class Rerun:
 def rerun(
     trace: str | os.PathLike[str],
     *,
-    planner: Planner,
-    tools: Mapping[str, Callable[..., Any] | Tool],
+    planner: Planner | None = None,
+    tools: Mapping[str, Callable[..., Any] | Tool] | None = None,
     verifier: Verifier | None = None,
+    workflow: Callable[..., Any] | None = None,
     out: str | os.PathLike[str] | None = None,
     retry: RetryPolicy | None = None,
     redact: Redaction | Iterable[Rule] | None = None,
 ) -> Rerun:
     """Re-execute the run recorded in `trace`, calling no tool and no model.
 
-    The new trace goes to `out` when given (a new file, or a new trace URL
-    whose segments ship as any run's do; after a ReplayDrift it keeps what
-    was written up to it), else it is only returned as
-    `.records`. `retry` defaults to what the recording shows; the redaction
-    rules are those the recording's header names, plus `redact` (a list of
-    rules; a Redaction replaces them).
+    The agent is `planner=`, `tools=` (and `verifier=`) for an Executor's
+    run, or `workflow=` (an `@harness.workflow`) for a workflow's: exactly
+    one of the two shapes. The new trace goes to `out` when given (a new
+    file, or a new trace URL whose segments ship as any run's do; after a
+    ReplayDrift it keeps what was written up to it), else it is only
+    returned as `.records`. `retry` defaults to what the recording shows;
+    the redaction rules are those the recording's header names, plus
+    `redact` (a list of rules; a Redaction replaces them).
     """
-    rec = _Recording(os.fspath(trace))
+    runner = _runner(planner, tools, verifier, workflow)
+    rec = _Recording(os.fspath(trace), runner.workflow)
     if out is not None:
         _fresh(os.fspath(out))
     scratch = None if out is not None else tempfile.mkdtemp(prefix="harness-rerun-")
     path = os.fspath(out) if out is not None else os.path.join(scratch or "", "rerun.jsonl")
     try:
         stops = sorted({*rec.resumes, *rec.crashes, *([] if rec.rep.complete else [rec.rep.last_seq + 1])})
-        done = _execute(rec, path, planner, tools, verifier, retry, stops=stops, redact=redact)
+        done = _execute(rec, path, runner, retry, stops=stops, redact=redact)
         return done if out is not None else replace(done, trace=None)
     finally:
         if scratch is not None:
@@ -148,9 +154,10 @@ def fork(
     at: int,
     value: Any = _UNSET,
     set: Mapping[str, Any] | None = None,  # the word the CLI and the docs use: fork(set={path: value})
-    planner: Planner,
-    tools: Mapping[str, Callable[..., Any] | Tool],
+    planner: Planner | None = None,
+    tools: Mapping[str, Callable[..., Any] | Tool] | None = None,
     verifier: Verifier | None = None,
+    workflow: Callable[..., Any] | None = None,
     out: str | os.PathLike[str] | None = None,
     retry: RetryPolicy | None = None,
     redact: Redaction | Iterable[Rule] | None = None,
@@ -173,14 +180,16 @@ def fork(
     leaves no file (no segment at a URL), whatever the failure: a HarnessError
     (drift before the branch, say) or an exception the agent raised after the
     branch (a model server that is down); the exception is raised again.
-    Redaction: the rules the parent's header names, plus `redact`, as rerun().
+    Redaction: the rules the parent's header names, plus `redact`, and the
+    agent's shapes (`planner=`/`tools=` or `workflow=`), as rerun().
     """
     if (value is _UNSET) == (set is None):
         raise HarnessError(
             "fork: give exactly one of value= (the whole new response) and set= ({field path: value}: fields of "
             "the recorded response)"
         )
-    rec = _Recording(os.fspath(trace))
+    runner = _runner(planner, tools, verifier, workflow)
+    rec = _Recording(os.fspath(trace), runner.workflow)
     branch = next((c for c in rec.crossings if c.seq == at), None)
     if branch is None:
         seqs = ", ".join(str(c.seq) for c in rec.crossings) or "none"
@@ -195,9 +204,7 @@ def fork(
         return _execute(
             rec,
             path,
-            planner,
-            tools,
-            verifier,
+            runner,
             retry,
             stops=sorted(s for s in {*rec.resumes, *rec.crashes} if s < at),
             branch=at,
@@ -258,12 +265,25 @@ def _fresh(path: str) -> None:
 class _Recording:
     """What a re-execution needs from the recording: its records, crossings and seams."""
 
-    def __init__(self, path: str):
+    def __init__(self, path: str, workflow: str | None = None):
         self.path = path
         self.rep: Replay = replay(path)
         self.records = _records(local_copy(path), self.rep.end)  # a URL: the copy replay() just checked
         if any(r["kind"] in ("event", "end") for r in self.records):
             raise HarnessError(f"{path}: written by a Recorder, not an Executor; there is no agent loop to re-execute")
+        recorded = self.rep.workflow
+        if recorded is None and workflow is not None:
+            raise HarnessError(
+                f"{path}: an Executor's run, not a workflow's: re-execute it with planner= and tools= "
+                "(--agent MODULE:FACTORY), not workflow="
+            )
+        if recorded is not None and workflow is None:
+            raise HarnessError(
+                f"{path}: the run of workflow {recorded}: re-execute it with workflow= (--workflow MODULE:ATTR), "
+                "not planner= and tools="
+            )
+        if recorded is not None and workflow is not None and not same_workflow(recorded, workflow):
+            raise ResumeMismatch(path, "workflow", recorded, workflow)
         # a result taken from an operator's reconcile record is not served: resume reads it from the trace
         self.crossings = [c for c in self.rep.crossings if self.records[c.seq - 1].get("from") != S.PAUSED]
         self.resumes = [r["seq"] for r in self.records if r["kind"] == "resume"]
@@ -608,12 +628,160 @@ class _Replaying(Session):
         return request, rec
 
 
+class _Agent:
+    """An Executor's agent, re-executed: its planner, tools and verifier drive the Executor's own loop."""
+
+    workflow: str | None = None
+
+    def __init__(self, planner: Planner, tools: Mapping[str, Callable[..., Any] | Tool], verifier: Verifier | None):
+        self.planner, self.tools, self.verifier = planner, tools, verifier
+        self.ex: Executor | None = None
+
+    @contextlib.contextmanager
+    def prepared(self, rec: _Recording, path: str, retry: RetryPolicy | None, redact: Redaction) -> Iterator[None]:
+        planner, tools, verifier = self.planner, self.tools, self.verifier
+        with bridging(planner, tools, verifier) as (planner, tools, verifier):  # async agents: on a private loop
+            self.ex = Executor(
+                planner=planner,
+                tools=tools,
+                verifier=verifier,
+                trace=path,
+                retry=retry or rec.retry(),
+                max_steps=rec.max_steps(),
+                entrypoint=_entrypoint(rec),
+                redact=redact,
+            )
+            yield
+
+    def session(
+        self, writer: _Rewriting, rec: _Recording, at: Crossing | None, value: Any, redact: Redaction
+    ) -> _Replaying:
+        return _Replaying(writer, rec.crossings, branch=at, value=value, redact=redact)
+
+    def executor(self) -> Executor:
+        if self.ex is None:
+            raise HarnessError("internal error, please report: a re-execution started before its executor was made")
+        return self.ex
+
+    def start(self, writer: _Rewriting, session: _Replaying, goal: Any, run_id: str, lineage: dict[str, Any]) -> None:
+        self.executor()._start(writer, goal, run_id, session=session, **lineage)
+
+    def go_on(self, writer: _Rewriting, session: _Replaying, rep: Replay) -> None:
+        session.again = deque(rep.resumable_crossings())  # what Executor resume serves again
+        self.executor()._continue(writer, session, rep)
+
+
+class _Flowing:
+    """A workflow, re-executed: its function runs from the start at the run's start and again at each seam,
+    over what the new trace holds by then (served, not written again, as a resume does)."""
+
+    def __init__(self, w: Workflow[Any, Any]):
+        self.w = w
+        self.workflow: str | None = w.name
+        self.redact: Redaction = Redaction.of(None)
+        self.entrypoint = "<rerun>"
+
+    @contextlib.contextmanager
+    def prepared(self, rec: _Recording, path: str, retry: RetryPolicy | None, redact: Redaction) -> Iterator[None]:
+        self.redact, self.entrypoint = redact, _entrypoint(rec)
+        self.workflow = rec.rep.workflow or self.w.name  # its name as recorded (run as a script: `__main__:...`)
+        yield
+
+    def session(
+        self, writer: _Rewriting, rec: _Recording, at: Crossing | None, value: Any, redact: Redaction
+    ) -> _Replaying:
+        return _Rerunning(writer, rec.crossings, branch=at, value=value, redact=redact)
+
+    def start(self, writer: _Rewriting, session: _Replaying, goal: Any, run_id: str, lineage: dict[str, Any]) -> None:
+        flow = start(writer, self.workflow or self.w.name, goal, run_id, redact=self.redact, fsync=writer.fsync,
+                     session=session, lineage=lineage, entrypoint=self.entrypoint)  # fmt: skip
+        run_anywhere(self.w, flow, *_arguments(goal))
+
+    def go_on(self, writer: _Rewriting, session: _Replaying, rep: Replay) -> None:
+        rep, written = Recorded.read(writer.path)
+        written.check()
+        cast(_Rerunning, session).again_from(written)
+        flow = go_on(writer, session, rep, fsync=writer.fsync, lazy=False, entrypoint=self.entrypoint)
+        run_anywhere(self.w, flow, *_arguments(rep.goal))
+
+
+def _arguments(goal: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """A workflow's args and kwargs, from its goal as its header holds it."""
+    return tuple(goal["args"]), dict(goal["kwargs"])
+
+
+def _entrypoint(rec: _Recording) -> str:
+    env = rec.rep.header.get("env") or {}
+    return str(env.get("entrypoint") or "<rerun>")
+
+
+_Runner = _Agent | _Flowing
+
+
+def _runner(
+    planner: Planner | None,
+    tools: Mapping[str, Callable[..., Any] | Tool] | None,
+    verifier: Verifier | None,
+    workflow: Callable[..., Any] | None,
+) -> _Runner:
+    """What re-executes the recording: exactly one of an Executor's agent and a workflow."""
+    if workflow is not None:
+        if planner is not None or tools is not None or verifier is not None:
+            raise HarnessError("give either workflow= or planner= and tools= (an Executor's agent), not both")
+        return _Flowing(workflow if isinstance(workflow, Workflow) else Workflow(workflow))
+    if planner is None or tools is None:
+        raise HarnessError(
+            "give the agent that made the run: planner= and tools= (and verifier=) for an Executor's run, "
+            "or workflow= for a workflow's"
+        )
+    return _Agent(planner, tools, verifier)
+
+
+class _Rerunning(Serving, _Replaying):
+    """A workflow's re-execution: after a seam, what the new trace holds is served first (not written again):
+    its crossings as an Executor's resume serves them (`again`), its calls and artifacts as a resume does."""
+
+    def __init__(self, journal: _Rewriting, recorded: Iterable[Crossing], **kwargs: Any):
+        _Replaying.__init__(self, journal, recorded, **kwargs)
+        self.held, self.path = deque(), journal.path
+
+    def again_from(self, written: Recorded) -> None:
+        """At a seam: what the new trace holds by then is served again first."""
+        self.again, self.held = deque(written.crossings), deque(written.held)
+
+    def upcoming(self) -> Crossing | Item | None:
+        if self.again or self.held:  # the new trace's own, after a seam
+            nxt: Crossing | Item | None = self.again[0] if self.again else None
+            if self.held and self.agent().name == MAIN and (nxt is None or self.held[0].seq < nxt.seq):
+                return self.held[0]
+            return nxt
+        return Serving.upcoming(self)
+
+    async def atake_held(self, space: str, kind: str, request: Any) -> Item | None:
+        """Also wait for a call's turn in the recording: a task whose call the recording holds later than a
+        sibling's waits until the sibling made its own. Served calls return at once, so without the wait a
+        nested gather (inner calls started as outer ones return) would write its intents in another order than
+        the recorded one and drift; with it, the rerun writes the recorded order."""
+        item = await super().atake_held(space, kind, request)
+        if item is not None or self.live or space != STEP:
+            return item
+        shown, queue = {"tool": kind, "args": request}, self.queue()
+
+        def answers(c: Crossing) -> bool:
+            return c.kind == "tool" and same("tool", c, shown, None)
+
+        def turn() -> None:
+            if queue and not answers(queue[0]) and any(answers(c) for c in queue) and _may_hold.get():
+                raise _Hold
+
+        await patiently(self, turn)
+        return None
+
+
 def _execute(
     rec: _Recording,
     path: str,
-    planner: Planner,
-    tools: Mapping[str, Callable[..., Any] | Tool],
-    verifier: Verifier | None,
+    runner: _Runner,
     retry: RetryPolicy | None,
     *,
     stops: list[int],
@@ -622,40 +790,26 @@ def _execute(
     run_id: str | None = None,
     redact: Redaction | Iterable[Rule] | None = None,
 ) -> Rerun:
-    if is_async(planner, verifier, *tools.values()):  # async agents: awaited on a private loop
-        with bridging(planner, tools, verifier) as (planner, tools, verifier):
-            return _execute(rec, path, planner, tools, verifier, retry, stops=stops, branch=branch, value=value,
-                            run_id=run_id, redact=redact)  # fmt: skip
-    env = rec.rep.header.get("env") or {}
     recorded = rec.rep.header.get("redact")
-    ex = Executor(
-        planner=planner,
-        tools=tools,
-        verifier=verifier,
-        trace=path,
-        retry=retry or rec.retry(),
-        max_steps=rec.max_steps(),
-        entrypoint=str(env.get("entrypoint") or "<rerun>"),
-        redact=Redaction.from_header(recorded, rec.path).plus(redact),
-    )
+    rules = Redaction.from_header(recorded, rec.path).plus(redact)
     run_id = run_id or uuid.uuid4().hex
     lineage: dict[str, Any] = {"parent": rec.rep.run_id, "redact": recorded}  # as the parent: more rules are ours
     if branch is not None:
         lineage["branch"] = branch
     writer: _Rewriting
     if is_url(path):  # a trace URL: segments shipped as any run ships them, fenced by conditional create
-        writer = cast(_RemoteWriter, _RemoteWriter.open_url(path, redact=ex.redact))
+        writer = cast(_RemoteWriter, _RemoteWriter.open_url(path, redact=rules))
     else:
-        writer = cast(_Writer, _Writer.open(path, redact=ex.redact))
+        writer = cast(_Writer, _Writer.open(path, redact=rules))
     at = next((c for c in rec.crossings if c.seq == branch), None)
-    with writer:
+    with writer, runner.prepared(rec, path, retry, rules):
         writer.stops, writer.below, writer.parent = deque(stops), branch or 0, rec.records
         writer.branch_at = (at.agent, at.vc[at.agent]) if at is not None else None
         writer.positions = rec.positions()
-        session = _Replaying(writer, rec.crossings, branch=at, value=value, redact=ex.redact)
+        session = runner.session(writer, rec, at, value, rules)
         writer.ahead = session.ahead
         try:
-            _drive(ex, writer, session, rec, run_id, lineage)
+            _drive(runner, writer, session, rec, run_id, lineage)
         except (ReplayDrift, ReplayViolation) as e:
             if session.failure is not None and session.failure is not e:
                 raise session.failure from None  # the first one, which agent code swallowed
@@ -683,7 +837,7 @@ def _execute(
 
 
 def _drive(
-    ex: Executor, writer: _Rewriting, session: _Replaying, rec: _Recording, run_id: str, lineage: dict[str, Any]
+    runner: _Runner, writer: _Rewriting, session: _Replaying, rec: _Recording, run_id: str, lineage: dict[str, Any]
 ) -> None:
     """Run from the start, then from each seam on, as the recorded processes did."""
     records = rec.records
@@ -691,9 +845,9 @@ def _drive(
     while True:
         try:
             if rep is None:
-                ex._start(writer, rec.rep.goal, run_id, session=session, **lineage)
+                runner.start(writer, session, rec.rep.goal, run_id, lineage)
             else:
-                ex._continue(writer, session, rep)
+                runner.go_on(writer, session, rep)
         except _Seam:
             pass
         except (ReplayDrift, ReplayViolation):
@@ -713,12 +867,12 @@ def _drive(
         if not (writer.at_stop() and seq <= len(records) and records[seq - 1]["kind"] == "resume"):
             return
         writer.stops.popleft()
-        writer.append("resume", {"set_aside": records[seq - 1].get("set_aside"), "env": environment(ex.entrypoint)})
+        seam = {"set_aside": records[seq - 1].get("set_aside"), "env": environment(_entrypoint(rec))}
+        writer.append("resume", seam)
         while seq < len(records) and records[seq]["kind"] == "answer":  # the answer this resume brought
             writer.append("answer", _copy(records[seq]), sync=True)
             seq += 1
         rep = replay(writer.path)
-        session.again = deque(rep.resumable_crossings())  # what Executor resume serves again
 
 
 _COPIED = frozenset({"reconcile", "crash"})  # records a re-execution copies from the recording (and answers)
@@ -729,27 +883,39 @@ def _copy(record: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in record.items() if k not in ("seq", "kind", "ts", "crc", "reused")}
 
 
+def import_attr(spec: str, flag: str, shape: str) -> Any:
+    """What `module:attr` names (attr may be dotted), the module imported with the current directory on
+    sys.path (the `uvicorn module:app` convention); HarnessError naming flag and spec when it cannot be."""
+    import importlib
+    import sys
+
+    module, sep, name = spec.partition(":")
+    if not sep or not module or not name:
+        raise HarnessError(f"{flag} {spec!r}: expected {shape}")
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        found: Any = importlib.import_module(module)
+    except ImportError as e:
+        raise HarnessError(f"{flag} {spec!r}: cannot import {module}: {e}") from None
+    for part in name.split("."):
+        found = getattr(found, part, None)
+        if found is None:
+            what = "callable" if flag == "--agent" else "workflow or function"
+            raise HarnessError(f"{flag} {spec!r}: {module} has no {what} {name}")
+    return found
+
+
 def load_agent(spec: str) -> tuple[Planner, Mapping[str, Callable[..., Any] | Tool], Verifier | None]:
     """Call the factory named by `module:factory` and return its (planner, tools, verifier).
 
     The module is imported with the current directory on sys.path (the
     `uvicorn module:app` convention).
     """
-    import importlib
-    import sys
-
-    module, sep, name = spec.partition(":")
-    if not sep or not module or not name:
-        raise HarnessError(f"--agent {spec!r}: expected module:factory, e.g. my_agent:make_agent")
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
-    try:
-        mod = importlib.import_module(module)
-    except ImportError as e:
-        raise HarnessError(f"--agent {spec!r}: cannot import {module}: {e}") from None
-    factory = getattr(mod, name, None)
+    factory = import_attr(spec, "--agent", "module:factory, e.g. my_agent:make_agent")
+    name = spec.partition(":")[2]
     if not callable(factory):
-        raise HarnessError(f"--agent {spec!r}: {module} has no callable {name}")
+        raise HarnessError(f"--agent {spec!r}: {spec.partition(':')[0]} has no callable {name}")
     try:
         made = factory()
     except Exception as e:
@@ -757,3 +923,21 @@ def load_agent(spec: str) -> tuple[Planner, Mapping[str, Callable[..., Any] | To
     if not (isinstance(made, tuple | list) and len(made) == 3 and callable(made[0]) and isinstance(made[1], Mapping)):
         raise HarnessError(f"--agent {spec!r}: {name}() must return (planner, tools, verifier), not {made!r:.200}")
     return made[0], made[1], made[2]
+
+
+def load_workflow(spec: str) -> Workflow[Any, Any]:
+    """The workflow named by `module:attr` (an `@harness.workflow`, or a plain function made one).
+
+    HarnessError when it cannot be imported by the name its traces record
+    (a lambda, a closure or a nested function: define it at module level).
+    """
+    found = import_attr(spec, "--workflow", "module:attr, e.g. my_agent:research")
+    if not callable(found):
+        raise HarnessError(f"--workflow {spec!r}: {found!r:.80} is not a workflow or a function")
+    w = found if isinstance(found, Workflow) else Workflow(found)
+    if w.importable is not None:
+        raise HarnessError(
+            f"--workflow {spec!r}: workflow {w.name} cannot be imported by that name: {w.importable}. Define it "
+            "at the top level of a module (its traces name it module:qualname)"
+        )
+    return w

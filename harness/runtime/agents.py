@@ -155,13 +155,13 @@ class Agents:
         """Switch the journal to shared, clocked records (at the first spawn, or resuming a spawned trace)."""
         if self.spawned:
             return
+        journal.share(self.stamp, self.tick)  # first: a resumed workflow's journal writes its resume record then
         if last:  # a resumed trace: every agent goes on from its last recorded clock
             self.main.vc = dict(sorted(last.get(MAIN, {MAIN: journal.seq}).items()))
             self.last = {a: dict(vc) for a, vc in last.items()}
         else:
             self.main.vc = {MAIN: journal.seq}  # every record so far was main's
         self.spawned = True
-        journal.share(self.stamp, self.tick)
 
     def stamp(self, after: dict[str, int] | None = None) -> tuple[str, dict[str, int]]:
         """The current agent's name and the clock its next record carries, not yet taken (see `tick`).

@@ -53,6 +53,7 @@ Rules kept here:
 
 from __future__ import annotations
 
+import hashlib
 import math
 import os
 import random as _random
@@ -85,7 +86,7 @@ HOLD_QUIET = 1.0  # seconds an unmatched async crossing waits while no crossing 
 
 
 class _Hold(BaseException):  # not an Exception: no agent code or error handler may take it
-    """serve(): this async crossing matches nothing yet, and its agent has recorded crossings left (see _hold)."""
+    """serve(): this async crossing matches nothing yet, and its agent has recorded crossings left (see patiently)."""
 
 
 class Session:
@@ -117,6 +118,11 @@ class Session:
         self.calls: dict[str, int] = {}  # live calls per agent
         self.failure: HarnessError | None = None  # kept in case agent code swallows it
         self.answers: deque[Any] = deque()  # human answers for interrupt(), oldest first (see interrupt.py)
+        self.patches: dict[str, bool] = {}  # harness.patched(): each change id's answer in this run (history.py)
+
+    def artifact_served(self, name: str, sha256: str) -> bool:
+        """Whether an artifact of these bytes is already in the trace here (a re-executed workflow's): not again."""
+        return False
 
     @property
     def nested(self) -> bool:
@@ -298,8 +304,8 @@ class Session:
             return await acall()
         try:
             request, rec = self._enter_or_hold(kind, request, match)
-        except _Hold:
-            request, rec = await self._hold(kind, request, match)
+        except _Hold:  # see patiently()
+            request, rec = await patiently(self, lambda: self.enter(kind, request, match))
         if rec is not None:
             return outcome(rec)  # type: ignore[no-any-return]
         me = self.agent()
@@ -323,36 +329,12 @@ class Session:
             _done(me, ticket)
 
     def _enter_or_hold(self, kind: str, request: Any, match: Match | None) -> tuple[Any, Crossing | None]:
-        """enter(), raising _Hold instead of ReplayDrift for a crossing that may still wait (see _hold)."""
+        """enter(), raising _Hold instead of ReplayDrift for a crossing that may still wait (see patiently)."""
         token = _may_hold.set(True)
         try:
             return self.enter(kind, request, match)
         finally:
             _may_hold.reset(token)
-
-    async def _hold(self, kind: str, request: Any, match: Match | None) -> tuple[Any, Crossing | None]:
-        """An async crossing that matched no recorded crossing while its agent has some left.
-
-        Concurrent crossings of one agent may start in another order than they
-        did when recorded; if the recording process died before all of them
-        were written, one it never wrote can start before the recorded ones.
-        It waits for them: once they are served it matches nothing left and is
-        made live (or raises what a re-execution raises there). While crossings
-        are being served it waits on; after HOLD_QUIET seconds with none served
-        it is a ReplayDrift, as a sync crossing is at once. Never a hang.
-        """
-        import asyncio
-
-        served, since = self.served, time.monotonic()
-        while time.monotonic() - since < HOLD_QUIET:
-            await asyncio.sleep(0.005)
-            if self.served != served:
-                served, since = self.served, time.monotonic()
-            try:
-                return self._enter_or_hold(kind, request, match)
-            except _Hold:
-                continue
-        return self.enter(kind, request, match)  # raises the ReplayDrift
 
     def _record(self, kind: str, request: Any, outcome: str, value: Any, match: Match | None = None) -> None:
         if self.journal is None:
@@ -375,6 +357,40 @@ class Session:
         )
         self.failure = self.failure or e
         return e
+
+
+async def patiently(session: Session, attempt: Callable[[], T]) -> T:
+    """attempt() until it does not raise _Hold, for an async crossing (or a workflow's call) that matched
+    nothing recorded while its agent has recorded ones left.
+
+    Concurrent crossings of one agent may start in another order than they
+    did when recorded; if the recording process died before all of them
+    were written, one it never wrote can start before the recorded ones.
+    It waits for them: once they are served it matches nothing left and is
+    made live (or raises what a re-execution raises there). While crossings
+    are being served it waits on; after HOLD_QUIET seconds with none served
+    it is tried once more told not to wait (`_may_hold` unset): a ReplayDrift,
+    as a sync crossing is at once. Never a hang.
+    """
+    import asyncio
+
+    served, since, spins = session.served, time.monotonic(), 0
+    while True:
+        patient = time.monotonic() - since < HOLD_QUIET
+        token = _may_hold.set(patient)
+        try:
+            return attempt()
+        except _Hold:
+            if not patient:
+                raise internal(
+                    "a crossing waited on after HOLD_QUIET", session.journal.path if session.journal else None
+                ) from None
+        finally:
+            _may_hold.reset(token)
+        spins += 1
+        await asyncio.sleep(0 if spins < 100 else 0.005)  # served siblings take no time: a few turns let them go
+        if session.served != served:
+            served, since = session.served, time.monotonic()
 
 
 TURN_WAIT = 30.0  # seconds a finished async crossing waits for the earlier ones of its agent (see _turn)
@@ -618,6 +634,8 @@ def artifact(name: str, data: bytes | str | os.PathLike[str]) -> str:
         content = bytes(data)
     else:
         raise HarnessError(f"artifact({name!r}): data must be bytes, a str or a path, not {type(data).__name__}")
+    if session.artifact_served(name, hashlib.sha256(content).hexdigest()):
+        return hashlib.sha256(content).hexdigest()
     digest = session.journal.put_blob(content)
     session.journal.append("artifact", {"name": session.redact.name(name), "sha256": digest, "size": len(content)})
     return digest

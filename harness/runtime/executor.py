@@ -80,7 +80,7 @@ from .boundary import Session, deactivate
 from .context import _agent, _current, _in_call
 from .environment import environment
 from .interrupt import Interrupted
-from .tool import Tool
+from .tool import PLAIN, Tool
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,7 +139,6 @@ class RetryPolicy:
         return float(min(self.max_delay, self.backoff * 2 ** (failed - 1)))
 
 
-PLAIN = {"effect": "at-least-once", "version": None}
 NO_ANSWER: Any = object()  # run(goal) without answer=
 MAX_STEPS = 10_000  # the default step limit: a planner that never says DONE ends FAILED, not with a full disk
 _RECORDED: Any = object()  # _continue(): the goal as the trace has it
@@ -160,7 +159,9 @@ class Outcome:
 
     `pending`, for a PAUSED run: the uncertain operation (`seq`, `step`,
     `tool`, `args`) or the question interrupt() asked (`seq`, `step`,
-    `state`, `question`). `error`: what ended a FAILED run.
+    `state`, `question`). `error`: what ended a FAILED run. `result`: what
+    a workflow (`@harness.workflow`) that ended DONE returned, as its trace
+    holds it (None for an Executor's run).
     """
 
     state: str
@@ -169,6 +170,39 @@ class Outcome:
     trace: str
     pending: dict[str, Any] | None = None
     error: dict[str, Any] | None = None
+    result: Any = None
+
+
+def write_header(
+    journal: Journal,
+    run_id: str,
+    goal: Any,
+    tools: dict[str, Any],
+    redact: Redaction,
+    entrypoint: str,
+    lineage: dict[str, Any],
+    workflow: str | None = None,
+) -> None:
+    """Write a new run's header (synced): its goal, its tools' contracts (or its workflow), lineage, environment."""
+    header = {"schema": SCHEMA, "run_id": run_id, "goal": goal, "tools": tools}
+    if workflow is not None:  # a workflow's name; its calls carry their contracts (tools is {})
+        header["workflow"] = workflow
+    header["redact"] = redact.header()  # the user's rules (not secrets): what a rerun reads back
+    header.update(lineage)
+    if header["redact"] is None:
+        del header["redact"]
+    header["env"] = environment(entrypoint)
+    if not is_url(journal.path):
+        _index.remove(journal.path)  # an index beside a new trace is another trace's
+    journal.append("header", header, sync=True, user=("goal",))
+
+
+def ask(run: _Run, question: Any) -> Outcome:
+    """interrupt() was called with no answer waiting: PAUSE on the question."""
+    asked_in = run.state
+    run.move(S.PAUSED, sync=True, user=("question",), question=question)
+    pending = {"seq": run.wrote, "step": run.step, "state": asked_in, "question": question}
+    return Outcome(S.PAUSED, run.snapshot(), run.id, run.journal.path, pending=pending)
 
 
 class Executor:
@@ -305,15 +339,7 @@ class Executor:
     def _start(
         self, journal: Journal, goal: Any, run_id: str, *, session: Session | None = None, **lineage: Any
     ) -> Outcome:
-        header = {"schema": SCHEMA, "run_id": run_id, "goal": goal, "tools": self.contracts}
-        header["redact"] = self.redact.header()  # the user's rules (not secrets): what a rerun reads back
-        header.update(lineage)
-        if header["redact"] is None:
-            del header["redact"]
-        header["env"] = environment(self.entrypoint)
-        if not is_url(journal.path):
-            _index.remove(journal.path)  # an index beside a new trace is another trace's
-        journal.append("header", header, sync=True, user=("goal",))
+        write_header(journal, run_id, goal, self.contracts, self.redact, self.entrypoint, lineage)
         run = _Run(journal, session or Session(journal, redact=self.redact), goal, run_id, [], S.INIT)
         run.index = (
             None if is_url(journal.path) else _index.Writer(journal.path, journal.fd, journal.digests, journal.blocks)
@@ -331,6 +357,11 @@ class Executor:
             set_aside(path, 0)
             journal.continue_after(0, 0, 0, start=None)
             return self._start(journal, goal, uuid.uuid4().hex)
+        if rep.workflow is not None:
+            raise HarnessError(
+                f"{path}: the run of workflow {rep.workflow}, not an Executor's: resume it with its workflow "
+                "(W.run(..., resume=True), or harness resume --workflow MODULE:ATTR); nothing was written"
+            )
         if canonical(rep.goal) != canonical(self.redact(goal)):
             raise ResumeMismatch(path, "goal", rep.goal, goal)
         if rep.header.get("tools") != self.contracts:
@@ -338,13 +369,7 @@ class Executor:
         journal.digests.update(rep.blobs)
         journal.blocks[:] = _index.trusted_blocks(path, rep)  # what the mark's writer hashed: the seal takes them
         if rep.complete and rep.seal is None:  # its writer died writing the end: the seal is all that is missing
-            aside = set_aside(path, rep.end) if rep.torn_tail else None
-            seal = journal.seal_fields(rep.end, state=rep.state, key=journal.seal_key)
-            if aside:
-                seal["set_aside"] = os.path.basename(aside)
-            start = rep.header["ts"]  # (written over the torn seal)
-            journal.continue_after(rep.last_seq, rep.crc, rep.end, ("seal", seal), start=start, sync=True)
-            return finished(replay(path))
+            return reseal(journal, rep)
         asked = rep.question is not None and not rep.answered  # a question waits for its answer
         if answer is not NO_ANSWER and not asked:
             why = "it is already answered" if rep.question is not None else f"its state is {rep.state}"
@@ -757,11 +782,7 @@ class Executor:
             )
 
     def _ask(self, run: _Run, question: Any) -> Outcome:
-        """interrupt() was called with no answer waiting: PAUSE on the question."""
-        asked_in = run.state
-        run.move(S.PAUSED, sync=True, user=("question",), question=question)
-        pending = {"seq": run.wrote, "step": run.step, "state": asked_in, "question": question}
-        return Outcome(S.PAUSED, run.snapshot(), run.id, run.journal.path, pending=pending)
+        return ask(run, question)
 
     def _retry_or_fail(self, run: _Run, error: dict[str, Any], *, backoff: bool = False) -> bool:
         """Record a failed attempt (redacted): re-plan while attempts are left; True when the run FAILED."""
@@ -790,29 +811,11 @@ class Executor:
         _timers.wait_until(run.session, drawn["wake"])
 
     def _call(self, session: Session, intent: dict[str, Any]) -> Any:
-        if session.strict or (session.recorded and session.serving):  # recorded args are redacted: so is what
-            recorded = session.serve("tool", session.redact({"tool": intent["tool"], "args": intent["args"]}))
-            if recorded is not None:  # they are compared with
-                if recorded.error is not None:
-                    raise _Served(recorded.error)
-                return recorded.response
+        recorded = served(session, intent)
+        if recorded is not NOT_SERVED:
+            return recorded
         fn = self.tools[intent["tool"]]
-        if isinstance(fn, Tool):
-            fn = fn.fn
-        kwargs = dict(intent["args"])
-        if "key" in intent:
-            kwargs["idempotency_key"] = intent["key"]
-        me = session.agent()
-        session.agents.enter_call(me)  # in flight, with or without a timeout: its helper threads are no strays
-        session.count_live(me)  # a live call, by this agent
-        token = _in_call.set(True)  # the tool's crossings belong to the call
-        try:
-            if self.retry.timeout is not None:
-                return _within(fn, kwargs, self.retry.timeout, intent["tool"], session)
-            return fn(**kwargs)
-        finally:
-            _in_call.reset(token)
-            session.agents.leave_call(me)
+        return invoke(session, fn.fn if isinstance(fn, Tool) else fn, intent, self.retry.timeout)
 
     def _verify(self, run: _Run) -> str | None:
         """None when the verifier vouches for the result, else why not."""
@@ -912,6 +915,69 @@ def _within(fn: Callable[..., Any], kwargs: dict[str, Any], timeout: float, name
     if "error" in box:
         raise box["error"]
     return box["value"]
+
+
+NOT_SERVED: Any = object()  # served(): the call is not in the recording, make it live
+
+
+def served(session: Session, intent: dict[str, Any]) -> Any:
+    """A tool call's recorded result when the session serves it (a rerun, a resume's recording), else NOT_SERVED.
+
+    A recorded ToolError is raised again, as it was recorded.
+    """
+    if session.strict or (session.recorded and session.serving):  # recorded args are redacted: so is what
+        recorded = session.serve("tool", session.redact({"tool": intent["tool"], "args": intent["args"]}))
+        if recorded is not None:  # they are compared with
+            if recorded.error is not None:
+                raise _Served(recorded.error)
+            return recorded.response
+    return NOT_SERVED
+
+
+def invoke(session: Session, fn: Callable[..., Any], intent: dict[str, Any], timeout: float | None = None) -> Any:
+    """Call a tool live for its intent: its args, and its `idempotency_key` when the intent has a key.
+
+    `timeout`: see RetryPolicy (the call then runs on a worker thread).
+    """
+    with _InCall(session):
+        if timeout is not None:
+            return _within(fn, _kwargs(intent), timeout, intent["tool"], session)
+        return fn(**_kwargs(intent))
+
+
+async def ainvoke(session: Session, fn: Callable[..., Any], intent: dict[str, Any]) -> Any:
+    """invoke() for a workflow's `harness.acall`: awaits what the tool returns when it is awaitable."""
+    with _InCall(session):
+        out = fn(**_kwargs(intent))
+        return await out if inspect.isawaitable(out) else out
+
+
+def _kwargs(intent: dict[str, Any]) -> dict[str, Any]:
+    kwargs = dict(intent["args"])
+    if "key" in intent:
+        kwargs["idempotency_key"] = intent["key"]
+    return kwargs
+
+
+class _InCall:
+    """A live tool call of the current agent, for its length: in flight (a helper thread's crossings belong to
+    it, they are no strays), counted as a live call, and its own crossings not recorded (they belong to it)."""
+
+    __slots__ = ("me", "session", "token")
+
+    def __init__(self, session: Session):
+        self.session = session
+
+    def __enter__(self) -> None:
+        session = self.session
+        self.me = me = session.agent()
+        session.agents.enter_call(me)
+        session.count_live(me)
+        self.token = _in_call.set(True)
+
+    def __exit__(self, *exc: object) -> None:
+        _in_call.reset(self.token)
+        self.session.agents.leave_call(self.me)
 
 
 def _reused_key(error: dict[str, Any], intent: dict[str, Any]) -> tuple[tuple[str, bytes], str] | None:
@@ -1093,6 +1159,17 @@ class _Run:
         return Outcome(self.state, self.snapshot(), self.id, self.journal.path, self.failed_at, error)
 
 
+def reseal(journal: Journal, rep: Replay) -> Outcome:
+    """Write the seal of a run that ended but whose writer died writing its seal (a torn one is set aside)."""
+    aside = set_aside(rep.path, rep.end) if rep.torn_tail else None
+    seal = journal.seal_fields(rep.end, state=rep.state, key=journal.seal_key)
+    if aside:
+        seal["set_aside"] = os.path.basename(aside)
+    start = rep.header["ts"]  # (written over the torn seal)
+    journal.continue_after(rep.last_seq, rep.crc, rep.end, ("seal", seal), start=start, sync=True)
+    return finished(replay(rep.path))
+
+
 def _main_event(clocks: dict[str, dict[str, int]]) -> tuple[dict[str, int], dict[str, dict[str, int]]]:
     """One more event of main: its clock, and the agents' last clocks with it."""
     main = {**clocks["main"], "main": clocks["main"]["main"] + 1}
@@ -1103,4 +1180,5 @@ def finished(rep: Replay) -> Outcome:
     """The outcome a trace records, for a run that needs nothing more done."""
     error = (rep.last or {}).get("error") if rep.state == S.FAILED else None
     checkpoints = tuple(rep.checkpoints) if is_url(rep.path) else _index.ResumedProgress(rep.checkpoints, ())
-    return Outcome(rep.state, checkpoints, rep.run_id, rep.path, pending=rep.pending, error=error)
+    result = rep.returned if rep.state == S.DONE else None
+    return Outcome(rep.state, checkpoints, rep.run_id, rep.path, pending=rep.pending, error=error, result=result)

@@ -394,6 +394,20 @@ class Replay:
         return str(self.header["run_id"])
 
     @property
+    def workflow(self) -> str | None:
+        """The `module:qualname` of the workflow whose run this is (`@harness.workflow`), None for an Executor's."""
+        name = self.header.get("workflow")
+        return name if isinstance(name, str) else None
+
+    @property
+    def returned(self) -> Any:
+        """What a workflow that ended DONE returned (its PLAN -> DONE's result, a blob read back); else None."""
+        last = self.last
+        if self.state != S.DONE or self.workflow is None or last is None:
+            return None
+        return _blobs.inline(self.path, last)["result"] if "result" not in last else last["result"]
+
+    @property
     def goal(self) -> Any:
         return self.header["goal"]
 
@@ -492,6 +506,7 @@ _fail = TraceCorruption
 _CHECKPOINT_ILLEGAL = next(filter(None, map(S.check, (S.VERIFY, *S.CHECKPOINT_MOVES[:-1]), S.CHECKPOINT_MOVES)), None)
 _SORTED = orjson.OPT_SORT_KEYS
 _EFFECTS = frozenset({"at-least-once", "idempotent", "unsafe"})
+_INTENT = ("name", "tool", "args", "key", "contract")  # what PAUSED -> ACT repeats of the uncertain intent
 _ASIDE = re.compile(r"[^/\\\x00]+\.torn-[1-9][0-9]*")  # a sibling's file name, as set_aside() makes it
 
 # One reading per field: the fields each kind of record carries (a transition: each edge), and no other. A field
@@ -501,12 +516,13 @@ _LINE = frozenset({"seq", "kind", "ts", "crc"})
 _AGENT = frozenset({"agent", "vc"})  # who wrote it, and its clock (checked by clock.ClockRules)
 _LINEAGE = frozenset({"reused", "mutated"})  # a fork's marks, in a fork only (a header with `branch`)
 _STEP = frozenset({"from", "to", "step", "attempt"})
-_INTENT_FIELDS = frozenset({"name", "tool", "args", "key"})
+_INTENT_FIELDS = frozenset({"name", "tool", "args", "key", "contract"})  # contract: a workflow's only
 _EDGE_FIELDS: dict[tuple[str, str], frozenset[str]] = {
     (S.PLAN, S.ACT): _INTENT_FIELDS,
     (S.PAUSED, S.ACT): _INTENT_FIELDS,
     (S.ACT, S.VERIFY): frozenset({"result", "blobs"}),
     (S.PAUSED, S.VERIFY): frozenset({"result", "blobs"}),  # a reconciled result (none after an answer)
+    (S.PLAN, S.DONE): frozenset({"result", "blobs"}),  # a workflow's return value (refused on other runs)
     (S.PLAN, S.FAILED): frozenset({"error"}),
     (S.ACT, S.PLAN): frozenset({"error"}),
     (S.ACT, S.FAILED): frozenset({"error"}),
@@ -517,7 +533,7 @@ _EDGE_FIELDS: dict[tuple[str, str], frozenset[str]] = {
     (S.VERIFY, S.PAUSED): frozenset({"question"}),
 }
 _KIND_FIELDS: dict[str, frozenset[str]] = {
-    "header": frozenset({"schema", "run_id", "goal", "tools", "redact", "parent", "branch", "env"}),
+    "header": frozenset({"schema", "run_id", "goal", "tools", "workflow", "redact", "parent", "branch", "env"}),
     "seal": frozenset({"state", "content_hash", "digests", "hmac", "set_aside"}),
     # main's own records: a clock once the run spawned, never another agent's name
     "resume": frozenset({"set_aside", "env", "vc"}),
@@ -706,13 +722,7 @@ def _header_problem(path: str, rec: dict[str, Any]) -> tuple[str, str] | None:
     if type(rec.get("run_id")) is not str or "goal" not in rec:
         return "malformed", "a header without its str run_id and its goal"
     tools = rec.get("tools")
-    if type(tools) is not dict or not all(
-        type(c) is dict
-        and c.get("effect") in _EFFECTS
-        and "version" in c
-        and (c["version"] is None or type(c["version"]) is str)
-        for c in tools.values()
-    ):
+    if type(tools) is not dict or not all(_contract_ok(c) for c in tools.values()):
         why = 'a header whose tools is not an object of {"effect": at-least-once|idempotent|unsafe, "version"}'
         return "malformed", why
     for name, c in tools.items():
@@ -735,6 +745,9 @@ def _header_problem(path: str, rec: dict[str, Any]) -> tuple[str, str] | None:
         return "malformed", why
     if ("parent" in rec and type(rec["parent"]) is not str) or ("branch" in rec and type(rec["branch"]) is not int):
         return "malformed", "a header whose parent is not a str or whose branch is not an int"
+    if "workflow" in rec and (type(rec["workflow"]) is not str or not rec["workflow"] or tools):
+        why = "a workflow's header needs its name (a non-empty str) and tools {} (its calls carry their contracts)"
+        return "malformed", why
     ts = rec.get("ts")
     if type(ts) is float and not _WALL[0] <= ts < _WALL[1]:
         return "malformed", f"a header whose ts {ts!r} is no wall-clock time (seconds since the epoch, years 1-9999)"
@@ -807,7 +820,7 @@ def _scan(
     asides: set[str] = set()  # the .torn-N files named so far
     if origin is not None:  # right after a quiet checkpoint: the state is these few values
         m = origin.mark
-        header, tools, last, intent = origin.header, origin.header["tools"], origin.last, origin.intent
+        header, tools, last, intent = origin.header, dict(origin.header["tools"]), origin.last, origin.intent
         fork = "branch" in header
         kind_fields, edge_fields = _FIELDS_FORK if fork else _FIELDS
         intent_pos = (m.intent[0], m.intent[1] << 32 | m.intent[2])
@@ -972,7 +985,7 @@ def _scan(
                         asked
                         and dst == S.ACT
                         and intent is not None
-                        and any(rec.get(k) != intent.get(k) for k in ("name", "tool", "args", "key"))
+                        and any(rec.get(k) != intent.get(k) for k in _INTENT)
                     ):
                         why = "the intent after an answer is not the one that asked"
                         raise _fail(path, n, "bad-transition", why, seq)
@@ -1034,8 +1047,15 @@ def _scan(
                         if dst == S.VERIFY:
                             result_seq, result_crossing = seq, crossed - 1
                     delivered = dst == S.VERIFY and result_seq == seq
-                    if not delivered and ("result" in rec or "result" in (rec.get("blobs") or ())):
+                    returned = "result" in rec or "result" in (rec.get("blobs") or ())
+                    if "workflow" in header and dst == S.DONE and lane is run_lane:  # what the function returned
+                        if not returned:
+                            why = "a workflow's PLAN -> DONE without its result (what the function returned)"
+                            raise _fail(path, n, "malformed", why, seq)
+                    elif not delivered and returned:
                         why = f"a result on {src} -> {dst}: only the transition into VERIFY that delivers one has it"
+                        if dst == S.DONE:
+                            why += " (and a workflow's PLAN -> DONE; this trace's header names no workflow)"
                         raise _fail(path, n, "malformed", why, seq)
                     if asked and question is not None:  # (asked says question is not None)
                         if not answered:
@@ -1221,7 +1241,7 @@ def _scan(
                     found = _header_problem(path, rec)
                     if found is not None:
                         raise _fail(path, n, found[0], found[1], seq)
-                    header, tools, header_pos = rec, rec["tools"], (offset, length, prev)
+                    header, tools, header_pos = rec, dict(rec["tools"]), (offset, length, prev)
                     fork = "branch" in rec
                     kind_fields, edge_fields = _FIELDS_FORK if fork else _FIELDS
                 elif kind == "reconcile":
@@ -1440,6 +1460,11 @@ def _intent(
     seq, tool = rec["seq"], rec["tool"]
     if type(rec["name"]) is not str or type(tool) is not str or type(rec["args"]) is not dict:
         raise _fail(path, n, "malformed", "an intent needs a str name, a str tool, a dict of args", seq)
+    if "workflow" in header:  # a workflow's tools are not known when it starts: each intent names its contract
+        _contract(path, n, rec, tools)
+    elif "contract" in rec:
+        why = "an intent with a contract in a trace whose header names no workflow (its header lists the contracts)"
+        raise _fail(path, n, "malformed", why, seq)
     contract = tools.get(tool)
     if contract is None:
         listed = ", ".join(sorted(tools)) or "none"
@@ -1454,14 +1479,43 @@ def _intent(
     elif "key" in rec:
         why = f"an intent with a key for {tool!r}, an {contract['effect']} tool that is never given one"
         raise _fail(path, n, "bad-intent", why, seq)
-    if paused is not None:
-        fields = ("name", "tool", "args", "key")
-        if orjson.dumps([rec.get(k) for k in fields], option=_SORTED) != orjson.dumps(
-            [paused.get(k) for k in fields], option=_SORTED
-        ):
-            why = f"PAUSED -> ACT does not repeat the uncertain intent (seq {paused['seq']}) exactly"
-            why += " (name, tool, args and key, compared by type and value)"
-            raise _fail(path, n, "bad-intent", why, seq)
+    if paused is not None and _repeat(rec) != _repeat(paused):
+        why = f"PAUSED -> ACT does not repeat the uncertain intent (seq {paused['seq']}) exactly"
+        why += " (name, tool, args, key and a workflow's contract, compared by type and value)"
+        raise _fail(path, n, "bad-intent", why, seq)
+
+
+def _repeat(intent: dict[str, Any]) -> bytes:
+    """What PAUSED -> ACT must repeat of an intent, as canonical bytes (compared by type and value)."""
+    return orjson.dumps([intent.get(k) for k in _INTENT], option=_SORTED)
+
+
+def _contract(path: str, n: int, rec: dict[str, Any], tools: dict[str, Any]) -> None:
+    """A workflow's intent names its tool's contract; within a run a tool keeps the one it first had (in tools)."""
+    seq, tool, contract = rec["seq"], rec["tool"], rec.get("contract")
+    if not _contract_ok(contract):
+        why = (
+            f'a workflow\'s intent for {tool!r} without its contract {{"effect": at-least-once|idempotent|unsafe, '
+            f'"version": str or null}} (it has {contract!r:.200})'
+        )
+        raise _fail(path, n, "malformed", why, seq)
+    known = tools.setdefault(tool, contract)
+    if known is not contract and orjson.dumps(known, option=_SORTED) != orjson.dumps(contract, option=_SORTED):
+        why = f"tool {tool!r} with contract {contract!r}, after {known!r} earlier in the run: a tool keeps one contract"
+        raise _fail(path, n, "bad-intent", why, seq)
+
+
+def _contract_ok(c: Any) -> bool:
+    """Whether c is an effect contract harness writes: {"effect": one of the three, "version": str or null}, and
+    `"retry_rejected": true` on an unsafe tool only (`"no"` must not read as true)."""
+    return (
+        type(c) is dict
+        and c.get("effect") in _EFFECTS
+        and "version" in c
+        and (c["version"] is None or type(c["version"]) is str)
+        and c.keys() <= {"effect", "version", "retry_rejected"}
+        and ("retry_rejected" not in c or (c["retry_rejected"] is True and c["effect"] == "unsafe"))
+    )
 
 
 def _schema_advice(path: str, found: Any) -> str:

@@ -21,6 +21,11 @@ starts in PLAN and walks PLAN -> ACT -> VERIFY -> (its checkpoint record)
 with retries, ending with its checkpoint back in PLAN, done, or in FAILED
 or PAUSED. The run itself stays in PLAN meanwhile and leaves it by
 PLAN -> FAILED when a call failed for good.
+
+A workflow (`@harness.workflow`) walks the same table with its function in
+the planner's role: it stays in PLAN while it runs, each `harness.call` is
+one step (PLAN -> ACT -> VERIFY -> its checkpoint), and its return (DONE),
+exception (FAILED) or question (PAUSED) leaves PLAN.
 """
 
 from __future__ import annotations
@@ -33,9 +38,9 @@ EDGES: dict[str, dict[str, str]] = {
     INIT: {PLAN: "run starts"},
     PLAN: {
         ACT: "step planned (intent: tool and args)",
-        DONE: "planner says the goal is met",
-        FAILED: "step limit reached (max_steps), or a call of a parallel step failed for good",
-        PAUSED: "interrupt(): the planner waits for an answer",
+        DONE: "planner says the goal is met, or the workflow returned",
+        FAILED: "step limit reached (max_steps), a call of a parallel step failed for good, or the workflow raised",
+        PAUSED: "interrupt(): the planner or the workflow waits for an answer",
     },
     ACT: {
         VERIFY: "tool returned (result recorded)",

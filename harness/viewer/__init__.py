@@ -98,11 +98,16 @@ def _require() -> None:
 
 
 def create_app(
-    folder: str | os.PathLike[str] | None = None, *, agent: str | None = None, hosts: list[str] | None = None
+    folder: str | os.PathLike[str] | None = None,
+    *,
+    agent: str | None = None,
+    hosts: list[str] | None = None,
+    workflow: str | None = None,
 ) -> Starlette:
     """The viewer's application for runs folder `folder` ($HARNESS_RUNS_DIR, else ./runs).
 
-    `agent` (`module:factory`, as `harness fork --agent`) turns on fork from the page.
+    `agent` (`module:factory`, as `harness fork --agent`) or `workflow`
+    (`module:attr`, as `harness fork --workflow`) turns on fork from the page.
     `hosts`: the Host header values accepted (default: the loopback names, against DNS rebinding).
     """
     _require()
@@ -117,11 +122,17 @@ def create_app(
     if not os.path.isdir(path):
         problem = "is not a folder" if os.path.exists(path) else "no such runs folder"
         raise TraceUnreadable(str(path), f"{problem} (give RUNS_DIR, or set HARNESS_RUNS_DIR)")
+    if agent is not None and workflow is not None:
+        raise HarnessError("give --agent or --workflow to fork from the page, not both")
     if agent is not None:
         from ..review.rerun import load_agent
 
         load_agent(agent)  # a wrong --agent fails now, not at the first fork
-    return make(path, agent=agent, hosts=hosts)
+    if workflow is not None:
+        from ..review.rerun import load_workflow
+
+        load_workflow(workflow)
+    return make(path, agent=agent, hosts=hosts, workflow=workflow)
 
 
 def serve(
@@ -133,22 +144,23 @@ def serve(
     allow_remote_fork: bool = False,
     out: TextIO | None = None,
     err: TextIO | None = None,
+    workflow: str | None = None,
 ) -> None:
     """Serve the viewer until Ctrl-C (SIGINT) or SIGTERM. Port 0 picks a free port; the URL printed says which.
 
     A `host` other than a loopback address prints a warning to `err` (stderr), and with `agent`
-    raises RemoteForkRefused unless `allow_remote_fork` is true.
+    (or `workflow`) raises RemoteForkRefused unless `allow_remote_fork` is true.
     """
     if type(port) is not int or not 0 <= port <= 65535:
         raise HarnessError(f"port {port!r}: a port is a number from 0 to 65535 (0 picks a free one)")
     local = loopback(host)
-    if agent is not None and not local and not allow_remote_fork:
+    if (agent is not None or workflow is not None) and not local and not allow_remote_fork:
         raise RemoteForkRefused(host, port)
     _require()
     import uvicorn
 
     hosts = host_names(host)
-    app = create_app(folder, agent=agent, hosts=hosts)
+    app = create_app(folder, agent=agent, hosts=hosts, workflow=workflow)
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     try:
@@ -167,7 +179,7 @@ def serve(
     name = socket.gethostname() if host in WILDCARD else f"[{host}]" if ":" in host else host
     where = app.state.viewer.folder
     if not local:
-        fork = " and run forks of the agent" if agent is not None else ""
+        fork = " and run forks of the agent" if agent is not None or workflow is not None else ""
         print(
             f"harness serve: WARNING: listening on {host}, reachable from other machines; there is no login: "
             f"anyone who reaches it can read every trace in {where}{fork}. "

@@ -65,7 +65,7 @@ from .._errors import HarnessError, TraceCorruption, TraceUnreadable
 from ..review.diff import diff as harness_diff
 from ..review.diff import marked_changes
 from ..review.rerun import fork as harness_fork
-from ..review.rerun import load_agent
+from ..review.rerun import load_agent, load_workflow
 from ..review.runs import run_info
 from ..review.stream import http_view, reply
 from ..storage.blobs import read as read_blob
@@ -123,6 +123,7 @@ class Viewer:
 
     folder: str
     agent: str | None = None
+    workflow: str | None = None  # forks from the page re-execute this workflow (module:attr) instead of an agent
     stopping: Callable[[], bool] = lambda: False  # the server is shutting down: live streams end
     indexes: Indexes = field(default_factory=Indexes)
     jobs: dict[str, Job] = field(default_factory=dict)
@@ -161,13 +162,15 @@ class SecurityHeaders:
         await self.app(scope, receive, send_with_headers)
 
 
-def create_app(folder: str, *, agent: str | None = None, hosts: list[str] | None = None) -> Starlette:
-    """The viewer for runs folder `folder`; `agent` (`module:factory`) turns fork on.
+def create_app(
+    folder: str, *, agent: str | None = None, hosts: list[str] | None = None, workflow: str | None = None
+) -> Starlette:
+    """The viewer for runs folder `folder`; `agent` (`module:factory`) or `workflow` (`module:attr`) turns fork on.
 
     `hosts`: the Host header values accepted (DNS-rebinding protection);
     by default the loopback names.
     """
-    viewer = Viewer(os.path.abspath(folder), agent)
+    viewer = Viewer(os.path.abspath(folder), agent, workflow)
     routes = [
         Route("/", _page("runs")),
         Route("/diff", _page("diff")),
@@ -239,7 +242,8 @@ async def _run_page(request: Request) -> Response:
 
 async def _config(request: Request) -> Response:
     v = _viewer(request)
-    return _json({"folder": v.folder, "fork": v.agent is not None, "agent": v.agent, "classes": CLASSES})
+    forks = v.agent is not None or v.workflow is not None
+    return _json({"folder": v.folder, "fork": forks, "agent": v.agent or v.workflow, "classes": CLASSES})
 
 
 async def _runs(request: Request) -> Response:
@@ -279,10 +283,11 @@ def _summary_of(v: Viewer, run: str) -> dict[str, Any]:
     last_ts = wall_clock(header, idx.last) if idx.last else None
     pending = verdict.pending
     reconcile = answer = resume = None
+    how = "--workflow MODULE:ATTR" if "workflow" in header else "--agent MODULE:FACTORY"
     if pending is not None and verdict.settled:  # reconciled or answered already: what is left is to resume it
-        resume = f"harness resume {shlex.quote(path)} --agent MODULE:FACTORY"
+        resume = f"harness resume {shlex.quote(path)} {how}"
     elif pending is not None and "question" in pending:  # interrupt(): a human answers, no reconcile
-        answer = f"harness resume {shlex.quote(path)} --agent MODULE:FACTORY --answer 'ANSWER_AS_JSON'"
+        answer = f"harness resume {shlex.quote(path)} {how} --answer 'ANSWER_AS_JSON'"
     elif pending is not None:
         trace = shlex.quote(path)
         reconcile = {
@@ -545,9 +550,13 @@ async def _stream(v: Viewer, idx: Index, path: str, i: int, request: Request) ->
 async def _fork(request: Request) -> Response:
     v = _viewer(request)
     run = request.path_params["run"]
-    if v.agent is None:
+    if v.agent is None and v.workflow is None:
         return _json(
-            {"error": "ForkDisabled", "message": "start `harness serve` with --agent module:factory to fork"}, 403
+            {
+                "error": "ForkDisabled",
+                "message": "start `harness serve` with --agent module:factory (or --workflow module:attr) to fork",
+            },
+            403,
         )
     origin = request.headers.get("origin")
     if origin is not None and origin.split("://", 1)[-1] != request.headers.get("host"):
@@ -572,12 +581,15 @@ async def _fork(request: Request) -> Response:
 
 
 def _run_fork(v: Viewer, job: Job, parent: str, child: str, value: Any) -> None:
-    if v.agent is None:  # (_fork starts no job without one)
+    if v.agent is None and v.workflow is None:  # (_fork starts no job without one)
         job.state, job.error = "failed", "HarnessError: internal error, please report: a fork job with no agent"
         return
     try:
-        planner, tools, verifier = load_agent(v.agent)
-        r = harness_fork(parent, at=job.at, value=value, planner=planner, tools=tools, verifier=verifier, out=child)
+        if v.workflow is not None:
+            r = harness_fork(parent, at=job.at, value=value, workflow=load_workflow(v.workflow), out=child)
+        else:
+            planner, tools, verifier = load_agent(v.agent or "")
+            r = harness_fork(parent, at=job.at, value=value, planner=planner, tools=tools, verifier=verifier, out=child)
     except Exception as e:  # a fork that fails is reported on its job, whatever the agent raised
         job.state, job.error = "failed", f"{type(e).__name__}: {e}"
         return

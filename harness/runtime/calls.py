@@ -1,0 +1,287 @@
+"""Tool calls with effects inside a workflow: `harness.call(tool, **kwargs)` and `await harness.acall(...)`.
+
+Inside a workflow run (`@harness.workflow`) each call is one step of the
+state machine, written through the Executor's own pieces (`_Run.move`,
+`_Run.checkpoint`, `invoke`): PLAN -> ACT (the intent: `name` and `tool`
+are the tool's name, `args`, `key` for an idempotent tool, and the tool's
+`contract`, since a workflow's tools are not known when it starts), the
+call, ACT -> VERIFY (`result`), the checkpoint. An exception the tool raises
+is the step's failed attempt (ACT -> PLAN with its `error`) and is raised at
+the call site: the function may catch it and call again (the next attempt of
+the same step) or move on. What the call returns is the tool's value as the
+trace holds it (a JSON round trip: tuples become lists; secrets redacted),
+so a live run and its re-execution see the same value.
+
+Every rule of an Executor's tool step holds: the intent is on the file
+before the call (and fsynced for an idempotent or unsafe tool, or for every
+tool with durability="fsync"); after a crash the resumed function, reaching
+the same call, makes an idempotent call again with the same key and an
+at-least-once one again, and never makes an unsafe one blindly: the run
+PAUSES (ACT -> PAUSED) until `harness reconcile` says whether it happened.
+A call the trace holds whole returns its recorded result (or raises its
+recorded error) and writes nothing. A recorded call met with another
+contract is a ResumeMismatch; within one run a tool name keeps one contract.
+
+Tool steps of one run go one at a time: sync calls under a lock, async ones
+under an asyncio.Lock, in the order they reach it; crossings (model calls)
+run concurrently. A call from a spawned agent is refused (call tools from
+the workflow's own code). Outside a workflow run, or inside another call,
+`call` just calls the tool, as boundaries do (an idempotent tool with a
+fresh `idempotency_key`: nothing will make that call again).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import inspect
+import threading
+import uuid
+from typing import Any
+
+from .._errors import HarnessError, NotSerializable, ResumeMismatch, error_of, internal
+from ..trace import state as S
+from ..trace.clock import MAIN
+from ..trace.line import canonical, check_value
+from ..trace.reader import replay
+from .boundary import rebuild
+from .context import _agent, _current, _in_call
+from .executor import NOT_SERVED, _Run, _Served, ainvoke, finished, invoke, served
+from .history import STEP, Item, Serving, Step
+from .interrupt import Interrupted
+from .tool import ToolSpec, spec_of
+
+
+class Paused(BaseException):  # a control-flow signal, like Interrupted: agent code catching Exception keeps out
+    """A resumed call of an unsafe tool was in flight at the crash: the run paused on it; `outcome` says so."""
+
+    def __init__(self, outcome: Any):
+        self.outcome = outcome
+        super().__init__("paused on an unsafe call of uncertain outcome, for harness reconcile")
+
+
+class Flow:
+    """A workflow run in progress: its Run (state, step, attempt, trace), its session when that serves a
+    history (a re-execution), the contracts its tools have had, and the locks that keep its tool steps one at
+    a time."""
+
+    __slots__ = ("alock", "contracts", "fsync", "lock", "run", "serving")
+
+    def __init__(self, run: _Run, *, fsync: bool):
+        self.run, self.fsync = run, fsync
+        self.serving = run.session if isinstance(run.session, Serving) else None
+        self.contracts: dict[str, dict[str, Any]] = {}
+        self.lock = threading.Lock()
+        self.alock: asyncio.Lock | None = None
+
+
+_flow: contextvars.ContextVar[Flow | None] = contextvars.ContextVar("harness_workflow", default=None)
+
+
+class _Given:
+    """A step's start that decided its outcome: the value to return, or the error to raise (no live call)."""
+
+    __slots__ = ("error", "value")
+
+    def __init__(self, value: Any = None, error: BaseException | None = None):
+        self.value, self.error = value, error
+
+    def give(self) -> Any:
+        if self.error is not None:
+            raise self.error
+        return self.value
+
+
+def _here(spec: ToolSpec) -> Flow | None:
+    """The workflow run this call is a step of; None when it is a plain call (no run, or inside another call)."""
+    flow = _flow.get()
+    if flow is None or _current.get() is not flow.run.session or _in_call.get():
+        return None
+    agent = _agent.get()
+    if agent is not None and agent.name != MAIN:
+        raise HarnessError(
+            f"harness.call({spec.name}) from agent {agent.name!r}: a workflow's tool calls are its steps, made from "
+            "the workflow's own code (its main agent). Return what the agent found and call the tool from there"
+        )
+    return flow
+
+
+def call(tool: Any, /, **kwargs: Any) -> Any:
+    """Call `tool(**kwargs)` as a step of the workflow run in progress (see the module docstring); its result."""
+    spec = spec_of(tool)
+    flow = _here(spec)
+    if spec.is_async:
+        raise HarnessError(f"tool {spec.name!r} is async: call it with `await harness.acall(...)`")
+    if flow is None:
+        return spec.fn(**_plain(spec, kwargs))
+    if flow.alock is not None and flow.alock.locked():
+        raise HarnessError(
+            f"harness.call({spec.name}) while an `await harness.acall(...)` of the same run is in flight: in async "
+            "code call every tool with `await harness.acall(...)`, so their steps go one at a time"
+        )
+    with flow.lock:
+        item = flow.serving.take_held(STEP, spec.name, _shown(flow, spec, kwargs)) if flow.serving is not None else None
+        intent = _begin(flow, spec, kwargs, item)
+        if isinstance(intent, _Given):
+            return intent.give()
+        try:
+            raw = invoke(flow.run.session, spec.fn, intent)
+        except Interrupted:  # the tool asked a question: the run pauses in ACT (the workflow's end handles it)
+            raise
+        except Exception as e:
+            _failed(flow, error_of(e))
+            raise
+        return _done(flow, spec, raw)
+
+
+async def acall(tool: Any, /, **kwargs: Any) -> Any:
+    """call() for async code: `await`s the tool when it is async (a plain one is called as it is)."""
+    spec = spec_of(tool)
+    flow = _here(spec)
+    if flow is None:
+        out = spec.fn(**_plain(spec, kwargs))
+        return await out if inspect.isawaitable(out) else out
+    item = None
+    if flow.serving is not None:  # a re-execution: taken by what it is, sibling tasks taking theirs meanwhile
+        item = await flow.serving.atake_held(STEP, spec.name, _shown(flow, spec, kwargs))
+    if flow.alock is None:
+        flow.alock = asyncio.Lock()
+    async with flow.alock:
+        intent = _begin(flow, spec, kwargs, item)
+        if isinstance(intent, _Given):
+            return intent.give()
+        try:
+            raw = await ainvoke(flow.run.session, spec.fn, intent)
+        except Interrupted:
+            raise
+        except Exception as e:
+            _failed(flow, error_of(e))
+            raise
+        return _done(flow, spec, raw)
+
+
+def _plain(spec: ToolSpec, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """A plain call's arguments: an idempotent tool gets a key of its own (no run will make the call again)."""
+    if spec.contract["effect"] == "idempotent":
+        return {**kwargs, "idempotency_key": uuid.uuid4().hex}
+    return kwargs
+
+
+def _shown(flow: Flow, spec: ToolSpec, kwargs: dict[str, Any]) -> Any:
+    """A call's args as its intent writes them (checked: NotSerializable; redacted), to match a recorded call."""
+    return flow.run.session.redact(check_value("args", kwargs, tool=spec.name, step=flow.run.step))
+
+
+def _begin(flow: Flow, spec: ToolSpec, kwargs: dict[str, Any], item: Item | None) -> dict[str, Any] | _Given:
+    """Start a step: the recorded call `item` served or gone on with, or a new call's intent written."""
+    run = flow.run
+    contract = spec.contract
+    known = flow.contracts.get(spec.name)
+    if known is None:
+        flow.contracts[spec.name] = contract
+    elif known is not contract and known != contract:
+        raise HarnessError(
+            f"tool {spec.name!r} is called with contract {contract!r} after {known!r} in this run: a tool name keeps "
+            "one contract within a run (its trace could not tell the two apart). Give the two tools distinct names; "
+            "nothing was written"
+        )
+    if item is not None:
+        step = item.step
+        if step is None:
+            raise internal(f"a served {item.space} is no call", run.journal.path, item.seq)
+        if canonical(step.contract) != canonical(contract):
+            what = f"contract of tool {spec.name!r} (the call at seq {item.seq})"
+            raise ResumeMismatch(run.journal.path, what, step.contract, contract)
+        reopened = _reopen(flow, spec, step, kwargs)
+        return reopened if isinstance(reopened, _Given) else _recorded(flow, spec, reopened)
+    if run.state != S.PLAN:
+        raise internal(f"a tool call in state {run.state} at step {run.step}", run.journal.path, run.journal.seq)
+    effect = contract["effect"]
+    if effect == "at-least-once":
+        intent: dict[str, Any] = {"name": spec.name, "tool": spec.name, "args": kwargs, "contract": contract}
+    else:
+        intent = {"name": spec.name, "tool": spec.name, "args": kwargs}
+        if effect == "idempotent":
+            intent["key"] = f"{run.id}-{run.step}-{run.attempt}"
+        intent["contract"] = contract
+    run.intent, run.planned = intent, None
+    # the trace gets the args checked (NotSerializable, nothing written) and redacted, on its own copy; the call,
+    # the caller's (this call's own dict)
+    run.move(S.ACT, sync=flow.fsync or effect != "at-least-once", check=("args",), **intent)
+    return _recorded(flow, spec, intent)
+
+
+def _recorded(flow: Flow, spec: ToolSpec, intent: dict[str, Any]) -> dict[str, Any] | _Given:
+    """A call whose intent is written: its result served by a rerun's recording, or the intent to call live."""
+    session = flow.run.session
+    if not session.strict:  # a run or a resume: a call is served from its history (_begin), never from here
+        return intent
+    try:
+        recorded = served(flow.run.session, intent)
+    except _Served as e:
+        _failed(flow, e.error)
+        return _Given(error=rebuild(e.error))
+    if recorded is not NOT_SERVED:
+        return _Given(_done(flow, spec, recorded))
+    return intent
+
+
+def _reopen(flow: Flow, spec: ToolSpec, step: Step, args: dict[str, Any]) -> dict[str, Any] | _Given:
+    """A call the history holds: its recorded outcome, or the call the trace left open, gone on with."""
+    run = flow.run
+    if step.state == "done":
+        return _Given(check_value("result", step.result))
+    if step.state == "failed":
+        return _Given(error=rebuild(step.error or {"type": "ToolError", "message": "(no error recorded)"}))
+    recorded = step.intent
+    intent: dict[str, Any] = {k: recorded[k] for k in ("name", "tool", "args", "key", "contract") if k in recorded}
+    intent["args"] = args  # the live args (they redact to the recorded ones: matched so)
+    run.intent, run.planned = intent, None
+    if step.state == S.VERIFY:  # the result is on the file: only the checkpoint is missing
+        run.result = step.result
+        run.checkpoint()
+        return _Given(check_value("result", step.result))
+    if step.state == S.PAUSED:
+        if step.question is None and step.reconcile is not None and step.reconcile["happened"]:
+            result = step.reconcile["result"]
+            run.result = run.move(S.VERIFY, sync=True, user=("result",), result=result)["result"]
+            run.checkpoint()
+            return _Given(check_value("result", result))
+        if step.question is None and step.reconcile is None:
+            raise internal("a call paused and not reconciled was resumed", run.journal.path, run.journal.seq)
+        # reconciled as not happened, or its question answered: made again, its intent repeated exactly
+        run.move(S.ACT, sync=True, user=("args",), **intent)
+        return intent
+    if step.contract["effect"] == "unsafe":  # in flight at the crash: never made again blindly
+        run.move(S.PAUSED, sync=True)
+        raise Paused(finished(replay(run.journal.path)))
+    run.session.settled()  # the call is made again: only once the function did all it did before it
+    if (run.journal.dirty or run.journal.owes) and (flow.fsync or step.contract["effect"] != "at-least-once"):
+        run.journal.sync()  # a resumed call of a declared tool: everything before it (the resume's seam) durable
+    return intent  # made again (an idempotent tool with the same key)
+
+
+def _done(flow: Flow, spec: ToolSpec, raw: Any) -> Any:
+    """The call returned raw: its result on the file (ACT -> VERIFY), then its checkpoint; the result as the
+    trace holds it (a JSON round trip, redacted), which is what a resumed run is served."""
+    run = flow.run
+    try:
+        run.result = run.move(S.VERIFY, check=("result",), result=raw)["result"]
+    except NotSerializable as e:  # nothing written: the call stays open, and a resume decides by its contract
+        if inspect.isawaitable(raw):
+            if inspect.iscoroutine(raw):
+                raw.close()  # no "never awaited" warning on top of this error
+            raise HarnessError(
+                f"tool {spec.name!r} returned an awaitable: call it with `await harness.acall(...)`"
+            ) from None
+        raise NotSerializable(e.field, e.where, e.problem, tool=spec.name, step=run.step) from None
+    run.checkpoint()
+    return run.result
+
+
+def _failed(flow: Flow, error: dict[str, Any]) -> None:
+    """The call raised: the step's failed attempt (ACT -> PLAN with its error); the caller raises it."""
+    run = flow.run
+    error = {**error, "message": str(error["message"])[:2000]}
+    run.move(S.PLAN, user=("error",), error=error)
+    run.attempt += 1

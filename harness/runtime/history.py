@@ -1,0 +1,327 @@
+"""Re-execution: what a workflow's trace holds beyond its crossings, served again while its function runs again.
+
+A workflow resumes by running its function again from its first line. Its
+crossings are served the way every resume serves them (boundary.py: by
+what they are, each at most once, a ReplayDrift for one that matches none
+while its agent has recorded ones left, `settled()` before the run writes
+its next state), and the resume's own records (`resume`, an `answer`) are
+owed to the journal (`Journal.owe()`): written with the run's first new
+record, or never. This module adds what only a re-executed function does:
+
+- its tool calls: `Recorded.read()` turns the trace into its `Step`s (each
+  with its contract and its result or error; the last one may still be
+  open: ACT, VERIFY, PAUSED, reconciled or not) and its artifacts, the
+  `held` items; `Serving.take()` serves one by what it is (the tool and
+  its args, redacted as they were written; an artifact's name and bytes)
+  at most once, whatever order the function asks them in;
+- one history: a crossing goes live only once the held items are used up
+  too, and a held item left when the function writes its next state is a
+  ReplayDrift, as a crossing left is (`unsettled`);
+- in async code a call or crossing that matches nothing while items are
+  left waits for its sibling tasks to take theirs (`HOLD_QUIET` seconds
+  with nothing served: then it is the drift), as boundary.py's crossings do;
+- `patched(change_id)`: True where the run is live (and a `patch` crossing
+  records it) or the history's next item of this agent is that marker,
+  False while the history holds something else there: an old run keeps its
+  old path.
+
+Guarantees: a served call or artifact writes nothing; a resume that
+drifts, is refused or pauses again leaves the file byte for byte as it was
+(the journal still owes its seam then).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Any
+
+from .._errors import HarnessError, ReplayDrift
+from ..storage import blobs as _blobs
+from ..trace import state as S
+from ..trace.clock import MAIN
+from ..trace.journal import Journal
+from ..trace.line import canonical
+from ..trace.reader import Crossing, Replay, replay
+from ..trace.redact import DEFAULT, Redaction
+from .boundary import Match, Session, _Hold, _may_hold, differences, patiently
+from .context import _current
+from .timers import replaying
+
+STEP, ARTIFACT = "tool call", "artifact"  # what a held item is: a drift names it
+
+
+class Step:
+    """One tool call of the history: its intent, and where it got to.
+
+    `state`: "done" (checkpointed), "failed" (the tool raised: ACT -> PLAN or
+    FAILED, `error` set), or, for the last call of a trace that stopped in
+    it, the run's state there: ACT (in flight), VERIFY (result recorded, no
+    checkpoint) or PAUSED (uncertain, or asking a question: `question`), with
+    the operator's `reconcile` record when there is one.
+    """
+
+    __slots__ = ("contract", "error", "intent", "question", "reconcile", "result", "state")
+
+    def __init__(self, intent: dict[str, Any]):
+        self.intent = intent
+        self.contract: dict[str, Any] = intent.get("contract") or {}
+        self.state = S.ACT
+        self.result: Any = None
+        self.error: dict[str, Any] | None = None
+        self.reconcile: dict[str, Any] | None = None
+        self.question: Any = None
+
+    @property
+    def over(self) -> bool:
+        """Whether the call ended in the trace (its result checkpointed, or its error recorded)."""
+        return self.state in ("done", "failed")
+
+
+def _moved(step: Step, rec: dict[str, Any]) -> None:
+    """A transition of the tool call in progress."""
+    dst = rec["to"]
+    step.state = dst
+    if dst == S.VERIFY and "result" in rec:
+        step.result = rec["result"]
+    elif dst == S.PAUSED:
+        step.question = rec.get("question")
+    elif dst in (S.PLAN, S.FAILED):  # the tool raised: the call is over
+        step.state, step.error = "failed", rec["error"]
+    elif dst == S.ACT:  # reconciled as not happened, or the question answered: it is made again
+        step.reconcile = step.question = None
+
+
+class Item:
+    """A tool call or an artifact of the history, matched by `space`, `kind` and the canonical JSON of `request`."""
+
+    __slots__ = ("key", "kind", "request", "seq", "space", "step")
+
+    def __init__(self, space: str, kind: str, request: Any, seq: int, step: Step | None = None):
+        self.space, self.kind, self.request, self.seq, self.step = space, kind, request, seq, step
+        self.key = canonical(request)
+
+
+class Recorded:
+    """What a workflow's trace says its function did: its crossings, its held items (calls and artifacts, in
+    order), and the first spawn, if any (such a run cannot be re-executed yet)."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self.crossings: list[Crossing] = []
+        self.held: list[Item] = []
+        self.spawned: int | None = None
+
+    @classmethod
+    def read(cls, path: str) -> tuple[Replay, Recorded]:
+        """replay() of the trace at path, and what it recorded, in one pass."""
+        out = cls(path)
+        step: Step | None = None
+
+        def take(line: bytes, rec: dict[str, Any]) -> None:
+            nonlocal step
+            kind = rec["kind"]
+            if kind in ("spawn", "exit", "join"):
+                out.spawned = out.spawned or rec["seq"]
+                return
+            if "blobs" in rec:
+                rec = _blobs.inline(path, rec)
+            if kind == "crossing":
+                seq = rec["seq"]
+                c = Crossing(seq, rec["boundary"], rec["request"], rec.get("response"), rec.get("error"), seq)
+                out.crossings.append(c)
+            elif kind == "artifact":
+                name = rec["name"]
+                out.held.append(Item(ARTIFACT, name, {"name": name, "sha256": rec["sha256"]}, rec["seq"]))
+            elif kind == "transition":
+                if rec["to"] == S.ACT and rec["from"] == S.PLAN:
+                    step = Step(rec)
+                    out.held.append(Item(STEP, rec["tool"], rec["args"], rec["seq"], step))
+                elif step is not None:  # (INIT -> PLAN, a question asked in PLAN and its answer, the end: none)
+                    _moved(step, rec)
+                    if step.over:
+                        step = None
+            elif kind == "checkpoint" and step is not None:
+                step.state, step = "done", None
+            elif kind == "reconcile" and step is not None:
+                step.reconcile = rec
+
+        rep = replay(path, on_record=take)
+        return rep, out
+
+    def check(self) -> None:
+        """HarnessError when the function cannot be run again over this history."""
+        if self.spawned is not None:
+            raise HarnessError(
+                f"{self.path}: a workflow run that spawned agents (seq {self.spawned}) cannot be resumed yet: "
+                "nothing was written. Rerun it (harness.rerun), or start it again"
+            )
+
+
+class Serving(Session):
+    """A session that re-executes a workflow: its held items are served by what they are (see the docstring)."""
+
+    held: deque[Item]
+    path: str
+
+    def hold(self, recorded: Recorded) -> None:
+        """Serve recorded's calls and artifacts (its crossings are the Session's own)."""
+        self.held, self.path = deque(recorded.held), recorded.path
+        self.checking = True
+
+    def take_held(self, space: str, kind: str, request: Any) -> Item | None:
+        """The held item that is `space kind request` (a request as written: redacted), now served; None once
+        the held items are used up (go live). ReplayDrift when items are left and none is this one (_Hold in
+        async code that may still wait for its siblings)."""
+        held = self.held
+        if not held:
+            return None
+        key = canonical(request)
+        for i, item in enumerate(held):
+            if item.space == space and item.kind == kind and item.key == key:
+                del held[i]
+                self.served += 1
+                return item
+        if _may_hold.get():
+            raise _Hold
+        drift = self.drift_from(held[0], space, kind, request)
+        self.failure = self.failure or drift
+        raise drift
+
+    async def atake_held(self, space: str, kind: str, request: Any) -> Item | None:
+        """take_held() for async code: what matches nothing while items are left waits for its siblings to take theirs
+        (see patiently)."""
+        return await patiently(self, lambda: self.take_held(space, kind, request))
+
+    def drift_from(self, first: Item, space: str, kind: str, request: Any) -> ReplayDrift:
+        """The error for a re-executed function that did `space kind request` where its history has `first`."""
+        if (first.space, first.kind) == (space, kind):
+            fields = differences(first.request, request)
+            if space == STEP:
+                fields = {f"args.{k}" if k != "request" else "args": v for k, v in fields.items()}
+        else:
+            fields = {"kind": (f"{first.space} {first.kind}", f"{space} {kind}")}
+        shown = "; ".join(f"{k}: recorded {a!r:.200}, now {b!r:.200}" for k, (a, b) in fields.items())
+        return ReplayDrift(
+            f"{self.path}: seq {first.seq}: the re-executed workflow made a {space} {kind!r} where its trace holds "
+            f"the {first.space} {first.kind!r}: {shown}. {self._changed()}, or mark the change with "
+            "harness.patched()",
+            seq=first.seq,
+            line=first.seq,
+            fields=fields,
+        )
+
+    def unsettled(self, agent: str) -> ReplayDrift | None:
+        """A crossing left (the Session's rule), else, for the main agent, a held item the function went past."""
+        drift = super().unsettled(agent)
+        if drift is not None or agent != MAIN or not self.held:
+            return drift
+        first = self.held[0]
+        drift = ReplayDrift(
+            f"{self.path}: seq {first.seq}: the re-executed workflow went past (or ended before) the "
+            f"{first.space} {first.kind!r} its trace holds here. {self._changed()}",
+            seq=first.seq,
+            line=first.seq,
+            fields={"kind": (f"{first.space} {first.kind}", None)},
+        )
+        self.failure = self.failure or drift
+        return drift
+
+    def upcoming(self) -> Crossing | Item | None:
+        """What the history holds next for the current agent: its next crossing or held item, whichever the
+        trace has first (patched() looks at it)."""
+        queue = self.queue()
+        nxt: Crossing | Item | None = queue[0] if queue else None
+        if self.held and self.agent().name == MAIN and (nxt is None or self.held[0].seq < nxt.seq):
+            return self.held[0]
+        return nxt
+
+    def artifact_served(self, name: str, sha256: str) -> bool:
+        if self.agent().name != MAIN:
+            return False
+        return self.take_held(ARTIFACT, name, {"name": name, "sha256": sha256}) is not None
+
+
+class Resumed(Serving):
+    """A resumed workflow's session: the trace's crossings and held items served first (nothing written), then
+    live. `asked`: the question the run paused on, asked live again (with its answer) when the function gets
+    there; a different question there is a drift."""
+
+    def __init__(self, journal: Journal, recorded: Recorded, *, redact: Redaction = DEFAULT, asked: Any = None):
+        super().__init__(journal, recorded.crossings, redact=redact)
+        self.hold(recorded)
+        self.asked = asked
+
+    async def atake_held(self, space: str, kind: str, request: Any) -> Item | None:
+        """Serving.atake_held(); a call it does not serve whole (made live, or gone on with) first waits for the
+        crossings its siblings still have to take: what it writes comes after them."""
+        item = await super().atake_held(space, kind, request)
+        if item is None or (item.step is not None and not item.step.over):
+            await patiently(self, self._crossed)
+        return item
+
+    def _crossed(self) -> None:
+        """_Hold while the main agent's crossings are not all served (once quiet, settled() says what is left)."""
+        if self.recorded.get(MAIN) and _may_hold.get():
+            raise _Hold
+
+    def serve(self, kind: str, request: Any, match: Match | None = None) -> Crossing | None:
+        rec = super().serve(kind, request, match)
+        if rec is not None or self.agent().name != MAIN:
+            return rec
+        if self.held:  # the crossings are used up, the calls are not: a drift (or a wait for siblings)
+            first = self.held[0]
+            if _may_hold.get():
+                raise _Hold
+            drift = self.drift_from(first, "crossing", kind, request)
+            self.failure = self.failure or drift
+            raise drift
+        if self.asked is not None and kind == "interrupt":  # the question the run paused on, asked again
+            asked, self.asked = self.asked, None
+            if canonical(asked["question"]) != canonical(request):
+                fields = differences(asked["question"], request)
+                drift = ReplayDrift(
+                    f"{self.path}: seq {asked['seq']}: the re-executed workflow asked another question than the one "
+                    f"its run paused on ({fields}). {self._changed()}",
+                    seq=asked["seq"],
+                    line=asked["seq"],
+                    fields=fields,
+                )
+                self.failure = self.failure or drift
+                raise drift
+        return None
+
+
+def patched(change_id: str) -> bool:
+    """Whether this run takes the new code path of a change: `if harness.patched("id"): new else: old`.
+
+    Live (the recording of this agent has run out, or no run at all): True,
+    and a `patch` crossing records it. Re-executing a recording whose next
+    item is that marker: True. Re-executing a recording that holds something
+    else there (a run made before the change): False, and nothing is
+    recorded. Asked again in the same run, it answers the same.
+    """
+    if type(change_id) is not str or not change_id:
+        raise HarnessError(f"harness.patched() needs a non-empty str change id, not {change_id!r}")
+    session = _current.get()
+    if session is None or session.nested:  # outside a run, or inside a call: the code as it is now
+        return True
+    known = session.patches.get(change_id)
+    if known is not None:
+        return known
+    if isinstance(session, Serving):
+        nxt = session.upcoming()
+    else:
+        queue = session.queue()
+        nxt = queue[0] if queue else None
+    if nxt is None:
+        taken = not replaying(session)  # a rerun past its recording: the recording never got here
+    else:
+        taken = isinstance(nxt, Crossing) and nxt.kind == "patch" and nxt.request == change_id
+    if taken:
+        session.cross("patch", change_id, _true)
+    session.patches[change_id] = taken
+    return taken
+
+
+def _true() -> bool:
+    return True

@@ -1,0 +1,502 @@
+"""Durable functions: `@harness.workflow` makes a plain function (sync or async) a run that resumes, reruns and forks.
+
+A workflow run is a run on the Executor's state machine with the function
+in the planner's role, written to the same kind of trace:
+
+- the header names the workflow (`workflow`: `module:qualname`), its
+  arguments as the goal (`{"args": [...], "kwargs": {...}}`) and no tools
+  (`{}`: each call carries its tool's contract), then INIT -> PLAN;
+- each crossing the function makes (`harness.llm`, `now`, `sleep`, ...) is
+  a crossing record in PLAN, as a planner's is; each `harness.call` is a
+  step (see calls.py);
+- the end: PLAN -> DONE with `result` (what the function returned), PLAN ->
+  FAILED with `error` (what it raised: `{"type": "module.QualName",
+  "message"}`), or PLAN -> PAUSED with the question `interrupt()` asked;
+  then the seal.
+
+The function runs on the caller's own thread (`W.run`) or as a coroutine on
+the caller's own loop (`await W.arun`), with the run's Session active: no
+thread hands it over. `W.run` returns the Outcome: an exception the function
+raised ends the run FAILED and is not raised again (`outcome.error` names
+its type and message, as Temporal returns a failed workflow's failure).
+Harness's own verdicts (a drift, a value that is not JSON, a call of
+something not callable, a journal that failed) are raised, with a crash
+record when the run had written something (so `harness runs` shows why).
+
+Resume is re-execution (history.py): the function runs again from its
+start, what the trace holds is served to it (nothing written, no call made
+again) and the first thing the trace does not hold goes live, after the
+`resume` record. A finished run returns its outcome and calls nothing.
+Guarantees: arguments that do not survive JSON are refused before anything
+is written (NotSerializable); a resume that drifts, mismatches or pauses
+again writes nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import functools
+import inspect
+import os
+import sys
+import threading
+import uuid
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any, Generic, ParamSpec, TypeVar, cast
+
+from .._errors import (
+    HarnessError,
+    JournalError,
+    NotATool,
+    NotSerializable,
+    ReplayDrift,
+    ReplayViolation,
+    ResumeMismatch,
+    TraceCorruption,
+    TraceExists,
+    TraceMissing,
+    TraceUnreadable,
+    error_of,
+    internal,
+)
+from ..storage import FenceLost, exists, is_url, join
+from ..storage import runs_dir as default_runs_dir
+from ..storage.blobs import THRESHOLD
+from ..trace import index as _index
+from ..trace import state as S
+from ..trace.journal import Journal
+from ..trace.line import canonical, check_value
+from ..trace.reader import Replay
+from ..trace.redact import Redaction, Rule
+from ..trace.remote import open_journal
+from ..trace.torn import set_aside, torn_name
+from .boundary import Session, deactivate
+from .calls import Flow, Paused, _flow
+from .environment import environment
+from .executor import NO_ANSWER, Outcome, _crash, _Run, ask, finished, reseal, write_header
+from .history import Recorded, Resumed
+from .interrupt import Interrupted
+from .tool import is_async_fn
+
+P = ParamSpec("P")
+R = TypeVar("R")
+# harness's own verdicts: raised out of run(), never a FAILED outcome (a plain HarnessError is harness's own too)
+_STOPS = (JournalError, ReplayDrift, ReplayViolation, NotSerializable, NotATool, ResumeMismatch, TraceCorruption)
+# no crash record: the journal failed, the run drifted, or a bad value was refused before anything was written
+_UNRECORDED = (JournalError, ReplayDrift, ReplayViolation, FenceLost, NotSerializable, NotATool)
+
+
+class Workflow(Generic[P, R]):
+    """A function made durable by `@harness.workflow`; `W.run(...)` runs it, `W(...)` just calls it.
+
+    `name` is `module:qualname`, what its traces record; `importable` says
+    whether a command (`harness rerun --workflow`, Ray workers) can import
+    it by that name (None when it can, else why not: a lambda, a closure).
+    """
+
+    def __init__(self, fn: Callable[P, R]):
+        if isinstance(fn, Workflow):
+            fn = fn.fn
+        if not callable(fn):
+            raise TypeError(f"@harness.workflow needs a function, not {fn!r:.80}")
+        self.fn: Callable[P, R] = fn
+        qualname = getattr(fn, "__qualname__", None) or type(fn).__qualname__
+        self.name = f"{getattr(fn, '__module__', None) or '__main__'}:{qualname}"
+        self.is_async = is_async_fn(fn)
+        self.importable: str | None = None
+        if "<lambda>" in qualname:
+            self.importable = "it is a lambda"
+        elif "<locals>" in qualname:
+            self.importable = "it is defined inside a function (a closure or a nested function)"
+        functools.update_wrapper(self, fn)
+
+    def __repr__(self) -> str:
+        return f"<harness.workflow {self.name}>"
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
+        return self.fn(*args, **kwargs)
+
+    def run(
+        self,
+        *args: Any,
+        trace: str | os.PathLike[str] | None = None,
+        runs_dir: str | os.PathLike[str] | None = None,
+        resume: bool | str = False,
+        durability: str = "flush",
+        redact: Redaction | Iterable[Rule] | None = None,
+        seal_key: str | bytes | None = None,
+        storage_options: dict[str, Any] | None = None,
+        answer: Any = NO_ANSWER,
+        **kwargs: Any,
+    ) -> Outcome:
+        """Run the function with args and kwargs as a durable run; returns DONE (`.result`), FAILED or PAUSED.
+
+        `resume=True` finishes the run `trace` holds (TraceMissing when there
+        is none), `"auto"` resumes it if it exists, else starts it; `answer`
+        answers the question the run paused on. An async function is run with
+        asyncio.run (from code that is not on an event loop; else `await
+        W.arun(...)`).
+        """
+        options = _Options(trace, runs_dir, resume, durability, redact, seal_key, storage_options, answer)
+        if self.is_async:
+            try:
+                asyncio.get_running_loop()
+            except RuntimeError:
+                return asyncio.run(self._arun(args, kwargs, options))
+            raise HarnessError(f"{self.name} is async and an event loop is running here: `await W.arun(...)`")
+        with _Opened(self, args, kwargs, options) as opened:
+            return opened.outcome or execute(self, opened.flow, args, kwargs)
+
+    async def arun(
+        self,
+        *args: Any,
+        trace: str | os.PathLike[str] | None = None,
+        runs_dir: str | os.PathLike[str] | None = None,
+        resume: bool | str = False,
+        durability: str = "flush",
+        redact: Redaction | Iterable[Rule] | None = None,
+        seal_key: str | bytes | None = None,
+        storage_options: dict[str, Any] | None = None,
+        answer: Any = NO_ANSWER,
+        **kwargs: Any,
+    ) -> Outcome:
+        """run() as a coroutine on the running loop: an async function is awaited there (a plain one is called)."""
+        options = _Options(trace, runs_dir, resume, durability, redact, seal_key, storage_options, answer)
+        return await self._arun(args, kwargs, options)
+
+    async def _arun(self, args: tuple[Any, ...], kwargs: dict[str, Any], options: _Options) -> Outcome:
+        with _Opened(self, args, kwargs, options) as opened:
+            return opened.outcome or await aexecute(self, opened.flow, args, kwargs)
+
+
+def execute(w: Workflow[Any, Any], flow: Flow, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Outcome:
+    """Run w's (sync) function in flow, its session active, to its end: DONE, FAILED, PAUSED, or raised."""
+    token = flow.run.session.activate(), _flow.set(flow)
+    try:
+        try:
+            value = w.fn(*args, **kwargs)
+        except BaseException as e:
+            return _raised(flow, e)
+        if inspect.isawaitable(value):
+            stop = _awaitable(w, value)
+            _stopped(flow.run, stop)
+            raise stop
+        return _returned(flow, value)
+    finally:
+        _flow.reset(token[1])
+        deactivate(token[0])
+
+
+async def aexecute(w: Workflow[Any, Any], flow: Flow, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Outcome:
+    """execute() on the running loop: an async function is awaited (a plain one is called)."""
+    token = flow.run.session.activate(), _flow.set(flow)
+    try:
+        try:
+            value: Any = w.fn(*args, **kwargs)
+            if inspect.isawaitable(value):
+                value = await value
+        except BaseException as e:
+            return _raised(flow, e)
+        return _returned(flow, value)
+    finally:
+        _flow.reset(token[1])
+        deactivate(token[0])
+
+
+def run_anywhere(w: Workflow[Any, Any], flow: Flow, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Outcome:
+    """execute(), or for an async function aexecute() on a loop of its own (in a thread when this one has one)."""
+    if not w.is_async:
+        return execute(w, flow, args, kwargs)
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(aexecute(w, flow, args, kwargs))
+    box: dict[str, Any] = {}
+
+    def own() -> None:
+        try:
+            box["out"] = asyncio.run(aexecute(w, flow, args, kwargs))
+        except BaseException as e:  # raised in the caller's thread
+            box["error"] = e
+
+    ctx = contextvars.copy_context()
+    t = threading.Thread(target=ctx.run, args=(own,), name="harness-workflow")
+    t.start()
+    t.join()
+    if "error" in box:
+        raise box["error"]
+    return cast(Outcome, box["out"])
+
+
+def workflow(fn: Callable[P, R]) -> Workflow[P, R]:
+    """Make fn (sync or `async def`) a durable function: `fn.run(*args, trace=...)` runs it (see Workflow)."""
+    return Workflow(fn)
+
+
+def _awaitable(w: Workflow[Any, Any], value: Any) -> HarnessError:
+    if inspect.iscoroutine(value):
+        value.close()
+    return HarnessError(f"{w.name} returned an awaitable: run an async workflow with `await W.arun(...)`")
+
+
+@dataclass(frozen=True, slots=True)
+class _Options:
+    trace: str | os.PathLike[str] | None
+    runs_dir: str | os.PathLike[str] | None
+    resume: bool | str
+    durability: str
+    redact: Redaction | Iterable[Rule] | None
+    seal_key: str | bytes | None
+    storage_options: dict[str, Any] | None
+    answer: Any
+
+
+class _Opened:
+    """The trace of one W.run, open and locked: a new run started, a resume ready, or a finished run's outcome."""
+
+    def __init__(self, w: Workflow[Any, Any], args: tuple[Any, ...], kwargs: dict[str, Any], options: _Options):
+        if options.durability not in ("flush", "fsync"):
+            raise ValueError(f"durability must be 'flush' or 'fsync', not {options.durability!r}")
+        if options.resume not in (True, False, "auto"):
+            raise ValueError(
+                f'resume must be True, False or "auto" (resume if the trace exists, else start), not {options.resume!r}'
+            )
+        if options.resume and options.trace is None:
+            raise ValueError("resume=True needs the trace= of the run to resume")
+        self.w, self.options = w, options
+        self.goal = goal_of(args, kwargs)
+        if options.answer is not NO_ANSWER:
+            check_value("answer", options.answer)
+        self.redact = Redaction.of(options.redact)
+        self.outcome: Outcome | None = None
+        self.flow: Flow = cast(Flow, None)
+        self.journal: Journal | None = None
+
+    def __enter__(self) -> _Opened:
+        from ..trace.seal import key_of
+
+        options = self.options
+        run_id = uuid.uuid4().hex
+        path = os.fspath(options.trace) if options.trace is not None else None
+        if path is None:
+            folder = default_runs_dir(options.runs_dir)
+            try:
+                if not is_url(folder):
+                    os.makedirs(folder, exist_ok=True)
+            except OSError as e:
+                raise TraceUnreadable(folder, f"cannot hold runs: {e.strerror}") from None
+            path = join(folder, f"{run_id}.jsonl")
+        answered = options.answer is not NO_ANSWER
+        if (options.resume is True or answered) and not exists(path, storage_options=options.storage_options):
+            raise TraceMissing(path)
+        key = key_of(options.seal_key)  # a bad key fails before anything is written
+        journal = self.journal = open_journal(
+            path, durability=options.durability, redact=self.redact, blob_threshold=THRESHOLD,
+            storage_options=options.storage_options,
+        )  # fmt: skip
+        try:
+            journal.seal_key = key
+            if journal.size():
+                if not options.resume:
+                    raise TraceExists(path)
+                self._resume(journal)
+            else:
+                if answered:
+                    raise HarnessError(f"{path}: an answer was given, but the trace holds no run that asked a question")
+                self.flow = start(journal, self.w.name, self.goal, run_id, redact=self.redact, fsync=journal.fsync)
+        except BaseException:
+            journal.close()
+            raise
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, *exc: object) -> None:
+        if self.journal is not None:
+            self.journal.__exit__(kind, *exc)
+
+    def _resume(self, journal: Journal) -> None:
+        path, w, answer = journal.path, self.w, self.options.answer
+        try:
+            rep, recorded = Recorded.read(path)
+        except TraceCorruption as e:
+            if e.reason != "torn-header":
+                raise
+            set_aside(path, 0)  # never started: a new run in the emptied file
+            journal.continue_after(0, 0, 0, start=None)
+            self.flow = start(journal, w.name, self.goal, uuid.uuid4().hex, redact=self.redact, fsync=journal.fsync)
+            return
+        if rep.workflow is None or not same_workflow(rep.workflow, w.name):
+            raise ResumeMismatch(path, "workflow", rep.workflow, w.name)
+        if canonical(rep.goal) != canonical(self.redact(self.goal)):
+            raise ResumeMismatch(path, "arguments", rep.goal, self.goal)
+        journal.digests.update(rep.blobs)
+        if rep.complete and rep.seal is None:  # its writer died writing the end: the seal is all that is missing
+            self.outcome = reseal(journal, rep)
+            return
+        asked = rep.question is not None and not rep.answered
+        if answer is not NO_ANSWER and not asked:
+            why = "it is already answered" if rep.question is not None else f"its state is {rep.state}"
+            raise HarnessError(
+                f"{path}: an answer was given, but the run waits for none ({why}); nothing was written. "
+                "Resume without an answer."
+            )
+        if rep.complete or (rep.state == S.PAUSED and ((asked and answer is NO_ANSWER) or _uncertain(rep))):
+            self.outcome = finished(rep)  # a finished run (or one waiting for a human) is never appended to
+            return
+        recorded.check()
+        question = rep.question if rep.state == S.PAUSED else None  # asked in PLAN: the function asks it again
+        again = question if question is not None and question["from"] == S.PLAN else None
+        session = Resumed(journal, recorded, redact=self.redact, asked=again)
+        self.flow = go_on(journal, session, rep, fsync=journal.fsync, answer=answer, lazy=True)
+
+
+def _uncertain(rep: Replay) -> bool:
+    """Whether a PAUSED run waits for an operator's reconcile (an unsafe call of uncertain outcome)."""
+    return rep.question is None and rep.reconcile is None
+
+
+def goal_of(args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+    """A workflow's goal, as its header holds it: `{"args": [...], "kwargs": {...}}` (NotSerializable if not JSON)."""
+    goal: dict[str, Any] = check_value("arguments", {"args": list(args), "kwargs": dict(kwargs)})
+    return goal
+
+
+def same_workflow(recorded: str, name: str) -> bool:
+    """Whether a trace's workflow is this one: the same `module:qualname`, or the same qualname when one of them
+    ran as a script (`__main__`) and the other was imported."""
+    if recorded == name:
+        return True
+    (m1, _, q1), (m2, _, q2) = recorded.partition(":"), name.partition(":")
+    return q1 == q2 and "__main__" in (m1, m2)
+
+
+def start(
+    journal: Journal,
+    name: str,
+    goal: Any,
+    run_id: str,
+    *,
+    redact: Redaction,
+    fsync: bool,
+    session: Session | None = None,
+    lineage: dict[str, Any] | None = None,
+    entrypoint: str | None = None,
+) -> Flow:
+    """Write a new workflow run's header and INIT -> PLAN; the Flow its function runs in."""
+    entrypoint = entrypoint or (sys.argv[0] if sys.argv and sys.argv[0] else "<python>")
+    write_header(journal, run_id, goal, {}, redact, entrypoint, lineage or {}, workflow=name)
+    run = _Run(journal, session or Session(journal, redact=redact), goal, run_id, [], S.INIT)
+    run.move(S.PLAN)
+    return Flow(run, fsync=fsync)
+
+
+def go_on(
+    journal: Journal,
+    session: Session,
+    rep: Replay,
+    *,
+    fsync: bool,
+    answer: Any = NO_ANSWER,
+    lazy: bool,
+    entrypoint: str | None = None,
+) -> Flow:
+    """The Flow that re-executes the run `rep` read, its history served by `session`.
+
+    lazy (a resume): the seam is owed (Journal.owe()): the `resume` record
+    (naming where a torn tail goes), the `answer` given, and PAUSED -> PLAN
+    for a question the function asked in PLAN are written with the run's
+    first new record, or never. Not lazy (a rerun at a recorded seam): the
+    caller wrote the resume record; a question asked in PLAN is left now.
+    """
+    entrypoint = entrypoint or (sys.argv[0] if sys.argv and sys.argv[0] else "<python>")
+    run = _Run(journal, session, rep.goal, rep.run_id, _index.resumed(rep), rep.state)
+    run.step, run.attempt = position(rep)
+    question = rep.question
+    back = rep.state == S.PAUSED and question is not None and question["from"] == S.PLAN
+    if back and question is not None:  # where it was asked: the function asks it again there
+        run.step, run.attempt = question["step"], question.get("attempt", 1)
+    if lazy:
+        aside = torn_name(rep.path, rep.end) if rep.torn_tail else None
+        seam = {"set_aside": os.path.basename(aside) if aside else None, "env": environment(entrypoint)}
+        owed: list[tuple[str, dict[str, Any], tuple[str, ...]]] = [("resume", seam, ())]
+        if answer is not NO_ANSWER and question is not None:  # (_Opened refused an answer with none)
+            owed.append(("answer", {"op": question["seq"], "answer": answer}, ("answer",)))
+        if back:  # back to PLAN, where the function asks its question again and gets the answer
+            moved = {"from": S.PAUSED, "to": S.PLAN, "step": run.step}
+            if run.attempt != 1:
+                moved["attempt"] = run.attempt
+            owed.append(("transition", moved, ()))
+            run.state = S.PLAN
+        journal.owe(rep.last_seq, rep.crc, rep.end, owed, start=rep.header["ts"], aside=aside)
+    elif back:
+        run.move(S.PLAN, sync=True)
+    session.patches.clear()  # the function starts again: it asks again, and the history answers
+    session.answers.extend(rep.answers)
+    if answer is not NO_ANSWER:
+        session.answers.append(answer)
+    return Flow(run, fsync=fsync)
+
+
+def position(rep: Replay) -> tuple[int, int]:
+    """The step and attempt the run is at, at the end of its trace."""
+    last = rep.last or {}
+    if last.get("kind") == "checkpoint":
+        return last["step"] + 1, 1
+    step, attempt = last.get("step", 0), last.get("attempt", 1)
+    if last.get("to") == S.PLAN and last.get("from") in (S.ACT, S.VERIFY):  # a failed attempt: the next one
+        attempt += 1
+    return step, attempt
+
+
+def _returned(flow: Flow, value: Any) -> Outcome:
+    """The function returned value: PLAN -> DONE with it (and the seal)."""
+    run = flow.run
+    try:
+        value = check_value("result", value)  # nothing written for a value that is not JSON
+        _at_plan(run)
+        run.end(S.DONE, user=("result",), result=value)
+    except BaseException as e:
+        _stopped(run, e)
+        raise
+    return Outcome(S.DONE, run.snapshot(), run.id, run.journal.path, result=value)
+
+
+def _raised(flow: Flow, e: BaseException) -> Outcome:
+    """The function raised e: FAILED with its error, PAUSED on a question, or harness's own verdict raised."""
+    run = flow.run
+    if isinstance(e, Paused):
+        return cast(Outcome, e.outcome)
+    try:
+        own = type(e) is HarnessError or isinstance(e, _STOPS)
+        if own or not isinstance(e, Exception | Interrupted):
+            raise e
+        if isinstance(e, Interrupted):  # asked in PLAN, or by a tool in ACT
+            if run.session.checking:
+                run.session.settled()
+            return ask(run, e.question)
+        _at_plan(run)
+        error = error_of(e)
+        error["message"] = error["message"][:2000]
+        run.end(S.FAILED, user=("error",), error=error)
+        return Outcome(S.FAILED, run.snapshot(), run.id, run.journal.path, error=error)
+    except BaseException as stop:
+        _stopped(run, stop)
+        raise
+
+
+def _at_plan(run: _Run) -> None:
+    """Before the run's end: a re-executed function that stopped where its trace goes on is a ReplayDrift
+    (settled()); a function that ends does so in PLAN."""
+    if run.session.checking:
+        run.session.settled()
+    if run.state != S.PLAN:
+        raise internal(f"the workflow ended in state {run.state} at step {run.step}", run.journal.path)
+
+
+def _stopped(run: _Run, e: BaseException) -> None:
+    """Record why the run stopped (a crash record), when it wrote anything and the journal is not the problem."""
+    if isinstance(e, _UNRECORDED) or run.journal.owes:
+        return
+    if isinstance(e, Exception | KeyboardInterrupt):
+        _crash(run, e)
