@@ -59,7 +59,7 @@ from ..review.diff import marked_changes
 from ..review.rerun import fork as harness_fork
 from ..review.rerun import load_agent, load_workflow
 from ..review.runs import run_info
-from ..review.stream import http_view, reply
+from ..review.stream import FRAMEWORK_MODELS, http_view, reply
 from ..storage.blobs import read as read_blob
 from ..trace.annotations import FORMAT as ANNOTATIONS_FORMAT
 from ..trace.annotations import annotations_path
@@ -404,12 +404,17 @@ def _one(v: Viewer, run: str, line: int) -> dict[str, Any]:
         "line": line, "offset": idx.offsets[line - 1], "bytes": len(raw) + 1,
         "lane": idx.lane_names[idx.lanes[line - 1]], "col": idx.cols[line - 1],
         "brief": idx.brief(line - 1, rec), "record": rec, "inline": whole, "stored": stored,
-        "forkable": _forkable(whole), "reply": reply(whole.get("response")) if _http(whole) else None,
+        "forkable": _forkable(whole), "reply": reply(whole.get("response")) if _answers(whole) else None,
     }  # fmt: skip
 
 
 def _http(rec: dict[str, Any]) -> bool:
     return rec.get("kind") == "crossing" and rec.get("boundary") == "http"
+
+
+def _answers(rec: dict[str, Any]) -> bool:
+    """Whether a record is a model call whose reply the record panel shows (http, or a framework's model)."""
+    return _http(rec) or (rec.get("kind") == "crossing" and rec.get("boundary") in FRAMEWORK_MODELS)
 
 
 def _inline(path: str, line: int, rec: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
