@@ -9,12 +9,15 @@ import json
 import subprocess
 import sys
 import typing
+import uuid
 from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
 from children import kill_at
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import harness
 from harness import Executor, HarnessError, Step, replay
@@ -263,3 +266,30 @@ def test_the_key_is_the_same_in_the_process_that_makes_the_call_again_after_a_si
     rep = replay(trace)
     assert first == again == out["result"] == f"{rep.run_id}-0-1"
     assert out["state"] == "DONE" and rep.resumes == 1
+
+
+@harness.tool
+def shapes(a: int, /, b: int = 2, *rest: int, c: int = 3, **more: int) -> list[Any]:
+    return [a, b, list(rest), c, [[k, v] for k, v in sorted(more.items())]]
+
+
+@harness.workflow
+def called(args: list[int], kwargs: dict[str, int]) -> Any:
+    return shapes(*args, **kwargs)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    args=st.lists(st.integers(-5, 5), min_size=1, max_size=4),
+    kwargs=st.dictionaries(st.sampled_from(["b", "c", "x", "y"]), st.integers(-5, 5), max_size=3),
+)
+def test_any_call_shape_reaches_the_function_as_it_was_made(tmp_path: Path, args: list[int], kwargs: Any) -> None:
+    try:
+        direct = shapes.__wrapped__(*args, **kwargs)
+    except TypeError as e:  # (b given twice): the same error in a run, raised at the call (the run FAILED by it)
+        out = called.run(args, kwargs, trace=tmp_path / f"bad-{uuid.uuid4().hex}.jsonl")
+        assert out.state == "FAILED" and out.error["type"] == "builtins.TypeError"
+        assert str(e).split("() ")[1].replace("got ", "") == out.error["message"].split("(): ")[1]
+        return
+    out = called.run(args, kwargs, trace=tmp_path / f"{uuid.uuid4().hex}.jsonl")
+    assert out.state == "DONE" and out.result == direct

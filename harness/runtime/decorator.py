@@ -109,13 +109,14 @@ def _decorate(fn: Any, idempotent: bool | None, name: str | None, version: str |
     is_async = is_async_fn(fn)
     spec = ToolSpec(name or name_of(fn), {"effect": effect, "version": version}, _body(fn, sig, is_async), is_async)
     keyed = idempotent is True
+    star = next((p.name for p in sig.parameters.values() if p.kind is p.VAR_POSITIONAL), None)
 
     if is_async:
 
         @functools.wraps(fn)
         async def atool(*args: Any, **kwargs: Any) -> Any:
             if stepping():
-                return await acall(spec, **_named(spec, sig, args, kwargs))
+                return await acall(spec, **_named(spec, sig, star, args, kwargs))
             token = _key.set(uuid.uuid4().hex if keyed else None)
             try:
                 return await fn(*args, **kwargs)
@@ -128,7 +129,7 @@ def _decorate(fn: Any, idempotent: bool | None, name: str | None, version: str |
         @functools.wraps(fn)
         def stool(*args: Any, **kwargs: Any) -> Any:
             if stepping():
-                return call(spec, **_named(spec, sig, args, kwargs))
+                return call(spec, **_named(spec, sig, star, args, kwargs))
             token = _key.set(uuid.uuid4().hex if keyed else None)
             try:
                 return fn(*args, **kwargs)
@@ -140,16 +141,17 @@ def _decorate(fn: Any, idempotent: bool | None, name: str | None, version: str |
     return wrapper
 
 
-def _named(spec: ToolSpec, sig: inspect.Signature, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
-    """A call's arguments by parameter name, as its intent records them (`*args` as a list)."""
+def _named(
+    spec: ToolSpec, sig: inspect.Signature, star: str | None, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> dict[str, Any]:
+    """A call's arguments by parameter name, as its intent records them; `star` names fn's *args, if any."""
     try:
         bound = sig.bind(*args, **kwargs)
     except TypeError as e:
         raise TypeError(f"{spec.name}(): {e}") from None
     named = bound.arguments
-    for p in sig.parameters.values():
-        if p.kind is p.VAR_POSITIONAL and p.name in named:
-            named[p.name] = list(named[p.name])
+    if star is not None and star in named:  # *args as a list (a trace holds no tuple; the function gets them unpacked)
+        named[star] = list(named[star])
     return named
 
 
