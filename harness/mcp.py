@@ -28,8 +28,12 @@ at-least-once (made again after a crash, never pauses); else
 call in flight at a crash pauses the run for `harness reconcile`.
 `contracts={"tool": "read" | "idempotent" | "unsafe"}` overrides them.
 
-Outside a run, or inside another call, every method passes through to the
-session unchanged. On rerun, and on the served part of a resume, nothing
+In a run outside a workflow's own code (an Executor's planner, a
+`Recorder`'s loop) a read is a crossing (boundary `mcp.call_tool`, request
+`{"server", "tool", "arguments"}`, response the result's wire JSON) and any
+other call is refused (HarnessError: it could be neither durable nor
+served). Outside a run, or inside another call (a tool's own code), every
+method passes through to the session unchanged. On rerun, and on the served part of a resume, nothing
 reaches the server: a `stdio()` session is then never even started.
 
 Guarantees: bad arguments are refused when `record()` is called; the `mcp`
@@ -48,6 +52,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 from ._errors import HarnessError
 from .runtime.boundary import aboundary, active
 from .runtime.calls import acall, stepping
+from .runtime.context import _in_call
 from .runtime.tool import ToolSpec
 
 if TYPE_CHECKING:
@@ -136,14 +141,17 @@ class Recorded:
 
     async def call_tool(self, tool: str, arguments: Mapping[str, Any] | None = None, **kwargs: Any) -> Any:
         """The session's `call_tool(tool, arguments, **kwargs)`; in a workflow's code a step with its contract."""
-        if not stepping():
+        if not stepping() and (not active() or _in_call.get()):
             return await (await self._live()).call_tool(tool, arguments, **kwargs)
         from mcp.types import CallToolResult
 
         if type(tool) is not str:
             raise TypeError(f"call_tool(name, arguments): the name is a str, not {tool!r:.80}")
         arguments = dict(arguments or {})
-        effect = EFFECTS[await self._contract(tool)]
+        contract = await self._contract(tool)
+        if not stepping():
+            return CallToolResult.model_validate(await self._crossing(tool, contract, arguments, kwargs))
+        effect = EFFECTS[contract]
         if effect == "idempotent" and "idempotency_key" in arguments:
             raise HarnessError(
                 f"MCP tool {tool!r} is idempotent and has an argument named 'idempotency_key', which harness "
@@ -159,6 +167,21 @@ class Recorded:
 
         spec = ToolSpec(f"{self.name}.{tool}", {"effect": effect, "version": None}, made, is_async=True)
         return CallToolResult.model_validate(await acall(spec, **arguments))
+
+    async def _crossing(self, tool: str, contract: str, arguments: dict[str, Any], kwargs: dict[str, Any]) -> Any:
+        """A read made in a run outside a workflow's steps (an Executor's planner, a Recorder's loop): a crossing."""
+        if contract != "read":
+            raise HarnessError(
+                f"MCP tool {tool!r} is {contract} (its annotations, or contracts=) and was called in a run outside a "
+                "workflow's own code (an Executor's planner, a Recorder): there it could be neither made durable nor "
+                "served on rerun. Call it from a @harness.workflow function, or from inside a tool of the Executor"
+            )
+
+        async def read() -> Any:
+            result = await (await self._live()).call_tool(tool, arguments, **kwargs)
+            return result.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+        return await aboundary("mcp.call_tool", {"server": self.name, "tool": tool, "arguments": arguments}, read)
 
     async def _contract(self, tool: str) -> str:
         if tool in self._contracts:

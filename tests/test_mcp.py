@@ -240,3 +240,28 @@ def test_bad_input_is_refused_by_record(shop: Any, session: Any, kwargs: dict[st
 def test_the_core_imports_without_mcp() -> None:
     code = "import sys, harness; assert 'mcp' not in sys.modules and 'harness.mcp' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+
+
+def test_in_an_executors_planner_a_read_is_a_crossing_and_an_effect_is_refused(tmp_path: Path, shop: Any) -> None:
+    async def main(tool: str, trace: Path) -> harness.Outcome:
+        async with mcp.Client(shop) as client:
+            s = harness.mcp.record(client)
+
+            async def planner(goal: Any, progress: list[Any]) -> harness.Step | None:
+                if progress:
+                    return None
+                status = await s.call_tool(tool, {"order": 3})
+                return harness.Step("note", "note", {"status": status.content[0].text})
+
+            ex = harness.Executor(planner=planner, tools={"note": lambda status: status}, trace=trace)
+            return await ex.arun("g")
+
+    out = asyncio.run(main("lookup", tmp_path / "read.jsonl"))
+    assert out.state == "DONE" and out.checkpoints[0].result.startswith('{\n  "order": 3')
+    rep = harness.replay(tmp_path / "read.jsonl")
+    assert [c.kind for c in rep.crossings if c.kind != "tool"] == ["mcp.list_tools", "mcp.call_tool"]
+    assert [c["tool"] for c in log(tmp_path)] == ["lookup"]
+    with pytest.raises(BaseExceptionGroup) as info:  # (raised through mcp.Client's task group)
+        asyncio.run(main("refund", tmp_path / "unsafe.jsonl"))
+    assert info.group_contains(harness.HarnessError, match=r"'refund' is unsafe .* outside a workflow's own code")
+    assert [c["tool"] for c in log(tmp_path)] == ["lookup"]  # the refund was never made
