@@ -45,6 +45,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import inspect
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, TextIO
@@ -202,12 +203,13 @@ class Recorded:
         self._listed = True
 
     def _paged(self, cursor: str) -> dict[str, Any]:
-        """The keyword a session's list_tools takes a cursor in: mcp.Client's `cursor=`, ClientSession's `params=`."""
-        if self._session is None or not hasattr(self._session, "send_request"):  # (a stdio() session: ClientSession)
-            from mcp.types import PaginatedRequestParams
+        """The keyword a session's list_tools takes a cursor in: mcp.Client's `cursor=`, ClientSession's `params=`
+        (a stdio() session is a ClientSession)."""
+        if self._session is not None and "cursor" in inspect.signature(self._session.list_tools).parameters:
+            return {"cursor": cursor}
+        from mcp.types import PaginatedRequestParams
 
-            return {"params": PaginatedRequestParams(cursor=cursor)}
-        return {"cursor": cursor}
+        return {"params": PaginatedRequestParams(cursor=cursor)}
 
     def _learn(self, wire: Mapping[str, Any], *, whole: bool) -> None:
         for t in wire.get("tools", []):
@@ -226,14 +228,15 @@ class _Held:
         self.task: asyncio.Task[None] | None = None
 
     async def get(self) -> Any:
-        if self.ready is None:
-            self.ready = asyncio.get_running_loop().create_future()
+        ready = self.ready
+        if ready is None:
+            ready = self.ready = asyncio.get_running_loop().create_future()
             # a context of its own: the connection's tasks belong to no run, no agent, no call
-            self.task = asyncio.get_running_loop().create_task(self._hold(self.ready), context=contextvars.Context())
+            self.task = asyncio.get_running_loop().create_task(self._hold(ready), context=contextvars.Context())
         try:
-            return await asyncio.shield(self.ready)
+            return await asyncio.shield(ready)
         except BaseException:
-            if self.ready.done() and self.ready.exception() is not None:
+            if ready.done() and not ready.cancelled() and ready.exception() is not None and self.ready is ready:
                 self.ready = None  # it failed to open: the next call tries again
             raise
 

@@ -265,3 +265,40 @@ def test_in_an_executors_planner_a_read_is_a_crossing_and_an_effect_is_refused(t
         asyncio.run(main("refund", tmp_path / "unsafe.jsonl"))
     assert info.group_contains(harness.HarnessError, match=r"'refund' is unsafe .* outside a workflow's own code")
     assert [c["tool"] for c in log(tmp_path)] == ["lookup"]  # the refund was never made
+
+
+class Paged:
+    """A session (duck-typed, as record() allows) whose tools come in two pages; `refund` is on the second."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, Any]] = []
+
+    async def list_tools(self, *, cursor: str | None = None) -> Any:
+        from mcp.types import ListToolsResult, Tool, ToolAnnotations
+
+        self.calls.append(("list", cursor))
+        schema = {"type": "object"}
+        if cursor is None:
+            hint = ToolAnnotations(read_only_hint=True)
+            return ListToolsResult(tools=[Tool(name="peek", input_schema=schema, annotations=hint)], next_cursor="p2")
+        hint = ToolAnnotations(idempotent_hint=True)
+        return ListToolsResult(tools=[Tool(name="refund", input_schema=schema, annotations=hint)])
+
+    async def call_tool(self, name: str, arguments: Any = None, *, meta: Any = None) -> Any:
+        self.calls.append((name, meta))
+        return CallToolResult(content=[TextContent(type="text", text=f"{name} done")])
+
+
+def test_the_contracts_are_read_from_every_page_of_the_tools(tmp_path: Path) -> None:
+    paged = Paged()
+
+    @harness.workflow
+    async def flow() -> str:
+        return str((await harness.mcp.record(paged).call_tool("refund", {"order": 1})).content[0].text)
+
+    assert flow.run(trace=tmp_path / "run.jsonl").result == "refund done"
+    (made,) = intents(tmp_path / "run.jsonl")
+    assert made["contract"]["effect"] == "idempotent"
+    assert paged.calls == [("list", None), ("list", "p2"), ("refund", {"harness/idempotency_key": made["key"]})]
+    paged.calls.clear()
+    assert harness.rerun(tmp_path / "run.jsonl", workflow=flow).equal and paged.calls == []  # all served
