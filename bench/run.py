@@ -56,6 +56,9 @@ Lines (the keys of the JSON):
 - workflow_call_vs_step: a `harness.call` of a no-op tool in a workflow (its
   step: intent, result, checkpoint) against an Executor step with the same
   tool and a no-op planner and verifier;
+- tool_decorated_vs_call: a call of a no-op `@harness.tool` function in a
+  workflow (its arguments bound to names, then the same step) against
+  `harness.call` of the same function undecorated;
 - workflow_crossing_vs_step: a no-op `harness.llm` crossing in a workflow
   against that Executor step (a crossing is one record, a step three);
 - workflow_resume_served_vs_live: a workflow of WORKFLOW_CROSSINGS no-op
@@ -160,6 +163,7 @@ TARGETS = {
     "journal_8_threads_vs_1": None,
     "workflow_call_vs_step": 1.0,
     "workflow_crossing_vs_step": 1.0,
+    "tool_decorated_vs_call": 1.1,
     "workflow_resume_served_vs_live": 1.0,
     "workflow_call_vs_langgraph": 0.4,
     "workflow_call_vs_dbos": 0.4,
@@ -663,6 +667,19 @@ def calls(n: int) -> int:
     return n
 
 
+@harness.tool
+def decorated_noop(path: str) -> dict[str, Any]:
+    return {"ok": True}
+
+
+@harness.workflow
+def decorated(n: int) -> int:
+    """n durable calls of a no-op @harness.tool function."""
+    for _ in range(n):
+        decorated_noop("src/parser/lexer.py")
+    return n
+
+
 @harness.workflow
 def crossings(n: int) -> int:
     """n no-op model calls."""
@@ -702,7 +719,8 @@ def bench_workflow(scratch: Scratch, sizes: Sizes) -> Rounds:
         return go
 
     return interleaved({"executor step": executor, "workflow call": workflow(calls),
-                        "workflow crossing": workflow(crossings)}, sizes.reps)  # fmt: skip
+                        "workflow crossing": workflow(crossings), "decorated call": workflow(decorated)},
+                       sizes.reps)  # fmt: skip
 
 
 def bench_workflow_resume(scratch: Scratch, n: int, reps: int) -> Rounds:
@@ -1113,6 +1131,7 @@ def run(mode: str, folder: str, log: Callable[[str], None], *, wall: bool = Fals
     got = bench_workflow(scratch, sizes)
     out["workflow_call_vs_step"] = got.ratio("workflow call", "executor step", clock("workflow"))
     out["workflow_crossing_vs_step"] = got.ratio("workflow crossing", "executor step", clock("workflow"))
+    out["tool_decorated_vs_call"] = got.ratio("decorated call", "workflow call", clock("workflow"))
     detail["workflow_us"] = got.medians(1e6)
     n = WORKFLOW_CROSSINGS[mode]
     log(f"workflows: resume after {n} model calls, against the same run live")
@@ -1160,6 +1179,7 @@ def table(result: dict[str, Any]) -> str:
         "journal_8_threads_vs_1": f"records/s, 8 threads sharing a journal / 1 thread ({sizes['append']} records)",
         "workflow_call_vs_step": f"workflow harness.call / Executor step, no-op tool ({sizes['steps']} each)",
         "workflow_crossing_vs_step": "workflow harness.llm crossing, no-op model / Executor step",
+        "tool_decorated_vs_call": "workflow, a call of an @harness.tool function / harness.call of it undecorated",
         "workflow_resume_served_vs_live": "workflow resume per served crossing / live, per crossing "
         f"({result['detail'].get('workflow_resume_crossings')} model calls)",
         "workflow_call_vs_langgraph": "workflow, fsync, per durable call / LangGraph @entrypoint + @task, "
