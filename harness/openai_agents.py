@@ -56,7 +56,7 @@ from agents.tool_context import ToolContext  # noqa: E402
 from pydantic import TypeAdapter  # noqa: E402
 
 from .runtime.boundary import aboundary  # noqa: E402
-from .runtime.calls import _flow, acall  # noqa: E402
+from .runtime.calls import acall, stepping  # noqa: E402
 from .runtime.tool import PLAIN, ToolSpec  # noqa: E402
 
 MODEL, STREAM, TOOL, MCP = "openai_agents.model", "openai_agents.stream", "openai_agents.tool", "openai_agents.mcp"
@@ -179,7 +179,7 @@ def _wrap_tool(tool: Any, seen: dict[int, Any]) -> Any:
             args = None
         if not isinstance(args, dict):
             args = {"input": input}
-        if _flow.get() is None:
+        if not stepping():
             return await aboundary(TOOL, {"tool": name, "args": args}, lambda: _call(inner, ctx, input, name))
 
         async def run(**_: Any) -> Any:  # the args (and an idempotency key) are the invoker's own already

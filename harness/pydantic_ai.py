@@ -78,7 +78,7 @@ from pydantic_ai.models import ModelRequestParameters  # noqa: E402
 from pydantic_ai.toolsets.function import FunctionToolsetTool  # noqa: E402
 
 from .runtime.boundary import Session, aboundary, now  # noqa: E402
-from .runtime.calls import _flow, acall  # noqa: E402
+from .runtime.calls import acall, stepping  # noqa: E402
 from .runtime.context import _current, _in_call  # noqa: E402
 from .runtime.tool import PLAIN, ToolSpec  # noqa: E402
 
@@ -223,7 +223,7 @@ class _Backend(JournalCallableOperationBackend[None]):
 async def _tool_call(name: str, params: ToolsetCallToolParams, body: Any) -> Any:
     """A tool call: a step of the workflow in progress, else a crossing (a Recorder, a planner)."""
     args = params.tool_args
-    if _flow.get() is None:
+    if not stepping():
         cursor = _state().cursors.get(params.ctx.run_id or "")
         request = {"op": name, "tool": params.name, "args": stable(args, cursor.ids if cursor else {})}
         return await aboundary(TOOL, request, body)

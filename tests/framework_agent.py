@@ -34,7 +34,6 @@ from pydantic_ai.providers.openai import OpenAIProvider
 import harness
 from harness.openai_agents import Runner
 from harness.pydantic_ai import HarnessDurability
-from harness.runtime.tool import ToolSpec
 
 KEY = "sk-test-SECRET-framework-key-0123456789"
 TOOLS = 2  # tool calls per run, then the final answer
@@ -71,6 +70,7 @@ def client(url: str) -> AsyncOpenAI:
     return AsyncOpenAI(base_url=f"{url}/v1", api_key=KEY, http_client=httpx.AsyncClient(transport=_Hook()))
 
 
+@harness.tool(idempotent=False)
 def charge(a: int, b: int) -> int:
     """Charge a card a + b cents (unsafe: never made twice)."""
     _counts["tool"] += 1
@@ -80,7 +80,13 @@ def charge(a: int, b: int) -> int:
     return a + b
 
 
-charge.__harness_tool__ = ToolSpec("charge", {"effect": "unsafe", "version": None}, charge)  # type: ignore[attr-defined]
+@harness.tool(idempotent=True)
+async def reserve(a: int, b: int) -> str:
+    """Reserve a slot (idempotent: the booking service dedupes on the key)."""
+    key = harness.idempotency_key()
+    with open(os.environ.get("FRAMEWORK_LOG", os.devnull), "a") as f:
+        f.write(f"reserve {a} {b} {key}\n")
+    return key
 
 
 def scripted(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:

@@ -44,7 +44,7 @@ from typing import Any, TypeVar, overload
 
 from .._errors import HarnessError
 from .calls import acall, call, stepping
-from .context import _key
+from .context import _in_call, _key
 from .tool import ToolSpec, is_async_fn, name_of
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -117,7 +117,7 @@ def _decorate(fn: Any, idempotent: bool | None, name: str | None, version: str |
         async def atool(*args: Any, **kwargs: Any) -> Any:
             if stepping():
                 return await acall(spec, **_named(spec, sig, star, args, kwargs))
-            token = _key.set(uuid.uuid4().hex if keyed else None)
+            token = _key.set(_inherited() if keyed else None)
             try:
                 return await fn(*args, **kwargs)
             finally:
@@ -130,7 +130,7 @@ def _decorate(fn: Any, idempotent: bool | None, name: str | None, version: str |
         def stool(*args: Any, **kwargs: Any) -> Any:
             if stepping():
                 return call(spec, **_named(spec, sig, star, args, kwargs))
-            token = _key.set(uuid.uuid4().hex if keyed else None)
+            token = _key.set(_inherited() if keyed else None)
             try:
                 return fn(*args, **kwargs)
             finally:
@@ -139,6 +139,13 @@ def _decorate(fn: Any, idempotent: bool | None, name: str | None, version: str |
         wrapper = stool
     wrapper.__harness_tool__ = spec
     return wrapper
+
+
+def _inherited() -> str:
+    """The key of a plain call of an idempotent tool: the key of the call it runs in, when that call has one (a
+    framework's tool call made a workflow step by harness.pydantic_ai or .openai_agents, whose body calls this
+    function), else a fresh one (nothing will make this call again)."""
+    return (_key.get() if _in_call.get() else None) or uuid.uuid4().hex
 
 
 def _named(
