@@ -169,6 +169,8 @@ TARGETS = {
     "workflow_call_vs_dbos": 0.4,
     "workflow_resume_vs_langgraph": 1.0,
     "workflow_resume_vs_dbos": 1.0,
+    "pydantic_ai_step_vs_dbos": 0.4,
+    "pydantic_ai_resume_vs_dbos": 0.5,
 }
 KEYS = tuple(TARGETS)
 LATENCY = 0.02  # seconds a tool of the parallel-step line waits, as a network call would
@@ -995,6 +997,11 @@ def _peers() -> Any:
     return importlib.import_module("peers" if not __package__ else f"{__package__}.peers")
 
 
+def _frameworks() -> Any:
+    """bench/frameworks.py (Pydantic AI under HarnessDurability and DBOSDurability), found as _peers() is."""
+    return importlib.import_module("frameworks" if not __package__ else f"{__package__}.frameworks")
+
+
 def machine() -> dict[str, Any]:
     cpu = platform.processor() or "unknown"
     try:
@@ -1147,6 +1154,12 @@ def run(mode: str, folder: str, log: Callable[[str], None], *, wall: bool = Fals
     got_peers = peers.run(mode, scratch.folder, log, peers=with_peers)
     out.update(got_peers["keys"])
     detail["peers"] = got_peers["detail"]
+    out["pydantic_ai_step_vs_dbos"] = out["pydantic_ai_resume_vs_dbos"] = None
+    if with_peers:  # bench/frameworks.py: the same Pydantic AI agent durable on harness and on DBOS
+        log("bench/frameworks.py: Pydantic AI under HarnessDurability and DBOSDurability")
+        got_pai = _frameworks().run(mode, scratch.folder, log)
+        out.update(got_pai["keys"])
+        detail["pydantic_ai"] = got_pai["detail"]
     return {"mode": mode, "sizes": asdict(sizes), "machine": machine(), "ratios": out, "detail": detail, **out}
 
 
@@ -1187,6 +1200,10 @@ def table(result: dict[str, Any]) -> str:
         "workflow_call_vs_dbos": "workflow, fsync, per durable call / DBOS workflow + steps on SQLite (--peers)",
         "workflow_resume_vs_langgraph": "workflow resume of the killed run / LangGraph's (--peers)",
         "workflow_resume_vs_dbos": "workflow resume of the killed run / DBOS recovery (--peers)",
+        "pydantic_ai_step_vs_dbos": "Pydantic AI agent, overhead per durable call over a plain run: "
+        "HarnessDurability (fsync) / DBOSDurability on SQLite (--peers)",
+        "pydantic_ai_resume_vs_dbos": "Pydantic AI agent killed after N tool calls: harness resume / DBOS recovery "
+        "(--peers)",
     }
     rows = ["| key | what | measured | target |", "|---|---|---|---|"]
     for key, target in TARGETS.items():
@@ -1226,6 +1243,10 @@ def main(argv: list[str] | None = None) -> int:
             peers.check_installed(list(peers.VARIANTS))
         except peers.PeersMissing as e:
             print(f"bench/run.py --peers: {e}", file=sys.stderr)
+            return 2
+        missing = _frameworks().check_installed()
+        if missing:
+            print(f"bench/run.py --peers: {missing}", file=sys.stderr)
             return 2
     folder = tempfile.mkdtemp(prefix="harness-bench-", dir=args.dir)
     try:
