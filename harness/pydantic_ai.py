@@ -23,6 +23,10 @@ recorded and, on resume or rerun, served:
   given a `__harness_tool__` spec), at-least-once otherwise; in a Recorder or a
   planner, a crossing of kind `pydantic_ai.tool`. What is recorded is the
   framework's own tool-call result (`{"kind": "tool_return", "result": ...}`);
+- an MCP toolset's tool call is a tool call too, its contract read from the
+  tool's MCP annotations (`readOnlyHint`: at-least-once; `idempotentHint`:
+  idempotent; else unsafe); `MCPToolset(process_tool_call=mcp_meta)` sends
+  an idempotent call's key in the request's `_meta` for the server to dedupe;
 - other units (an MCP toolset's tool list, capability operations) are
   crossings of kind `pydantic_ai`; an event-stream handler runs live (it feeds
   a screen, and is fed again on rerun); custom argument validators run inline.
@@ -79,7 +83,7 @@ from pydantic_ai.toolsets.function import FunctionToolsetTool  # noqa: E402
 
 from .runtime.boundary import Session, aboundary, now  # noqa: E402
 from .runtime.calls import acall, stepping  # noqa: E402
-from .runtime.context import _current, _in_call  # noqa: E402
+from .runtime.context import _current, _in_call, _key  # noqa: E402
 from .runtime.tool import PLAIN, ToolSpec  # noqa: E402
 
 MODEL, TOOL, OTHER = "pydantic_ai.model", "pydantic_ai.tool", "pydantic_ai"  # the crossings' kinds
@@ -159,15 +163,32 @@ def _model_request(name: str, params: ModelRequestParams) -> dict[str, Any]:
     return request
 
 
-def _contract(params: ToolsetCallToolParams) -> dict[str, Any]:
-    """The contract of a function tool: its `__harness_tool__` spec's (`@harness.tool`), else at-least-once."""
+def _contract(kind: str, params: ToolsetCallToolParams) -> dict[str, Any]:
+    """A tool's contract: a function tool's `__harness_tool__` spec's (`@harness.tool`); an MCP tool's from the
+    annotations its server lists (`readOnlyHint`: at-least-once, else `idempotentHint`: idempotent, else unsafe,
+    MCP's default reading); at-least-once otherwise."""
     tool = params.tool
     if isinstance(tool, FunctionToolsetTool):
         held = getattr(tool.toolset, "tools", {}).get(tool.original_name or params.name)
         spec = getattr(getattr(held, "function", None), "__harness_tool__", None)
         if isinstance(spec, ToolSpec):
             return spec.contract
+    elif kind == "mcp" and tool is not None:
+        hints = (tool.tool_def.metadata or {}).get("annotations") or {}
+        if hints.get("readOnlyHint") is True:
+            return dict(PLAIN)
+        return {"effect": "idempotent" if hints.get("idempotentHint") is True else "unsafe", "version": None}
     return dict(PLAIN)
+
+
+MCP_KEY = "harness/idempotency_key"  # the request _meta field an idempotent MCP call's key travels in (harness.mcp's)
+
+
+async def mcp_meta(ctx: Any, call_tool: Any, name: str, tool_args: dict[str, Any]) -> Any:
+    """A `MCPToolset(process_tool_call=mcp_meta)`: an idempotent MCP tool call's key sent in the request's `_meta`
+    as `{"harness/idempotency_key": key}`, so the server can dedupe a call made again after a crash."""
+    key = _key.get()
+    return await call_tool(name, tool_args, metadata={MCP_KEY: key} if key is not None else None)
 
 
 class _Unjsonable(Exception):
@@ -211,7 +232,7 @@ class _Backend(JournalCallableOperationBackend[None]):
             if isinstance(operation_id, ModelRequestId) and isinstance(params, ModelRequestParams):
                 return await aboundary(MODEL, _model_request(name, params), body)
             if isinstance(operation_id, ToolsetCallToolId) and isinstance(params, ToolsetCallToolParams):
-                return await _tool_call(name, params, body)
+                return await _tool_call(name, operation_id.toolset_kind, params, body)
             if isinstance(operation_id, EventStreamHandlerId):
                 return await body()
             return await aboundary(OTHER, {"op": name}, body)
@@ -220,7 +241,7 @@ class _Backend(JournalCallableOperationBackend[None]):
             raise NotSerializable("result", "", f"not JSON ({e})", tool=tool) from None
 
 
-async def _tool_call(name: str, params: ToolsetCallToolParams, body: Any) -> Any:
+async def _tool_call(name: str, kind: str, params: ToolsetCallToolParams, body: Any) -> Any:
     """A tool call: a step of the workflow in progress, else a crossing (a Recorder, a planner)."""
     args = params.tool_args
     if not stepping():
@@ -231,7 +252,7 @@ async def _tool_call(name: str, params: ToolsetCallToolParams, body: Any) -> Any
     async def run(**_: Any) -> Any:  # the args (and an idempotency key) are the body's own already
         return await body()
 
-    return await acall(ToolSpec(params.name, _contract(params), run, is_async=True), **args)
+    return await acall(ToolSpec(params.name, _contract(kind, params), run, is_async=True), **args)
 
 
 class HarnessDurability(BaseDurabilityCapability[Any]):
@@ -289,4 +310,4 @@ class HarnessDurability(BaseDurabilityCapability[Any]):
         return now() if self.in_durable_context else None
 
 
-__all__ = ["HarnessDurability"]
+__all__ = ["HarnessDurability", "mcp_meta"]

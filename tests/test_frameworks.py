@@ -317,3 +317,50 @@ def test_an_idempotent_tool_gets_its_step_key_from_harness_idempotency_key(serve
     contracts = [r["contract"]["effect"] for r in records(trace) if r["kind"] == "transition" and r["to"] == "ACT"]
     assert len(keys) == 4 and len(set(keys)) == 4 and set(contracts) == {"idempotent"}
     assert [line.split()[-1] for line in effects(tmp_path / "tools.log")] == keys  # the step's own key, each time
+
+
+SHOP = Path(__file__).resolve().parent.parent / "examples" / "shop_server.py"
+
+
+def test_an_mcp_toolset_calls_are_steps_with_the_contracts_of_their_annotations(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    from fastmcp.client.transports import StdioTransport
+    from pydantic_ai.mcp import MCPToolset
+    from pydantic_ai.messages import TextPart, ToolCallPart
+
+    from harness.pydantic_ai import mcp_meta
+
+    monkeypatch.setenv("SHOP_LOG", str(tmp_path / "shop.log"))
+    plan = [("lookup", {"order": 7}), ("send_email", {"to": "a@b.c", "body": "hi"}), ("refund", {"order": 7})]
+
+    def model(messages: list[Any], info: Any) -> ModelResponse:
+        done = sum(1 for m in messages for p in m.parts if p.part_kind == "tool-return")
+        if done < len(plan):
+            return ModelResponse(parts=[ToolCallPart(*plan[done])])
+        return ModelResponse(parts=[TextPart("all done")])
+
+    command = [sys.executable, str(SHOP)]
+
+    def agent() -> Agent[None, str]:
+        transport = StdioTransport(command[0], command[1:], env=dict(os.environ))
+        shop = MCPToolset(transport, id="shop", process_tool_call=mcp_meta, init_timeout=120)
+        return Agent(FunctionModel(model), name="support", toolsets=[shop], capabilities=[HarnessDurability()])
+
+    @harness.workflow
+    async def support() -> str:
+        return (await agent().run("refund order 7")).output
+
+    trace = tmp_path / "run.jsonl"
+    assert support.run(trace=trace).result == "all done"
+    intents = [r for r in records(trace) if r["kind"] == "transition" and r["to"] == "ACT"]
+    assert [(r["tool"], r["contract"]["effect"]) for r in intents] == [
+        ("lookup", "at-least-once"), ("send_email", "idempotent"), ("refund", "unsafe"),
+    ]  # fmt: skip
+    calls = [json.loads(line) for line in (tmp_path / "shop.log").read_text().splitlines()]
+    assert [c["tool"] for c in calls] == ["lookup", "send_email", "refund"]
+    assert calls[1]["key"] == intents[1]["key"] and calls[0]["key"] is None  # the key went in the request's _meta
+    command[1] = str(tmp_path / "no-such-server.py")  # the server cannot even start: a rerun must not need it
+    again = harness.rerun(trace, workflow=support)
+    assert again.equal and again.live_calls == 0
+    assert len((tmp_path / "shop.log").read_text().splitlines()) == 3
