@@ -364,3 +364,16 @@ def test_an_mcp_toolset_calls_are_steps_with_the_contracts_of_their_annotations(
     again = harness.rerun(trace, workflow=support)
     assert again.equal and again.live_calls == 0
     assert len((tmp_path / "shop.log").read_text().splitlines()) == 3
+
+
+def test_the_viewer_reads_what_each_framework_model_said(server: AgentServer, tmp_path: Path) -> None:
+    from harness.review.stream import reply, said
+    from harness.viewer._index import note  # the What column of the viewer's timeline
+
+    for name in ("pai-openai", "oa"):
+        trace = tmp_path / f"{name}.jsonl"
+        record(name, server, trace)
+        answers = [r for r in records(trace) if r["kind"] == "crossing"]
+        shown = [said(reply(r["response"]) or {}) for r in answers]
+        assert shown[0] == '→ charge {"a": 0, "b": 1}' and shown[-1] == "done after 2 tools", name
+        assert note(answers[-1]) == "done after 2 tools"
