@@ -259,18 +259,18 @@ class Executor:
         # secrets replaced by a marker in every value written (None: the default rules; a list adds to them)
         self.redact = Redaction.of(redact)
         self.storage_options = storage_options  # for a trace= or runs_dir= URL (fsspec), else unused
-        # each tool as a ToolSpec: a plain callable at-least-once, a harness.Tool or an @harness.tool with its contract
-        self.specs: dict[str, ToolSpec] = {}
+        # each tool's contract from its ToolSpec: a plain callable at-least-once, a harness.Tool's or an @harness.tool's
+        specs: dict[str, ToolSpec] = {}
         for name, tool in self.tools.items():
             if type(name) is not str:
                 raise TypeError(f"tools must be a dict of name -> callable or harness.Tool; key {name!r} is not a str")
             if not isinstance(tool, Tool | ToolSpec) and not callable(tool):
                 raise TypeError(f"tool {name!r} is {tool!r}, not a callable or a harness.Tool")
-            self.specs[name] = spec_of(tool)
-        self.contracts = {n: s.contract for n, s in sorted(self.specs.items())}
+            specs[name] = spec_of(tool)
+        self.contracts = {n: s.contract for n, s in sorted(specs.items())}
         # the tools whose call is preceded by an fsync (of their intent and all before it): all of them with
         # durability="fsync", declared tools with "flush"
-        synced = [n for n, s in self.specs.items() if durability == "fsync" or s.contract["effect"] != "at-least-once"]
+        synced = [n for n, s in specs.items() if durability == "fsync" or s.contract["effect"] != "at-least-once"]
         self.synced = frozenset(synced)
 
     def run(self, goal: Any, *, answer: Any = NO_ANSWER) -> Outcome:
@@ -318,7 +318,7 @@ class Executor:
     def _refuse_async(self) -> None:
         """HarnessError before anything is written when run() was given an async planner, verifier or tool."""
         parts: list[tuple[str, Any]] = [("the planner", self.planner), ("the verifier", self.verifier)]
-        parts += [(f"tool {n!r}", s.fn) for n, s in self.specs.items()]
+        parts += [(f"tool {n!r}", spec_of(t).fn) for n, t in self.tools.items()]
         for what, fn in parts:
             if inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(type(fn).__call__):
                 raise _async(what)
@@ -334,7 +334,6 @@ class Executor:
         bridge = Bridge(asyncio.get_running_loop())
         ex = copy.copy(self)
         ex.planner, ex.tools, ex.verifier = bridged(bridge, self.planner, self.tools, self.verifier)
-        ex.specs = {n: spec_of(t) for n, t in ex.tools.items()}  # (the same contracts: bridged keeps them)
         return await asyncio.to_thread(functools.partial(ex.run, goal, answer=answer))
 
     def _start(
@@ -795,7 +794,7 @@ class Executor:
         recorded = served(session, intent)
         if recorded is not NOT_SERVED:
             return recorded
-        return invoke(session, self.specs[intent["tool"]].fn, intent, self.retry.timeout)
+        return invoke(session, spec_of(self.tools[intent["tool"]]).fn, intent, self.retry.timeout)
 
     def _verify(self, run: _Run) -> str | None:
         """None when the verifier vouches for the result, else why not."""
