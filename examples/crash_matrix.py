@@ -15,6 +15,11 @@ counts the rows in the ledger. The handshake points:
 - after-ack: inside the verifier, so the ACT -> VERIFY record with the
   result is on disk.
 
+The `answered-*` cases first pause the run on a question (the planner asks
+a human to approve the payment with `harness.interrupt`), then answer it in
+a fresh process, which is killed at the chosen point: what was answered
+stays answered, and a resume goes on from the answer.
+
 A paused run is reconciled only on positive evidence: a ledger row for the
 operation makes it `happened=True` with that row's receipt; no row leaves it
 paused, because an absent row does not prove the call will never land.
@@ -106,7 +111,7 @@ def handshake(point: str) -> None:
     os._exit(1)
 
 
-def child_run(folder: Path, *, contract: str, kill_at: str, resume: bool) -> None:
+def child_run(folder: Path, *, contract: str, kill_at: str, resume: bool, ask: bool, answer: Any = None) -> None:
     ledger = Ledger(folder / "ledger.sqlite")
 
     def pay(*, op: str, amount: int, idempotency_key: str | None = None) -> dict[str, Any]:
@@ -125,13 +130,18 @@ def child_run(folder: Path, *, contract: str, kill_at: str, resume: bool) -> Non
         return True
 
     def planner(goal: Any, done: list[Any]) -> harness.Step | None:
-        return None if done else harness.Step("pay", "pay", dict(PAY))
+        if done:
+            return None
+        if ask:  # a human approves the amount first
+            approved = harness.interrupt({"approve": dict(PAY)})
+            return harness.Step("pay", "pay", {"op": PAY["op"], "amount": approved["amount"]})
+        return harness.Step("pay", "pay", dict(PAY))
 
     tool = harness.Tool(pay, idempotent=contract == "idempotent", version="1")
     ex = harness.Executor(
         planner=planner, tools={"pay": tool}, verifier=verifier, trace=folder / "trace.jsonl", resume=resume,
     )  # fmt: skip
-    out = ex.run(GOAL)
+    out = ex.run(GOAL) if answer is None else ex.run(GOAL, answer=answer)
     results = [c.result for c in out.checkpoints]
     emit({"event": "outcome", "state": out.state, "pending": out.pending, "results": results})
 
@@ -182,17 +192,28 @@ def trace_state(folder: Path) -> str:
     return harness.replay(folder / "trace.jsonl").state
 
 
-def run_case(folder: Path, contract: str, kill_at: str) -> dict[str, Any]:
-    """Run, kill at kill_at, resume in a fresh process; reconcile a pause from the ledger. Returns observations."""
-    first = Child(folder, "run", contract=contract, kill_at=kill_at)
+def run_case(folder: Path, contract: str, kill_at: str, *, ask: bool = False) -> dict[str, Any]:
+    """Run, kill at kill_at, resume in a fresh process; reconcile a pause from the ledger. Returns observations.
+
+    With ask, the run pauses on its question first, and the process that brings the answer is the one killed.
+    """
+    obs: dict[str, Any] = {}
+    asking = {"ask": "yes"} if ask else {}
+    if ask:
+        asked = Child(folder, "run", contract=contract, kill_at="none", **asking).until(None)
+        obs["asked"] = asked is not None and asked["state"] == "PAUSED" and "question" in (asked["pending"] or {})
+        answer = json.dumps({"amount": PAY["amount"]})
+        first = Child(folder, "run", contract=contract, kill_at=kill_at, resume="yes", answer=answer, **asking)
+    else:
+        first = Child(folder, "run", contract=contract, kill_at=kill_at)
     first.until(kill_at)
     ledger = Ledger(folder / "ledger.sqlite")
-    obs: dict[str, Any] = {"killed": first.killed, "state_at_kill": trace_state(folder)}
+    obs.update({"killed": first.killed, "state_at_kill": trace_state(folder)})
     obs["rows_at_kill"] = len(ledger.rows())
     rep = harness.replay(folder / "trace.jsonl")
     obs["intent_key"] = rep.intent.get("key") if rep.intent else None
     obs["first_receipts"] = [e["receipt"] for e in first.of("effect")]
-    second = Child(folder, "run", contract=contract, kill_at="none", resume="yes")
+    second = Child(folder, "run", contract=contract, kill_at="none", resume="yes", **asking)
     out = second.until(None)
     obs["resume"] = {"outcome": out, "calls": second.of("call"), "effects": second.of("effect")}
     if out is not None and out["state"] == "PAUSED":
@@ -203,11 +224,11 @@ def run_case(folder: Path, contract: str, kill_at: str) -> dict[str, Any]:
             result = {"receipt": row["receipt"], "row": row["id"]}
             harness.reconcile(folder / "trace.jsonl", happened=True, result=result, evidence=evidence)
             obs["reconciled"] = evidence
-            third = Child(folder, "run", contract=contract, kill_at="none", resume="yes")
+            third = Child(folder, "run", contract=contract, kill_at="none", resume="yes", **asking)
             obs["after_reconcile"] = {"outcome": third.until(None), "calls": third.of("call")}
         else:  # no row is no proof: stay paused; a further resume changes nothing
             before = (folder / "trace.jsonl").read_bytes()
-            again = Child(folder, "run", contract=contract, kill_at="none", resume="yes")
+            again = Child(folder, "run", contract=contract, kill_at="none", resume="yes", **asking)
             obs["resumed_again"] = {"outcome": again.until(None), "calls": again.of("call")}
             obs["trace_unchanged"] = (folder / "trace.jsonl").read_bytes() == before
     obs["final_state"] = trace_state(folder)
@@ -275,6 +296,35 @@ def unsafe_after_ack(folder: Path) -> tuple[dict[str, Any], str, bool]:
     return o, "recorded result used", ok
 
 
+def answered_idempotent_after_effect(folder: Path) -> tuple[dict[str, Any], str, bool]:
+    o = run_case(folder, "idempotent", "effect", ask=True)
+    r = o["resume"]
+    ok = (o["asked"] and o["killed"] and o["state_at_kill"] == "ACT" and o["rows_at_kill"] == 1
+          and [c["key"] for c in r["calls"]] == [o["intent_key"]] and [e["inserted"] for e in r["effects"]] == [False]
+          and result_of(o) == o["first_receipts"][0] and o["final_state"] == "DONE")  # fmt: skip
+    return o, "answered, then existing receipt recovered", ok
+
+
+def answered_unsafe_after_intent(folder: Path) -> tuple[dict[str, Any], str, bool]:
+    o = run_case(folder, "unsafe", "intent", ask=True)
+    r, again = o["resume"], o.get("resumed_again")
+    ok = (o["asked"] and o["killed"] and o["state_at_kill"] == "ACT" and r["outcome"]["state"] == "PAUSED"
+          and not r["calls"] and "reconciled" not in o and again is not None
+          and again["outcome"]["state"] == "PAUSED" and not again["calls"] and o["trace_unchanged"]
+          and o["final_state"] == "PAUSED")  # fmt: skip
+    return o, "answered, then paused, unresolved", ok
+
+
+def answered_unsafe_after_effect(folder: Path) -> tuple[dict[str, Any], str, bool]:
+    o = run_case(folder, "unsafe", "effect", ask=True)
+    r = o["resume"]
+    ok = (o["asked"] and o["killed"] and o["state_at_kill"] == "ACT" and o["rows_at_kill"] == 1
+          and r["outcome"]["state"] == "PAUSED" and not r["calls"] and "reconciled" in o
+          and done_without_calls(o, "after_reconcile")
+          and result_of(o, "after_reconcile") == o["first_receipts"][0])  # fmt: skip
+    return o, "answered, paused, then reconciled from the ledger", ok
+
+
 def blind_retry(folder: Path) -> tuple[dict[str, Any], str, bool]:
     first = Child(folder, "naive", kill_at="effect")
     first.until("effect")
@@ -301,6 +351,9 @@ CASES: dict[str, Callable[[Path], tuple[dict[str, Any], str, bool]]] = {
     "unsafe-after-intent": unsafe_after_intent,
     "unsafe-after-effect": unsafe_after_effect,
     "unsafe-after-ack": unsafe_after_ack,
+    "answered-idempotent-after-effect": answered_idempotent_after_effect,
+    "answered-unsafe-after-intent": answered_unsafe_after_intent,
+    "answered-unsafe-after-effect": answered_unsafe_after_effect,
     "blind-retry": blind_retry,
     "control": control,
 }
@@ -334,9 +387,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--contract", help=argparse.SUPPRESS)
     p.add_argument("--kill-at", default="none", help=argparse.SUPPRESS)
     p.add_argument("--resume", default="", help=argparse.SUPPRESS)
+    p.add_argument("--ask", default="", help=argparse.SUPPRESS)
+    p.add_argument("--answer", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.child == "run":
-        child_run(Path(args.folder), contract=args.contract, kill_at=args.kill_at, resume=bool(args.resume))
+        answer = json.loads(args.answer) if args.answer is not None else None
+        child_run(Path(args.folder), contract=args.contract, kill_at=args.kill_at, resume=bool(args.resume),
+                  ask=bool(args.ask), answer=answer)  # fmt: skip
         return 0
     if args.child == "naive":
         child_naive(Path(args.folder), kill_at=args.kill_at)

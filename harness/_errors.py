@@ -13,6 +13,16 @@ class HarnessError(Exception):
     """Root of every error raised by harness."""
 
 
+def internal(what: str, path: str | None = None, seq: int | None = None) -> HarnessError:
+    """The error for a state harness believes impossible: a bug of harness, never the user's (no assert decides).
+
+    It names the trace and the seq when they are known, and asks for a report.
+    """
+    where = f"{path}: " if path else ""
+    where += f"seq {seq}: " if seq is not None else ""
+    return HarnessError(f"internal error, please report: {where}{what}")
+
+
 class TraceCorruption(HarnessError):
     """A trace that cannot support its own story.
 

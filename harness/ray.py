@@ -129,14 +129,17 @@ def read_goals(path: str | os.PathLike[str]) -> list[Any]:
 def run_one(task: Task) -> Outcome:
     """Run (or resume) one task's goal in this process: what each Ray task does."""
     from .review.rerun import load_agent, load_workflow
+    from .runtime.bridge import bridging
     from .runtime.executor import Executor
 
     try:
         if task.workflow:
             return load_workflow(task.agent).run(task.goal, trace=task.trace, resume="auto", **task.options)
-        planner, tools, verifier = load_agent(task.agent)
-        ex = Executor(planner=planner, tools=tools, verifier=verifier, trace=task.trace, resume="auto", **task.options)
-        return ex.run(task.goal)
+        agent = load_agent(task.agent)
+        with bridging(*agent) as (planner, tools, verifier):  # an async agent: on a private event loop
+            ex = Executor(planner=planner, tools=tools, verifier=verifier, trace=task.trace, resume="auto",
+                          **task.options)  # fmt: skip
+            return ex.run(task.goal)
     except Exception as e:  # what went wrong, as one line that survives pickling (HarnessError's fields may not)
         raise TaskFailed(f"{type(e).__name__}: {' '.join(str(e).split())}") from None
 

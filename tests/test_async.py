@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import shutil
 import subprocess
 import sys
 import threading
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 from children import kill_at
 
@@ -16,6 +19,8 @@ import harness
 from harness import Executor, Step
 from harness.runtime.boundary import _active
 from harness.testing import read_records
+
+HARNESS = shutil.which("harness") or str(Path(sys.executable).parent / "harness")
 
 
 async def amodel(request: Any) -> Any:
@@ -321,3 +326,126 @@ def test_a_crossing_whose_earlier_sibling_waits_on_its_caller_is_written_after_a
         {"q": "b"},
         {"q": "a"},
     ]
+
+    async def rerun_planner(goal: Any, done: list[Any]) -> Any:  # the same calls, started a before b
+        if not done:
+            x, y = await asyncio.gather(harness.allm({"q": "a"}, arefuse), harness.allm({"q": "b"}, arefuse))
+            return Step("s", "t", {"a": x, "b": y})
+        return None
+
+    r = harness.rerun(tmp_path / "r.jsonl", planner=rerun_planner, tools={"t": refuse})  # each served its own,
+    assert (r.equal, r.live_calls) == (True, 0)  # and written where the recording has it
+
+
+# --- concurrent crossings resumed: served by what they are, whatever order they start in ----------------
+
+GATHER = Path(__file__).with_name("gather_agent.py")
+
+
+def gather_child(trace: Path, mode: str, folder: Path, **env: str) -> subprocess.Popen[bytes]:
+    """tests/gather_agent.py in a fresh interpreter: start, answer or resume the run in trace."""
+    environ = {**os.environ, "GATHER_DIR": str(folder), **env}
+    return subprocess.Popen(
+        [sys.executable, str(GATHER), str(trace), mode], env=environ, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+
+
+def outcome_of(child: subprocess.Popen[bytes]) -> dict[str, Any]:
+    out, err = child.communicate(timeout=120)
+    assert child.returncode == 0, err.decode()
+    return dict(orjson.loads(out.splitlines()[-1]))
+
+
+def test_gathered_model_calls_are_served_again_in_every_fresh_process(tmp_path: Path) -> None:
+    """The reported shape: an async planner gathers three drafts (random start order, random latency), a
+    human approves one, the process is killed, and every resume in a fresh process saves that very draft with
+    no model call made again; a rerun of each resumed trace is equal, with no live call."""
+    import gather_agent
+
+    first = outcome_of(gather_child(tmp_path / "run.jsonl", "start", tmp_path))
+    assert first["state"] == "PAUSED"
+    drafts = first["pending"]["question"]["pick one"]
+    assert len(gather_agent_calls(tmp_path)) == 3 and len(set(drafts)) == 3
+    answered = gather_child(tmp_path / "run.jsonl", "answer", tmp_path, GATHER_KILL="answered")
+    kill_at(tmp_path / "answered", answered, "the answer")
+    trace_after_kill = (tmp_path / "run.jsonl").read_bytes()
+    assert harness.replay(tmp_path / "run.jsonl").state == "PLAN"
+    assert len(gather_agent_calls(tmp_path)) == 3  # the answered process served the drafts again
+
+    for i in range(20):
+        copy = tmp_path / f"copy-{i}"
+        copy.mkdir()
+        (copy / "run.jsonl").write_bytes(trace_after_kill)
+        done = outcome_of(gather_child(copy / "run.jsonl", "resume", tmp_path))
+        assert done["state"] == "DONE" and done["results"] == [{"saved": drafts[1]}], (i, done)
+        assert len(gather_agent_calls(tmp_path)) == 3, i  # zero live model calls
+        planner, tools, _ = make_gather(tmp_path)
+        r = harness.rerun(copy / "run.jsonl", planner=planner, tools=tools)
+        assert (r.equal, r.live_calls, r.state) == (True, 0, "DONE"), i
+    assert gather_agent.saved() == [drafts[1]] * 20
+    rerun = subprocess.run(
+        [HARNESS, "rerun", str(tmp_path / "copy-0" / "run.jsonl"), "--agent", "gather_agent:make_agent"],
+        capture_output=True, text=True, timeout=120, cwd=GATHER.parent, env={**os.environ, "GATHER_DIR": str(tmp_path)},
+    )  # fmt: skip
+    assert rerun.returncode == 0 and "equal" in rerun.stdout and "0 live calls" in rerun.stdout, rerun.stdout
+
+
+def gather_agent_calls(folder: Path) -> list[Any]:
+    log = folder / "calls.log"
+    return [orjson.loads(line) for line in log.read_bytes().splitlines()] if log.exists() else []
+
+
+def make_gather(folder: Path) -> Any:
+    import gather_agent
+
+    os.environ["GATHER_DIR"] = str(folder)  # (read by the agent at each call)
+    return gather_agent.make_agent()
+
+
+def test_a_gather_killed_before_all_its_calls_were_written_makes_only_the_missing_one(tmp_path: Path) -> None:
+    """Killed while the "plan" draft's call is in flight (the other two written), resumed in a process that
+    starts "plan" first: it waits for the two recorded ones to be served, then only it is made live."""
+    child = gather_child(tmp_path / "run.jsonl", "start", tmp_path, GATHER_KILL="plan", GATHER_ORDER="cost,risk,plan")
+    kill_at(tmp_path / "in-call", child, "the plan draft's call")
+    recorded = [c.request["topic"] for c in harness.replay(tmp_path / "run.jsonl").crossings if c.kind == "llm"]
+    assert recorded == ["cost", "risk"] and len(gather_agent_calls(tmp_path)) == 3
+    paused = outcome_of(gather_child(tmp_path / "run.jsonl", "resume", tmp_path, GATHER_ORDER="plan,risk,cost"))
+    assert paused["state"] == "PAUSED"
+    assert [c["topic"] for c in gather_agent_calls(tmp_path)] == ["cost", "risk", "plan", "plan"]
+    cost, risk, plan = paused["pending"]["question"]["pick one"]
+    assert (cost, risk, plan) == ("cost draft, call 1", "risk draft, call 2", "plan draft, call 4")
+    done = outcome_of(gather_child(tmp_path / "run.jsonl", "answer", tmp_path))
+    assert done["results"] == [{"saved": risk}] and len(gather_agent_calls(tmp_path)) == 4
+
+
+def test_an_async_crossing_that_changed_on_resume_is_a_drift_and_nothing_is_written(tmp_path: Path) -> None:
+    trace = tmp_path / "run.jsonl"
+    crash = [True]
+    model_calls: list[Any] = []
+
+    async def model(request: Any) -> Any:
+        model_calls.append(request)
+        return {"text": request["q"]}
+
+    def make(topics: list[str]) -> Any:
+        async def planner(goal: Any, done: list[Any]) -> Step | None:
+            if done:
+                return None
+            said = await asyncio.gather(*(harness.allm({"q": t}, model) for t in topics))
+            if crash:
+                crash.pop()
+                raise RuntimeError("power cut after the drafts")
+            return Step("s", "keep", {"drafts": [s["text"] for s in said]})
+
+        return planner
+
+    with pytest.raises(RuntimeError):
+        asyncio.run(Executor(planner=make(["a", "b", "c"]), tools={"keep": dict}, trace=trace).arun("g"))
+    before = trace.read_bytes()
+    b = [c for c in harness.replay(trace).crossings if c.kind == "llm"][1]
+    with pytest.raises(harness.ReplayDrift) as e:
+        asyncio.run(Executor(planner=make(["a", "B", "c"]), tools={"keep": dict}, trace=trace, resume=True).arun("g"))
+    assert (e.value.seq, e.value.fields) == (b.seq, {"q": ("b", "B")}) and len(model_calls) == 3
+    assert trace.read_bytes() == before and sorted(p.name for p in tmp_path.iterdir()) == ["run.jsonl"]
+    out = asyncio.run(Executor(planner=make(["c", "b", "a"]), tools={"keep": dict}, trace=trace, resume=True).arun("g"))
+    assert out.checkpoints[0].result == {"drafts": ["c", "b", "a"]} and len(model_calls) == 3

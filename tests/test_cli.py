@@ -303,3 +303,55 @@ def test_rerun_whose_agent_raises_says_why_in_one_line(tmp_path: Path) -> None:
     ]
     kept = replay(tmp_path / "again.jsonl")  # the rerun got as far as the first step
     assert [c.name for c in kept.checkpoints] == ["lookup"]
+
+
+# --- resume and recover accept async agents (planners, tools, verifiers that are `async def`) -------------
+
+TESTS = Path(__file__).parent
+
+
+def gathering(folder: Path) -> dict[str, str]:
+    """The environment of tests/gather_agent.py (an async planner gathering three model calls), for a CLI."""
+    import os
+
+    return {**os.environ, "GATHER_DIR": str(folder)}
+
+
+def test_harness_resume_answers_an_async_agent(tmp_path: Path) -> None:
+    env = gathering(tmp_path)
+    trace = tmp_path / "run.jsonl"
+    started = subprocess.run([sys.executable, "gather_agent.py", trace, "start"], cwd=TESTS, env=env, timeout=120,
+                             capture_output=True, text=True)  # fmt: skip
+    assert orjson.loads(started.stdout)["state"] == "PAUSED", started.stderr
+    drafts = replay(trace).pending["question"]["pick one"]  # type: ignore[index]
+    cmd = [HARNESS, "resume", str(trace), "--agent", "gather_agent:make_agent"]
+    waiting = subprocess.run(cmd, cwd=TESTS, env=env, capture_output=True, text=True, timeout=120)
+    assert waiting.returncode == 3 and "--answer JSON" in waiting.stdout, waiting.stderr
+    before = trace.read_bytes()
+    done = subprocess.run([*cmd, "--answer", '{"index": 2}'], cwd=TESTS, env=env, capture_output=True, text=True,
+                          timeout=120)  # fmt: skip
+    assert done.returncode == 0 and done.stdout.startswith(f"{trace}: DONE, 1 checkpoints"), done.stderr
+    assert replay(trace).checkpoints[0].result == {"saved": drafts[2]}
+    assert trace.read_bytes().startswith(before)
+    calls = (tmp_path / "calls.log").read_bytes().splitlines()
+    assert len(calls) == 3  # the drafts were served again, never asked for again
+
+
+def test_harness_recover_resumes_an_async_agent(tmp_path: Path) -> None:
+    from children import kill_at
+
+    env = gathering(tmp_path)
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    child = subprocess.Popen([sys.executable, "gather_agent.py", runs / "killed.jsonl", "start"], cwd=TESTS,
+                             env={**env, "GATHER_KILL": "plan", "GATHER_ORDER": "cost,risk,plan"},
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
+    kill_at(tmp_path / "in-call", child, "the plan draft's call")
+    said = subprocess.run([HARNESS, "recover", runs, "--agent", "gather_agent:make_agent", "--json"], cwd=TESTS,
+                          env=env, capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert said.returncode == 0, said.stdout + said.stderr
+    (row,) = orjson.loads(said.stdout)
+    assert (row["was"], row["action"], row["state"]) == ("interrupted", "resumed", "PAUSED")
+    assert "--answer JSON" in row["detail"]  # the question the resumed run asks: answer it to finish
+    topics = [orjson.loads(line)["topic"] for line in (tmp_path / "calls.log").read_bytes().splitlines()]
+    assert sorted(topics) == ["cost", "plan", "plan", "risk"]  # only the call in flight at the kill again

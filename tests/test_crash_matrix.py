@@ -20,6 +20,9 @@ TABLE = [
     ("unsafe-after-intent", 0, "paused, unresolved"),
     ("unsafe-after-effect", 1, "paused, then reconciled from the ledger"),
     ("unsafe-after-ack", 1, "recorded result used"),
+    ("answered-idempotent-after-effect", 1, "answered, then existing receipt recovered"),
+    ("answered-unsafe-after-intent", 0, "answered, then paused, unresolved"),
+    ("answered-unsafe-after-effect", 1, "answered, paused, then reconciled from the ledger"),
     ("blind-retry", 2, "a naive retry loop without the harness duplicates the effect"),
     ("control", 1, "uninterrupted run"),
 ]
@@ -49,19 +52,29 @@ def test_the_crash_matrix(tmp_path: Path) -> None:
         assert len(ledger(work / case)) == effects, case
     assert not (work / "blind-retry" / "trace.jsonl").exists()
     for case in ("idempotent-after-intent", "idempotent-after-effect", "idempotent-after-ack",
-                 "unsafe-after-effect", "unsafe-after-ack", "control"):  # fmt: skip
+                 "unsafe-after-effect", "unsafe-after-ack", "answered-idempotent-after-effect",
+                 "answered-unsafe-after-effect", "control"):  # fmt: skip
         rep = harness.replay(work / case / "trace.jsonl")
         assert rep.state == "DONE", case
         ((row_id, key, receipt),) = ledger(work / case)
         assert rep.checkpoints[-1].result == {"receipt": receipt, "row": row_id}, case
-        if case.startswith("idempotent"):
+        if "idempotent" in case:
             assert rep.intent is not None and key == rep.intent["key"] == f"{rep.run_id}-0-1", case
         else:
             assert key is None
-        assert rep.resumes == {"control": 0, "unsafe-after-effect": 2}.get(case, 1), case  # fresh processes
-    paused = harness.replay(work / "unsafe-after-intent" / "trace.jsonl")
-    assert paused.state == "PAUSED" and not paused.complete
-    assert paused.pending is not None and paused.pending["args"] == {"op": "order-1", "amount": 5}
+        resumes = {"control": 0, "unsafe-after-effect": 2, "answered-idempotent-after-effect": 2,
+                   "answered-unsafe-after-effect": 3}  # fmt: skip
+        assert rep.resumes == resumes.get(case, 1), case  # fresh processes (the answer brought by one)
+    for case in ("answered-idempotent-after-effect", "answered-unsafe-after-intent", "answered-unsafe-after-effect"):
+        recs = [orjson.loads(line) for line in (work / case / "trace.jsonl").read_bytes().splitlines()]
+        (answer,) = [r for r in recs if r["kind"] == "answer"]  # answered once, and never asked again
+        assert answer["answer"] == {"amount": 5} and [r.get("question") for r in recs if "question" in r] == [
+            {"approve": {"op": "order-1", "amount": 5}}
+        ], case
+    for case in ("unsafe-after-intent", "answered-unsafe-after-intent"):
+        paused = harness.replay(work / case / "trace.jsonl")
+        assert paused.state == "PAUSED" and not paused.complete and paused.question is None, case
+        assert paused.pending is not None and paused.pending["args"] == {"op": "order-1", "amount": 5}, case
     recs = [orjson.loads(line) for line in (work / "unsafe-after-effect" / "trace.jsonl").read_bytes().splitlines()]
     (rec,) = [r for r in recs if r["kind"] == "reconcile"]
     ((row_id, _, receipt),) = ledger(work / "unsafe-after-effect")

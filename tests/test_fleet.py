@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 from s3server import need_s3, new_bucket, s3_server
 
@@ -139,6 +140,20 @@ def test_harness_fleet_runs_a_goals_file_and_running_it_again_resumes(
     assert main(args) == 0  # the same batch again: the traces say DONE, nothing runs again
     assert capsys.readouterr().out.splitlines() == out
     assert ledger(tmp_path) == before
+
+
+def test_harness_fleet_runs_an_async_agent(cluster: None, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """tests/gather_agent.py: an async planner gathering three `harness.allm` calls (run() would refuse it)."""
+    goals = tmp_path / "goals.jsonl"
+    goals.write_text("".join(f'{{"pick": {i}, "dir": "{tmp_path}"}}\n' for i in range(2)))
+    runs = tmp_path / "runs"
+    assert main(["fleet", str(goals), "--agent", "gather_agent:make_agent", "--runs", str(runs), "--json"]) == 0
+    rows = [orjson.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [r["state"] for r in rows] == ["DONE", "DONE"]
+    for i, r in enumerate(rows):
+        (checkpoint,) = harness.replay(r["trace"]).checkpoints
+        assert checkpoint.result["saved"].startswith(("cost", "risk", "plan")[i])
+    assert len((tmp_path / "calls.log").read_bytes().splitlines()) == 6
 
 
 def test_a_task_that_raises_is_a_fleet_error_naming_its_goal(cluster: None, tmp_path: Path) -> None:

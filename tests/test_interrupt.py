@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -391,3 +393,204 @@ def test_arun_pauses_on_a_question_and_a_resume_finishes_it(tmp_path: Path) -> N
     done = asyncio.run(resumed.arun("g", answer=7))
     assert done.state == "DONE" and [c.result for c in done.checkpoints] == [7]
     assert replay(trace).state == "DONE"
+
+
+# --- an answer after agents: the answer (and resume) records are events of main, with their clocks ----------
+
+
+def asks_after(shape: str, model: FakeLLM) -> tuple[Any, dict[str, Any], list[Any]]:
+    """A planner whose run has agents before it asks: a parallel step at step 0, or in the planner of step 0 an
+    agent spawned and joined (which asks the model), or an agent that sends main a message. Then it asks."""
+    answers: list[Any] = []
+
+    def helper() -> str:
+        said = harness.llm({"helper": 1}, model)
+        if shape == "message":
+            harness.send("main", {"found": said})
+        return str(said)
+
+    def planner(goal: Any, done: list[Any]) -> Any:
+        if shape == "parallel" and not done:
+            return [Step(f"call{i}", "work", {"i": i}) for i in range(2)]
+        if len(done) == (2 if shape == "parallel" else 0):
+            if shape != "parallel":
+                h = harness.spawn("helper", helper)
+                if shape == "message":
+                    assert harness.receive("helper").body == {"found": {"draft": 1}}
+                harness.join(h)
+            answer = harness.interrupt({"approve": goal})
+            answers.append(answer)
+            return Step("pay", "work", {"i": answer["amount"]})
+        return None
+
+    return planner, {"work": counter()}, answers
+
+
+def viewer_summary(trace: Path) -> dict[str, Any]:
+    pytest.importorskip("starlette", reason="the viewer needs the web extra")
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from starlette.testclient import TestClient
+    from harness.viewer import create_app
+
+    with TestClient(create_app(trace.parent), base_url="http://127.0.0.1") as c:
+        return dict(c.get(f"/api/runs/{trace.stem}/summary").json())
+
+
+@pytest.mark.parametrize("shape", ["parallel", "spawn", "message"])
+def test_an_answer_after_agents_carries_its_clock_and_the_run_finishes(tmp_path: Path, shape: str) -> None:
+    trace = tmp_path / "run.jsonl"
+    model = FakeLLM(lambda request: {"draft": 1})
+    planner, tools, answers = asks_after(shape, model)
+    out = Executor(planner=planner, tools=tools, trace=trace).run("refund")
+    assert out.state == "PAUSED" and out.pending is not None and out.pending["question"] == {"approve": "refund"}
+    (row,) = harness.list_runs(tmp_path)
+    shown = viewer_summary(trace)
+    assert (row.status, shown["status"], shown["state"]) == ("paused", "paused", "PAUSED")
+    assert row.detail == shown["detail"] == 'waiting for an answer: {"approve":"refund"}'
+
+    done = Executor(planner=planner, tools=tools, trace=trace, resume=True).run("refund", answer={"amount": 7})
+    assert done.state == "DONE" and answers == [{"amount": 7}]
+    assert tools["work"].calls[-1] == {"i": 7} and len(tools["work"].calls) == (3 if shape == "parallel" else 1)
+    assert len(model.requests) == (0 if shape == "parallel" else 1)  # the helper's model call is served again
+    records = read_records(trace)
+    first_spawn = next(i for i, r in enumerate(records) if r["kind"] == "spawn")
+    assert all("vc" in r for r in records[first_spawn:] if r["kind"] != "seal")  # the answer too
+    answer = next(r for r in records if r["kind"] == "answer")
+    resume = next(r for r in records if r["kind"] == "resume")
+    assert answer["seq"] == resume["seq"] + 1 and answer["vc"]["main"] == resume["vc"]["main"] + 1
+    assert replay(trace).state == "DONE"
+    (row,) = harness.list_runs(tmp_path)
+    shown = viewer_summary(trace)
+    assert (row.status, shown["status"], shown["state"], shown["error"]) == ("done", "done", "DONE", None)
+
+
+# --- an answered question, then a tool in flight at a SIGKILL ---------------------------------------------
+
+ANSWERED = """
+import os, sys, time
+from pathlib import Path
+import orjson
+import harness
+from harness import Executor, Step, Tool
+
+HERE = Path(__file__).parent
+
+
+def make(effect):
+    def planner(goal, done):
+        if done:
+            return None
+        said = harness.interrupt({"approve": goal})
+        return Step("pay", "pay", {"amount": said["amount"]})
+
+    def pay(amount, idempotency_key=None):
+        with open(HERE / "calls.log", "ab") as f:
+            f.write(orjson.dumps({"amount": amount, "key": idempotency_key}) + b"\\n")
+        marker = HERE / "in-call"
+        if os.environ.get("KILL_IN_CALL") and not marker.exists():
+            marker.write_text(str(os.getpid()))
+            time.sleep(600)  # the parent's SIGKILL lands here
+        return {"paid": amount}
+
+    tool = pay if effect == "plain" else Tool(pay, idempotent=effect == "idempotent")
+    return planner, {"pay": tool}, None
+
+
+def unsafe():
+    return make("unsafe")
+
+
+if __name__ == "__main__":  # resume with the answer, to be killed inside the tool
+    planner, tools, _ = make(sys.argv[2])
+    Executor(planner=planner, tools=tools, trace=sys.argv[1], resume=True).run("refund", answer={"amount": 5})
+"""
+
+
+def folder_state(folder: Path) -> dict[str, bytes]:
+    """Every file of the folder and its bytes: a resume that cannot go on must leave them all as they were."""
+    return {p.name: p.read_bytes() for p in sorted(folder.iterdir()) if p.is_file() and p.name != "calls.log"}
+
+
+@pytest.mark.parametrize("effect", ["unsafe", "idempotent", "plain"])
+def test_an_answered_question_then_a_tool_in_flight_at_a_sigkill(tmp_path: Path, effect: str) -> None:
+    from children import wait_for
+
+    (tmp_path / "answered_agent.py").write_text(ANSWERED)
+    sys.path.insert(0, str(tmp_path))
+    sys.modules.pop("answered_agent", None)  # each case's own copy, writing its own calls.log
+    try:
+        import answered_agent  # type: ignore[import-not-found]
+    finally:
+        sys.path.remove(str(tmp_path))
+    trace = tmp_path / "run.jsonl"
+    planner, tools, _ = answered_agent.make(effect)
+    assert Executor(planner=planner, tools=tools, trace=trace).run("refund").state == "PAUSED"
+    child = subprocess.Popen(
+        [sys.executable, str(tmp_path / "answered_agent.py"), str(trace), effect],
+        env={**os.environ, "KILL_IN_CALL": "1"}, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        wait_for(tmp_path / "in-call", child, "the call after the answer")
+        os.kill(child.pid, signal.SIGKILL)
+    finally:
+        child.kill()
+        child.communicate()
+    calls = lambda: [orjson.loads(line) for line in (tmp_path / "calls.log").read_bytes().splitlines()]  # noqa: E731
+    assert replay(trace).state == "ACT" and len(calls()) == 1
+    ex = Executor(planner=planner, tools=tools, trace=trace, resume=True)
+    out = ex.run("refund")
+    if effect != "unsafe":  # called again (an idempotent tool with the same key), and the run finishes
+        assert out.state == "DONE" and [c.result for c in out.checkpoints] == [{"paid": 5}]
+        keys = [c["key"] for c in calls()]
+        assert len(keys) == 2 and keys[0] == keys[1] and (keys[0] is None) is (effect == "plain")
+        return
+    assert out.state == "PAUSED" and out.pending is not None and out.pending["tool"] == "pay"
+    before = folder_state(tmp_path)
+    for _ in range(3):  # the uncertain operation waits for an operator: nothing is written, however often
+        again = Executor(planner=planner, tools=tools, trace=trace, resume=True).run("refund")
+        assert again.state == "PAUSED" and again.pending == out.pending
+        assert folder_state(tmp_path) == before
+    row = harness.list_runs(tmp_path)[0]
+    assert row.status == "paused" and "reconcile" in (row.detail or "")
+    done = subprocess.run(
+        [HARNESS, "reconcile", str(trace), "--happened", "--result", '{"paid": 5}', "--evidence", "the bank says"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    out = Executor(planner=planner, tools=tools, trace=trace, resume=True).run("refund")
+    assert out.state == "DONE" and [c.result for c in out.checkpoints] == [{"paid": 5}] and len(calls()) == 1
+    kinds = [r["kind"] for r in read_records(trace)]
+    assert kinds.count("resume") == 3 and kinds.count("answer") == 1  # answer, pause, after the reconcile
+
+
+def test_two_answers_in_one_run_each_delivered_once(tmp_path: Path) -> None:
+    trace = tmp_path / "run.jsonl"
+    model = FakeLLM(lambda request: {"draft": request["n"]})
+    asked: list[Any] = []
+
+    def planner(goal: Any, done: list[Any]) -> Step | None:
+        if len(done) == 2:
+            return None
+        said = harness.llm({"n": len(done)}, model)
+        answer = harness.interrupt({"step": len(done), "draft": said})
+        asked.append(answer)
+        return Step(f"s{len(done)}", "work", {"i": answer})
+
+    tools = {"work": counter()}
+    assert Executor(planner=planner, tools=tools, trace=trace).run("g").pending is not None
+    first = Executor(planner=planner, tools=tools, trace=trace, resume=True).run("g", answer=1)
+    assert first.state == "PAUSED" and first.pending is not None and first.pending["question"]["step"] == 1
+    before = trace.read_bytes()
+    assert Executor(planner=planner, tools=tools, trace=trace, resume=True).run("g").state == "PAUSED"
+    assert trace.read_bytes() == before  # (no answer: the same pause, nothing written)
+    done = Executor(planner=planner, tools=tools, trace=trace, resume=True).run("g", answer=2)
+    assert done.state == "DONE" and tools["work"].calls == [{"i": 1}, {"i": 2}] and asked == [1, 2]
+    assert len(model.requests) == 2  # each draft asked once: served again on each resume
+    records = read_records(trace)
+    assert [r["answer"] for r in records if r["kind"] == "answer"] == [1, 2]
+    assert [r["response"] for r in records if r.get("boundary") == "interrupt"] == [1, 2]
+    r = harness.rerun(trace, planner=planner, tools={"work": counter()})
+    assert (r.equal, r.live_calls) == (True, 0)

@@ -312,3 +312,21 @@ def test_copies_of_progress_are_the_planners_own_lists(trace: Path) -> None:
     out = Executor(planner=planner, tools={"work": ScriptedTool()}, trace=trace).run("g")
     assert all(type(c) is list and [x.step for x in c[:2]] == [0, 1] and c[2] == "mine" for c in copies)
     assert len(copies) == 6 and len(out.checkpoints) == 2
+
+
+def test_no_assert_in_the_library_decides_what_happens_to_a_run() -> None:
+    """`python -O` strips asserts, and an AssertionError tells a user nothing: a state harness believes
+    impossible raises HarnessError("internal error, please report: ...") naming the trace and the seq."""
+    import ast
+
+    root = Path(harness.__file__).parent
+    found = [
+        f"{path.relative_to(root.parent)}:{node.lineno}"
+        for path in sorted(root.rglob("*.py"))
+        for node in ast.walk(ast.parse(path.read_text(), str(path)))
+        if isinstance(node, ast.Assert)
+    ]
+    assert found == []
+    e = harness._errors.internal("a checkpoint in state ACT", "run.jsonl", 7)
+    assert isinstance(e, HarnessError)
+    assert str(e) == "internal error, please report: run.jsonl: seq 7: a checkpoint in state ACT"

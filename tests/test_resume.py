@@ -247,3 +247,249 @@ def test_a_crash_after_any_line_or_inside_any_line_is_resumed_to_the_same_end(tm
             assert trace.read_bytes().startswith(kept), where
             if torn:
                 assert (case / "run.jsonl.torn-1").read_bytes() == torn, where
+
+
+# --- a resume that cannot go on writes nothing; crossings are served by what they are -------------------
+
+
+def folder_state(folder: Path) -> dict[str, bytes]:
+    """Every file of the folder and its bytes (the trace, its index, any `.torn-N`)."""
+    return {p.name: p.read_bytes() for p in sorted(folder.iterdir()) if p.is_file()}
+
+
+def drafting(prompts: list[str], model: FakeLLM, crash: list[bool]) -> Any:
+    """A planner that asks the model for each prompt, then (once, if `crash` holds True) dies before planning."""
+
+    def planner(goal: Any, done: list[Any]) -> Step | None:
+        if done:
+            return None
+        drafts = [harness.llm({"prompt": p}, model)["text"] for p in prompts]
+        if crash:
+            crash.pop()
+            raise RuntimeError("power cut while planning")
+        return Step("save", "save", {"drafts": drafts})
+
+    return planner
+
+
+def crashed_while_planning(trace: Path, *, torn: bytes = b"") -> FakeLLM:
+    model = FakeLLM(lambda request: {"text": request["prompt"].upper()})
+    with pytest.raises(RuntimeError, match="power cut"):
+        Executor(planner=drafting(["a", "b"], model, [True]), tools={"save": counter()}, trace=trace).run("g")
+    if torn:
+        with open(trace, "ab") as f:
+            f.write(torn)  # what a kill inside a write leaves
+    return model
+
+
+@pytest.mark.parametrize("torn", [b"", b'{"seq":99,"kind":"cross'])
+def test_a_resume_that_drifts_names_the_crossing_and_writes_nothing(tmp_path: Path, torn: bytes) -> None:
+    trace = tmp_path / "run.jsonl"
+    crashed_while_planning(trace, torn=torn)
+    second = [c for c in replay(trace).crossings if c.kind == "llm"][1]
+    before = folder_state(tmp_path)
+    live = FakeLLM(lambda request: {"text": "live"})
+    for _ in range(3):  # however often: never a live call, never a byte, never a `.torn-N`
+        with pytest.raises(harness.ReplayDrift) as e:
+            Executor(planner=drafting(["a", "B!"], live, []), tools={"save": counter()}, trace=trace,
+                     resume=True).run("g")  # fmt: skip
+        assert (e.value.seq, e.value.fields) == (second.seq, {"prompt": ("b", "B!")})
+        assert f"seq {second.seq}" in str(e.value) and "nothing was written" in str(e.value)
+        assert live.requests == [] and folder_state(tmp_path) == before
+    # the code that recorded it resumes it, serving both answers again
+    out = Executor(planner=drafting(["a", "b"], live, []), tools={"save": counter()}, trace=trace, resume=True).run("g")
+    assert out.state == "DONE" and out.checkpoints[0].result == {"drafts": ["A", "B"]} and live.requests == []
+    aside = [r["set_aside"] for r in read_records(trace) if r["kind"] == "resume"]
+    assert aside == (["run.jsonl.torn-1"] if torn else [None])
+    aside_file = tmp_path / "run.jsonl.torn-1"
+    assert aside_file.read_bytes() == torn if torn else not aside_file.exists()
+
+
+def test_a_resume_that_skips_a_recorded_crossing_drifts_before_it_moves_on(tmp_path: Path) -> None:
+    trace = tmp_path / "run.jsonl"
+    crashed_while_planning(trace)
+    second = [c for c in replay(trace).crossings if c.kind == "llm"][1]
+    before = folder_state(tmp_path)
+    with pytest.raises(harness.ReplayDrift) as e:
+        Executor(planner=drafting(["a"], FakeLLM(["live"]), []), tools={"save": counter()}, trace=trace,
+                 resume=True).run("g")  # fmt: skip
+    assert e.value.seq == second.seq and e.value.fields == {"request": ({"prompt": "b"}, None)}
+    assert "moved on without making the llm crossing" in str(e.value)
+    assert folder_state(tmp_path) == before
+
+
+def test_a_resume_serves_crossings_by_what_they_are_whatever_their_order(tmp_path: Path) -> None:
+    trace = tmp_path / "run.jsonl"
+    crashed_while_planning(trace)
+    live = FakeLLM(lambda request: pytest.fail("a recorded crossing was made again"))
+    save = counter()
+    out = Executor(planner=drafting(["b", "a"], live, []), tools={"save": save}, trace=trace, resume=True).run("g")
+    assert out.state == "DONE" and save.calls == [{"drafts": ["B", "A"]}]
+    # one recorded crossing is served once: a third draft for "a" is beyond the recording, made live
+    trace2 = tmp_path / "run2.jsonl"
+    crashed_while_planning(trace2)
+    more = FakeLLM(lambda request: {"text": "fresh"})
+    out = Executor(planner=drafting(["a", "b", "a"], more, []), tools={"save": counter()}, trace=trace2,
+                   resume=True).run("g")  # fmt: skip
+    assert out.checkpoints[0].result == {"drafts": ["A", "B", "fresh"]} and more.requests == [{"prompt": "a"}]
+
+
+def test_a_refused_resume_over_a_torn_tail_writes_nothing(tmp_path: Path) -> None:
+    trace = tmp_path / "run.jsonl"
+    crashed_while_planning(trace, torn=b'{"seq":9,"ki')
+    before = folder_state(tmp_path)
+    with pytest.raises(ResumeMismatch):
+        Executor(planner=drafting(["a", "b"], FakeLLM(["x"]), []), tools={"save": counter()}, trace=trace,
+                 resume=True).run("another goal")  # fmt: skip
+    with pytest.raises(ResumeMismatch):
+        Executor(planner=drafting(["a", "b"], FakeLLM(["x"]), []), tools={"save": harness.Tool(counter(),
+                 idempotent=True)}, trace=trace, resume=True).run("g")  # fmt: skip
+    assert folder_state(tmp_path) == before
+
+
+def test_a_resume_whose_planner_cannot_give_the_redacted_args_back_writes_nothing(tmp_path: Path) -> None:
+    trace = tmp_path / "run.jsonl"
+    key = "sk-proj-LIVEKEY0123456789abcdefghij"
+    calls: list[str] = []
+
+    def pay(api_key: str, idempotency_key: str) -> dict[str, Any]:
+        calls.append(api_key)
+        raise RuntimeError("connection reset")  # the process dies in the call
+
+    tools = {"pay": harness.Tool(pay, idempotent=True)}
+    with pytest.raises(RuntimeError):
+        Executor(planner=fixed_plan([Step("pay", "pay", {"api_key": key})]), tools=tools, trace=trace).run("g")
+    with open(trace, "ab") as f:
+        f.write(b'{"seq":')
+    before = folder_state(tmp_path)
+    for _ in range(2):
+        with pytest.raises(harness.RedactedArgs):
+            Executor(planner=lambda g, p: None, tools=tools, trace=trace, resume=True).run("g")
+        assert folder_state(tmp_path) == before and calls == [key]
+
+
+def test_a_resume_that_drifts_after_a_long_run_leaves_its_index_as_it_was(tmp_path: Path) -> None:
+    trace = tmp_path / "run.jsonl"
+    crash = [True]
+    model = FakeLLM(lambda request: {"text": "t"})
+
+    def planner(goal: Any, done: list[Any]) -> Step | None:
+        if len(done) < 300:
+            return Step(f"s{len(done)}", "work", {"i": len(done), "pad": "x" * 300})
+        harness.llm({"prompt": goal["last"]}, model)
+        if crash:
+            crash.pop()
+            raise RuntimeError("power cut")
+        return None
+
+    with pytest.raises(RuntimeError):
+        Executor(planner=planner, tools={"work": lambda i, pad: {"i": i}}, trace=trace).run({"last": "a"})
+    assert (tmp_path / "run.jsonl.idx").exists()  # the index marks a quiet point a resume starts from
+    before = folder_state(tmp_path)
+    goal_was = {"last": "a"}
+
+    def changed(goal: Any, done: list[Any]) -> Step | None:
+        return planner({"last": "b"}, done) if len(done) == 300 else planner(goal, done)
+
+    with pytest.raises(harness.ReplayDrift):
+        Executor(planner=changed, tools={"work": lambda i, pad: {"i": i}}, trace=trace, resume=True).run(goal_was)
+    assert folder_state(tmp_path) == before
+    out = Executor(planner=planner, tools={"work": lambda i, pad: {"i": i}}, trace=trace, resume=True).run(goal_was)
+    assert out.state == "DONE" and len(model.requests) == 1
+
+
+def test_a_declared_tool_called_again_finds_the_resume_record_on_file_first(tmp_path: Path) -> None:
+    """Before a declared tool is called, its intent and everything before it are durable: a resume that calls
+    it again writes its (owed) resume record first. A plain tool's resume record goes with its result."""
+    seen: list[str] = []
+
+    def tool(name: str) -> Any:
+        def call(i: int, idempotency_key: str | None = None) -> dict[str, Any]:
+            seen.append(read_records(tmp_path / f"{name}.jsonl")[-1]["kind"])
+            if len(seen) % 2:
+                raise RuntimeError("power cut in the call")
+            return {"i": i}
+
+        return harness.Tool(call, idempotent=True) if name == "declared" else call
+
+    for name, last in (("declared", "resume"), ("plain", "crash")):
+        trace = tmp_path / f"{name}.jsonl"
+        with pytest.raises(RuntimeError):
+            Executor(planner=fixed_plan(steps(1)), tools={"work": tool(name)}, trace=trace).run("g")
+        out = Executor(planner=fixed_plan(steps(1)), tools={"work": tool(name)}, trace=trace, resume=True).run("g")
+        assert out.state == "DONE" and seen[-1] == last, name
+
+
+def test_a_drift_that_agent_code_swallows_still_stops_the_resume_before_it_writes(tmp_path: Path) -> None:
+    trace = tmp_path / "run.jsonl"
+    crashed_while_planning(trace)
+    before = folder_state(tmp_path)
+
+    def careless(goal: Any, done: list[Any]) -> Step | None:
+        if done:
+            return None
+        try:
+            said = harness.llm({"prompt": "changed"}, FakeLLM(["live"]))
+        except Exception:  # a catch-all in agent code must not turn a drift into a live run
+            said = {"text": "fallback"}
+        return Step("save", "save", {"drafts": [said["text"]]})
+
+    with pytest.raises(harness.ReplayDrift):
+        Executor(planner=careless, tools={"save": counter()}, trace=trace, resume=True).run("g")
+    assert folder_state(tmp_path) == before
+
+
+def test_a_resume_whose_first_record_ends_the_run_seals_over_its_seam(tmp_path: Path) -> None:
+    """The resume record, written with the run's last record and its seal in one write, is covered by the seal."""
+    trace = tmp_path / "run.jsonl"
+    crash = [True]
+
+    def planner(goal: Any, done: list[Any]) -> Step | None:
+        if len(done) == 2:
+            if crash:
+                crash.pop()
+                raise RuntimeError("power cut after the last step")
+            return None
+        return Step(f"s{len(done)}", "work", {"i": len(done)})
+
+    with pytest.raises(RuntimeError):
+        Executor(planner=planner, tools={"work": counter()}, trace=trace).run("g")
+    with open(trace, "ab") as f:
+        f.write(b'{"seq":12,"kind":"tran')
+    out = Executor(planner=planner, tools={"work": counter()}, trace=trace, resume=True, seal_key="k").run("g")
+    assert out.state == "DONE"
+    kinds = [r["kind"] for r in read_records(trace)]
+    assert kinds[-3:] == ["resume", "transition", "seal"]
+    found = harness.verify(trace, seal_key="k")
+    assert found.ok and found.keyed, found.report()
+    assert (tmp_path / "run.jsonl.torn-1").read_bytes() == b'{"seq":12,"kind":"tran'
+
+
+def test_a_drift_after_the_resumed_code_wrote_says_so_and_the_trace_still_resumes(tmp_path: Path) -> None:
+    """Records a resumed planner writes before it drifts (an agent's spawn, exit and join) stay: they are true."""
+    trace = tmp_path / "run.jsonl"
+    crash = [True]
+    model = FakeLLM(lambda request: {"text": str(request)})
+
+    def make(prompt: str) -> Any:
+        def planner(goal: Any, done: list[Any]) -> Step | None:
+            if done:
+                return None
+            helper = harness.spawn("helper", lambda: harness.llm({"helper": 1}, model))
+            harness.join(helper)
+            said = harness.llm({"prompt": prompt}, model)
+            if crash:
+                crash.pop()
+                raise RuntimeError("power cut")
+            return Step("save", "save", {"drafts": [said["text"]]})
+
+        return planner
+
+    with pytest.raises(RuntimeError):
+        Executor(planner=make("a"), tools={"save": counter()}, trace=trace).run("g")
+    with pytest.raises(harness.ReplayDrift, match="the trace keeps what the resumed code wrote before it"):
+        Executor(planner=make("b"), tools={"save": counter()}, trace=trace, resume=True).run("g")
+    assert [r["kind"] for r in read_records(trace)][-4:] == ["resume", "spawn", "exit", "join"]
+    assert replay(trace).state == "PLAN"
+    out = Executor(planner=make("a"), tools={"save": counter()}, trace=trace, resume=True).run("g")
+    assert out.state == "DONE" and len(model.requests) == 2  # each asked once, in the first process

@@ -4,14 +4,20 @@ Each child runs a 12-step plan over three tools: `send` (idempotent, one
 ledger row per key), `charge` (unsafe, one ledger row per call) and `note`
 (plain; one note carries a 4 MB argument, and a kill during that write
 leaves a torn line, since the kernel stops a large write at a fatal signal).
-The child reports each checkpoint once it is written. The parent kills it
-after a seeded random delay (half the runs: a delay over the whole run;
-the other half: a few milliseconds after the big record is planned), then
+Before step 4 the planner asks a human to approve the note's text
+(`harness.interrupt`): the run pauses, and the child resumes it at once
+with the answer. The child reports each checkpoint once it is written. The
+parent kills it after a seeded random delay (a third of the runs: a delay
+over the whole run; a third: a few milliseconds after the big record is
+planned; a third: after the question, while the answer is brought), then
 checks: replay() accepts the killed file (a torn tail at most, a torn
 header if it died creating the file), every reported checkpoint is in the
 file, and resuming finishes the run with exactly one ledger row per `send`
-and per `charge`. A pause is reconciled from the ledger: a row proves the
-call happened; no row, with the only writer dead, proves it did not.
+and per `charge`, the question asked and answered once, and the approved
+text in step 4's result. A pause on the question gets the answer again (a
+kill may have torn the write that carried it); a pause on an operation is
+reconciled from the ledger: a row proves the call happened; no row, with
+the only writer dead, proves it did not.
 
 Children are forked by a small server process (this file, run as a script)
 that has harness already imported, so a kill costs milliseconds, not an
@@ -38,11 +44,14 @@ from typing import Any
 
 import harness
 from harness import Executor, Step, Tool, TraceCorruption
+from harness.testing import read_records
 
 STEPS = 12
 GOAL = "soak"
 BIG = "x" * (4 << 20)
 BIG_STEP = 7
+ASK_STEP = 4  # a note whose text a human approves first
+APPROVED = "approved by a human"
 
 
 class Ledger:
@@ -72,6 +81,9 @@ class Ledger:
 def step(n: int) -> Step | None:
     if n >= STEPS:
         return None
+    if n == ASK_STEP:
+        text = harness.interrupt({"approve": f"note-{n}"})
+        return Step(f"note-{n}", "note", {"n": n, "text": text})
     if n % 3 == 0:
         return Step(f"send-{n}", "send", {"to": f"peer-{n}"})
     if n % 3 == 1:
@@ -87,7 +99,7 @@ def tools(ledger: Ledger) -> dict[str, Any]:
         return ledger.add(op, None)
 
     def note(*, n: int, text: str) -> dict[str, Any]:
-        return {"n": n, "size": len(text)}
+        return {"n": n, "size": len(text), "head": text[:32]}
 
     return {"send": Tool(send, idempotent=True), "charge": Tool(charge, idempotent=False), "note": note}
 
@@ -112,9 +124,12 @@ def child(folder: str) -> None:
             say("big")
         return step(len(done))
 
-    ex = Executor(planner=planner, tools=tools(ledger), trace=os.path.join(folder, "trace.jsonl"))
+    trace = os.path.join(folder, "trace.jsonl")
     say("start")
-    ex.run(GOAL)
+    out = Executor(planner=planner, tools=tools(ledger), trace=trace).run(GOAL)
+    if out.state == "PAUSED":  # the question: a human answers at once
+        say("asked")
+        Executor(planner=planner, tools=tools(ledger), trace=trace, resume=True).run(GOAL, answer=APPROVED)
     say("done")
 
 
@@ -192,14 +207,20 @@ class Server:
 
 
 def finish(folder: Path) -> harness.Outcome:
-    """Resume to the end; a pause is reconciled from the ledger."""
+    """Resume to the end; a pause on the question is answered, one on an operation reconciled from the ledger."""
     trace = folder / "trace.jsonl"
     ledger = Ledger(folder / "ledger.sqlite")
-    for _ in range(3):
-        out = Executor(planner=lambda g, d: step(len(d)), tools=tools(ledger), trace=trace, resume="auto").run(GOAL)
+    answer: dict[str, Any] = {}
+    for _ in range(5):
+        ex = Executor(planner=lambda g, d: step(len(d)), tools=tools(ledger), trace=trace, resume="auto")
+        out = ex.run(GOAL, **answer)
+        answer = {}
         if out.state != "PAUSED":
             return out
         assert out.pending is not None
+        if "question" in out.pending:
+            answer = {"answer": APPROVED}
+            continue
         op = out.pending["args"]["op"]
         rows = [r for r in ledger.rows() if r[1] == op]
         assert len(rows) <= 1
@@ -207,18 +228,23 @@ def finish(folder: Path) -> harness.Outcome:
             harness.reconcile(trace, happened=True, result={"receipt": rows[0][2], "row": rows[0][3]}, evidence="row")
         else:  # the only process that could write this row is dead: it will never land
             harness.reconcile(trace, happened=False, evidence="no row, writer dead")
-    raise AssertionError(f"{trace}: not finished after three resumes")
+    raise AssertionError(f"{trace}: not finished after five resumes")
 
 
 def check_finished(folder: Path, out: harness.Outcome) -> None:
     assert out.state == "DONE", out
     rep = harness.replay(folder / "trace.jsonl")
-    assert rep.complete and [c.name for c in rep.checkpoints] == [s.name for n in range(STEPS) if (s := step(n))]
+    names = [f"{('send', 'note', 'charge')[n % 3]}-{n}" for n in range(STEPS)]  # (step() would ask, outside a run)
+    assert rep.complete and [c.name for c in rep.checkpoints] == names
     rows = Ledger(folder / "ledger.sqlite").rows()
     keys = sorted(k for k, *_ in rows if k is not None)
     assert keys == sorted(f"{rep.run_id}-{n}-1" for n in range(0, STEPS, 3))  # one row per idempotent step
     charges = sorted(op for k, op, *_ in rows if k is None)
     assert charges == sorted(f"charge-{n}" for n in range(2, STEPS, 3))  # and one per unsafe step
+    records = read_records(folder / "trace.jsonl")
+    assert [r["question"] for r in records if "question" in r] == [{"approve": f"note-{ASK_STEP}"}]  # asked once,
+    assert [r["answer"] for r in records if r["kind"] == "answer"] == [APPROVED]  # answered once (on file)
+    assert rep.checkpoints[ASK_STEP].result == {"n": ASK_STEP, "size": len(APPROVED), "head": APPROVED}
     receipts = {(r[2], r[3]) for r in rows}
     for c in rep.checkpoints:
         if c.name.startswith(("send", "charge")):
@@ -250,7 +276,7 @@ def test_random_kills(tmp_path: Path) -> None:
     server = Server()
     try:
         # runs killed only once done set the scale of the delays: the whole run, and from "big" to its checkpoint
-        spans, gaps = [], []
+        spans, gaps, answers = [], [], []
         for i in range(3):
             (tmp_path / f"calibrate-{i}").mkdir()
             server.run(tmp_path / f"calibrate-{i}", delay=0, after="done")
@@ -258,18 +284,22 @@ def test_random_kills(tmp_path: Path) -> None:
             spans.append(heard["done"] - heard["start"])
             big_done = next(t for line, t in heard.items() if line.startswith(f"checkpoint {BIG_STEP} "))
             gaps.append(big_done - heard["big"])
+            answers.append(next(t for line, t in heard.items() if line.startswith(f"checkpoint {ASK_STEP} ")))
+            answers[-1] -= heard["asked"]
             check_finished(tmp_path / f"calibrate-{i}", finish(tmp_path / f"calibrate-{i}"))
-        span, gap = sorted(spans)[1], sorted(gaps)[1]
+        span, gap, answering = sorted(spans)[1], sorted(gaps)[1], sorted(answers)[1]
         kills = torn = header = runs = 0
         while kills < target:
             runs += 1
             assert runs < 4 * target + 20, "the kills keep landing after the runs are done"
             folder = tmp_path / f"run-{runs}"
             folder.mkdir()
-            if runs % 2:
+            if runs % 3 == 1:
                 said = server.run(folder, delay=rng.uniform(0, span), after="start")
-            else:
+            elif runs % 3 == 2:
                 said = server.run(folder, delay=rng.uniform(0, gap), after="big")
+            else:
+                said = server.run(folder, delay=rng.uniform(0, answering), after="asked")
             seen = check_killed(folder, said)
             kills += "done" not in said
             torn += seen["torn"]

@@ -223,7 +223,7 @@ def test_drift_on_changed_code_names_the_seq_and_path_and_writes_nothing(trace: 
     with pytest.raises(ReplayDrift) as e:
         research_v2.run("ducks", trace=trace, resume=True)
     assert e.value.seq == 3 and e.value.fields == {"prompt": ("ducks", "ducks (v2)")}
-    assert "seq 3" in str(e.value) and "Nothing was written" in str(e.value)
+    assert "seq 3" in str(e.value) and "nothing was written" in str(e.value)
     assert trace.read_bytes() == torn and not list(trace.parent.glob("*.torn-*"))  # byte for byte, nothing aside
     out = research.run("ducks", trace=trace, resume=True)  # the code that made it goes on
     assert out.state == "DONE" and len(list(trace.parent.glob("*.torn-*"))) == 1
@@ -340,6 +340,32 @@ def test_interrupt_pauses_the_run_and_an_answer_resumes_it(trace: Path) -> None:
     assert r.equal and r.live_calls == 0
     with pytest.raises(harness.HarnessError, match="waits for none"):
         approve.run("memo", trace=trace, resume=True, answer="again")
+
+
+@harness.workflow
+def approve_v2(draft: str) -> dict[str, Any]:
+    text = harness.llm({"prompt": draft + "!"}, model)  # the code changed before the question
+    return {"verdict": harness.interrupt({"approve": text})}
+
+
+@harness.workflow
+def approve_other(draft: str) -> dict[str, Any]:
+    text = harness.llm({"prompt": draft}, model)
+    return {"verdict": harness.interrupt({"approve": text, "urgent": True})}  # another question
+
+
+def test_a_resume_with_an_answer_that_drifts_writes_nothing(trace: Path) -> None:
+    approve.run("memo", trace=trace)
+    before = trace.read_bytes()
+    approve_v2.name = approve_other.name = approve.name
+    with pytest.raises(ReplayDrift) as e:
+        approve_v2.run("memo", trace=trace, resume=True, answer="yes")
+    assert e.value.seq == 3 and trace.read_bytes() == before  # no resume, no answer, no PAUSED -> PLAN
+    with pytest.raises(ReplayDrift) as e:
+        approve_other.run("memo", trace=trace, resume=True, answer="yes")
+    assert e.value.seq == 4 and "another question" in str(e.value) and trace.read_bytes() == before
+    assert CALLS["model"] == ["memo"]  # served, never called again
+    assert approve.run("memo", trace=trace, resume=True, answer="yes").state == "DONE"
 
 
 def ask_in_tool(item: str) -> dict[str, Any]:

@@ -38,12 +38,13 @@ import orjson
 from .._errors import HarnessError, ResumeMismatch, TraceCorruption, TraceLocked, TraceMissing
 from ..review.runs import _header as _runs_header
 from ..review.runs import list_runs
+from ..runtime.bridge import bridging
 from ..runtime.executor import NO_ANSWER, Executor, Outcome, RetryPolicy, Step
 from ..runtime.tool import Tool
 from ..runtime.workflow import Workflow, same_workflow
 from ..storage import exists, is_url
+from ..storage.files import open_regular
 from ..trace import state as S
-from ..trace.journal import open_regular
 from ..trace.reader import Checkpoint, replay, replay_url
 from ..trace.redact import Redaction, Rule
 
@@ -63,6 +64,8 @@ def resume(
     **options: Any,
 ) -> Outcome:
     """Resume the run recorded in `trace` (crashed, reconciled or interrupted); its goal comes from the trace.
+
+    The planner, tools and verifier may be `async def`: they run on a private event loop meanwhile.
 
     `Executor(trace=trace, resume=True).run(goal)` with the goal and the
     redaction rules the trace's header records. `redact` adds rules to those
@@ -91,11 +94,12 @@ def resume(
         return _resume_workflow(path, header, workflow, answer, rules, options)
     if planner is None or tools is None:
         raise HarnessError(f"{path}: resume needs planner= and tools= (an Executor's agent), or workflow=")
-    ex = Executor(
-        planner=planner, tools=tools, verifier=verifier, trace=path, resume=True, retry=retry or RetryPolicy(),
-        redact=rules, **options,
-    )  # fmt: skip
-    return ex.run(header.get("goal"), answer=answer)
+    with bridging(planner, tools, verifier) as (planner, tools, verifier):  # async agents: on a private loop
+        ex = Executor(
+            planner=planner, tools=tools, verifier=verifier, trace=path, resume=True, retry=retry or RetryPolicy(),
+            redact=rules, **options,
+        )  # fmt: skip
+        return ex.run(header.get("goal"), answer=answer)
 
 
 _WORKFLOW_OPTIONS = frozenset({"seal_key", "durability", "storage_options"})

@@ -39,6 +39,7 @@ from typing import Any
 
 import orjson
 
+from .._errors import internal
 from ..trace.reader import attempt_of
 from .normalize import Item, Loaded, Rules, Source, normalize_record, quick, view
 
@@ -181,7 +182,8 @@ class Diff:
         if self.equal:
             return f"**Traces equal** after normalization: `{self.a}` and `{self.b}` ({self.records_b} records).\n"
         first = self.first
-        assert first is not None
+        if first is None:
+            raise internal("unequal traces with no first difference", self.b)
         out = [
             f"**Traces differ**: `{self.a}` → `{self.b}`: {self.counts()}.",
             "",
@@ -511,7 +513,8 @@ def _stretch(
 
 def _one(side: Loaded, op: str, i: int | None, j: int | None) -> Moved:
     n = i if i is not None else j
-    assert n is not None
+    if n is None:
+        raise internal(f"a {op} record at no position")
     rec = normalize_record(side.record(n), rules=side.rules)  # nested keys sorted, as normalize() gives them
     seq, line = side.seq(n), side.line(n)
     return Moved(

@@ -40,6 +40,7 @@ Rules kept here:
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import shutil
 import tempfile
@@ -51,12 +52,12 @@ from typing import Any, cast
 
 import orjson
 
-from .._errors import HarnessError, ReplayDrift, ReplayViolation, ResumeMismatch, ToolTimeout, TraceUnreadable
-from ..runtime.boundary import Arrived, Match, Session, differences, same
-from ..runtime.bridge import Bridge, bridged, is_async
+from .._errors import HarnessError, ReplayDrift, ReplayViolation, ResumeMismatch, ToolTimeout, TraceUnreadable, internal
+from ..runtime.boundary import Arrived, Match, Session, _Hold, _may_hold, differences, patiently, same, take
+from ..runtime.bridge import bridging
 from ..runtime.environment import environment
 from ..runtime.executor import MAX_STEPS, Executor, RetryPolicy, Step
-from ..runtime.history import CROSSING, STEP, History, Serving, turn
+from ..runtime.history import STEP, Item, Recorded, Serving
 from ..runtime.interrupt import Interrupted
 from ..runtime.tool import Tool
 from ..runtime.workflow import Workflow, go_on, run_anywhere, same_workflow, start
@@ -472,10 +473,24 @@ class _Replaying(Session):
         redact: Redaction,
     ):
         super().__init__(journal, recorded, strict=True, redact=redact)
+        self.checking = True
         self.again: deque[Crossing] = deque()  # served again after a seam, already in the new trace
         self.branch, self.value = branch, value
         self.live = False  # the branch was reached
         self.ahead: set[str] = set()  # agents that entered the branch's causal future
+        # per agent: crossings served before an earlier recorded one of theirs (concurrent ones started in another
+        # order), by recorded seq, written once every earlier one is (see write)
+        self.unwritten: dict[str, dict[int, tuple[Crossing, str, Match | None, Arrived | None]]] = {}
+
+    def unsettled(self, agent: str) -> ReplayDrift | None:
+        """A crossing of agent served but not written because an earlier recorded one was never made."""
+        queue = self.recorded.get(agent)
+        return self.missed(queue[0]) if queue and self.unwritten.get(agent) else None
+
+    def horizon(self) -> float:
+        """A crossing recorded after the next seam is not served before it: the recorded process made it later."""
+        stops = self.journal.stops
+        return stops[0] if stops else math.inf
 
     def place(self, kind: str = "", request: Any = None) -> tuple[str, int, bool]:
         """(agent, own count) of the current agent's next record, and whether it is in the branch's causal future.
@@ -499,18 +514,23 @@ class _Replaying(Session):
 
     def take(self, kind: str, request: Any, match: Match | None = None) -> tuple[Crossing, bool]:
         """The crossing to serve, and whether the new trace holds it already."""
-        if self.again:
-            rec = self.again[0]
-            if rec.kind == kind and same(kind, rec, request, match):
-                return self.again.popleft(), True
-            self.again.clear()  # as a resume does: the old crossings no longer apply
+        if self.again:  # as the resume did: what it served again first, by what it is
+            rec = take(self.again, kind, request, match)
+            if rec is not None:
+                self.served += 1
+                return rec, True
+            if _may_hold.get():
+                raise _Hold
+            drift = self.drift(kind, request, match, self.again)
+            self.failure = self.failure or drift
+            raise drift
         if self.journal.at_stop():
             raise _Seam
-        agent, here, _ = self.place()
         self.pause_here()
         try:
             found = Session.serve(self, kind, request, match)
         except ReplayViolation as e:
+            agent, here, _ = self.place()
             seq = self.journal.seq + 1  # where the recording would have had to hold it
             where = f"seq {seq}" if agent == MAIN and not self.agents.spawned else f"agent {agent!r} event {here}"
             violation = ReplayViolation(f"{where}: {e}", seq=seq, line=seq, agent=agent)
@@ -519,25 +539,52 @@ class _Replaying(Session):
         except ReplayDrift as e:
             self.failure = self.failure or e
             raise
-        assert found is not None  # strict: serve() raises rather than answer None
-        if found.vc.get(agent) != here:  # the record that will carry its response is not the recorded one
-            was = found.vc.get(agent)
-            where = "seq" if agent == MAIN and not self.agents.spawned else f"agent {agent!r} event"
-            drift = ReplayDrift(
-                f"seq {found.seq}: the re-execution reached this {kind} crossing at {where} {here}, not where the "
-                "recording has it: the run took another path before it (harness diff shows where)",
-                seq=found.seq,
-                line=found.seq,
-                fields={"seq": (found.seq, self.journal.seq + 1)} if where == "seq" else {"event": (was, here)},
-                agent=agent,
-            )
-            self.failure = self.failure or drift
-            raise drift
+        if found is None:  # strict: serve() raises rather than answer None
+            raise internal(f"a strict session served no {kind} crossing", self.journal.path, self.journal.seq + 1)
         if self.branch is not None and found.seq == self.branch.seq:
             self.live = True
             self.queue().clear()
             found = replace(found, response=self.value, error=None)
         return found, False
+
+    def write(self, rec: Crossing, kind: str, match: Match | None, arrived: Arrived | None) -> None:
+        """Write a served crossing to the new trace at its recorded place among its agent's crossings: now when
+        every earlier one of the agent is written, else once they are (concurrent crossings that started in
+        another order than recorded are each served at once, and written in the recorded order)."""
+        waiting = self.unwritten.setdefault(self.agents.current(), {})
+        waiting[rec.seq] = (rec, kind, match, arrived)
+        queue = self.queue()
+        first = queue[0].seq if queue else math.inf  # the earliest not served yet
+        for seq in sorted(waiting):
+            if seq > first:
+                break
+            self._write(*waiting.pop(seq))
+
+    def _write(self, rec: Crossing, kind: str, match: Match | None, arrived: Arrived | None) -> None:
+        self.placed(rec, kind)
+        if arrived is not None and rec.error is None:
+            arrived(rec.response, True)
+        key = rec.request if match is None else match(rec.request)  # the recorded request: what matching ignores
+        fields = {"boundary": kind, "request": rec.request, "hash": request_hash(kind, key)}  # stays as recorded
+        fields.update({"response": rec.response} if rec.error is None else {"error": rec.error})
+        self.journal.append("crossing", fields, check=("response",) if rec.error is None else (), user=("request",))
+
+    def placed(self, rec: Crossing, kind: str) -> None:
+        """ReplayDrift unless the record that carries rec's response now is the one that carried it then."""
+        agent, here, _ = self.place()
+        if rec.vc.get(agent) != here:  # the record that will carry its response is not the recorded one
+            was = rec.vc.get(agent)
+            where = "seq" if agent == MAIN and not self.agents.spawned else f"agent {agent!r} event"
+            drift = ReplayDrift(
+                f"seq {rec.seq}: the re-execution reached this {kind} crossing at {where} {here}, not where the "
+                "recording has it: the run took another path before it (harness diff shows where)",
+                seq=rec.seq,
+                line=rec.seq,
+                fields={"seq": (rec.seq, self.journal.seq + 1)} if where == "seq" else {"event": (was, here)},
+                agent=agent,
+            )
+            self.failure = self.failure or drift
+            raise drift
 
     def pause_here(self) -> None:
         """Raise what made the recorded run pause at this point, if it paused here."""
@@ -558,7 +605,10 @@ class _Replaying(Session):
             if future and not (agent == self.branch.agent and here == self.branch.vc[agent]):
                 self.queue().clear()  # this agent's recorded future no longer applies
                 return None
-        return self.take(kind, request, match)[0]
+        rec, written = self.take(kind, request, match)
+        if not written:  # a tool's call, whose record the executor writes next: at its recorded place?
+            self.placed(rec, kind)
+        return rec
 
     def enter(
         self, kind: str, request: Any, match: Match | None = None, arrived: Arrived | None = None
@@ -572,13 +622,8 @@ class _Replaying(Session):
         check_value("request", request)
         request = self.redact(request)
         rec, written = self.take(kind, request, match)
-        if not written:  # the recorded request: what matching ignores stays as it was recorded
-            if arrived is not None and rec.error is None:
-                arrived(rec.response, True)
-            key = rec.request if match is None else match(rec.request)
-            fields = {"boundary": kind, "request": rec.request, "hash": request_hash(kind, key)}
-            fields.update({"response": rec.response} if rec.error is None else {"error": rec.error})
-            self.journal.append("crossing", fields, check=("response",) if rec.error is None else (), user=("request",))
+        if not written:
+            self.write(rec, kind, match, arrived)
         return request, rec
 
 
@@ -594,10 +639,7 @@ class _Agent:
     @contextlib.contextmanager
     def prepared(self, rec: _Recording, path: str, retry: RetryPolicy | None, redact: Redaction) -> Iterator[None]:
         planner, tools, verifier = self.planner, self.tools, self.verifier
-        with contextlib.ExitStack() as stack:
-            if is_async(planner, verifier, *tools.values()):  # async agents: awaited on a private loop
-                bridge = stack.enter_context(Bridge())
-                planner, tools, verifier = bridged(bridge, planner, tools, verifier)
+        with bridging(planner, tools, verifier) as (planner, tools, verifier):  # async agents: on a private loop
             self.ex = Executor(
                 planner=planner,
                 tools=tools,
@@ -655,10 +697,10 @@ class _Flowing:
         run_anywhere(self.w, flow, *_arguments(goal))
 
     def go_on(self, writer: _Rewriting, session: _Replaying, rep: Replay) -> None:
-        rep, history = History.read(writer.path)
-        history.check()
-        cast(_Rerunning, session).history = history
-        flow = go_on(writer, session, rep, history, fsync=writer.fsync, lazy=False, entrypoint=self.entrypoint)
+        rep, written = Recorded.read(writer.path)
+        written.check()
+        cast(_Rerunning, session).again_from(written)
+        flow = go_on(writer, session, rep, fsync=writer.fsync, lazy=False, entrypoint=self.entrypoint)
         run_anywhere(self.w, flow, *_arguments(rep.goal))
 
 
@@ -695,34 +737,44 @@ def _runner(
 
 
 class _Rerunning(Serving, _Replaying):
-    """A workflow's re-execution: after a seam, what the new trace holds is served first (not written again)."""
+    """A workflow's re-execution: after a seam, what the new trace holds is served first (not written again):
+    its crossings as an Executor's resume serves them (`again`), its calls and artifacts as a resume does."""
 
     def __init__(self, journal: _Rewriting, recorded: Iterable[Crossing], **kwargs: Any):
         _Replaying.__init__(self, journal, recorded, **kwargs)
-        self.history = History(journal.path, [])
+        self.held, self.path = deque(), journal.path
 
-    def take(self, kind: str, request: Any, match: Match | None = None) -> tuple[Crossing, bool]:
-        item = self.history.take(self.agents.current(), CROSSING, kind, request, match)
-        if item is not None and item.crossing is not None:
-            return item.crossing, True
-        return _Replaying.take(self, kind, request, match)  # (a question the run paused on: the recorded answer)
+    def again_from(self, written: Recorded) -> None:
+        """At a seam: what the new trace holds by then is served again first."""
+        self.again, self.held = deque(written.crossings), deque(written.held)
 
-    async def settled(self, space: str, kind: str, shown: Any, match: Match | None = None) -> None:
-        """Also wait for this request's turn in the recording: a task whose crossing (or tool call) the
-        recording holds later than a sibling's waits until the sibling made its own. Served calls return at
-        once, so without the wait a nested gather (inner calls started as outer ones return) would ask in
-        another order than the recorded one and drift; with it, the rerun writes the recorded order."""
-        await super().settled(space, kind, shown, match)
-        if self.live or self.history.next(self.agents.current()) is not None:
-            return
-        if space == STEP:
-            kind, shown, match = "tool", {"tool": kind, "args": shown}, None
-        queue = self.queue()
+    def upcoming(self) -> Crossing | Item | None:
+        if self.again or self.held:  # the new trace's own, after a seam
+            nxt: Crossing | Item | None = self.again[0] if self.again else None
+            if self.held and self.agent().name == MAIN and (nxt is None or self.held[0].seq < nxt.seq):
+                return self.held[0]
+            return nxt
+        return Serving.upcoming(self)
+
+    async def atake_held(self, space: str, kind: str, request: Any) -> Item | None:
+        """Also wait for a call's turn in the recording: a task whose call the recording holds later than a
+        sibling's waits until the sibling made its own. Served calls return at once, so without the wait a
+        nested gather (inner calls started as outer ones return) would write its intents in another order than
+        the recorded one and drift; with it, the rerun writes the recorded order."""
+        item = await super().atake_held(space, kind, request)
+        if item is not None or self.live or space != STEP:
+            return item
+        shown, queue = {"tool": kind, "args": request}, self.queue()
 
         def answers(c: Crossing) -> bool:
-            return c.kind == kind and same(kind, c, shown, match)
+            return c.kind == "tool" and same("tool", c, shown, None)
 
-        await turn(lambda: not queue or answers(queue[0]) or not any(answers(c) for c in queue))
+        def turn() -> None:
+            if queue and not answers(queue[0]) and any(answers(c) for c in queue) and _may_hold.get():
+                raise _Hold
+
+        await patiently(self, turn)
+        return None
 
 
 def _execute(

@@ -37,7 +37,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-from .._errors import HarnessError, error_of
+from .._errors import HarnessError, error_of, internal
 from ..trace.clock import MAIN, merged
 from .context import _agent, _current, _in_call
 
@@ -219,7 +219,8 @@ class Agents:
         spawns can all be on the file before any of them starts (a parallel step).
         """
         journal = self.session.journal
-        assert journal is not None
+        if journal is None:
+            raise internal(f"agent {handle.name!r} begun in a session that writes nothing")
         name = handle.name
         with self.cond:
             if name in self.live or name == MAIN:
@@ -269,6 +270,8 @@ class Agents:
     def finished(self, handle: Any, child: AgentState, error: BaseException | None) -> None:
         """An agent's end, in its own thread or task, whatever it raised (BaseException too): its exit
         record, then it counts as ended (a receive waiting on it gives up, a join may go on)."""
+        if error is None and self.session.checking:  # a re-executed agent must make every crossing it recorded
+            error = self.session.unsettled(handle.name)
         handle._error = error
         try:
             write_exit(self.session.journal, error)
@@ -283,7 +286,8 @@ class Agents:
     def joined(self, handle: Handle[Any]) -> None:
         """Write the join record (the joiner's clock merges the child's last) and free the name."""
         journal = self.session.journal
-        assert journal is not None
+        if journal is None:
+            raise internal(f"agent {handle.name!r} joined in a session that writes nothing")
         with self.cond:
             if self.live.get(handle.name) is not handle:
                 return  # joined already
@@ -368,7 +372,8 @@ class Agents:
                 who = f"from {sender!r} " if sender else ""
                 raise TimeoutError(f"agent {me!r} received no message {who}within {timeout} s")
             i = self._first(me, sender)
-            assert i is not None
+            if i is None:
+                raise internal(f"agent {me!r} was woken for a message that is not there")
             return self.mail[me].pop(i)
 
     def _wait(self, ready: Callable[[], bool], timeout: float | None, me: str, sender: str | None = None) -> bool:
@@ -438,9 +443,8 @@ class Handle(Generic[T]):
         self._vc: dict[str, int] | None = None
 
     def join(self, timeout: float | None = None) -> T:
-        assert self._thread is not None
-        self._thread.join(timeout)
-        if self._thread.is_alive():
+        self.wait(timeout)
+        if not self.done:
             raise TimeoutError(f"agent {self.name!r} is still running after {timeout} s")
         if self._agents is not None:
             self._agents.joined(self)
@@ -448,10 +452,11 @@ class Handle(Generic[T]):
             raise self._error
         return self._result  # type: ignore[no-any-return]
 
-    def wait(self) -> None:
+    def wait(self, timeout: float | None = None) -> None:
         """Wait for the agent's thread to end, without joining it (nothing is recorded)."""
-        assert self._thread is not None
-        self._thread.join()
+        if self._thread is None:
+            raise internal(f"agent {self.name!r} waited on before its thread started")
+        self._thread.join(timeout)
 
     @property
     def value(self) -> T:

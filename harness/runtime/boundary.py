@@ -4,27 +4,49 @@ Agent code calls `boundary(kind, request, call)` (or `now()`, `random()`,
 `uuid4()`, `llm()`) instead of reading the world directly. Inside a run the
 active Session records each crossing's request and response in the trace;
 when the Session holds recorded crossings (a resume, a rerun) it serves them
-instead, in order, and checks that each request is the one recorded.
+instead, and checks that each request is one recorded.
 Outside a run these functions just call through.
+
+Matching: a crossing is served by what it is, not by when it starts. Within
+an agent, a new crossing takes the first recorded crossing of that agent not
+served yet with the same kind and the same request hash (of what `match`
+keeps of both, when the crossing brings a `match`), whatever the order the
+two runs started them in (tasks of asyncio.gather start in whatever order
+their awaits finish); each recorded crossing is served at most once. Code
+that makes its crossings in the recorded order costs one compare with the
+head of the agent's queue; only a mismatch searches the rest of it.
 
 Rules kept here:
 - a crossing made while another crossing's call runs (a tool reading the
   clock) belongs to the outer one: it is neither recorded nor served;
 - an exception raised by a call is recorded as the crossing's outcome,
   then raised again;
-- a strict session (rerun, fork) never calls live: a missing crossing is a
-  ReplayViolation, a different request a ReplayDrift;
+- never a silent switch from served to live: a crossing that matches no
+  recorded crossing while its agent has recorded ones left is a ReplayDrift
+  naming the recorded one it was compared with (the first of the same kind,
+  else the next) and the paths that differ. A strict session (rerun, fork)
+  never calls live: a missing crossing is a ReplayViolation. A resume calls
+  live only once its agent's recording has run out (the crossings the
+  crashed process never made), and one recorded crossing the resumed code
+  does not make is a ReplayDrift too, raised before the agent writes a record
+  of its own next state (`settled()`);
+- an async crossing that matches nothing while its agent still has recorded
+  crossings waits for the agent's concurrent crossings to take theirs first
+  (a gather killed before all its crossings were written, started in another
+  order): it is served or made live once they are, and is a ReplayDrift once
+  none has been served for HOLD_QUIET seconds. A sync crossing cannot wait:
+  it is a ReplayDrift at once;
 - a request is redacted (the session's `Redaction`) before it is hashed,
   compared or written, and a response or error before it is written;
 - a crossing may bring its own `match`: a function from a request to the
   part of it that must be equal (`harness.http` drops ignored query
   parameters and body fields this way). It is applied to the recorded and
   to the new request alike; the stored `hash` is the hash of that part.
-- recorded crossings are served per agent, each agent its own in its own
-  order (see agents.py); "a crossing made while another crossing's call
-  runs" is per call context (a context variable), so concurrent calls of one
-  agent (tasks of asyncio.gather) are each recorded, written in the order
-  they started; concurrent calls of one agent from two threads are refused;
+- recorded crossings are served per agent, each agent its own (see
+  agents.py); "a crossing made while another crossing's call runs" is per
+  call context (a context variable), so concurrent calls of one agent (tasks
+  of asyncio.gather) are each recorded, written in the order they started;
+  concurrent calls of one agent from two threads are refused;
 - a crossing from a thread the run did not start, while no call of the run
   is in flight, raises HarnessError and fails the run (it would be a lie).
 """
@@ -32,6 +54,7 @@ Rules kept here:
 from __future__ import annotations
 
 import hashlib
+import math
 import os
 import random as _random
 import sys
@@ -40,10 +63,11 @@ import time
 import uuid as _uuid
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable
+from contextvars import ContextVar
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from .._errors import HarnessError, ReplayDrift, ReplayViolation, ToolError, error_of
+from .._errors import HarnessError, ReplayDrift, ReplayViolation, ToolError, error_of, internal
 from ..trace.clock import MAIN
 from ..trace.journal import check_value
 from ..trace.reader import Crossing, request_hash
@@ -57,6 +81,12 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 Match = Callable[[Any], Any]  # a request -> the part of it a recorded crossing must equal
 Arrived = Callable[[Any, bool], None]  # (response, served): runs before a crossing's record is written
+_may_hold: ContextVar[bool] = ContextVar("harness_may_hold", default=False)  # set by across() around serving
+HOLD_QUIET = 1.0  # seconds an unmatched async crossing waits while no crossing of the session is served
+
+
+class _Hold(BaseException):  # not an Exception: no agent code or error handler may take it
+    """serve(): this async crossing matches nothing yet, and its agent has recorded crossings left (see patiently)."""
 
 
 class Session:
@@ -79,6 +109,10 @@ class Session:
         for c in recorded:
             self.recorded.setdefault(c.agent, deque()).append(c)
         self.strict = strict
+        # whether every recorded crossing must be made again before its agent moves on (settled()): a resume's,
+        # a re-execution's (_rerun sets it)
+        self.checking = bool(self.recorded) and not strict
+        self.served = 0  # crossings served so far (an unmatched async crossing waits while this moves)
         self.redact = redact
         self.agents = Agents(self)
         self.calls: dict[str, int] = {}  # live calls per agent
@@ -124,33 +158,93 @@ class Session:
         """Whether a crossing may be served from the recording (or must be, in a strict session)."""
         return self.strict or bool(self.queue())
 
+    def horizon(self) -> float:
+        """The seq from which recorded crossings cannot be served yet (none here; a rerun's next seam)."""
+        return math.inf
+
     def serve(self, kind: str, request: Any, match: Match | None = None) -> Crossing | None:
-        """The recorded crossing to use instead of a live call, or None to call live."""
+        """The recorded crossing to use instead of a live call, or None to call live (see the module docstring)."""
         queue = self.queue()
-        if not queue:
-            if self.strict:
-                raise ReplayViolation(
-                    f"a live {kind} call with request {request!r} during a re-execution: the recording "
-                    "has no crossing left here. Route it through harness, or record the run again.",
-                    agent=(_agent.get() or self.agents.main).name,
-                )
-            return None
-        rec = queue[0]
-        if rec.kind == kind and same(kind, rec, request, match):
-            return queue.popleft()
-        if not self.strict:  # resuming changed code: the rest of the old recording no longer applies
-            queue.clear()
-            return None
+        horizon = self.horizon()
+        rec = take(queue, kind, request, match, horizon)
+        if rec is not None:
+            self.served += 1
+            return rec
+        if queue and queue[0].seq < horizon:  # the agent's recording has not run out: never live here
+            if _may_hold.get():
+                raise _Hold
+            drift = self.drift(kind, request, match, queue)
+            self.failure = self.failure or drift  # agent code that catches it must not go on as if served
+            raise drift
+        if self.strict:
+            raise ReplayViolation(
+                f"a live {kind} call with request {request!r} during a re-execution: the recording "
+                "has no crossing left here. Route it through harness, or record the run again.",
+                agent=(_agent.get() or self.agents.main).name,
+            )
+        return None
+
+    def drift(self, kind: str, request: Any, match: Match | None, queue: deque[Crossing]) -> ReplayDrift:
+        """The ReplayDrift of a crossing that matches none of queue: compared with its first crossing of the same
+        kind (else its first), naming that one's seq and the paths that differ."""
+        rec = next((c for c in queue if c.kind == kind and c.seq < self.horizon()), queue[0])
         was, now = (rec.request, request) if match is None else (match(rec.request), match(request))
         fields = differences(was, now) if rec.kind == kind else {"kind": (rec.kind, kind)}
         shown = "; ".join(f"{k}: recorded {a!r}, now {b!r}" for k, a, b in ((k, *v) for k, v in fields.items()))
         who = "" if rec.agent == MAIN else f" (agent {rec.agent})"
-        raise ReplayDrift(
-            f"seq {rec.seq}{who}: the run drifted from its recording at a {rec.kind} crossing: {shown}",
+        if self.strict:
+            said = f"the run drifted from its recording at a {rec.kind} crossing: {shown}"
+        else:
+            left = sum(1 for c in queue if c.seq < self.horizon())
+            said = (
+                f"the resumed code made a {kind} crossing that matches none of the {left} its agent recorded and "
+                f"has not served yet; compared with this {rec.kind} crossing: {shown}. {self._changed()}"
+            )
+        return ReplayDrift(f"seq {rec.seq}{who}: {said}", seq=rec.seq, line=rec.seq, fields=fields, agent=rec.agent)
+
+    def settled(self) -> None:
+        """Before the current agent writes a record of its next state (a transition, a checkpoint), in a
+        re-execution (`checking`): raise what says its code did not do what the recording did, a failure agent
+        code swallowed, or a recorded crossing it went past without making (of this agent, and for main of every
+        agent not running now). In a resume nothing is written then."""
+        if self.failure is not None:
+            raise self.failure
+        me = self.agent().name
+        names = [me] if me != MAIN else [n for n in self.recorded if n == MAIN or n not in self.agents.live]
+        for name in names:
+            drift = self.unsettled(name)
+            if drift is not None:
+                raise drift
+
+    def unsettled(self, agent: str) -> ReplayDrift | None:
+        """The ReplayDrift of a recorded crossing of agent that the code went past without making, if any (in a
+        resume: any not served once the agent's state is done)."""
+        queue = self.recorded.get(agent)
+        return self.missed(queue[0]) if queue else None
+
+    def missed(self, rec: Crossing) -> ReplayDrift:
+        """The ReplayDrift of a recorded crossing the code went past without making."""
+        who = "" if rec.agent == MAIN else f" (agent {rec.agent})"
+        said = "the re-execution" if self.strict else "the resumed code"
+        fix = "(harness diff shows where)" if self.strict else self._changed()
+        drift = ReplayDrift(
+            f"seq {rec.seq}{who}: {said} moved on without making the {rec.kind} crossing the recording has here "
+            f"(request {rec.request!r:.200}). {fix}",
             seq=rec.seq,
             line=rec.seq,
-            fields=fields,
+            fields={"request": (rec.request, None)},
             agent=rec.agent,
+        )
+        self.failure = self.failure or drift
+        return drift
+
+    def _changed(self) -> str:
+        """What a resume's ReplayDrift tells to do, and what it left."""
+        wrote = self.journal is not None and not self.journal.owes
+        left = "the trace keeps what the resumed code wrote before it" if wrote else "nothing was written"
+        return (
+            f"The code changed since the run was recorded: nothing was called live and {left}; resume it with "
+            "the code that recorded it, or start a new run"
         )
 
     def enter(
@@ -203,11 +297,15 @@ class Session:
 
         Concurrent crossings of one agent (tasks of asyncio.gather) are each
         recorded, and written in the order they started, whatever order they
-        finish in: a rerun starts them in the same order and serves each its own.
+        finish in; a resume or a rerun serves each its own by what it is,
+        whatever order they start in there (see the module docstring).
         """
         if _in_call.get():
             return await acall()
-        request, rec = self.enter(kind, request, match)
+        try:
+            request, rec = self._enter_or_hold(kind, request, match)
+        except _Hold:  # see patiently()
+            request, rec = await patiently(self, lambda: self.enter(kind, request, match))
         if rec is not None:
             return outcome(rec)  # type: ignore[no-any-return]
         me = self.agent()
@@ -230,8 +328,17 @@ class Session:
             self.agents.leave_call(me)
             _done(me, ticket)
 
+    def _enter_or_hold(self, kind: str, request: Any, match: Match | None) -> tuple[Any, Crossing | None]:
+        """enter(), raising _Hold instead of ReplayDrift for a crossing that may still wait (see patiently)."""
+        token = _may_hold.set(True)
+        try:
+            return self.enter(kind, request, match)
+        finally:
+            _may_hold.reset(token)
+
     def _record(self, kind: str, request: Any, outcome: str, value: Any, match: Match | None = None) -> None:
-        assert self.journal is not None
+        if self.journal is None:
+            raise internal(f"a {kind} crossing recorded by a session that writes nothing")
         key = request if match is None else match(request)
         fields = {"boundary": kind, "request": request, "hash": request_hash(kind, key), outcome: value}
         self.journal.append("crossing", fields, check=(outcome,), user=("request",))  # the journal redacts
@@ -252,17 +359,52 @@ class Session:
         return e
 
 
+async def patiently(session: Session, attempt: Callable[[], T]) -> T:
+    """attempt() until it does not raise _Hold, for an async crossing (or a workflow's call) that matched
+    nothing recorded while its agent has recorded ones left.
+
+    Concurrent crossings of one agent may start in another order than they
+    did when recorded; if the recording process died before all of them
+    were written, one it never wrote can start before the recorded ones.
+    It waits for them: once they are served it matches nothing left and is
+    made live (or raises what a re-execution raises there). While crossings
+    are being served it waits on; after HOLD_QUIET seconds with none served
+    it is tried once more told not to wait (`_may_hold` unset): a ReplayDrift,
+    as a sync crossing is at once. Never a hang.
+    """
+    import asyncio
+
+    served, since, spins = session.served, time.monotonic(), 0
+    while True:
+        patient = time.monotonic() - since < HOLD_QUIET
+        token = _may_hold.set(patient)
+        try:
+            return attempt()
+        except _Hold:
+            if not patient:
+                raise internal(
+                    "a crossing waited on after HOLD_QUIET", session.journal.path if session.journal else None
+                ) from None
+        finally:
+            _may_hold.reset(token)
+        spins += 1
+        await asyncio.sleep(0 if spins < 100 else 0.005)  # served siblings take no time: a few turns let them go
+        if session.served != served:
+            served, since = session.served, time.monotonic()
+
+
 TURN_WAIT = 30.0  # seconds a finished async crossing waits for the earlier ones of its agent (see _turn)
 
 
 async def _turn(me: AgentState, ticket: int) -> None:
     """Wait until every async crossing of agent me that started before this one is done, TURN_WAIT at most.
 
-    Written in start order, a rerun serves each concurrent crossing its own.
-    But an earlier crossing may wait on what this one's caller does next (a
+    Written in start order, their place in the file does not depend on which
+    call answered first. But an earlier crossing may wait on what this one's caller does next (a
     task that sets an event once its own call returned): after TURN_WAIT
-    this one is written out of start order rather than wait forever, and a
-    rerun of the run stops at it with ReplayDrift; never a hang.
+    this one is written out of start order rather than wait forever (a rerun
+    still serves each its own, and writes them in the recorded order); never
+    a hang.
     """
     if me.written < ticket:
         import asyncio
@@ -325,6 +467,34 @@ def rebuild(error: dict[str, str]) -> BaseException:
             except Exception:  # its __str__ needs what __init__ would have set
                 pass
     return ToolError(f"{error['type']}: {error['message']}")
+
+
+def take(
+    queue: deque[Crossing], kind: str, request: Any, match: Match | None, horizon: float = math.inf
+) -> Crossing | None:
+    """The first crossing of queue (before seq horizon) that answers request, removed from queue; None if none does.
+
+    The head is compared first: code that makes its crossings in the recorded
+    order never searches. A crossing answers when it has the same kind and
+    the same hash (of what match keeps of both requests).
+    """
+    if not queue or queue[0].seq >= horizon:
+        return None
+    key = request_hash(kind, request if match is None else match(request))
+    head = queue[0]
+    if head.kind == kind and _key(head, match) == key:
+        return queue.popleft()
+    for i, rec in enumerate(queue):
+        if rec.seq >= horizon:
+            break
+        if i and rec.kind == kind and _key(rec, match) == key:
+            del queue[i]
+            return rec
+    return None
+
+
+def _key(rec: Crossing, match: Match | None) -> str:
+    return rec.hash if match is None else request_hash(rec.kind, match(rec.request))
 
 
 def same(kind: str, rec: Crossing, request: Any, match: Match | None) -> bool:

@@ -8,8 +8,10 @@ inside it record (or serve) exactly as their sync forms do. A list of steps
 thus runs as concurrent tasks on the running loop. `aspawn()` makes a task
 an agent: its records carry its own name and clock, as a thread's do.
 
-rerun() and fork() accept async agents too: they run them on a private
-event loop in a helper thread for the length of the re-execution.
+rerun(), fork(), resume(), recover() and the fleet's tasks (run(), from
+plain code: the CLI, the viewer, a Ray worker) accept async agents too:
+`bridging()` runs them on a private event loop in a helper thread for the
+length of the call.
 
 Rules kept here:
 - a coroutine runs on one loop only, the caller's (arun) or the private one;
@@ -20,16 +22,17 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import contextvars
 import dataclasses
 import functools
 import inspect
 import threading
-from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Iterator, Mapping
 from types import TracebackType
 from typing import Any, Generic, TypeVar
 
-from .._errors import HarnessError
+from .._errors import HarnessError, internal
 from ..trace.clock import MAIN
 from .agents import Agents
 from .context import _agent, _current, _in_call
@@ -60,18 +63,21 @@ class Bridge:
 
     def run(self, awaitable: Awaitable[T]) -> T:
         """Run awaitable as a task on the loop, in the calling thread's context; wait for its result."""
-        assert self.loop is not None
+        if self.loop is None:
+            raise internal("a Bridge used outside its `with` block")
         ctx = contextvars.copy_context()
         done: concurrent.futures.Future[T] = concurrent.futures.Future()
 
         async def wrapped() -> T:
             return await awaitable
 
+        loop = self.loop
+
         def start() -> None:
-            task = self.loop.create_task(wrapped(), context=ctx)  # type: ignore[union-attr]
+            task = loop.create_task(wrapped(), context=ctx)
             task.add_done_callback(lambda t: _settle(done, t))
 
-        self.loop.call_soon_threadsafe(start)
+        loop.call_soon_threadsafe(start)
         return done.result()
 
     def wrap(self, fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -99,7 +105,7 @@ def bridged(bridge: Bridge, planner: Any, tools: Mapping[str, Any], verifier: An
     out: dict[str, Any] = {}
     for name, tool in tools.items():
         if isinstance(tool, Tool):
-            out[name] = dataclasses.replace(tool, fn=bridge.wrap(tool.fn))
+            out[name] = dataclasses.replace(tool, fn=bridge.wrap(tool.fn))  # the same contract (retry_rejected too)
         elif isinstance(tool, ToolSpec) or hasattr(tool, "__harness_tool__"):  # (an @harness.tool: its contract)
             spec = spec_of(tool)
             out[name] = dataclasses.replace(spec, fn=bridge.wrap(spec.fn), is_async=False)
@@ -111,6 +117,17 @@ def bridged(bridge: Bridge, planner: Any, tools: Mapping[str, Any], verifier: An
 def is_async(*fns: Any) -> bool:
     """Whether any of fns (or a Tool's or a ToolSpec's fn) is an async function."""
     return any(inspect.iscoroutinefunction(getattr(f, "fn", f)) for f in fns if f is not None)
+
+
+@contextlib.contextmanager
+def bridging(planner: Any, tools: Mapping[str, Any], verifier: Any) -> Iterator[tuple[Any, dict[str, Any], Any]]:
+    """The planner, tools and verifier as plain code may call them: when any is async, its awaitables run on a
+    private event loop for the length of the `with` block (what rerun(), fork(), resume() and recover() do)."""
+    if not is_async(planner, verifier, *tools.values()):
+        yield planner, dict(tools), verifier
+        return
+    with Bridge() as bridge:
+        yield bridged(bridge, planner, tools, verifier)
 
 
 class AsyncHandle(Generic[T]):
@@ -126,7 +143,8 @@ class AsyncHandle(Generic[T]):
         self._joined = False
 
     async def join(self, timeout: float | None = None) -> T:
-        assert self._task is not None
+        if self._task is None:
+            raise internal(f"agent {self.name!r} joined before its task started")
         await asyncio.wait_for(asyncio.shield(self._task), timeout)
         if self._agents is not None and not self._joined:
             self._joined = True

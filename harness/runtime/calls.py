@@ -39,7 +39,7 @@ import threading
 import uuid
 from typing import Any
 
-from .._errors import HarnessError, NotSerializable, ResumeMismatch, error_of
+from .._errors import HarnessError, NotSerializable, ResumeMismatch, error_of, internal
 from ..trace import state as S
 from ..trace.clock import MAIN
 from ..trace.journal import canonical, check_value
@@ -47,7 +47,7 @@ from ..trace.reader import replay
 from .boundary import rebuild
 from .context import _agent, _current, _in_call
 from .executor import NOT_SERVED, _Run, _Served, ainvoke, finished, invoke, served
-from .history import STEP, History, Serving, Step
+from .history import STEP, Item, Serving, Step
 from .interrupt import Interrupted
 from .tool import ToolSpec, spec_of
 
@@ -61,13 +61,15 @@ class Paused(BaseException):  # a control-flow signal, like Interrupted: agent c
 
 
 class Flow:
-    """A workflow run in progress: its Run (state, step, attempt, trace), its history when it re-executes one,
-    the contracts its tools have had, and the locks that keep its tool steps one at a time."""
+    """A workflow run in progress: its Run (state, step, attempt, trace), its session when that serves a
+    history (a re-execution), the contracts its tools have had, and the locks that keep its tool steps one at
+    a time."""
 
-    __slots__ = ("alock", "contracts", "fsync", "history", "lock", "run")
+    __slots__ = ("alock", "contracts", "fsync", "lock", "run", "serving")
 
-    def __init__(self, run: _Run, history: History | None, *, fsync: bool):
-        self.run, self.history, self.fsync = run, history, fsync
+    def __init__(self, run: _Run, *, fsync: bool):
+        self.run, self.fsync = run, fsync
+        self.serving = run.session if isinstance(run.session, Serving) else None
         self.contracts: dict[str, dict[str, Any]] = {}
         self.lock = threading.Lock()
         self.alock: asyncio.Lock | None = None
@@ -124,7 +126,8 @@ def call(tool: Any, /, **kwargs: Any) -> Any:
             "code call every tool with `await harness.acall(...)`, so their steps go one at a time"
         )
     with flow.lock:
-        intent = _begin(flow, spec, kwargs)
+        item = flow.serving.take_held(STEP, spec.name, _shown(flow, spec, kwargs)) if flow.serving is not None else None
+        intent = _begin(flow, spec, kwargs, item)
         if isinstance(intent, _Given):
             return intent.give()
         try:
@@ -144,13 +147,13 @@ async def acall(tool: Any, /, **kwargs: Any) -> Any:
     if flow is None:
         out = spec.fn(**_plain(spec, kwargs))
         return await out if inspect.isawaitable(out) else out
-    session = flow.run.session
-    if isinstance(session, Serving):  # a re-execution: sibling tasks take their recorded calls first
-        await session.settled(STEP, spec.name, session.redact(check_value("args", kwargs, tool=spec.name)))
+    item = None
+    if flow.serving is not None:  # a re-execution: taken by what it is, sibling tasks taking theirs meanwhile
+        item = await flow.serving.atake_held(STEP, spec.name, _shown(flow, spec, kwargs))
     if flow.alock is None:
         flow.alock = asyncio.Lock()
     async with flow.alock:
-        intent = _begin(flow, spec, kwargs)
+        intent = _begin(flow, spec, kwargs, item)
         if isinstance(intent, _Given):
             return intent.give()
         try:
@@ -170,8 +173,13 @@ def _plain(spec: ToolSpec, kwargs: dict[str, Any]) -> dict[str, Any]:
     return kwargs
 
 
-def _begin(flow: Flow, spec: ToolSpec, kwargs: dict[str, Any]) -> dict[str, Any] | _Given:
-    """Start a step: serve it from the history, go on with the call the trace left open, or write its intent."""
+def _shown(flow: Flow, spec: ToolSpec, kwargs: dict[str, Any]) -> Any:
+    """A call's args as its intent writes them (checked: NotSerializable; redacted), to match a recorded call."""
+    return flow.run.session.redact(check_value("args", kwargs, tool=spec.name, step=flow.run.step))
+
+
+def _begin(flow: Flow, spec: ToolSpec, kwargs: dict[str, Any], item: Item | None) -> dict[str, Any] | _Given:
+    """Start a step: the recorded call `item` served or gone on with, or a new call's intent written."""
     run = flow.run
     contract = spec.contract
     known = flow.contracts.get(spec.name)
@@ -183,22 +191,17 @@ def _begin(flow: Flow, spec: ToolSpec, kwargs: dict[str, Any]) -> dict[str, Any]
             "one contract within a run (its trace could not tell the two apart). Give the two tools distinct names; "
             "nothing was written"
         )
-    if flow.history is not None:
-        args = check_value("args", kwargs, tool=spec.name, step=run.step)
-        item = flow.history.take(MAIN, STEP, spec.name, run.session.redact(args))
-        if item is not None:
-            step = item.step
-            if step is None:
-                raise HarnessError(f"internal error, please report: {flow.history.path}: seq {item.seq} is no call")
-            if canonical(step.contract) != canonical(contract):
-                what = f"contract of tool {spec.name!r} (the call at seq {item.seq})"
-                raise ResumeMismatch(flow.history.path, what, step.contract, contract)
-            reopened = _reopen(flow, spec, step, args)
-            return reopened if isinstance(reopened, _Given) else _recorded(flow, spec, reopened)
+    if item is not None:
+        step = item.step
+        if step is None:
+            raise internal(f"a served {item.space} is no call", run.journal.path, item.seq)
+        if canonical(step.contract) != canonical(contract):
+            what = f"contract of tool {spec.name!r} (the call at seq {item.seq})"
+            raise ResumeMismatch(run.journal.path, what, step.contract, contract)
+        reopened = _reopen(flow, spec, step, kwargs)
+        return reopened if isinstance(reopened, _Given) else _recorded(flow, spec, reopened)
     if run.state != S.PLAN:
-        raise HarnessError(
-            f"internal error, please report: {run.journal.path}: a tool call in state {run.state} at step {run.step}"
-        )
+        raise internal(f"a tool call in state {run.state} at step {run.step}", run.journal.path, run.journal.seq)
     effect = contract["effect"]
     if effect == "at-least-once":
         intent: dict[str, Any] = {"name": spec.name, "tool": spec.name, "args": kwargs, "contract": contract}
@@ -217,7 +220,7 @@ def _begin(flow: Flow, spec: ToolSpec, kwargs: dict[str, Any]) -> dict[str, Any]
 def _recorded(flow: Flow, spec: ToolSpec, intent: dict[str, Any]) -> dict[str, Any] | _Given:
     """A call whose intent is written: its result served by a rerun's recording, or the intent to call live."""
     session = flow.run.session
-    if not session.strict and not session.recorded:  # a live run (the common case): nothing to serve
+    if not session.strict:  # a run or a resume: a call is served from its history (_begin), never from here
         return intent
     try:
         recorded = served(flow.run.session, intent)
@@ -251,17 +254,16 @@ def _reopen(flow: Flow, spec: ToolSpec, step: Step, args: dict[str, Any]) -> dic
             run.checkpoint()
             return _Given(check_value("result", result))
         if step.question is None and step.reconcile is None:
-            raise HarnessError(
-                f"internal error, please report: {run.journal.path}: a call paused and not reconciled was resumed"
-            )
+            raise internal("a call paused and not reconciled was resumed", run.journal.path, run.journal.seq)
         # reconciled as not happened, or its question answered: made again, its intent repeated exactly
         run.move(S.ACT, sync=True, user=("args",), **intent)
         return intent
     if step.contract["effect"] == "unsafe":  # in flight at the crash: never made again blindly
         run.move(S.PAUSED, sync=True)
         raise Paused(finished(replay(run.journal.path)))
-    if run.journal.dirty and (flow.fsync or step.contract["effect"] != "at-least-once"):
-        run.journal.sync()  # a resumed call of a declared tool: everything before it durable first
+    run.session.settled()  # the call is made again: only once the function did all it did before it
+    if (run.journal.dirty or run.journal.owes) and (flow.fsync or step.contract["effect"] != "at-least-once"):
+        run.journal.sync()  # a resumed call of a declared tool: everything before it (the resume's seam) durable
     return intent  # made again (an idempotent tool with the same key)
 
 

@@ -43,7 +43,7 @@ import time
 import traceback
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import KW_ONLY, dataclass, field
+from dataclasses import KW_ONLY, dataclass, field, replace
 from typing import Any
 
 from .._errors import (
@@ -62,12 +62,13 @@ from .._errors import (
     TraceUnreadable,
     VerificationFailed,
     error_of,
+    internal,
 )
 from ..storage import exists, is_url, join, runs_dir
 from ..storage.blobs import THRESHOLD
 from ..trace import index as _index
 from ..trace import state as S
-from ..trace.journal import SCHEMA, Journal, a, canonical, check_value, set_aside
+from ..trace.journal import SCHEMA, Journal, a, canonical, check_value, set_aside, torn_name
 from ..trace.reader import Call, Checkpoint, Replay, replay
 from ..trace.redact import Redaction, Rule
 from ..trace.remote import open_journal
@@ -259,18 +260,18 @@ class Executor:
         # secrets replaced by a marker in every value written (None: the default rules; a list adds to them)
         self.redact = Redaction.of(redact)
         self.storage_options = storage_options  # for a trace= or runs_dir= URL (fsspec), else unused
-        # each tool as a ToolSpec: a plain callable at-least-once, a harness.Tool or an @harness.tool with its contract
-        self.specs: dict[str, ToolSpec] = {}
+        # each tool's contract from its ToolSpec: a plain callable at-least-once, a harness.Tool's or an @harness.tool's
+        specs: dict[str, ToolSpec] = {}
         for name, tool in self.tools.items():
             if type(name) is not str:
                 raise TypeError(f"tools must be a dict of name -> callable or harness.Tool; key {name!r} is not a str")
             if not isinstance(tool, Tool | ToolSpec) and not callable(tool):
                 raise TypeError(f"tool {name!r} is {tool!r}, not a callable or a harness.Tool")
-            self.specs[name] = spec_of(tool)
-        self.contracts = {n: s.contract for n, s in sorted(self.specs.items())}
+            specs[name] = spec_of(tool)
+        self.contracts = {n: s.contract for n, s in sorted(specs.items())}
         # the tools whose call is preceded by an fsync (of their intent and all before it): all of them with
         # durability="fsync", declared tools with "flush"
-        synced = [n for n, s in self.specs.items() if durability == "fsync" or s.contract["effect"] != "at-least-once"]
+        synced = [n for n, s in specs.items() if durability == "fsync" or s.contract["effect"] != "at-least-once"]
         self.synced = frozenset(synced)
 
     def run(self, goal: Any, *, answer: Any = NO_ANSWER) -> Outcome:
@@ -318,7 +319,7 @@ class Executor:
     def _refuse_async(self) -> None:
         """HarnessError before anything is written when run() was given an async planner, verifier or tool."""
         parts: list[tuple[str, Any]] = [("the planner", self.planner), ("the verifier", self.verifier)]
-        parts += [(f"tool {n!r}", s.fn) for n, s in self.specs.items()]
+        parts += [(f"tool {n!r}", spec_of(t).fn) for n, t in self.tools.items()]
         for what, fn in parts:
             if inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(type(fn).__call__):
                 raise _async(what)
@@ -334,7 +335,6 @@ class Executor:
         bridge = Bridge(asyncio.get_running_loop())
         ex = copy.copy(self)
         ex.planner, ex.tools, ex.verifier = bridged(bridge, self.planner, self.tools, self.verifier)
-        ex.specs = {n: spec_of(t) for n, t in ex.tools.items()}  # (the same contracts: bridged keeps them)
         return await asyncio.to_thread(functools.partial(ex.run, goal, answer=answer))
 
     def _start(
@@ -386,22 +386,27 @@ class Executor:
             and (rep.reconcile is None if not rep.group else waiting)
         ):
             return finished(rep)  # a finished run is never appended to
-        aside = set_aside(path, rep.end) if rep.torn_tail else None
+        # the seam (resume, and the answer it brings) is owed: written with the first record the resumed run
+        # appends, in the same write, or never (a resume that pauses again, drifts or is refused writes nothing)
+        aside = torn_name(path, rep.end) if rep.torn_tail else None
         seam = {"set_aside": os.path.basename(aside) if aside else None, "env": environment(self.entrypoint)}
+        seams: list[tuple[str, dict[str, Any], tuple[str, ...]]] = [("resume", seam, ())]
         clocks = rep.clocks
         if clocks is not None:  # the run had spawned: the resume is one more event of main, with its clock
-            main = {**clocks["main"], "main": clocks["main"]["main"] + 1}
-            seam["vc"], clocks = main, {**clocks, "main": main}
-        start = rep.header["ts"]  # (the resume record is written over the torn tail)
-        journal.continue_after(rep.last_seq, rep.crc, rep.end, ("resume", seam), start=start)
+            seam["vc"], clocks = _main_event(clocks)
         if answer is not NO_ANSWER:  # after the resume record, which names where a torn tail went
-            assert rep.question is not None
-            journal.append("answer", {"op": rep.question["seq"], "answer": answer}, sync=True, user=("answer",))
-            rep = _index.resume_point(path)
+            if rep.question is None:
+                raise internal("an answer for a run with no question", path, rep.last_seq)
+            said: dict[str, Any] = {"op": rep.question["seq"], "answer": answer}
+            if clocks is not None:  # one more event of main too
+                said["vc"], clocks = _main_event(clocks)
+            seams.append(("answer", said, ("answer",)))
+            rep = replace(rep, answered=True, answers=(*rep.answers, answer))  # as replay() reads it after the answer
+        journal.owe(rep.last_seq, rep.crc, rep.end, seams, start=rep.header["ts"], aside=aside)
         session = Session(journal, rep.resumable_crossings(), redact=self.redact)
         if clocks is not None:  # every record from here on carries its clock
             session.agents.share(journal, clocks)
-        session.answers.extend(rep.answers if answer is NO_ANSWER else (*rep.answers[:-1], answer))  # unredacted
+        session.answers.extend(rep.answers)  # the new answer as given: the trace holds it redacted
         return self._continue(journal, session, rep, goal)  # the caller's goal: the trace's may be redacted
 
     def _continue(self, journal: Journal, session: Session, rep: Replay, goal: Any = _RECORDED) -> Outcome:
@@ -419,13 +424,15 @@ class Executor:
                 deactivate(token)
             return done or self._drive(run)
         if run.state == S.PAUSED and rep.answered:  # back to where the question was asked, to ask it again
-            assert rep.question is not None
+            if rep.question is None:
+                raise internal("an answered run with no question", rep.path, rep.last_seq)
             run.step, run.attempt = rep.question["step"], rep.question.get("attempt", 1)
             back = rep.question["from"]
             if back == S.PLAN:
                 run.move(S.PLAN, sync=True)
                 return self._drive(run)
-            assert intent is not None
+            if intent is None:
+                raise internal(f"a question asked in {back} with no intent before it", rep.path, rep.last_seq)
             run.intent, run.result, run.shown = intent, rep.result, check_value("result", rep.result)
             if back == S.ACT:  # the tool is called again, with its live args (see _live_intent)
                 run.intent = self._live_intent(run, rep)
@@ -448,11 +455,13 @@ class Executor:
             else:
                 run.step = len(run.progress)
             return self._drive(run)
-        assert intent is not None
+        if intent is None:
+            raise internal(f"a run in {run.state} with no intent", rep.path, rep.last_seq)
         run.step, run.attempt, run.intent, run.result = intent["step"], intent.get("attempt", 1), intent, rep.result
         run.shown = check_value("result", rep.result)
         if run.state == S.PAUSED:
-            assert rep.reconcile is not None
+            if rep.reconcile is None:  # (_resume returns a PAUSED run that waits for a reconcile as it is)
+                raise internal("a paused run resumed with no reconcile and no answer", rep.path, rep.last_seq)
             if rep.reconcile["happened"]:
                 run.result, run.shown = rep.reconcile["result"], check_value("result", rep.reconcile["result"])
                 run.result = run.move(S.VERIFY, sync=True, user=("result",), result=run.result)["result"]
@@ -476,7 +485,8 @@ class Executor:
         every call from its recording and needs none of this.
         """
         intent = rep.intent
-        assert intent is not None
+        if intent is None:
+            raise internal("a tool called again with no intent", rep.path, rep.last_seq)
         where = _marked(intent["args"], self.redact.marker)
         if where is None or run.session.strict:
             return intent
@@ -590,8 +600,8 @@ class Executor:
                     # the live call gets run.intent; the trace its args checked and redacted (the journal does it)
                     run.move(S.ACT, sync=planned.tool in self.synced, check=("args",), **run.intent)
                 elif run.state == S.ACT:
-                    if run.journal.dirty and run.intent["tool"] in self.synced:  # a resumed call: the rule holds too
-                        run.journal.sync()
+                    if (run.journal.dirty or run.journal.owes) and run.intent["tool"] in self.synced:
+                        run.journal.sync()  # a resumed call: the rule holds too (its resume record goes first)
                     try:
                         raw = self._call(run.session, run.intent)
                     except ToolError as e:
@@ -652,8 +662,8 @@ class Executor:
         finally:
             if token is not None:
                 deactivate(token)
-            if run.index is not None:  # the last quiet point's mark: a resume starts there
-                run.index.close()
+            if run.index is not None:  # the last quiet point's mark: a resume starts there (none if it wrote nothing)
+                run.index.close(mark=not run.journal.owes)
 
     # --- parallel steps ------------------------------------------------------------------------------
 
@@ -729,8 +739,12 @@ class Executor:
         if c.state == S.PLAN:
             if c.last is not None and c.last.get("from") in (S.ACT, S.VERIFY):  # a retry was decided
                 call.attempt = c.last.get("attempt", 1) + 1
+                if c.last["from"] == S.ACT and c.intent is not None:  # as _continue: the same key, what is left of
+                    call.reuse = _reused_key(c.last, c.intent)  # the wait (its recorded crossing served again)
+                    self._backoff(call)
             return self._lane(call, slots)
-        assert c.intent is not None and call.planned is not None
+        if c.intent is None or call.planned is None:
+            raise internal(f"call {c.agent} resumed in {c.state} with no intent", call.journal.path)
         call.attempt, call.result = c.intent.get("attempt", 1), c.result
         call.intent = {**c.intent, "args": call.planned.args}  # the live args (see _live_calls), as a run's resume
         call.shown = check_value("result", c.result)
@@ -795,7 +809,7 @@ class Executor:
         recorded = served(session, intent)
         if recorded is not NOT_SERVED:
             return recorded
-        return invoke(session, self.specs[intent["tool"]].fn, intent, self.retry.timeout)
+        return invoke(session, spec_of(self.tools[intent["tool"]]).fn, intent, self.retry.timeout)
 
     def _verify(self, run: _Run) -> str | None:
         """None when the verifier vouches for the result, else why not."""
@@ -994,7 +1008,9 @@ def _async(what: str, made: Any = None) -> HarnessError:
 # a checkpoint record makes S.CHECKPOINT_MOVES from VERIFY: checked against the table once, here
 _CHECKPOINT_FROM_VERIFY = [S.check(a, b) for a, b in zip((S.VERIFY, *S.CHECKPOINT_MOVES), S.CHECKPOINT_MOVES)]  # noqa: B905
 if any(_CHECKPOINT_FROM_VERIFY):  # the table and the checkpoint record disagree: a bug, found at import
-    raise HarnessError(f"internal error, please report: {_CHECKPOINT_FROM_VERIFY}")
+    raise internal(str(_CHECKPOINT_FROM_VERIFY))
+# a resume moves out of these before the state's code runs again (its recorded crossings not yet served again)
+_RESUMED_FROM = frozenset({S.PAUSED, S.INIT})
 
 
 class _Run:
@@ -1071,7 +1087,9 @@ class _Run:
         with its last record, in one write.
         """
         if to not in S.EDGES[self.state]:
-            raise HarnessError(f"internal error, please report: {S.check(self.state, to)}")
+            raise internal(S.check(self.state, to) or to, self.journal.path, self.journal.seq + 1)
+        if self.session.checking and self.state not in _RESUMED_FROM:  # the state's code ran: did it all again?
+            self.session.settled()
         if self.attempt == 1:  # the first attempt is written by leaving `attempt` out (FORMAT.md)
             written = {"from": self.state, "to": to, "step": self.step, **fields}
         else:
@@ -1117,7 +1135,9 @@ class _Run:
         redacted), which follows the intent naming the step.
         """
         if self.state != S.VERIFY:  # the table allows the moves from VERIFY (_CHECKPOINT_FROM_VERIFY)
-            raise HarnessError(f"internal error, please report: a checkpoint in state {self.state}")
+            raise internal(f"a checkpoint in state {self.state}", self.journal.path, self.journal.seq + 1)
+        if self.session.checking:
+            self.session.settled()
         seq = self.journal.append("checkpoint", {"step": self.step})
         self.state = S.CHECKPOINT_MOVES[-1]
         list.append(self.tail, Checkpoint(self.step, self.intent["name"], self.result, seq))
@@ -1145,6 +1165,12 @@ def reseal(journal: Journal, rep: Replay) -> Outcome:
     start = rep.header["ts"]  # (written over the torn seal)
     journal.continue_after(rep.last_seq, rep.crc, rep.end, ("seal", seal), start=start, sync=True)
     return finished(replay(rep.path))
+
+
+def _main_event(clocks: dict[str, dict[str, int]]) -> tuple[dict[str, int], dict[str, dict[str, int]]]:
+    """One more event of main: its clock, and the agents' last clocks with it."""
+    main = {**clocks["main"], "main": clocks["main"]["main"] + 1}
+    return main, {**clocks, "main": main}
 
 
 def finished(rep: Replay) -> Outcome:

@@ -1,55 +1,52 @@
-"""Re-execution: what a workflow's trace already holds, served again while its function runs from the start.
+"""Re-execution: what a workflow's trace holds beyond its crossings, served again while its function runs again.
 
-A workflow resumes by running its function again from its first line.
-`History.of(rep)` turns the trace (read by `replay()`, every check made)
-into what the function did, in order: its crossings, its tool calls (each
-with its contract and its result or error, the last one possibly still
-open), the question it paused on, its artifacts. While the function runs
-again, everything it does is matched with an item by what it is (the
-crossing's kind and request, or the tool and its args, redacted as they
-were written) among the items not served yet; each item is served at most
-once, nothing served is written again, and the first thing the history
-does not hold goes live and is appended to the same file.
+A workflow resumes by running its function again from its first line. Its
+crossings are served the way every resume serves them (boundary.py: by
+what they are, each at most once, a ReplayDrift for one that matches none
+while its agent has recorded ones left, `settled()` before the run writes
+its next state), and the resume's own records (`resume`, an `answer`) are
+owed to the journal (`Journal.owe()`): written with the run's first new
+record, or never. This module adds what only a re-executed function does:
 
-Rules kept here:
-- live only once the history is used up: something that matches no
-  unserved item while some are left is a `ReplayDrift` naming the first
-  unserved item's seq and the first path where they differ; so is a
-  function that ends (returns or raises) with items left;
-- items may be served out of their recorded order (tasks of
-  `asyncio.gather` that start in another order than they did when the run
-  was recorded: a nested gather starts its inner calls in the order the outer
-  ones returned); in async code a crossing that matches nothing yields to
-  its sibling tasks (up to `WAIT` seconds) before it is called a drift;
-- a resume writes nothing until its first new record: `Deferred` holds the
-  journal's first write back and writes the resume's own records (its
-  `resume`, an `answer`) just before it, so a resume that drifts, is refused
-  or pauses again leaves the file byte for byte as it was;
+- its tool calls: `Recorded.read()` turns the trace into its `Step`s (each
+  with its contract and its result or error; the last one may still be
+  open: ACT, VERIFY, PAUSED, reconciled or not) and its artifacts, the
+  `held` items; `Serving.take()` serves one by what it is (the tool and
+  its args, redacted as they were written; an artifact's name and bytes)
+  at most once, whatever order the function asks them in;
+- one history: a crossing goes live only once the held items are used up
+  too, and a held item left when the function writes its next state is a
+  ReplayDrift, as a crossing left is (`unsettled`);
+- in async code a call or crossing that matches nothing while items are
+  left waits for its sibling tasks to take theirs (`HOLD_QUIET` seconds
+  with nothing served: then it is the drift), as boundary.py's crossings do;
 - `patched(change_id)`: True where the run is live (and a `patch` crossing
-  records it) or its history's next item is that marker, False while the
-  history holds something else there: an old run keeps its old path.
+  records it) or the history's next item of this agent is that marker,
+  False while the history holds something else there: an old run keeps its
+  old path.
+
+Guarantees: a served call or artifact writes nothing; a resume that
+drifts, is refused or pauses again leaves the file byte for byte as it was
+(the journal still owes its seam then).
 """
 
 from __future__ import annotations
 
-import asyncio
-import time
-from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from collections import deque
+from typing import Any
 
 from .._errors import HarnessError, ReplayDrift
 from ..storage import blobs as _blobs
 from ..trace import state as S
 from ..trace.clock import MAIN
-from ..trace.journal import Journal, canonical, check_value
+from ..trace.journal import Journal, canonical
 from ..trace.reader import Crossing, Replay, replay
-from .boundary import Match, Session, differences
+from ..trace.redact import DEFAULT, Redaction
+from .boundary import Match, Session, _Hold, _may_hold, differences, patiently
 from .context import _current
 from .timers import replaying
 
-T = TypeVar("T")
-WAIT = 1.0  # seconds an async crossing that matches nothing waits for its sibling tasks before it is a drift
-CROSSING, STEP, ARTIFACT = "crossing", "tool call", "artifact"  # what an item is: a drift names it
+STEP, ARTIFACT = "tool call", "artifact"  # what a held item is: a drift names it
 
 
 class Step:
@@ -73,6 +70,11 @@ class Step:
         self.reconcile: dict[str, Any] | None = None
         self.question: Any = None
 
+    @property
+    def over(self) -> bool:
+        """Whether the call ended in the trace (its result checkpointed, or its error recorded)."""
+        return self.state in ("done", "failed")
+
 
 def _moved(step: Step, rec: dict[str, Any]) -> None:
     """A transition of the tool call in progress."""
@@ -89,76 +91,53 @@ def _moved(step: Step, rec: dict[str, Any]) -> None:
 
 
 class Item:
-    """Something the function did, as its trace has it: matched by `space`, `kind` and `request` (its canonical
-    JSON: equal by type and value, as a request hash compares them)."""
+    """A tool call or an artifact of the history, matched by `space`, `kind` and the canonical JSON of `request`."""
 
-    __slots__ = ("key", "kind", "rec", "request", "seq", "served", "space", "step")
+    __slots__ = ("key", "kind", "request", "seq", "space", "step")
 
-    def __init__(self, space: str, kind: str, request: Any, seq: int):
-        self.space, self.kind, self.request, self.seq = space, kind, request, seq
+    def __init__(self, space: str, kind: str, request: Any, seq: int, step: Step | None = None):
+        self.space, self.kind, self.request, self.seq, self.step = space, kind, request, seq, step
         self.key = canonical(request)
-        self.served = False
-        self.rec: dict[str, Any] | None = None  # a crossing's own record, to serve
-        self.step: Step | None = None  # a tool call's
-
-    @property
-    def asked(self) -> bool:
-        """Whether this is the question the run paused on (asked live again when the function gets there)."""
-        return self.space == CROSSING and self.rec is None
-
-    @property
-    def crossing(self) -> Crossing | None:
-        """The crossing to serve (None for a tool call, or a question the run paused on: asked live)."""
-        rec = self.rec
-        if rec is None:
-            return None
-        return Crossing(rec["seq"], rec["boundary"], rec["request"], rec.get("response"), rec.get("error"), rec["seq"])
 
 
-class History:
-    """The items of a trace, per agent in order, and which of them the re-executed function has used."""
+class Recorded:
+    """What a workflow's trace says its function did: its crossings, its held items (calls and artifacts, in
+    order), and the first spawn, if any (such a run cannot be re-executed yet)."""
 
-    def __init__(self, path: str, items: list[Item], spawned: int | None = None):
+    def __init__(self, path: str):
         self.path = path
-        self.items: dict[str, list[Item]] = {MAIN: items} if items else {}
-        self.first: dict[str, int] = {}  # per agent: the index of its first unserved item
-        self.spawned = spawned  # the seq of the first spawn record, if the run spawned agents
+        self.crossings: list[Crossing] = []
+        self.held: list[Item] = []
+        self.spawned: int | None = None
 
     @classmethod
-    def read(cls, path: str) -> tuple[Replay, History]:
-        """replay() of the trace at path, and its history, in one pass."""
-        items: list[Item] = []
+    def read(cls, path: str) -> tuple[Replay, Recorded]:
+        """replay() of the trace at path, and what it recorded, in one pass."""
+        out = cls(path)
         step: Step | None = None
-        spawned: int | None = None
 
         def take(line: bytes, rec: dict[str, Any]) -> None:
-            nonlocal step, spawned
+            nonlocal step
             kind = rec["kind"]
             if kind in ("spawn", "exit", "join"):
-                spawned = spawned or rec["seq"]
+                out.spawned = out.spawned or rec["seq"]
                 return
             if "blobs" in rec:
                 rec = _blobs.inline(path, rec)
             if kind == "crossing":
-                item = Item(CROSSING, rec["boundary"], rec["request"], rec["seq"])
-                item.rec = rec
-                items.append(item)
+                seq = rec["seq"]
+                c = Crossing(seq, rec["boundary"], rec["request"], rec.get("response"), rec.get("error"), seq)
+                out.crossings.append(c)
             elif kind == "artifact":
-                items.append(Item(ARTIFACT, rec["name"], {"name": rec["name"], "sha256": rec["sha256"]}, rec["seq"]))
+                name = rec["name"]
+                out.held.append(Item(ARTIFACT, name, {"name": name, "sha256": rec["sha256"]}, rec["seq"]))
             elif kind == "transition":
-                src, dst = rec["from"], rec["to"]
-                if src == S.PLAN and dst == S.PAUSED:  # interrupt() asked, not answered (yet): asked live again
-                    items.append(Item(CROSSING, "interrupt", rec["question"], rec["seq"]))
-                elif src == S.PAUSED and dst == S.PLAN and items and items[-1].asked:
-                    items.pop()  # answered: the interrupt crossing that follows delivers the answer
-                elif dst == S.ACT and src == S.PLAN:
+                if rec["to"] == S.ACT and rec["from"] == S.PLAN:
                     step = Step(rec)
-                    item = Item(STEP, rec["tool"], rec["args"], rec["seq"])
-                    item.step = step
-                    items.append(item)
+                    out.held.append(Item(STEP, rec["tool"], rec["args"], rec["seq"], step))
                 elif step is not None:  # (INIT -> PLAN, a question asked in PLAN and its answer, the end: none)
                     _moved(step, rec)
-                    if step.state == "failed":
+                    if step.over:
                         step = None
             elif kind == "checkpoint" and step is not None:
                 step.state, step = "done", None
@@ -166,7 +145,7 @@ class History:
                 step.reconcile = rec
 
         rep = replay(path, on_record=take)
-        return rep, cls(path, items, spawned)
+        return rep, out
 
     def check(self) -> None:
         """HarnessError when the function cannot be run again over this history."""
@@ -176,56 +155,46 @@ class History:
                 "nothing was written. Rerun it (harness.rerun), or start it again"
             )
 
-    def next(self, agent: str) -> Item | None:
-        """The first item of agent's history not served yet."""
-        items = self.items.get(agent)
-        if not items:
-            return None
-        i = self.first.get(agent, 0)
-        while i < len(items) and items[i].served:
-            i += 1
-        self.first[agent] = i
-        return items[i] if i < len(items) else None
 
-    def find(self, agent: str, space: str, kind: str, request: Any, match: Match | None = None) -> Item | None:
-        """The first unserved item of agent that is what request is (None when none is), without taking it.
+class Serving(Session):
+    """A session that re-executes a workflow: its held items are served by what they are (see the docstring)."""
 
-        Usually the first unserved item itself: the scan goes further only for items served out of order.
-        """
-        items = self.items.get(agent)
-        if not items:
+    held: deque[Item]
+    path: str
+
+    def hold(self, recorded: Recorded) -> None:
+        """Serve recorded's calls and artifacts (its crossings are the Session's own)."""
+        self.held, self.path = deque(recorded.held), recorded.path
+        self.checking = True
+
+    def take_held(self, space: str, kind: str, request: Any) -> Item | None:
+        """The held item that is `space kind request` (a request as written: redacted), now served; None once
+        the held items are used up (go live). ReplayDrift when items are left and none is this one (_Hold in
+        async code that may still wait for its siblings)."""
+        held = self.held
+        if not held:
             return None
-        i, n = self.first.get(agent, 0), len(items)
-        key = canonical(request if match is None else match(request))
-        while i < n:
-            item = items[i]
-            i += 1
-            if item.served or item.space != space or item.kind != kind:
-                continue
-            if (item.key if match is None else canonical(match(item.request))) == key:
+        key = canonical(request)
+        for i, item in enumerate(held):
+            if item.space == space and item.kind == kind and item.key == key:
+                del held[i]
+                self.served += 1
                 return item
-        return None
+        if _may_hold.get():
+            raise _Hold
+        drift = self.drift_from(held[0], space, kind, request)
+        self.failure = self.failure or drift
+        raise drift
 
-    def take(self, agent: str, space: str, kind: str, request: Any, match: Match | None = None) -> Item | None:
-        """The item that answers request, now served; None once agent's history is used up (go live).
+    async def atake_held(self, space: str, kind: str, request: Any) -> Item | None:
+        """take_held() for async code: what matches nothing while items are left waits for its siblings to take theirs
+        (see patiently)."""
+        return await patiently(self, lambda: self.take_held(space, kind, request))
 
-        ReplayDrift when items are left and none is this request.
-        """
-        item = self.find(agent, space, kind, request, match)
-        if item is not None:
-            item.served = True
-            self.next(agent)  # (moves past it when it was the first)
-            return item
-        first = self.next(agent)
-        if first is None:
-            return None
-        raise self.drift(first, space, kind, request, match)
-
-    def drift(self, first: Item, space: str, kind: str, request: Any, match: Match | None = None) -> ReplayDrift:
+    def drift_from(self, first: Item, space: str, kind: str, request: Any) -> ReplayDrift:
         """The error for a re-executed function that did `space kind request` where its history has `first`."""
         if (first.space, first.kind) == (space, kind):
-            was, now = (first.request, request) if match is None else (match(first.request), match(request))
-            fields = differences(was, now)
+            fields = differences(first.request, request)
             if space == STEP:
                 fields = {f"args.{k}" if k != "request" else "args": v for k, v in fields.items()}
         else:
@@ -233,110 +202,92 @@ class History:
         shown = "; ".join(f"{k}: recorded {a!r:.200}, now {b!r:.200}" for k, (a, b) in fields.items())
         return ReplayDrift(
             f"{self.path}: seq {first.seq}: the re-executed workflow made a {space} {kind!r} where its trace holds "
-            f"the {first.space} {first.kind!r} (the code changed?): {shown}. Nothing was written; resume with the "
-            "code that made the trace, or mark the change with harness.patched()",
+            f"the {first.space} {first.kind!r}: {shown}. {self._changed()}, or mark the change with "
+            "harness.patched()",
             seq=first.seq,
             line=first.seq,
             fields=fields,
         )
 
-    def left(self, agent: str = MAIN) -> ReplayDrift | None:
-        """The error for a function that ended while its history still holds items (None when it holds none)."""
-        first = self.next(agent)
-        if first is None:
-            return None
-        return ReplayDrift(
-            f"{self.path}: seq {first.seq}: the re-executed workflow ended, but its trace goes on with the "
-            f"{first.space} {first.kind!r} (the code changed?). Nothing was written; resume with the code that made "
-            "the trace",
+    def unsettled(self, agent: str) -> ReplayDrift | None:
+        """A crossing left (the Session's rule), else, for the main agent, a held item the function went past."""
+        drift = super().unsettled(agent)
+        if drift is not None or agent != MAIN or not self.held:
+            return drift
+        first = self.held[0]
+        drift = ReplayDrift(
+            f"{self.path}: seq {first.seq}: the re-executed workflow went past (or ended before) the "
+            f"{first.space} {first.kind!r} its trace holds here. {self._changed()}",
             seq=first.seq,
             line=first.seq,
             fields={"kind": (f"{first.space} {first.kind}", None)},
         )
+        self.failure = self.failure or drift
+        return drift
 
-
-class Serving(Session):
-    """A session that re-executes a workflow: its history is served first (the kinds add what comes after)."""
-
-    history: History
-
-    async def settled(self, space: str, kind: str, shown: Any, match: Match | None = None) -> None:
-        """Wait (WAIT seconds at most) until `shown` (a request as written) matches an unserved item, or the
-        history is used up.
-
-        Sibling tasks of asyncio.gather may take the items before this one:
-        each yields to the loop between its turns.
-        """
-        agent = self.agents.current()
-        history = self.history
-        await turn(lambda: history.next(agent) is None or history.find(agent, space, kind, shown, match) is not None)
+    def upcoming(self) -> Crossing | Item | None:
+        """What the history holds next for the current agent: its next crossing or held item, whichever the
+        trace has first (patched() looks at it)."""
+        queue = self.queue()
+        nxt: Crossing | Item | None = queue[0] if queue else None
+        if self.held and self.agent().name == MAIN and (nxt is None or self.held[0].seq < nxt.seq):
+            return self.held[0]
+        return nxt
 
     def artifact_served(self, name: str, sha256: str) -> bool:
-        return self.history.take(self.agents.current(), ARTIFACT, name, {"name": name, "sha256": sha256}) is not None
-
-    async def across(self, kind: str, request: Any, acall: Callable[[], Awaitable[T]], match: Match | None = None) -> T:
-        if not self.nested:
-            check_value("request", request)
-            await self.settled(CROSSING, kind, self.redact(request), match)
-        return await super().across(kind, request, acall, match)
+        if self.agent().name != MAIN:
+            return False
+        return self.take_held(ARTIFACT, name, {"name": name, "sha256": sha256}) is not None
 
 
 class Resumed(Serving):
-    """A resumed workflow's session: its history served first (nothing written), then live."""
+    """A resumed workflow's session: the trace's crossings and held items served first (nothing written), then
+    live. `asked`: the question the run paused on, asked live again (with its answer) when the function gets
+    there; a different question there is a drift."""
 
-    def __init__(self, journal: Journal, history: History, **kwargs: Any):
-        super().__init__(journal, **kwargs)
-        self.history = history
+    def __init__(self, journal: Journal, recorded: Recorded, *, redact: Redaction = DEFAULT, asked: Any = None):
+        super().__init__(journal, recorded.crossings, redact=redact)
+        self.hold(recorded)
+        self.asked = asked
+
+    async def atake_held(self, space: str, kind: str, request: Any) -> Item | None:
+        """Serving.atake_held(); a call it does not serve whole (made live, or gone on with) first waits for the
+        crossings its siblings still have to take: what it writes comes after them."""
+        item = await super().atake_held(space, kind, request)
+        if item is None or (item.step is not None and not item.step.over):
+            await patiently(self, self._crossed)
+        return item
+
+    def _crossed(self) -> None:
+        """_Hold while the main agent's crossings are not all served (once quiet, settled() says what is left)."""
+        if self.recorded.get(MAIN) and _may_hold.get():
+            raise _Hold
 
     def serve(self, kind: str, request: Any, match: Match | None = None) -> Crossing | None:
-        item = self.history.take(self.agents.current(), CROSSING, kind, request, match)
-        return item.crossing if item is not None else None  # (a question the run paused on: asked live)
-
-
-# the journal's methods that write (or, for share, make what follows carry clocks: the resume record goes first)
-async def turn(ready: Callable[[], bool]) -> None:
-    """Yield to sibling tasks until ready() (WAIT seconds at most: then the caller's own check says what drifted).
-
-    Served siblings take no time: a few turns of the loop let them all go; after that, a short poll.
-    """
-    spins, deadline = 0, None
-    while not ready():
-        if spins < 100:
-            spins += 1
-            await asyncio.sleep(0)
-            continue
-        deadline = deadline or time.monotonic() + WAIT
-        if time.monotonic() > deadline:
-            return
-        await asyncio.sleep(0.01)
-
-
-_WRITES = frozenset({"append", "append_many", "finish", "put_blob", "share"})
-
-
-class Deferred:
-    """A journal whose first write is preceded by `before()`: what a resume writes, written only if it goes on.
-
-    Every attribute is the journal's; the first call of a writing method runs
-    `before()` (set aside a torn tail, the `resume` record, an `answer`) first.
-    """
-
-    __slots__ = ("_before", "_journal")
-
-    def __init__(self, journal: Journal, before: Callable[[], None]):
-        self._journal = journal
-        self._before: Callable[[], None] | None = before
-
-    @property
-    def live(self) -> bool:
-        """Whether the resume has written its records (the run appended something new)."""
-        return self._before is None
-
-    def __getattr__(self, name: str) -> Any:
-        if name in _WRITES and self._before is not None:
-            before, self._before = self._before, None
-            before()
-        return getattr(self._journal, name)
+        rec = super().serve(kind, request, match)
+        if rec is not None or self.agent().name != MAIN:
+            return rec
+        if self.held:  # the crossings are used up, the calls are not: a drift (or a wait for siblings)
+            first = self.held[0]
+            if _may_hold.get():
+                raise _Hold
+            drift = self.drift_from(first, "crossing", kind, request)
+            self.failure = self.failure or drift
+            raise drift
+        if self.asked is not None and kind == "interrupt":  # the question the run paused on, asked again
+            asked, self.asked = self.asked, None
+            if canonical(asked["question"]) != canonical(request):
+                fields = differences(asked["question"], request)
+                drift = ReplayDrift(
+                    f"{self.path}: seq {asked['seq']}: the re-executed workflow asked another question than the one "
+                    f"its run paused on ({fields}). {self._changed()}",
+                    seq=asked["seq"],
+                    line=asked["seq"],
+                    fields=fields,
+                )
+                self.failure = self.failure or drift
+                raise drift
+        return None
 
 
 def patched(change_id: str) -> bool:
@@ -356,16 +307,15 @@ def patched(change_id: str) -> bool:
     known = session.patches.get(change_id)
     if known is not None:
         return known
-    history: History | None = getattr(session, "history", None)
-    agent = session.agents.current()
-    nxt: Any = history.next(agent) if history is not None else None
-    if nxt is None:
+    if isinstance(session, Serving):
+        nxt = session.upcoming()
+    else:
         queue = session.queue()
         nxt = queue[0] if queue else None
     if nxt is None:
         taken = not replaying(session)  # a rerun past its recording: the recording never got here
     else:
-        taken = getattr(nxt, "space", CROSSING) == CROSSING and nxt.kind == "patch" and nxt.request == change_id
+        taken = isinstance(nxt, Crossing) and nxt.kind == "patch" and nxt.request == change_id
     if taken:
         session.cross("patch", change_id, _true)
     session.patches[change_id] = taken

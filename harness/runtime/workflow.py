@@ -59,13 +59,14 @@ from .._errors import (
     TraceMissing,
     TraceUnreadable,
     error_of,
+    internal,
 )
 from ..storage import FenceLost, exists, is_url, join
 from ..storage import runs_dir as default_runs_dir
 from ..storage.blobs import THRESHOLD
 from ..trace import index as _index
 from ..trace import state as S
-from ..trace.journal import Journal, canonical, check_value, set_aside
+from ..trace.journal import Journal, canonical, check_value, set_aside, torn_name
 from ..trace.reader import Replay
 from ..trace.redact import Redaction, Rule
 from ..trace.remote import open_journal
@@ -73,7 +74,7 @@ from .boundary import Session, deactivate
 from .calls import Flow, Paused, _flow
 from .environment import environment
 from .executor import NO_ANSWER, Outcome, _crash, _Run, ask, finished, reseal, write_header
-from .history import Deferred, History, Resumed
+from .history import Recorded, Resumed
 from .interrupt import Interrupted
 from .tool import is_async_fn
 
@@ -315,7 +316,7 @@ class _Opened:
     def _resume(self, journal: Journal) -> None:
         path, w, answer = journal.path, self.w, self.options.answer
         try:
-            rep, history = History.read(path)
+            rep, recorded = Recorded.read(path)
         except TraceCorruption as e:
             if e.reason != "torn-header":
                 raise
@@ -341,9 +342,11 @@ class _Opened:
         if rep.complete or (rep.state == S.PAUSED and ((asked and answer is NO_ANSWER) or _uncertain(rep))):
             self.outcome = finished(rep)  # a finished run (or one waiting for a human) is never appended to
             return
-        history.check()
-        session = Resumed(cast(Journal, None), history, redact=self.redact)
-        self.flow = go_on(journal, session, rep, history, fsync=journal.fsync, answer=answer, lazy=True)
+        recorded.check()
+        question = rep.question if rep.state == S.PAUSED else None  # asked in PLAN: the function asks it again
+        again = question if question is not None and question["from"] == S.PLAN else None
+        session = Resumed(journal, recorded, redact=self.redact, asked=again)
+        self.flow = go_on(journal, session, rep, fsync=journal.fsync, answer=answer, lazy=True)
 
 
 def _uncertain(rep: Replay) -> bool:
@@ -383,14 +386,13 @@ def start(
     write_header(journal, run_id, goal, {}, redact, entrypoint, lineage or {}, workflow=name)
     run = _Run(journal, session or Session(journal, redact=redact), goal, run_id, [], S.INIT)
     run.move(S.PLAN)
-    return Flow(run, None, fsync=fsync)
+    return Flow(run, fsync=fsync)
 
 
 def go_on(
     journal: Journal,
     session: Session,
     rep: Replay,
-    history: History,
     *,
     fsync: bool,
     answer: Any = NO_ANSWER,
@@ -399,37 +401,39 @@ def go_on(
 ) -> Flow:
     """The Flow that re-executes the run `rep` read, its history served by `session`.
 
-    lazy (a resume): nothing is written until the run's first new record;
-    then the torn tail is set aside and the `resume` record (and the answer,
-    and PAUSED -> PLAN for a question the function asked) go first. Not lazy
-    (a rerun at a recorded seam): the caller wrote the resume record; a
-    question answered in PLAN is left now.
+    lazy (a resume): the seam is owed (Journal.owe()): the `resume` record
+    (naming where a torn tail goes), the `answer` given, and PAUSED -> PLAN
+    for a question the function asked in PLAN are written with the run's
+    first new record, or never. Not lazy (a rerun at a recorded seam): the
+    caller wrote the resume record; a question asked in PLAN is left now.
     """
     entrypoint = entrypoint or (sys.argv[0] if sys.argv and sys.argv[0] else "<python>")
     run = _Run(journal, session, rep.goal, rep.run_id, _index.resumed(rep), rep.state)
     run.step, run.attempt = position(rep)
-    back = rep.state == S.PAUSED and rep.question is not None and rep.question["from"] == S.PLAN
+    question = rep.question
+    back = rep.state == S.PAUSED and question is not None and question["from"] == S.PLAN
+    if back and question is not None:  # where it was asked: the function asks it again there
+        run.step, run.attempt = question["step"], question.get("attempt", 1)
     if lazy:
-        real = journal
-        real.seq, real.crc, real.t0 = rep.last_seq, rep.crc, rep.header["ts"]
-
-        def before() -> None:
-            aside = set_aside(rep.path, rep.end) if rep.torn_tail else None
-            seam = {"set_aside": os.path.basename(aside) if aside else None, "env": environment(entrypoint)}
-            real.continue_after(rep.last_seq, rep.crc, rep.end, ("resume", seam), start=rep.header["ts"])
-            if answer is not NO_ANSWER and rep.question is not None:  # (_Opened refused an answer with none)
-                real.append("answer", {"op": rep.question["seq"], "answer": answer}, sync=True, user=("answer",))
-            if back:  # back to PLAN, where the function asks its question again and gets the answer
-                run.move(S.PLAN, sync=True)
-
-        run.journal = session.journal = cast(Journal, Deferred(real, before))
+        aside = torn_name(rep.path, rep.end) if rep.torn_tail else None
+        seam = {"set_aside": os.path.basename(aside) if aside else None, "env": environment(entrypoint)}
+        owed: list[tuple[str, dict[str, Any], tuple[str, ...]]] = [("resume", seam, ())]
+        if answer is not NO_ANSWER and question is not None:  # (_Opened refused an answer with none)
+            owed.append(("answer", {"op": question["seq"], "answer": answer}, ("answer",)))
+        if back:  # back to PLAN, where the function asks its question again and gets the answer
+            moved = {"from": S.PAUSED, "to": S.PLAN, "step": run.step}
+            if run.attempt != 1:
+                moved["attempt"] = run.attempt
+            owed.append(("transition", moved, ()))
+            run.state = S.PLAN
+        journal.owe(rep.last_seq, rep.crc, rep.end, owed, start=rep.header["ts"], aside=aside)
     elif back:
         run.move(S.PLAN, sync=True)
     session.patches.clear()  # the function starts again: it asks again, and the history answers
     session.answers.extend(rep.answers)
     if answer is not NO_ANSWER:
         session.answers.append(answer)
-    return Flow(run, history, fsync=fsync)
+    return Flow(run, fsync=fsync)
 
 
 def position(rep: Replay) -> tuple[int, int]:
@@ -448,9 +452,6 @@ def _returned(flow: Flow, value: Any) -> Outcome:
     run = flow.run
     try:
         value = check_value("result", value)  # nothing written for a value that is not JSON
-        drift = flow.history.left() if flow.history is not None else None
-        if drift is not None:
-            raise drift
         _at_plan(run)
         run.end(S.DONE, user=("result",), result=value)
     except BaseException as e:
@@ -468,10 +469,9 @@ def _raised(flow: Flow, e: BaseException) -> Outcome:
         own = type(e) is HarnessError or isinstance(e, _STOPS)
         if own or not isinstance(e, Exception | Interrupted):
             raise e
-        drift = flow.history.left() if flow.history is not None else None
-        if drift is not None:  # the function stopped where its trace goes on: the code changed
-            raise drift from e
-        if isinstance(e, Interrupted):
+        if isinstance(e, Interrupted):  # asked in PLAN, or by a tool in ACT
+            if run.session.checking:
+                run.session.settled()
             return ask(run, e.question)
         _at_plan(run)
         error = error_of(e)
@@ -484,16 +484,17 @@ def _raised(flow: Flow, e: BaseException) -> Outcome:
 
 
 def _at_plan(run: _Run) -> None:
+    """Before the run's end: a re-executed function that stopped where its trace goes on is a ReplayDrift
+    (settled()); a function that ends does so in PLAN."""
+    if run.session.checking:
+        run.session.settled()
     if run.state != S.PLAN:
-        raise HarnessError(
-            f"internal error, please report: {run.journal.path}: the workflow ended in state {run.state} "
-            f"at step {run.step}"
-        )
+        raise internal(f"the workflow ended in state {run.state} at step {run.step}", run.journal.path)
 
 
 def _stopped(run: _Run, e: BaseException) -> None:
     """Record why the run stopped (a crash record), when it wrote anything and the journal is not the problem."""
-    if isinstance(e, _UNRECORDED) or not getattr(run.journal, "live", True):
+    if isinstance(e, _UNRECORDED) or run.journal.owes:
         return
     if isinstance(e, Exception | KeyboardInterrupt):
         _crash(run, e)

@@ -49,8 +49,9 @@ from typing import Any
 
 import orjson
 
-from .._errors import HarnessError, JournalError, NotSerializable, TraceLocked, TraceUnreadable
+from .._errors import JournalError, NotSerializable, TraceLocked, TraceUnreadable, internal
 from ..storage import blobs as _blobs
+from ..storage.files import KINDS, open_regular, read_all, why
 from .redact import Redaction, user_text
 
 SCHEMA = 2
@@ -190,7 +191,7 @@ def encode_tail(record: dict[str, Any]) -> memoryview:
     return memoryview(body)[1:-1]
 
 
-def line_ok(line: bytes, prev: int) -> bool:
+def line_ok(line: bytes | memoryview, prev: int) -> bool:
     """Whether line (without its newline) ends with the crc of its bytes, chained on prev."""
     return line[-SUFFIX:] == b',"crc":"%08x"}' % zlib.crc32(line[:-SUFFIX], prev)
 
@@ -199,8 +200,8 @@ class Journal:
     """The single writer of one trace. Open with `Journal.open()`; use as a context manager."""
 
     __slots__ = (
-        "_broken", "_clean", "_lock", "_stamp", "_tick", "_truncated", "_walk", "blob_threshold", "blocks", "crc",
-        "created", "digests", "dirty", "fd", "fsync", "path", "redact", "seal_key", "seq", "t0",
+        "_broken", "_clean", "_deferred", "_lead", "_lock", "_stamp", "_tick", "_truncated", "_walk", "blob_threshold",
+        "blocks", "crc", "created", "digests", "dirty", "fd", "fsync", "path", "redact", "seal_key", "seq", "t0",
     )  # fmt: skip
 
     def __init__(
@@ -221,7 +222,11 @@ class Journal:
         self.crc = 0
         self.t0: float | None = None  # the header's ts: every other record's ts counts from it
         self._broken: str | None = None
-        self._truncated = False  # the next write is synced: it makes the truncation durable with it
+        self._truncated = False  # the next write goes through _write and is synced (a truncation, a lead owed)
+        # records owed before the next one (a resume's seam, see owe()): their bytes, the byte they go at, the
+        # `.torn-N` name the torn tail after that byte goes to (or None), the blobs their lines name
+        self._lead: tuple[bytes, int, str | None, list[bytes]] | None = None
+        self._deferred: list[bytes] | None = None  # while owe() encodes: blobs to store when the lead is written
         self.dirty = False  # bytes written since the last fsync
         self.blob_threshold = blob_threshold
         self.digests: set[str] = set()  # every blob the trace names: what its seal lists
@@ -250,7 +255,7 @@ class Journal:
     def now(self) -> float:
         """The `ts` of a record written now."""
         if self.t0 is None:
-            raise HarnessError(f"internal error, please report: {self.path}: a record before the trace's header")
+            raise internal("a record before the trace's header", self.path)
         return since(self.t0)
 
     @property
@@ -285,14 +290,14 @@ class Journal:
             folder = os.path.dirname(os.path.abspath(path))
             if os.path.isdir(folder):
                 raise TraceUnreadable(path, "cannot be created (a dangling symlink?); nothing was written") from None
-            why = f"its folder {folder} does not exist; nothing was written. Create the folder, or choose another path"
-            raise TraceUnreadable(path, why) from None
+            said = f"its folder {folder} does not exist; nothing was written. Create the folder, or choose another path"
+            raise TraceUnreadable(path, said) from None
         except OSError as e:
-            raise TraceUnreadable(path, f"cannot open for writing: {_why(e)}; nothing was written") from None
+            raise TraceUnreadable(path, f"cannot open for writing: {why(e)}; nothing was written") from None
         mode = os.fstat(fd).st_mode
         if not stat.S_ISREG(mode):
             os.close(fd)
-            what = _KINDS.get(stat.S_IFMT(mode), "not a regular file")
+            what = KINDS.get(stat.S_IFMT(mode), "not a regular file")
             raise TraceUnreadable(path, f"is {what}, not a trace file (a trace is a regular file); nothing was written")
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -307,7 +312,7 @@ class Journal:
                 journal.sync_dir()
             except OSError as e:  # close, or the leaked descriptor would keep the lock
                 journal.close()
-                raise JournalError(path, f"fsync of its directory failed: {_why(e)}") from None
+                raise JournalError(path, f"fsync of its directory failed: {why(e)}") from None
         return journal
 
     def size(self) -> int:
@@ -358,24 +363,107 @@ class Journal:
             raise JournalError(self.path, f"an earlier {self._broken} failed; this journal accepts nothing more")
         kind, fields = record
         line, crc = self._encode(seq + 1, kind, fields, crc, user)
+        self._write_over(end, line, seq + 1, size)
+        self.seq, self.crc = seq + 1, crc
+        return seq + 1
+
+    def owe(
+        self,
+        seq: int,
+        crc: int,
+        end: int,
+        records: Iterable[tuple[str, dict[str, Any], tuple[str, ...]]],
+        *,
+        start: float,
+        aside: str | None,
+    ) -> int:
+        """Continue an existing trace after byte end, as continue_after() does, owing `records` (kind, fields,
+        user): they are written with the first record appended after them, in the same write, or never.
+
+        A resume writes its seam so (`resume`, and `answer`): a resume that
+        cannot go on (it pauses again with nothing new, drifts, is refused)
+        leaves the trace and its folder byte for byte as they were. The owed
+        records are encoded now (their seq, ts and crc: the next record chains
+        on them); what they need on disk waits for that write: the torn tail
+        after end goes to `aside` (the path `torn_name()` gave, which they
+        name), the blobs they name are stored, then their bytes and the
+        next record's go at byte end, over the torn tail, as continue_after()
+        writes its record, and are synced. Appends take no extra step for it:
+        the first write goes through `_write`, as after a truncation.
+        Returns the last owed seq.
+        """
+        if self._broken:
+            raise JournalError(self.path, f"an earlier {self._broken} failed; this journal accepts nothing more")
+        from .seal import BLOCK
+
+        self.seq, self.crc, self.t0 = seq, crc, start
+        del self.blocks[end // BLOCK :]  # the bytes after end go
+        self._deferred = []
         try:
-            flags = fcntl.fcntl(self.fd, fcntl.F_GETFL)
-            fcntl.fcntl(self.fd, fcntl.F_SETFL, flags & ~os.O_APPEND)  # with O_APPEND, pwrite appends (Linux)
-            try:
-                view, at = memoryview(line), end
+            lines = []
+            for kind, fields, user in records:
+                seq += 1
+                line, crc = self._encode(seq, kind, fields, crc, user)
+                lines.append(line)
+        finally:
+            blobs, self._deferred = self._deferred, None
+        self._lead = (b"".join(lines), end, aside, blobs)
+        self.seq, self.crc, self._truncated = seq, crc, True
+        return seq
+
+    @property
+    def owes(self) -> bool:
+        """Whether records owed by owe() still wait for the next write (nothing was written since)."""
+        return self._lead is not None
+
+    def _pay(self, data: bytes, seq: int, crc: int) -> None:
+        """Write the owed records, then data (the lines up to seq, ending in crc), as owe() says; synced."""
+        lead = self._lead
+        if lead is None:
+            raise internal("nothing owed", self.path, seq)
+        owed, end, aside, blobs = lead
+        for blob in blobs:
+            self.put_blob(blob)
+        if aside is not None:
+            placed = set_aside(self.path, end)
+            if placed != aside:
+                raise JournalError(
+                    self.path,
+                    f"its torn tail went to {placed}, not to {aside} as its resume record says (a file took that "
+                    "name meanwhile); nothing was written to the trace: resume again",
+                )
+        self._write_over(end, owed + data, self.seq - owed.count(b"\n") + 1, self.size())
+        self._lead, self._truncated = None, False
+        self.seq, self.crc = seq, crc
+
+    def _write_over(self, end: int, data: bytes, first: int, size: int) -> None:
+        """Write data (the lines from seq first on) at byte end of a file of size bytes, cut what lies beyond
+        it, fdatasync: a kill in between leaves the old tail, or data followed by the rest of it (a torn tail)."""
+        if self._broken:
+            raise JournalError(self.path, f"an earlier {self._broken} failed; this journal accepts nothing more")
+        try:
+            if size == end:  # nothing to write over: an append
+                view = memoryview(data)
                 while view:  # a short write: send the rest
-                    written = os.pwrite(self.fd, view, at)
-                    view, at = view[written:], at + written
-            finally:
-                fcntl.fcntl(self.fd, fcntl.F_SETFL, flags)
+                    view = view[os.write(self.fd, view) :]
+            else:
+                flags = fcntl.fcntl(self.fd, fcntl.F_GETFL)
+                fcntl.fcntl(self.fd, fcntl.F_SETFL, flags & ~os.O_APPEND)  # with O_APPEND, pwrite appends (Linux)
+                try:
+                    view, at = memoryview(data), end
+                    while view:
+                        written = os.pwrite(self.fd, view, at)
+                        view, at = view[written:], at + written
+                finally:
+                    fcntl.fcntl(self.fd, fcntl.F_SETFL, flags)
         except OSError as e:
             self._broken = "write"
-            raise JournalError(self.path, f"write of seq {seq + 1} over its torn tail failed: {_why(e)}") from None
-        if size > end + len(line):
-            self._guard(lambda: os.ftruncate(self.fd, end + len(line)), "truncate")
+            over = " over its torn tail" if size != end else ""
+            raise JournalError(self.path, f"write of seq {first}{over} failed: {why(e)}") from None
+        if size > end + len(data):
+            self._guard(lambda: os.ftruncate(self.fd, end + len(data)), "truncate")
         self._guard(lambda: _fsync(self.fd), "fsync")
-        self.seq, self.crc, self.dirty = seq + 1, crc, False
-        return seq + 1
+        self.dirty = False
 
     def sync(self) -> None:
         """Make every record written so far durable: one fdatasync, none when nothing is unsynced."""
@@ -388,7 +476,9 @@ class Journal:
     def _sync(self) -> None:
         if self._broken:
             raise JournalError(self.path, f"an earlier {self._broken} failed; this journal accepts nothing more")
-        if self.dirty:
+        if self._lead is not None:  # asked to sync before an effect (a tool called again): the owed records first
+            self._pay(b"", self.seq, self.crc)
+        elif self.dirty:
             self._guard(lambda: _fsync(self.fd), "fsync")
             self.dirty = False
 
@@ -515,7 +605,11 @@ class Journal:
             except TypeError as e:
                 raise _unstorable({name: fields[name]}, e) from None
             if len(data) > self.blob_threshold:
-                named[name] = {"sha256": self.put_blob(data), "size": len(data)}
+                if self._deferred is not None:  # owed records (owe()): stored when they are written
+                    self._deferred.append(data)
+                    named[name] = {"sha256": _blobs.digest(data), "size": len(data)}
+                else:
+                    named[name] = {"sha256": self.put_blob(data), "size": len(data)}
         if not named:
             return None
         return {**{k: v for k, v in fields.items() if k not in named}, "blobs": named}
@@ -528,7 +622,7 @@ class Journal:
         try:
             name = _blobs.put(folder, data, sync_dir=self.fsync)
         except OSError as e:
-            raise JournalError(self.path, f"cannot store a blob in {folder}: {_why(e)}") from None
+            raise JournalError(self.path, f"cannot store a blob in {folder}: {why(e)}") from None
         self.digests.add(name)
         return name
 
@@ -541,7 +635,8 @@ class Journal:
         (its agents are joined by then); the seal is no agent's event and has none.
         """
         if self._lock is not None:
-            assert self._stamp is not None and self._tick is not None
+            if self._stamp is None or self._tick is None:
+                raise internal("a shared journal without its clocks", self.path, self.seq + 1)
             vc = fields["vc"] = self._stamp(None)[1]
             with self._lock:
                 seq = self._finish(kind, fields, state, key, user)
@@ -552,7 +647,9 @@ class Journal:
     def _finish(self, kind: str, fields: dict[str, Any], state: str, key: bytes | None, user: tuple[str, ...]) -> int:
         seq = self.seq + 1
         line, crc = self._encode(seq, kind, fields, self.crc, user)
-        seal_line, seal_crc = self._seal_line(seq + 1, line, crc, state, key)
+        lead = self._lead  # records owed (owe()): the seal covers them, written before this line
+        before, end = (line, None) if lead is None else (lead[0] + line, lead[1])
+        seal_line, seal_crc = self._seal_line(seq + 1, before, crc, state, key, end)
         self._write(line + seal_line, seq + 1, seal_crc, True)
         return seq
 
@@ -562,10 +659,12 @@ class Journal:
 
         return _seal.fields(self._content_hash(b"", end), self.digests, state, key)
 
-    def _seal_line(self, seq: int, before: bytes, crc: int, state: str, key: bytes | None) -> tuple[bytes, int]:
+    def _seal_line(
+        self, seq: int, before: bytes, crc: int, state: str, key: bytes | None, end: int | None = None
+    ) -> tuple[bytes, int]:
         from . import seal as _seal
 
-        seal = _seal.fields(self._content_hash(before), self.digests, state, key)
+        seal = _seal.fields(self._content_hash(before, end), self.digests, state, key)
         return encode({"seq": seq, "kind": "seal", **seal, "ts": self.now()}, crc)
 
     def _content_hash(self, tail: bytes, end: int | None = None) -> str:
@@ -604,7 +703,8 @@ class Journal:
         The search runs on the line already encoded; only when it finds
         something are the user fields walked and the record encoded again.
         """
-        assert self.redact is not None
+        if self.redact is None:
+            raise internal("redacting with no redaction rules", self.path, record.get("seq"))
         redacted = self.redact.record(user_text(line, user), record, user)
         if redacted is None:
             return line, out
@@ -630,7 +730,8 @@ class Journal:
         The agent's records are stamped in the agent's own order (only its thread
         writes them); another agent's records may land between two of its writes.
         """
-        assert self._stamp is not None and self._tick is not None and self._lock is not None
+        if self._stamp is None or self._tick is None or self._lock is None:
+            raise internal("a shared append on a journal that is not shared", self.path, self.seq + 1)
         stamp, annotate, tails = self._stamp, type(self).annotate is not Journal.annotate, []
         vc: dict[str, int] | None = None  # the clock of the record before, in this write (not taken yet)
         for record in records:  # (kind, fields) or (kind, fields, user)
@@ -683,6 +784,9 @@ class Journal:
         """Write data, the lines up to seq, and acknowledge them only once they are where durability says."""
         if self._broken:
             raise JournalError(self.path, f"an earlier {self._broken} failed; this journal accepts nothing more")
+        if self._lead is not None:  # the first write after owe(): the owed records go with it
+            self._pay(data, seq, crc)
+            return
         try:
             written = os.write(self.fd, data)
             while written < len(data):  # a short write: send the rest
@@ -700,14 +804,14 @@ class Journal:
         """The error of a failed write of the lines up to seq; the journal accepts nothing more."""
         self._broken = "write"
         seqs = f"seq {seq}" if seq == self.seq + 1 else f"seqs {self.seq + 1}..{seq}"
-        return JournalError(self.path, f"write of {seqs} failed: {_why(e)}")
+        return JournalError(self.path, f"write of {seqs} failed: {why(e)}")
 
     def _guard(self, op: Any, name: str) -> None:
         try:
             op()
         except OSError as e:
             self._broken = name
-            raise JournalError(self.path, f"{name} failed after seq {self.seq}: {_why(e)}") from None
+            raise JournalError(self.path, f"{name} failed after seq {self.seq}: {why(e)}") from None
 
     def close(self) -> None:
         """Close, releasing the lock; with durability="fsync", sync what is not yet synced first."""
@@ -746,51 +850,35 @@ def _unstorable(record: dict[str, Any], e: TypeError) -> NotSerializable:
     return NotSerializable(f"the {record.get('kind')} record", "", f"refused by the JSON encoder ({e})")
 
 
-def _why(e: OSError) -> str:
-    if e.errno == errno.ENOSPC:
-        return "the disk is full (ENOSPC)"
-    return e.strerror or str(e)
+def torn_name(path: str, data_from: int) -> str | None:
+    """The `.torn-N` path set_aside(path, data_from) would place the bytes after data_from in; None for none.
 
-
-def open_regular(path: str) -> int:
-    """A read-only descriptor on path, refused (TraceUnreadable) unless it is a regular file.
-
-    Opened with O_NONBLOCK and checked with fstat before anything is read, so
-    a FIFO, a device or a socket given as a trace is refused at once instead
-    of blocking the reader. O_NONBLOCK changes nothing for a regular file.
+    Reads only: an earlier attempt's copy holding exactly these bytes, else the first name nothing holds.
     """
+    tail = _tail(path, data_from)
+    return _aside_for(path, tail)[1] if tail else None
+
+
+def _tail(path: str, data_from: int) -> bytes:
+    """The bytes of path after offset data_from (JournalError when they cannot be read)."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    except FileNotFoundError:
-        raise unreadable(path, "no such file") from None
-    except IsADirectoryError:
-        raise unreadable(path, "is a directory, not a trace file") from None
-    except OSError as e:
-        raise unreadable(path, f"cannot read: {_why(e)}") from None
-    try:
-        mode = os.fstat(fd).st_mode
-    except OSError as e:
-        os.close(fd)
-        raise unreadable(path, f"cannot read: {_why(e)}") from None
-    if not stat.S_ISREG(mode):
-        os.close(fd)
-        what = "a directory" if stat.S_ISDIR(mode) else _KINDS.get(stat.S_IFMT(mode), "not a regular file")
-        raise unreadable(path, f"is {what}, not a trace file; a trace is a regular file")
-    return fd
+        fd = open_regular(path)
+        try:
+            return read_all(fd, data_from)
+        finally:
+            os.close(fd)
+    except (OSError, TraceUnreadable) as e:
+        problem = why(e) if isinstance(e, OSError) else e.problem
+        raise JournalError(path, f"cannot read its torn tail to set it aside: {problem}") from None
 
 
-_KINDS = {stat.S_IFIFO: "a FIFO (named pipe)", stat.S_IFCHR: "a character device", stat.S_IFBLK: "a block device",
-          stat.S_IFSOCK: "a socket"}  # fmt: skip
-
-
-def unreadable(path: str, problem: str) -> TraceUnreadable:
-    """The error for a trace that cannot be read at all (as opposed to a corrupt one)."""
-    return TraceUnreadable(path, problem)
-
-
-def read_error(path: str, e: OSError) -> TraceUnreadable:
-    """A read that failed after the open (EIO, a vanished network file): named, never a raw OSError."""
-    return unreadable(path, f"read failed: {_why(e)}")
+def _aside_for(path: str, tail: bytes) -> tuple[int, str, bool]:
+    """(N, `<path>.torn-N`, whether it holds tail already): an earlier attempt's copy, else the first free name."""
+    n, aside = _free_torn(path, 1)
+    for k in range(1, n):  # an earlier attempt's copy, placed but never named?
+        if _holds(f"{path}.torn-{k}", tail):
+            return k, f"{path}.torn-{k}", True
+    return n, aside, False
 
 
 def set_aside(path: str, data_from: int) -> str | None:
@@ -806,26 +894,18 @@ def set_aside(path: str, data_from: int) -> str | None:
     trace and naming it), that one is returned instead of a second copy.
     Only the temporary file, which this call created, is ever unlinked.
     """
-    try:
-        fd = open_regular(path)
-        try:
-            tail = _read_all(fd, data_from)
-        finally:
-            os.close(fd)
-    except (OSError, TraceUnreadable) as e:
-        why = _why(e) if isinstance(e, OSError) else e.problem
-        raise JournalError(path, f"cannot read its torn tail to set it aside: {why}") from None
+    tail = _tail(path, data_from)
     if not tail:
         return None
-    n, aside = _free_torn(path, 1)
-    for k in range(1, n):  # an earlier attempt's copy, placed but never named?
-        if _holds(f"{path}.torn-{k}", tail):
-            return f"{path}.torn-{k}"
+    n, aside, placed = _aside_for(path, tail)
+    if placed:
+        return aside
     folder = os.path.dirname(os.path.abspath(path))
-    tmp: str | None = os.path.join(folder, f".{os.path.basename(path)}.torn-{secrets.token_hex(6)}.tmp")
+    tmp = os.path.join(folder, f".{os.path.basename(path)}.torn-{secrets.token_hex(6)}.tmp")
+    made = False  # whether tmp, which this call creates, exists
     try:
-        assert tmp is not None
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        made = True
         try:
             view = memoryview(tail)
             while view:  # a short write is not a failure: write the rest
@@ -844,21 +924,21 @@ def set_aside(path: str, data_from: int) -> str | None:
                     raise
                 n, aside = _free_torn(path, n)
                 os.rename(tmp, aside)
-                tmp = None
+                made = False
                 break
-        if tmp is not None:
+        if made:
             os.unlink(tmp)
-            tmp = None
+            made = False
         dfd = os.open(folder, os.O_RDONLY)
         try:
             os.fsync(dfd)
         finally:
             os.close(dfd)
     except OSError as e:  # the trace is not truncated yet: its tail is still in place
-        if tmp is not None:
+        if made:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
-        raise JournalError(path, f"cannot set its torn tail aside in {aside}: {_why(e)}") from None
+        raise JournalError(path, f"cannot set its torn tail aside in {aside}: {why(e)}") from None
     return aside
 
 
@@ -877,16 +957,8 @@ def _holds(name: str, data: bytes) -> bool:
             return False
         fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
         try:
-            return _read_all(fd, 0) == data
+            return read_all(fd, 0) == data
         finally:
             os.close(fd)
     except OSError:
         return False
-
-
-def _read_all(fd: int, offset: int) -> bytes:
-    parts = []
-    while chunk := os.pread(fd, 1 << 20, offset):
-        parts.append(chunk)
-        offset += len(chunk)
-    return b"".join(parts)

@@ -40,15 +40,16 @@ from typing import Any, overload
 
 import orjson
 
-from .._errors import HarnessError, TraceCorruption, TraceUnreadable
+from .._errors import HarnessError, TraceCorruption, TraceUnreadable, internal
 from ..storage import blobs as _blobs
 from ..storage import is_url, local_copy
 from ..storage.blobs import BlobRef
+from ..storage.files import open_regular, read_error, unreadable
 from . import state as S
 from .clock import MAIN, ClockRules
 from .journal import HEADER_START as _HEADER_START
 from .journal import MARK as _MARK
-from .journal import MAX_DEPTH, MAX_LINE, SCHEMA, SUFFIX, canonical, line_ok, open_regular, read_error, unreadable
+from .journal import MAX_DEPTH, MAX_LINE, SCHEMA, SUFFIX, canonical, line_ok
 
 _CHUNK = 1 << 16  # 64 KiB: small enough that a chunk's lines are still in the CPU cache when checked
 
@@ -621,7 +622,13 @@ def _header_problem(path: str, rec: dict[str, Any]) -> tuple[str, str] | None:
     if "workflow" in rec and (type(rec["workflow"]) is not str or not rec["workflow"] or tools):
         why = "a workflow's header needs its name (a non-empty str) and tools {} (its calls carry their contracts)"
         return "malformed", why
+    ts = rec.get("ts")
+    if type(ts) is float and not _WALL[0] <= ts < _WALL[1]:
+        return "malformed", f"a header whose ts {ts!r} is no wall-clock time (seconds since the epoch, years 1-9999)"
     return None
+
+
+_WALL = (-62135596800.0, 253402300800.0)  # the header's ts: a time a date can hold (0001-01-01 to 9999-12-31, UTC)
 
 
 def _scan(
@@ -816,7 +823,8 @@ def _scan(
                             planned = (crossed - fresh, crossed)  # (a call's plan is its spawn's)
                         lane.resumes = resumes
                     elif dst == S.PAUSED and "question" not in rec:  # only from ACT: an operation of uncertain outcome
-                        assert intent is not None
+                        if intent is None:  # (ACT is entered with an intent)
+                            raise internal("a pause on an operation with no intent", path, seq)
                         # a call of a parallel step: its intent was written before the process that pauses it
                         resumed = lane is not run_lane and resumes > lane.resumes
                         timed_out = isinstance(rec.get("error"), dict) and rec["error"].get("type") == "ToolTimeout"
@@ -839,8 +847,8 @@ def _scan(
                     if failed and not _error_ok(rec["error"]):
                         why = f'{src} -> {dst} without its error object {{"type": str, "message": str}}'
                         raise _fail(path, n, "malformed", why, seq)
-                    if failed and dst == S.PLAN and rec["error"]["type"] == "ToolTimeout" and "key" in (intent or {}):
-                        assert intent is not None
+                    timeout_retry = failed and dst == S.PLAN and rec["error"]["type"] == "ToolTimeout"
+                    if timeout_retry and intent is not None and "key" in intent:
                         timed_out_key = (_call_of(intent), intent["key"])  # the next attempt of this call keeps it
                     if (src == S.ACT and "question" not in rec) or (src == S.PAUSED and dst == S.VERIFY and not asked):
                         result = None
@@ -862,15 +870,14 @@ def _scan(
                         if dst == S.DONE:
                             why += " (and a workflow's PLAN -> DONE; this trace's header names no workflow)"
                         raise _fail(path, n, "malformed", why, seq)
-                    if asked:
-                        assert question is not None
+                    if asked and question is not None:  # (asked says question is not None)
                         if not answered:
                             why = "a run paused on a question moved on before it was answered"
                             raise _fail(path, n, "bad-transition", why, seq)
                         if dst != question["from"]:
                             why = f"PAUSED -> {dst} after an answer, but the question was asked in {question['from']}"
                             raise _fail(path, n, "bad-transition", why, seq)
-                        question = None
+                        question, answered = None, False  # (a later pause, on an operation say, waits for no answer)
                     elif src == S.PAUSED:
                         if reconcile is None:
                             raise _fail(
@@ -912,7 +919,8 @@ def _scan(
                         ck_add((offset, length << 32 | prev, result_crossing))
                     else:  # a call's checkpoint joins the progress when the run joins the call, in planner order
                         lane.ck, lane.done = (offset, length << 32 | prev, result_crossing), True
-                        assert intent is not None
+                        if intent is None:  # (VERIFY is entered after an intent)
+                            raise internal(f"a checkpoint of {lane.agent} with no intent", path, seq)
                         lane.ck_rec = Checkpoint(step, intent["name"], result, seq)
                 elif kind == "artifact":
                     if type(rec["name"]) is not str:

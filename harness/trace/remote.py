@@ -12,7 +12,8 @@ Ship points (a segment holds whole lines only):
   (a declared tool's; every tool's with durability="fsync"), a reconcile
   record: on the bucket before the tool runs;
 - a step's checkpoint record: an acknowledged checkpoint;
-- a `resume` record: the resuming writer claims the run at once;
+- a `resume` record (written with the resumed run's first record, see
+  Journal.owe()): the resuming writer claims the run at once;
 - the end of the run (DONE, FAILED, PAUSED, with its seal: `finish()`) and close();
 - with durability="fsync", every write.
 
@@ -92,8 +93,9 @@ class RemoteJournal(Journal):
         check: tuple[str, ...] = (),
         user: tuple[str, ...] = (),
     ) -> int:
+        claim = self.owes  # this write carries a resume record
         seq = super().append(kind, fields, check=check, user=user)  # synced by shipping, below
-        if sync or self.ship_every or _ships(kind, fields):
+        if claim or sync or self.ship_every or _ships(kind, fields):
             self.ship()
         return seq
 
@@ -110,8 +112,9 @@ class RemoteJournal(Journal):
     def append_many(self, records: Iterable[tuple[Any, ...]], *, sync: bool = False) -> int:
         """Several records in one write (a re-execution writes every record so), shipped at the same ship points."""
         batch = list(records)
+        claim = self.owes  # this write carries a resume record
         seq = super().append_many(batch)
-        if sync or self.ship_every or any(_ships(r[0], r[1]) for r in batch):
+        if claim or sync or self.ship_every or any(_ships(r[0], r[1]) for r in batch):
             self.ship()
         return seq
 
