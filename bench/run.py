@@ -56,6 +56,9 @@ Lines (the keys of the JSON):
 - workflow_call_vs_step: a `harness.call` of a no-op tool in a workflow (its
   step: intent, result, checkpoint) against an Executor step with the same
   tool and a no-op planner and verifier;
+- tool_decorated_vs_call: a call of a no-op `@harness.tool` function in a
+  workflow (its arguments bound to names, then the same step) against
+  `harness.call` of the same function undecorated;
 - workflow_crossing_vs_step: a no-op `harness.llm` crossing in a workflow
   against that Executor step (a crossing is one record, a step three);
 - workflow_resume_served_vs_live: a workflow of WORKFLOW_CROSSINGS no-op
@@ -161,11 +164,14 @@ TARGETS = {
     "journal_8_threads_vs_1": None,
     "workflow_call_vs_step": 1.0,
     "workflow_crossing_vs_step": 1.0,
+    "tool_decorated_vs_call": 1.1,
     "workflow_resume_served_vs_live": 1.0,
     "workflow_call_vs_langgraph": 0.4,
     "workflow_call_vs_dbos": 0.4,
     "workflow_resume_vs_langgraph": 1.0,
     "workflow_resume_vs_dbos": 1.0,
+    "pydantic_ai_step_vs_dbos": 0.4,
+    "pydantic_ai_resume_vs_dbos": 0.5,
 }
 KEYS = tuple(TARGETS)
 LATENCY = 0.02  # seconds a tool of the parallel-step line waits, as a network call would
@@ -664,6 +670,19 @@ def calls(n: int) -> int:
     return n
 
 
+@harness.tool
+def decorated_noop(path: str) -> dict[str, Any]:
+    return {"ok": True}
+
+
+@harness.workflow
+def decorated(n: int) -> int:
+    """n durable calls of a no-op @harness.tool function."""
+    for _ in range(n):
+        decorated_noop("src/parser/lexer.py")
+    return n
+
+
 @harness.workflow
 def crossings(n: int) -> int:
     """n no-op model calls."""
@@ -703,7 +722,8 @@ def bench_workflow(scratch: Scratch, sizes: Sizes) -> Rounds:
         return go
 
     return interleaved({"executor step": executor, "workflow call": workflow(calls),
-                        "workflow crossing": workflow(crossings)}, sizes.reps)  # fmt: skip
+                        "workflow crossing": workflow(crossings), "decorated call": workflow(decorated)},
+                       sizes.reps)  # fmt: skip
 
 
 def bench_workflow_resume(scratch: Scratch, n: int, reps: int) -> Rounds:
@@ -978,6 +998,11 @@ def _peers() -> Any:
     return importlib.import_module("peers" if not __package__ else f"{__package__}.peers")
 
 
+def _frameworks() -> Any:
+    """bench/frameworks.py (Pydantic AI under HarnessDurability and DBOSDurability), found as _peers() is."""
+    return importlib.import_module("frameworks" if not __package__ else f"{__package__}.frameworks")
+
+
 def machine() -> dict[str, Any]:
     cpu = platform.processor() or "unknown"
     try:
@@ -1114,6 +1139,7 @@ def run(mode: str, folder: str, log: Callable[[str], None], *, wall: bool = Fals
     got = bench_workflow(scratch, sizes)
     out["workflow_call_vs_step"] = got.ratio("workflow call", "executor step", clock("workflow"))
     out["workflow_crossing_vs_step"] = got.ratio("workflow crossing", "executor step", clock("workflow"))
+    out["tool_decorated_vs_call"] = got.ratio("decorated call", "workflow call", clock("workflow"))
     detail["workflow_us"] = got.medians(1e6)
     n = WORKFLOW_CROSSINGS[mode]
     log(f"workflows: resume after {n} model calls, against the same run live")
@@ -1129,6 +1155,12 @@ def run(mode: str, folder: str, log: Callable[[str], None], *, wall: bool = Fals
     got_peers = peers.run(mode, scratch.folder, log, peers=with_peers)
     out.update(got_peers["keys"])
     detail["peers"] = got_peers["detail"]
+    out["pydantic_ai_step_vs_dbos"] = out["pydantic_ai_resume_vs_dbos"] = None
+    if with_peers:  # bench/frameworks.py: the same Pydantic AI agent durable on harness and on DBOS
+        log("bench/frameworks.py: Pydantic AI under HarnessDurability and DBOSDurability")
+        got_pai = _frameworks().run(mode, scratch.folder, log)
+        out.update(got_pai["keys"])
+        detail["pydantic_ai"] = got_pai["detail"]
     return {"mode": mode, "sizes": asdict(sizes), "machine": machine(), "ratios": out, "detail": detail, **out}
 
 
@@ -1161,6 +1193,7 @@ def table(result: dict[str, Any]) -> str:
         "journal_8_threads_vs_1": f"records/s, 8 threads sharing a journal / 1 thread ({sizes['append']} records)",
         "workflow_call_vs_step": f"workflow harness.call / Executor step, no-op tool ({sizes['steps']} each)",
         "workflow_crossing_vs_step": "workflow harness.llm crossing, no-op model / Executor step",
+        "tool_decorated_vs_call": "workflow, a call of an @harness.tool function / harness.call of it undecorated",
         "workflow_resume_served_vs_live": "workflow resume per served crossing / live, per crossing "
         f"({result['detail'].get('workflow_resume_crossings')} model calls)",
         "workflow_call_vs_langgraph": "workflow, fsync, per durable call / LangGraph @entrypoint + @task, "
@@ -1168,6 +1201,10 @@ def table(result: dict[str, Any]) -> str:
         "workflow_call_vs_dbos": "workflow, fsync, per durable call / DBOS workflow + steps on SQLite (--peers)",
         "workflow_resume_vs_langgraph": "workflow resume of the killed run / LangGraph's (--peers)",
         "workflow_resume_vs_dbos": "workflow resume of the killed run / DBOS recovery (--peers)",
+        "pydantic_ai_step_vs_dbos": "Pydantic AI agent, overhead per durable call over a plain run: "
+        "HarnessDurability (fsync) / DBOSDurability on SQLite (--peers)",
+        "pydantic_ai_resume_vs_dbos": "Pydantic AI agent killed after N tool calls: harness resume / DBOS recovery "
+        "(--peers)",
     }
     rows = ["| key | what | measured | target |", "|---|---|---|---|"]
     for key, target in TARGETS.items():
@@ -1207,6 +1244,10 @@ def main(argv: list[str] | None = None) -> int:
             peers.check_installed(list(peers.VARIANTS))
         except peers.PeersMissing as e:
             print(f"bench/run.py --peers: {e}", file=sys.stderr)
+            return 2
+        missing = _frameworks().check_installed()
+        if missing:
+            print(f"bench/run.py --peers: {missing}", file=sys.stderr)
             return 2
     folder = tempfile.mkdtemp(prefix="harness-bench-", dir=args.dir)
     try:

@@ -43,6 +43,7 @@ from .runtime.agents import Handle, Message, current_agent, join, receive, send,
 from .runtime.boundary import aboundary, allm, artifact, boundary, llm, now, random, uuid4
 from .runtime.bridge import AsyncHandle, aspawn
 from .runtime.calls import acall, call
+from .runtime.decorator import idempotency_key, tool
 from .runtime.environment import VERSION as __version__
 from .runtime.executor import Executor, Outcome, RetryPolicy, Step
 from .runtime.history import patched
@@ -60,11 +61,12 @@ from .trace.verify import Sealed, Verification, seal, verify
 
 
 def __getattr__(name: str) -> Any:
-    """`harness.http` is imported on first use: it needs the optional httpx (`harness-trace[http]`)."""
-    if name == "http":
+    """`harness.http` and `harness.mcp` are imported on first use: they need httpx (`harness-trace[http]`) and the
+    mcp SDK (`harness-trace[mcp]`)."""
+    if name in ("http", "mcp"):
         import importlib
 
-        return importlib.import_module(".http", __name__)
+        return importlib.import_module(f".{name}", __name__)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
@@ -127,6 +129,7 @@ __all__ = [
     "diff",
     "export",
     "fork",
+    "idempotency_key",
     "import_bundle",
     "interrupt",
     "join",
@@ -147,6 +150,7 @@ __all__ = [
     "send",
     "sleep",
     "spawn",
+    "tool",
     "uuid4",
     "verify",
     "workflow",

@@ -22,6 +22,7 @@ from bench.run import GOAL, KEYS, TOOLS, cut, write_trace  # noqa: E402
 PEER_KEYS = (
     "step_fsync_vs_langgraph", "step_fsync_vs_dbos", "step_fsync_vs_burr",
     "workflow_call_vs_langgraph", "workflow_call_vs_dbos", "workflow_resume_vs_langgraph", "workflow_resume_vs_dbos",
+    "pydantic_ai_step_vs_dbos", "pydantic_ai_resume_vs_dbos",
 )  # null without --peers  # fmt: skip
 
 

@@ -49,6 +49,8 @@ def test_the_core_example_runs_and_replays(tmp_path: Path) -> None:
         "## Concurrent runs",
         "### Interrupts: ask a human, wait on the file",
         "## Durable functions",
+        "## Tool contracts from anywhere",
+        "## Agents built with frameworks",
     ],
 )
 def test_the_example_prints_what_the_readme_shows(tmp_path: Path, heading: str) -> None:

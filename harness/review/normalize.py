@@ -21,6 +21,8 @@ replaces a value with a marker, so a golden shows what was left out):
   `localhost`, `[::1]`, `0.0.0.0`): a test server binds a free port;
 - an http response's per-request headers (`VOLATILE_RESPONSE_HEADERS`:
   request ids, server timings, rate-limit counters);
+- a Pydantic AI model response's `timestamp` and `provider_response_id`, and
+  the tool call ids it made up (`pyd_ai_<id>`);
 - a model response's `id`, `created`, `created_at` and `system_fingerprint`
   (and a responses API output item's `id`), in a JSON body whose `object`
   names a model response and in an assembled stream: the server assigns
@@ -90,6 +92,9 @@ VOLATILE_RESPONSE_HEADERS = (
 MODEL_OBJECTS = frozenset({"chat.completion", "response", "text_completion"})  # a JSON body's `object`
 _MODEL_IDS = tuple(parse(p) for p in ("id", "created", "created_at", "system_fingerprint", "output[*].id"))
 _HEADERS = tuple(parse(f"headers.{h}") for h in VOLATILE_RESPONSE_HEADERS)
+# a Pydantic AI model response (harness.pydantic_ai): when it was made, the provider's id of it
+_PAI_IDS = tuple(parse(p) for p in ("timestamp", "provider_response_id"))
+_PAI_GENERATED = re.compile(rb"pyd_ai_[0-9a-f]{32}")  # a tool call id Pydantic AI made up (uuid4 hex)
 _LOOPBACK = r"(://(?:[^/@\s\"]*@)?(?:localhost|127\.\d{1,3}\.\d{1,3}\.\d{1,3}|\[::1\]|0\.0\.0\.0)):\d{1,5}(?!\d)"
 _PORT, _PORT_BYTES = re.compile(_LOOPBACK), re.compile(_LOOPBACK.encode())
 
@@ -211,6 +216,8 @@ def normalize_record(record: Mapping[str, Any], *, nested: bool = True, rules: R
         out.pop("response", None)  # a wall-clock reading (a wake-up time; a backoff's also a random delay)
     elif kind == "crossing" and out.get("boundary") == "http" and "response" in out:
         out["response"] = _http(out["response"], rules.defaults)
+    elif kind == "crossing" and out.get("boundary") == "pydantic_ai.model" and rules.defaults:
+        out["response"] = _pydantic_ai(out.get("response"))
     aside = out.get("set_aside")
     if isinstance(aside, str) and ".torn-" in aside:  # "<trace name>.torn-N": keep N, not the name
         out["set_aside"] = "torn-" + aside.rpartition(".torn-")[2]
@@ -242,6 +249,16 @@ def _http(response: Any, defaults: bool) -> Any:
     if isinstance(shown.get("stream"), dict):
         shown = {**shown, "stream": _model_ids(shown["stream"])}
     return shown
+
+
+def _pydantic_ai(response: Any) -> Any:
+    """A Pydantic AI model response with its clock reading, provider id and made-up tool call ids marked."""
+    if not isinstance(response, dict):
+        return response
+    for path in _PAI_IDS:
+        response = mark(response, path)
+    data = orjson.dumps(response)
+    return orjson.loads(_PAI_GENERATED.sub(b"pyd_ai_<id>", data)) if b"pyd_ai_" in data else response
 
 
 def _model_ids(value: dict[str, Any]) -> dict[str, Any]:

@@ -37,7 +37,7 @@ from ..storage import blobs as _blobs
 from ..trace.reader import Replay, replay
 from .diff import describe_record
 from .normalize import GOLDEN_HEAD, causal_key, is_golden_file, normalize_record, parse_golden
-from .stream import http_view
+from .stream import FRAMEWORK_MODELS, http_view, reply, said
 
 INDENT = 10  # where a wrapped field starts: past the seq column
 MIN_WIDTH = 40
@@ -143,6 +143,10 @@ class Timeline:
             notes.append(f"wakes={_time(fields.pop('response'))}")  # a durable timer's wake-up time
         if kind == "crossing" and rec.get("boundary") == "http" and "response" in fields:
             fields["response"] = http_view(fields["response"])  # a model stream: the message, not its chunks
+        if kind == "crossing" and rec.get("boundary") in FRAMEWORK_MODELS and "response" in fields:
+            answer = reply(fields["response"])  # a framework's model response: what the model said, first
+            if answer is not None:
+                notes.append(f"said={said(answer)}")
         if kind == "crash" and isinstance(fields.get("traceback"), str):  # the innermost frame, not the whole text
             frames = [f.strip() for f in fields.pop("traceback").splitlines() if f.strip().startswith("File ")]
             fields["at"] = frames[-1] if frames else None

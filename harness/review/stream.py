@@ -487,10 +487,32 @@ def http_unview(shown: Any, recorded: Any) -> Any:
     return {**{k: v for k, v in shown.items() if k != "stream"}, "chunks": chunks}
 
 
+# crossings of the framework integrations whose response is a model's answer (harness.pydantic_ai, .openai_agents)
+FRAMEWORK_MODELS = frozenset({"pydantic_ai.model", "openai_agents.model", "openai_agents.stream"})
+
+
 def reply(response: Any) -> dict[str, Any] | None:
-    """The message of a model call's http response, streamed or not: {"message", "finish_reason"}; None otherwise."""
+    """The message of a model call's response, streamed or not: {"message", "finish_reason"}; None otherwise.
+
+    An http crossing's response (chat completions or responses API), or a
+    framework's model response as harness.pydantic_ai (Pydantic AI's
+    `ModelResponse`: `parts`) and harness.openai_agents (the Agents SDK's:
+    `output` items; a stream: its `response.completed` event) record it.
+    """
+    if isinstance(response, list):  # an Agents SDK stream: the response its last event completes
+        done = [e for e in response if isinstance(e, dict) and e.get("type") == "response.completed"]
+        response = done[-1].get("response") if done else None
+        if isinstance(response, dict) and isinstance(response.get("output"), list):
+            view = _from_response(response, response["output"])
+            return None if view is None else {"message": view["message"], "finish_reason": view["finish_reason"]}
+        return None
     if not isinstance(response, dict):
         return None
+    if response.get("kind") == "response" and isinstance(response.get("parts"), list):
+        return _pydantic_ai(response)
+    if "body" not in response and isinstance(response.get("output"), list) and "usage" in response:
+        view = _from_response({}, response["output"])
+        return None if view is None else {"message": view["message"], "finish_reason": view["finish_reason"]}
     if "chunks" in response:
         view = assemble(response["chunks"])
         return None if view is None else {"message": view["message"], "finish_reason": view["finish_reason"]}
@@ -510,6 +532,24 @@ def reply(response: Any) -> dict[str, Any] | None:
         view = _from_response(body, body["output"])
         return None if view is None else {"message": view["message"], "finish_reason": view["finish_reason"]}
     return None
+
+
+def _pydantic_ai(response: dict[str, Any]) -> dict[str, Any]:
+    """A Pydantic AI ModelResponse as a reply: its text parts joined, its tool-call parts as calls."""
+    text, calls = [], []
+    for part in response["parts"]:
+        if not isinstance(part, dict):
+            continue
+        if part.get("part_kind") == "text" and isinstance(part.get("content"), str):
+            text.append(part["content"])
+        elif part.get("part_kind") == "tool-call":
+            args = part.get("args")
+            arguments = args if isinstance(args, str) else orjson.dumps(args).decode()
+            calls.append({"id": part.get("tool_call_id"), "name": part.get("tool_name"), "arguments": arguments})
+    message: dict[str, Any] = {"role": "assistant", "content": "".join(text) if text else None}
+    if calls:
+        message["tool_calls"] = calls
+    return {"message": message, "finish_reason": response.get("finish_reason")}
 
 
 def _call(call: Any) -> Any:

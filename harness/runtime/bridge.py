@@ -36,7 +36,7 @@ from .._errors import HarnessError, internal
 from ..trace.clock import MAIN
 from .agents import Agents
 from .context import _agent, _current, _in_call
-from .tool import Tool
+from .tool import Tool, ToolSpec, spec_of
 
 T = TypeVar("T")
 
@@ -106,13 +106,16 @@ def bridged(bridge: Bridge, planner: Any, tools: Mapping[str, Any], verifier: An
     for name, tool in tools.items():
         if isinstance(tool, Tool):
             out[name] = dataclasses.replace(tool, fn=bridge.wrap(tool.fn))  # the same contract (retry_rejected too)
+        elif isinstance(tool, ToolSpec) or hasattr(tool, "__harness_tool__"):  # (an @harness.tool: its contract)
+            spec = spec_of(tool)
+            out[name] = dataclasses.replace(spec, fn=bridge.wrap(spec.fn), is_async=False)
         else:
             out[name] = bridge.wrap(tool)
     return bridge.wrap(planner), out, bridge.wrap(verifier) if verifier is not None else None
 
 
 def is_async(*fns: Any) -> bool:
-    """Whether any of fns (or a Tool's fn) is an async function."""
+    """Whether any of fns (or a Tool's or a ToolSpec's fn) is an async function."""
     return any(inspect.iscoroutinefunction(getattr(f, "fn", f)) for f in fns if f is not None)
 
 

@@ -106,6 +106,12 @@ def _here(spec: ToolSpec) -> Flow | None:
     return flow
 
 
+def stepping() -> bool:
+    """Whether a harness.call made here would be a step of a workflow run (not a plain call)."""
+    flow = _flow.get()
+    return flow is not None and _current.get() is flow.run.session and not _in_call.get()
+
+
 def call(tool: Any, /, **kwargs: Any) -> Any:
     """Call `tool(**kwargs)` as a step of the workflow run in progress (see the module docstring); its result."""
     spec = spec_of(tool)

@@ -10,8 +10,11 @@ from __future__ import annotations
 import functools
 import os
 import platform
+import re
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
+
+from .._errors import HarnessError
 
 try:  # the distribution is harness-trace: `harness` on the package index is an unrelated project
     VERSION = version("harness-trace")
@@ -40,3 +43,22 @@ def environment(entrypoint: str) -> dict[str, Any]:
         "entrypoint": entrypoint,
         "harness": VERSION,
     }
+
+
+def require(dist: str, needs: tuple[int, int], extra: str) -> None:
+    """HarnessError unless distribution `dist` is installed at version `needs` or newer (a framework integration's
+    check, made before it imports any name of the framework: an older one would fail with a bare ImportError)."""
+    wanted = ".".join(map(str, needs))
+    try:
+        found = version(dist)
+    except PackageNotFoundError:
+        raise HarnessError(
+            f"harness's {extra} integration needs {dist} {wanted} or newer, which is not installed: "
+            f"pip install 'harness-trace[{extra}]'"
+        ) from None
+    parts = tuple(int(p) for p in re.findall(r"\d+", found)[:2])
+    if parts < needs:
+        raise HarnessError(
+            f"harness's {extra} integration needs {dist} {wanted} or newer, and {found} is installed: "
+            f"pip install -U '{dist}>={wanted}'"
+        )

@@ -77,10 +77,10 @@ from ..trace.torn import set_aside, torn_name
 from . import timers as _timers
 from .agents import AgentState
 from .boundary import Session, deactivate
-from .context import _agent, _current, _in_call
+from .context import _agent, _current, _in_call, _key
 from .environment import environment
 from .interrupt import Interrupted
-from .tool import PLAIN, Tool
+from .tool import Tool, ToolSpec, spec_of
 
 
 @dataclass(frozen=True, slots=True)
@@ -212,7 +212,7 @@ class Executor:
         self,
         *,
         planner: Callable[[Any, list[Checkpoint]], Step | list[Step] | None],
-        tools: Mapping[str, Callable[..., Any] | Tool],
+        tools: Mapping[str, Callable[..., Any] | Tool | ToolSpec],
         verifier: Callable[[Step, Any], bool] | None = None,
         trace: str | os.PathLike[str] | None = None,
         runs_dir: str | os.PathLike[str] | None = None,
@@ -262,15 +262,18 @@ class Executor:
         # secrets replaced by a marker in every value written (None: the default rules; a list adds to them)
         self.redact = Redaction.of(redact)
         self.storage_options = storage_options  # for a trace= or runs_dir= URL (fsspec), else unused
+        # each tool's contract from its ToolSpec: a plain callable at-least-once, a harness.Tool's or an @harness.tool's
+        specs: dict[str, ToolSpec] = {}
         for name, tool in self.tools.items():
             if type(name) is not str:
                 raise TypeError(f"tools must be a dict of name -> callable or harness.Tool; key {name!r} is not a str")
-            if not callable(tool.fn if isinstance(tool, Tool) else tool):
+            if not isinstance(tool, Tool | ToolSpec) and not callable(tool):
                 raise TypeError(f"tool {name!r} is {tool!r}, not a callable or a harness.Tool")
-        self.contracts = {n: t.contract if isinstance(t, Tool) else PLAIN for n, t in sorted(self.tools.items())}
+            specs[name] = spec_of(tool)
+        self.contracts = {n: s.contract for n, s in sorted(specs.items())}
         # the tools whose call is preceded by an fsync (of their intent and all before it): all of them with
         # durability="fsync", declared tools with "flush"
-        synced = self.tools if durability == "fsync" else [n for n, t in self.tools.items() if isinstance(t, Tool)]
+        synced = [n for n, s in specs.items() if durability == "fsync" or s.contract["effect"] != "at-least-once"]
         self.synced = frozenset(synced)
 
     def run(self, goal: Any, *, answer: Any = NO_ANSWER) -> Outcome:
@@ -318,7 +321,7 @@ class Executor:
     def _refuse_async(self) -> None:
         """HarnessError before anything is written when run() was given an async planner, verifier or tool."""
         parts: list[tuple[str, Any]] = [("the planner", self.planner), ("the verifier", self.verifier)]
-        parts += [(f"tool {n!r}", t.fn if isinstance(t, Tool) else t) for n, t in self.tools.items()]
+        parts += [(f"tool {n!r}", spec_of(t).fn) for n, t in self.tools.items()]
         for what, fn in parts:
             if inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(type(fn).__call__):
                 raise _async(what)
@@ -814,8 +817,7 @@ class Executor:
         recorded = served(session, intent)
         if recorded is not NOT_SERVED:
             return recorded
-        fn = self.tools[intent["tool"]]
-        return invoke(session, fn.fn if isinstance(fn, Tool) else fn, intent, self.retry.timeout)
+        return invoke(session, spec_of(self.tools[intent["tool"]]).fn, intent, self.retry.timeout)
 
     def _verify(self, run: _Run) -> str | None:
         """None when the verifier vouches for the result, else why not."""
@@ -939,7 +941,7 @@ def invoke(session: Session, fn: Callable[..., Any], intent: dict[str, Any], tim
 
     `timeout`: see RetryPolicy (the call then runs on a worker thread).
     """
-    with _InCall(session):
+    with _InCall(session, intent.get("key")):
         if timeout is not None:
             return _within(fn, _kwargs(intent), timeout, intent["tool"], session)
         return fn(**_kwargs(intent))
@@ -947,7 +949,7 @@ def invoke(session: Session, fn: Callable[..., Any], intent: dict[str, Any], tim
 
 async def ainvoke(session: Session, fn: Callable[..., Any], intent: dict[str, Any]) -> Any:
     """invoke() for a workflow's `harness.acall`: awaits what the tool returns when it is awaitable."""
-    with _InCall(session):
+    with _InCall(session, intent.get("key")):
         out = fn(**_kwargs(intent))
         return await out if inspect.isawaitable(out) else out
 
@@ -961,12 +963,13 @@ def _kwargs(intent: dict[str, Any]) -> dict[str, Any]:
 
 class _InCall:
     """A live tool call of the current agent, for its length: in flight (a helper thread's crossings belong to
-    it, they are no strays), counted as a live call, and its own crossings not recorded (they belong to it)."""
+    it, they are no strays), counted as a live call, its own crossings not recorded (they belong to it), and
+    its idempotency key (or None) what `harness.idempotency_key()` returns inside it."""
 
-    __slots__ = ("me", "session", "token")
+    __slots__ = ("key", "keyed", "me", "session", "token")
 
-    def __init__(self, session: Session):
-        self.session = session
+    def __init__(self, session: Session, key: str | None = None):
+        self.session, self.key = session, key
 
     def __enter__(self) -> None:
         session = self.session
@@ -974,8 +977,10 @@ class _InCall:
         session.agents.enter_call(me)
         session.count_live(me)
         self.token = _in_call.set(True)
+        self.keyed = _key.set(self.key)
 
     def __exit__(self, *exc: object) -> None:
+        _key.reset(self.keyed)
         _in_call.reset(self.token)
         self.session.agents.leave_call(self.me)
 

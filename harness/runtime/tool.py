@@ -123,6 +123,8 @@ _KEPT = 4096  # answers kept at most (then forgotten all at once): a tool made p
 
 def spec_of(tool: Any) -> ToolSpec:
     """The ToolSpec of what a workflow calls; NotATool (a TypeError) when it cannot be called."""
+    if type(tool) is ToolSpec:  # (an @harness.tool's or an MCP call's: unhashable, its contract is a dict)
+        return tool
     try:
         return _SPECS[tool]
     except (KeyError, TypeError):  # (TypeError: unhashable, asked every time)

@@ -67,7 +67,7 @@ from ..review.diff import marked_changes
 from ..review.rerun import fork as harness_fork
 from ..review.rerun import load_agent, load_workflow
 from ..review.runs import run_info
-from ..review.stream import http_view, reply
+from ..review.stream import FRAMEWORK_MODELS, http_view, reply
 from ..storage.blobs import read as read_blob
 from ..storage.files import TooLarge, read_beside
 from ..trace.annotations import VERSION as ANNOTATIONS_VERSION
@@ -411,12 +411,17 @@ def _one_of(idx: Index, run: str, line: int) -> dict[str, Any]:
         "line": line, "offset": idx.offsets[line - 1], "bytes": len(raw) + 1,
         "lane": idx.lane_names[idx.lanes[line - 1]], "col": idx.cols[line - 1],
         "brief": idx.brief(line - 1, rec), "record": rec, "inline": whole, "stored": stored,
-        "forkable": _forkable(whole), "reply": reply(whole.get("response")) if _http(whole) else None,
+        "forkable": _forkable(whole), "reply": reply(whole.get("response")) if _answers(whole) else None,
     }  # fmt: skip
 
 
 def _http(rec: dict[str, Any]) -> bool:
     return rec.get("kind") == "crossing" and rec.get("boundary") == "http"
+
+
+def _answers(rec: dict[str, Any]) -> bool:
+    """Whether a record is a model call whose reply the record panel shows (http, or a framework's model)."""
+    return _http(rec) or (rec.get("kind") == "crossing" and rec.get("boundary") in FRAMEWORK_MODELS)
 
 
 def _inline(path: str, line: int, rec: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:

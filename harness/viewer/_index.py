@@ -49,7 +49,7 @@ from typing import Any
 import orjson
 
 from .._errors import HarnessError, TraceCorruption, TraceUnreadable
-from ..review.stream import reply, said
+from ..review.stream import FRAMEWORK_MODELS, reply, said
 from ..trace.line import MAX_LINE, line_ok
 from ..trace.reader import Replay, attempt_of, replay
 
@@ -171,7 +171,7 @@ def note(rec: dict[str, Any]) -> str:
             return short(request.get("message"), _NOTE)
         if isinstance(response, dict) and "message" in response:
             return short(response["message"], _NOTE)
-    if kind == "crossing" and rec.get("boundary") == "http":
+    if kind == "crossing" and (rec.get("boundary") == "http" or rec.get("boundary") in FRAMEWORK_MODELS):
         answer = reply(rec.get("response"))  # a model call, streamed or not: what the model said
         if answer is not None:
             return short(said(answer), _NOTE)

@@ -1,0 +1,141 @@
+"""Framework agents SIGKILLed before, during and after a model call and inside an unsafe tool, resumed in new processes.
+
+Each run and each resume is a fresh process forked from a forkserver that
+has imported the frameworks once (they cost seconds of CPU per import); the
+SIGKILL is real. The model is a real chat-completions server in this
+process (tests/agent_server.py), which counts the requests it is sent: a
+resume sends no request the trace holds an answer to, and the unsafe tool's
+effects (a line per call in a log file) happen once.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from agent_server import AgentServer
+
+import harness
+
+CTX = multiprocessing.get_context("forkserver")
+CTX.set_forkserver_preload(["framework_agent"])
+FLOWS = {"pai": ("pai", ("openai",)), "pai-function": ("pai", ("function",)), "oa": ("oa", ())}
+
+
+def start(name: str, server: AgentServer, trace: Path, tmp: Path, kill: str = "") -> Any:
+    import framework_agent
+
+    flow, args = FLOWS[name]
+    env = {"FRAMEWORK_LOG": str(tmp / "tools.log"), "FRAMEWORK_MARKER": str(tmp / "marker"), "FRAMEWORK_KILL": kill}
+    out = tmp / "outcome"
+    out.unlink(missing_ok=True)
+    child = CTX.Process(target=framework_agent.child, args=(flow, (server.url, *args), str(trace), env, str(out)))
+    child.start()
+    return child
+
+
+def finish(child: Any, tmp: Path) -> str:
+    child.join(300)  # a hang guard, not a timing assertion
+    if child.is_alive():
+        child.kill()
+        pytest.fail("the child did not finish")
+    assert child.exitcode == 0, f"the child failed: exit {child.exitcode}"
+    return (tmp / "outcome").read_text()
+
+
+def kill_when(arrived: Any, child: Any) -> None:
+    """SIGKILL the child once `arrived()` is true (a marker file, a held request); it is reaped whatever happens."""
+    deadline = time.monotonic() + 120
+    try:
+        while not arrived():
+            if not child.is_alive():
+                pytest.fail(f"the child ended (exit {child.exitcode}) before the kill point")
+            if time.monotonic() > deadline:
+                pytest.fail("the child never reached the kill point")
+            time.sleep(0.01)
+        os.kill(child.pid, signal.SIGKILL)
+    finally:
+        child.kill()
+        child.join()
+    assert child.exitcode == -signal.SIGKILL
+
+
+def effects(tmp: Path) -> list[str]:
+    log = tmp / "tools.log"
+    return log.read_text().splitlines() if log.exists() else []
+
+
+@pytest.mark.parametrize("name", ["pai", "oa"])
+@pytest.mark.parametrize("point", ["before:2", "during:2", "after:2"])
+def test_a_kill_around_a_model_call_resumes_without_sending_a_recorded_request_again(
+    name: str, point: str, tmp_path: Path
+) -> None:
+    where, _, k = point.partition(":")
+    server = AgentServer(hold_at=int(k) if where == "during" else None)
+    try:
+        trace = tmp_path / "run.jsonl"
+        child = start(name, server, trace, tmp_path, kill="" if where == "during" else point)
+        if where == "during":
+            kill_when(server.held.is_set, child)
+            server.release()
+        else:
+            kill_when((tmp_path / "marker").exists, child)
+        sent = server.chats  # the requests the killed process sent: one per model call it began
+        recorded = sum(1 for c in harness.replay(trace).crossings if c.kind.endswith(".model"))
+        assert recorded == int(k) - 1  # the answer to request k never reached the trace
+        assert sent == (int(k) - 1 if where == "before" else int(k))
+        assert finish(start(name, server, trace, tmp_path), tmp_path) == "DONE done after 2 tools"
+        bodies = [s["body"] for s in server.seen]
+        assert server.chats == sent + 3 - recorded  # the resume sent only what the trace had no answer to
+        assert len({orjson_key(b) for b in bodies}) == 3  # three distinct requests; a repeat was only of request k
+        assert effects(tmp_path) == ["charge 0 1", "charge 1 1"]
+        assert harness.replay(trace).complete
+    finally:
+        server.release()
+        server.stop()
+
+
+def orjson_key(body: Any) -> str:
+    import json
+
+    return json.dumps(body, sort_keys=True)
+
+
+def test_a_kill_inside_a_function_model_call_resumes(tmp_path: Path) -> None:
+    server = AgentServer()
+    try:
+        trace = tmp_path / "run.jsonl"
+        kill_when((tmp_path / "marker").exists, start("pai-function", server, trace, tmp_path, kill="model:3"))
+        assert finish(start("pai-function", server, trace, tmp_path), tmp_path) == "DONE done after 2 tools"
+        assert effects(tmp_path) == ["charge 0 1", "charge 1 1"]
+        models = [c for c in harness.replay(trace).crossings if c.kind == "pydantic_ai.model"]
+        assert len(models) == 3
+    finally:
+        server.stop()
+
+
+@pytest.mark.parametrize(("name", "happened"), [("pai", True), ("oa", False)])
+def test_a_kill_inside_an_unsafe_tool_pauses_for_reconcile(name: str, happened: bool, tmp_path: Path) -> None:
+    server = AgentServer()
+    try:
+        trace = tmp_path / "run.jsonl"
+        kill_when((tmp_path / "marker").exists, start(name, server, trace, tmp_path, kill="tool:2"))
+        assert effects(tmp_path) == ["charge 0 1"]
+        assert finish(start(name, server, trace, tmp_path), tmp_path).startswith("PAUSED")
+        assert server.chats == 2  # the pause sent nothing
+        if happened:  # the operator found the charge made (and does it by hand here, as the world would have it)
+            (tmp_path / "tools.log").write_text("charge 0 1\ncharge 1 1\n")
+            result: Any = {"kind": "tool_return", "result": 2} if name == "pai" else 2
+            harness.reconcile(trace, happened=True, result=result, evidence="the ledger")
+        else:
+            harness.reconcile(trace, happened=False, evidence="no such charge")
+        assert finish(start(name, server, trace, tmp_path), tmp_path) == "DONE done after 2 tools"
+        assert effects(tmp_path) == ["charge 0 1", "charge 1 1"]  # once, whichever way it was reconciled
+        assert server.chats == 3
+    finally:
+        server.stop()
