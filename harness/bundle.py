@@ -1,48 +1,74 @@
 """Export sealed runs to a zip bundle, and import a bundle safely.
 
 A bundle holds, under relative paths only: each run's trace (`<name>.jsonl`),
-its annotations (`<name>.jsonl.annotations.json`, when there are any), every
+its annotations (`<name>.jsonl.annotations.json`, when there are any), the
+`.torn-N` files its records name (the torn tails a resume set aside), every
 blob and artifact it names (`blobs/<sha256>`), and `manifest.json`:
 {"format": "harness-bundle", "version": 1, "files": [{"path", "sha256",
 "size"}, ...]} listing every other file. Only sealed runs are exported (an
 unsealed one is refused with the command that seals it), and each run is
-replayed and each blob's bytes checked first.
+replayed and each blob's bytes checked first. Every file is read as files
+beside a trace always are (`storage.files.open_beside`): a regular file inside
+the run's folder, so a FIFO or a symlink out is refused, never bundled.
 
 `import_bundle()` checks everything before anything lands: no absolute
 path, no `..`, no symlink or directory entry, no duplicate name, no file
 missing from the manifest or the manifest's files missing from the archive,
 no digest or size that differs, no more than `max_bytes` unpacked (1 GiB by
-default), no entry whose compression ratio is absurd (a zip bomb). Files
-are extracted into a temporary folder inside the target, every trace is
-replayed there (its seal and blobs checked), and only then are they renamed
-into place: blobs first, traces last, so a trace is never visible before
-its blobs. A file already there with other bytes is refused before anything
-moves; one with the same bytes is left as it is.
+default), no entry whose compression ratio is absurd (a zip bomb), none
+that zipfile cannot read (encrypted, or compressed other than stored or
+deflated), no annotations file that is not one. Files are extracted into a
+temporary folder inside the target, every trace is replayed there (its
+seal, blobs and `.torn-N` files checked), and only then are they placed:
+blobs first, traces last, so a trace is never visible before its blobs.
+
+Placing never replaces a file: each is hard-linked into place (or created
+with O_EXCL where the file system has no hard links), under an exclusive
+lock on the target folder. A file already there with other bytes is refused
+before anything moves; one with the same bytes is left as it is. So of two
+imports racing into one folder with different runs of one name, one wins
+and the other fails with a BundleError naming the file, after taking back
+every run, note and `.torn-N` file it placed (the blobs it placed stay:
+they are named by their bytes, and may be shared).
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import fcntl
 import hashlib
 import os
 import re
 import shutil
 import stat
 import tempfile
+import time
 import uuid
 import zipfile
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from ._errors import HarnessError, TraceCorruption, TraceUnreadable
 from .storage import blobs as _blobs
 from .storage import is_url
+from .storage.files import open_beside, open_regular, read_beside
+from .trace.annotations import MAX_BYTES as ANNOTATIONS_MAX
 from .trace.annotations import annotations_path
+from .trace.annotations import parse as parse_annotations
+
+if TYPE_CHECKING:
+    from .trace.reader import Replay
 
 FORMAT, VERSION = "harness-bundle", 1
 MANIFEST = "manifest.json"
 _BLOB = re.compile("[0-9a-f]{64}")  # a blob's name: its sha256
+_TORN = re.compile(r"[^/\\\x00]+\.torn-[1-9][0-9]*")  # a torn tail set aside beside its trace (trace.journal.set_aside)
+_READABLE = (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED)  # what export writes, and what every Python reads
+LOCK_WAIT = 60.0  # seconds an import waits for another one into the same folder before it gives up
 MAX_BYTES = 1 << 30  # unpacked bytes an import accepts by default
 MAX_RATIO = 200  # unpacked / compressed size of one entry beyond which it is refused as a zip bomb
 _DATE = (1980, 1, 1, 0, 0, 0)  # every entry's time: a bundle of the same files is the same bytes
@@ -67,12 +93,31 @@ class Bundled:
     skipped: tuple[str, ...] = ()  # on import: files already there with the same bytes
 
 
-def _sealed_refusal(trace: str) -> str | None:
-    """None when the run at trace is sealed and intact, else why not and what to do."""
+@dataclass(frozen=True, slots=True)
+class _Run:
+    """What a run brings to a bundle, found by replaying it: its blobs, and the `.torn-N` files it names."""
+
+    blobs: tuple[str, ...]
+    torn: tuple[str, ...]
+
+
+def _replayed(trace: str) -> tuple[Replay, list[str]]:
+    """replay() of trace, and the `.torn-N` files its records name (set_aside), in order."""
     from .trace.reader import replay
 
+    torn: list[str] = []
+
+    def aside(line: bytes, rec: dict[str, Any]) -> None:
+        if b'"set_aside":"' in line and isinstance(rec.get("set_aside"), str):
+            torn.append(rec["set_aside"])
+
+    return replay(trace, on_record=aside), torn
+
+
+def _exportable(trace: str) -> _Run | str:
+    """What the run at trace brings when it is sealed and intact, else why not and what to do."""
     try:
-        rep = replay(trace)
+        rep, torn = _replayed(trace)
     except HarnessError as e:
         return f"{trace}: cannot be exported: {e}"
     if rep.seal is None:
@@ -87,13 +132,16 @@ def _sealed_refusal(trace: str) -> str | None:
             _blobs.read(trace, line, name, size)
         except TraceCorruption as e:
             return f"{trace}: cannot be exported: {e}"
-    return None
+    folder = os.path.dirname(os.path.abspath(trace))
+    # a rerun or fork names its recording's torn files, which stay beside the recording (replay() knows)
+    kept = tuple(
+        dict.fromkeys(n for n in torn if "parent" not in rep.header or os.path.lexists(os.path.join(folder, n)))
+    )
+    return _Run(tuple(rep.blobs), kept)
 
 
 def export(traces: Iterable[str | os.PathLike[str]], out: str | os.PathLike[str]) -> Bundled:
-    """Write the sealed runs at `traces` (with their blobs and annotations) to the zip `out`."""
-    from .trace.reader import replay
-
+    """Write the sealed runs at `traces` (with their blobs, annotations and .torn-N files) to the zip `out`."""
     paths = [os.fspath(t) for t in traces]
     target = os.fspath(out)
     if not paths:
@@ -112,32 +160,47 @@ def export(traces: Iterable[str | os.PathLike[str]], out: str | os.PathLike[str]
                 raise BundleError(target, e.problem) from None
         finally:
             shutil.rmtree(staging, ignore_errors=True)
-    refused = [why for why in map(_sealed_refusal, paths) if why]
+    found = [_exportable(p) for p in paths]
+    refused = [why for why in found if isinstance(why, str)]
     if refused:
         raise BundleError(target, "refused to export unsealed or damaged runs:\n  " + "\n  ".join(refused))
     names = [os.path.basename(p) for p in paths]
     if len(set(names)) != len(names):
         raise BundleError(target, "two runs with the same file name cannot share a bundle")
-    files: dict[str, str] = {}  # bundle path -> file on disk
-    for path, name in zip(paths, names, strict=True):
-        files[name] = path
-        if os.path.exists(annotations_path(path)):
-            files[name + ".annotations.json"] = annotations_path(path)
-        folder = _blobs.folder_of(path)
-        for digest in replay(path).blobs:
-            files[f"{_blobs.FOLDER}/{digest}"] = os.path.join(folder, digest)
+    files: dict[str, tuple[str, str | bytes]] = {}  # bundle path -> (the run's folder, a file in it or its bytes)
+
+    def add(rel: str, folder: str, source: str | bytes) -> None:
+        there = files.get(rel)
+        if there is not None and there != (folder, source) and not rel.startswith(_blobs.FOLDER + "/"):
+            raise BundleError(target, f"two runs bring a file named {rel} (their .torn-N files?); export them apart")
+        files[rel] = (folder, source)
+
+    for path, name, run in zip(paths, names, found, strict=True):
+        assert isinstance(run, _Run)  # the refusals were raised above
+        folder = os.path.dirname(os.path.abspath(path))
+        add(name, "", path)  # the trace itself: opened as traces are (it may be a symlink the user gave)
+        notes = annotations_path(path)
+        try:
+            data = read_beside(notes, folder, ANNOTATIONS_MAX)
+            if data is not None:
+                parse_annotations(data, notes)
+        except HarnessError as e:
+            raise BundleError(target, f"cannot export the annotations of {path}: {e}") from None
+        if data is not None:
+            add(name + _ANNOTATIONS, folder, data)  # the bytes just checked, not the file again
+        for torn in run.torn:
+            add(torn, folder, os.path.join(folder, torn))
+        for digest in run.blobs:
+            add(f"{_blobs.FOLDER}/{digest}", folder, os.path.join(_blobs.folder_of(path), digest))
     entries, total = [], 0
     tmp = os.path.join(os.path.dirname(os.path.abspath(target)), f".{os.path.basename(target)}.{uuid.uuid4().hex}")
     try:
         with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as zf:
             for rel in sorted(files):
-                h, size = hashlib.sha256(), 0
-                with open(files[rel], "rb") as src, zf.open(_info(rel), "w", force_zip64=True) as dst:
-                    while chunk := src.read(1 << 20):
-                        h.update(chunk)
-                        dst.write(chunk)
-                        size += len(chunk)
-                entries.append({"path": rel, "sha256": h.hexdigest(), "size": size})
+                folder, source = files[rel]
+                with zf.open(_info(rel), "w", force_zip64=True) as dst:
+                    digest, size = _copy(target, folder, source, dst)
+                entries.append({"path": rel, "sha256": digest, "size": size})
                 total += size
             manifest = {"format": FORMAT, "version": VERSION, "files": entries}
             zf.writestr(_info(MANIFEST), orjson.dumps(manifest, option=orjson.OPT_INDENT_2) + b"\n")
@@ -149,6 +212,35 @@ def export(traces: Iterable[str | os.PathLike[str]], out: str | os.PathLike[str]
             raise BundleError(target, f"cannot write the bundle: {e.strerror or e}") from None
         raise
     return Bundled(target, tuple(names), tuple(sorted(files)), total)
+
+
+def _copy(target: str, folder: str, source: str | bytes, dst: Any) -> tuple[str, int]:
+    """Write source (a file beside a trace in folder, a trace when folder is "", or bytes) to dst; its sha256 and size.
+
+    A file is opened as every file beside a trace is (open_beside) and read
+    up to its size at the open, so a FIFO, a device or a symlink out of the
+    run's folder is a BundleError naming it, never a hang or a copy of
+    something else.
+    """
+    if isinstance(source, bytes):
+        dst.write(source)
+        return hashlib.sha256(source).hexdigest(), len(source)
+    try:
+        fd = open_beside(source, folder) if folder else open_regular(source)
+    except TraceUnreadable as e:
+        raise BundleError(target, f"cannot export {source}: {e.problem}") from None
+    if fd is None:
+        raise BundleError(target, f"cannot export {source}: it is gone (the run names it)")
+    h, offset = hashlib.sha256(), 0
+    try:
+        end = os.fstat(fd).st_size
+        while offset < end and (chunk := os.pread(fd, min(1 << 20, end - offset), offset)):
+            h.update(chunk)
+            dst.write(chunk)
+            offset += len(chunk)
+    finally:
+        os.close(fd)
+    return h.hexdigest(), offset
 
 
 def _fetched(url: str, staging: str) -> str:
@@ -205,6 +297,13 @@ def _check_entries(path: str, zf: zipfile.ZipFile, max_bytes: int, max_ratio: fl
         kind = (info.external_attr >> 16) & 0o170000
         if info.is_dir() or kind not in (0, stat.S_IFREG):
             raise BundleError(path, f"{name!r} is not a regular file (a symlink, a directory or a device)")
+        if info.flag_bits & 0x1:
+            raise BundleError(path, f"{name!r} is encrypted; a bundle's entries are not (export writes none so)")
+        if info.compress_type not in _READABLE:
+            raise BundleError(
+                path, f"{name!r} is compressed with method {info.compress_type}; a bundle's entries are stored or "
+                "deflated (method 0 or 8), as export writes them"
+            )  # fmt: skip
         total += info.file_size
         if total > max_bytes:
             raise BundleError(path, f"unpacks to more than {max_bytes} bytes (the limit; pass a larger max_bytes)")
@@ -252,6 +351,8 @@ def _exported(name: str, listed: Mapping[str, object]) -> bool:
         return False
     if name.endswith(".jsonl.annotations.json"):
         return name.removesuffix(".annotations.json") in listed  # notes only for a run the bundle brings
+    if _TORN.fullmatch(name):
+        return True  # a torn tail set aside: kept only if a run of the bundle names it (checked after replay)
     return name.endswith(".jsonl") and name != ".jsonl"
 
 
@@ -260,7 +361,8 @@ def _read(path: str, zf: zipfile.ZipFile, name: str, limit: int) -> bytes:
     try:
         with zf.open(name) as f:
             data = f.read(limit + 1)
-    except (zipfile.BadZipFile, OSError, EOFError, ValueError) as e:  # truncated, damaged, bad CRC
+    except (zipfile.BadZipFile, OSError, EOFError, ValueError, RuntimeError, NotImplementedError) as e:
+        # truncated, damaged, bad CRC; encrypted or compressed in a way zipfile cannot read (refused before, too)
         raise BundleError(path, f"{name}: cannot be read from the archive ({e})") from None
     if len(data) > limit:
         raise BundleError(path, f"{name}: more bytes than declared")
@@ -274,9 +376,7 @@ def import_bundle(
     max_bytes: int = MAX_BYTES,
     max_ratio: float = MAX_RATIO,
 ) -> Bundled:
-    """Check the bundle, then add its runs, blobs and annotations to the runs folder `into`."""
-    from .trace.reader import replay
-
+    """Check the bundle, then add its runs, blobs, annotations and .torn-N files to the runs folder `into`."""
     path, target = os.fspath(bundle), os.fspath(into)
     try:
         zf = zipfile.ZipFile(path)
@@ -303,6 +403,11 @@ def import_bundle(
                     raise BundleError(path, f"{name}: its bytes do not match the manifest's sha256")
                 if name.startswith(_blobs.FOLDER + "/") and _blobs.digest(data) != name.split("/", 1)[1]:
                     raise BundleError(path, f"{name}: a blob whose bytes do not hash to its name")
+                if name.endswith(_ANNOTATIONS):
+                    try:
+                        parse_annotations(data, name)
+                    except HarnessError as e:
+                        raise BundleError(path, str(e).replace("; fix or remove it", "")) from None
                 dest = os.path.join(staging, *name.split("/"))
                 os.makedirs(os.path.dirname(dest), exist_ok=True)
                 with open(dest, "xb") as out:
@@ -310,33 +415,24 @@ def import_bundle(
                     out.flush()
                     os.fsync(out.fileno())
             runs = sorted(n for n in listed if "/" not in n and n.endswith(".jsonl"))
+            named: set[str] = set()  # the .torn-N files the runs name
             for run in runs:
-                try:
-                    rep = replay(os.path.join(staging, run))
-                except HarnessError as e:
-                    raise BundleError(path, f"{run} does not replay: {e}") from None
-                if rep.seal is None:
-                    raise BundleError(path, f"{run} is not sealed; a bundle holds sealed runs only")
+                named.update(_check_run(path, os.path.join(staging, run), run))
                 # replay() found each blob it names with its size; each blob's bytes were hashed to its name above
+            stray = sorted(n for n in listed if _TORN.fullmatch(n) and n not in named)
+            if stray:
+                raise BundleError(path, f"{', '.join(stray[:5])}: a .torn-N file that no run of the bundle names")
             if remote:
+                if named:
+                    raise BundleError(
+                        path, f"{', '.join(sorted(named)[:5])}: a run on object storage keeps no .torn-N file; "
+                        "import this bundle into a local folder"
+                    )  # fmt: skip
                 skipped = _place_on_store(path, staging, listed, runs, target)
                 total = sum(int(f["size"]) for f in listed.values())  # type: ignore[call-overload]
                 return Bundled(path, tuple(runs), tuple(sorted(listed)), total, tuple(sorted(skipped)))
-            skipped = []
-            for name in listed:  # refuse before anything moves
-                dest = os.path.join(target, *name.split("/"))
-                if os.path.lexists(dest):
-                    if not os.path.isfile(dest) or os.path.islink(dest) or _file_sha256(dest) != listed[name]["sha256"]:
-                        raise BundleError(path, f"{dest} exists with other bytes; refusing to overwrite it")
-                    skipped.append(name)
-            order = sorted(listed, key=lambda n: (not n.startswith(_blobs.FOLDER + "/"), n.endswith(".jsonl"), n))
-            for name in order:
-                if name in skipped:
-                    continue
-                dest = os.path.join(target, *name.split("/"))
-                os.makedirs(os.path.dirname(dest), exist_ok=True)
-                os.replace(os.path.join(staging, *name.split("/")), dest)
-            _sync(target)
+            with _locked(path, target):
+                skipped = _place(path, staging, target, listed)
         except OSError as e:  # a full disk, a kill of the file system: the runs not yet moved never appear
             raise HarnessError(
                 f"{path}: cannot write into {target}: {e.strerror}; no run was imported that is not whole (blobs "
@@ -346,6 +442,116 @@ def import_bundle(
             shutil.rmtree(staging, ignore_errors=True)
     total = sum(int(f["size"]) for f in listed.values())  # type: ignore[call-overload]
     return Bundled(path, tuple(runs), tuple(sorted(listed)), total, tuple(sorted(skipped)))
+
+
+def _check_run(path: str, trace: str, run: str) -> list[str]:
+    """The .torn-N files the staged run at trace names, once it replays sealed; BundleError if it does not."""
+    try:
+        rep, torn = _replayed(trace)
+    except HarnessError as e:
+        raise BundleError(path, f"{run} does not replay: {e}") from None
+    if rep.seal is None:
+        raise BundleError(path, f"{run} is not sealed; a bundle holds sealed runs only")
+    return torn
+
+
+@contextlib.contextmanager
+def _locked(path: str, target: str) -> Any:
+    """An exclusive flock on the folder target for as long as the block runs: imports into it take turns.
+
+    Where the file system has no flock, the block runs without it: placing
+    never replaces a file anyway (_place), so a race still loses no data.
+    """
+    fd = os.open(target, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        deadline = time.monotonic() + LOCK_WAIT
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise BundleError(
+                        path, f"another import into {target} has held it for {LOCK_WAIT:.0f} s; try again once it ends"
+                    ) from None
+                time.sleep(0.02)
+            except OSError as e:
+                if e.errno not in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EINVAL):
+                    raise
+                break  # no flock here: the links alone keep every file
+        yield
+    finally:
+        os.close(fd)  # also releases the lock
+
+
+def _place(path: str, staging: str, target: str, listed: dict[str, dict[str, Any]]) -> list[str]:
+    """Place the checked files of staging in target, never over a file; the names already there with the same bytes.
+
+    Everything is compared before anything moves; then blobs go first, the
+    other files next, the traces last, each linked into place (O_EXCL where
+    there are no hard links), so a file that appeared meanwhile is never
+    replaced. If one did, with other bytes, every file but the blobs that
+    this call placed is taken back and BundleError names the file.
+    """
+    skipped = [name for name in listed if _same(path, os.path.join(target, *name.split("/")), listed[name])]
+    order = sorted(listed, key=lambda n: (not n.startswith(_blobs.FOLDER + "/"), n.endswith(".jsonl"), n))
+    placed: list[tuple[str, os.stat_result]] = []  # (file, what it is): what this call put in place
+    try:
+        for name in order:
+            if name in skipped:
+                continue
+            dest = os.path.join(target, *name.split("/"))
+            os.makedirs(os.path.dirname(dest), exist_ok=True)
+            made = _put(os.path.join(staging, *name.split("/")), dest)
+            if made is None:  # it appeared since the comparison
+                if not _same(path, dest, listed[name]):
+                    raise BundleError(path, f"{dest} appeared meanwhile with other bytes; refusing to overwrite it")
+                skipped.append(name)
+            elif not name.startswith(_blobs.FOLDER + "/"):  # a blob stays: named by its bytes, it may be shared
+                placed.append((dest, made))
+        _sync(target)
+    except BaseException:
+        for dest, made in reversed(placed):  # only what this call placed, still as it placed it
+            with contextlib.suppress(OSError):
+                if os.path.samestat(os.lstat(dest), made):
+                    os.unlink(dest)
+        raise
+    return skipped
+
+
+def _same(path: str, dest: str, entry: dict[str, Any]) -> bool:
+    """Whether dest holds the entry's bytes already (False when nothing is there); BundleError when other ones."""
+    if not os.path.lexists(dest):
+        return False
+    if os.path.isfile(dest) and not os.path.islink(dest) and _file_sha256(dest) == entry["sha256"]:
+        return True
+    raise BundleError(path, f"{dest} exists with other bytes; refusing to overwrite it")
+
+
+def _put(source: str, dest: str) -> os.stat_result | None:
+    """source as the new file dest: a hard link, or an O_EXCL copy without them; None if dest exists."""
+    try:
+        os.link(source, dest)
+        return os.lstat(dest)
+    except FileExistsError:
+        return None
+    except OSError as e:
+        if e.errno not in (errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EMLINK, errno.EXDEV):
+            raise
+    try:
+        fd = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    except FileExistsError:
+        return None
+    try:
+        with open(source, "rb") as f:
+            while chunk := f.read(1 << 20):
+                view = memoryview(chunk)
+                while view:
+                    view = view[os.write(fd, view) :]
+        os.fsync(fd)
+        return os.fstat(fd)
+    finally:
+        os.close(fd)
 
 
 def _place_on_store(
@@ -382,7 +588,7 @@ def _place_on_store(
         elif name.endswith(_ANNOTATIONS):
             url = f"{target}/{name.removesuffix(_ANNOTATIONS)}"
             with open(local, "rb") as f:
-                mine = orjson.loads(f.read()).get("notes") or []
+                mine = parse_annotations(f.read(), name)  # (checked once already, as it was staged)
             there_notes = annotations(url)
             if there_notes and there_notes != mine:
                 raise BundleError(path, f"{url} has other notes than the bundle's; refusing to add to them")
@@ -422,7 +628,7 @@ def _file_sha256(path: str) -> str:
 
 
 def _sync(folder: str) -> None:
-    for d in (folder, os.path.join(folder, _blobs.FOLDER)):
+    for d in (os.path.join(folder, _blobs.FOLDER), folder):
         if os.path.isdir(d):
             fd = os.open(d, os.O_RDONLY)
             try:

@@ -169,3 +169,30 @@ def test_a_torn_tail_is_left_in_the_backup(old: Path) -> None:
     assert done.torn_bytes == 30 and done.backup is not None
     assert Path(done.backup).read_bytes().endswith(lines[10][:30])
     assert not replay(trace).torn_tail
+
+
+def test_migrate_out_carries_the_torn_files_the_trace_names(old: Path, tmp_path: Path) -> None:
+    """Before: `migrate --out` of a trace whose resume set a torn tail aside always failed (the copy's
+    check found no .torn-N beside it). Now the .torn-N goes with it, beside the new trace, never over a file."""
+    trace, torn = old / "crash_resume.jsonl", old / "crash_resume.jsonl.torn-1"
+    for out in (tmp_path / "elsewhere" / "new.jsonl", old / "new.jsonl"):  # another folder, and the same one
+        out.parent.mkdir(exist_ok=True)
+        done = harness_cli("migrate", trace, "--out", out)
+        assert done.returncode == 0, done.stderr
+        assert replay(out).state == "DONE" and (out.parent / torn.name).read_bytes() == torn.read_bytes()
+    clash = tmp_path / "clash"
+    clash.mkdir()
+    (clash / torn.name).write_bytes(b"someone else's bytes")
+    refused = harness_cli("migrate", trace, "--out", clash / "new.jsonl")
+    assert refused.returncode == 2 and "exists with other bytes" in refused.stderr, refused.stderr
+    assert sorted(p.name for p in clash.iterdir()) == [torn.name]  # no trace, no temporary file left
+    assert (clash / torn.name).read_bytes() == b"someone else's bytes"
+    with pytest.raises(HarnessError, match="a run on object storage cannot keep"):
+        harness.migrate(trace, out="memory://bucket/runs/new.jsonl")
+    outside = tmp_path.parent / f"{tmp_path.name}-outside"  # (tmp_path is the fixtures' folder)
+    outside.mkdir()
+    (outside / "x").write_bytes(torn.read_bytes())
+    torn.unlink()
+    torn.symlink_to(outside / "x")  # a torn file is read as every file beside a trace
+    with pytest.raises(HarnessError, match="outside"):
+        harness.migrate(trace, out=tmp_path / "third.jsonl")

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import os
+import signal
 import stat
 import subprocess
 import sys
+import time
 import zipfile
 from collections.abc import Callable
 from pathlib import Path
@@ -430,21 +433,21 @@ def test_an_import_that_fails_midway_lands_no_trace(tmp_path: Path, monkeypatch:
     import harness.bundle as bundle
 
     moved: list[str] = []
-    real = os.replace
+    real = os.link
 
     def failing(src: Any, dst: Any) -> None:
-        if moved:  # the second rename fails, as a full disk or a kill would stop it
+        if moved:  # the second link fails, as a full disk or a kill would stop it
             raise OSError(28, "No space left on device")
         moved.append(os.fspath(dst))
         real(src, dst)
 
-    monkeypatch.setattr(bundle.os, "replace", failing)
+    monkeypatch.setattr(bundle.os, "link", failing)
     into = tmp_path / "into"
     with pytest.raises(HarnessError, match="No space left on device; no run was imported"):
         harness.import_bundle(tmp_path / "a.zip", into)
     assert moved and "/blobs/" in moved[0]  # blobs go first: content-addressed, harmless alone
     assert not (into / "a.jsonl").exists() and not list(into.glob(".import-*"))  # no trace, no staging left
-    monkeypatch.setattr(bundle.os, "replace", real)
+    monkeypatch.setattr(bundle.os, "link", real)
     done = harness.import_bundle(tmp_path / "a.zip", into)  # and the import can simply be run again
     assert done.runs == ("a.jsonl",) and replay(into / "a.jsonl").sealed
 
@@ -517,3 +520,196 @@ def test_a_recorder_stores_large_event_data_in_blobs_and_seals_with_a_key(tmp_pa
     assert records[-1]["kind"] == "seal" and "hmac" in records[-1]
     assert harness.normalize(trace)[1]["data"] == {"html": BIG}
     assert harness.verify(trace, seal_key="k").ok and not harness.verify(trace, seal_key="other").ok
+
+
+# --- imports that race, entries zipfile cannot read, notes that are not notes (issue 25) ------------------------
+
+
+IMPORT = """
+import sys
+import harness
+
+try:
+    harness.import_bundle(sys.argv[1], sys.argv[2])
+except harness.HarnessError as e:
+    sys.exit(str(e))
+"""
+
+
+def one_run_bundle(folder: Path, goal: str, out: Path) -> bytes:
+    """A bundle holding one run named run.jsonl whose goal is goal, with 150 small artifacts (blobs, placed
+    before the trace); the run's bytes."""
+    folder.mkdir()
+    trace = folder / "run.jsonl"
+
+    def plan(g: Any, done: list[Any]) -> Step | None:
+        for i in range(150):
+            harness.artifact(f"part-{i}", f"{goal} {i}".encode())
+        return None
+
+    Executor(planner=plan, tools={}, trace=trace).run(goal)
+    harness.annotate(trace, "by", goal)
+    harness.export([trace], out)
+    return trace.read_bytes()
+
+
+def importing(bundle: Path, into: Path) -> subprocess.Popen[str]:
+    argv = [sys.executable, "-c", IMPORT, str(bundle), str(into)]
+    return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def first_blob(into: Path, child: subprocess.Popen[str]) -> bool:
+    """Spin until the child's first blob lands in into/blobs (True: it has checked the folder), or it ends."""
+    while child.poll() is None:
+        with contextlib.suppress(FileNotFoundError), os.scandir(into / "blobs") as found:
+            if next(found, None) is not None:
+                return True
+    return False
+
+
+def staged(into: Path, child: subprocess.Popen[str], files: int) -> None:
+    """Return once the child has unpacked all its files into its staging folder (or has ended)."""
+
+    def unpacked() -> int:
+        return sum(len(names) for staging in into.glob(".import-*") for _, _, names in os.walk(staging))
+
+    while child.poll() is None and unpacked() < files:
+        time.sleep(0.01)
+
+
+def test_two_imports_racing_into_one_folder_never_lose_a_run(tmp_path: Path) -> None:
+    """Before: two imports of different bundles that both hold run.jsonl, at the same time, could both exit 0,
+    the second run silently replacing the first. The race, made to happen every time: import A is stopped
+    (SIGSTOP) once it has checked the folder and placed its first blob, before its trace; import B runs
+    meanwhile; then A goes on. Now B waits for A's hold on the folder, then fails naming the file; A's run
+    lands whole, notes and all. Before, B placed its run and A replaced it: both exited 0."""
+    mine = {name: one_run_bundle(tmp_path / name, name, tmp_path / f"{name}.zip") for name in ("a", "b")}
+    raced = 0
+    for attempt in range(6):
+        into = tmp_path / f"into-{attempt}"
+        into.mkdir()
+        a = importing(tmp_path / "a.zip", into)
+        if not first_blob(into, a):
+            continue  # A ended before its first blob was seen: not this time
+        os.kill(a.pid, signal.SIGSTOP)  # A has checked the folder and placed a blob; its trace comes last
+        try:
+            if (into / "run.jsonl").exists():
+                continue  # A got through before it could be stopped there: not this time
+            raced += 1
+            b = importing(tmp_path / "b.zip", into)
+            staged(into, b, len(zipfile.ZipFile(tmp_path / "b.zip").namelist()) - 1)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                b.wait(timeout=2)  # before: B placed its run meanwhile and ended; now it waits for A
+        finally:
+            os.kill(a.pid, signal.SIGCONT)
+        done = {"a": (a.wait(timeout=60), a.communicate()[1]), "b": (b.wait(timeout=60), b.communicate()[1])}
+        assert done["a"][0] == 0, done
+        assert done["b"][0] != 0 and "run.jsonl" in done["b"][1] and "other bytes" in done["b"][1], done
+        assert (into / "run.jsonl").read_bytes() == mine["a"]  # whole, and A's
+        assert [n["value"] for n in harness.annotations(into / "run.jsonl")] == ["a"]  # its notes too
+        assert harness.verify(into / "run.jsonl").ok and not list(into.glob(".import-*"))
+        if raced == 2:
+            break
+    assert raced, "import A was never caught between its check and its trace"
+
+
+def test_imports_started_together_one_wins_whole(tmp_path: Path) -> None:
+    """The same race left to the scheduler: both imports start at once, a few times."""
+    mine = {name: one_run_bundle(tmp_path / name, name, tmp_path / f"{name}.zip") for name in ("a", "b")}
+    for attempt in range(3):
+        into = tmp_path / f"into-{attempt}"
+        into.mkdir()
+        children = {name: importing(tmp_path / f"{name}.zip", into) for name in mine}
+        done = {name: (c.wait(timeout=60), c.communicate()[1]) for name, c in children.items()}
+        winners = [name for name, (rc, _) in done.items() if rc == 0]
+        assert len(winners) == 1, (attempt, done)
+        (loser,) = set(mine) - set(winners)
+        assert "run.jsonl" in done[loser][1] and "other bytes" in done[loser][1], done[loser][1]
+        assert (into / "run.jsonl").read_bytes() == mine[winners[0]]
+        assert harness.verify(into / "run.jsonl").ok and not list(into.glob(".import-*"))
+
+
+def patched(bundle: Path, entry: str, *, flags: int | None = None, method: int | None = None) -> Path:
+    """The bundle with one entry's flag bits or compression method changed in both its headers (its bytes as
+    they were): how a zip made elsewhere says "encrypted" or "compressed with PPMd"."""
+    data = bytearray(bundle.read_bytes())
+    name = entry.encode()
+    for signature, flag_at, method_at, name_at in ((b"PK\x03\x04", 6, 8, 30), (b"PK\x01\x02", 8, 10, 46)):
+        at = data.find(signature)
+        while at >= 0:
+            if data[at + name_at : at + name_at + len(name)] == name:
+                if flags is not None:
+                    data[at + flag_at : at + flag_at + 2] = flags.to_bytes(2, "little")
+                if method is not None:
+                    data[at + method_at : at + method_at + 2] = method.to_bytes(2, "little")
+            at = data.find(signature, at + 4)
+    out = bundle.with_name(f"{bundle.stem}-{flags}-{method}.zip")
+    out.write_bytes(bytes(data))
+    return out
+
+
+@pytest.mark.parametrize(
+    ("change", "why"),
+    [
+        ({"flags": 0x1}, "is encrypted"),  # before: RuntimeError, a traceback
+        ({"method": 98}, "is compressed with method 98"),  # PPMd. Before: NotImplementedError
+        ({"method": 14}, "is compressed with method 14"),  # LZMA: Python reads it, export never writes it
+    ],
+)
+def test_an_entry_zipfile_cannot_read_is_a_bundle_error_naming_it(
+    tmp_path: Path, change: dict[str, int], why: str
+) -> None:
+    trace = big_run(tmp_path, name="a.jsonl")
+    harness.export([trace], tmp_path / "a.zip")
+    bad = patched(tmp_path / "a.zip", "a.jsonl", **change)
+    with pytest.raises(BundleError, match=f"'a.jsonl' {why}"):
+        harness.import_bundle(bad, tmp_path / "into")
+    assert not (tmp_path / "into" / "a.jsonl").exists() and not list((tmp_path / "into").glob(".import-*"))
+    out = cli("import", bad, "--into", tmp_path / "into")
+    assert out.returncode == 2 and "a.jsonl" in out.stderr and "Traceback" not in out.stderr
+
+
+@pytest.mark.parametrize(
+    "notes",
+    [b"{not json", b'[{"key": "a list, not the format"}]', b'{"format": "harness-annotations", "notes": [1]}'],
+)
+def test_an_annotations_entry_that_is_not_annotations_is_refused(tmp_path: Path, notes: bytes) -> None:
+    """Before: imported unchecked, to break `harness show` and `annotate` on the run afterwards."""
+    big_run(tmp_path, name="a.jsonl")
+    harness.export([tmp_path / "a.jsonl"], tmp_path / "a.zip")
+    with zipfile.ZipFile(tmp_path / "a.zip") as zf:
+        entries = [(n, zf.read(n)) for n in zf.namelist() if n != "manifest.json"]
+    bad = hostile(tmp_path / "bad.zip", [*entries, ("a.jsonl.annotations.json", notes)])
+    with pytest.raises(BundleError, match=r"a\.jsonl\.annotations\.json: not a"):
+        harness.import_bundle(bad, tmp_path / "into")
+    assert not (tmp_path / "into" / "a.jsonl").exists()
+
+
+def test_a_torn_file_no_run_names_is_refused(tmp_path: Path) -> None:
+    big_run(tmp_path, name="a.jsonl")
+    harness.export([tmp_path / "a.jsonl"], tmp_path / "a.zip")
+    with zipfile.ZipFile(tmp_path / "a.zip") as zf:
+        entries = [(n, zf.read(n)) for n in zf.namelist() if n != "manifest.json"]
+    bad = hostile(tmp_path / "bad.zip", [*entries, ("b.jsonl.torn-1", b"stray")])
+    with pytest.raises(BundleError, match=r"b\.jsonl\.torn-1: a \.torn-N file that no run of the bundle names"):
+        harness.import_bundle(bad, tmp_path / "into")
+
+
+def test_a_trace_given_through_a_symlink_still_exports(tmp_path: Path) -> None:
+    """The trace itself is opened as traces are: a symlink the user gives is theirs to give (files beside it are
+    read from where it stands, as replay() reads them)."""
+    (tmp_path / "data").mkdir()
+    (tmp_path / "links").mkdir()
+    trace = big_run(tmp_path / "data", name="a.jsonl")
+    (tmp_path / "links" / "a.jsonl").symlink_to(trace)
+    (tmp_path / "links" / "blobs").symlink_to(tmp_path / "data" / "blobs", target_is_directory=True)
+    with pytest.raises(BundleError, match="outside"):  # its blobs, through a folder symlinked out: no
+        harness.export([tmp_path / "links" / "a.jsonl"], tmp_path / "no.zip")
+    done = harness.export([trace], tmp_path / "a.zip")
+    (tmp_path / "links" / "blobs").unlink()
+    small = tmp_path / "small"
+    small.mkdir()
+    Executor(planner=fixed_plan(steps(2)), tools={"work": lambda i: i}, trace=small / "s.jsonl").run("g")
+    (tmp_path / "links" / "s.jsonl").symlink_to(small / "s.jsonl")
+    assert harness.export([tmp_path / "links" / "s.jsonl"], tmp_path / "s.zip").files == ("s.jsonl",)
+    assert done.runs == ("a.jsonl",)

@@ -167,14 +167,14 @@ def test_an_executor_writes_no_secret_and_a_rerun_with_another_key_still_matches
     seen: list[Any] = []
     planner, tools = agent(KEY, seen)
     trace = tmp_path / "run.jsonl"
-    goal = {"task": "two steps", "credentials": {"api_key": KEY}}
+    goal = {"task": "two steps", "config": {"api_key": KEY}}
     out = Executor(planner=planner, tools=tools, trace=trace, redact=["$.ssn", "$.args.ssn"]).run(goal)
     assert out.state == "DONE"
     data = all_bytes(tmp_path)
     assert KEY.encode() not in data and KEY[8:].encode() not in data and b"1-2-3" not in data
     assert b"sid=abc" not in data
     rep = replay(trace)
-    assert rep.goal == {"task": "two steps", "credentials": {"api_key": MARKER}}
+    assert rep.goal == {"task": "two steps", "config": {"api_key": MARKER}}
     assert rep.checkpoints[0].result == {"done": "step 0", "api_key": MARKER, "said": f"used {MARKER}"}
     (first, _) = [c for c in rep.crossings if c.kind == "llm"]
     assert first.request["headers"]["authorization"] == MARKER and first.request["ssn"] == MARKER
@@ -324,9 +324,9 @@ def test_the_journal_redacts_the_user_fields_it_is_told_of_in_every_kind_of_writ
     trace = tmp_path / "j.jsonl"
     with Journal.open(trace, redact=Redaction(("$.ssn",))) as journal:
         journal.t0 = 0.0  # (no header: the records' clock starts at the epoch)
-        one = {"data": {"token": f"Bearer {KEY}", "ssn": "1-2-3"}, "note": f"not a user field {KEY}"}
+        one = {"data": {"header": f"Bearer {KEY}", "ssn": "1-2-3"}, "note": f"not a user field {KEY}"}
         journal.append("event", one, user=("data",))
-        assert one["data"] == {"token": f"Bearer {MARKER}", "ssn": MARKER}  # the caller gets what was written
+        assert one["data"] == {"header": f"Bearer {MARKER}", "ssn": MARKER}  # the caller gets what was written
         journal.append("event", {"data": {"api_key": KEY}}, check=("data",))  # a checked field is a user field
         journal.append_many([("event", {"data": KEY}, ("data",)), ("event", {"data": "plain"})])
         journal.continue_after(
@@ -493,8 +493,9 @@ _PIECES = [
     *("Bearer ", "Basic dXNlcjpw", "sk-", "AKIA", "ghp_", "github_pat_", "glpat-", "xoxb-", "AIza", "=", "pin=4"),
     *("api_key", "token", "Cookie", "pass", "word", '"', ":", " ", "x", "7", "Z", "-", "_", "\u00e9", "\n", "\\"),
     *("api_\u212aey", "\u0130", '":'),  # a Kelvin sign lowers to k; a dotted I to two characters
+    *("auth", "AUTH", "o", "sig"),  # a four-letter key (looked up with its opening quote), and what surrounds it
 ]
-_USER = Redaction((re.compile(r"pin=\d"), "x-token"))
+_USER = Redaction((re.compile(r"pin=\d"), "x-token", "ssn4"))
 
 
 @settings(max_examples=500, deadline=None)
@@ -600,3 +601,67 @@ def test_default_patterns_given_as_rules_without_the_defaults_are_searched_too(t
     Executor(planner=lambda g, d: plan[len(d)] if not d else None, tools={"t": lambda msg: 1}, trace=trace,
              redact=tokens).run("g")  # fmt: skip
     assert secret.encode() not in trace.read_bytes()
+
+
+# --- the defaults come from lists the ecosystem maintains (issue 25, defect 14) --------------------------------
+
+
+@pytest.mark.parametrize(
+    "header",
+    ["Ocp-Apim-Subscription-Key", "X-Auth-Key", "X-API-Token", "PRIVATE-TOKEN", "Job-Token", "X-Amz-Security-Token",
+     "subscription-key", "x-ms-encryption-key", "aeg-sas-key", "X-CSRFToken", "X-XSRF-TOKEN"],
+)  # fmt: skip
+def test_the_headers_vendors_and_recorders_name_are_redacted(header: str) -> None:
+    """Not redacted before: Azure API Management's, Cloudflare's, GitLab's keys, and what the Azure SDK test proxy
+    and Sentry scrub."""
+    request = {"headers": {header.lower(): "live-value-1234", "accept": "application/json"}}
+    assert DEFAULT(request) == {"headers": {header.lower(): MARKER, "accept": "application/json"}}
+
+
+@pytest.mark.parametrize(
+    "key",
+    ["token", "secret", "accessToken", "clientSecret", "client-secret", "connectionString", "credentials", "AUTH",
+     "privateKey", "authenticity_token", "code_verifier", "clientAssertion", "db_pass", "app_key"],
+)  # fmt: skip
+def test_the_json_keys_scanners_and_recorders_name_are_redacted_in_every_spelling(key: str) -> None:
+    """Before, `token`, `secret`, `accessToken` and `clientSecret` were written in clear. A key is compared in
+    any case, and each default name in its snake_case, kebab-case and joined (camelCase) spellings."""
+    value = {"outer": [{key: "live-value-1234", "keep": 1}]}
+    assert DEFAULT(value) == {"outer": [{key: MARKER, "keep": 1}]}
+    assert not DEFAULT.clean_json(orjson.dumps(value))  # the fast search sees it, as the walk does
+
+
+@pytest.mark.parametrize(
+    ("url", "kept"),
+    [
+        ("https://acct.blob.core.windows.net/c/b.txt?sv=2022-11-02&se=2030&sig=Zm9v%2Bbar%3D", "sv=2022-11-02&se=2030"),
+        (
+            "https://b.s3.amazonaws.com/k?X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Credential=AKIDEXAMPLE%2F20240101"
+            "&X-Amz-Signature=5d672d79c15b13162d9279b0855cfba6789a8edb4c82c400e06b5924a6f2b5d7",
+            "X-Amz-Algorithm=AWS4",
+        ),
+        ("https://storage.googleapis.com/b/o?X-Goog-Signature=abcdef0123&X-Goog-Date=20240101", "X-Goog-Date=2024"),
+        ("https://s3.amazonaws.com/b/k?AWSAccessKeyId=AKIAEXAMPLE&Signature=abc%2Fdef&Expires=1", "Expires=1"),
+        ("https://login.example.com/token?client_assertion=eyJ.x.y&code_verifier=v3rifier", "https://login"),
+    ],
+)
+def test_the_query_parameters_opentelemetry_and_recorders_name_are_redacted(url: str, kept: str) -> None:
+    """Not redacted before: an Azure SAS `sig`, AWS's `X-Amz-Signature`, and OpenTelemetry's other defaults."""
+    out = DEFAULT({"url": url})["url"]
+    assert kept in out and MARKER in out
+    for secret in ("Zm9v", "5d672d79", "abcdef0123", "AKIAEXAMPLE", "abc%2Fdef", "eyJ.x.y", "v3rifier"):
+        assert secret not in out, out
+
+
+def test_a_default_name_can_be_left_out() -> None:
+    """When a default key names something that is no secret for you (OpenAI's logprobs name each token `token`)."""
+    logprobs = {"logprobs": {"content": [{"token": "Hello", "logprob": -0.1}]}, "api_key": "live-value-1234"}
+    keep = Redaction().without("Token")
+    assert keep(logprobs) == {**logprobs, "api_key": MARKER}
+    assert DEFAULT(logprobs)["logprobs"]["content"][0]["token"] == MARKER
+    mine = Redaction(("x-team-secret",)).without("token")  # a user's rules stay, the defaults less the one given
+    assert mine({"x-team-secret": "s", "token": "t", "password": "p"}) == {"x-team-secret": MARKER, "token": "t",
+                                                                          "password": MARKER}  # fmt: skip
+    again = Redaction.from_header(mine.header(), "t.jsonl")  # what a rerun reads back from the header
+    got = again({"token": "t", "api_key": "k", "q": "https://h/x?sig=1"})
+    assert got == {"token": "t", "api_key": MARKER, "q": f"https://h/x?sig={MARKER}"}

@@ -177,3 +177,35 @@ def test_a_missing_folder_is_a_one_line_error(tmp_path: Path) -> None:
 def test_an_empty_folder_lists_nothing(folder: Path) -> None:
     assert harness.list_runs(folder) == []
     assert cli("runs", str(folder), "--json", cwd=folder).stdout == "[]\n"
+
+
+@pytest.mark.parametrize("header_ts", [1e20, -1e300, 1.7e9])
+def test_times_no_date_can_hold_never_crash_the_listing(tmp_path: Path, header_ts: float) -> None:
+    """Before: a header `ts` of 1e20, which replay() accepted, made `harness runs` raise OverflowError and the
+    viewer's /api/runs answer 500. replay() now refuses such a header; the listing, which reads only the two
+    ends of each file and validates nothing, shows the run with no time, as it shows any odd file."""
+    from harness.testing import write_trace
+
+    done = run(tmp_path, lambda i: i)
+    recs = [{k: v for k, v in r.items() if k != "crc"} for r in read_records(done.trace) if r["kind"] != "seal"]
+    recs[0]["ts"], recs[-1]["ts"] = header_ts, 1e308  # and a last record whose wall time overflows
+    write_trace(done.trace, recs)
+    if abs(header_ts) > 1e12:
+        with pytest.raises(harness.TraceCorruption, match="no wall-clock time"):
+            harness.replay(done.trace)
+    out = subprocess.run([sys.executable, "-m", "harness.cli", "runs", "--json", str(tmp_path)],
+                         capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert out.returncode == 0 and "Traceback" not in out.stderr, out.stderr
+    (row,) = orjson.loads(out.stdout)
+    assert row["status"] == "done" and row["ended"] is None
+    assert (row["started"] is None) == (abs(header_ts) > 1e12)
+    assert subprocess.run([sys.executable, "-m", "harness.cli", "runs", str(tmp_path)], timeout=60).returncode == 0
+    pytest.importorskip("starlette", reason="the viewer needs the web extra")
+    from starlette.testclient import TestClient
+
+    from harness.viewer import create_app
+
+    with TestClient(create_app(tmp_path), base_url="http://127.0.0.1") as c:
+        assert c.get("/api/runs").status_code == 200
+        summary = c.get(f"/api/runs/{Path(done.trace).stem}/summary")
+        assert summary.status_code in (200, 400) and "Traceback" not in summary.text

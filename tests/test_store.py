@@ -329,7 +329,7 @@ def test_harness_serve_of_a_runs_url_lists_and_shows_runs_from_the_bucket_and_fo
     with TestClient(create_app(runs), base_url="http://127.0.0.1") as client:
         rows = {r["run_id"]: r for r in client.get("/api/runs").json()["runs"]}
         assert rows[first.run_id]["status"] == "done" and rows[first.run_id]["steps"] == 2
-        summary = client.get(f"/api/runs/{rows[first.run_id]['id']}")
+        summary = client.get(f"/api/runs/{rows[first.run_id]['id']}/summary")
         assert summary.status_code == 200 and first.run_id in summary.text
         second = executor(runs_dir=runs).run(goal(tmp_path, run=1, steps=1))  # written after the viewer started
         deadline = time.monotonic() + 60  # a hang guard: the mirror syncs every second

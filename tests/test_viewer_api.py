@@ -115,7 +115,7 @@ def test_a_finished_run_summary_and_records(client: TestClient, folder: Any) -> 
     path, ids = folder
     trace = path / f"{ids['done']}.jsonl"
     recs = read_records(trace)
-    s = client.get(f"/api/runs/{ids['done']}").json()
+    s = client.get(f"/api/runs/{ids['done']}/summary").json()
     assert (s["status"], s["state"], s["records"], s["error"], s["torn"]) == ("done", "DONE", len(recs), None, 0)
     assert s["lanes"] == ["main"] and s["lane_codes"] == "" and len(s["codes"]) == len(recs)
     assert s["codes"][0] == "H" and s["codes"][-2:] == "Ds" and s["end"] == trace.stat().st_size  # DONE, seal
@@ -140,7 +140,7 @@ def test_a_record_is_given_whole_with_what_a_fork_would_change(client: TestClien
 
 def test_fork_roles_come_from_the_child_header_and_reused_marks(client: TestClient, folder: Any) -> None:
     path, ids = folder
-    s = client.get(f"/api/runs/{ids['fork']}").json()
+    s = client.get(f"/api/runs/{ids['fork']}/summary").json()
     branch = s["branch"]
     assert s["parent_id"] == ids["done"] and branch == search_seq(path / f"{ids['done']}.jsonl")
     roles = {b["seq"]: b["role"] for b in client.get(f"/api/runs/{ids['fork']}/records?count=100").json()["records"]}
@@ -156,7 +156,7 @@ def test_a_paused_run_names_its_operation_and_the_reconcile_commands(folder: Any
     copy.mkdir()
     (copy / "paused.jsonl").write_bytes((path / "paused.jsonl").read_bytes())
     with local(create_app(copy)) as c:
-        s = c.get("/api/runs/paused").json()
+        s = c.get("/api/runs/paused/summary").json()
     assert s["status"] == "paused" and s["state"] == "PAUSED"
     assert s["pending"] == {"seq": s["pending"]["seq"], "step": 1, "tool": "pay", "args": {"amount": 5}}
     cmd = s["reconcile"]["not_happened"]
@@ -165,11 +165,17 @@ def test_a_paused_run_names_its_operation_and_the_reconcile_commands(folder: Any
     done = subprocess.run(shlex.split(cmd), capture_output=True, text=True, cwd=tmp_path)  # the exact command
     assert done.returncode == 0, done.stderr
     assert harness.replay(copy / "paused.jsonl").reconcile is not None
+    with local(create_app(copy)) as c:  # reconciled: the page offers the resume, never the reconcile again
+        s = c.get("/api/runs/paused/summary").json()
+    assert s["state"] == "PAUSED" and s["reconcile"] is None and s["answer"] is None
+    assert s["resume"] == f"harness resume {copy / 'paused.jsonl'} --agent MODULE:FACTORY"
+    again = subprocess.run(shlex.split(cmd), capture_output=True, text=True, cwd=tmp_path)
+    assert again.returncode != 0  # (what the page no longer offers: harness refuses a second reconcile)
 
 
 def test_a_corrupt_trace_shows_the_corruption_and_everything_before_it(client: TestClient, folder: Any) -> None:
     path, _ids = folder
-    r = client.get("/api/runs/corrupt")
+    r = client.get("/api/runs/corrupt/summary")
     assert r.status_code == 200
     s = r.json()
     assert s["error"]["line"] == 7 and s["error"]["reason"] == "checksum" and s["error"]["seq"] == 7
@@ -189,7 +195,7 @@ def test_a_file_that_is_no_trace_is_an_error_on_the_page_never_a_500(tmp_path: P
     (tmp_path / "x.jsonl").write_bytes(content)
     with local(create_app(tmp_path), raise_server_exceptions=False) as c:
         assert c.get("/api/runs").status_code == 200
-        r = c.get("/api/runs/x")
+        r = c.get("/api/runs/x/summary")
         assert r.status_code == 200 and r.json()["error"] is not None and r.json()["records"] == 0
         assert c.get("/api/runs/x/records").json()["records"] == []
         assert c.get("/api/runs/x/record?line=1").status_code == 404
@@ -198,7 +204,7 @@ def test_a_file_that_is_no_trace_is_an_error_on_the_page_never_a_500(tmp_path: P
 
 def test_a_torn_tail_is_reported_and_never_served(client: TestClient, folder: Any) -> None:
     path, _ids = folder
-    s = client.get("/api/runs/torn").json()
+    s = client.get("/api/runs/torn/summary").json()
     complete = read_records(path / "torn.jsonl")
     assert (
         s["error"] is None
@@ -225,7 +231,7 @@ def test_a_real_concurrent_run_has_a_lane_per_agent_and_columns_in_causal_order(
 ) -> None:
     path, _ids = folder
     recs = read_records(path / "agents.jsonl")  # examples/pipeline.py, recorded: four agents on real threads
-    s = client.get("/api/runs/agents").json()
+    s = client.get("/api/runs/agents/summary").json()
     assert s["error"] is None and s["state"] == "DONE"
     assert s["lanes"] == ["main", "synthesizer", "worker_a", "worker_b"]  # spawn order
     briefs = client.get("/api/runs/agents/records").json()["records"]
@@ -261,9 +267,10 @@ def test_annotations_are_read_only_from_regular_files_inside_the_runs_folder(fol
     harness.annotate(runs / "noted.jsonl", "n", 1)
     (runs / "in.jsonl.annotations.json").symlink_to(runs / "noted.jsonl.annotations.json")  # inside: read
     with local(create_app(runs)) as c:
-        assert c.get("/api/runs/out").json()["annotations"] is None
-        assert c.get("/api/runs/fifo").json()["annotations"] is None
-        assert [n["value"] for n in c.get("/api/runs/in").json()["annotations"]["notes"]] == [1]
+        out = c.get("/api/runs/out/summary")
+        assert "outside" in out.json()["annotations"]["error"] and "hunter2" not in out.text  # named, not read
+        assert "a FIFO" in c.get("/api/runs/fifo/summary").json()["annotations"]["error"]
+        assert [n["value"] for n in c.get("/api/runs/in/summary").json()["annotations"]["notes"]] == [1]
 
 
 def test_annotations_are_shown_as_harness_annotate_wrote_them(folder: Any, tmp_path: Path) -> None:
@@ -275,13 +282,13 @@ def test_annotations_are_shown_as_harness_annotate_wrote_them(folder: Any, tmp_p
     (tmp_path / "b.jsonl.annotations.json").write_bytes(b"{not json")
     (tmp_path / "d.jsonl.annotations.json").write_bytes(orjson.dumps([{"seq": 6, "note": "a list, not the format"}]))
     with local(create_app(tmp_path)) as c:
-        a = c.get("/api/runs/a").json()["annotations"]
+        a = c.get("/api/runs/a/summary").json()["annotations"]
         assert a["file"] == "a.jsonl.annotations.json" and a["notes"] == [first, second]
         assert a["notes"] == harness.annotations(tmp_path / "a.jsonl")  # what the library reads
-        assert c.get("/api/runs/a").json()["seal"] is not None  # annotating left the seal as it was
-        assert "not valid JSON" in c.get("/api/runs/b").json()["annotations"]["error"]
-        assert c.get("/api/runs/c").json()["annotations"] is None
-        assert "not a harness-annotations file" in c.get("/api/runs/d").json()["annotations"]["error"]
+        assert c.get("/api/runs/a/summary").json()["seal"] is not None  # annotating left the seal as it was
+        assert "not JSON" in c.get("/api/runs/b/summary").json()["annotations"]["error"]
+        assert c.get("/api/runs/c/summary").json()["annotations"] is None
+        assert "not a harness-annotations file" in c.get("/api/runs/d/summary").json()["annotations"]["error"]
 
 
 def test_a_sealed_run_is_sealed_and_intact_and_an_ended_unsealed_one_says_how_to_seal(
@@ -290,7 +297,7 @@ def test_a_sealed_run_is_sealed_and_intact_and_an_ended_unsealed_one_says_how_to
     path, ids = folder
     trace = path / f"{ids['done']}.jsonl"
     with local(create_app(path)) as c:
-        s = c.get(f"/api/runs/{ids['done']}").json()
+        s = c.get(f"/api/runs/{ids['done']}/summary").json()
         assert s["seal"] == {"line": s["records"], "state": "DONE", "keyed": False, "digests": 0}
         assert s["unsealed"] is False and s["error"] is None
         v = c.get(f"/api/runs/{ids['done']}/verify").json()
@@ -300,13 +307,13 @@ def test_a_sealed_run_is_sealed_and_intact_and_an_ended_unsealed_one_says_how_to
     (tmp_path / "unsealed.jsonl").write_bytes(b"".join(lines[:-1]))  # the same run without its seal
     (tmp_path / "forged.jsonl").write_bytes(b"".join(lines[:-1]))
     with local(create_app(tmp_path)) as c:
-        s = c.get("/api/runs/unsealed").json()
+        s = c.get("/api/runs/unsealed/summary").json()
         assert s["seal"] is None and s["unsealed"] is True and s["state"] == "DONE"
         assert s["seal_command"] == f"harness seal {tmp_path / 'unsealed.jsonl'}"
         assert c.get("/api/runs/unsealed/verify").json()["ok"] is False
     harness.seal(tmp_path / "forged.jsonl", seal_key="k")  # a keyed seal, and a server without the key
     with local(create_app(tmp_path)) as c:
-        s = c.get("/api/runs/forged").json()
+        s = c.get("/api/runs/forged/summary").json()
         assert s["seal"]["keyed"] is True and s["unsealed"] is False
         v = c.get("/api/runs/forged/verify").json()
         assert not v["ok"] and "no key was given" in v["problems"][0]
@@ -321,7 +328,7 @@ def test_a_payload_stored_in_a_blob_is_shown_inline_and_checked(tmp_path: Path) 
     line = next(r["seq"] for r in recs if "blobs" in r)
     ref = recs[line - 1]["blobs"]["result"]
     with local(create_app(tmp_path)) as c:
-        s = c.get("/api/runs/big").json()
+        s = c.get("/api/runs/big/summary").json()
         assert s["blobs"] == 1 and s["seal"]["digests"] == 1
         brief = c.get(f"/api/runs/big/records?start={line - 1}&count=1").json()["records"][0]
         assert brief["note"].startswith("result in blob " + ref["sha256"][:12])
@@ -340,7 +347,7 @@ def test_a_long_trace_is_served_in_windows_never_whole(tmp_path: Path) -> None:
     Executor(planner=fixed_plan(steps(n)), tools={"work": dict}, trace=tmp_path / "long.jsonl").run("long")
     size = (tmp_path / "long.jsonl").stat().st_size
     with local(create_app(tmp_path)) as c:
-        summary = c.get("/api/runs/long")
+        summary = c.get("/api/runs/long/summary")
         s = summary.json()
         assert s["records"] == 3 * n + 4 and len(s["codes"]) == s["records"]
         assert len(summary.content) < size / 20  # a letter per record, no record bodies
@@ -362,7 +369,7 @@ def test_unknown_record_kinds_are_shown_as_the_corruption_replay_says_they_are(t
     assert brief["label"] == "INIT → PLAN" and brief["cls"] == "P"
     assert label(odd) == "telemetry" and classify(odd) == "o" and note(odd) == '{"gauge":{"tokens":12}}'
     with local(create_app(tmp_path)) as c:
-        s = c.get("/api/runs/odd").json()
+        s = c.get("/api/runs/odd/summary").json()
         assert s["error"]["reason"] == "unknown-kind" and s["error"]["line"] == 3 and s["records"] == 2
         assert [b["line"] for b in c.get("/api/runs/odd/records").json()["records"]] == [1, 2]
 
@@ -385,7 +392,7 @@ def test_following_a_live_run_never_replays_it_for_a_window_or_a_record(
     lines = Path(done.trace).read_bytes().splitlines(keepends=True)
     trace.write_bytes(b"".join(lines[:10]))
     with local(create_app(tmp_path)) as c:
-        assert c.get("/api/runs/live").json()["records"] == 10
+        assert c.get("/api/runs/live/summary").json()["records"] == 10
         assert len(calls) == 1  # one pass gave the index and the verdict
         with open(trace, "ab") as f:
             for n, line in enumerate(lines[10:], 11):  # the writer goes on, line by line
@@ -394,9 +401,9 @@ def test_following_a_live_run_never_replays_it_for_a_window_or_a_record(
                 assert c.get("/api/runs/live/records?start=0&count=100").json()["total"] == n
                 assert c.get(f"/api/runs/live/record?line={n}").json()["record"]["seq"] == n
         assert len(calls) == 1
-        s = c.get("/api/runs/live").json()  # the summary: replay()'s verdict on the longer file, once
+        s = c.get("/api/runs/live/summary").json()  # the summary: replay()'s verdict on the longer file, once
         assert (s["records"], s["state"], len(calls)) == (len(lines), "DONE", 2)
-        c.get("/api/runs/live")
+        c.get("/api/runs/live/summary")
         assert len(calls) == 2  # nothing changed: not again
 
 
@@ -443,12 +450,15 @@ def test_addresses_cannot_leave_the_runs_folder(folder: Any, tmp_path: Path) -> 
             "sub%5C..%5C..%5Csecret",
             "a%00b",
         ]:
-            for url in (f"/api/runs/{bad}", f"/api/runs/{bad}/records", f"/api/runs/{bad}/events", f"/runs/{bad}"):
-                r = c.get(url)
-                assert r.status_code == 404, (url, r.status_code)
+            for action in ("summary", "records", "events"):
+                r = c.get(f"/api/runs/{bad}/{action}")
+                assert r.status_code == 404, (bad, action, r.status_code)
+            assert c.get(f"/runs/{bad}").status_code == 404, bad
         assert c.get("/api/diff?a=..%2Fsecret&b=sub/inside").status_code == 404
-        assert c.get("/api/runs/sub/inside").json()["state"] == "DONE"
-        assert c.get("/api/runs/link-in").json()["state"] == "DONE"
+        assert c.get("/api/runs/sub/inside/summary").json()["state"] == "DONE"
+        assert c.get("/api/runs/link-in/summary").json()["state"] == "DONE"
+        # the table lists what can be opened: the subfolder's run by its path, never what lies outside
+        assert sorted(r["id"] for r in c.get("/api/runs").json()["runs"]) == ["link-in", "sub/inside"]
 
 
 def test_every_response_carries_a_content_security_policy(client: TestClient, folder: Any) -> None:
@@ -460,8 +470,8 @@ def test_every_response_carries_a_content_security_policy(client: TestClient, fo
         "/static/run.js",
         "/static/style.css",
         "/api/runs",
-        f"/api/runs/{ids['done']}",
-        "/api/runs/nope",
+        f"/api/runs/{ids['done']}/summary",
+        "/api/runs/nope/summary",
         f"/api/runs/{ids['done']}/events",
     ]:
         r = client.get(url)
@@ -628,7 +638,7 @@ def test_with_agent_a_fork_runs_in_the_background_and_writes_a_child(
                 break
             time.sleep(0.02)
         assert state["state"] == "done", state
-        child = c.get(f"/api/runs/{job['child']}").json()
+        child = c.get(f"/api/runs/{job['child']}/summary").json()
         assert child["parent_id"] == ids["done"] and child["branch"] == at and child["state"] == "DONE"
         assert child["header"]["parent"] == harness.replay(parent).run_id
         assert harness.replay(runs / f"{job['child']}.jsonl").run_id == job["child"]  # saved as <run_id>.jsonl
@@ -647,7 +657,7 @@ def test_the_server_never_writes_to_the_runs_folder(client: TestClient, folder: 
     path, ids = folder
     before = snapshot(path)
     for run in ids.values():
-        client.get(f"/api/runs/{run}")
+        client.get(f"/api/runs/{run}/summary")
         client.get(f"/api/runs/{run}/records")
         client.get(f"/api/runs/{run}/record?line=1")
         list(sse(client, f"/api/runs/{run}/events"))
@@ -833,7 +843,7 @@ def test_a_run_paused_on_a_question_shows_it_and_the_answer_command(tmp_path: Pa
 
     Executor(planner=planner, tools={}, trace=runs / "asks.jsonl").run("refund 5")
     with local(create_app(runs)) as c:
-        s = c.get("/api/runs/asks").json()
+        s = c.get("/api/runs/asks/summary").json()
     assert (s["status"], s["state"], s["reconcile"]) == ("paused", "PAUSED", None)
     assert s["pending"] == {"seq": 3, "step": 0, "state": "PLAN", "question": {"approve": "refund 5"}}
     assert s["answer"].startswith(f"harness resume {runs / 'asks.jsonl'} --agent ") and "--answer" in s["answer"]
@@ -905,7 +915,7 @@ def test_a_fork_from_the_page_accepts_an_async_agent_and_the_paused_banner_comma
     planner, tools, _ = gather_agent.make_agent()
     paused = asyncio.run(Executor(planner=planner, tools=tools, trace=runs / "asks.jsonl").arun("report"))
     with local(create_app(runs, agent="gather_agent:make_agent")) as c:
-        shown = c.get("/api/runs/asks").json()
+        shown = c.get("/api/runs/asks/summary").json()
         assert shown["state"] == "PAUSED" and shown["pending"] == paused.pending
         command = shlex.split(shown["answer"].replace("MODULE:FACTORY", "gather_agent:make_agent"))
         command[command.index("--answer") + 1] = '{"index": 0}'
@@ -921,8 +931,164 @@ def test_a_fork_from_the_page_accepts_an_async_agent_and_the_paused_banner_comma
                 break
             time.sleep(0.02)
         assert state["state"] == "done", state
-        child = c.get(f"/api/runs/{job['child']}").json()
+        child = c.get(f"/api/runs/{job['child']}/summary").json()
         assert child["state"] == "DONE" and child["branch"] == at
     (checkpoint,) = harness.replay(runs / f"{job['child']}.jsonl").checkpoints
     assert checkpoint.result == {"saved": drafts[2]}
     assert len((tmp_path / "calls.log").read_bytes().splitlines()) == 3  # every draft served, before the branch
+
+
+# --- a file changed under the viewer, big records, run addresses (issue 25, issue 26) -------------------------
+
+
+def edit_in_place(trace: Path, old: bytes, new: bytes) -> int:
+    """Replace the first `old` in trace by `new` (same length) in place, and set its mtime back: size, mtime and
+    inode are as they were. Returns the line number edited."""
+    assert len(old) == len(new)
+    st = trace.stat()
+    data = trace.read_bytes()
+    at = data.index(old)
+    with open(trace, "r+b") as f:
+        f.seek(at)
+        f.write(new)
+    os.utime(trace, ns=(st.st_atime_ns, st.st_mtime_ns))
+    after = trace.stat()
+    assert (after.st_size, after.st_mtime_ns, after.st_ino) == (st.st_size, st.st_mtime_ns, st.st_ino)
+    return data[:at].count(b"\n") + 1
+
+
+def test_a_same_size_edit_in_place_is_seen_by_the_summary_and_never_served(tmp_path: Path) -> None:
+    """Before: the summary kept saying "no error, sealed DONE" while /record served the edited bytes."""
+    trace = tmp_path / "run.jsonl"
+    Executor(planner=fixed_plan(steps(3)), tools={"work": lambda i: {"got": i}}, trace=trace).run("g")
+    with local(create_app(tmp_path)) as c:
+        s = c.get("/api/runs/run/summary").json()
+        assert s["error"] is None and s["seal"] is not None
+        assert [b["line"] for b in c.get("/api/runs/run/records").json()["records"]][-1] == s["records"]
+        line = edit_in_place(trace, b'"got":1', b'"got":7')
+        s = c.get("/api/runs/run/summary").json()
+        assert s["error"]["reason"] == "checksum" and s["error"]["line"] == line and s["seal"] is None
+        assert c.get("/api/runs/run/records").json()["total"] == line - 1
+        assert c.get(f"/api/runs/run/record?line={line}").status_code == 404  # the edited bytes are not served
+        served = [c.get(f"/api/runs/run/record?line={n}").json()["record"] for n in range(1, line)]
+        assert served == read_records(trace)[: line - 1]
+
+
+def test_a_same_size_forgery_with_its_chain_recomputed_is_seen_too(tmp_path: Path) -> None:
+    trace = tmp_path / "run.jsonl"
+    Executor(planner=fixed_plan(steps(3)), tools={"work": lambda i: {"got": i}}, trace=trace).run("g")
+    with local(create_app(tmp_path)) as c:
+        assert c.get("/api/runs/run/summary").json()["error"] is None
+        forged = [{k: v for k, v in r.items() if k != "crc"} for r in read_records(trace)]
+        for r in forged:
+            if r.get("result") == {"got": 1}:
+                r["result"] = {"got": 7}
+        write_trace(tmp_path / "forged.jsonl", forged)
+        st = trace.stat()
+        with open(trace, "r+b") as f:  # the forged bytes in place, the same size: every crc after the edit differs
+            f.write((tmp_path / "forged.jsonl").read_bytes())
+        os.utime(trace, ns=(st.st_atime_ns, st.st_mtime_ns))
+        (tmp_path / "forged.jsonl").unlink()
+        s = c.get("/api/runs/run/summary").json()
+        assert s["error"]["reason"] == "seal" and s["seal"] is None  # the seal's content hash says so
+        shown = [c.get(f"/api/runs/run/record?line={n}").json()["record"] for n in range(1, s["records"] + 1)]
+        assert shown == read_records(trace)[: s["records"]]  # what is served is what the file now holds
+
+
+def test_a_trace_rewritten_at_the_same_inode_is_never_streamed_as_one_run(tmp_path: Path) -> None:
+    """Before: emptied and rewritten as another run at the same inode, the stream went on: run A's header,
+    then run B's records. Now the stream ends with a `reset` event, and no line of B follows A's."""
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    a = Executor(planner=fixed_plan(steps(3)), tools={"work": dict}, trace=tmp_path / "a.jsonl").run("run A")
+    b = Executor(planner=fixed_plan(steps(8)), tools={"work": dict}, trace=tmp_path / "b.jsonl").run("run B")
+    a_lines = Path(a.trace).read_bytes().splitlines(keepends=True)
+    live = runs / "live.jsonl"
+    live.write_bytes(b"".join(a_lines[:6]))  # run A, still being written
+    held = open(live, "rb")  # noqa: SIM115 - closed in finally; a writer's lock: the run is live, its stream stays open
+    fcntl.flock(held, fcntl.LOCK_EX)
+    try:
+        with local(create_app(runs)) as c:
+            stream = sse(c, "/api/runs/live/events")
+            seen = [next(stream) for _ in range(6)]
+            with open(live, "r+b") as f:  # the same inode, emptied, then run B written into it
+                f.truncate(0)
+                f.write(Path(b.trace).read_bytes())
+            seen += list(stream)
+    finally:
+        held.close()
+    records = [e["data"]["record"] for e in seen if e["event"] == "record"]
+    assert records == read_records(a.trace)[:6]  # A's, and nothing of B's after them
+    assert seen[-1]["event"] == "reset" and "load the run again" in seen[-1]["data"]["reason"]
+
+
+def test_a_window_and_a_stream_hold_their_reply_not_the_records_around_it(tmp_path: Path) -> None:
+    """Before: one /records?count=100 over a trace of 15 MB records read every record of the window at once
+    (1.9 GiB for 900 MiB), an event stream 500 lines at a time (4.0 GiB). Measured here on `harness serve`
+    as a real process: its peak resident memory (VmHWM, reset before each request) while it answers."""
+    clear = Path("/proc/self/clear_refs")
+    if not clear.exists() or not os.access(clear, os.W_OK):
+        pytest.skip("needs Linux's /proc/PID/clear_refs to reset a process's peak memory")
+    trace = tmp_path / "big.jsonl"
+    page = "x" * (8 << 20)  # 8 MiB: inline in its line, as a writer with blob_threshold above it writes it
+    Executor(planner=fixed_plan(steps(12)), tools={"work": lambda i: page}, trace=trace, blob_threshold=16 << 20).run(
+        "g"
+    )
+    size = trace.stat().st_size
+    proc, url = start([str(tmp_path), "--port", "0"])
+    try:
+        assert httpx.get(url + "api/runs/big/summary", timeout=120).json()["error"] is None  # the first pass
+
+        def peak_during(ask: Any) -> int:
+            Path(f"/proc/{proc.pid}/clear_refs").write_text("5")  # the peak starts again from what is resident
+            ask()
+            status = Path(f"/proc/{proc.pid}/status").read_text()
+            hwm = int(re.search(r"VmHWM:\s+(\d+) kB", status)[1]) * 1024  # type: ignore[index]
+            rss = int(re.search(r"VmRSS:\s+(\d+) kB", status)[1]) * 1024  # type: ignore[index]
+            return hwm - min(rss, hwm)
+
+        def window() -> None:
+            body = httpx.get(url + "api/runs/big/records?start=0&count=100", timeout=120).json()
+            assert len(body["records"]) == body["total"] > 24
+
+        def stream() -> None:
+            got = 0
+            with httpx.stream("GET", url + "api/runs/big/events", timeout=120) as r:
+                for chunk in r.iter_bytes():
+                    got += len(chunk)
+                    if b"event: end" in chunk[-200:]:
+                        break
+            assert got > size
+
+        bound = 64 << 20  # a few times one 8 MiB record: the line, its parsed value, its event
+        for ask in (window, stream):
+            extra = peak_during(ask)
+            assert extra < bound, (
+                f"{ask.__name__}: {extra >> 20} MiB above what was resident, for a {size >> 20} MiB trace"
+            )
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.communicate(timeout=30)
+
+
+def test_a_run_in_a_folder_named_like_an_action_opens(tmp_path: Path) -> None:
+    """Before: the run sub/events (sub/events.jsonl) was routed to run sub's event stream. Every API path of a
+    run now ends with what is asked of it, so each address means one thing."""
+    (tmp_path / "sub").mkdir()
+    Executor(planner=fixed_plan(steps(1)), tools={"work": dict}, trace=tmp_path / "sub.jsonl").run("the run sub")
+    for name in ("events", "records", "summary"):
+        Executor(planner=fixed_plan(steps(2)), tools={"work": dict}, trace=tmp_path / "sub" / f"{name}.jsonl").run(name)
+    with local(create_app(tmp_path)) as c:
+        assert c.get("/api/runs/sub/summary").json()["header"]["goal"] == "the run sub"
+        for name in ("events", "records", "summary"):
+            s = c.get(f"/api/runs/sub/{name}/summary").json()
+            assert (s["id"], s["header"]["goal"], s["state"]) == (f"sub/{name}", name, "DONE")
+            assert c.get(f"/runs/sub/{name}").status_code == 200
+            first = next(sse(c, f"/api/runs/sub/{name}/events"))
+            assert first["data"]["record"]["goal"] == name
+        assert next(sse(c, "/api/runs/sub/events"))["data"]["record"]["goal"] == "the run sub"  # sub's own stream
+        assert len(c.get("/api/runs/sub/records/records").json()["records"]) == len(
+            read_records(tmp_path / "sub" / "records.jsonl")
+        )
+        listed = sorted(r["id"] for r in c.get("/api/runs").json()["runs"])
+        assert listed == ["sub", "sub/events", "sub/records", "sub/summary"]  # the subfolder's runs by their path

@@ -37,7 +37,7 @@ sync_api = pytest.importorskip("playwright.sync_api", reason="browser tests need
 from viewer_runs import AGENT, ROOT, XSS, fork_value, runs_folder, search_seq  # noqa: E402, F401 - runs_folder: the `folder` fixture
 
 import harness  # noqa: E402
-from harness.testing import read_records  # noqa: E402
+from harness.testing import fixed_plan, read_records, steps  # noqa: E402
 
 CHROMIUM = next((p for p in map(shutil.which, ("chromium", "chromium-browser", "google-chrome")) if p), None)
 pytestmark = pytest.mark.skipif(
@@ -419,3 +419,46 @@ def test_the_diff_page_marks_the_changed_words(page: Any, model_server: Any) -> 
     later = page.locator("table.diff tr.moved").nth(1).locator("mark.ins").all_inner_texts()
     assert later  # the step after the branch: its args changed, and the changed words are marked there too
     shot(page, "viewer-diff.png")
+
+
+def test_runs_in_subfolders_are_listed_and_open_by_their_path(page: Any, tmp_path: Path) -> None:
+    """Issue 26: the runs page listed the top folder only. A subfolder's run is listed under its path and opens,
+    even one named like an API action (team/events); a folder symlinked out is never entered."""
+    runs = tmp_path / "runs"
+    (runs / "team").mkdir(parents=True)
+    (tmp_path / "elsewhere").mkdir()
+    tools = {"work": lambda i: {"i": i}}
+    harness.Executor(planner=fixed_plan(steps(1)), tools=tools, trace=runs / "top.jsonl").run("the top run")
+    harness.Executor(planner=fixed_plan(steps(2)), tools=tools, trace=runs / "team" / "events.jsonl").run(
+        "the nested run"
+    )
+    shutil.copy(runs / "top.jsonl", tmp_path / "elsewhere" / "hidden.jsonl")
+    (runs / "out").symlink_to(tmp_path / "elsewhere")
+    proc, url = serve(runs)
+    try:
+        open_page(page, url)
+        ids = page.locator("td.id a").all_inner_texts()
+        assert sorted(ids) == ["team/events", "top"]
+        page.click('td.id a:text-is("team/events")')
+        page.wait_for_selector("body[data-loaded]")
+        assert page.url.endswith("/runs/team/events")
+        assert "the nested run" in page.locator(".run-head .goal").inner_text()
+    finally:
+        stop(proc)
+
+
+def test_a_reconciled_run_offers_the_resume_not_the_reconcile(page: Any, folder: Any, tmp_path: Path) -> None:
+    """Issue 26: after a reconcile the page still offered the reconcile command, which harness then refuses."""
+    path, _ids = folder
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    shutil.copy(path / "paused.jsonl", runs / "paused.jsonl")
+    harness.reconcile(runs / "paused.jsonl", happened=False, evidence="the bank shows no such payment")
+    proc, url = serve(runs)
+    try:
+        open_page(page, f"{url}runs/paused")
+        banner = page.locator("#paused").inner_text()
+        assert "reconciled" in banner and f"harness resume {runs / 'paused.jsonl'} --agent" in banner
+        assert "harness reconcile" not in banner
+    finally:
+        stop(proc)

@@ -12,15 +12,17 @@ Why a reader is never wrong while it happens:
   checks as any read), the span is created with the conditional create and
   read back, and only then is anything deleted;
 - the span holds the very bytes of the objects it replaces: a reader that
-  lists while both are there reads the span (`cover()` prefers it), one
-  that listed before and finds an object gone lists again and starts over
-  (`Location.download`), and the mirror of `harness serve` reads only the
-  part of a span past what it holds;
-- a compaction killed at any point leaves the run readable: before the
-  create as it was, after it with the span hiding what is left of the old
-  objects; running it again finishes the deletes. Two compactors racing
-  create the same span with the same bytes: the second finds it there,
-  compares, and deletes what is left.
+  lists while both are there reads the segments (`cover()` reads a span
+  only where they are gone), one that listed before and finds an object
+  gone lists again and starts over (`Location.download`), and the mirror of
+  `harness serve` checks a span against what it holds before it appends
+  the rest;
+- the objects are deleted one at a time, first to last: a compaction
+  killed at any point leaves the run readable, before the create as it
+  was, after it as the span, checked against the segments left (its last
+  ones: `span_problem`); running it again finishes the deletes. Two
+  compactors racing create the same span with the same bytes: the second
+  finds it there, compares, and deletes what is left.
 """
 
 from __future__ import annotations
@@ -76,7 +78,8 @@ def compact(url: str, *, storage_options: dict[str, Any] | None = None) -> Compa
         raise HarnessError(f"{url}: cannot create {name}: {e}; nothing was deleted") from None
     held = [p for first, end, p, _ in objects if end <= last and p.rstrip("/").rsplit("/", 1)[-1] != name]
     try:
-        location.fs.rm(held)
+        for p in held:  # one at a time, first to last: those a kill leaves are the span's last ones (span_problem)
+            location.fs.rm(p)
     except OSError as e:
         raise HarnessError(
             f"{url}: {name} holds the whole trace, but deleting the {len(held)} objects it replaces failed ({e}); "

@@ -42,8 +42,8 @@ from ..runtime.bridge import bridging
 from ..runtime.executor import NO_ANSWER, Executor, Outcome, RetryPolicy, Step
 from ..runtime.tool import Tool
 from ..storage import exists, is_url
+from ..storage.files import open_regular
 from ..trace import state as S
-from ..trace.journal import open_regular
 from ..trace.reader import Checkpoint, replay, replay_url
 from ..trace.redact import Redaction, Rule
 

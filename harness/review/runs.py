@@ -41,9 +41,11 @@ import orjson
 
 from .._errors import TraceUnreadable
 from ..storage import runs_dir
+from ..storage.blobs import FOLDER
+from ..storage.files import open_regular
 from ..storage.listing import Found, _fresh, _runs
-from ..storage.location import is_url, open_location
-from ..trace.journal import HEADER_START, MAX_LINE, line_ok, open_regular
+from ..storage.location import cover, is_url, open_location
+from ..trace.journal import HEADER_START, MAX_LINE, line_ok
 from ..trace.reader import wall_clock
 
 _HEAD = 64 * 1024
@@ -90,13 +92,19 @@ def shown(name: str) -> str:
     return os.fsencode(name).decode("utf-8", "backslashreplace")
 
 
-def list_runs(folder: str | os.PathLike[str] | None = None) -> list[RunInfo]:
-    """The runs in `folder` (see runs_dir()), oldest first."""
+def list_runs(folder: str | os.PathLike[str] | None = None, *, recursive: bool = False) -> list[RunInfo]:
+    """The runs in `folder` (see runs_dir()), oldest first; with `recursive`, those in its subfolders too.
+
+    A subfolder is entered only as a folder, never through a symlink (no
+    loop, no way out of the runs folder); one whose name starts with a dot
+    (an import's staging folder) and the `blobs` folders are skipped. A
+    subfolder that cannot be listed is skipped too; the folder itself must be.
+    """
     path = runs_dir(folder)
     if is_url(path):  # a runs URL on object storage
         return list_runs_url(path)
     try:
-        names = [e.name for e in os.scandir(path) if e.name.endswith(".jsonl") and e.is_file()]
+        paths = _traces(path, recursive)
     except FileNotFoundError:
         raise TraceUnreadable(path, "no such runs folder") from None
     except NotADirectoryError:
@@ -104,9 +112,28 @@ def list_runs(folder: str | os.PathLike[str] | None = None) -> list[RunInfo]:
     except OSError as e:
         raise TraceUnreadable(path, f"cannot list: {e.strerror}") from None
     locked = _flocked()
-    runs = [run_info(os.path.join(path, name), locked) for name in names]
+    runs = [run_info(p, locked) for p in paths]
     runs.sort(key=lambda r: (r.started is None, r.started or datetime.min.replace(tzinfo=UTC), r.id))
     return runs
+
+
+def _traces(folder: str, recursive: bool) -> list[str]:
+    """The `*.jsonl` files in folder (and, recursive, in its subfolders, as list_runs() says)."""
+    out, todo = [], [folder]
+    while todo:
+        where = todo.pop()
+        try:
+            entries = list(os.scandir(where))
+        except OSError:
+            if where == folder:
+                raise
+            continue
+        for e in entries:
+            if e.name.endswith(".jsonl") and e.is_file():
+                out.append(os.path.join(where, e.name))
+            elif recursive and not e.name.startswith(".") and e.name != FOLDER and e.is_dir(follow_symlinks=False):
+                todo.append(os.path.join(where, e.name))
+    return out
 
 
 def run_info(path: str, locked: set[tuple[int, int, int]] | None = None) -> RunInfo:
@@ -277,8 +304,12 @@ def _locked(fd: int, held: set[tuple[int, int, int]] | None) -> bool:
 
 
 def _time(ts: Any) -> datetime | None:
+    """The wall-clock time ts (seconds since the epoch) stands for; None when it is none, or no date can hold it."""
     if type(ts) is float or type(ts) is int:
-        return datetime.fromtimestamp(ts, UTC)
+        try:
+            return datetime.fromtimestamp(ts, UTC)
+        except (OverflowError, OSError, ValueError):  # 1e20, nan: listed with no time, never a crash of the listing
+            return None
     return None
 
 
@@ -304,11 +335,11 @@ def list_runs_url(url: str, *, storage_options: dict[str, Any] | None = None) ->
 def _url_info(location: Any, name: str, found: Found, live: bool) -> RunInfo:
     url = f"{location.url}/{name}"
     fallback = name.removesuffix(".jsonl")
-    first = found[0][2] if found[0][0] == 1 else None  # the object holding segment 1 (found is sorted)
-    header = _first_line(location, first) if first else None
+    held = cover(url, found, strict=False)  # the objects a reader reads: a planted span beside segments is not one
+    header = _first_line(location, held[0][1]) if held else None
     if header is None:
         return RunInfo(fallback, url, None, "unreadable", None, None, 0)
-    last = _last_line(location, max(found, key=lambda f: f[1])[2]) or header
+    last = _last_line(location, held[-1][1]) or header
     env = header.get("env")
     status = _terminal(last) or ("running" if live else _waiting(last))
     parent, branch = header.get("parent"), header.get("branch")

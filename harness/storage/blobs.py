@@ -17,7 +17,11 @@ Rules kept here:
   otherwise it is written again;
 - a reader gets a payload only after checking its size and sha256: a missing
   or altered blob is TraceCorruption(reason="blob") naming the line and the
-  digest, never a wrong value.
+  digest, never a wrong value;
+- a blob is opened as every file beside a trace is (`files.open_beside`):
+  a regular file inside the runs folder, never a FIFO (which would block the
+  reader), a device (/dev/zero reads without end) or a symlink out, and
+  never more bytes read than the record says it holds.
 """
 
 from __future__ import annotations
@@ -33,7 +37,8 @@ from typing import Any
 
 import orjson
 
-from .._errors import TraceCorruption
+from .._errors import TraceCorruption, TraceUnreadable
+from . import files as _files
 
 THRESHOLD = 64 * 1024  # bytes of JSON above which a payload goes to a blob (Executor(blob_threshold=...))
 FOLDER = "blobs"
@@ -68,11 +73,11 @@ def put(folder: str, data: bytes, *, sync_dir: bool) -> str:
     name = digest(data)
     path = os.path.join(folder, name)
     try:
-        with open(path, "rb") as f:
-            if digest(f.read()) == name:
-                return name
-    except FileNotFoundError:
-        pass
+        there = _files.read_beside(path, os.path.dirname(folder), len(data))
+    except TraceUnreadable:  # a FIFO, a link out, too many bytes: replaced below by a file of the right bytes
+        there = None
+    if there is not None and digest(there) == name:
+        return name
     os.makedirs(folder, exist_ok=True)
     write_atomically(path, data, sync_dir=sync_dir)
     return name
@@ -141,26 +146,45 @@ def _ref(ref: Any) -> tuple[str, int]:
 
 
 def missing(folder: str, name: str, size: int) -> str | None:
-    """None when folder/name exists with this size (cheap: no hashing), else what is wrong."""
+    """None when folder/name is a regular file with this size (cheap: no hashing), else what is wrong.
+
+    A symlink is followed only inside the runs folder (the blobs folder's parent).
+    """
+    path = os.path.join(folder, name)
     try:
-        found = os.stat(os.path.join(folder, name)).st_size
+        st = os.lstat(path)
+        if stat.S_ISLNK(st.st_mode):  # rare: resolved only then, so a replay of many blobs stays one lstat each
+            fd = _files.open_regular(path, within=os.path.dirname(folder))  # raises when it leads out or nowhere
+            try:
+                st = os.fstat(fd)
+            finally:
+                os.close(fd)
     except FileNotFoundError:
         return f"blob {name} is missing from {folder}"
+    except TraceUnreadable as e:
+        return f"blob {name} cannot be read: {e.problem}"
     except OSError as e:
         return f"blob {name} cannot be read: {e.strerror}"
-    return None if found == size else f"blob {name} holds {found} bytes, the record says {size}"
+    if not stat.S_ISREG(st.st_mode):
+        return f"blob {name} is not a regular file (a FIFO, a device or a folder is never read as a blob)"
+    return None if st.st_size == size else f"blob {name} holds {st.st_size} bytes, the record says {size}"
 
 
 def read(trace: str, line: int, name: str, size: int) -> bytes:
-    """The bytes of blob `name`, checked; TraceCorruption naming the trace's line and the digest if not."""
-    path = os.path.join(folder_of(trace), name)
+    """The bytes of blob `name`, checked; TraceCorruption naming the trace's line and the digest if not.
+
+    Never more than `size` bytes are read (one more byte than that is an altered blob).
+    """
+    folder = folder_of(trace)
     try:
-        with open(path, "rb") as f:
-            data = f.read()
-    except FileNotFoundError:
-        raise TraceCorruption(trace, line, "blob", f"blob {name} is missing from {folder_of(trace)}", line) from None
-    except OSError as e:
-        raise TraceCorruption(trace, line, "blob", f"blob {name} cannot be read: {e.strerror}", line) from None
+        data = _files.read_beside(os.path.join(folder, name), os.path.dirname(folder), size)
+    except _files.TooLarge as e:
+        why = f"blob {name} was altered: it holds {e.size} bytes, the record says {size}"
+        raise TraceCorruption(trace, line, "blob", why, line) from None
+    except TraceUnreadable as e:
+        raise TraceCorruption(trace, line, "blob", f"blob {name} cannot be read: {e.problem}", line) from None
+    if data is None:
+        raise TraceCorruption(trace, line, "blob", f"blob {name} is missing from {folder}", line) from None
     if len(data) != size or digest(data) != name:
         why = f"blob {name} was altered: its bytes no longer hash to its name"
         raise TraceCorruption(trace, line, "blob", why, line)

@@ -37,14 +37,15 @@ def run_segments(location: Location) -> dict[str, list[tuple[int, str]]]:
     return live_runs(location)[0]
 
 
-def live_runs(location: Location) -> tuple[dict[str, list[tuple[int, str]]], set[str]]:
-    """run_segments(), and the runs whose writer is alive (a fresh lease), from the same listing."""
+def live_runs(location: Location) -> tuple[dict[str, list[tuple[int, str]]], set[str], dict[str, Found]]:
+    """run_segments(), the runs whose writer is alive (a fresh lease), and every segment object of each run
+    (what a span read must agree with: `span_problem`), from the same listing."""
     runs, alive = _runs(location)
     out = {}
     for name, found in runs.items():
         firsts = {(last, path): first for first, last, path, _ in found}
         out[name] = [(firsts[(last, path)], path) for last, path, _ in cover(location.url, found, strict=False)]
-    return out, _fresh(alive)
+    return out, _fresh(alive), runs
 
 
 def _fresh(alive: dict[str, float | None]) -> set[str]:
@@ -76,7 +77,7 @@ def _runs(location: Location) -> tuple[dict[str, Found], dict[str, float | None]
     for name, found in runs.items():
         found.sort()
         if name in leases:
-            newest = max(found, key=lambda f: f[1])[2]
+            newest = max(found, key=lambda f: f[1])[2]  # (any object: a time, not bytes to read)
             times = [t for t in (leases[name], modified(details[newest])) if t is not None]
             alive[name] = max(times) if times else None
     return runs, alive

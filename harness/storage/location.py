@@ -45,31 +45,42 @@ def span_name(first: int, last: int) -> str:
 
 
 def segment_span(name: str) -> tuple[int, int] | None:
-    """(first, last) segment numbers the object named `name` holds, or None when it is no segment."""
+    """(first, last) segment numbers the object named `name` holds, or None when it is no segment.
+
+    Only the names harness writes count: `segment_name(n)` and `span_name(first, last)` with
+    first >= 1 and last > first. An alias (`0000001.seg`, `000001-000001.seg`) is no segment.
+    """
     m = _SEGMENT.match(name)
     if not m:
         return None
     first = int(m[1])
     last = int(m[2]) if m[2] else first
-    return (first, last) if last >= first else None
+    canonical = span_name(first, last) if m[2] else segment_name(first)
+    return (first, last) if first >= 1 and name == canonical and (not m[2] or last > first) else None
 
 
 def cover(url: str, found: list[tuple[int, int, str, str]], *, strict: bool = True) -> list[tuple[int, str, str]]:
     """The objects that hold segments 1..N in order, as (last segment held, path, tag).
 
-    found: (first, last, path, tag) of every segment object. Where a
-    compacted span and the segments it holds are both there (a compaction
-    between its create and its deletes), the span is read: one object.
+    found: (first, last, path, tag) of every segment object. A segment is
+    read from its own object whenever that is there: those are the originals,
+    and no span planted beside them changes what is read. A compacted span is
+    read only from a number whose own object is gone (a compaction deletes
+    them in order, first to last), the longest span starting there; what it
+    must agree with is checked when it is read (`span_problem`).
     TraceCorruption `segment-gap` when a number is held by no object (with
     strict=False: the objects up to the gap).
     """
-    by_first: dict[int, tuple[int, str, str]] = {}
+    plain: dict[int, tuple[str, str]] = {}
+    spans: dict[int, tuple[int, str, str]] = {}
     for first, last, path, tag in found:
-        if first not in by_first or last > by_first[first][0]:
-            by_first[first] = (last, path, tag)
+        if first == last:
+            plain[first] = (path, tag)
+        elif first not in spans or last > spans[first][0]:
+            spans[first] = (last, path, tag)
     out, n = [], 1
-    while n in by_first:
-        last, path, tag = by_first[n]
+    while n in plain or n in spans:
+        last, path, tag = (n, *plain[n]) if n in plain else spans[n]
         out.append((last, path, tag))
         n = last + 1
     beyond = sorted(first for first, last, _, _ in found if last >= n)
@@ -78,6 +89,41 @@ def cover(url: str, found: list[tuple[int, int, str, str]], *, strict: bool = Tr
             url, 1, "segment-gap", f"segment {segment_name(n)} is missing (the next is {segment_name(beyond[0])})"
         )
     return out
+
+
+def span_problem(location: Location, path: str, data: bytes, found: list[tuple[int, int, str, str]]) -> str | None:
+    """None when the span object at path (holding data) agrees with every other object it stands for, else what
+    does not. found: (first, last, path, tag) of every segment object of the run.
+
+    A span is read only where the segments it holds are gone (cover()), so
+    what is left of them are the originals it must equal: after a compaction
+    killed between its deletes, the segments first to last are deleted in
+    order, and those left (m..last) must be its last bytes. A shorter span
+    starting where it does must be its first bytes. Anything else is a
+    forgery or a mix of two runs: not read. An object that vanished since
+    the listing raises FileNotFoundError (a reader lists again).
+    """
+    span = segment_span(object_name(path))
+    if span is None or span[0] == span[1]:
+        return None
+    first, last = span
+    inside = sorted((f, end, p) for f, end, p, _ in found if first <= f and end <= last and p != path)
+    left = [(f, p) for f, end, p in inside if f == end]
+    if left:
+        names = f"{segment_name(left[0][0])}..{segment_name(last)}"
+        if [f for f, _ in left] != list(range(left[0][0], last + 1)):
+            return f"{object_name(path)} stands for segments that are there but are not its last ones ({names})"
+        if not data.endswith(b"".join(bytes(location.fs.cat_file(p)) for _, p in left)):
+            return f"{object_name(path)} does not end with the bytes of the segments {names} it stands for"
+    for f, end, p in inside:
+        if f == first and end > f and not data.startswith(bytes(location.fs.cat_file(p))):
+            return f"{object_name(path)} does not start with the bytes of {object_name(p)}, which it stands for too"
+    return None
+
+
+def object_name(path: str) -> str:
+    """The last part of an object's path: `000001.seg`."""
+    return path.rstrip("/").rsplit("/", 1)[-1]
 
 
 class FenceLost(HarnessError):
@@ -253,6 +299,7 @@ class Location:
 
     def _download(self, dest: Any, segments: list[tuple[int, str]]) -> tuple[int, int, int]:
         last = size = lines = 0
+        found: list[tuple[int, int, str, str]] | None = None
         for n, path in segments:
             try:
                 data = bytes(self.fs.cat_file(path))
@@ -260,6 +307,12 @@ class Location:
                 raise
             except OSError as e:
                 raise TraceUnreadable(self.url, f"cannot read {path}: {e}") from None
+            span = segment_span(object_name(path))
+            if span is not None and span[0] < span[1]:  # a compacted span: it must equal what it stands for
+                found = self.segment_objects() if found is None else found
+                why = span_problem(self, path, data, found)
+                if why is not None:
+                    raise TraceCorruption(self.url, lines + 1, "segment-span", f"{why}; it is not read")
             lines += data.count(b"\n")
             if not data.endswith(b"\n"):
                 name = path.rstrip("/").rsplit("/", 1)[-1]

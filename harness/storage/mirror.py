@@ -7,7 +7,9 @@ added, so each file grows exactly as a local trace grows while its writer
 appends: the viewer reads, tails and validates it as any trace. A run whose
 next segment is missing (a gap) is left as it is until the gap is filled.
 A compacted span (`harness compact`) holds the same bytes as the segments it
-replaced: only its part past what was copied is read (a ranged read). While
+replaced: it is read whole, checked against what was copied of them (and
+against what is left of them, `span_problem`), and only its rest appended;
+a span that does not agree is never appended. While
 a run's writer keeps its lease fresh (lease.py), the mirror holds the lock
 of the run's copy, so the viewer lists it `running`, as a local live run.
 
@@ -28,7 +30,7 @@ from typing import Any
 
 from .._errors import internal
 from .listing import live_runs
-from .location import Location, open_location, segment_span
+from .location import Location, object_name, open_location, segment_span, span_problem
 
 
 class Mirror:
@@ -44,7 +46,7 @@ class Mirror:
     def sync(self) -> int:
         """Copy the segments added since the last sync; the number copied."""
         copied = 0
-        runs, live = live_runs(self.location)
+        runs, live, found = live_runs(self.location)
         for name, objects in runs.items():
             size = self.shipped.get(name, 0)  # bytes copied: a segment boundary, never inside a line
             ends = self.ends.setdefault(name, {})
@@ -58,8 +60,18 @@ class Mirror:
                     start = 0 if first == 1 else ends.get(first - 1)  # where this object's bytes begin in ours
                     if start is None or start > size:
                         break  # an object we cannot place yet: wait for the next sync
-                    # a span holding segments copied already: only its rest, past what we hold (a ranged read)
-                    data = self.location.read(source, size - start) if size > start else self.location.read(source)
+                    data = self.location.read(source)
+                    if last > first:  # a span: read whole and checked, then only its rest appended
+                        try:
+                            why = span_problem(self.location, source, data, found.get(name, []))
+                        except FileNotFoundError:  # compacted meanwhile: the next sync lists again
+                            break
+                        if why is None and size > start and not _starts_as(path, start, data[: size - start]):
+                            why = f"{object_name(source)} does not start with the bytes copied from its segments"
+                        if why is not None:
+                            break  # never appended: the run stays as copied (a reader of the URL is refused too)
+                    if size > start:
+                        data = data[size - start :]  # what is not copied yet
                     f.write(data)
                     f.flush()  # a whole object at a time: readers see whole lines
                     size, new, copied = size + len(data), True, copied + 1
@@ -111,6 +123,13 @@ class Mirror:
 
     def stop(self) -> None:
         self._stop.set()
+
+
+def _starts_as(path: str, start: int, data: bytes) -> bool:
+    """Whether the file at path holds data from byte start on (what was copied of the segments a span holds)."""
+    with open(path, "rb") as f:
+        f.seek(start)
+        return f.read(len(data)) == data
 
 
 def mirror(url: str, *, storage_options: dict[str, Any] | None = None, interval: float = 1.0) -> Mirror:

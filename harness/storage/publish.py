@@ -20,6 +20,7 @@ from typing import Any
 
 from .._errors import HarnessError, TraceExists, TraceUnreadable
 from . import blobs as _blobs
+from .files import read_beside
 from .location import blob_names, open_location, segment_name
 
 
@@ -67,12 +68,13 @@ def place_blobs(runs: str, blobs: list[tuple[str, str]], storage_options: dict[s
     store = open_location(url, storage_options).child(_blobs.FOLDER)
     created = 0
     for name, path in blobs:
-        try:
-            with open(path, "rb") as f:
-                data = f.read()
-        except OSError as e:
-            raise HarnessError(f"{url}: blob {name} is not in {os.path.dirname(path)} ({e.strerror}); "
-                               "nothing of the trace was written") from None  # fmt: skip
+        try:  # as every file beside a trace: a regular file inside the runs folder (the blobs folder's parent)
+            data = read_beside(path, os.path.dirname(os.path.dirname(os.path.abspath(path))))
+        except HarnessError as e:
+            raise HarnessError(f"{url}: blob {name} cannot be read ({e}); nothing of the trace was written") from None
+        if data is None:
+            raise HarnessError(f"{url}: blob {name} is not in {os.path.dirname(path)}; "
+                               "nothing of the trace was written")  # fmt: skip
         if _blobs.digest(data) != name:
             raise HarnessError(f"{path}: its bytes do not hash to its name; nothing of the trace was written")
         try:

@@ -7,8 +7,8 @@ When this process itself holds the run's writer, its spool is read instead
 (what it wrote, shipped or not).
 
 Copies live in one temporary folder per process, removed when it exits; a
-copy is reused while the run's segments are unchanged (same names, sizes
-and ETags or modification times).
+copy is reused while the run's segment objects are unchanged (the same
+names, sizes and ETags or modification times, those not read included).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import uuid
 from typing import Any
 
 from .._errors import TraceUnreadable
-from .location import open_location
+from .location import cover, open_location
 from .spool import SPOOLS
 
 _folder: str | None = None
@@ -42,10 +42,12 @@ def local_copy(url: str, *, storage_options: dict[str, Any] | None = None) -> st
     if url in SPOOLS:
         return SPOOLS[url]
     location = open_location(url, storage_options)
-    versions = location.versions()
+    found = location.segment_objects()
+    versions = cover(url, found)
     if not versions:
         raise TraceUnreadable(url, "no such trace on the store (no segments under it)")
-    key = hashlib.sha256(repr((url, versions)).encode()).hexdigest()[:24]
+    # every segment object, not only those read: one planted since is checked (span_problem), never skipped
+    key = hashlib.sha256(repr((url, found)).encode()).hexdigest()[:24]
     path = os.path.join(_copies(), f"{key}.jsonl")
     if os.path.exists(path):  # the same segments, each of the same size and version: the same bytes
         return path

@@ -8,6 +8,11 @@ itself is never touched: annotating a sealed run does not break its seal.
 Two annotators racing may lose one note (the last rename wins). A run on
 object storage keeps one immutable object per note instead
 (`<run>.jsonl/notes/NNNNNN.json`, storage/notes.py): none is lost there.
+
+The file is read as every file beside a trace is (`storage.files.read_beside`):
+a regular file inside the run's folder, at most MAX_BYTES; anything else
+(a FIFO, a symlink out, a file that is not this format) is a HarnessError
+naming the file, and `annotate` then writes nothing.
 """
 
 import os  # no `from __future__ import annotations`: this module's function of that name would shadow it
@@ -18,10 +23,12 @@ import orjson
 
 from .._errors import HarnessError, TraceUnreadable
 from ..storage import exists, is_url
+from ..storage.files import read_beside
 from .journal import check_value
 
 SUFFIX = ".annotations.json"
 FORMAT, VERSION = "harness-annotations", 1
+MAX_BYTES = 16 << 20  # an annotations file larger than this is refused, never read whole
 
 
 def annotations_path(trace: str | os.PathLike[str]) -> str:
@@ -41,15 +48,21 @@ def annotations(trace: str | os.PathLike[str]) -> list[dict[str, Any]]:
         return read_notes(str(trace))
     path = annotations_path(trace)
     try:
-        with open(path, "rb") as f:
-            data = orjson.loads(f.read())
-    except FileNotFoundError:
-        return []
-    except (OSError, orjson.JSONDecodeError) as e:
-        raise HarnessError(f"{path}: not a readable annotations file ({e}); fix or remove it") from None
-    notes = data.get("notes") if isinstance(data, dict) and data.get("format") == FORMAT else None
-    if not isinstance(notes, list) or not all(isinstance(n, dict) and "key" in n for n in notes):
-        raise HarnessError(f"{path}: not a harness annotations file; fix or remove it")
+        data = read_beside(path, os.path.dirname(os.path.abspath(path)), MAX_BYTES)
+    except TraceUnreadable as e:
+        raise HarnessError(f"{path}: not a readable annotations file ({e.problem}); fix or remove it") from None
+    return [] if data is None else parse(data, path)
+
+
+def parse(data: bytes, path: str) -> list[dict[str, Any]]:
+    """The notes of an annotations file's bytes; HarnessError naming path when they are not such a file."""
+    try:
+        body = orjson.loads(data)
+    except orjson.JSONDecodeError as e:
+        raise HarnessError(f"{path}: not a readable annotations file (not JSON: {e}); fix or remove it") from None
+    notes = body.get("notes") if isinstance(body, dict) and body.get("format") == FORMAT else None
+    if not isinstance(notes, list) or not all(isinstance(n, dict) and isinstance(n.get("key"), str) for n in notes):
+        raise HarnessError(f"{path}: not a {FORMAT} file (as `harness annotate` writes it); fix or remove it")
     return notes
 
 

@@ -39,6 +39,7 @@ import copy
 import operator
 import os
 import re
+import stat
 import struct
 import sys
 import zlib
@@ -51,9 +52,10 @@ import orjson
 
 from .._errors import HarnessError, internal
 from ..storage import blobs as _blobs
+from ..storage.files import open_beside, open_regular, read_error
 from ..storage.location import is_url
 from . import state as S
-from .journal import MAX_LINE, SUFFIX, line_ok, open_regular, read_error
+from .journal import MAX_LINE, SUFFIX, line_ok
 from .reader import Checkpoint, Records, Replay, _Checkpoints, _header_problem, _Lines, _payload, _scan
 from .reader import replay as _replay
 from .seal import BLOCK, content_hash_of
@@ -129,9 +131,11 @@ class Mark:
 
 def load(trace: str) -> Mark | None:
     """The mark of trace's index, when the file is whole; None when there is none or it cannot be used."""
-    try:
-        fd = os.open(path_of(trace), os.O_RDONLY | os.O_CLOEXEC)
-    except OSError:
+    try:  # as every file beside a trace: a FIFO or a link out of the folder is no index (never waited on)
+        fd = open_beside(path_of(trace), os.path.dirname(os.path.abspath(trace)))
+    except HarnessError:
+        return None
+    if fd is None:
         return None
     try:
         size = os.fstat(fd).st_size
@@ -173,9 +177,16 @@ def trusted_blocks(trace: str, rep: Replay) -> list[bytes]:
 def entries(trace: str, lo: int, hi: int) -> array[int]:
     """The offsets of checkpoints lo..hi-1, read from trace's index."""
     out = array("q")
-    with open(path_of(trace), "rb") as f:
-        f.seek(lo * ENTRY)
-        data = f.read((hi - lo) * ENTRY)
+    try:
+        fd = open_beside(path_of(trace), os.path.dirname(os.path.abspath(trace)))
+    except HarnessError as e:
+        raise OSError(str(e)) from None
+    if fd is None:
+        raise OSError(f"{path_of(trace)} is gone")
+    try:
+        data = os.pread(fd, (hi - lo) * ENTRY, lo * ENTRY)
+    finally:
+        os.close(fd)
     if len(data) != (hi - lo) * ENTRY:
         raise OSError(f"{path_of(trace)} is shorter than its mark says")
     out.frombytes(data)
@@ -650,10 +661,16 @@ class Writer:
         if q is None or q.end == self.written_at or q.end < INTERVAL or self.idx == -1:
             return
         if self.idx == -2:
+            flags = os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK  # never via a symlink
             try:
-                self.idx = os.open(path_of(self.path), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+                fd = os.open(path_of(self.path), flags, 0o644)
             except OSError:
-                self.idx = -1
+                fd = -1
+            if fd >= 0 and not stat.S_ISREG(os.fstat(fd).st_mode):  # a FIFO or a device is no index: none is kept
+                os.close(fd)
+                fd = -1
+            self.idx = fd
+            if fd == -1:
                 return
         whole = q.end // BLOCK
         self._hash_blocks(q.end)  # the blocks completed since the last mark (all, after a full read)

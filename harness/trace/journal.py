@@ -51,6 +51,7 @@ import orjson
 
 from .._errors import JournalError, NotSerializable, TraceLocked, TraceUnreadable, internal
 from ..storage import blobs as _blobs
+from ..storage.files import KINDS, open_regular, read_all, why
 from .redact import Redaction, user_text
 
 SCHEMA = 2
@@ -190,7 +191,7 @@ def encode_tail(record: dict[str, Any]) -> memoryview:
     return memoryview(body)[1:-1]
 
 
-def line_ok(line: bytes, prev: int) -> bool:
+def line_ok(line: bytes | memoryview, prev: int) -> bool:
     """Whether line (without its newline) ends with the crc of its bytes, chained on prev."""
     return line[-SUFFIX:] == b',"crc":"%08x"}' % zlib.crc32(line[:-SUFFIX], prev)
 
@@ -289,14 +290,14 @@ class Journal:
             folder = os.path.dirname(os.path.abspath(path))
             if os.path.isdir(folder):
                 raise TraceUnreadable(path, "cannot be created (a dangling symlink?); nothing was written") from None
-            why = f"its folder {folder} does not exist; nothing was written. Create the folder, or choose another path"
-            raise TraceUnreadable(path, why) from None
+            said = f"its folder {folder} does not exist; nothing was written. Create the folder, or choose another path"
+            raise TraceUnreadable(path, said) from None
         except OSError as e:
-            raise TraceUnreadable(path, f"cannot open for writing: {_why(e)}; nothing was written") from None
+            raise TraceUnreadable(path, f"cannot open for writing: {why(e)}; nothing was written") from None
         mode = os.fstat(fd).st_mode
         if not stat.S_ISREG(mode):
             os.close(fd)
-            what = _KINDS.get(stat.S_IFMT(mode), "not a regular file")
+            what = KINDS.get(stat.S_IFMT(mode), "not a regular file")
             raise TraceUnreadable(path, f"is {what}, not a trace file (a trace is a regular file); nothing was written")
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -311,7 +312,7 @@ class Journal:
                 journal.sync_dir()
             except OSError as e:  # close, or the leaked descriptor would keep the lock
                 journal.close()
-                raise JournalError(path, f"fsync of its directory failed: {_why(e)}") from None
+                raise JournalError(path, f"fsync of its directory failed: {why(e)}") from None
         return journal
 
     def size(self) -> int:
@@ -458,7 +459,7 @@ class Journal:
         except OSError as e:
             self._broken = "write"
             over = " over its torn tail" if size != end else ""
-            raise JournalError(self.path, f"write of seq {first}{over} failed: {_why(e)}") from None
+            raise JournalError(self.path, f"write of seq {first}{over} failed: {why(e)}") from None
         if size > end + len(data):
             self._guard(lambda: os.ftruncate(self.fd, end + len(data)), "truncate")
         self._guard(lambda: _fsync(self.fd), "fsync")
@@ -621,7 +622,7 @@ class Journal:
         try:
             name = _blobs.put(folder, data, sync_dir=self.fsync)
         except OSError as e:
-            raise JournalError(self.path, f"cannot store a blob in {folder}: {_why(e)}") from None
+            raise JournalError(self.path, f"cannot store a blob in {folder}: {why(e)}") from None
         self.digests.add(name)
         return name
 
@@ -803,14 +804,14 @@ class Journal:
         """The error of a failed write of the lines up to seq; the journal accepts nothing more."""
         self._broken = "write"
         seqs = f"seq {seq}" if seq == self.seq + 1 else f"seqs {self.seq + 1}..{seq}"
-        return JournalError(self.path, f"write of {seqs} failed: {_why(e)}")
+        return JournalError(self.path, f"write of {seqs} failed: {why(e)}")
 
     def _guard(self, op: Any, name: str) -> None:
         try:
             op()
         except OSError as e:
             self._broken = name
-            raise JournalError(self.path, f"{name} failed after seq {self.seq}: {_why(e)}") from None
+            raise JournalError(self.path, f"{name} failed after seq {self.seq}: {why(e)}") from None
 
     def close(self) -> None:
         """Close, releasing the lock; with durability="fsync", sync what is not yet synced first."""
@@ -849,53 +850,6 @@ def _unstorable(record: dict[str, Any], e: TypeError) -> NotSerializable:
     return NotSerializable(f"the {record.get('kind')} record", "", f"refused by the JSON encoder ({e})")
 
 
-def _why(e: OSError) -> str:
-    if e.errno == errno.ENOSPC:
-        return "the disk is full (ENOSPC)"
-    return e.strerror or str(e)
-
-
-def open_regular(path: str) -> int:
-    """A read-only descriptor on path, refused (TraceUnreadable) unless it is a regular file.
-
-    Opened with O_NONBLOCK and checked with fstat before anything is read, so
-    a FIFO, a device or a socket given as a trace is refused at once instead
-    of blocking the reader. O_NONBLOCK changes nothing for a regular file.
-    """
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    except FileNotFoundError:
-        raise unreadable(path, "no such file") from None
-    except IsADirectoryError:
-        raise unreadable(path, "is a directory, not a trace file") from None
-    except OSError as e:
-        raise unreadable(path, f"cannot read: {_why(e)}") from None
-    try:
-        mode = os.fstat(fd).st_mode
-    except OSError as e:
-        os.close(fd)
-        raise unreadable(path, f"cannot read: {_why(e)}") from None
-    if not stat.S_ISREG(mode):
-        os.close(fd)
-        what = "a directory" if stat.S_ISDIR(mode) else _KINDS.get(stat.S_IFMT(mode), "not a regular file")
-        raise unreadable(path, f"is {what}, not a trace file; a trace is a regular file")
-    return fd
-
-
-_KINDS = {stat.S_IFIFO: "a FIFO (named pipe)", stat.S_IFCHR: "a character device", stat.S_IFBLK: "a block device",
-          stat.S_IFSOCK: "a socket"}  # fmt: skip
-
-
-def unreadable(path: str, problem: str) -> TraceUnreadable:
-    """The error for a trace that cannot be read at all (as opposed to a corrupt one)."""
-    return TraceUnreadable(path, problem)
-
-
-def read_error(path: str, e: OSError) -> TraceUnreadable:
-    """A read that failed after the open (EIO, a vanished network file): named, never a raw OSError."""
-    return unreadable(path, f"read failed: {_why(e)}")
-
-
 def torn_name(path: str, data_from: int) -> str | None:
     """The `.torn-N` path set_aside(path, data_from) would place the bytes after data_from in; None for none.
 
@@ -910,12 +864,12 @@ def _tail(path: str, data_from: int) -> bytes:
     try:
         fd = open_regular(path)
         try:
-            return _read_all(fd, data_from)
+            return read_all(fd, data_from)
         finally:
             os.close(fd)
     except (OSError, TraceUnreadable) as e:
-        why = _why(e) if isinstance(e, OSError) else e.problem
-        raise JournalError(path, f"cannot read its torn tail to set it aside: {why}") from None
+        problem = why(e) if isinstance(e, OSError) else e.problem
+        raise JournalError(path, f"cannot read its torn tail to set it aside: {problem}") from None
 
 
 def _aside_for(path: str, tail: bytes) -> tuple[int, str, bool]:
@@ -984,7 +938,7 @@ def set_aside(path: str, data_from: int) -> str | None:
         if made:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
-        raise JournalError(path, f"cannot set its torn tail aside in {aside}: {_why(e)}") from None
+        raise JournalError(path, f"cannot set its torn tail aside in {aside}: {why(e)}") from None
     return aside
 
 
@@ -1003,16 +957,8 @@ def _holds(name: str, data: bytes) -> bool:
             return False
         fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
         try:
-            return _read_all(fd, 0) == data
+            return read_all(fd, 0) == data
         finally:
             os.close(fd)
     except OSError:
         return False
-
-
-def _read_all(fd: int, offset: int) -> bytes:
-    parts = []
-    while chunk := os.pread(fd, 1 << 20, offset):
-        parts.append(chunk)
-        offset += len(chunk)
-    return b"".join(parts)

@@ -20,7 +20,10 @@ Rules kept here:
 With `out=` the migrated trace goes to a new trace there (a path, or a URL
 where it becomes a new run's first segment) and the original, untouched, is
 the backup. A trace on object storage is only migrated so: its segments are
-immutable, and readers may be reading them.
+immutable, and readers may be reading them. The `.torn-N` files the trace
+names (torn tails a resume set aside) go with it, beside the new trace
+under the names its records give them, never over another file; a run on
+object storage keeps none, so such a trace is migrated to a local path only.
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ import orjson
 from .._errors import HarnessError, TraceCorruption
 from ..storage import blobs as _blobs
 from ..storage import exists, is_url, local_copy
+from ..storage.files import read_beside
 from ..storage.location import blob_names
 from ..storage.publish import publish
 from .journal import SCHEMA, Journal, encode, line_ok
@@ -212,15 +216,23 @@ def _migrate_to(path: str, out: str | os.PathLike[str] | None) -> Migrated:
     for start, step in MIGRATIONS:
         if start >= version:
             records = step(records, path)
+    asides = _torn_named(records)
+    if asides and is_url(target):
+        raise HarnessError(
+            f"{path}: it names {', '.join(asides)} (torn tails a resume set aside), which a run on object storage "
+            "cannot keep; migrate it to a local --out; nothing was written"
+        )
     scratch = tempfile.mkdtemp(prefix="harness-migrate-")
     try:
         tmp = os.path.join(scratch, "migrated.jsonl")
         _write(tmp, records)
+        here = os.path.dirname(os.path.abspath(source))  # the folder of the trace read: its blobs and torn files
+        for name in asides:  # beside the copy, where replay() looks for them
+            if os.path.basename(name) == name and name not in ("", ".", ".."):  # else replay() of the copy says why
+                _copy_beside(path, here, name, os.path.join(scratch, name))
         names = blob_names(tmp)
-        for name in names:  # beside the copy, where replay() looks for them
-            os.makedirs(_blobs.folder_of(tmp), exist_ok=True)
-            with contextlib.suppress(FileNotFoundError):  # a missing one is named by the check below
-                shutil.copyfile(os.path.join(_blobs.folder_of(source), name), os.path.join(_blobs.folder_of(tmp), name))
+        for name in names:  # beside the copy, where replay() looks for them; a missing one is named by the check
+            _copy_beside(path, here, os.path.join(_blobs.FOLDER, name), os.path.join(_blobs.folder_of(tmp), name))
         try:
             rep = _check(tmp)
         except HarnessError as e:
@@ -230,33 +242,85 @@ def _migrate_to(path: str, out: str | os.PathLike[str] | None) -> Migrated:
         if is_url(target):
             publish(tmp, target)  # a new run: blobs, then its bytes as segment 1, created only if absent
         else:
-            _place_file(tmp, target, names)
+            _place_file(tmp, target, names, asides)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     return Migrated(path, version, SCHEMA, before, len(records), path, len(torn), rep.state, target)
 
 
-def _place_file(tmp: str, target: str, names: list[str]) -> None:
-    """The migrated tmp as the new file target (never over an existing one), its blobs in target's blobs folder."""
+def _torn_named(records: Records) -> list[str]:
+    """The `.torn-N` files the records name (set_aside), each once, in order."""
+    return list(dict.fromkeys(r["set_aside"] for r in records if isinstance(r.get("set_aside"), str)))
+
+
+def _copy_beside(path: str, folder: str, name: str, dest: str) -> None:
+    """Copy folder/name, a file beside the trace at path (a blob, a torn tail), to dest, read as files beside a
+    trace are (`storage.files.read_beside`: a regular file inside folder); HarnessError when it cannot be read so."""
+    try:
+        data = read_beside(os.path.join(folder, name), folder)
+    except HarnessError as e:
+        raise HarnessError(f"{path}: cannot migrate it: {e}; nothing was written") from None
+    if data is not None:  # a missing one is named by the check of the copy
+        os.makedirs(os.path.dirname(dest), exist_ok=True)
+        with open(dest, "xb") as f:
+            f.write(data)
+
+
+def _place_file(tmp: str, target: str, names: list[str], torn: list[str]) -> None:
+    """The migrated tmp as the new file target (never over an existing one), its blobs in target's blobs folder,
+    the torn files it names beside it (one already there with the same bytes is kept, other bytes refused;
+    those placed are taken back when the trace cannot be)."""
     folder = _blobs.folder_of(target)
+    where = os.path.dirname(os.path.abspath(target))
+    placed: list[tuple[str, os.stat_result]] = []
     try:
         for name in names:
             with open(os.path.join(_blobs.folder_of(tmp), name), "rb") as f:
                 _blobs.put(folder, f.read(), sync_dir=True)
-        where = os.path.dirname(os.path.abspath(target))
-        part = os.path.join(where, f".{os.path.basename(target)}.{uuid.uuid4().hex}.tmp")
-        shutil.copyfile(tmp, part)
-        try:
-            with open(part, "rb+") as f:
-                os.fsync(f.fileno())
-            os.link(part, target)  # fails if target exists: never over another trace
-        finally:
-            os.unlink(part)
+        for name in torn:
+            with open(os.path.join(os.path.dirname(tmp), name), "rb") as f:
+                data = f.read()
+            made = _link_new(data, os.path.join(where, name))
+            if made is not None:
+                placed.append((os.path.join(where, name), made))
+            elif read_beside(os.path.join(where, name), where, len(data)) != data:
+                raise HarnessError(
+                    f"{target}: {os.path.join(where, name)} exists with other bytes than the torn tail the trace "
+                    "names; nothing was written, choose another --out folder"
+                )
+        with open(tmp, "rb") as f:
+            if _link_new(f.read(), target) is None:
+                raise FileExistsError(target)
         _sync_dir(where)
+    except BaseException as e:
+        for path, made in placed:  # only the files this call placed, still as it placed them
+            with contextlib.suppress(OSError):
+                if os.path.samestat(os.lstat(path), made):
+                    os.unlink(path)
+        if isinstance(e, FileExistsError):
+            raise HarnessError(
+                f"{target} already exists; the migrated copy goes to a new trace, choose another"
+            ) from None
+        if isinstance(e, OSError):
+            raise HarnessError(f"{target}: cannot write the migrated copy ({e.strerror}); nothing changed") from None
+        raise
+
+
+def _link_new(data: bytes, dest: str) -> os.stat_result | None:
+    """data as the new file dest: written fsynced beside it, then linked into place (never over a file); None
+    when dest exists. The temporary file is always removed."""
+    part = os.path.join(os.path.dirname(dest), f".{os.path.basename(dest)}.{uuid.uuid4().hex}.tmp")
+    with open(part, "xb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    try:
+        os.link(part, dest)
+        return os.lstat(dest)
     except FileExistsError:
-        raise HarnessError(f"{target} already exists; the migrated copy goes to a new trace, choose another") from None
-    except OSError as e:
-        raise HarnessError(f"{target}: cannot write the migrated copy ({e.strerror}); nothing changed") from None
+        return None
+    finally:
+        os.unlink(part)
 
 
 def _check(tmp: str) -> Any:

@@ -44,11 +44,12 @@ from .._errors import HarnessError, TraceCorruption, TraceUnreadable, internal
 from ..storage import blobs as _blobs
 from ..storage import is_url, local_copy
 from ..storage.blobs import BlobRef
+from ..storage.files import open_regular, read_error, unreadable
 from . import state as S
 from .clock import MAIN, ClockRules
 from .journal import HEADER_START as _HEADER_START
 from .journal import MARK as _MARK
-from .journal import MAX_DEPTH, MAX_LINE, SCHEMA, SUFFIX, canonical, line_ok, open_regular, read_error, unreadable
+from .journal import MAX_DEPTH, MAX_LINE, SCHEMA, SUFFIX, canonical, line_ok
 
 _CHUNK = 1 << 16  # 64 KiB: small enough that a chunk's lines are still in the CPU cache when checked
 
@@ -606,7 +607,13 @@ def _header_problem(path: str, rec: dict[str, Any]) -> tuple[str, str] | None:
         return "malformed", "a header whose redact is not an object"
     if ("parent" in rec and type(rec["parent"]) is not str) or ("branch" in rec and type(rec["branch"]) is not int):
         return "malformed", "a header whose parent is not a str or whose branch is not an int"
+    ts = rec.get("ts")
+    if type(ts) is float and not _WALL[0] <= ts < _WALL[1]:
+        return "malformed", f"a header whose ts {ts!r} is no wall-clock time (seconds since the epoch, years 1-9999)"
     return None
+
+
+_WALL = (-62135596800.0, 253402300800.0)  # the header's ts: a time a date can hold (0001-01-01 to 9999-12-31, UTC)
 
 
 def _scan(

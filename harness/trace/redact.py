@@ -10,12 +10,13 @@ A `Redaction` holds three kinds of rules, given as one list:
   string: each match is replaced by the marker, or only its first group when
   it has groups (so `Bearer (\\S+)` keeps the word Bearer).
 
-The defaults (`DEFAULT_RULES`) cover the Authorization, Proxy-Authorization,
-api-key / x-api-key, cookie / set-cookie headers and common token shapes
-(OpenAI/Anthropic `sk-...`, `Bearer ...`, AWS access key ids `AKIA...`,
-GitHub `ghp_...` and friends, Slack `xox?-...`, Google `AIza...`, and
-`api_key=`/`token=` query parameters). Rules given by a user are added to the
-defaults unless `defaults=False`.
+The defaults (`DEFAULT_RULES`) are the header names and JSON keys of
+DEFAULT_KEYS (taken from the lists secret scanners, error trackers and HTTP
+recording libraries maintain, each source named beside it), the URL and
+form parameters of FORM_NAMES, and common token shapes (OpenAI/Anthropic
+`sk-...`, `Bearer ...`, AWS access key ids `AKIA...`, GitHub `ghp_...` and
+friends, Slack `xox?-...`, Google `AIza...`). Rules given by a user are
+added to the defaults unless `defaults=False`.
 
 Rules kept here:
 - redaction is a pure function of the value: it returns a copy where
@@ -44,16 +45,66 @@ from .._errors import HarnessError
 
 MARKER = "[REDACTED]"
 
-DEFAULT_KEYS = (
-    "authorization", "proxy-authorization", "api-key", "x-api-key", "x-goog-api-key", "api_key", "apikey",
-    "cookie", "set-cookie", "x-auth-token", "x-access-token",
-    "access_token", "refresh_token", "id_token", "auth_token", "session_token", "client_secret", "api_secret",
-    "secret_key", "private_key", "aws_secret_access_key", "password", "passwd",
+
+def _spellings(*names: str) -> tuple[str, ...]:
+    """Each name (words joined by `_`) as snake_case, kebab-case and joined (camelCase lowered): a key
+    rule is compared case-insensitively, so `client_secret` also stands for `client-secret`, `clientSecret`."""
+    out: dict[str, None] = {}
+    for name in names:
+        words = name.split("_")
+        for spelling in ("_".join(words), "-".join(words), "".join(words)):
+            out[spelling] = None
+    return tuple(out)
+
+
+# The header names and JSON keys whose value is replaced, whole. Taken from lists others maintain rather than grown
+# one report at a time; each comes with where it is from (docs: "Secrets never reach the trace"):
+# - HTTP's own credentials headers (RFC 9110, RFC 6265), which every recorder filters;
+# - Sentry's SDK denylist, taken from Relay, its PII scrubber (sentry_sdk/scrubber.py DEFAULT_DENYLIST), except
+#   the names that are not secrets (ip_address, session, remote_addr, x_forwarded_for);
+# - detect-secrets' keyword list (Yelp, detect_secrets/plugins/keyword.py DENYLIST), except `pass` and `pwd`,
+#   which JSON and environment dumps use for other things (a test's "pass": true, a shell's PWD);
+# - the Azure SDK test proxy's default sanitizers, the recording library of the Azure SDKs (Azure/azure-sdk-tools,
+#   test-proxy SanitizerDictionary.cs: its header sanitizers AZSDK2xxx and body keys AZSDK34xx), the secrets only
+#   (it also scrubs ids and names for stable recordings), and not primaryKey/secondaryKey (a database's too);
+# - the HAR sanitizers of Cloudflare and Google (har-sanitizer's default word lists), the secrets only;
+# - the vendors' own header names: Azure API Management (Ocp-Apim-Subscription-Key), Cloudflare (X-Auth-Key),
+#   GitLab (PRIVATE-TOKEN, JOB-TOKEN), AWS (X-Amz-Security-Token), Google (X-Goog-Api-Key).
+DEFAULT_KEYS = _spellings(
+    # HTTP
+    "authorization", "proxy_authorization", "cookie", "set_cookie",
+    # Sentry / Relay
+    "password", "passwd", "secret", "api_key", "auth", "credentials", "mysql_pwd", "private_key", "token",
+    "csrftoken", "sessionid", "x_csrftoken", "x_api_key", "csrf_token", "xsrf_token", "x_xsrf_token",
+    # detect-secrets
+    "app_key", "auth_key", "service_key", "application_key", "account_key", "db_key", "database_key", "client_key",
+    "aws_secret_access_key", "db_pass", "priv_key", "privkey", "key_pass",
+    # Azure SDK test proxy
+    "api_key", "subscription_key", "x_ms_encryption_key", "supplementary_authorization",
+    "x_ms_copy_source_authorization", "x_ms_file_rename_source_authorization", "aeg_sas_token", "aeg_sas_key",
+    "access_token", "refresh_token", "application_secret", "connection_string", "admin_password",
+    "administrator_login_password", "run_as_password", "access_sas", "decryption_key", "client_secret",
+    "certificate_password", "account_key", "auth_header", "encrypted_credential", "credential", "function_key",
+    "ssh_password", "acr_token", "client_assertion", "primary_master_key", "secondary_master_key",
+    # the HAR sanitizers
+    "id_token", "authenticity_token", "code_verifier",
+    # vendors
+    "ocp_apim_subscription_key", "x_auth_key", "x_auth_token", "x_access_token", "x_api_token", "private_token",
+    "job_token", "x_amz_security_token", "x_goog_api_key",
+    # harness's own since 0.1
+    "auth_token", "session_token", "api_secret", "secret_key",
 )  # fmt: skip
-# a query or form parameter that holds a secret: in a URL (?name=, &name=) or starting a string (a form body)
+# a query or form parameter that holds a secret: in a URL (?name=, &name=) or starting a string (a form body).
+# Compared as written (a URL's names are case-sensitive): OpenTelemetry's semantic conventions list the query keys
+# `url.full` and `url.query` redact by default (AWSAccessKeyId, Signature, sig, X-Goog-Signature, X-Amz-Signature,
+# X-Amz-Credential, X-Amz-Security-Token); the Azure SDK test proxy scrubs `sig` (a SAS signature, AZSDK1007),
+# client_secret, client_assertion and token (AZSDK3001-3003); the HAR sanitizers code_verifier and
+# authenticity_token; the rest are OAuth's (RFC 6749) and the usual names of an API key.
 FORM_NAMES = (
     "api_key", "api-key", "apikey", "access_token", "refresh_token", "id_token", "client_secret", "password",
-    "passwd", "token", "key", "secret",
+    "passwd", "token", "key", "secret", "client_assertion", "code_verifier", "authenticity_token", "sig",
+    "AWSAccessKeyId", "Signature", "X-Goog-Signature", "X-Amz-Signature", "X-Amz-Credential", "X-Amz-Security-Token",
+    "awsaccesskeyid", "signature", "x-goog-signature", "x-amz-signature", "x-amz-credential", "x-amz-security-token",
 )  # fmt: skip
 
 
@@ -174,10 +225,12 @@ class Redaction:
         object.__setattr__(self, "_paths", tuple(paths))
         object.__setattr__(self, "_patterns", tuple(patterns))
         # the last five characters of each key, by length: a key ends right before `":` in a JSON text; a hit
-        # may be a false alarm (the walk then changes nothing), a miss is certain
+        # may be a false alarm (the walk then changes nothing), a miss is certain. A four-letter key is looked
+        # up with the quote that opens it (`"auth`), so that the defaults need one pass over the keys, not two
         tails: dict[int, set[bytes]] = {}
         for k in keys:
-            tails.setdefault(len(k[-5:]), set()).add(k[-5:].encode())
+            tail = (k if len(k) != 4 else f'"{k}')[-5:]
+            tails.setdefault(len(tail), set()).add(tail.encode())
         object.__setattr__(self, "_tails", tuple((n, frozenset(t)) for n, t in sorted(tails.items())))
         # the default patterns are searched for with one search of their heads (TRIGGER); others one by one
         # (a default pattern given as a rule with defaults=False is searched on its own)
@@ -244,6 +297,14 @@ class Redaction:
             return more
         extra = Redaction.of(more).rules
         return Redaction((*self.rules, *extra), defaults=self.defaults, marker=self.marker) if extra else self
+
+    def without(self, *rules: Rule) -> Redaction:
+        """These rules, the defaults among them, less `rules`: `Redaction().without("token")` keeps OpenAI's
+        logprobs, whose tokens are named `token`. A name is compared as a key rule is (in any case)."""
+        gone = {r.lower() if isinstance(r, str) else r for r in rules}
+        every = (*DEFAULT_RULES, *self.rules) if self.defaults else self.rules
+        kept = tuple(r for r in every if (r.lower() if isinstance(r, str) else r) not in gone)
+        return Redaction(kept, defaults=False, marker=self.marker)
 
     def __call__(self, value: Any) -> Any:
         """value with every secret replaced by the marker (value itself when nothing changed)."""

@@ -1,7 +1,10 @@
 """The viewer's web application: pages, a JSON API and a live event stream, on Starlette.
 
 Routes (a run's address is its trace's file name without `.jsonl`,
-relative to the runs folder; `_paths` refuses anything that would leave it):
+relative to the runs folder; `_paths` refuses anything that would leave it).
+Every API path of a run ends with what is asked of it (`/summary`,
+`/records`, ...), so `sub/events.jsonl` is the run `sub/events` at
+`/api/runs/sub/events/summary`, never run `sub`'s event stream:
 
     GET  /                           the runs page
     GET  /runs/{run}                 a run's page
@@ -9,7 +12,7 @@ relative to the runs folder; `_paths` refuses anything that would leave it):
     GET  /static/...                 the page's own JS and CSS (shipped in the package)
     GET  /api/config                 {folder, fork}: whether forking is on (`--agent`)
     GET  /api/runs                   the runs table, newest first (ETag: 304 while nothing changed)
-    GET  /api/runs/{run}             a run's summary: header, status, verdict, lanes, one letter per record
+    GET  /api/runs/{run}/summary     a run's summary: header, status, verdict, lanes, one letter per record
     GET  /api/runs/{run}/records     ?start=&count=: a window of records as the timeline shows them
     GET  /api/runs/{run}/record      ?line=N: one record whole (blob-stored payloads read back), seq, line, lane, role
     GET  /api/runs/{run}/verify      `harness verify`: every line, every blob's bytes, the seal
@@ -23,7 +26,13 @@ through harness.fork); every response carries a Content-Security-Policy
 that allows only the package's own scripts and styles; a HarnessError
 becomes a JSON error with a 4xx status, never a 500; the event stream sends
 only complete lines, each with `id:` = the byte offset after it, so a
-client reconnecting with Last-Event-ID gets each record once.
+client reconnecting with Last-Event-ID gets each record once, and only
+lines of the file it began on: a file replaced or rewritten under it ends
+the stream with a `reset` event (the page loads the run again). A request
+holds its reply and one record at a time (`Index.lines`): a window of
+records, an event stream or one record never reads the records around
+them, whatever they weigh. Files beside a trace (annotations, blobs) are
+read as the library reads them (`storage.files.read_beside`).
 """
 
 from __future__ import annotations
@@ -32,14 +41,13 @@ import asyncio
 import hashlib
 import os
 import shlex
-import stat
 import threading
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from importlib import resources
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 from starlette.applications import Starlette
@@ -53,7 +61,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from .._errors import HarnessError, TraceCorruption
+from .._errors import HarnessError, TraceCorruption, TraceUnreadable
 from ..review.diff import diff as harness_diff
 from ..review.diff import marked_changes
 from ..review.rerun import fork as harness_fork
@@ -61,14 +69,17 @@ from ..review.rerun import load_agent
 from ..review.runs import run_info
 from ..review.stream import http_view, reply
 from ..storage.blobs import read as read_blob
-from ..trace.annotations import FORMAT as ANNOTATIONS_FORMAT
+from ..storage.files import TooLarge, read_beside
+from ..trace.annotations import VERSION as ANNOTATIONS_VERSION
 from ..trace.annotations import annotations_path
+from ..trace.annotations import parse as parse_annotations
 from ..trace.reader import wall_clock
 from ..trace.verify import verify
-from ._index import CLASSES, Index, Indexes
+from ._index import CLASSES, READ, Changed, Index, Indexes
 from ._listing import Listing
-from ._paths import RunNotFound, address, inside, trace_path, well_formed
+from ._paths import RunNotFound, address, trace_path, well_formed
 
+T = TypeVar("T")
 STATIC = str(resources.files("harness.viewer") / "static")
 PAGE = (resources.files("harness.viewer") / "static" / "page.html").read_text()  # one shell; {page} names its script
 JOBS_KEPT = 100  # finished fork jobs remembered (the oldest are forgotten first); running ones always are
@@ -79,6 +90,7 @@ WINDOW = 2000  # at most this many records per /records request
 BATCH = 500  # records read and sent at a time on a live stream
 POLL = 0.2  # seconds between looks at a trace that a live stream follows
 HEARTBEAT = 10.0  # seconds between keep-alive comments on a quiet stream
+_RESET = "the trace was replaced or rewritten since the stream began: load the run again"
 
 CSP = (
     "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
@@ -167,7 +179,7 @@ def create_app(folder: str, *, agent: str | None = None, hosts: list[str] | None
         Route("/api/runs/{run:path}/record", _record),
         Route("/api/runs/{run:path}/verify", _verify_run),
         Route("/api/runs/{run:path}/fork", _fork, methods=["POST"]),
-        Route("/api/runs/{run:path}", _summary),
+        Route("/api/runs/{run:path}/summary", _summary),
         Route("/api/jobs/{job}", _job),
         Route("/api/diff", _diff),
         Mount("/static", StaticFiles(directory=STATIC), name="static"),
@@ -192,7 +204,7 @@ def _json(data: Any, status: int = 200, headers: dict[str, str] | None = None) -
 
 
 async def _harness_error(request: Request, exc: Exception) -> Response:
-    status = 404 if isinstance(exc, RunNotFound) else 400
+    status = 404 if isinstance(exc, RunNotFound) else 409 if isinstance(exc, Changed) else 400
     if request.url.path.startswith("/api/"):
         return _json({"error": type(exc).__name__, "message": str(exc)}, status)
     return Response(f"{status}: {exc}\n", status, media_type="text/plain")
@@ -244,6 +256,16 @@ def _index(v: Viewer, run: str) -> Index:
     return v.indexes.get(v.path(run)).extend()
 
 
+def _read_lines(v: Viewer, run: str, read: Callable[[Index], T]) -> T:
+    """read(index of the run); once more on the file indexed afresh if it changed under the index (Changed)."""
+    idx = _index(v, run)
+    try:
+        return read(idx)
+    except Changed:
+        idx.invalidate()
+        return read(idx.extend())  # a second change at once: Changed, a 409 that says to load the run again
+
+
 def _summary_of(v: Viewer, run: str) -> dict[str, Any]:
     path = v.path(run)
     idx = v.indexes.get(path).extend()
@@ -256,8 +278,10 @@ def _summary_of(v: Viewer, run: str) -> dict[str, Any]:
     torn = idx.size - idx.end if shown == len(idx) and idx.broken is None else 0
     last_ts = wall_clock(header, idx.last) if idx.last else None
     pending = verdict.pending
-    reconcile = answer = None
-    if pending is not None and "question" in pending:  # interrupt(): a human answers, no reconcile
+    reconcile = answer = resume = None
+    if pending is not None and verdict.settled:  # reconciled or answered already: what is left is to resume it
+        resume = f"harness resume {shlex.quote(path)} --agent MODULE:FACTORY"
+    elif pending is not None and "question" in pending:  # interrupt(): a human answers, no reconcile
         answer = f"harness resume {shlex.quote(path)} --agent MODULE:FACTORY --answer 'ANSWER_AS_JSON'"
     elif pending is not None:
         trace = shlex.quote(path)
@@ -270,12 +294,12 @@ def _summary_of(v: Viewer, run: str) -> dict[str, Any]:
         "id": run, "path": path, "status": info.status, "state": verdict.state, "header": header,
         "records": shown, "indexed": len(idx), "end": idx.offsets[shown] if shown < len(idx) else idx.end,
         "error": verdict.error, "broken": broken, "torn": torn, "pending": pending, "reconcile": reconcile,
-        "answer": answer, "detail": info.detail,
+        "answer": answer, "resume": resume, "detail": info.detail,
         "lanes": idx.lane_names, "codes": idx.codes[:shown].decode("ascii"),
         "lane_codes": bytes(48 + n for n in idx.lanes[:shown]).decode("latin-1") if len(idx.lane_names) > 1 else "",
         "started": header.get("ts"), "last_ts": last_ts,
         "parent": parent, "parent_id": _find_parent(v, path, parent) if isinstance(parent, str) else None,
-        "branch": header.get("branch"), "annotations": _annotations(v.folder, path),
+        "branch": header.get("branch"), "annotations": _annotations(path),
         "seal": verdict.seal, "blobs": verdict.blobs,
         "unsealed": verdict.error is None and verdict.seal is None and verdict.state in ("DONE", "FAILED"),
         "seal_command": f"harness seal {shlex.quote(path)}", "verify_command": f"harness verify {shlex.quote(path)}",
@@ -296,50 +320,28 @@ async def _verify_run(request: Request) -> Response:
     return _json(await run_in_threadpool(_verify, _viewer(request), request.path_params["run"]))
 
 
-def _annotations(folder: str, path: str) -> dict[str, Any] | None:
+def _annotations(path: str) -> dict[str, Any] | None:
     """The notes of `TRACE.annotations.json` (`harness annotate`, docs/FORMAT.md), oldest first; None without one.
 
-    Read only when it is a regular file whose real path lies inside the runs folder, as a trace must.
-    A file that is not in that format is reported as such, with what is wrong.
+    Read as every file beside a trace is (`storage.files.read_beside`): only a regular file inside the run's
+    folder, at most ANNOTATIONS bytes. One that cannot be read so, or is not in that format, is reported
+    as such, with what is wrong.
     """
     candidate = annotations_path(path)
-    data = _read_inside(folder, candidate, ANNOTATIONS + 1)
-    if data is None:
-        return None
     name = os.path.basename(candidate)
-    if len(data) > ANNOTATIONS:
-        return {"file": name, "error": f"larger than {ANNOTATIONS} bytes; not shown"}
     try:
-        body = orjson.loads(data)
-    except orjson.JSONDecodeError as e:
-        return {"file": name, "error": f"not valid JSON: {e}"}
-    notes = body.get("notes") if isinstance(body, dict) and body.get("format") == ANNOTATIONS_FORMAT else None
-    if not isinstance(notes, list) or not all(isinstance(n, dict) and isinstance(n.get("key"), str) for n in notes):
-        return {"file": name, "error": f"not a {ANNOTATIONS_FORMAT} file (written by `harness annotate`)"}
-    version = body.get("version")
-    return {"file": name, "version": version, "notes": [{k: n.get(k) for k in ("key", "value", "at")} for n in notes]}
-
-
-def _read_inside(folder: str, path: str, limit: int) -> bytes | None:
-    """Up to `limit` bytes of the regular file at `path` if its real path is inside `folder`; else None.
-
-    Opened non-blocking, so a FIFO planted under that name cannot hang the server.
-    """
-    if not inside(folder, path):
-        return None
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError:
-        return None
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
+        data = read_beside(candidate, os.path.dirname(path), ANNOTATIONS)
+        if data is None:
             return None
-        with open(fd, "rb", closefd=False) as f:
-            return f.read(limit)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
+        notes = parse_annotations(data, name)
+    except TooLarge:
+        return {"file": name, "error": f"larger than {ANNOTATIONS} bytes; not shown"}
+    except TraceUnreadable as e:
+        return {"file": name, "error": e.problem}
+    except HarnessError as e:
+        return {"file": name, "error": str(e).removeprefix(f"{name}: ")}
+    shown = [{k: n.get(k) for k in ("key", "value", "at")} for n in notes]
+    return {"file": name, "version": ANNOTATIONS_VERSION, "notes": shown}
 
 
 def _find_parent(v: Viewer, path: str, parent: str) -> str | None:
@@ -372,13 +374,14 @@ def _int(request: Request, name: str, default: int | None = None) -> int:
 
 
 def _window(v: Viewer, run: str, start: int, count: int) -> dict[str, Any]:
-    idx = _index(v, run)
+    return _read_lines(v, run, lambda idx: _window_of(idx, start, count))
+
+
+def _window_of(idx: Index, start: int, count: int) -> dict[str, Any]:
     limit = idx.limit()  # lines already checked: a window never replays the file
     start = max(0, min(start, limit))
     stop = min(limit, start + max(0, min(count, WINDOW)))
-    out = []
-    for i, line in enumerate(idx.raw(start, stop), start):
-        out.append(idx.brief(i, orjson.loads(line)))
+    out = [idx.brief(i, orjson.loads(line)) for i, line in idx.lines(start, stop)]  # one piece held at a time
     return {"start": start, "records": out, "total": limit}
 
 
@@ -389,7 +392,10 @@ async def _records(request: Request) -> Response:
 
 
 def _one(v: Viewer, run: str, line: int) -> dict[str, Any]:
-    idx = _index(v, run)
+    return _read_lines(v, run, lambda idx: _one_of(idx, run, line))
+
+
+def _one_of(idx: Index, run: str, line: int) -> dict[str, Any]:
     limit = idx.limit()
     if not 1 <= line <= limit:
         raise RunNotFound(run, f"it has no line {line} to show (lines 1..{limit})")
@@ -472,15 +478,20 @@ async def _events(request: Request) -> Response:
     )
 
 
-def _batch(idx: Index, i: int, n: int) -> bytes:
-    """Lines i..n-1 (0-based) as `record` events, each with `id:` = the byte offset after it."""
-    batch = []
-    for j, line in enumerate(idx.raw(i, n), i):
+def _batch(idx: Index, i: int, n: int) -> tuple[bytes, int]:
+    """Lines i.. (0-based, before n) as `record` events, each with `id:` = the byte offset after it, up to about
+    READ bytes of lines (one line at least); the events and the index of the first line not sent."""
+    batch: list[bytes] = []
+    weight = 0
+    for j, line in idx.lines(i, n):
+        if batch and weight + len(line) > READ:
+            return b"".join(batch), j
         brief = orjson.dumps(idx.brief(j, orjson.loads(line)))
         head = b'{"line":%d,"offset":%d,"brief":' % (j + 1, idx.offsets[j])
         batch.append(b"id: %d\nevent: record\ndata: %s%s,\"record\":%s}\n\n" % (
             idx.next_offset(j), head, brief, line))  # fmt: skip
-    return b"".join(batch)
+        weight += len(line)
+    return b"".join(batch), n
 
 
 async def _stream(v: Viewer, idx: Index, path: str, i: int, request: Request) -> AsyncIterator[bytes]:
@@ -490,13 +501,20 @@ async def _stream(v: Viewer, idx: Index, path: str, i: int, request: Request) ->
     backlog does not hold up the other requests.
     """
     quiet = time.monotonic()
+    generation = idx.generation  # the file the stream began on: another one is never streamed as its sequel
     yield b"retry: 1000\n\n"
     while True:
+        if idx.generation != generation:
+            yield b"event: reset\ndata: %s\n\n" % orjson.dumps({"reason": _RESET})
+            return
         n = idx.limit()
         if i < n:
-            stop = min(n, i + BATCH)
-            yield await run_in_threadpool(_batch, idx, i, stop)
-            i = stop
+            try:
+                data, i = await run_in_threadpool(_batch, idx, i, min(n, i + BATCH))
+            except Changed:
+                idx.invalidate()
+                continue  # (a reset event, above)
+            yield data
             quiet = time.monotonic()
             continue
         if idx.broken is not None:

@@ -12,7 +12,7 @@ they have seen; records without one follow everything before them, so a
 sequential run is one lane, one record per column.
 
 While a writer goes on, later lines are read from where the index stopped,
-each checked against the checksum chain (`_journal.line_ok`) and the seq
+each checked against the checksum chain (`trace.journal.line_ok`) and the seq
 order before it is indexed: what a page shows is always lines that passed
 these checks. The full replay() verdict of the longer file is computed
 again only when a run's summary is asked for after the file changed, never
@@ -21,8 +21,18 @@ per window or per record, so following a live run stays O(new lines).
 Guarantees: the file is opened read-only and never written; only complete
 lines are indexed or served, so a torn tail (bytes after the last newline)
 never is; a record is read back from its offset when asked for, so memory
-stays a few bytes per record whatever the trace's size; a file replaced,
-shrunk or edited under the index is indexed again from the start.
+stays a few bytes per record whatever the trace's size, and lines are read
+back in pieces of at most READ bytes (a longer line alone), so what one
+request holds is its reply and one record, never the records around it.
+
+A file replaced, shrunk or rewritten under the index is indexed again from
+the start, and `generation` counts how often that happened, so a live
+stream that began on the old file stops with a reset instead of going on in
+another run. Size, mtime and inode do not tell a same-size edit in place:
+the change time (which no one sets back) says that something was written,
+and then the crc ending the header line and the one ending the last indexed
+line are read again: a different one means other bytes there, and the file
+is indexed again. Whatever changed, the next summary asks replay() again.
 """
 
 from __future__ import annotations
@@ -32,6 +42,7 @@ import os
 import threading
 from array import array
 from collections import OrderedDict
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,7 +54,9 @@ from ..trace.journal import MAX_LINE, line_ok
 from ..trace.reader import Replay, attempt_of, replay
 
 _CHUNK = 1 << 20
+READ = 1 << 20  # bytes of lines read back at once (a longer line is read alone): a request's memory is its reply
 _NOTE = 160  # characters of a value shown in a record's one-line note
+_CRC_END = len(b'00000000"}\n')  # the bytes that end every line: its crc, the closing brace, the newline
 _PLAIN = frozenset({"seq", "kind", "ts", "crc", "agent", "vc", "reused", "mutated", "blobs"})
 
 # one letter per record, for the overview: what colour it takes and how it is marked
@@ -202,6 +215,15 @@ class Verdict:
     records: int
     seal: dict[str, Any] | None = None  # {line, state, keyed, digests} when the run is sealed (replay() checked it)
     blobs: int = 0  # blobs and artifacts the trace names (replay() checked each is there, with its size)
+    settled: bool = False  # PAUSED, and what it waits for was given (a reconcile, an answer): a resume goes on
+
+
+class Changed(HarnessError):
+    """The trace changed under the index (rewritten, or edited in place) while a line was read back."""
+
+    def __init__(self, path: str):
+        self.path = path
+        super().__init__(f"{path}: the trace was rewritten or edited since it was read; load the run again")
 
 
 def _verdict_of(exc: HarnessError) -> Verdict:
@@ -220,7 +242,13 @@ def _verdict_ok(rep: Replay) -> Verdict:
             "line": rep.records, "state": rep.seal.get("state"), "keyed": "hmac" in rep.seal,
             "digests": len(digests) if isinstance(digests, list) else 0,
         }  # fmt: skip
-    return Verdict(None, rep.state, rep.pending, rep.torn_tail, rep.records, seal, len(rep.blobs))
+    paused = [c for c in rep.group if c.state == "PAUSED"]  # the calls of a parallel step waiting on an operator
+    settled = rep.pending is not None and (
+        rep.answered if rep.question is not None
+        else all(c.reconcile is not None for c in paused) if paused
+        else rep.reconcile is not None
+    )  # fmt: skip
+    return Verdict(None, rep.state, rep.pending, rep.torn_tail, rep.records, seal, len(rep.blobs), settled)
 
 
 class Index:
@@ -229,11 +257,12 @@ class Index:
     def __init__(self, path: str):
         self.path = path
         self._lock = threading.Lock()
+        self.generation = 0  # how often the file was found replaced or rewritten and indexed again
         self._reset(None)
 
     def _reset(self, ident: tuple[int, int] | None) -> None:
         self.ident = ident  # (st_dev, st_ino) of the file indexed
-        self.stamp: tuple[int, int] = (-1, -1)  # (size, mtime_ns) at the last read
+        self.stamp: tuple[int, int, int] = (-1, -1, -1)  # (size, mtime_ns, ctime_ns) at the last read
         self.offsets = array("q")  # start of each complete line; offsets[i] is line i + 1
         self.end = 0  # offset after the last indexed line
         self.size = 0  # file size at the last read (bytes after `end` are a tail still being written, or torn)
@@ -253,7 +282,8 @@ class Index:
         self.header: dict[str, Any] | None = None
         self.last: dict[str, Any] | None = None
         self.broken: dict[str, Any] | None = None  # {line, reason, detail}: the first line that fails
-        self._verdict: tuple[tuple[int, int], Verdict] | None = None  # ((end, size) it speaks of, verdict)
+        self._head_crc = -1  # the crc ending the header line, as indexed
+        self._verdict: tuple[Any, Verdict] | None = None  # ((end, stamp) it speaks of, verdict)
 
     def __len__(self) -> int:
         return len(self.offsets)
@@ -275,19 +305,46 @@ class Index:
                 raise TraceUnreadable(self.path, "no such file") from None
             except OSError as e:
                 raise TraceUnreadable(self.path, f"cannot read: {e.strerror}") from None
-            ident, stamp = (st.st_dev, st.st_ino), (st.st_size, st.st_mtime_ns)
-            if ident != self.ident or st.st_size < self.end or (self.broken is not None and stamp != self.stamp):
-                self._reset(ident)
-            if stamp == self.stamp:
+            ident, stamp = (st.st_dev, st.st_ino), (st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+            if stamp == self.stamp and ident == self.ident:
                 return self
+            if (
+                ident != self.ident
+                or st.st_size < self.end
+                or (self.broken is not None and stamp != self.stamp)
+                or not self._same_lines()
+            ):
+                if self.ident is not None:
+                    self.generation += 1  # another file, or other bytes: what was served came from the old one
+                self._reset(ident)
             first = self._first() if not self.offsets and self.broken is None else None
             if first is None and self.broken is None:
                 self._more()
             # the file as it was before this read: lines that landed during it make the next call read on
             self.stamp, self.size = stamp, max(st.st_size, self.end)
             if first is not None:
-                self._verdict = ((self.end, self.size), first)
+                self._verdict = ((self.end, self.stamp), first)
         return self
+
+    def invalidate(self) -> None:
+        """Forget the file (Changed was raised reading it): the next extend() indexes it from the start."""
+        with self._lock:
+            self.generation += 1
+            self._reset(None)
+
+    def _same_lines(self) -> bool:
+        """Whether the header line and the last indexed line still end with the crcs they had when indexed.
+
+        A rewrite at the same inode, or an edit in place that kept the size,
+        changes them (every crc after an edited line changes with it).
+        """
+        if not self.offsets or self.header is None:
+            return True
+        try:
+            with open(self.path, "rb") as f:
+                return self._crc_in(f, self.end) == self.crc and self._crc_in(f, self.next_offset(0)) == self._head_crc
+        except OSError:
+            return False
 
     def _first(self) -> Verdict:
         """The first pass: replay() checks every line and hands each one over; the index keeps its place."""
@@ -300,7 +357,18 @@ class Index:
         else:
             verdict = _verdict_ok(rep)
             self.crc = rep.crc
+        self._head_crc = self._crc_at(1)
         return verdict
+
+    def _crc_at(self, line: int) -> int:
+        """The crc that ends indexed line `line` (1-based), read from the file; -1 when it cannot be read."""
+        if line > len(self.offsets):
+            return -1
+        try:
+            with open(self.path, "rb") as f:
+                return self._crc_in(f, self.next_offset(line - 1))
+        except OSError:
+            return -1
 
     def _more(self) -> None:
         """Lines written since the last read: checksum chain and seq order checked, then indexed."""
@@ -343,6 +411,8 @@ class Index:
                 return self._break(n, "seq", f"expected seq {self.seq + 1}, found {rec.get('seq')!r}")
             self.crc = int(line[-10:-2], 16)  # the chained crc the line was just checked against
             self._add(line, rec)
+            if n == 1:
+                self._head_crc = self.crc
 
     def _add(self, line: bytes, rec: dict[str, Any]) -> None:  # once per record on a first open: kept lean
         self.offsets.append(self.end)
@@ -405,14 +475,14 @@ class Index:
     def verdict(self) -> Verdict:
         """replay()'s verdict on the file: the first pass's, computed again only once the file has changed."""
         found = self._verdict
-        if found is not None and found[0] == (self.end, self.size):
+        if found is not None and found[0] == (self.end, self.stamp):
             return found[1]
         try:
             rep = replay(self.path)
             verdict = _verdict_ok(rep)
         except HarnessError as e:
             verdict = _verdict_of(e)
-        self._verdict = ((self.end, self.size), verdict)
+        self._verdict = ((self.end, self.stamp), verdict)
         return verdict
 
     def find(self, offset: int) -> int | None:
@@ -422,17 +492,58 @@ class Index:
         i = bisect.bisect_left(self.offsets, offset)
         return i if i < len(self.offsets) and self.offsets[i] == offset else None
 
-    def raw(self, start: int, stop: int) -> list[bytes]:
-        """Lines start..stop-1 (0-based) as bytes, without their newlines, read in one go."""
-        stop = min(stop, len(self.offsets))
-        if start >= stop:
-            return []
-        first = self.offsets[start]
-        last = self.offsets[stop] if stop < len(self.offsets) else self.end
+    def lines(self, start: int, stop: int) -> Iterator[tuple[int, memoryview]]:
+        """(i, line i without its newline) for lines start..stop-1 (0-based), read in pieces of at most READ
+        bytes (a longer line alone): what is held at once is one piece, whatever the lines around it weigh.
+
+        Each line is checked as it is read: the header line still ends with the crc it was indexed with,
+        and each line chains on the crc ending the line before it, read from the file too. A line that
+        does not raises Changed: the file was rewritten or edited since it was indexed, and no line of
+        another file is ever given as this one's.
+        """
+        offsets, end_of_all, head = self.offsets, self.end, self._head_crc  # as now: another thread may reset them
+        stop = min(stop, len(offsets))
+
+        def after(k: int) -> int:
+            return offsets[k + 1] if k + 1 < len(offsets) else end_of_all
+
         with open(self.path, "rb") as f:
-            f.seek(first)
-            data = f.read(last - first)
-        return data.split(b"\n")[: stop - start]
+            if start < stop:
+                if len(offsets) > 1 and self._crc_in(f, offsets[1]) != head:
+                    raise Changed(self.path)
+                prev = self._crc_in(f, offsets[start]) if start else 0
+            i = start
+            while i < stop:
+                first = offsets[i]
+                j = i + 1
+                while j < stop and after(j) - first <= READ:
+                    j += 1
+                f.seek(first)
+                data = memoryview(f.read(after(j - 1) - first))  # views of it: no line is copied
+                pos = 0
+                for k in range(i, j):
+                    end = after(k) - first - 1
+                    line = data[pos:end]
+                    if not line_ok(line, prev):
+                        raise Changed(self.path)
+                    prev = int(bytes(line[-10:-2]), 16)
+                    yield k, line
+                    pos = end + 1
+                i = j
+
+    @staticmethod
+    def _crc_in(f: Any, end: int) -> int:
+        """The crc ending the line that ends at byte `end` of the open file f; -1 when there is none."""
+        f.seek(end - _CRC_END)
+        data = f.read(_CRC_END)
+        try:
+            return int(data[:8], 16) if data[8:] == b'"}\n' else -1
+        except ValueError:
+            return -1
+
+    def raw(self, start: int, stop: int) -> list[bytes]:
+        """Lines start..stop-1 (0-based) as bytes, without their newlines (for a few lines: see lines())."""
+        return [bytes(line) for _, line in self.lines(start, stop)]
 
     def next_offset(self, i: int) -> int:
         return self.offsets[i + 1] if i + 1 < len(self.offsets) else self.end

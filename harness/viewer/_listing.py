@@ -1,5 +1,10 @@
 """The runs page's table: `harness.list_runs()` plus what the two ends of each trace say of goal and steps.
 
+Runs in subfolders are listed too, each under its path relative to the runs
+folder (`team-a/run-1`, its run address); a subfolder is never entered
+through a symlink, and a trace whose real path lies outside the runs folder
+(a symlink out) is not listed, as `_paths` would not open it either.
+
 How it works: list_runs() gives each run's status, start, end, record
 count and parent, reading the header line and the last complete line of
 each file. The viewer reads the same two ends once more for what RunInfo
@@ -24,7 +29,7 @@ import orjson
 from ..review.runs import list_runs
 from ..trace.reader import attempt_of
 from ._index import short
-from ._paths import address
+from ._paths import address, inside
 
 _HEAD = 64 * 1024
 _TAIL = 8 * 1024
@@ -43,7 +48,10 @@ class Listing:
 
     def runs(self) -> list[dict[str, Any]]:
         """One dict per run, newest first."""
-        infos = list_runs(self.folder)
+        # every subfolder too, and no trace whose real path lies outside the folder (list_runs enters no folder
+        # through a symlink: only a trace that is one can lead out)
+        every = list_runs(self.folder, recursive=True)
+        infos = [i for i in every if not os.path.islink(i.path) or inside(self.folder, i.path)]
         by_run_id: dict[str, str] = {}
         rows = []
         with self._lock:

@@ -5,8 +5,9 @@ URL into a file. It refuses (RunNotFound, which the server answers with 404)
 an empty or absolute name, a `..` or empty part, a backslash or NUL, a name
 whose file is missing, and any name whose real path (symlinks resolved)
 lies outside the runs folder's real path. So no URL can make the viewer
-read outside the runs folder; `inside()` is the same check for the files
-read beside a trace (its annotations).
+read outside the runs folder; `inside()` is the same check for the runs
+the table lists (a trace that is a symlink out is not listed). Files beside
+a trace are read as the library reads them (`storage.files.read_beside`).
 """
 
 from __future__ import annotations

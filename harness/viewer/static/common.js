@@ -35,7 +35,7 @@ export async function api(path, options) {
 export function runUrl(id) {
   return "/runs/" + id.split("/").map(encodeURIComponent).join("/");
 }
-export function apiRun(id, rest = "") {
+export function apiRun(id, rest = "/summary") {
   return "/api/runs/" + id.split("/").map(encodeURIComponent).join("/") + rest;
 }
 

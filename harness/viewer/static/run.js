@@ -121,7 +121,15 @@ function drawBanners(extra) {
       s.detail ? `Its last word: ${s.detail}. ` : "",
       "Run the same executor again with resume=True to finish it in this file."));
   }
-  if (s.pending && "question" in s.pending) {
+  if (s.pending && s.resume) {
+    const p = s.pending;
+    out.push(h("div", { class: "banner paused", id: "paused" },
+      h("strong", {}, "PAUSED: "), `step ${p.step} waited at seq `,
+      h("a", { href: "#", onclick: (ev) => { ev.preventDefault(); openLine(p.seq); } }, String(p.seq)),
+      "question" in p ? " for an answer, and it was answered. " : " for an operator's word on an uncertain operation, and it was reconciled. ",
+      "Resume the run to go on:",
+      h("pre", { class: "command" }, s.resume)));
+  } else if (s.pending && "question" in s.pending) {
     const p = s.pending;
     out.push(h("div", { class: "banner paused", id: "paused" },
       h("strong", {}, "PAUSED: "), `step ${p.step} asked a question in ${p.state} at seq `,
@@ -428,6 +436,8 @@ function follow() {
     await refreshSummary();
   });
   es.addEventListener("corrupt", async () => { es.close(); st.live = false; await refreshSummary(); });
+  // the file was replaced or rewritten under the stream: what is shown is another run's; load it again
+  es.addEventListener("reset", () => { es.close(); st.live = false; location.reload(); });
 }
 
 function schedule() {
