@@ -738,8 +738,22 @@ def _fleet(args: argparse.Namespace) -> int:
     return 0 if all(s == "DONE" for s in states) else 1
 
 
+class _Version(argparse.Action):
+    """`harness --version`: the installed distribution's version, read only when asked (importlib.metadata is slow)."""
+
+    def __init__(self, option_strings: list[str], dest: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, help="print harness's version and exit")
+
+    def __call__(self, parser: argparse.ArgumentParser, *args: Any) -> None:
+        from .runtime.environment import VERSION
+
+        print(f"harness {VERSION}")
+        parser.exit()
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="harness", description="Inspect, check and compare harness traces.")
+    p.add_argument("--version", action=_Version)
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, (text, setup, fn) in COMMANDS.items():
         sp = sub.add_parser(name, help=text, description=text)
