@@ -422,3 +422,12 @@ def test_import_harness_is_light_and_every_public_name_still_resolves() -> None:
             names = {a.name if a.asname is None else f"{a.name} as {a.asname}" for a in node.names}
             seen.setdefault(f".{node.module}", set()).update(names)
     assert seen == exported
+
+
+def test_show_into_a_pipe_closed_early_stops_quietly(tmp_path: Path) -> None:
+    trace = run(tmp_path / "run.jsonl", n=400)  # more than a pipe holds: show is still writing when it closes
+    child = subprocess.Popen([HARNESS, "show", trace], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert child.stdout is not None and child.stdout.readline().split()[:2] == [b"1", b"header"]
+    child.stdout.close()  # as `harness show trace | head -1` does
+    _, err = child.communicate(timeout=60)
+    assert (child.returncode, err) == (0, b"")  # not "read failed: Broken pipe", which blamed the trace

@@ -169,7 +169,7 @@ def test_fork_takes_the_childs_run_id_and_names_its_file_by_it(parent: Path) -> 
     assert harness.replay(child.trace).run_id == "chosen-1"
     before = sorted(p.name for p in parent.parent.iterdir())
     for bad in ("../up", "", "a b", 7):
-        with pytest.raises(harness.HarnessError, match="run_id=.*letters, digits"):
+        with pytest.raises(harness.HarnessError, match=r"run_id=.*letters, digits"):
             harness.fork(parent, at=at, value="X", run_id=bad, **Agent().parts())  # type: ignore[arg-type]
     assert sorted(p.name for p in parent.parent.iterdir()) == before
 
