@@ -167,6 +167,7 @@ def export(traces: Iterable[str | os.PathLike[str]], out: str | os.PathLike[str]
     refused = [why for why in found if isinstance(why, str)]
     if refused:
         raise BundleError(target, "refused to export damaged runs:\n  " + "\n  ".join(refused))
+    runs = [run for run in found if isinstance(run, _Run)]  # every one, now that none was refused
     names = [os.path.basename(p) for p in paths]
     if len(set(names)) != len(names):
         raise BundleError(target, "two runs with the same file name cannot share a bundle")
@@ -178,8 +179,7 @@ def export(traces: Iterable[str | os.PathLike[str]], out: str | os.PathLike[str]
             raise BundleError(target, f"two runs bring a file named {rel} (their .torn-N files?); export them apart")
         files[rel] = (folder, source)
 
-    for path, name, run in zip(paths, names, found, strict=True):
-        assert isinstance(run, _Run)  # the refusals were raised above
+    for path, name, run in zip(paths, names, runs, strict=True):
         folder = os.path.dirname(os.path.abspath(path))
         add(name, "", path)  # the trace itself: opened as traces are (it may be a symlink the user gave)
         notes = annotations_path(path)
@@ -205,9 +205,7 @@ def export(traces: Iterable[str | os.PathLike[str]], out: str | os.PathLike[str]
                     digest, size = _copy(target, folder, source, dst)
                 entries.append({"path": rel, "sha256": digest, "size": size})
                 total += size
-            unsealed = sorted(
-                n for n, run in zip(names, found, strict=True) if isinstance(run, _Run) and not run.sealed
-            )
+            unsealed = sorted(n for n, run in zip(names, runs, strict=True) if not run.sealed)
             manifest = {"format": FORMAT, "version": VERSION, "files": entries, "unsealed": unsealed}
             zf.writestr(_info(MANIFEST), orjson.dumps(manifest, option=orjson.OPT_INDENT_2) + b"\n")
         os.replace(tmp, target)
