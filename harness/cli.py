@@ -54,26 +54,14 @@ def _show_setup(p: argparse.ArgumentParser) -> None:
     p.add_argument("--vector", action="store_true", help="print each record's agent and vector clock")
 
 
-def _columns() -> int:
-    """The terminal's width as shutil.get_terminal_size() gives it (COLUMNS, else the tty's, else 100).
-
-    Without shutil, which `harness show` would import for this alone (with zlib, bz2 and lzma).
-    """
-    given = os.environ.get("COLUMNS", "")
-    if given.isdigit() and int(given) > 0:
-        return int(given)
-    try:
-        return os.get_terminal_size(sys.__stdout__.fileno()).columns or 100  # type: ignore[union-attr]
-    except (AttributeError, ValueError, OSError):
-        return 100
-
-
 @command(
     "show",
     "Print a trace as a timeline, whole values wrapped; a corrupt trace up to its damage. Exit 0, 1 corrupt, 2 error.",
     _show_setup,
 )
 def _show(args: argparse.Namespace) -> int:
+    import shutil
+
     import orjson
 
     from ._errors import TraceCorruption
@@ -83,7 +71,7 @@ def _show(args: argparse.Namespace) -> int:
     view: View = "timeline"
     if args.golden or args.json or args.record is not None:
         view = "golden" if args.golden else "json" if args.json else "record"
-    width = args.width or _columns()
+    width = args.width or shutil.get_terminal_size((100, 24)).columns
     try:
         shown = show_trace(args.trace, sys.stdout.write, view=view, width=width, seq=args.record, vector=args.vector)
     except TraceCorruption as e:
