@@ -10,9 +10,15 @@ The public API is this package's names, and the modules `harness.store`,
 `harness.testing` and `harness.viewer`. The subpackages (`storage`, `trace`,
 `runtime`, `review`, `ops`) are private layers, each importing only the ones
 below it; nothing inside harness imports this package (docs/ARCHITECTURE.md).
+
+Importing the package is cheap: the exceptions are defined at once, every
+other name (and the public modules) is imported on first use (PEP 562), so
+`harness --help` or a script that needs one function loads no more than
+that function needs. `harness.X` and `from harness import X` work as ever.
 """
 
-from typing import Any
+from importlib import import_module as _import  # (no `from __future__ import annotations`: it would shadow ours)
+from typing import TYPE_CHECKING, Any
 
 from ._errors import (
     HarnessError,
@@ -31,43 +37,91 @@ from ._errors import (
     TraceMissing,
     TraceUnreadable,
     VerificationFailed,
+)  # eager: small, and what `except harness.X` needs
+
+if TYPE_CHECKING:  # the same names, as type checkers and editors see them; at run time, _LAZY below
+    from .bundle import Bundled, BundleError, export, import_bundle
+    from .ops.reconcile import reconcile
+    from .ops.recover import Recovered, recover, resume
+    from .review.diff import Diff, diff
+    from .review.normalize import normalize
+    from .review.rerun import Rerun, fork, rerun
+    from .review.runs import RunInfo, list_runs
+    from .runtime.agents import Handle, Message, current_agent, join, receive, send, spawn
+    from .runtime.boundary import aboundary, allm, artifact, boundary, llm, now, random, uuid4
+    from .runtime.bridge import AsyncHandle, aspawn
+    from .runtime.calls import acall, call
+    from .runtime.decorator import idempotency_key, tool
+    from .runtime.environment import VERSION as __version__
+    from .runtime.executor import Executor, Outcome, RetryPolicy, Step
+    from .runtime.history import patched
+    from .runtime.interrupt import Interrupted, interrupt
+    from .runtime.recorder import Recorder
+    from .runtime.timers import sleep
+    from .runtime.tool import Tool
+    from .runtime.workflow import Workflow, workflow
+    from .store import FenceLost
+    from .trace.annotations import annotate, annotations
+    from .trace.migrate import Migrated, migrate
+    from .trace.reader import Artifact, Checkpoint, Crossing, Replay, replay
+    from .trace.redact import MARKER, Redaction, RedactionRuleError
+    from .trace.verify import Sealed, Verification, seal, verify
+
+# what the imports above name, imported on first use (module -> names); tests/test_cli.py checks they match
+_LAZY = {
+    ".bundle": "Bundled, BundleError, export, import_bundle",
+    ".ops.reconcile": "reconcile",
+    ".ops.recover": "Recovered, recover, resume",
+    ".review.diff": "Diff, diff",
+    ".review.normalize": "normalize",
+    ".review.rerun": "Rerun, fork, rerun",
+    ".review.runs": "RunInfo, list_runs",
+    ".runtime.agents": "Handle, Message, current_agent, join, receive, send, spawn",
+    ".runtime.boundary": "aboundary, allm, artifact, boundary, llm, now, random, uuid4",
+    ".runtime.bridge": "AsyncHandle, aspawn",
+    ".runtime.calls": "acall, call",
+    ".runtime.decorator": "idempotency_key, tool",
+    ".runtime.environment": "VERSION as __version__",
+    ".runtime.executor": "Executor, Outcome, RetryPolicy, Step",
+    ".runtime.history": "patched",
+    ".runtime.interrupt": "Interrupted, interrupt",
+    ".runtime.recorder": "Recorder",
+    ".runtime.timers": "sleep",
+    ".runtime.tool": "Tool",
+    ".runtime.workflow": "Workflow, workflow",
+    ".store": "FenceLost",
+    ".trace.annotations": "annotate, annotations",
+    ".trace.migrate": "Migrated, migrate",
+    ".trace.reader": "Artifact, Checkpoint, Crossing, Replay, replay",
+    ".trace.redact": "MARKER, Redaction, RedactionRuleError",
+    ".trace.verify": "Sealed, Verification, seal, verify",
+}
+_WHERE = {
+    name.split(" as ")[-1]: (module, name.split(" as ")[0])
+    for module, names in _LAZY.items()
+    for name in names.split(", ")
+}
+# the public modules besides the package: `harness.store.open(...)` works after `import harness` alone
+_MODULES = frozenset(
+    {"bundle", "http", "mcp", "openai_agents", "pydantic_ai", "pytest_plugin", "ray", "store", "testing", "viewer"}
 )
-from .bundle import Bundled, BundleError, export, import_bundle
-from .ops.reconcile import reconcile
-from .ops.recover import Recovered, recover, resume
-from .review.diff import Diff, diff
-from .review.normalize import normalize
-from .review.rerun import Rerun, fork, rerun
-from .review.runs import RunInfo, list_runs
-from .runtime.agents import Handle, Message, current_agent, join, receive, send, spawn
-from .runtime.boundary import aboundary, allm, artifact, boundary, llm, now, random, uuid4
-from .runtime.bridge import AsyncHandle, aspawn
-from .runtime.calls import acall, call
-from .runtime.decorator import idempotency_key, tool
-from .runtime.environment import VERSION as __version__
-from .runtime.executor import Executor, Outcome, RetryPolicy, Step
-from .runtime.history import patched
-from .runtime.interrupt import Interrupted, interrupt
-from .runtime.recorder import Recorder
-from .runtime.timers import sleep
-from .runtime.tool import Tool
-from .runtime.workflow import Workflow, workflow
-from .store import FenceLost
-from .trace.annotations import annotate, annotations
-from .trace.migrate import Migrated, migrate
-from .trace.reader import Artifact, Checkpoint, Crossing, Replay, replay
-from .trace.redact import MARKER, Redaction, RedactionRuleError
-from .trace.verify import Sealed, Verification, seal, verify
 
 
 def __getattr__(name: str) -> Any:
-    """`harness.http` and `harness.mcp` are imported on first use: they need httpx (`harness-trace[http]`) and the
-    mcp SDK (`harness-trace[mcp]`)."""
-    if name in ("http", "mcp"):
-        import importlib
+    """A public name, imported on first use and kept (so it is looked up here once)."""
+    if name in _WHERE:
+        module, attr = _WHERE[name]
+        value = getattr(_import(module, __name__), attr)
+    elif name in _MODULES:  # harness.http needs httpx, harness.mcp the mcp SDK: extras
+        value = _import(f".{name}", __name__)
+    else:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    globals()[name] = value
+    return value
 
-        return importlib.import_module(f".{name}", __name__)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_WHERE, *_MODULES})
 
 
 __all__ = [

@@ -1,13 +1,16 @@
-"""Export sealed runs to a zip bundle, and import a bundle safely.
+"""Export runs to a zip bundle, and import a bundle safely.
 
 A bundle holds, under relative paths only: each run's trace (`<name>.jsonl`),
 its annotations (`<name>.jsonl.annotations.json`, when there are any), the
 `.torn-N` files its records name (the torn tails a resume set aside), every
 blob and artifact it names (`blobs/<sha256>`), and `manifest.json`:
 {"format": "harness-bundle", "version": 1, "files": [{"path", "sha256",
-"size"}, ...]} listing every other file. Only sealed runs are exported (an
-unsealed one is refused with the command that seals it), and each run is
-replayed and each blob's bytes checked first. Every file is read as files
+"size"}, ...], "unsealed": [<name>.jsonl, ...]} listing every other file,
+and the runs without a seal. A run is exported sealed or not (an unfinished,
+paused or crashed run is what a bug report needs): each run is replayed and
+each blob's bytes checked first, and a damaged one is refused. An unsealed
+run stays unsealed: the manifest says so, import checks that it says so
+truly and keeps it unsealed, and `verify` reports it. Every file is read as files
 beside a trace always are (`storage.files.open_beside`): a regular file inside
 the run's folder, so a FIFO or a symlink out is refused, never bundled.
 
@@ -19,7 +22,8 @@ default), no entry whose compression ratio is absurd (a zip bomb), none
 that zipfile cannot read (encrypted, or compressed other than stored or
 deflated), no annotations file that is not one. Files are extracted into a
 temporary folder inside the target, every trace is replayed there (its
-seal, blobs and `.torn-N` files checked), and only then are they placed:
+seal, blobs and `.torn-N` files checked, and whether it is sealed against the
+manifest), and only then are they placed:
 blobs first, traces last, so a trace is never visible before its blobs.
 
 Placing never replaces a file: each is hard-linked into place (or created
@@ -91,6 +95,7 @@ class Bundled:
     files: tuple[str, ...]
     bytes: int
     skipped: tuple[str, ...] = ()  # on import: files already there with the same bytes
+    unsealed: tuple[str, ...] = ()  # the runs without a seal (unfinished, paused, crashed, or never sealed)
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +104,7 @@ class _Run:
 
     blobs: tuple[str, ...]
     torn: tuple[str, ...]
+    sealed: bool
 
 
 def _replayed(trace: str) -> tuple[Replay, list[str]]:
@@ -115,18 +121,11 @@ def _replayed(trace: str) -> tuple[Replay, list[str]]:
 
 
 def _exportable(trace: str) -> _Run | str:
-    """What the run at trace brings when it is sealed and intact, else why not and what to do."""
+    """What the run at trace brings when it is intact (sealed or not), else why not."""
     try:
         rep, torn = _replayed(trace)
     except HarnessError as e:
         return f"{trace}: cannot be exported: {e}"
-    if rep.seal is None:
-        if not rep.complete:
-            return (
-                f"{trace}: the run has not ended (state {rep.state}); only sealed runs are exported. "
-                f"Resume it to its end (a run that ends is sealed), or for an ended run: harness seal {trace}"
-            )
-        return f"{trace}: not sealed; only sealed runs are exported. Seal it: harness seal {trace}"
     for name, (size, line) in rep.blobs.items():
         try:
             _blobs.read(trace, line, name, size)
@@ -137,11 +136,15 @@ def _exportable(trace: str) -> _Run | str:
     kept = tuple(
         dict.fromkeys(n for n in torn if "parent" not in rep.header or os.path.lexists(os.path.join(folder, n)))
     )
-    return _Run(tuple(rep.blobs), kept)
+    return _Run(tuple(rep.blobs), kept, rep.seal is not None)
 
 
 def export(traces: Iterable[str | os.PathLike[str]], out: str | os.PathLike[str]) -> Bundled:
-    """Write the sealed runs at `traces` (with their blobs, annotations and .torn-N files) to the zip `out`."""
+    """Write the runs at `traces` (with their blobs, annotations and .torn-N files) to the zip `out`.
+
+    A run need not be sealed: an unfinished or crashed one is exported as it
+    stands, and the manifest and the result's `unsealed` name it.
+    """
     paths = [os.fspath(t) for t in traces]
     target = os.fspath(out)
     if not paths:
@@ -163,8 +166,8 @@ def export(traces: Iterable[str | os.PathLike[str]], out: str | os.PathLike[str]
     found = [_exportable(p) for p in paths]
     refused = [why for why in found if isinstance(why, str)]
     if refused:
-        raise BundleError(target, "refused to export unsealed or damaged runs:\n  " + "\n  ".join(refused))
-    runs = [run for run in found if isinstance(run, _Run)]  # all of them: the refusals were raised above
+        raise BundleError(target, "refused to export damaged runs:\n  " + "\n  ".join(refused))
+    runs = [run for run in found if isinstance(run, _Run)]  # every one, now that none was refused
     names = [os.path.basename(p) for p in paths]
     if len(set(names)) != len(names):
         raise BundleError(target, "two runs with the same file name cannot share a bundle")
@@ -202,7 +205,8 @@ def export(traces: Iterable[str | os.PathLike[str]], out: str | os.PathLike[str]
                     digest, size = _copy(target, folder, source, dst)
                 entries.append({"path": rel, "sha256": digest, "size": size})
                 total += size
-            manifest = {"format": FORMAT, "version": VERSION, "files": entries}
+            unsealed = sorted(n for n, run in zip(names, runs, strict=True) if not run.sealed)
+            manifest = {"format": FORMAT, "version": VERSION, "files": entries, "unsealed": unsealed}
             zf.writestr(_info(MANIFEST), orjson.dumps(manifest, option=orjson.OPT_INDENT_2) + b"\n")
         os.replace(tmp, target)
     except BaseException as e:
@@ -211,7 +215,7 @@ def export(traces: Iterable[str | os.PathLike[str]], out: str | os.PathLike[str]
         if isinstance(e, OSError):
             raise BundleError(target, f"cannot write the bundle: {e.strerror or e}") from None
         raise
-    return Bundled(target, tuple(names), tuple(sorted(files)), total)
+    return Bundled(target, tuple(names), tuple(sorted(files)), total, unsealed=tuple(unsealed))
 
 
 def _copy(target: str, folder: str, source: str | bytes, dst: Any) -> tuple[str, int]:
@@ -283,8 +287,14 @@ def _safe(name: str) -> bool:
     )
 
 
-def _check_entries(path: str, zf: zipfile.ZipFile, max_bytes: int, max_ratio: float) -> dict[str, dict[str, object]]:
-    """The manifest's files by path, once every entry of the archive has passed the checks (no byte read yet)."""
+def _check_entries(
+    path: str, zf: zipfile.ZipFile, max_bytes: int, max_ratio: float
+) -> tuple[dict[str, dict[str, object]], set[str]]:
+    """The manifest's files by path and the runs it says are unsealed, once every entry has passed the checks.
+
+    (No byte of an entry but the manifest is read yet.) A manifest written
+    before bundles held unsealed runs has no "unsealed": none is.
+    """
     seen: set[str] = set()
     total = 0
     for info in zf.infolist():
@@ -314,8 +324,15 @@ def _check_entries(path: str, zf: zipfile.ZipFile, max_bytes: int, max_ratio: fl
     try:
         manifest = orjson.loads(_read(path, zf, MANIFEST, 16 << 20))
         listed = {f["path"]: f for f in manifest["files"]}
-        ok = manifest.get("format") == FORMAT and all(
-            isinstance(p, str) and type(f["size"]) is int and isinstance(f["sha256"], str) for p, f in listed.items()
+        unsealed = manifest.get("unsealed", [])
+        ok = (
+            manifest.get("format") == FORMAT
+            and all(
+                isinstance(p, str) and type(f["size"]) is int and isinstance(f["sha256"], str)
+                for p, f in listed.items()
+            )
+            and isinstance(unsealed, list)
+            and all(isinstance(n, str) for n in unsealed)
         )
     except (orjson.JSONDecodeError, KeyError, TypeError, AttributeError):
         ok = False
@@ -340,7 +357,7 @@ def _check_entries(path: str, zf: zipfile.ZipFile, max_bytes: int, max_ratio: fl
             path,
             f"{', '.join(sorted(odd)[:5])}: not a file export writes (<run>.jsonl, its annotations, blobs/<sha256>)",
         )
-    return listed
+    return listed, set(unsealed)
 
 
 def _exported(name: str, listed: Mapping[str, object]) -> bool:
@@ -385,7 +402,7 @@ def import_bundle(
     except (zipfile.BadZipFile, OSError, EOFError) as e:
         raise BundleError(path, f"not a zip archive, or a truncated one ({e})") from None
     with zf:
-        listed = _check_entries(path, zf, max_bytes, max_ratio)
+        listed, claimed = _check_entries(path, zf, max_bytes, max_ratio)
         remote = is_url(target)  # a runs URL: checked in a local staging folder, then placed in the bucket
         staging = os.path.join(target, f".import-{uuid.uuid4().hex}") if not remote else ""
         try:
@@ -416,9 +433,17 @@ def import_bundle(
                     os.fsync(out.fileno())
             runs = sorted(n for n in listed if "/" not in n and n.endswith(".jsonl"))
             named: set[str] = set()  # the .torn-N files the runs name
+            unsealed: list[str] = []
             for run in runs:
-                named.update(_check_run(path, os.path.join(staging, run), run))
+                torn, sealed = _check_run(path, os.path.join(staging, run), run, remote)
                 # replay() found each blob it names with its size; each blob's bytes were hashed to its name above
+                named.update(torn)
+                if not sealed:
+                    unsealed.append(run)
+            if set(unsealed) != claimed:  # a bundle does not pass an unsealed run off as sealed, nor the reverse
+                raise BundleError(
+                    path, f"the manifest says the unsealed runs are {sorted(claimed)}, but they are {unsealed}"
+                )
             stray = sorted(n for n in listed if _TORN.fullmatch(n) and n not in named)
             if stray:
                 raise BundleError(path, f"{', '.join(stray[:5])}: a .torn-N file that no run of the bundle names")
@@ -430,7 +455,7 @@ def import_bundle(
                     )  # fmt: skip
                 skipped = _place_on_store(path, staging, listed, runs, target)
                 total = sum(int(f["size"]) for f in listed.values())  # type: ignore[call-overload]
-                return Bundled(path, tuple(runs), tuple(sorted(listed)), total, tuple(sorted(skipped)))
+                return Bundled(path, tuple(runs), tuple(sorted(listed)), total, tuple(sorted(skipped)), tuple(unsealed))
             with _locked(path, target):
                 skipped = _place(path, staging, target, listed)
         except OSError as e:  # a full disk, a kill of the file system: the runs not yet moved never appear
@@ -441,18 +466,18 @@ def import_bundle(
         finally:
             shutil.rmtree(staging, ignore_errors=True)
     total = sum(int(f["size"]) for f in listed.values())  # type: ignore[call-overload]
-    return Bundled(path, tuple(runs), tuple(sorted(listed)), total, tuple(sorted(skipped)))
+    return Bundled(path, tuple(runs), tuple(sorted(listed)), total, tuple(sorted(skipped)), tuple(unsealed))
 
 
-def _check_run(path: str, trace: str, run: str) -> list[str]:
-    """The .torn-N files the staged run at trace names, once it replays sealed; BundleError if it does not."""
+def _check_run(path: str, trace: str, run: str, remote: bool) -> tuple[list[str], bool]:
+    """The .torn-N files the staged run at trace names and whether it is sealed; BundleError if it does not replay."""
     try:
         rep, torn = _replayed(trace)
     except HarnessError as e:
         raise BundleError(path, f"{run} does not replay: {e}") from None
-    if rep.seal is None:
-        raise BundleError(path, f"{run} is not sealed; a bundle holds sealed runs only")
-    return torn
+    if remote and rep.torn_tail:  # a bucket's segments are whole lines: the resume that sets it aside is local
+        raise BundleError(path, f"{run} ends in a torn line (a crashed run); import this bundle into a local folder")
+    return torn, rep.seal is not None
 
 
 @contextlib.contextmanager

@@ -621,18 +621,26 @@ def _annotate(args: argparse.Namespace) -> int:
 
 def _export_setup(p: argparse.ArgumentParser) -> None:
     p.add_argument("source", help="a trace, or a runs folder with --all (a path or a URL)")
-    p.add_argument("--all", action="store_true", help="every run of the runs folder (all must be sealed)")
+    p.add_argument("--all", action="store_true", help="every run of the runs folder, sealed or not")
     p.add_argument("-o", "--out", required=True, help="the zip to write (a local file)")
 
 
-@command("export", "Bundle sealed runs, their blobs and annotations into a zip with a manifest.", _export_setup)
+@command(
+    "export",
+    "Bundle runs (sealed, or unfinished as they stand), their blobs and annotations into a zip with a manifest.",
+    _export_setup,
+)
 def _export(args: argparse.Namespace) -> int:
     from .bundle import export, runs_in
 
     traces = runs_in(args.source) if args.all else [args.source]
     done = export(traces, args.out)
-    print(f"{done.path}: {len(done.runs)} runs, {len(done.files)} files, {done.bytes} bytes")
+    print(f"{done.path}: {len(done.runs)} runs, {len(done.files)} files, {done.bytes} bytes{_unsealed(done)}")
     return 0
+
+
+def _unsealed(done: Any) -> str:
+    return f"; unsealed (kept so): {', '.join(done.unsealed)}" if done.unsealed else ""
 
 
 def _import_setup(p: argparse.ArgumentParser) -> None:
@@ -647,7 +655,7 @@ def _import(args: argparse.Namespace) -> int:
 
     done = import_bundle(args.bundle, runs_dir(args.into))
     same = f", {len(done.skipped)} already there" if done.skipped else ""
-    print(f"{done.path}: imported {len(done.runs)} runs, {len(done.files)} files{same}")
+    print(f"{done.path}: imported {len(done.runs)} runs, {len(done.files)} files{same}{_unsealed(done)}")
     return 0
 
 
@@ -753,8 +761,22 @@ def _fleet(args: argparse.Namespace) -> int:
     return 0 if all(s == "DONE" for s in states) else 1
 
 
+class _Version(argparse.Action):
+    """`harness --version`: the installed distribution's version, read only when asked (importlib.metadata is slow)."""
+
+    def __init__(self, option_strings: list[str], dest: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, help="print harness's version and exit")
+
+    def __call__(self, parser: argparse.ArgumentParser, *args: Any) -> None:
+        from .runtime.environment import VERSION
+
+        print(f"harness {VERSION}")
+        parser.exit()
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="harness", description="Inspect, check and compare harness traces.")
+    p.add_argument("--version", action=_Version)
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, (text, setup, fn) in COMMANDS.items():
         sp = sub.add_parser(name, help=text, description=text)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import shutil
 import subprocess
 import sys
@@ -11,6 +12,7 @@ from typing import Any
 import orjson
 import pytest
 
+import harness as package  # (`harness` below runs the console script)
 from harness import Executor, ToolError, diff, normalize, replay
 from harness.review.normalize import render
 from harness.testing import ScriptedTool, counter, fixed_plan, read_records, steps, write_trace
@@ -355,3 +357,77 @@ def test_harness_recover_resumes_an_async_agent(tmp_path: Path) -> None:
     assert "--answer JSON" in row["detail"]  # the question the resumed run asks: answer it to finish
     topics = [orjson.loads(line)["topic"] for line in (tmp_path / "calls.log").read_bytes().splitlines()]
     assert sorted(topics) == ["cost", "plan", "plan", "risk"]  # only the call in flight at the kill again
+
+
+# --- startup: the CLI and the package load only what a command needs ---------------------------
+
+# what `harness --help`, `harness show` and `import harness` must not load: the optional extras, the test tools, and
+# the asyncio and HTTP machinery they bring (each costs tens of milliseconds at every start)
+HEAVY = ("starlette", "uvicorn", "httpx", "syrupy", "pytest", "hypothesis", "ray", "fsspec", "s3fs", "asyncio", "ssl")
+
+LOADED = """
+import sys
+from harness.cli import main
+try:
+    main(sys.argv[1:])
+except SystemExit:
+    pass
+sys.stdout.flush()
+print("\\nMODULES", *sorted(sys.modules), file=sys.stderr)
+"""
+
+
+def loaded(*argv: Any) -> tuple[str, set[str]]:
+    """What a real `harness ARGV` process printed, and the modules it had loaded when it finished."""
+    out = subprocess.run([sys.executable, "-c", LOADED, *map(str, argv)], capture_output=True, text=True, timeout=60)
+    err, _, modules = out.stderr.rpartition("\nMODULES ")
+    assert err == "" and modules, out.stderr
+    return out.stdout, set(modules.split())
+
+
+def heavy(modules: set[str]) -> set[str]:
+    return {m for m in modules if m.split(".")[0] in HEAVY}
+
+
+def test_help_and_show_load_no_extra_and_no_runtime(tmp_path: Path) -> None:
+    printed, modules = loaded("--help")
+    assert "Inspect, check and compare" in printed
+    assert heavy(modules) == set()
+    assert {m for m in modules if m.startswith("harness.")} == {"harness._errors", "harness.cli"}
+    trace = run(tmp_path / "run.jsonl")
+    printed, modules = loaded("show", trace)
+    assert printed.splitlines()[0].split()[:2] == ["1", "header"]  # it did show the trace
+    assert heavy(modules) == set()
+    assert not any(m.startswith(("harness.runtime", "harness.viewer", "harness.ops")) for m in modules), modules
+    assert "importlib.metadata" not in modules  # the version is read only for --version
+    printed, modules = loaded("--version")
+    assert printed.strip() == f"harness {package.__version__}"
+
+
+def test_import_harness_is_light_and_every_public_name_still_resolves() -> None:
+    code = "import sys, harness; print(*sorted(m for m in sys.modules if m.startswith('harness')))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and out.stdout.split() == ["harness", "harness._errors"], out
+    for name in package.__all__:  # each name the package promises is there, lazily imported
+        assert getattr(package, name) is not None, name
+    assert set(package.__all__) <= set(dir(package))
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        package.nope  # noqa: B018
+    exported = {m: set(n.split(", ")) for m, n in package._LAZY.items()}
+    # the TYPE_CHECKING block (what type checkers see) and _LAZY (what runs) name the same things
+    tree = ast.parse(Path(package.__file__).read_text())
+    seen: dict[str, set[str]] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.level == 1 and node.module != "_errors":
+            names = {a.name if a.asname is None else f"{a.name} as {a.asname}" for a in node.names}
+            seen.setdefault(f".{node.module}", set()).update(names)
+    assert seen == exported
+
+
+def test_show_into_a_pipe_closed_early_stops_quietly(tmp_path: Path) -> None:
+    trace = run(tmp_path / "run.jsonl", n=400)  # more than a pipe holds: show is still writing when it closes
+    child = subprocess.Popen([HARNESS, "show", trace], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert child.stdout is not None and child.stdout.readline().split()[:2] == [b"1", b"header"]
+    child.stdout.close()  # as `harness show trace | head -1` does
+    _, err = child.communicate(timeout=60)
+    assert (child.returncode, err) == (0, b"")  # not "read failed: Broken pipe", which blamed the trace

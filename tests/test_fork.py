@@ -162,6 +162,18 @@ def test_fork_by_default_writes_beside_the_parent(parent: Path) -> None:
     assert child.trace == str(parent.parent / f"{child.run_id}.jsonl") and Path(child.trace).exists()
 
 
+def test_fork_takes_the_childs_run_id_and_names_its_file_by_it(parent: Path) -> None:
+    at = tool_crossing(parent, "write").seq
+    child = harness.fork(parent, at=at, value="X", run_id="chosen-1", **Agent().parts())
+    assert child.run_id == "chosen-1" and child.trace == str(parent.parent / "chosen-1.jsonl")
+    assert harness.replay(child.trace).run_id == "chosen-1"
+    before = sorted(p.name for p in parent.parent.iterdir())
+    for bad in ("../up", "", "a b", 7):
+        with pytest.raises(harness.HarnessError, match=r"run_id=.*letters, digits"):
+            harness.fork(parent, at=at, value="X", run_id=bad, **Agent().parts())  # type: ignore[arg-type]
+    assert sorted(p.name for p in parent.parent.iterdir()) == before
+
+
 def test_a_fork_whose_agent_no_longer_repeats_the_parent_is_refused(parent: Path) -> None:
     before = sorted(p.name for p in parent.parent.iterdir())
     write = tool_crossing(parent, "write")

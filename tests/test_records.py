@@ -200,6 +200,11 @@ def test_an_unfinished_run_cannot_be_sealed(tmp_path: Path) -> None:
     trace.write_bytes(b"".join(lines[:5]))
     out = cli("seal", trace)
     assert out.returncode == 2 and "has not ended" in out.stderr and "Traceback" not in out.stderr
+    checked = cli("verify", trace)  # verify and seal agree: no advice to run the seal that refuses
+    assert checked.returncode == 1 and "harness seal" not in checked.stdout
+    state = replay(trace).state
+    assert f"NOT sealed: the run has not ended (state {state})" in checked.stdout and "resume it" in checked.stdout
+    assert not harness.verify(trace).ended and harness.verify(trace).run_state == state
 
 
 def test_verify_exit_codes(tmp_path: Path) -> None:
@@ -277,11 +282,47 @@ def test_export_import_export_gives_the_same_files(tmp_path: Path) -> None:
     assert set(again.skipped) == set(again.files)
 
 
-def test_export_refuses_an_unsealed_run_and_says_how_to_seal_it(tmp_path: Path) -> None:
-    trace = big_run(tmp_path)
-    trace.write_bytes(b"".join(trace.read_bytes().splitlines(keepends=True)[:-1]))
-    out = cli("export", trace, "-o", tmp_path / "x.zip")
-    assert out.returncode == 2 and f"harness seal {trace}" in out.stderr and not (tmp_path / "x.zip").exists()
+def test_unfinished_and_crashed_runs_export_and_import_unsealed(tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    big_run(runs, name="done.jsonl")
+    lines = big_run(runs, name="cut.jsonl").read_bytes().splitlines(keepends=True)
+    (runs / "cut.jsonl").write_bytes(b"".join(lines[:5]) + lines[5][:9])  # a crash mid-line: a torn tail
+    (runs / "ended.jsonl").write_bytes(b"".join((runs / "done.jsonl").read_bytes().splitlines(keepends=True)[:-1]))
+    out = cli("export", runs, "--all", "-o", tmp_path / "all.zip")  # one unsealed run no longer refuses the folder
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.rstrip().endswith("unsealed (kept so): cut.jsonl, ended.jsonl")
+    manifest = orjson.loads(zipfile.ZipFile(tmp_path / "all.zip").read("manifest.json"))
+    assert manifest["unsealed"] == ["cut.jsonl", "ended.jsonl"]
+    done = cli("import", tmp_path / "all.zip", "--into", tmp_path / "other")
+    assert done.returncode == 0 and "unsealed (kept so): cut.jsonl, ended.jsonl" in done.stdout, done.stderr
+    for name in ("cut.jsonl", "ended.jsonl", "done.jsonl"):  # byte for byte, torn tail and all
+        assert (tmp_path / "other" / name).read_bytes() == (runs / name).read_bytes()
+    assert (
+        f"has not ended (state {replay(runs / 'cut.jsonl').state})"
+        in cli("verify", tmp_path / "other" / "cut.jsonl").stdout
+    )
+    assert "seal it with `harness seal" in cli("verify", tmp_path / "other" / "ended.jsonl").stdout
+    assert cli("verify", tmp_path / "other" / "done.jsonl").returncode == 0
+    one = harness.export([runs / "cut.jsonl"], tmp_path / "one.zip")
+    assert one.unsealed == ("cut.jsonl",) and harness.import_bundle(one.path, tmp_path / "x").unsealed == one.unsealed
+    lines = (runs / "done.jsonl").read_bytes().split(b"\n")
+    at = next(i for i, line in enumerate(lines) if i and b'"step":' in line)
+    lines[at] = lines[at].replace(b'"step":', b'"step":1', 1)  # damaged (its checksum no longer matches): refused
+    (runs / "bad.jsonl").write_bytes(b"\n".join(lines))
+    bad = cli("export", runs / "bad.jsonl", "-o", tmp_path / "bad.zip")
+    assert bad.returncode == 2 and "damaged" in bad.stderr and not (tmp_path / "bad.zip").exists()
+
+
+def test_import_refuses_a_manifest_that_passes_an_unsealed_run_off_as_sealed(tmp_path: Path) -> None:
+    trace = big_run(tmp_path, name="a.jsonl")
+    trace.write_bytes(b"".join(trace.read_bytes().splitlines(keepends=True)[:5]))
+    harness.export([trace], tmp_path / "a.zip")
+    with zipfile.ZipFile(tmp_path / "a.zip") as zf:
+        entries = [(n, zf.read(n)) for n in zf.namelist() if n != "manifest.json"]
+    with pytest.raises(BundleError, match=r"unsealed runs are \[\], but they are \['a.jsonl'\]"):
+        harness.import_bundle(hostile(tmp_path / "l.zip", entries), tmp_path / "into")  # its manifest: no "unsealed"
+    assert not (tmp_path / "into" / "a.jsonl").exists()
 
 
 def test_import_refuses_to_overwrite_a_differing_run(tmp_path: Path) -> None:

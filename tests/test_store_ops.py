@@ -204,15 +204,19 @@ def test_import_into_a_url_refuses_a_run_there_with_other_bytes_and_writes_nothi
     assert snapshot(other) == before  # not even the blob
 
 
-def test_export_of_an_unsealed_url_names_the_seal_command(
+def test_export_of_an_unsealed_url_says_it_is_unsealed_and_import_keeps_it_so(
     runs: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     url = f"{runs}/old.jsonl"
     unsealed_on_store(tmp_path, url)
-    assert main(["export", url, "-o", str(tmp_path / "x.zip")]) == 2
-    assert "harness seal" in capsys.readouterr().err and not (tmp_path / "x.zip").exists()
-    assert main(["seal", url]) == 0
     assert main(["export", url, "-o", str(tmp_path / "x.zip")]) == 0
+    assert capsys.readouterr().out.rstrip().endswith("unsealed (kept so): old.jsonl")
+    assert harness.import_bundle(tmp_path / "x.zip", f"{runs}/other").unsealed == ("old.jsonl",)
+    assert not harness.replay(f"{runs}/other/old.jsonl").sealed
+    assert "seal it with `harness seal" in "\n".join(harness.verify(f"{runs}/other/old.jsonl").report())
+    assert main(["seal", url]) == 0
+    assert main(["export", url, "-o", str(tmp_path / "y.zip")]) == 0
+    assert "unsealed (kept so)" not in capsys.readouterr().out
 
 
 def test_migrate_of_a_url_writes_a_new_run_and_leaves_the_original(

@@ -641,6 +641,7 @@ def test_with_agent_a_fork_runs_in_the_background_and_writes_a_child(
         child = c.get(f"/api/runs/{job['child']}/summary").json()
         assert child["parent_id"] == ids["done"] and child["branch"] == at and child["state"] == "DONE"
         assert child["header"]["parent"] == harness.replay(parent).run_id
+        assert harness.replay(runs / f"{job['child']}.jsonl").run_id == job["child"]  # saved as <run_id>.jsonl
         bad = c.post(f"/api/runs/{ids['done']}/fork", json={"at": 2, "value": 1}).json()  # seq 2 carries no crossing
         for _ in range(500):
             failed = c.get(f"/api/jobs/{bad['job']}").json()
@@ -847,6 +848,28 @@ def test_a_run_paused_on_a_question_shows_it_and_the_answer_command(tmp_path: Pa
     assert s["pending"] == {"seq": 3, "step": 0, "state": "PLAN", "question": {"approve": "refund 5"}}
     assert s["answer"].startswith(f"harness resume {runs / 'asks.jsonl'} --agent ") and "--answer" in s["answer"]
     assert s["detail"] == 'waiting for an answer: {"approve":"refund 5"}'
+
+
+def test_an_answer_record_has_its_own_class_label_and_note(tmp_path: Path) -> None:
+    asked: list[Any] = []
+
+    def planner(goal: Any, done: list[Any]) -> Any:
+        asked.append(harness.interrupt({"approve": goal}))
+        return None
+
+    Executor(planner=planner, tools={}, trace=tmp_path / "asks.jsonl").run("refund 5")
+    Executor(planner=planner, tools={}, trace=tmp_path / "asks.jsonl", resume=True).run("refund 5", answer="yes")
+    records = read_records(tmp_path / "asks.jsonl")
+    (answer,) = [r for r in records if r["kind"] == "answer"]
+    with local(create_app(tmp_path)) as c:
+        rows = c.get("/api/runs/asks/records").json()["records"]
+        config = c.get("/api/config").json()
+    (shown,) = [b for b in rows if b["kind"] == "answer"]
+    assert shown["cls"] == "a" and config["classes"]["a"] == "answer"  # not "o", the unknown kind "?"
+    assert shown["label"] == f"answer to seq {answer['op']}" and shown["note"] == "yes"
+    assert "o" not in {b["cls"] for b in rows}
+    static = Path(harness.viewer.__file__).parent / "static"
+    assert 'a: "answer"' in (static / "run.js").read_text() and ".cls-a {" in (static / "style.css").read_text()
 
 
 # --- model streams: their text in the What column, the panel and the diff ------------------------------------------

@@ -55,17 +55,19 @@ import stat
 import sys
 from collections.abc import Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 import orjson
 
 from .._errors import HarnessError, TraceUnreadable
-from ..runtime.executor import Outcome
 from ..storage import blobs as _blobs
 from ..storage import local_copy
 from ..trace.reader import Replay, replay
 from .fieldpath import Path, mark, parse
 from .stream import http_view
+
+if TYPE_CHECKING:  # (at run time: _trace_of; `harness show` need not load the runtime to read a trace)
+    from ..runtime.executor import Outcome
 
 FORMAT, VERSION = "harness-golden", 2  # 2: trace schema 2 (one checkpoint record per step, seals)
 GOLDEN_HEAD = orjson.dumps({"format": FORMAT, "version": VERSION}).decode()
@@ -82,7 +84,7 @@ ORDER = (
 )  # fmt: skip
 _RANK = {k: i for i, k in enumerate(ORDER)}
 
-Source = str | os.PathLike[str] | Sequence[Mapping[str, Any]] | Replay | Outcome
+Source: TypeAlias = "str | os.PathLike[str] | Sequence[Mapping[str, Any]] | Replay | Outcome"
 
 # the defaults (see the module docstring)
 VOLATILE_RESPONSE_HEADERS = (
@@ -267,6 +269,12 @@ def _model_ids(value: dict[str, Any]) -> dict[str, Any]:
     return value
 
 
+def _trace_of(source: Any) -> Any:
+    """An Outcome's trace path; anything else as it is."""
+    executor = sys.modules.get("harness.runtime.executor")  # no Outcome exists before the executor is imported
+    return source.trace if executor is not None and isinstance(source, executor.Outcome) else source
+
+
 def normalize(
     trace: Source, *, ignore: str | Iterable[str] | None = None, defaults: bool = True
 ) -> list[dict[str, Any]]:
@@ -283,8 +291,7 @@ def normalize(
 
 def normalize_with(trace: Source, rules: Rules) -> list[dict[str, Any]]:
     """normalize() under rules."""
-    if isinstance(trace, Outcome):
-        trace = trace.trace
+    trace = _trace_of(trace)
     if isinstance(trace, Replay):
         trace = trace.path
     if isinstance(trace, str | os.PathLike) and not is_golden_file(os.fspath(trace)):
@@ -408,8 +415,7 @@ class Loaded:
     def load(cls, source: Source | Loaded, rules: Rules = RULES) -> Loaded:
         if isinstance(source, Loaded):
             return source
-        if isinstance(source, Outcome):
-            source = source.trace
+        source = _trace_of(source)
         if isinstance(source, Replay):
             return cls.trace(source.path, rules)
         if isinstance(source, str | os.PathLike):

@@ -42,6 +42,7 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import re
 import shutil
 import tempfile
 import uuid
@@ -146,6 +147,7 @@ def rerun(
 
 
 _UNSET: Any = object()  # fork() was given no value=
+_RUN_ID = re.compile(r"[A-Za-z0-9_-]{1,128}")  # a run id chosen by the caller: it names the child's file
 
 
 def fork(
@@ -161,6 +163,7 @@ def fork(
     out: str | os.PathLike[str] | None = None,
     retry: RetryPolicy | None = None,
     redact: Redaction | Iterable[Rule] | None = None,
+    run_id: str | None = None,
 ) -> Rerun:
     """Re-execute `trace` up to the crossing at seq `at`, answer it with `value`, run the rest live.
 
@@ -174,7 +177,8 @@ def fork(
     recorded response does not hold is a HarnessError naming it and what is
     there.
 
-    The child goes to `out` (a new file or trace URL), by default
+    The child's run id is `run_id` (letters, digits, `-`, `_`), by default a
+    new uuid4 hex; it goes to `out` (a new file or trace URL), by default
     `<child run_id>.jsonl` beside the parent (in its bucket for a URL). Its
     header names `parent` (run id) and `branch` (`at`). A fork that fails
     leaves no file (no segment at a URL), whatever the failure: a HarnessError
@@ -194,9 +198,11 @@ def fork(
     if branch is None:
         seqs = ", ".join(str(c.seq) for c in rec.crossings) or "none"
         raise HarnessError(f"{rec.path}: seq {at!r} does not carry a crossing a fork can change (crossings: {seqs})")
+    if run_id is not None and not (isinstance(run_id, str) and _RUN_ID.fullmatch(run_id)):
+        raise HarnessError(f"fork: run_id={run_id!r}: give letters, digits, '-' and '_' only (it names a file)")
     value = _changed(rec.path, branch, value, set)
     check_value("value", value)
-    run_id = uuid.uuid4().hex
+    run_id = run_id or uuid.uuid4().hex
     beside = rec.path.rsplit("/", 1)[0] if is_url(rec.path) else os.path.dirname(rec.path)
     path = os.fspath(out) if out is not None else join(beside, f"{run_id}.jsonl")
     _fresh(path)

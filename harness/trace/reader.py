@@ -476,6 +476,8 @@ def replay(
     with os.fdopen(open_regular(path), "rb") as f:
         try:
             return _scan(path, f, on_record)
+        except BrokenPipeError:  # on_record's, writing to a closed pipe (`harness show | head`): never the file's
+            raise
         except OSError as e:  # EIO and the like, after the open: the file's problem, named
             raise read_error(path, e) from None
 

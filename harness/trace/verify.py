@@ -119,6 +119,9 @@ class Verification:
     state: str | None
     problems: tuple[str, ...]
     unreadable: bool = False
+    ended: bool = True  # the run reached DONE or FAILED; only such a run can be sealed (seal())
+    run_state: str | None = None  # the state the run is in (`state` is only a sealed or ended run's)
+    torn_tail: bool = False  # an unfinished run's last line is torn: a crash while writing it, not an alteration
 
     @property
     def ok(self) -> bool:
@@ -135,9 +138,16 @@ class Verification:
                 "keyed seal (HMAC-SHA256) checked with the key" if self.keyed else "unkeyed seal (content hash) checked"
             )
             out.append(f"  {how}: every byte and blob before it, state {self.state}")
+        if self.torn_tail:
+            out.append("  the last line is torn (the process died writing it): resuming the run sets it aside")
         out += [f"  problem: {p}" for p in self.problems]
         if self.ok:
             out.append("  verdict: sealed and intact")
+        elif not self.sealed and not self.problems and not self.ended:  # what seal() says of it, too
+            out.append(
+                f"  verdict: intact but NOT sealed: the run has not ended (state {self.run_state}); "
+                "a run is sealed when it ends: resume it to its end"
+            )
         elif not self.sealed and not self.problems:
             out.append(f"  verdict: intact but NOT sealed; seal it with `harness seal {self.path}`")
         else:
@@ -165,7 +175,8 @@ def verify(trace: str | os.PathLike[str], *, seal_key: str | bytes | None = None
             _blobs.read(local_copy(path), line, name, size)  # a URL: the copy replay() read, blobs beside it
         except TraceCorruption as e:
             problems.append(str(e))
-    if rep.torn_tail:
+    ended = rep.seal is not None or rep.complete
+    if rep.torn_tail and ended:  # bytes after a run's end: no writer leaves them
         problems.append("the trace ends in a torn line")
     seal = rep.seal
     keyed = False
@@ -180,4 +191,7 @@ def verify(trace: str | os.PathLike[str], *, seal_key: str | bytes | None = None
         elif key is not None:
             problems.append("a key was given but the seal has no HMAC: anyone could have written this seal")
     state = rep.state if rep.state in S.TERMINAL else None
-    return Verification(path, rep.records, len(rep.blobs), seal is not None, keyed, state, tuple(problems))
+    return Verification(
+        path, rep.records, len(rep.blobs), seal is not None, keyed, state, tuple(problems),
+        ended=ended, run_state=rep.state, torn_tail=rep.torn_tail and not ended,
+    )  # fmt: skip

@@ -575,26 +575,36 @@ async def _fork(request: Request) -> Response:
         raise HTTPException(400, f"the body is not JSON: {e}") from None
     if not isinstance(body, dict) or type(body.get("at")) is not int or "value" not in body:
         raise HTTPException(400, 'expected {"at": SEQ (an int), "value": the new value}')
-    name = uuid.uuid4().hex
-    child_path = os.path.join(os.path.dirname(path), name + ".jsonl")
+    run_id = uuid.uuid4().hex  # the child's run id, and its file's name (as `harness fork` names it)
+    child_path = os.path.join(os.path.dirname(path), run_id + ".jsonl")
     job = Job(uuid.uuid4().hex, run, address(v.folder, child_path), body["at"])
     v.add(job)
     threading.Thread(
-        target=_run_fork, args=(v, job, path, child_path, body["value"]), daemon=True, name=f"fork-{job.id}"
+        target=_run_fork, args=(v, job, path, child_path, run_id, body["value"]), daemon=True, name=f"fork-{job.id}"
     ).start()
     return _json({"job": job.id, "child": job.child, "url": f"/runs/{job.child}?job={job.id}"}, 202)
 
 
-def _run_fork(v: Viewer, job: Job, parent: str, child: str, value: Any) -> None:
+def _run_fork(v: Viewer, job: Job, parent: str, child: str, run_id: str, value: Any) -> None:
     if v.agent is None and v.workflow is None:  # (_fork starts no job without one)
         job.state, job.error = "failed", "HarnessError: internal error, please report: a fork job with no agent"
         return
     try:
         if v.workflow is not None:
-            r = harness_fork(parent, at=job.at, value=value, workflow=load_workflow(v.workflow), out=child)
+            workflow = load_workflow(v.workflow)
+            r = harness_fork(parent, at=job.at, value=value, workflow=workflow, out=child, run_id=run_id)
         else:
             planner, tools, verifier = load_agent(v.agent or "")
-            r = harness_fork(parent, at=job.at, value=value, planner=planner, tools=tools, verifier=verifier, out=child)
+            r = harness_fork(
+                parent,
+                at=job.at,
+                value=value,
+                planner=planner,
+                tools=tools,
+                verifier=verifier,
+                out=child,
+                run_id=run_id,
+            )
     except Exception as e:  # a fork that fails is reported on its job, whatever the agent raised
         job.state, job.error = "failed", f"{type(e).__name__}: {e}"
         return

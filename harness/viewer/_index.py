@@ -64,12 +64,12 @@ CLASSES = {
     "H": "header", "P": "PLAN", "A": "ACT", "V": "VERIFY", "C": "CHECKPOINT", "K": "checkpoint",
     "D": "DONE", "F": "FAILED", "Z": "PAUSED", "R": "retry", "X": "crossing", "E": "error",
     "r": "resume", "c": "reconcile", "s": "seal", "e": "event", "n": "end", "S": "spawn", "J": "join",
-    "Q": "exit", "M": "send", "G": "receive", "T": "artifact", "o": "other",
+    "Q": "exit", "M": "send", "G": "receive", "T": "artifact", "a": "answer", "o": "other",
 }  # fmt: skip
 _TO = {"PLAN": "P", "ACT": "A", "VERIFY": "V", "CHECKPOINT": "C", "DONE": "D", "FAILED": "F", "PAUSED": "Z"}
 _KIND = {
     "header": "H", "checkpoint": "K", "crossing": "X", "resume": "r", "reconcile": "c", "seal": "s", "event": "e",
-    "spawn": "S", "join": "J", "exit": "Q", "artifact": "T",
+    "spawn": "S", "join": "J", "exit": "Q", "artifact": "T", "answer": "a",
 }  # fmt: skip
 _KNOWN = frozenset({*_KIND, "transition", "end"})
 MESSAGES = "agent_msg"  # the boundary of messages between agents (docs/FORMAT.md, "Agents")
@@ -150,6 +150,8 @@ def label(rec: dict[str, Any]) -> str:
         return f"{kind} {short(rec.get('child'), 40)}"
     if kind == "exit":
         return f"exit {short(rec.get('status'), 20)}"
+    if kind == "answer":
+        return f"answer to seq {rec.get('op')}"
     return str(kind)
 
 
@@ -177,6 +179,8 @@ def note(rec: dict[str, Any]) -> str:
             return short(said(answer), _NOTE)
     if kind == "resume":
         return f"set aside {rec['set_aside']}" if rec.get("set_aside") else "resumed by another process"
+    if kind == "answer":  # what the human said
+        return short(rec.get("answer"), _NOTE)
     named = rec.get("blobs")
     stored: dict[str, Any] = named if isinstance(named, dict) else {}
     for field in ("result", "response", "data", "evidence"):

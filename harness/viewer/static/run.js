@@ -5,14 +5,14 @@ import { h, api, runUrl, apiRun, shortId, time, duration, badge, pretty, nav, fa
 const WINDOW = 300; // records drawn at once; the overview above shows them all
 const CELL = 30; // px per timeline column
 const GLYPH = { H: "◆", P: "P", A: "A", V: "V", C: "C", K: "✓", D: "■", F: "✕", Z: "‖", R: "↻", X: "⇄",
-  E: "!", r: "⟲", c: "✎", s: "⊡", e: "•", n: "■", S: "↱", J: "↲", Q: "⇥", M: "→", G: "←", T: "▣", o: "?" };
+  E: "!", r: "⟲", c: "✎", s: "⊡", e: "•", n: "■", S: "↱", J: "↲", Q: "⇥", M: "→", G: "←", T: "▣", a: "↩", o: "?" };
 const NAMES = { H: "header", P: "PLAN", A: "ACT", V: "VERIFY", C: "CHECKPOINT", K: "checkpoint", D: "DONE",
   F: "FAILED / failure", Z: "PAUSED", R: "retry", X: "crossing", E: "error", r: "resume", c: "reconcile",
   s: "seal", e: "event", n: "end", S: "spawn", J: "join", Q: "exit", M: "send", G: "receive", T: "artifact",
-  o: "other" };
+  a: "answer", o: "other" };
 const SVG = "http://www.w3.org/2000/svg";
 const COLOR = {};
-const PRIORITY = { F: 5, E: 5, R: 4, Z: 3, r: 3, c: 3, D: 2, n: 2 }; // what a crowded overview still shows
+const PRIORITY = { F: 5, E: 5, R: 4, Z: 3, r: 3, c: 3, a: 3, D: 2, n: 2 }; // what a crowded overview still shows
 
 const app = document.getElementById("app");
 const id = decodeURIComponent(location.pathname.slice("/runs/".length));
