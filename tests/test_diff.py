@@ -427,3 +427,30 @@ def test_marks_cover_every_difference_and_lie_inside_the_text(a: str, b: str) ->
     keep_a = "".join(c for i, c in enumerate(a) if not any(lo <= i < hi for lo, hi in old))
     keep_b = "".join(c for i, c in enumerate(b) if not any(lo <= i < hi for lo, hi in new))
     assert keep_a.split() == keep_b.split()  # unmarked: what they share (a mark may take the spaces between words)
+
+
+def _two_calls(goal: Any, progress: Any) -> Any:
+    return [harness.Step("a", "work", {"i": 1}), harness.Step("b", "work", {"i": 2})] if not progress else None
+
+
+def test_a_trace_url_of_a_run_with_agents_is_read_from_its_local_copy(tmp_path: Path) -> None:
+    pytest.importorskip("fsspec")
+    done = Executor(planner=_two_calls, tools={"work": lambda i: {"i": i}}, runs_dir=f"file://{tmp_path}/runs").run("g")
+    assert done.state == "DONE" and str(done.trace).startswith("file://")
+    assert harness.replay(done.trace).clocks is not None  # a run with agents, on a trace URL
+    assert diff(done.trace, done.trace).equal  # the same trace twice: equal (it was opened as a file name)
+
+
+def test_a_run_with_agents_compares_its_blob_stored_payloads_not_their_references(tmp_path: Path) -> None:
+    trace = tmp_path / "t.jsonl"
+    work = lambda i: {"i": i, "pad": "x" * 5000}  # noqa: E731
+    done = Executor(planner=_two_calls, tools={"work": work}, trace=trace, blob_threshold=1024).run("g")
+    assert done.state == "DONE" and b'"blobs":{' in trace.read_bytes()  # the results are in blobs
+    golden = tmp_path / "t.golden.jsonl"
+    golden.write_text(render(normalize(trace)))  # the same view, as a golden file: payloads inline
+    d = diff(trace, golden)
+    assert d.equal, [(m.kind, [c.field for c in m.changes]) for m in d.moved]
+    other = tmp_path / "o.jsonl"
+    work2 = lambda i: {"i": i, "pad": "y" * 5000}  # noqa: E731
+    Executor(planner=_two_calls, tools={"work": work2}, trace=other, blob_threshold=1024).run("g")
+    assert not diff(trace, other).equal  # other payloads: a difference, found in the blobs

@@ -7,6 +7,7 @@ look-alike it must leave alone.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -138,3 +139,18 @@ def test_ignored_paths_apply_to_every_record_after_the_defaults() -> None:
     with pytest.raises(harness.HarnessError, match="defaults must be True or False"):
         Rules((), "yes")  # type: ignore[arg-type]
     assert harness.normalize([record], ignore="response.body")[0]["response"]["body"] == MARKER
+
+
+def test_a_loopback_port_outside_an_http_exchange_counts(tmp_path: Path) -> None:
+    def planner(port: int) -> Any:
+        return lambda goal, done: (
+            None if done else harness.Step("connect", "work", {"url": f"redis://localhost:{port}/0"})
+        )
+
+    a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    harness.Executor(planner=planner(6379), tools={"work": lambda url: {"url": url}}, trace=a).run("g")
+    harness.Executor(planner=planner(6380), tools={"work": lambda url: {"url": url}}, trace=b).run("g")
+    d = harness.diff(a, b)  # the tool was connected to another server: a real difference in what the agent did
+    assert not d.equal and any(c.field == "args.url" for m in d.moved for c in m.changes)
+    tool = {"kind": "transition", "from": "PLAN", "to": "ACT", "step": 0, "args": {"url": "http://127.0.0.1:8000/x"}}
+    assert normalize_record(tool)["args"]["url"] == "http://127.0.0.1:8000/x"  # only an http crossing's is marked

@@ -594,3 +594,182 @@ def test_two_answers_in_one_run_each_delivered_once(tmp_path: Path) -> None:
     assert [r["response"] for r in records if r.get("boundary") == "interrupt"] == [1, 2]
     r = harness.rerun(trace, planner=planner, tools={"work": counter()})
     assert (r.equal, r.live_calls) == (True, 0)
+
+
+PAY_CHILD = """
+import os, sys, time
+from pathlib import Path
+import harness
+from harness import Executor, Step, Tool
+
+trace, marker = sys.argv[1], Path(sys.argv[2])
+
+def plan(goal, progress):
+    return None if progress else Step("pay", "pay", {"amount": 5})
+
+def pay(amount):
+    ok = harness.interrupt("pay?")       # asked inside the unsafe tool
+    if Path(f"{marker}.go").exists():     # the resumed call: killed after the answer is delivered
+        Path(f"{marker}.tmp").write_text("x"); os.replace(f"{marker}.tmp", marker); time.sleep(600)
+    return {"paid": amount, "ok": ok}
+
+ex = Executor(planner=plan, tools={"pay": Tool(pay, idempotent=False)}, trace=trace, resume="auto")
+answer = sys.argv[3] if len(sys.argv) > 3 else None
+print(ex.run("g", **({"answer": answer} if answer else {})).state)
+"""
+
+
+def _pay_plan(goal: Any, progress: Any) -> Step | None:
+    return None if progress else Step("pay", "pay", {"amount": 5})
+
+
+def test_an_answer_survives_a_reconcile_of_the_unsafe_call_that_asked(tmp_path: Path) -> None:
+    from children import kill_at
+
+    trace, marker, script = tmp_path / "t.jsonl", tmp_path / "m", tmp_path / "child.py"
+    script.write_text(PAY_CHILD)
+    cwd = str(Path(__file__).parent.parent)
+    first = subprocess.run([sys.executable, str(script), str(trace), str(marker)], capture_output=True, cwd=cwd)
+    assert first.stdout.strip() == b"PAUSED", first.stderr  # asked "pay?"
+    Path(f"{marker}.go").write_text("")
+    child = subprocess.Popen(
+        [sys.executable, str(script), str(trace), str(marker), "yes"], cwd=cwd,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    kill_at(marker, child, "the resumed call, after its answer")  # killed inside the unsafe call
+    calls: list[object] = []
+
+    def pay(amount: int) -> dict[str, object]:
+        calls.append(harness.interrupt("pay?"))
+        return {"paid": amount}
+
+    ex = Executor(planner=_pay_plan, tools={"pay": harness.Tool(pay, idempotent=False)}, trace=trace, resume=True)
+    out = ex.run("g")
+    assert out.state == "PAUSED" and "question" not in out.pending  # in doubt: waits for a reconcile
+    assert replay(trace).answers == ("yes",)  # the pause without a question keeps what was answered
+    harness.reconcile(trace, happened=False, evidence="no charge at the bank")
+    assert replay(trace).answers == ("yes",)
+    out = ex.run("g")
+    assert calls == ["yes"], (calls, out.state, out.pending)  # every answer since its intent, again; none asked
+    assert out.state == "DONE"
+    assert replay(trace).answers == ()
+
+
+def test_an_answer_to_a_torn_header_is_refused_and_nothing_is_written(tmp_path: Path) -> None:
+    trace = tmp_path / "t.jsonl"
+    torn = b'{"seq":1,"kind":"header","schema":2,"run_'  # the writer died creating it
+    trace.write_bytes(torn)
+    ex = Executor(planner=_pay_plan, tools={"pay": lambda amount: amount}, trace=trace, resume=True)
+    with pytest.raises(HarnessError, match="no run asked a question; nothing was written"):
+        ex.run("g", answer="yes")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["t.jsonl"]  # no .torn-1
+    assert trace.read_bytes() == torn
+    assert ex.run("g").state == "DONE"  # without the answer, the torn header is set aside and a run starts
+
+
+def test_an_answer_to_an_ended_run_missing_its_seal_is_refused_and_nothing_is_written(tmp_path: Path) -> None:
+    trace = tmp_path / "t.jsonl"
+    ex = Executor(planner=_pay_plan, tools={"pay": lambda amount: amount}, trace=trace, resume=True)
+    Executor(planner=_pay_plan, tools={"pay": lambda amount: amount}, trace=trace).run("g")
+    lines = trace.read_bytes().splitlines(keepends=True)
+    assert b'"kind":"seal"' in lines[-1]
+    data = b"".join(lines[:-1])
+    trace.write_bytes(data)  # the writer died writing its end: the seal is missing
+    with pytest.raises(HarnessError, match=r"waits for none \(its state is DONE\); nothing was written"):
+        ex.run("g", answer="yes")
+    assert trace.read_bytes() == data
+    assert ex.run("g").state == "DONE" and b'"kind":"seal"' in trace.read_bytes()  # without it: the seal repaired
+
+
+LOGIN_CHILD = """
+import os, sys, time
+from pathlib import Path
+import harness
+from harness import Executor, Step
+
+trace, marker = sys.argv[1], Path(sys.argv[2])
+
+def plan(goal, progress):
+    return None if progress else Step("login", "login", {})
+
+def login():
+    creds = harness.interrupt("credentials?")
+    if Path(f"{marker}.go").exists():
+        Path(f"{marker}.tmp").write_text("x"); os.replace(f"{marker}.tmp", marker); time.sleep(600)
+    return {"user": creds["user"]}
+
+ex = Executor(planner=plan, tools={"login": login}, trace=trace, resume="auto")
+answer = {"user": "ann", "api_key": "s3cret"} if len(sys.argv) > 3 else None
+print(ex.run("g", **({"answer": answer} if answer else {})).state)
+"""
+
+
+def test_a_tool_called_again_after_a_crash_is_never_given_a_redacted_answer(tmp_path: Path) -> None:
+    from children import kill_at
+
+    trace, marker, script = tmp_path / "t.jsonl", tmp_path / "m", tmp_path / "child.py"
+    script.write_text(LOGIN_CHILD)
+    cwd = str(Path(__file__).parent.parent)
+    first = subprocess.run([sys.executable, str(script), str(trace), str(marker)], capture_output=True, cwd=cwd)
+    assert first.stdout.strip() == b"PAUSED", first.stderr
+    Path(f"{marker}.go").write_text("")
+    child = subprocess.Popen(
+        [sys.executable, str(script), str(trace), str(marker), "answer"], cwd=cwd,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    kill_at(marker, child, "the tool called after its answer")
+    assert replay(trace).answers == ({"user": "ann", "api_key": "[REDACTED]"},)  # the trace holds it redacted
+    got: list[object] = []
+
+    def login() -> dict[str, object]:
+        got.append(harness.interrupt("credentials?"))
+        return {"ok": True}
+
+    def plan(goal: Any, progress: Any) -> Step | None:
+        return None if progress else Step("login", "login", {})
+
+    ex = Executor(planner=plan, tools={"login": login}, trace=trace, resume=True)
+    data = trace.read_bytes()
+    with pytest.raises(HarnessError, match=r"marker at answer\.api_key.*Resume with that answer again"):
+        ex.run("g")  # the marker is never handed to a live call
+    with pytest.raises(HarnessError, match="waits for none"):
+        ex.run("g", answer={"user": "bob", "api_key": "other"})  # not the answer recorded
+    assert trace.read_bytes() == data and got == []  # refused before anything was written or called
+    out = ex.run("g", answer={"user": "ann", "api_key": "s3cret"})  # the same answer, given again
+    assert out.state == "DONE" and got == [{"user": "ann", "api_key": "s3cret"}]
+    assert b"s3cret" not in trace.read_bytes()
+    assert sum(r["kind"] == "answer" for r in read_records(trace)) == 1  # given again, not recorded again
+    harness.replay(trace)
+
+
+def test_an_answer_after_a_parallel_step_finishes_the_run(tmp_path: Path) -> None:
+    def plan(goal: Any, progress: Any) -> Any:
+        if not progress:
+            return [Step("a", "work", {"i": 1}), Step("b", "work", {"i": 2})]
+        if len(progress) == 2:
+            return Step("c", "work", {"i": harness.interrupt("go on?")})
+        return None
+
+    ex = Executor(planner=plan, tools={"work": lambda i: {"i": i}}, trace=tmp_path / "t.jsonl", resume="auto")
+    assert ex.run("g").state == "PAUSED"
+    out = ex.run("g", answer=3)
+    assert out.state == "DONE", out
+    replay(out.trace)  # the answer's and resume's clocks are main's events
+    assert [c.result for c in out.checkpoints] == [{"i": 1}, {"i": 2}, {"i": 3}]
+
+
+def test_an_answer_after_a_spawned_agent_in_the_asking_step_finishes_the_run(tmp_path: Path) -> None:
+    def helper(x: int) -> float:
+        return harness.random() + x  # a recorded crossing of agent "helper"
+
+    def plan(goal: Any, progress: Any) -> Step | None:
+        if progress:
+            return None
+        v = harness.join(harness.spawn("helper", helper, 1))[0]
+        return Step("c", "work", {"i": harness.interrupt(f"go with {v:.3f}?")})  # asked after the join
+
+    ex = Executor(planner=plan, tools={"work": lambda i: i}, trace=tmp_path / "t.jsonl", resume="auto")
+    assert ex.run("g").state == "PAUSED"
+    out = ex.run("g", answer=3)
+    assert out.state == "DONE", out
+    replay(out.trace)

@@ -459,3 +459,63 @@ def test_a_verifier_that_changes_the_result_changes_no_checkpoint_in_a_run_or_it
     assert [c.result for c in out.checkpoints] == [{"v": 1}, {"v": 1}]
     again = harness.rerun(trace, planner=planner, tools=tools, verifier=verifier)
     assert again.state == "DONE" and again.equal
+
+
+def _three(goal: Any, progress: Any) -> Step | None:
+    return None if len(progress) >= 3 else Step(f"s{len(progress)}", "work", {"i": len(progress)})
+
+
+def _padded(i: int) -> dict[str, Any]:
+    return {"i": i, "pad": "x" * 10}
+
+
+def test_rerun_and_fork_of_a_resumed_trace_with_a_torn_tail(tmp_path: Path) -> None:
+    from children import kill_in_call
+
+    trace = tmp_path / "t.jsonl"
+    kill_in_call(trace, tmp_path / "m", steps=3, at=1, pad=10)
+    with open(trace, "ab") as f:
+        f.write(b'{"seq":99,"kind":"transi')  # a torn tail
+    out = Executor(planner=_three, tools={"work": _padded}, trace=trace, resume=True).run("g")
+    assert out.state == "DONE" and os.path.exists(f"{trace}.torn-1")
+    other = tmp_path / "elsewhere"
+    other.mkdir()
+    done = harness.rerun(trace, planner=_three, tools={"work": _padded}, out=other / "r.jsonl")
+    assert done.equal and done.live_calls == 0, done
+    harness.replay(other / "r.jsonl")
+    at = harness.replay(trace).crossings[0].seq
+    forked = harness.fork(
+        trace, at=at, value={"i": 7, "pad": ""}, planner=_three, tools={"work": _padded}, out=other / "f.jsonl"
+    )
+    harness.replay(forked.trace)
+
+
+def test_rerun_of_a_killed_trace_with_a_torn_tail(tmp_path: Path) -> None:
+    from children import kill_in_call
+
+    trace = tmp_path / "t.jsonl"
+    kill_in_call(trace, tmp_path / "m", steps=3, at=1, pad=10)
+    with open(trace, "ab") as f:
+        f.write(b'{"seq":99,"kind":"transi')  # a torn tail
+    done = harness.rerun(trace, planner=_three, tools={"work": _padded}, out=tmp_path / "r.jsonl")
+    assert done.equal and done.live_calls == 0 and done.unused == 0, done
+    assert harness.replay(tmp_path / "r.jsonl").state == "ACT"
+
+
+def test_rerun_and_fork_of_answered_questions(tmp_path: Path) -> None:
+    def planner(goal: Any, progress: Any) -> Step | None:
+        return None if progress else Step("ask", "work", {"i": harness.interrupt("how many?")})
+
+    def asking(i: int) -> dict[str, Any]:
+        return {"i": i, "ok": harness.interrupt("sure?")}
+
+    trace = tmp_path / "t.jsonl"
+    ex = Executor(planner=planner, tools={"work": asking}, trace=trace, resume="auto")
+    assert ex.run("g").state == "PAUSED"
+    assert ex.run("g", answer=3).state == "PAUSED"
+    assert ex.run("g", answer="yes").state == "DONE"
+    done = harness.rerun(trace, planner=planner, tools={"work": asking}, out=tmp_path / "r.jsonl")
+    assert done.equal and done.live_calls == 0, done
+    at = next(c.seq for c in harness.replay(trace).crossings if c.kind == "interrupt")
+    forked = harness.fork(trace, at=at, value=4, planner=planner, tools={"work": asking}, out=tmp_path / "f.jsonl")
+    assert harness.replay(forked.trace).state in ("DONE", "PAUSED")

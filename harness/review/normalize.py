@@ -17,8 +17,10 @@ http crossing's streamed model reply reads as the message it adds up to
 `Rules` adds what a project chooses: field paths marked `<ignored>` in
 every record (`_fieldpath`), and the defaults, on unless turned off (each
 replaces a value with a marker, so a golden shows what was left out):
-- a loopback URL's port, in any string: `http://127.0.0.1:<port>/v1` (also
-  `localhost`, `[::1]`, `0.0.0.0`): a test server binds a free port;
+- a loopback URL's port, in any string of an `http` crossing (its request
+  and response): `http://127.0.0.1:<port>/v1` (also `localhost`, `[::1]`,
+  `0.0.0.0`): a test server binds a free port; a port in a tool's args or
+  result, or anywhere else, counts;
 - an http response's per-request headers (`VOLATILE_RESPONSE_HEADERS`:
   request ids, server timings, rate-limit counters);
 - a Pydantic AI model response's `timestamp` and `provider_response_id`, and
@@ -225,16 +227,26 @@ def normalize_record(record: Mapping[str, Any], *, nested: bool = True, rules: R
         out["set_aside"] = "torn-" + aside.rpartition(".torn-")[2]
     for path in rules.paths:
         out = mark(out, path)
-    if nested or rules.defaults:
+    if rules.defaults and kind == "crossing" and out.get("boundary") == "http":
+        return _ports(out, nested)  # a test server's port: in an http exchange only, never in a tool's args
+    if nested:
         for k, v in out.items():
-            if type(v) is dict or type(v) is list:  # nested keys sorted (in C); a loopback port found in the text
-                data = orjson.dumps(v, option=orjson.OPT_SORT_KEYS) if nested else orjson.dumps(v)
-                if rules.defaults and _PORT_BYTES.search(data):  # its literal `://` is looked for first, in C
-                    out[k] = orjson.loads(_PORT_BYTES.sub(rb"\1:<port>", data))
-                elif nested:
-                    out[k] = orjson.loads(data)
-            elif type(v) is str and rules.defaults and _PORT.search(v):
-                out[k] = _PORT.sub(r"\1:<port>", v)
+            if type(v) is dict or type(v) is list:  # nested keys sorted (in C)
+                out[k] = orjson.loads(orjson.dumps(v, option=orjson.OPT_SORT_KEYS))
+    return out
+
+
+def _ports(out: dict[str, Any], nested: bool) -> dict[str, Any]:
+    """The http crossing with each loopback URL's port read `<port>` (nested keys sorted when `nested`)."""
+    for k, v in out.items():
+        if type(v) is dict or type(v) is list:
+            data = orjson.dumps(v, option=orjson.OPT_SORT_KEYS) if nested else orjson.dumps(v)
+            if _PORT_BYTES.search(data):  # its literal `://` is looked for first, in C
+                out[k] = orjson.loads(_PORT_BYTES.sub(rb"\1:<port>", data))
+            elif nested:
+                out[k] = orjson.loads(data)
+        elif type(v) is str and _PORT.search(v):
+            out[k] = _PORT.sub(r"\1:<port>", v)
     return out
 
 
@@ -299,10 +311,15 @@ def normalize_with(trace: Source, rules: Rules) -> list[dict[str, Any]]:
         path = os.fspath(trace)
         keys: list[tuple[int, str]] = []
         spawned = False
+        local: list[str] = []  # the local file holding the trace (a URL's copy), once a record names blobs
 
         def take(line: bytes, rec: dict[str, Any]) -> None:
             nonlocal spawned
-            out.append(normalize_record(_blobs.inline(path, rec), rules=rules))
+            if "blobs" in rec:
+                if not local:
+                    local.append(local_copy(path))
+                rec = _blobs.inline(local[0], rec)
+            out.append(normalize_record(rec, rules=rules))
             keys.append(causal_key(rec, rec["seq"]))
             spawned = spawned or "vc" in rec
 
@@ -445,17 +462,21 @@ class Loaded:
     @classmethod
     def trace(cls, path: str, rules: Rules = RULES) -> Loaded:
         rep = replay(path)  # raises on a corrupt or foreign file, naming line and reason
+        local = local_copy(path)  # a URL: the copy replay() just checked
         if rep.clocks is not None:  # a run with agents: its records in the canonical causal order, held
-            with open(path, "rb") as f:
-                data = f.read(rep.end)
-            records = [orjson.loads(line) for line in data.split(b"\n")[:-1]]
+            try:
+                with open(local, "rb") as f:
+                    data = f.read(rep.end)
+            except OSError as e:
+                raise TraceUnreadable(path, f"cannot read: {e.strerror}") from None
+            # blob-stored payloads read back in place: records compare by what they hold, not by reference
+            records = [_blobs.inline(local, orjson.loads(line)) for line in data.split(b"\n")[:-1]]
             order = sorted(range(len(records)), key=lambda i: causal_key(records[i], i + 1))
             ordered, seqs = [records[i] for i in order], [i + 1 for i in order]
             loaded = cls(path, records=ordered, seqs=seqs, torn_tail=rep.torn_tail, rules=rules)
             loaded.causal = True
             return loaded
         # complete lines only: a torn tail is not part of the run
-        local = local_copy(path)  # a URL: the copy replay() just checked
         return cls(path, path=local, end=rep.end, count=rep.records, torn_tail=rep.torn_tail, rules=rules)
 
     @classmethod

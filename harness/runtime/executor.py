@@ -357,6 +357,11 @@ class Executor:
         except TraceCorruption as e:
             if e.reason != "torn-header":
                 raise
+            if answer is not NO_ANSWER:  # no run began, so none asked: refused before the header is set aside
+                raise HarnessError(
+                    f"{path}: an answer was given, but the trace's header is torn (its writer died creating it) "
+                    "and no run asked a question; nothing was written. Resume without an answer."
+                ) from None
             set_aside(path, 0)
             journal.continue_after(0, 0, 0, start=None)
             return self._start(journal, goal, uuid.uuid4().hex)
@@ -369,17 +374,12 @@ class Executor:
             raise ResumeMismatch(path, "goal", rep.goal, goal)
         if rep.header.get("tools") != self.contracts:
             raise ResumeMismatch(path, "tools", rep.header.get("tools"), self.contracts)
+        asked = rep.question is not None and not rep.answered  # a question waits for its answer
+        owed, answer = self._owed_answers(rep, answer, asked)  # (before anything is written: a refusal writes none)
         journal.digests.update(rep.blobs)
         journal.blocks[:] = _index.trusted_blocks(path, rep)  # what the mark's writer hashed: the seal takes them
         if rep.complete and rep.seal is None:  # its writer died writing the end: the seal is all that is missing
             return reseal(journal, rep)
-        asked = rep.question is not None and not rep.answered  # a question waits for its answer
-        if answer is not NO_ANSWER and not asked:
-            why = "it is already answered" if rep.question is not None else f"its state is {rep.state}"
-            raise HarnessError(
-                f"{path}: an answer was given, but the run waits for none ({why}); nothing was written. "
-                "Resume without an answer."
-            )
         waiting = any(c.state == S.PAUSED and c.reconcile is None for c in rep.group)
         if rep.complete or (
             rep.state == S.PAUSED
@@ -388,6 +388,7 @@ class Executor:
             and (rep.reconcile is None if not rep.group else waiting)
         ):
             return finished(rep)  # a finished run is never appended to
+        self._no_marker_owed(rep, owed)
         # the seam (resume, and the answer it brings) is owed: written with the first record the resumed run
         # appends, in the same write, or never (a resume that pauses again, drifts or is refused writes nothing)
         aside = torn_name(path, rep.end) if rep.torn_tail else None
@@ -403,13 +404,55 @@ class Executor:
             if clocks is not None:  # one more event of main too
                 said["vc"], clocks = _main_event(clocks)
             seams.append(("answer", said, ("answer",)))
-            rep = replace(rep, answered=True, answers=(*rep.answers, answer))  # as replay() reads it after the answer
+            owed.append(answer)
+            rep = replace(rep, answered=True)  # as replay() reads it after the answer
         journal.owe(rep.last_seq, rep.crc, rep.end, seams, start=rep.header["ts"], aside=aside)
         session = Session(journal, rep.resumable_crossings(), redact=self.redact)
         if clocks is not None:  # every record from here on carries its clock
             session.agents.share(journal, clocks)
-        session.answers.extend(rep.answers)  # the new answer as given: the trace holds it redacted
+        session.answers.extend(owed)  # answers as given: the trace holds them redacted
         return self._continue(journal, session, rep, goal)  # the caller's goal: the trace's may be redacted
+
+    def _owed_answers(self, rep: Replay, answer: Any, asked: bool) -> tuple[list[Any], Any]:
+        """The answers the resumed run owes its interrupt() calls (rep.answers), and the answer to record.
+
+        With no question waiting, an answer is taken only as one given again:
+        it stands for the recorded answer it redacts to, which holds the
+        marker (see _no_marker_owed), and nothing new is recorded. Any other
+        answer is a HarnessError, before anything is written.
+        """
+        owed = list(rep.answers)
+        if answer is NO_ANSWER or asked:
+            return owed, answer
+        given = canonical(self.redact(answer))
+        marker = self.redact.marker
+        again = next((i for i, a in enumerate(owed) if _marked(a, marker) is not None and canonical(a) == given), None)
+        if again is None:
+            why = "it is already answered" if rep.question is not None else f"its state is {rep.state}"
+            raise HarnessError(
+                f"{rep.path}: an answer was given, but the run waits for none ({why}); nothing was written. "
+                "Resume without an answer."
+            )
+        owed[again] = answer  # the live answer, in place of its redacted record
+        return owed, NO_ANSWER
+
+    def _no_marker_owed(self, rep: Replay, owed: Sequence[Any]) -> None:
+        """Refuse a resume that would hand an interrupt() call an answer redaction put the marker in.
+
+        A tool called again after a crash gets every answer since its intent
+        again (docs/FORMAT.md `answer`), and the trace holds them redacted: the
+        caller gives such an answer again (answer=...), else nothing is written.
+        """
+        marker = self.redact.marker
+        for i, said in enumerate(owed):
+            where = _marked(said, marker)
+            if where is not None:
+                raise HarnessError(
+                    f"{rep.path}: answer {i + 1} since the intent, owed to a call made again, holds the redaction "
+                    f"marker at answer{where} (the trace keeps it redacted), and a call is never given the marker; "
+                    "nothing was written. Resume with that answer again: run(goal, answer=...) or "
+                    "`harness resume --answer`."
+                )
 
     def _continue(self, journal: Journal, session: Session, rep: Replay, goal: Any = _RECORDED) -> Outcome:
         """Drive a run on from the state a replay rebuilt."""

@@ -23,7 +23,7 @@ from typing import Any
 
 import orjson
 
-from .._errors import HarnessError, TraceCorruption, TraceUnreadable
+from .._errors import HarnessError, TraceCorruption, TraceUnreadable, internal
 
 _URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 _SEGMENT = re.compile(r"^(\d{6,})(?:-(\d{6,}))?\.seg$")  # NNNNNN.seg, or a compacted span FFFFFF-LLLLLL.seg
@@ -276,7 +276,7 @@ class Location:
                 if not (first and self.local):  # a bucket that does not exist: say so
                     raise
                 self.fs.makedirs(self.root, exist_ok=True)  # a local folder is made; a bucket never is
-        raise AssertionError("unreachable")
+        raise internal(f"creating {name} neither succeeded nor raised on its second try", self.url)
 
     def download(self, dest: Any, segments: list[tuple[int, str]] | None = None) -> tuple[int, int, int]:
         """Write the concatenated segments (default: all) to the binary file dest; returns (last segment, bytes, lines).
@@ -295,7 +295,7 @@ class Location:
                     raise TraceUnreadable(self.url, "its segments kept vanishing while being read") from None
                 dest.seek(start)
                 dest.truncate()
-        raise AssertionError("unreachable")
+        raise internal("reading its segments neither finished nor gave up", self.url)
 
     def _download(self, dest: Any, segments: list[tuple[int, str]]) -> tuple[int, int, int]:
         last = size = lines = 0

@@ -972,8 +972,11 @@ def _scan(
                         if "error" in rec:
                             raise _fail(path, n, "malformed", "a pause on a question with an error", seq)
                         question, answered = rec, False
-                    elif answers and not asked:
-                        answers = []  # the state moved on: what was answered has been delivered
+                    elif answers and not asked and dst != S.PAUSED and not (src == S.PAUSED and dst == S.ACT):
+                        # the state moved on: what was answered has been delivered. A pause without a question
+                        # (a call in doubt, a ToolTimeout) and the reconciled call's way back into ACT keep them:
+                        # the tool called again gets every answer since its intent again
+                        answers = []
                     if (
                         src == S.VERIFY
                         and dst == S.PLAN
