@@ -776,7 +776,26 @@ def _redact_problem(redact: Any) -> bool:
 def _scan(
     path: str, f: Any, on_record: Callable[[bytes, dict[str, Any]], None] | None = None, origin: Any = None
 ) -> Replay:  # one loop on purpose: it is the hot path
-    """Check the lines of f from its start, or from the point `origin` describes (a verified index mark, index.py)."""
+    """Check the lines of f from its start, or from the point `origin` describes (a verified index mark, index.py).
+
+    One function on purpose: it runs once per line of every trace read, and the state it carries (the
+    lane's variables, the crc, the seq, the counters) lives in locals, which a split into a framing
+    function and a rules function would turn into attribute loads and a call on every line; the
+    rules of hardening round 3 already spent the 5% of replay()'s time that issue 27 allowed a split.
+    Read it in three parts:
+
+    1. the set-up: empty lists of rows, the state of a run before its header, or the state an index
+       mark restores (`origin`);
+    2. the framing, at the top of the loop: read a chunk, cut it into lines, check each line's
+       checksum against the chain, parse it, check it is exactly the bytes harness writes (canonical),
+       check the seq; then the clocks (ClockRules), switching to the lane of the agent that wrote it;
+    3. the rules, one branch per kind in the order of how often each comes (transition, checkpoint,
+       artifact, crossing, answer, crash, resume, seal, the agents' spawn/exit/join, header, reconcile,
+       event, end): each says what may follow what (the state table in state.py), and which fields
+       its kind carries (`_KIND_FIELDS`, `_EDGE_FIELDS`, "One reading per field" in docs/FORMAT.md).
+
+    After the loop: the partial last line (a torn tail, or a lie), then the Replay.
+    """
     crossings = _Lines(path, _crossing)
     checkpoints = _Checkpoints(path, crossings) if origin is None else origin.checkpoints(path, crossings)
     ck_rows, cr_rows = checkpoints._pos, crossings._pos
