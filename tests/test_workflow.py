@@ -342,6 +342,23 @@ def test_interrupt_pauses_the_run_and_an_answer_resumes_it(trace: Path) -> None:
         approve.run("memo", trace=trace, resume=True, answer="again")
 
 
+def test_an_answer_to_a_torn_header_or_a_missing_seal_writes_nothing(trace: Path) -> None:
+    torn = b'{"seq":1,"kind":"header","schema":2,"run_'  # the writer died creating it
+    trace.write_bytes(torn)
+    with pytest.raises(harness.HarnessError, match="no run asked a question; nothing was written"):
+        approve.run("memo", trace=trace, resume=True, answer="yes")
+    assert sorted(p.name for p in trace.parent.iterdir()) == [trace.name] and trace.read_bytes() == torn
+    trace.unlink()
+    assert approve.run("memo", trace=trace).state == "PAUSED"
+    assert approve.run("memo", trace=trace, resume=True, answer="yes").state == "DONE"
+    unsealed = b"".join(trace.read_bytes().splitlines(keepends=True)[:-1])  # the writer died writing its seal
+    trace.write_bytes(unsealed)
+    with pytest.raises(harness.HarnessError, match=r"waits for none \(its state is DONE\); nothing was written"):
+        approve.run("memo", trace=trace, resume=True, answer="again")
+    assert trace.read_bytes() == unsealed
+    assert approve.run("memo", trace=trace, resume=True).state == "DONE"  # without it: the seal repaired
+
+
 @harness.workflow
 def approve_v2(draft: str) -> dict[str, Any]:
     text = harness.llm({"prompt": draft + "!"}, model)  # the code changed before the question

@@ -322,6 +322,11 @@ class _Opened:
         except TraceCorruption as e:
             if e.reason != "torn-header":
                 raise
+            if answer is not NO_ANSWER:  # no run began, so none asked: refused before the header is set aside
+                raise HarnessError(
+                    f"{path}: an answer was given, but the trace's header is torn (its writer died creating it) "
+                    "and no run asked a question; nothing was written. Resume without an answer."
+                ) from None
             set_aside(path, 0)  # never started: a new run in the emptied file
             journal.continue_after(0, 0, 0, start=None)
             self.flow = start(journal, w.name, self.goal, uuid.uuid4().hex, redact=self.redact, fsync=journal.fsync)
@@ -330,17 +335,17 @@ class _Opened:
             raise ResumeMismatch(path, "workflow", rep.workflow, w.name)
         if canonical(rep.goal) != canonical(self.redact(self.goal)):
             raise ResumeMismatch(path, "arguments", rep.goal, self.goal)
-        journal.digests.update(rep.blobs)
-        if rep.complete and rep.seal is None:  # its writer died writing the end: the seal is all that is missing
-            self.outcome = reseal(journal, rep)
-            return
         asked = rep.question is not None and not rep.answered
-        if answer is not NO_ANSWER and not asked:
+        if answer is not NO_ANSWER and not asked:  # before the seal's repair: a refusal writes nothing
             why = "it is already answered" if rep.question is not None else f"its state is {rep.state}"
             raise HarnessError(
                 f"{path}: an answer was given, but the run waits for none ({why}); nothing was written. "
                 "Resume without an answer."
             )
+        journal.digests.update(rep.blobs)
+        if rep.complete and rep.seal is None:  # its writer died writing the end: the seal is all that is missing
+            self.outcome = reseal(journal, rep)
+            return
         if rep.complete or (rep.state == S.PAUSED and ((asked and answer is NO_ANSWER) or _uncertain(rep))):
             self.outcome = finished(rep)  # a finished run (or one waiting for a human) is never appended to
             return
