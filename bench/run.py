@@ -86,7 +86,8 @@ import harness
 from harness import Executor, Step, Tool, replay
 from harness.testing import read_records
 from harness.testing import write_trace as forge
-from harness.trace.journal import SCHEMA, SUFFIX, Journal, check_value, encode
+from harness.trace.journal import Journal
+from harness.trace.line import SCHEMA, SUFFIX, check_value, encode
 from harness.trace.reader import _CHUNK, request_hash
 
 Append = tuple[str, dict[str, Any], tuple[str, ...]]  # kind, fields, fields to check: one Journal.append call

@@ -66,7 +66,7 @@ if TYPE_CHECKING:
 FORMAT, VERSION = "harness-bundle", 1
 MANIFEST = "manifest.json"
 _BLOB = re.compile("[0-9a-f]{64}")  # a blob's name: its sha256
-_TORN = re.compile(r"[^/\\\x00]+\.torn-[1-9][0-9]*")  # a torn tail set aside beside its trace (trace.journal.set_aside)
+_TORN = re.compile(r"[^/\\\x00]+\.torn-[1-9][0-9]*")  # a torn tail set aside beside its trace (trace.torn.set_aside)
 _READABLE = (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED)  # what export writes, and what every Python reads
 LOCK_WAIT = 60.0  # seconds an import waits for another one into the same folder before it gives up
 MAX_BYTES = 1 << 30  # unpacked bytes an import accepts by default

@@ -52,7 +52,7 @@ import orjson
 
 from ._errors import HarnessError, HttpRecordingError
 from .runtime.boundary import aboundary, active, boundary
-from .trace.journal import problem
+from .trace.line import problem
 from .trace.redact import Redaction, Rule, at, parse_path
 
 try:

@@ -29,7 +29,7 @@ from typing import Any
 from ._errors import HarnessError
 from .runtime.executor import Outcome
 from .storage import is_url, join
-from .trace.journal import canonical, check_value
+from .trace.line import canonical, check_value
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,7 +25,7 @@ import orjson
 
 from ._errors import ToolError
 from .runtime.executor import Step
-from .trace.journal import encode
+from .trace.line import encode
 
 __all__ = [
     "FakeLLM",

@@ -1,7 +1,7 @@
 """Files beside a trace are opened one way: the class, not the instance (issue 25, defect 10).
 
 A blob, an artifact's blob, the annotations, a `.torn-N` file and the index
-sit beside a trace. Each is opened through `_journal.open_beside` /
+sit beside a trace. Each is opened through `storage.files.open_beside` /
 `read_beside`: a regular file only (a FIFO is refused, never waited on),
 never through a symlink that leads out of the run's folder (to /dev/zero, or
 to someone else's file), never read past the size its reader expects. Here

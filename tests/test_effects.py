@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 import harness
 from harness import Executor, HarnessError, NotSerializable, ResumeMismatch, Step, Tool, ToolError, TraceCorruption
 from harness.cli import main
-from harness.trace.journal import encode
+from harness.trace.line import encode
 
 
 class Crash(Exception):

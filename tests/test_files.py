@@ -198,9 +198,9 @@ def test_a_resume_killed_after_its_record_before_the_cut_leaves_a_torn_tail(tmp_
     trace = tmp_path / "run.jsonl"
     tail = crashed_with_tail(trace, b'{"seq":7,"kind":"transition","from":"ACT","to":"VERIFY",' + b'"x"' * 200)
     rep = harness.replay(trace)
-    aside = harness.trace.journal.set_aside(str(trace), rep.end)
+    aside = harness.trace.torn.set_aside(str(trace), rep.end)
     assert aside is not None
-    seam, _ = harness.trace.journal.encode(
+    seam, _ = harness.trace.line.encode(
         {"seq": rep.last_seq + 1, "kind": "resume", "set_aside": "run.jsonl.torn-1", "env": {}, "ts": 1.5}, rep.crc
     )
     trace.write_bytes(trace.read_bytes()[: rep.end] + seam + tail[len(seam) :])  # the pwrite done, the cut not

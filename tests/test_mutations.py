@@ -42,7 +42,7 @@ from test_forgeries import forge
 import harness
 from harness import Executor, Step, Tool, TraceCorruption
 from harness.testing import FakeLLM, counter, flaky, power_cut
-from harness.trace.journal import SUFFIX
+from harness.trace.line import SUFFIX
 
 ALARM = 10  # seconds for one kind's whole sweep: a hang fails instead of blocking CI
 KINDS, RAW, RECOMPUTED = 94, 2109, 1883  # the corpus, as the docstring and docs/FORMAT.md state it

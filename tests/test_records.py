@@ -22,7 +22,7 @@ import pytest
 import harness
 from harness import BundleError, Executor, HarnessError, Step, TraceCorruption, replay
 from harness.testing import FakeLLM, fixed_plan, read_records, steps
-from harness.trace.journal import encode
+from harness.trace.line import encode
 
 BIG = "x" * 100_000
 

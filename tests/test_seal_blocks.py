@@ -30,7 +30,7 @@ from children import kill_in_call
 import harness
 from harness import Executor, Step, TraceCorruption, replay
 from harness.trace.index import ENTRY, load, path_of, resume_point
-from harness.trace.journal import SUFFIX
+from harness.trace.line import SUFFIX
 from harness.trace.seal import BLOCK, ContentHash, content_hash
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 import harness
 from harness import Step, TraceCorruption, replay
 from harness.testing import FakeLLM, counter, power_cut, read_records, write_trace
-from harness.trace.journal import encode
+from harness.trace.line import encode
 
 Run = Callable[..., harness.Outcome]  # the `run` fixture of conftest.py
 

@@ -18,10 +18,11 @@ from typing import Any
 from .._errors import HarnessError, TraceUnreadable
 from ..storage import is_url
 from ..trace import state as S
-from ..trace.journal import check_value, set_aside
+from ..trace.line import check_value
 from ..trace.reader import replay
 from ..trace.redact import Redaction, Rule
 from ..trace.remote import open_journal
+from ..trace.torn import set_aside
 
 
 def reconcile(

@@ -64,7 +64,8 @@ from ..storage import blobs as _blobs
 from ..storage import open as open_store
 from ..trace import state as S
 from ..trace.clock import MAIN
-from ..trace.journal import Journal, check_value
+from ..trace.journal import Journal
+from ..trace.line import check_value
 from ..trace.reader import Checkpoint, Crossing, Replay, replay, request_hash
 from ..trace.redact import Redaction, Rule
 from ..trace.remote import RemoteJournal

@@ -45,7 +45,7 @@ from ..storage.blobs import FOLDER
 from ..storage.files import open_regular
 from ..storage.listing import Found, _fresh, _runs
 from ..storage.location import cover, is_url, open_location
-from ..trace.journal import HEADER_START, MAX_LINE, line_ok
+from ..trace.line import HEADER_START, MAX_LINE, line_ok
 from ..trace.reader import wall_clock
 
 _HEAD = 64 * 1024

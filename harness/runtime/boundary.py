@@ -68,7 +68,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from .._errors import HarnessError, ReplayDrift, ReplayViolation, ToolError, error_of, internal
 from ..trace.clock import MAIN
-from ..trace.journal import check_value
+from ..trace.line import check_value
 from ..trace.reader import Crossing, request_hash
 from ..trace.redact import DEFAULT, Redaction
 from .agents import Agents, AgentState

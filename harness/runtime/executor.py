@@ -68,10 +68,12 @@ from ..storage import exists, is_url, join, runs_dir
 from ..storage.blobs import THRESHOLD
 from ..trace import index as _index
 from ..trace import state as S
-from ..trace.journal import SCHEMA, Journal, a, canonical, check_value, set_aside, torn_name
+from ..trace.journal import Journal
+from ..trace.line import SCHEMA, a, canonical, check_value
 from ..trace.reader import Call, Checkpoint, Replay, replay
 from ..trace.redact import Redaction, Rule
 from ..trace.remote import open_journal
+from ..trace.torn import set_aside, torn_name
 from . import timers as _timers
 from .agents import AgentState
 from .boundary import Session, deactivate

@@ -26,7 +26,7 @@ from __future__ import annotations
 from typing import Any
 
 from .._errors import HarnessError
-from ..trace.journal import check_value
+from ..trace.line import check_value
 from .boundary import Session
 from .context import _current
 

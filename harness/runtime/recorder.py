@@ -29,7 +29,8 @@ from typing import Any
 
 from .._errors import HarnessError, TraceExists, error_of
 from ..storage.blobs import THRESHOLD
-from ..trace.journal import SCHEMA, Journal, check_value
+from ..trace.journal import Journal
+from ..trace.line import SCHEMA, check_value
 from ..trace.redact import Redaction, Rule
 from ..trace.remote import open_journal
 from ..trace.seal import key_of

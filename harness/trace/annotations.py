@@ -24,7 +24,7 @@ import orjson
 from .._errors import HarnessError, TraceUnreadable
 from ..storage import exists, is_url
 from ..storage.files import read_beside
-from .journal import check_value
+from .line import check_value
 
 SUFFIX = ".annotations.json"
 FORMAT, VERSION = "harness-annotations", 1

@@ -55,7 +55,7 @@ from ..storage import blobs as _blobs
 from ..storage.files import open_beside, open_regular, read_error
 from ..storage.location import is_url
 from . import state as S
-from .journal import MAX_LINE, SUFFIX, line_ok
+from .line import MAX_LINE, SUFFIX, line_ok
 from .reader import Checkpoint, Records, Replay, _Checkpoints, _header_problem, _Lines, _payload, _scan
 from .reader import replay as _replay
 from .seal import BLOCK, content_hash_of

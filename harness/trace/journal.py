@@ -1,11 +1,9 @@
 """The append-only writer of one trace file.
 
-A record is one line: the record's orjson bytes with the closing brace
-replaced by `,"crc":"<8 hex digits>"}` and a newline. The crc is
-zlib.crc32 of the bytes before `,"crc":`, seeded with the previous line's
-crc, so the lines form a chain: an edited, deleted, swapped or re-appended
-line breaks it at that very line, and the reader checks it straight from
-the bytes on disk, with no re-serialization.
+Records are encoded as lines by line.py (the format); this module is the
+durability around them: the descriptor, the lock, the sync points, the seal
+blocks, redaction and blobs on the way out. A torn tail found on resume is
+set aside by torn.py.
 
 Rules kept here:
 - a record is encoded whole before anything is written; a value that would
@@ -35,11 +33,8 @@ Rules kept here:
 from __future__ import annotations
 
 import contextlib
-import errno
 import fcntl
-import math
 import os
-import secrets
 import stat
 import threading
 import time
@@ -51,149 +46,13 @@ import orjson
 
 from .._errors import JournalError, NotSerializable, TraceLocked, TraceUnreadable, internal
 from ..storage import blobs as _blobs
-from ..storage.files import KINDS, open_regular, read_all, why
+from ..storage.files import KINDS, why
+from .line import DUMPS_OPTIONS, check_value, encode, encode_tail, refuse, since, unstorable
 from .redact import Redaction, user_text
+from .torn import set_aside
 
-SCHEMA = 2
-MAX_LINE = 16 * 1024 * 1024  # bytes; larger records are refused on write and on read
-SUFFIX = len(b',"crc":"00000000"}')  # bytes after the checksummed part, newline excluded
-MARK = b',"crc":"'  # where that suffix starts
-MAX_DEPTH = 254  # nesting levels of a line, the record included: orjson writes no deeper
-HEADER_START = b'{"seq":1,"kind":"header"'  # how every trace begins
-
-_DUMPS_OPTIONS = orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_SUBCLASS
 _fsync = getattr(os, "fdatasync", os.fsync)  # the data and the size are what we need back
 _dumps, _loads, _crc32 = orjson.dumps, orjson.loads, zlib.crc32  # the hot path's, without attribute lookups
-
-
-def _refuse(value: Any) -> Any:
-    raise TypeError(type(value).__name__)
-
-
-def canonical(value: Any) -> bytes:
-    """Canonical JSON bytes (sorted keys): what goals and requests are compared and hashed by."""
-    return orjson.dumps(value, default=_refuse, option=_DUMPS_OPTIONS | orjson.OPT_SORT_KEYS)
-
-
-def problem(value: Any, where: str = "", depth: int = 2) -> tuple[str, str] | None:
-    """(where, what) of the first part of value that a JSON round trip would change.
-
-    `what` reads after "is": `a datetime, not a JSON value`. `depth` is the
-    nesting level value sits at in its line: 2 for a record's field (the
-    record is level 1). Iterative, so no value is too deep to explain.
-    """
-    stack: list[tuple[Any, str, int]] = [(value, where, depth)]
-    while stack:
-        value, where, depth = stack.pop()
-        if isinstance(value, bool) or value is None:
-            continue
-        t = type(value)
-        if t is str:
-            if not _utf8(value):
-                return (where, "a str with a lone surrogate, not valid UTF-8")
-        elif t is int:
-            if not -(2**63) <= value < 2**64:
-                return (where, f"the integer {value}, out of the 64-bit range")
-        elif t is float:
-            if not math.isfinite(value):
-                return (where, f"{value}, not a finite number")
-        elif t is dict or t is list:
-            if depth > MAX_DEPTH:
-                return (where, f"nested more than {MAX_DEPTH} levels deep, counting the record itself")
-            children: list[tuple[Any, str, int]] = []
-            if t is dict:
-                for k, v in value.items():
-                    if type(k) is not str:
-                        return (where, f"a dict with the key {k!r}, which is {a(type(k).__name__)}, not a str")
-                    if not _utf8(k):
-                        return (where, f"a dict with the key {k!r}, which has a lone surrogate, not valid UTF-8")
-                    children.append((v, f"{where}.{k}", depth + 1))
-            else:
-                children = [(v, f"{where}[{i}]", depth + 1) for i, v in enumerate(value)]
-            stack.extend(reversed(children))  # depth first, in order: the first problem is reported
-        else:
-            return (where, f"{a(t.__name__)}, not a JSON value")
-    return None
-
-
-def a(noun: str) -> str:
-    """noun with its indefinite article: `a datetime`, `an object`."""
-    return f"{'an' if noun[:1].lower() in 'aeiou' else 'a'} {noun}"
-
-
-def _utf8(s: str) -> bool:
-    try:
-        s.encode()
-    except UnicodeEncodeError:  # a lone surrogate: orjson refuses it
-        return False
-    return True
-
-
-def check_value(field: str, value: Any, *, tool: str | None = None, step: int | None = None) -> Any:
-    """value as it reads back from a trace: a fresh copy nobody else holds.
-
-    NotSerializable unless it survives a JSON round trip unchanged; `tool`
-    and `step` name the step it belongs to in the message.
-    """
-    t = type(value)
-    if t is bool or value is None:  # a str may hold a lone surrogate: it goes through the check
-        return value
-    try:  # the whole check runs in C; the Python walk below only explains a failure
-        # inside a list, as inside its record: a value nested one level too deep for a line is refused here
-        back = orjson.loads(orjson.dumps([value], default=_refuse, option=_DUMPS_OPTIONS))[0]
-        if back == value:
-            return back
-    except TypeError:
-        pass
-    where, what = problem(value) or ("", "a value that does not come back equal from JSON")
-    raise NotSerializable(field, where, what, tool=tool, step=step)
-
-
-def encode(record: dict[str, Any], crc: int) -> tuple[bytes, int]:
-    """The line for record, chained on crc; returns (line, its crc).
-
-    NotSerializable, naming the field, when a value is not JSON or the line is too long.
-    """
-    try:
-        body = orjson.dumps(record, default=_refuse, option=_DUMPS_OPTIONS)[:-1]  # a hot path
-    except TypeError as e:  # a non-JSON value in a field nobody asked to check
-        raise _unstorable(record, e) from None
-    crc = zlib.crc32(body, crc)
-    line = body + b',"crc":"%08x"}\n' % crc  # one copy of body: faster than formatting it in
-    if len(line) > MAX_LINE:
-        raise NotSerializable(
-            f"the {record['kind']} record", "", f"{len(line)} bytes long; a trace line holds at most {MAX_LINE}"
-        )
-    return line, crc
-
-
-def since(start: float) -> float:
-    """A record's `ts`: seconds since `start` (the header's `ts`), cut to the millisecond.
-
-    Finer digits, or the epoch's ten, would cost bytes on every line. A whole
-    number of milliseconds over 1000 is the double nearest that decimal, so it
-    prints with at most three decimals (and costs less than round()).
-    Journal._encode, the hot path, has this expression inline.
-    """
-    return int((time.time() - start) * 1000) / 1000
-
-
-def encode_tail(record: dict[str, Any]) -> memoryview:
-    """A record without its seq, as the bytes that follow `{"seq":N,` (and precede the crc); not copied."""
-    try:
-        body = orjson.dumps(record, default=_refuse, option=_DUMPS_OPTIONS)
-    except TypeError as e:
-        raise _unstorable(record, e) from None
-    if len(body) + 40 > MAX_LINE:
-        raise NotSerializable(
-            f"the {record['kind']} record", "", f"{len(body)} bytes long; a trace line holds at most {MAX_LINE}"
-        )
-    return memoryview(body)[1:-1]
-
-
-def line_ok(line: bytes | memoryview, prev: int) -> bool:
-    """Whether line (without its newline) ends with the crc of its bytes, chained on prev."""
-    return line[-SUFFIX:] == b',"crc":"%08x"}' % zlib.crc32(line[:-SUFFIX], prev)
 
 
 class Journal:
@@ -543,7 +402,7 @@ class Journal:
             ts = self.now()  # raises: a record before the header
         record = {"seq": seq, "kind": kind, **fields, "ts": ts}
         try:
-            whole = _dumps(record, default=_refuse, option=_DUMPS_OPTIONS)
+            whole = _dumps(record, default=refuse, option=DUMPS_OPTIONS)
         except TypeError:  # not JSON somewhere: the long way says where
             whole = b""
         if user and whole:
@@ -601,9 +460,9 @@ class Journal:
             if name not in fields:
                 continue
             try:
-                data = orjson.dumps(fields[name], default=_refuse, option=_DUMPS_OPTIONS)
+                data = orjson.dumps(fields[name], default=refuse, option=DUMPS_OPTIONS)
             except TypeError as e:
-                raise _unstorable({name: fields[name]}, e) from None
+                raise unstorable({name: fields[name]}, e) from None
             if len(data) > self.blob_threshold:
                 if self._deferred is not None:  # owed records (owe()): stored when they are written
                     self._deferred.append(data)
@@ -718,7 +577,7 @@ class Journal:
         if not user or self.redact is None:
             return
         try:
-            data = orjson.dumps(fields, default=_refuse, option=_DUMPS_OPTIONS)
+            data = orjson.dumps(fields, default=refuse, option=DUMPS_OPTIONS)
         except TypeError:
             data = b"\\"  # not JSON (encoding it will say so): walk it
         fields.update(self.redact.record(user_text(data, user), fields, user) or ())
@@ -839,126 +698,3 @@ class Journal:
             return
         with contextlib.suppress(JournalError):  # the exception in flight says more than a failed last sync
             self.close()
-
-
-def _unstorable(record: dict[str, Any], e: TypeError) -> NotSerializable:
-    """Say which field of a record orjson refused, and where inside it."""
-    for name, value in record.items():
-        found = problem(value)
-        if found:
-            return NotSerializable(name, *found)
-    return NotSerializable(f"the {record.get('kind')} record", "", f"refused by the JSON encoder ({e})")
-
-
-def torn_name(path: str, data_from: int) -> str | None:
-    """The `.torn-N` path set_aside(path, data_from) would place the bytes after data_from in; None for none.
-
-    Reads only: an earlier attempt's copy holding exactly these bytes, else the first name nothing holds.
-    """
-    tail = _tail(path, data_from)
-    return _aside_for(path, tail)[1] if tail else None
-
-
-def _tail(path: str, data_from: int) -> bytes:
-    """The bytes of path after offset data_from (JournalError when they cannot be read)."""
-    try:
-        fd = open_regular(path)
-        try:
-            return read_all(fd, data_from)
-        finally:
-            os.close(fd)
-    except (OSError, TraceUnreadable) as e:
-        problem = why(e) if isinstance(e, OSError) else e.problem
-        raise JournalError(path, f"cannot read its torn tail to set it aside: {problem}") from None
-
-
-def _aside_for(path: str, tail: bytes) -> tuple[int, str, bool]:
-    """(N, `<path>.torn-N`, whether it holds tail already): an earlier attempt's copy, else the first free name."""
-    n, aside = _free_torn(path, 1)
-    for k in range(1, n):  # an earlier attempt's copy, placed but never named?
-        if _holds(f"{path}.torn-{k}", tail):
-            return k, f"{path}.torn-{k}", True
-    return n, aside, False
-
-
-def set_aside(path: str, data_from: int) -> str | None:
-    """Move the bytes of path after offset data_from to a new sibling `<path>.torn-N`; return its path.
-
-    The caller then names the sibling in the record it writes over the tail
-    (`Journal.continue_after(..., record)`). The bytes go to a hidden temporary file first,
-    fsynced, which is then linked into place under the first `.torn-N` no
-    file or symlink holds (nothing there is ever replaced or deleted) and the
-    folder fsynced: a `.torn-N` appears whole or not at all, and nothing is
-    lost even if we die in between. If a `.torn-N` already holds exactly
-    these bytes (a process died after placing it, before truncating the
-    trace and naming it), that one is returned instead of a second copy.
-    Only the temporary file, which this call created, is ever unlinked.
-    """
-    tail = _tail(path, data_from)
-    if not tail:
-        return None
-    n, aside, placed = _aside_for(path, tail)
-    if placed:
-        return aside
-    folder = os.path.dirname(os.path.abspath(path))
-    tmp = os.path.join(folder, f".{os.path.basename(path)}.torn-{secrets.token_hex(6)}.tmp")
-    made = False  # whether tmp, which this call creates, exists
-    try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
-        made = True
-        try:
-            view = memoryview(tail)
-            while view:  # a short write is not a failure: write the rest
-                view = view[os.write(fd, view) :]
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        while True:
-            try:
-                os.link(tmp, aside)  # never replaces: a name taken meanwhile raises FileExistsError
-                break
-            except FileExistsError:
-                n, aside = _free_torn(path, n + 1)
-            except OSError as e:  # a file system without hard links: rename (the trace's lock keeps harness out)
-                if e.errno not in (errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EMLINK, errno.EXDEV):
-                    raise
-                n, aside = _free_torn(path, n)
-                os.rename(tmp, aside)
-                made = False
-                break
-        if made:
-            os.unlink(tmp)
-            made = False
-        dfd = os.open(folder, os.O_RDONLY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
-    except OSError as e:  # the trace is not truncated yet: its tail is still in place
-        if made:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-        raise JournalError(path, f"cannot set its torn tail aside in {aside}: {why(e)}") from None
-    return aside
-
-
-def _free_torn(path: str, n: int) -> tuple[int, str]:
-    """The first `<path>.torn-N` from n on that nothing holds: no file, no symlink (even a dangling one)."""
-    while os.path.lexists(aside := f"{path}.torn-{n}"):
-        n += 1
-    return n, aside
-
-
-def _holds(name: str, data: bytes) -> bool:
-    """Whether name is a regular file (not a symlink) holding exactly data."""
-    try:
-        st = os.lstat(name)
-        if not stat.S_ISREG(st.st_mode) or st.st_size != len(data):
-            return False
-        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-        try:
-            return read_all(fd, 0) == data
-        finally:
-            os.close(fd)
-    except OSError:
-        return False

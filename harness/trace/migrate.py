@@ -46,7 +46,8 @@ from ..storage import exists, is_url, local_copy
 from ..storage.files import read_beside
 from ..storage.location import blob_names
 from ..storage.publish import publish
-from .journal import SCHEMA, Journal, encode, line_ok
+from .journal import Journal
+from .line import SCHEMA, encode, line_ok
 
 Records = list[dict[str, Any]]
 

@@ -47,9 +47,9 @@ from ..storage.blobs import BlobRef
 from ..storage.files import open_regular, read_error, unreadable
 from . import state as S
 from .clock import MAIN, ClockRules
-from .journal import HEADER_START as _HEADER_START
-from .journal import MARK as _MARK
-from .journal import MAX_DEPTH, MAX_LINE, SCHEMA, SUFFIX, canonical, line_ok
+from .line import HEADER_START as _HEADER_START
+from .line import MARK as _MARK
+from .line import MAX_DEPTH, MAX_LINE, SCHEMA, SUFFIX, canonical, line_ok
 
 _CHUNK = 1 << 16  # 64 KiB: small enough that a chunk's lines are still in the CPU cache when checked
 

@@ -20,7 +20,8 @@ from .._errors import HarnessError, TraceCorruption, TraceUnreadable
 from ..storage import blobs as _blobs
 from ..storage import is_url, local_copy
 from . import state as S
-from .journal import Journal, encode, since
+from .journal import Journal
+from .line import encode, since
 from .seal import ENV, ContentHash, content_hash, fields, hmac_ok, key_of
 
 if TYPE_CHECKING:

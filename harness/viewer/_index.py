@@ -12,7 +12,7 @@ they have seen; records without one follow everything before them, so a
 sequential run is one lane, one record per column.
 
 While a writer goes on, later lines are read from where the index stopped,
-each checked against the checksum chain (`trace.journal.line_ok`) and the seq
+each checked against the checksum chain (`trace.line.line_ok`) and the seq
 order before it is indexed: what a page shows is always lines that passed
 these checks. The full replay() verdict of the longer file is computed
 again only when a run's summary is asked for after the file changed, never
@@ -50,7 +50,7 @@ import orjson
 
 from .._errors import HarnessError, TraceCorruption, TraceUnreadable
 from ..review.stream import reply, said
-from ..trace.journal import MAX_LINE, line_ok
+from ..trace.line import MAX_LINE, line_ok
 from ..trace.reader import Replay, attempt_of, replay
 
 _CHUNK = 1 << 20
