@@ -164,6 +164,7 @@ def export(traces: Iterable[str | os.PathLike[str]], out: str | os.PathLike[str]
     refused = [why for why in found if isinstance(why, str)]
     if refused:
         raise BundleError(target, "refused to export unsealed or damaged runs:\n  " + "\n  ".join(refused))
+    runs = [run for run in found if isinstance(run, _Run)]  # all of them: the refusals were raised above
     names = [os.path.basename(p) for p in paths]
     if len(set(names)) != len(names):
         raise BundleError(target, "two runs with the same file name cannot share a bundle")
@@ -175,8 +176,7 @@ def export(traces: Iterable[str | os.PathLike[str]], out: str | os.PathLike[str]
             raise BundleError(target, f"two runs bring a file named {rel} (their .torn-N files?); export them apart")
         files[rel] = (folder, source)
 
-    for path, name, run in zip(paths, names, found, strict=True):
-        assert isinstance(run, _Run)  # the refusals were raised above
+    for path, name, run in zip(paths, names, runs, strict=True):
         folder = os.path.dirname(os.path.abspath(path))
         add(name, "", path)  # the trace itself: opened as traces are (it may be a symlink the user gave)
         notes = annotations_path(path)

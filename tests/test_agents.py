@@ -754,3 +754,45 @@ def test_the_run_ends_although_an_unjoined_agent_waits_in_receive(tmp_path: Path
     assert exit_["status"] == "error" and "the run is ending" in exit_["error"]["message"]
     assert [r["child"] for r in records if r["kind"] == "join"] == ["w"]
     assert harness.replay(trace).state == "DONE"
+
+
+# --- messages as replay() checks them (issue 25) -------------------------------------------------
+
+
+def test_a_message_sent_before_the_first_spawn_reaches_its_agent_and_replays(tmp_path: Path) -> None:
+    """Its send carries no clock (the run had not spawned): the receive's `sent` is null, and that is valid."""
+
+    def worker() -> Any:
+        return harness.receive("main", timeout=30).body
+
+    def planner(goal: Any, done: list[Any]) -> Step | None:
+        if done:
+            return None
+        harness.send("w", {"task": "sum"})
+        return Step("s", "noop", {"got": harness.spawn("w", worker).join()})
+
+    trace = tmp_path / "t.jsonl"
+    out = Executor(planner=planner, tools={"noop": noop}, trace=trace).run("g")
+    assert out.state == "DONE" and out.checkpoints[0].result == {"got": {"task": "sum"}}
+    received = next(c for c in harness.replay(trace).agents["w"] if c.kind == "agent_msg")
+    assert received.response == {"from": "main", "message": {"task": "sum"}, "sent": None}
+
+
+def test_a_message_too_large_for_a_line_goes_through_a_blob_and_replays(tmp_path: Path) -> None:
+    big = {"text": "x" * 100_000}
+
+    def worker() -> Any:
+        harness.send("main", big)
+
+    def planner(goal: Any, done: list[Any]) -> Step | None:
+        if done:
+            return None
+        h = harness.spawn("w", worker)
+        got = harness.receive("w", timeout=30).body
+        h.join()
+        return Step("s", "noop", {"n": len(got["text"])})
+
+    trace = tmp_path / "t.jsonl"
+    assert Executor(planner=planner, tools={"noop": noop}, trace=trace).run("g").state == "DONE"
+    assert sum('"blobs":{' in line for line in trace.read_text().splitlines()) == 2  # the send's and the receive's
+    assert harness.replay(trace).state == "DONE" and harness.verify(trace).ok

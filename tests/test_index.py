@@ -442,3 +442,71 @@ def test_a_resumed_outcome_whose_trace_now_holds_another_run_says_so(tmp_path: P
     with pytest.raises(harness.HarnessError, match="no longer holds run"):
         out.checkpoints[0]
     assert out.checkpoints[-1].result == "OLD"  # written after the resume: held, not read from the file
+
+
+# --- a mark that does not agree with the trace is ignored (issue 25) ---------------------------------
+
+
+def refit(trace: Path, forged: Any, entries: bytes | None = None) -> None:
+    """Write forged (a Mark) as trace's index, entries and trailer fitted so that the file loads (a careful forger)."""
+    idx = Path(path_of(str(trace)))
+    if entries is None:
+        old = idx.read_bytes()
+        entries = (old[: forged.checkpoints * ENTRY] + bytes(ENTRY) * forged.checkpoints)[: forged.checkpoints * ENTRY]
+    idx.write_bytes(entries + forged.encode())
+
+
+def calls_on_resume(trace: Path, n: int, **options: Any) -> tuple[list[int], harness.Outcome]:
+    made: list[int] = []
+
+    def work(i: int) -> dict[str, Any]:
+        made.append(i)
+        return {"i": i, "pad": PAD}
+
+    out = Executor(planner=planner(n), tools={"work": work}, trace=trace, resume=True, **options).run("g")
+    return made, out
+
+
+@pytest.mark.parametrize("delta", [-100, -1, 1, 100])
+def test_a_mark_whose_checkpoint_count_is_not_its_step_is_ignored(trace: Path, delta: int) -> None:
+    """A count below its step made the resume repeat 1,195 calls; above it, skip steps and report too many."""
+    crashed(trace, 300, 250)
+    mark = load(str(trace))
+    assert mark is not None and mark.checkpoints == mark.step + 1
+    refit(trace, dataclasses.replace(mark, checkpoints=mark.checkpoints + delta))
+    assert load(str(trace)) is None and resume_point(str(trace)).since == 0  # the whole trace is read
+    made, out = calls_on_resume(trace, 300)
+    assert made == list(range(250, 300))  # the call that crashed, then the steps left: none repeated or skipped
+    assert out.state == "DONE" and [c.step for c in out.checkpoints] == list(range(300))
+
+
+def test_a_mark_listing_a_blob_no_line_names_is_ignored_and_the_seal_holds(trace: Path) -> None:
+    """An extra blob in the mark made a genuine resumed run write a seal that replay() refused."""
+    crashed(trace, 200, 150, blob_threshold=500)
+    mark = load(str(trace))
+    assert mark is not None and len(mark.blobs) == len(mark.named) == 150
+    extra = harness.storage.blobs.put(
+        str(trace.parent / "blobs"), b'"another run blob, in the shared folder"', sync_dir=False
+    )
+    forged = dataclasses.replace(mark, blobs=(*mark.blobs, extra), named=(*mark.named, mark.named[0]))
+    refit(trace, forged, Path(path_of(str(trace))).read_bytes()[: mark.checkpoints * ENTRY])
+    assert load(str(trace)) is not None  # it loads: the line it names does not name that blob
+    assert resume_point(str(trace)).since == 0
+    swapped = dataclasses.replace(mark, named=(mark.named[1], mark.named[0], *mark.named[2:]))  # lines of others
+    refit(trace, swapped, Path(path_of(str(trace))).read_bytes()[: mark.checkpoints * ENTRY])
+    assert resume_point(str(trace)).since == 0
+    made, out = calls_on_resume(trace, 200, blob_threshold=500)
+    assert made == list(range(150, 200)) and out.state == "DONE"
+    rep = replay(trace)
+    assert rep.sealed and extra not in rep.seal["digests"] and harness.verify(trace).ok  # type: ignore[index]
+
+
+def test_a_mark_from_before_blob_lines_were_named_is_ignored(trace: Path) -> None:
+    """A mark listing blobs without where they are named (an older index) is not used."""
+    crashed(trace, 200, 150, blob_threshold=500)
+    mark = load(str(trace))
+    assert mark is not None
+    refit(
+        trace, dataclasses.replace(mark, named=()), Path(path_of(str(trace))).read_bytes()[: mark.checkpoints * ENTRY]
+    )
+    assert load(str(trace)) is None and resume_point(str(trace)).since == 0

@@ -436,7 +436,7 @@ def viewer_summary(trace: Path) -> dict[str, Any]:
     from harness.viewer import create_app
 
     with TestClient(create_app(trace.parent), base_url="http://127.0.0.1") as c:
-        return dict(c.get(f"/api/runs/{trace.stem}").json())
+        return dict(c.get(f"/api/runs/{trace.stem}/summary").json())
 
 
 @pytest.mark.parametrize("shape", ["parallel", "spawn", "message"])

@@ -7,12 +7,13 @@ import stat
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 import harness
 from harness import HarnessError, TraceCorruption, replay
-from harness.testing import read_records
+from harness.testing import read_records, write_trace
 
 FIXTURES = Path(__file__).parent / "fixtures" / "schema1"
 TRACES = sorted(p.name for p in FIXTURES.glob("*.jsonl"))
@@ -196,3 +197,60 @@ def test_migrate_out_carries_the_torn_files_the_trace_names(old: Path, tmp_path:
     torn.symlink_to(outside / "x")  # a torn file is read as every file beside a trace
     with pytest.raises(HarnessError, match="outside"):
         harness.migrate(trace, out=tmp_path / "third.jsonl")
+
+
+# --- what migrate refuses (issue 25) -------------------------------------------------------------
+
+
+def rewritten(trace: Path, line: int, change: Any) -> bytes:
+    """trace with record `line` changed by change(record) (a dict, or None to keep it), its chain recomputed."""
+    records = read_records(trace)
+    records[line - 1] = change(dict(records[line - 1]))
+    write_trace(trace, records)
+    return trace.read_bytes()
+
+
+def refused_untouched(old: Path, trace: Path, line: int, reason: str) -> None:
+    """migrate() raises TraceCorruption naming the line; the file is as it was, no backup or temporary file left."""
+    before = trace.read_bytes()
+    with pytest.raises(TraceCorruption) as e:
+        harness.migrate(trace)
+    assert (e.value.line, e.value.reason) == (line, reason), e.value
+    assert trace.read_bytes() == before
+    assert not list(old.glob("*.v1-backup-*")) and not list(old.glob(".*.tmp"))
+    cli = harness_cli("migrate", trace)
+    assert cli.returncode != 0 and "Traceback" not in cli.stderr and f":{line}: {reason}" in cli.stderr
+    assert trace.read_bytes() == before and not list(old.glob("*.v1-backup-*"))
+
+
+@pytest.mark.parametrize("forged", [{"paid": True}, {"paid": 1.0}, {"paid": "1"}, {"paid": 1, "to": "x"}])
+def test_a_checkpoint_that_does_not_vouch_exactly_is_not_migrated(old: Path, forged: Any) -> None:
+    """{"paid": true} == {"paid": 1} in Python: it was migrated, and the checkpoint's own value was lost."""
+    trace = old / "paused.jsonl"
+    line = next(
+        n for n, r in enumerate(read_records(trace), 1) if r["kind"] == "checkpoint" and r["result"] == {"paid": 1}
+    )
+    rewritten(trace, line, lambda r: {**r, "result": forged})
+    refused_untouched(old, trace, line, "unvouched-checkpoint")
+
+
+@pytest.mark.parametrize(
+    ("name", "kind", "change", "reason"),
+    [
+        ("happy.jsonl", "transition", lambda r: {k: v for k, v in r.items() if k != "kind"}, "malformed"),
+        ("happy.jsonl", "transition", lambda r: {k: v for k, v in r.items() if k != "to"}, "malformed"),
+        ("happy.jsonl", "transition", lambda r: {**r, "to": 7}, "malformed"),
+        ("happy.jsonl", "checkpoint", lambda r: {k: v for k, v in r.items() if k != "result"}, "unvouched-checkpoint"),
+        ("paused.jsonl", "reconcile", lambda r: {**r, "op": 999}, "bad-reconcile"),  # points nowhere
+        ("paused.jsonl", "reconcile", lambda r: {**r, "op": "8"}, "bad-reconcile"),
+        ("paused.jsonl", "reconcile", lambda r: {**r, "op": -1}, "bad-reconcile"),
+    ],
+)
+def test_a_malformed_schema_1_record_is_named_with_its_line(
+    old: Path, name: str, kind: str, change: Any, reason: str
+) -> None:
+    """A raw KeyError with a traceback, and a backup left behind, before."""
+    trace = old / name
+    line = next(n for n, r in enumerate(read_records(trace), 1) if r["kind"] == kind and n > 2)
+    rewritten(trace, line, change)
+    refused_untouched(old, trace, line, reason)

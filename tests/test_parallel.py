@@ -11,10 +11,11 @@ from typing import Any
 
 import pytest
 from children import kill_at
+from test_forgeries import forge
 
 import harness
 from harness import Executor, Step, Tool, ToolError
-from harness.testing import read_records, write_trace
+from harness.testing import read_records
 
 
 def fan(n: int, tool: str = "work", then: Step | None = None) -> Any:
@@ -204,66 +205,38 @@ def test_an_unsafe_call_in_flight_pauses_the_run_until_reconciled(tmp_path: Path
 # --- replay() keeps the lanes honest ---------------------------------------------------------------
 
 
-def reclock(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Renumber seqs and recompute every clock by the rules, so that only the lane rules can object."""
-    last: dict[str, dict[str, int]] = {}
-    spawns: dict[str, dict[str, int]] = {}
-    exits: dict[str, dict[str, int]] = {}
-    spawned = False
-    for n, r in enumerate(records, 1):
-        r["seq"] = n
-        if r["kind"] == "spawn":
-            spawned = True
-        if not spawned:
-            continue
-        agent = r.get("agent", "main")
-        vc = dict(last.get(agent, {"main": n - 1} if agent == "main" else {}))
-        for other in (spawns.pop(agent, {}), exits.pop(r["child"], {}) if r["kind"] == "join" else {}):
-            vc = {k: max(vc.get(k, 0), other.get(k, 0)) for k in {*vc, *other}}
-        vc[agent] = vc.get(agent, 0) + 1
-        r["vc"] = last[agent] = dict(sorted(vc.items()))
-        if r["kind"] == "spawn":
-            spawns[r["child"]] = vc
-        elif r["kind"] == "exit":
-            exits[agent] = vc
-    return records
-
-
-def forged_parallel(tmp_path: Path, forge: str) -> tuple[Path, int]:
+def forged_parallel(tmp_path: Path, how: str) -> tuple[Path, int]:
     trace = tmp_path / "t.jsonl"
     Executor(planner=fan(3, then=Step("after", "work", {"i": 9})), tools={"work": lambda i: i}, trace=trace).run("g")
-    records = read_records(trace)
-    write_trace(tmp_path / "same.jsonl", reclock([dict(r) for r in records]))
-    harness.replay(tmp_path / "same.jsonl")  # reclocking a valid trace keeps it valid
+    records = read_records(trace)[:-1]  # without the seal: a forged run ends at its terminal record
+    harness.replay(forge(tmp_path / "same.jsonl", records, reclock=True))  # reclocking a valid trace keeps it valid
     joins = [i for i, r in enumerate(records) if r["kind"] == "join"]
-    if forge == "joined out of planner order":
+    if how == "joined out of planner order":
         records[joins[0]], records[joins[1]] = records[joins[1]], records[joins[0]]
         at = joins[0]
-    elif forge == "moved on before every join":
+    elif how == "moved on before every join":
         after = records.pop(joins[2])
         records.insert(joins[2] + 1, after)  # the run's next transition comes before the last join
         at = joins[2]
-    elif forge == "a transition after its checkpoint":
+    elif how == "a transition after its checkpoint":
         ck = next(i for i, r in enumerate(records) if r["kind"] == "checkpoint" and r.get("agent") == "step-1")
         records.insert(ck + 1, {"kind": "transition", "agent": "step-1", "from": "CHECKPOINT", "to": "PLAN",
                                 "step": 1, "ts": 0.0})  # fmt: skip
         at = ck + 1
-    elif forge == "a call spawned out of step order":
+    elif how == "a call spawned out of step order":
         spawn = next(i for i, r in enumerate(records) if r["kind"] == "spawn" and r["child"] == "step-1")
         records[spawn]["step"] = 5
         at = spawn
-    path = tmp_path / "forged.jsonl"
-    write_trace(path, reclock(records))
-    return path, at + 1
+    return forge(tmp_path / "forged.jsonl", records, reclock=True), at + 1
 
 
 @pytest.mark.parametrize(
-    "forge",
+    "how",
     ["joined out of planner order", "moved on before every join", "a transition after its checkpoint",
      "a call spawned out of step order"],
 )  # fmt: skip
-def test_replay_refuses_a_parallel_step_that_breaks_its_lanes(tmp_path: Path, forge: str) -> None:
-    path, line = forged_parallel(tmp_path, forge)
+def test_replay_refuses_a_parallel_step_that_breaks_its_lanes(tmp_path: Path, how: str) -> None:
+    path, line = forged_parallel(tmp_path, how)
     with pytest.raises(harness.TraceCorruption) as e:
         harness.replay(path)
     assert (e.value.reason, e.value.line) == ("bad-transition", line), e.value
@@ -321,3 +294,37 @@ def test_a_bad_arg_in_a_later_call_starts_no_call_and_names_tool_and_step(tmp_pa
     assert (e.value.tool, e.value.step) == ("slow", 1) and "'slow'" in str(e.value) and "step 1" in str(e.value)
     assert [r["kind"] for r in read_records(trace)] == ["header", "transition", "crash"]  # no spawn: nothing started
     assert calls == [] and not any(t.name.startswith("harness-agent-step") for t in threading.enumerate())
+
+
+SECRET = "sk-" + "A1b2C3d4E5f6G7h8J9k0"  # a token shape the default rules redact
+
+
+def test_a_secret_in_a_step_or_artifact_name_is_redacted_as_its_args_are(tmp_path: Path) -> None:
+    """A step's name (a call's too) and an artifact's name were written in clear (issue 25); the run still
+    resumes and reruns on the redacted names."""
+    crash = [True]
+
+    def planner(goal: Any, done: list[Any]) -> Any:
+        if not done:
+            harness.artifact(f"report for {SECRET}", b"data")
+            return Step(f"charge {SECRET}", "work", {"i": 0})
+        if len(done) == 1:
+            return [Step(f"refund {SECRET}", "work", {"i": 1}), Step("log", "work", {"i": 2})]
+        if crash[0]:
+            crash[0] = False
+            raise KeyboardInterrupt  # the process stops; the resume reads the names back redacted
+        return None
+
+    def work(i: int) -> int:
+        return i
+
+    trace = tmp_path / "t.jsonl"
+    with pytest.raises(KeyboardInterrupt):
+        Executor(planner=planner, tools={"work": work}, trace=trace).run("g")
+    out = Executor(planner=planner, tools={"work": work}, trace=trace, resume=True).run("g")
+    assert out.state == "DONE" and SECRET.encode() not in trace.read_bytes()
+    assert [c.name for c in harness.replay(trace).checkpoints] == ["charge [REDACTED]", "refund [REDACTED]", "log"]
+    assert [a.name for a in harness.replay(trace).artifacts] == ["report for [REDACTED]"]
+    again = tmp_path / "again.jsonl"  # (a run with agents reruns when it went from start to end in one process)
+    assert Executor(planner=planner, tools={"work": work}, trace=again).run("g").state == "DONE"
+    assert harness.rerun(again, planner=planner, tools={"work": refuse}).equal

@@ -28,7 +28,7 @@ import harness  # noqa: E402 - after the skip
 from harness import Executor, TraceCorruption, TraceUnreadable  # noqa: E402
 from harness.cli import main  # noqa: E402
 from harness.store import FenceLost, RemoteJournal  # noqa: E402
-from harness.trace.journal import SCHEMA  # noqa: E402 - the version this harness writes
+from harness.trace.line import SCHEMA  # noqa: E402 - the version this harness writes
 
 HERE = Path(__file__).parent
 

@@ -41,7 +41,7 @@ from viewer_runs import AGENT, ROOT, fork_value, runs_folder, search_seq  # noqa
 import harness
 from harness import Executor
 from harness.testing import fixed_plan, read_records, steps, write_trace
-from harness.trace.journal import SCHEMA  # the version this harness writes: fixtures follow it
+from harness.trace.line import SCHEMA  # the version this harness writes: fixtures follow it
 from harness.viewer import RemoteForkRefused, create_app, serve
 from harness.viewer._app import JOBS_KEPT, Job, Viewer
 from harness.viewer._index import Index, classify, label, note

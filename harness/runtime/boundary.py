@@ -619,5 +619,5 @@ def artifact(name: str, data: bytes | str | os.PathLike[str]) -> str:
     else:
         raise HarnessError(f"artifact({name!r}): data must be bytes, a str or a path, not {type(data).__name__}")
     digest = session.journal.put_blob(content)
-    session.journal.append("artifact", {"name": name, "sha256": digest, "size": len(content)})
+    session.journal.append("artifact", {"name": session.redact.name(name), "sha256": digest, "size": len(content)})
     return digest

@@ -486,7 +486,7 @@ class Executor:
             return intent
         tool, step = intent["tool"], intent["step"]
         planned = self._plan_again(run, rep, run.progress, step, tool, where)
-        if not isinstance(planned, Step) or planned.tool != tool or planned.name != intent["name"]:
+        if not isinstance(planned, Step) or planned.tool != tool or self.redact.name(planned.name) != intent["name"]:
             why = f"the planner, asked again, planned {planned!r:.200} instead of step {intent['name']!r}"
             raise RedactedArgs(rep.path, step, tool, where, why)
         self._same_args(rep, step, tool, planned, intent["args"])
@@ -523,7 +523,7 @@ class Executor:
         if (
             not isinstance(planned, list | tuple)
             or not all(type(p) is Step for p in planned)
-            or [(p.name, p.tool) for p in planned] != names
+            or [(self.redact.name(p.name), p.tool) for p in planned] != names  # (names are redacted as written)
         ):
             why = f"the planner, asked again, planned {planned!r:.200} instead of the calls {names}"
             raise RedactedArgs(rep.path, c.step, tool, where, why)
@@ -585,7 +585,8 @@ class Executor:
                         return run.too_many(planned.name, self.max_steps)
                     self._check_planned(planned)
                     run.planned = planned
-                    run.intent = {"name": planned.name, "tool": planned.tool, "args": planned.args}
+                    # the step's name as the trace holds it (redacted: a name is text a caller wrote)
+                    run.intent = {"name": self.redact.name(planned.name), "tool": planned.tool, "args": planned.args}
                     if self.contracts[planned.tool]["effect"] == "idempotent":
                         run.intent["key"] = f"{run.id}-{run.step}-{run.attempt}"
                         if run.reuse is not None and run.reuse[0] == (planned.tool, canonical(planned.args)):
@@ -675,7 +676,12 @@ class Executor:
         calls = []
         for i, planned in enumerate(steps):
             call = run.call(run.step + i, planned)
-            extra = {"step": call.step, "name": planned.name, "tool": planned.tool, "args": planned.args}
+            extra = {
+                "step": call.step,
+                "name": self.redact.name(planned.name),
+                "tool": planned.tool,
+                "args": planned.args,
+            }
             calls.append((f"step-{call.step}", self._lane, (call, slots), extra))
         handles = run.session.agents.start_all(calls)  # the whole plan is on the file before any call starts
         return self._close(run, handles, run.step + len(steps))

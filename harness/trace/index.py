@@ -97,8 +97,9 @@ class Mark:
     intent: Pos  # the step's intent (its name)
     result: Pos  # the ACT -> VERIFY transition holding the verified result
     last: Pos  # the checkpoint
-    checkpoints: int  # entries before the trailer
+    checkpoints: int  # entries before the trailer: one per step up to this one (step + 1)
     blobs: tuple[str, ...]  # the sha256 of every blob named up to end
+    named: tuple[int, ...] = ()  # where the first line naming each of blobs starts (a resume checks that it does)
     blocks: bytes = b""  # the raw sha256 of each whole BLOCK of trace before end, in order (not in the JSON)
 
     def encode(self) -> bytes:
@@ -120,6 +121,9 @@ class Mark:
             or any(len(p) != 3 for p in poss)
             or not all(type(v) is int and v >= 0 for v in ints + [x for p in poss for x in p])
             or not all(type(b) is str for b in mark.blobs)
+            or len(mark.named) != len(mark.blobs)
+            or not all(type(o) is int and 0 <= o < mark.end for o in mark.named)
+            or mark.checkpoints != mark.step + 1  # a run that never spawned checkpoints each step once
             or len(blocks) != DIGEST * (mark.end // BLOCK)
         ):
             return None
@@ -402,11 +406,33 @@ def _verify(f: Any, mark: Mark) -> Start | None:
         return None
     if header.get("kind") != "header" or header.get("run_id") != mark.run_id or _header_problem("", header):
         return None
+    if not _names_blobs(_file_reader(f), mark):
+        return None
     try:
         payload = _payload(result, "result")
     except (KeyError, TypeError):
         return None
     return Start(mark, header, last, intent, payload, result["seq"])
+
+
+def _names_blobs(read: Read, mark: Mark) -> bool:
+    """Whether each blob the mark lists is named by the line it says, a whole line before the mark's end.
+
+    The seal of the resumed run lists them: a blob no line names would make
+    it a seal replay() refuses. (A blob the mark leaves out cannot be seen
+    without reading every line: its seal fails replay() too, as a wrong block
+    digest does; see docs/FORMAT.md.)
+    """
+    for name, off in zip(mark.blobs, mark.named, strict=True):
+        found = _record(read, off)
+        if found is None or found[0][0] + found[0][1] > mark.end:
+            return False
+        try:
+            if name not in {sha for _, sha, _ in _blobs.refs(found[1])}:
+                return False
+        except (ValueError, KeyError, TypeError):
+            return False
+    return True
 
 
 class Prefixed(_Checkpoints):
@@ -519,10 +545,12 @@ class Writer:
     blob. A checkpoint of a run that spawned agents carries a clock and is
     never a quiet point: the last mark before the spawn stays.
     A trace shorter than INTERVAL gets no index: reading it whole is as fast.
+    A mark lists the blobs named before it with the line naming each (found
+    by reading back the bytes not searched yet, in a run that names blobs).
     """
 
-    __slots__ = ("blocks", "count", "dead", "digests", "fd", "header", "idx", "path", "pending", "pos", "quiet",
-                 "run_id", "steps", "written_at")  # fmt: skip
+    __slots__ = ("blocks", "count", "dead", "digests", "fd", "header", "idx", "named", "path", "pending", "pos",
+                 "quiet", "run_id", "scanned", "steps", "written_at")  # fmt: skip
 
     def __init__(self, trace: str, fd: int, digests: set[str], blocks: list[bytes]):
         self.path, self.fd = trace, fd  # the trace and a descriptor to read it (the journal's)
@@ -538,6 +566,8 @@ class Writer:
         self.written_at = 0  # the end of the last mark written
         self.steps = 0
         self.dead = False
+        self.named: dict[str, int] = {}  # blob -> where a line naming it starts
+        self.scanned = 0  # the bytes searched for lines naming blobs
 
     @classmethod
     def after(cls, trace: str, fd: int, digests: set[str], blocks: list[bytes], rep: Replay) -> Writer | None:
@@ -563,6 +593,9 @@ class Writer:
             w.quiet = Mark(rep.run_id, end, seq, crc, step, header, intent, result, last, count, blobs)
             if isinstance(lines, Prefixed) and rep.since == end:  # the mark on file is this very point
                 w.written_at = end
+        mark = load(trace) if rep.since else None
+        if mark is not None and mark.end == rep.since:  # the mark the resume checked: its blobs' lines too
+            w.named, w.scanned = dict(zip(mark.blobs, mark.named, strict=True)), mark.end
         return w
 
     def step(self) -> None:
@@ -637,6 +670,29 @@ class Writer:
     def _pread(self, off: int, n: int) -> bytes:
         return os.pread(self.fd, n, off)
 
+    def _find_blobs(self, end: int) -> None:
+        """Search the bytes from `scanned` to end for the lines naming blobs (a byte search), keeping where."""
+        while self.scanned < end:
+            data = self._pread(self.scanned, min(end - self.scanned, 1 << 20))
+            cut = data.rfind(b"\n") + 1
+            if not cut:
+                data = self._pread(self.scanned, min(end - self.scanned, MAX_LINE + 1))
+                cut = data.rfind(b"\n") + 1
+                if not cut:
+                    return
+            for text in (b'"blobs":{', b'"kind":"artifact"'):
+                i = data.find(text, 0, cut)
+                while i >= 0:
+                    start, stop = data.rfind(b"\n", 0, i) + 1, data.find(b"\n", i)
+                    try:
+                        named = _blobs.refs(orjson.loads(data[start:stop]))
+                    except (orjson.JSONDecodeError, ValueError, KeyError, TypeError, AttributeError):
+                        named = []
+                    for _, sha, _ in named:
+                        self.named.setdefault(sha, self.scanned + start)
+                    i = data.find(text, stop, cut)
+            self.scanned += cut
+
     def _mark_last(self, end: int, *, blobs: frozenset[str]) -> None:
         """Take the last checkpoint found, which ends at byte end, as the quiet point if it is one; write the mark."""
         if not self.pending or len(blobs) > BLOBS_MAX or (self.quiet is not None and self.quiet.end >= end):
@@ -672,6 +728,13 @@ class Writer:
             self.idx = fd
             if fd == -1:
                 return
+        if q.blobs:  # where each is named: read back what was not searched yet
+            if not self.named.keys() >= set(q.blobs):
+                self._find_blobs(q.end)
+            named = tuple(self.named.get(b, q.end) for b in q.blobs)
+            if max(named) >= q.end:  # (not found: no mark rather than one a resume would refuse)
+                return
+            self.quiet = q = replace(q, named=named)
         whole = q.end // BLOCK
         self._hash_blocks(q.end)  # the blocks completed since the last mark (all, after a full read)
         if len(q.blocks) != whole * DIGEST:

@@ -59,14 +59,27 @@ def _1_to_2(records: Records, path: str) -> Records:
     it; seqs are renumbered, and the seqs that
     records point to (a reconcile's `op`, a fork's `branch`) follow them. A
     first attempt's transitions lose `"attempt": 1`, and every `ts` but the
-    header's becomes seconds since the header's.
+    header's becomes seconds since the header's. A record it cannot read (a
+    field missing or of another type) is TraceCorruption naming its line.
     """
+    at = [1]  # the line being read, for the error
+    try:
+        return _merge_steps(records, path, at)
+    except (KeyError, TypeError, ValueError) as e:
+        why = f"a record without a valid {e} field; cannot migrate, nothing was changed"
+        raise TraceCorruption(path, at[0], "malformed", why, at[0]) from None
+
+
+def _merge_steps(records: Records, path: str, at: list[int]) -> Records:
     out: Records = []
     new_seq: dict[int, int] = {}
     result: Any = None  # of the last transition into VERIFY
     intent: dict[str, Any] = {}
     merged: dict[str, Any] | None = None  # the checkpoint record made for the step being closed
+    old_seq: dict[int, int] = {}  # id of a copied record -> its seq (its line) in the schema-1 trace
     for rec in records:
+        at[0] = rec["seq"]
+        _readable(path, rec)
         kind, old = rec["kind"], rec["seq"]
         if kind == "transition" and rec["to"] == "VERIFY":
             result = rec.get("result")
@@ -81,11 +94,17 @@ def _1_to_2(records: Records, path: str) -> Records:
             new_seq[old] = merged["seq"]
             continue
         if merged is not None and kind == "checkpoint":
-            if rec.get("result") != result or rec.get("name") != intent.get("name"):
-                raise HarnessError(
-                    f"{path}:{old}: the schema-1 checkpoint is not the result that was verified; it cannot be "
-                    "migrated (replay it with harness 0.1 to see why); nothing was changed"
-                )
+            # by type and value, as schema 1's reader compared them: {"paid": true} does not vouch for {"paid": 1}
+            if (
+                "result" not in rec
+                or _value(rec["result"]) != _value(result)
+                or _value(rec.get("name")) != _value(intent.get("name"))
+            ):
+                raise TraceCorruption(
+                    path, old, "unvouched-checkpoint", "the schema-1 checkpoint is not the result that was verified "
+                    "(compared by type and value); it cannot be migrated (replay it with harness 0.1 to see why); "
+                    "nothing was changed", old
+                )  # fmt: skip
             new_seq[old] = merged["seq"]
             continue
         if merged is not None and kind == "transition" and rec["from"] == "CHECKPOINT":
@@ -96,6 +115,7 @@ def _1_to_2(records: Records, path: str) -> Records:
             merged = None
         copy = {"seq": len(out) + 1, **{k: v for k, v in rec.items() if k != "seq"}}
         new_seq[old] = copy["seq"]
+        old_seq[id(copy)] = old
         out.append(copy)
     header = out[0]
     header["schema"] = 2
@@ -103,13 +123,34 @@ def _1_to_2(records: Records, path: str) -> Records:
         header["branch"] = new_seq.get(header["branch"], header["branch"])
     start = header["ts"]
     for rec in out[1:]:
-        if rec["kind"] == "reconcile" and type(rec.get("op")) is int:
+        line = at[0] = old_seq[id(rec)] if id(rec) in old_seq else int(rec["seq"])  # (a checkpoint: made here)
+        if rec["kind"] == "reconcile":
+            if type(rec.get("op")) is not int or not 0 < rec["op"] < line:
+                why = (
+                    f"a reconcile whose op {rec.get('op')!r} names no record before it; cannot migrate, nothing changed"
+                )
+                raise TraceCorruption(path, line, "bad-reconcile", why, line)
             rec["op"] = new_seq[rec["op"]]
         elif rec["kind"] == "transition" and type(rec.get("attempt")) is int and rec["attempt"] == 1:  # left out
             del rec["attempt"]
         if type(rec.get("ts")) is float and type(start) is float:  # seconds since the header's, to the ms
             rec["ts"] = round(rec["ts"] - start, 3)
     return out
+
+
+def _value(value: Any) -> bytes:
+    """A value as canonical JSON bytes (sorted keys): compared so, 1, 1.0 and true are three values."""
+    return orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
+
+
+def _readable(path: str, rec: dict[str, Any]) -> None:
+    """TraceCorruption (naming the line) unless rec has what a migration reads: a str kind, a transition's states."""
+    line = rec["seq"]
+    if type(rec.get("kind")) is not str:
+        raise TraceCorruption(path, line, "malformed", "a record without its str kind; cannot migrate", line)
+    if rec["kind"] == "transition" and (type(rec.get("from")) is not str or type(rec.get("to")) is not str):
+        why = "a transition without its str from and to; cannot migrate"
+        raise TraceCorruption(path, line, "malformed", why, line)
 
 
 # (from version, the function that upgrades a trace of that version by one)
@@ -158,13 +199,13 @@ def migrate(trace: str | os.PathLike[str], *, out: str | os.PathLike[str] | None
         if type(version) is not int or version > SCHEMA or version < MIGRATIONS[0][0]:
             raise HarnessError(f"{path}: schema {version!r} cannot be migrated to {SCHEMA} by this harness")
         before = len(records)
+        for start, step in MIGRATIONS:  # in memory: a record it cannot read is refused before any file is made
+            if start >= version:
+                records = step(records, path)
         try:
             backup = _backup(path, data, version)
         except OSError as e:
             raise HarnessError(f"{path}: cannot write its backup ({e.strerror}); nothing was changed") from None
-        for start, step in MIGRATIONS:
-            if start >= version:
-                records = step(records, path)
         folder = os.path.dirname(os.path.abspath(path))
         tmp = os.path.join(folder, f".{os.path.basename(path)}.{uuid.uuid4().hex}.tmp")
         try:

@@ -494,6 +494,103 @@ _SORTED = orjson.OPT_SORT_KEYS
 _EFFECTS = frozenset({"at-least-once", "idempotent", "unsafe"})
 _ASIDE = re.compile(r"[^/\\\x00]+\.torn-[1-9][0-9]*")  # a sibling's file name, as set_aside() makes it
 
+# One reading per field: the fields each kind of record carries (a transition: each edge), and no other. A field
+# that means something on one kind (a result, a key, an error) is refused on any other, as is a field no kind has:
+# two readers must never tell two stories from one line (replay() ignoring what `harness show` prints, say).
+_LINE = frozenset({"seq", "kind", "ts", "crc"})
+_AGENT = frozenset({"agent", "vc"})  # who wrote it, and its clock (checked by clock.ClockRules)
+_LINEAGE = frozenset({"reused", "mutated"})  # a fork's marks, in a fork only (a header with `branch`)
+_STEP = frozenset({"from", "to", "step", "attempt"})
+_INTENT_FIELDS = frozenset({"name", "tool", "args", "key"})
+_EDGE_FIELDS: dict[tuple[str, str], frozenset[str]] = {
+    (S.PLAN, S.ACT): _INTENT_FIELDS,
+    (S.PAUSED, S.ACT): _INTENT_FIELDS,
+    (S.ACT, S.VERIFY): frozenset({"result", "blobs"}),
+    (S.PAUSED, S.VERIFY): frozenset({"result", "blobs"}),  # a reconciled result (none after an answer)
+    (S.PLAN, S.FAILED): frozenset({"error"}),
+    (S.ACT, S.PLAN): frozenset({"error"}),
+    (S.ACT, S.FAILED): frozenset({"error"}),
+    (S.VERIFY, S.PLAN): frozenset({"error"}),
+    (S.VERIFY, S.FAILED): frozenset({"error"}),
+    (S.ACT, S.PAUSED): frozenset({"error", "question"}),  # a timeout's error, or interrupt()'s question
+    (S.PLAN, S.PAUSED): frozenset({"question"}),
+    (S.VERIFY, S.PAUSED): frozenset({"question"}),
+}
+_KIND_FIELDS: dict[str, frozenset[str]] = {
+    "header": frozenset({"schema", "run_id", "goal", "tools", "redact", "parent", "branch", "env"}),
+    "seal": frozenset({"state", "content_hash", "digests", "hmac", "set_aside"}),
+    # main's own records: a clock once the run spawned, never another agent's name
+    "resume": frozenset({"set_aside", "env", "vc"}),
+    "reconcile": frozenset({"op", "happened", "result", "evidence", "set_aside", "blobs", "vc"}),
+    "answer": frozenset({"op", "answer", "vc"}),
+    "crash": frozenset({"state", "step", "attempt", "error", "traceback", "vc"}),
+    # any agent's
+    "checkpoint": frozenset({"step"}) | _AGENT,
+    "artifact": frozenset({"name", "sha256", "size"}) | _AGENT,
+    "crossing": frozenset({"boundary", "request", "hash", "response", "error", "blobs"}) | _AGENT,
+    "event": frozenset({"type", "data", "blobs"}) | _AGENT,
+    "end": frozenset({"status", "error"}) | _AGENT,
+    "spawn": frozenset({"child", "step", "name", "tool", "args"}) | _AGENT,
+    "exit": frozenset({"status", "error"}) | _AGENT,
+    "join": frozenset({"child"}) | _AGENT,
+}
+
+
+# The fields a transition of each edge must have besides seq, kind, from, to, step, ts and crc (the scan reads each,
+# so a line missing one is refused): a transition with exactly these has no room for another, and is not looked at
+# further (the fast path; set operations on every line would cost replay() a tenth of its time).
+_EDGE_REQUIRED = {
+    (S.PLAN, S.ACT): 3, (S.PAUSED, S.ACT): 3,  # name, tool, args
+    (S.ACT, S.VERIFY): 1,  # result (or the blobs holding it)
+    (S.PLAN, S.FAILED): 1, (S.ACT, S.PLAN): 1, (S.ACT, S.FAILED): 1, (S.VERIFY, S.PLAN): 1, (S.VERIFY, S.FAILED): 1,
+    (S.PLAN, S.PAUSED): 1, (S.VERIFY, S.PAUSED): 1,  # error; question
+}  # fmt: skip
+_CHECKPOINT_KEYS = len(_LINE) + 1  # step
+_CROSSING_KEYS = len(_LINE) + 4  # boundary, request, hash, response or error (inline)
+
+Fields = tuple[dict[str, frozenset[str]], dict[str, dict[str, tuple[int, frozenset[str]]]]]
+
+
+def _fields_table(fork: bool) -> Fields:
+    """(fields by kind, (size of the minimal record, fields) by transition edge `[from][to]`), a fork's marks too
+    when `fork`."""
+    lineage = _LINEAGE if fork else frozenset()
+    kinds = {k: _LINE | v | (lineage if k not in ("header", "seal") else frozenset()) for k, v in _KIND_FIELDS.items()}
+    base = _LINE | _AGENT | lineage | _STEP
+    edges = {
+        src: {
+            dst: (len(_LINE) + 3 + _EDGE_REQUIRED.get((src, dst), 0), base | _EDGE_FIELDS.get((src, dst), frozenset()))
+            for dst in S.EDGES[src]  # the legal edges only: the scan asks this table whether an edge is one
+        }
+        for src in S.EDGES
+    }
+    return kinds, edges
+
+
+_FIELDS, _FIELDS_FORK = _fields_table(False), _fields_table(True)
+_ERROR_EXTRA = {"ToolTimeout": "timeout", "MaxSteps": "max_steps"}  # the one more field these errors carry
+
+
+def _fields_of(path: str, n: int, seq: int, rec: dict[str, Any], allowed: frozenset[str]) -> None:
+    """TraceCorruption (malformed) when rec carries a field its kind does not: on the rarer kinds' lines."""
+    if not allowed.issuperset(rec):
+        raise _stray_field(path, n, seq, rec, allowed, f"a {rec['kind']} record")
+
+
+def _stray_field(
+    path: str, n: int, seq: int, rec: dict[str, Any], allowed: frozenset[str], what: str
+) -> TraceCorruption:
+    """The malformed error for a record carrying a field its kind (or edge) does not: the slow path."""
+    stray = sorted(set(rec) - allowed)
+    if set(stray) <= _LINEAGE:
+        why = f"{stray[0]!r} on a record of a trace that is not a fork (only a fork marks what it reused)"
+    else:
+        why = (
+            f"field {stray[0]!r} on {what}, which does not carry it: harness writes it on no such record, and a "
+            "reader must not tell another story from it than replay() does"
+        )
+    return _fail(path, n, "malformed", why, seq)
+
 
 def _claimed(line: bytes) -> int | None:
     """The seq a line that failed its checks still names, for the message."""
@@ -569,14 +666,28 @@ def _first_difference(a: bytes, b: bytes) -> int:
 
 
 def _error_ok(error: Any) -> bool:
-    """Whether error is an `{"type": str, "message": str}` object, as every error field is."""
-    return type(error) is dict and type(error.get("type")) is str and type(error.get("message")) is str
+    """Whether error is an `{"type": str, "message": str}` object, as every error field is.
+
+    Nothing more, but a ToolTimeout's `timeout` (a number) and a MaxSteps' `max_steps` (an int).
+    """
+    if type(error) is not dict or type(error.get("type")) is not str or type(error.get("message")) is not str:
+        return False
+    if len(error) == 2:
+        return True
+    extra = _ERROR_EXTRA.get(error["type"])
+    return len(error) == 3 and extra in error and type(error[extra]) in ((int, float) if extra == "timeout" else (int,))
 
 
-def _aside_problem(path: str, header: dict[str, Any], name: Any) -> str | None:
-    """Why a `set_aside` value cannot name a sibling of the trace that holds a torn tail; None if it can."""
+def _aside_problem(path: str, header: dict[str, Any], name: Any, named: set[str]) -> str | None:
+    """Why a `set_aside` value cannot name a sibling of the trace that holds a torn tail; None if it can.
+
+    named: the names set aside before in the trace, which it joins (each torn tail goes to a new file).
+    """
     if type(name) is not str or not _ASIDE.fullmatch(name):
         return f"set_aside {name!r} is not the file name of a sibling `<trace>.torn-N` (no folder, no path)"
+    if name in named:
+        return f"set_aside {name!r} names a file an earlier record set a torn tail aside in: each goes to a new one"
+    named.add(name)
     if "parent" in header:  # a rerun or fork repeats its recording's seam: the file is beside the recording
         return None
     if not os.path.isfile(os.path.join(os.path.dirname(path), name)):
@@ -596,15 +707,32 @@ def _header_problem(path: str, rec: dict[str, Any]) -> tuple[str, str] | None:
         return "malformed", "a header without its str run_id and its goal"
     tools = rec.get("tools")
     if type(tools) is not dict or not all(
-        type(c) is dict and c.get("effect") in _EFFECTS and (c.get("version") is None or type(c["version"]) is str)
+        type(c) is dict
+        and c.get("effect") in _EFFECTS
+        and "version" in c
+        and (c["version"] is None or type(c["version"]) is str)
         for c in tools.values()
     ):
         why = 'a header whose tools is not an object of {"effect": at-least-once|idempotent|unsafe, "version"}'
         return "malformed", why
+    for name, c in tools.items():
+        # `retry_rejected: true` on an unsafe tool only, and nothing else: "no" must not read as true
+        if not c.keys() <= {"effect", "version", "retry_rejected"} or (
+            "retry_rejected" in c and (c["retry_rejected"] is not True or c["effect"] != "unsafe")
+        ):
+            why = (
+                f"a header whose contract for tool {name!r} is not one harness writes: {c!r:.200} (fields effect, "
+                'version, and "retry_rejected": true on an unsafe tool only)'
+            )
+            return "malformed", why
     if "env" in rec and type(rec["env"]) is not dict:
         return "malformed", "a header whose env is not an object"
-    if "redact" in rec and type(rec["redact"]) is not dict:
-        return "malformed", "a header whose redact is not an object"
+    if "redact" in rec and _redact_problem(rec["redact"]):
+        why = (
+            'a header whose redact is not {"rules": [str], "patterns": [[str, int]], "defaults": bool} '
+            '(and "marker": str): a rerun reads these rules back'
+        )
+        return "malformed", why
     if ("parent" in rec and type(rec["parent"]) is not str) or ("branch" in rec and type(rec["branch"]) is not int):
         return "malformed", "a header whose parent is not a str or whose branch is not an int"
     ts = rec.get("ts")
@@ -614,6 +742,20 @@ def _header_problem(path: str, rec: dict[str, Any]) -> tuple[str, str] | None:
 
 
 _WALL = (-62135596800.0, 253402300800.0)  # the header's ts: a time a date can hold (0001-01-01 to 9999-12-31, UTC)
+
+
+def _redact_problem(redact: Any) -> bool:
+    """Whether a header's `redact` is not the rules object harness writes (which a rerun or fork reads back)."""
+    return not (
+        type(redact) is dict
+        and redact.keys() - {"marker"} == {"rules", "patterns", "defaults"}
+        and type(redact["rules"]) is list
+        and all(type(r) is str for r in redact["rules"])
+        and type(redact["patterns"]) is list
+        and all(type(p) is list and len(p) == 2 and type(p[0]) is str and type(p[1]) is int for p in redact["patterns"])
+        and type(redact["defaults"]) is bool
+        and type(redact.get("marker", "")) is str
+    )
 
 
 def _scan(
@@ -658,9 +800,16 @@ def _scan(
     ended = False  # the run reached DONE or FAILED
     quiet: tuple[Any, ...] | None = None  # the last point a resume may start from (index.py), once resolved
     header_pos = (0, 0, 0)
+    kind_fields, edge_fields = _FIELDS  # the fields each kind (and each edge) carries: a fork's add its marks
+    fork = False
+    dying = False  # main wrote a crash record: its next record is the resuming process's `resume`
+    mail: dict[tuple[str, str], list[tuple[Any, bytes]]] = {}  # (sender, to) -> messages sent, not yet received
+    asides: set[str] = set()  # the .torn-N files named so far
     if origin is not None:  # right after a quiet checkpoint: the state is these few values
         m = origin.mark
         header, tools, last, intent = origin.header, origin.header["tools"], origin.last, origin.intent
+        fork = "branch" in header
+        kind_fields, edge_fields = _FIELDS_FORK if fork else _FIELDS
         intent_pos = (m.intent[0], m.intent[1] << 32 | m.intent[2])
         result, result_seq, header_pos, quiet = origin.result, origin.result_seq, m.header, origin.quiet
         state, n, seq, crc, offset, at_step, before = S.PLAN, m.seq, m.seq, m.crc, m.end, m.step + 1, "checkpoint"
@@ -710,7 +859,10 @@ def _scan(
                     clocks = ClockRules(seq)
                     if kind != "spawn":
                         raise _fail(path, n, "vector-clock", "a clock or agent before the run spawned an agent", seq)
-                wrong = clocks.see(rec, kind)
+                if "blobs" in rec and rec.get("boundary") == "agent_msg":  # a large message: its clock is in it
+                    wrong = clocks.see(_blobs.inline(path, rec), kind)
+                else:
+                    wrong = clocks.see(rec, kind)
                 if wrong is not None:
                     raise _fail(path, n, "vector-clock", wrong, seq)
                 who = rec.get("agent", MAIN)
@@ -732,7 +884,15 @@ def _scan(
                 raise _fail(path, n, "after-terminal", f"a {kind} record after the run ended in {state}{what}", seq)
             if type(rec.get("ts")) is not float:
                 raise _fail(path, n, "malformed", f"a {kind} record without its float ts", seq)
+            if dying and kind != "resume" and rec.get("agent", MAIN) == MAIN:
+                why = (
+                    f"a {kind} record after a crash record and before a resume: a process that wrote its crash "
+                    "writes nothing more, the next record of the run is the resuming process's"
+                )
+                raise _fail(path, n, "bad-resume", why, seq)
             try:
+                if fork and (rec.get("reused", True) is not True or rec.get("mutated", True) is not True):
+                    raise _fail(path, n, "malformed", "a fork's reused or mutated mark that is not true", seq)
                 if "blobs" in rec or kind == "artifact":
                     _check_blobs(path, n, seq, rec, blobs)
                 if kind == "transition":
@@ -759,8 +919,12 @@ def _scan(
                         group, joined = [], 0
                     if src != state:
                         raise _fail(path, n, "bad-transition", f"transition from {src} but the run is in {state}", seq)
-                    if dst not in edges[state]:
+                    legal = edge_fields[state]  # the edges from state (the table's), and the fields of each
+                    if dst not in legal:
                         raise _fail(path, n, "bad-transition", S.check(state, dst) or "", seq)
+                    size, allowed = legal[dst]
+                    if len(rec) != size and not allowed.issuperset(rec):
+                        raise _stray_field(path, n, seq, rec, allowed, f"a {src} -> {dst} transition")
                     if step != at_step or attempt != at_attempt or type(step) is not int or type(attempt) is not int:
                         why = (
                             f"step {step!r}, attempt {attempt!r} where step {at_step}, attempt {at_attempt} comes next"
@@ -773,6 +937,19 @@ def _scan(
                         why = "VERIFY -> CHECKPOINT is written as a checkpoint record, not a transition"
                         raise _fail(path, n, "bad-transition", why, seq)
                     asked = src == S.PAUSED and question is not None  # leaving a pause on interrupt()
+                    if (
+                        resumes > lane.resumes  # (first: false in a run never resumed, and after each intent)
+                        and src == S.ACT
+                        and intent is not None
+                        and (dst != S.PAUSED or "question" in rec or "error" in rec)
+                        and tools[intent["tool"]]["effect"] == "unsafe"
+                    ):
+                        why = (
+                            f"ACT -> {dst} for unsafe tool {intent['tool']!r} whose intent (seq {intent['seq']}) a "
+                            "process before the resume wrote: a resumed process never calls an unsafe tool that was "
+                            "in flight, it pauses the run (ACT -> PAUSED) until an operator reconciles the call"
+                        )
+                        raise _fail(path, n, "bad-transition", why, seq)
                     if dst == S.PAUSED and src != S.ACT and "question" not in rec:
                         why = f"{src} -> PAUSED without the question that interrupt() asked"
                         raise _fail(path, n, "malformed", why, seq)
@@ -802,6 +979,12 @@ def _scan(
                     if dst == S.ACT:
                         again = timed_out_key if timed_out_key and timed_out_key[0] == _call_of(rec) else None
                         _intent(path, n, rec, tools, header, intent if src == S.PAUSED else None, again)
+                        if lane is not run_lane and _planned_call(rec) != _planned_call(lane.planned):
+                            why = (
+                                f"an intent of {lane.agent} that is not the call its spawn planned (name, tool and "
+                                "args, by type and value): a resume makes the call its spawn names"
+                            )
+                            raise _fail(path, n, "bad-intent", why, seq)
                         timed_out_key = None
                         intent, intent_pos = rec, (offset, length << 32 | prev)
                         if src != S.PAUSED and lane is run_lane:  # PAUSED -> ACT repeats the intent planned before
@@ -832,9 +1015,15 @@ def _scan(
                     if failed and not _error_ok(rec["error"]):
                         why = f'{src} -> {dst} without its error object {{"type": str, "message": str}}'
                         raise _fail(path, n, "malformed", why, seq)
-                    timeout_retry = failed and dst == S.PLAN and rec["error"]["type"] == "ToolTimeout"
-                    if timeout_retry and intent is not None and "key" in intent:
-                        timed_out_key = (_call_of(intent), intent["key"])  # the next attempt of this call keeps it
+                    if failed and src == S.ACT and rec["error"]["type"] == "ToolTimeout" and intent is not None:
+                        if tools[intent["tool"]]["effect"] == "unsafe":
+                            why = (
+                                f"ACT -> {dst} after a ToolTimeout of unsafe tool {intent['tool']!r}: the call may "
+                                "have taken effect, so harness pauses the run (ACT -> PAUSED) for a reconcile"
+                            )
+                            raise _fail(path, n, "bad-transition", why, seq)
+                        if dst == S.PLAN and "key" in intent:
+                            timed_out_key = (_call_of(intent), intent["key"])  # the next attempt of this call keeps it
                     if (src == S.ACT and "question" not in rec) or (src == S.PAUSED and dst == S.VERIFY and not asked):
                         result = None
                         if dst == S.VERIFY:
@@ -879,9 +1068,12 @@ def _scan(
                         fresh = 0
                 elif kind == "checkpoint":  # the moves VERIFY -> CHECKPOINT -> PLAN, in one line
                     step = rec["step"]  # it vouches for the result of its lane's last transition into VERIFY
-                    if "verified" in rec:  # one spelling: the result it vouches for is fixed by where it stands
-                        why = "a checkpoint naming its result's seq (verified), as 0.2.0 development builds wrote"
-                        raise _fail(path, n, "non-canonical", why, seq)
+                    if len(rec) != _CHECKPOINT_KEYS:  # (a clock, an agent, a fork's mark; or more)
+                        if "verified" in rec:  # one spelling: the result it vouches for is fixed by where it stands
+                            why = "a checkpoint naming its result's seq (verified), as 0.2.0 development builds wrote"
+                            raise _fail(path, n, "non-canonical", why, seq)
+                        if not kind_fields[kind].issuperset(rec):
+                            raise _stray_field(path, n, seq, rec, kind_fields[kind], "a checkpoint record")
                     if state != S.VERIFY or type(step) is not int or step != at_step:
                         why = f"a checkpoint of step {step!r} in state {state}, step {at_step}: nothing verified"
                         raise _fail(path, n, "unvouched-checkpoint", why, seq)
@@ -901,11 +1093,14 @@ def _scan(
                             raise internal(f"a checkpoint of {lane.agent} with no intent", path, seq)
                         lane.ck_rec = Checkpoint(step, intent["name"], result, seq)
                 elif kind == "artifact":
+                    _fields_of(path, n, seq, rec, kind_fields[kind])
                     if type(rec["name"]) is not str:
                         raise _fail(path, n, "malformed", "an artifact record whose name is not a str", seq)
                     artifacts.append(Artifact(seq, rec["name"], rec["sha256"], rec["size"], path))
                 elif kind == "crossing":
                     named = rec.get("blobs") or {}
+                    if (named or len(rec) != _CROSSING_KEYS) and not kind_fields[kind].issuperset(rec):
+                        raise _stray_field(path, n, seq, rec, kind_fields[kind], "a crossing record")
                     if (
                         type(rec["boundary"]) is not str
                         or ("request" not in rec and "request" not in named)
@@ -918,6 +1113,10 @@ def _scan(
                     ):
                         why = 'a crossing needs either a response or an error object {"type": str, "message": str}'
                         raise _fail(path, n, "malformed", why, seq)
+                    if rec["boundary"] == "agent_msg":  # a message between agents: sent once, received once
+                        wrong = _message(path, rec, mail)
+                        if wrong is not None:
+                            raise _fail(path, n, "bad-message", wrong, seq)
                     fresh += 1
                     crossed += 1
                     packed = length << 32 | prev
@@ -925,6 +1124,7 @@ def _scan(
                     if rec["boundary"] == "interrupt" and answers:
                         answers.pop(0)  # delivered, and recorded: a resume serves the crossing
                 elif kind == "answer":
+                    _fields_of(path, n, seq, rec, kind_fields[kind])
                     if state != S.PAUSED or question is None or answered:
                         why = "an answer record with no question waiting for it"
                         raise _fail(path, n, "bad-answer", why, seq)
@@ -933,6 +1133,7 @@ def _scan(
                     answered = True
                     answers.append(rec["answer"])
                 elif kind == "crash":
+                    _fields_of(path, n, seq, rec, kind_fields[kind])
                     # where the process was, in words: not part of the run's story (a signal can land between a
                     # state change and its record), so only its types are checked, never its agreement with the run
                     if (
@@ -944,27 +1145,41 @@ def _scan(
                     ):
                         why = "a crash record needs a state, int step and attempt, error {type, message}, traceback"
                         raise _fail(path, n, "malformed", why, seq)
-                    crash = rec
+                    crash, dying = rec, True
                 elif kind == "resume":
-                    bad = _aside_problem(path, header, rec["set_aside"]) if rec["set_aside"] is not None else None
+                    _fields_of(path, n, seq, rec, kind_fields[kind])
+                    aside = rec["set_aside"]
+                    bad = _aside_problem(path, header, aside, asides) if aside is not None else None
                     if bad is None and type(rec["env"]) is not dict:
                         bad = "a resume record whose env is not an object"
                     if bad is not None:
                         raise _fail(path, n, "bad-resume", bad, seq)
                     resumes += 1
+                    dying = False
                 elif kind == "seal":
+                    _fields_of(path, n, seq, rec, kind_fields[kind])
                     if state not in S.TERMINAL:
                         raise _fail(path, n, "seal", f"a seal in state {state}: only a run that ended is sealed", seq)
                     unsealed = _seal_mismatch(path, offset, rec, blobs, state)
                     if unsealed is None and "set_aside" in rec:  # a resume completed a torn seal: where it went
-                        unsealed = _aside_problem(path, header, rec["set_aside"])
+                        unsealed = _aside_problem(path, header, rec["set_aside"], asides)
                     if unsealed:
                         raise _fail(path, n, "seal", unsealed, seq)
                     seal = rec
                 elif kind in ("spawn", "exit", "join"):  # an agent's life: its rules are the clock's (above)
+                    _fields_of(path, n, seq, rec, kind_fields[kind])
                     if clocks is None:
                         raise _fail(path, n, "vector-clock", f"a {kind} record without its clock", seq)
                     child = rec.get("child")
+                    if kind == "exit" and (
+                        (rec["status"] != "ok" or "error" in rec)
+                        and (rec["status"] != "error" or not _error_ok(rec.get("error")))
+                    ):
+                        why = 'an exit whose status is not "ok" (and no error) or "error" (with its error object)'
+                        raise _fail(path, n, "malformed", why, seq)
+                    if kind == "spawn" and "step" not in rec and not _CALL.isdisjoint(rec):
+                        why = "a spawn with a call's name, tool or args but no step: only a parallel call has them"
+                        raise _fail(path, n, "malformed", why, seq)
                     if kind == "spawn" and "step" in rec:  # a call of a parallel step
                         call = lanes.get(child)
                         if lane is not run_lane or state != S.PLAN:
@@ -982,22 +1197,35 @@ def _scan(
                             if not group:  # the planner's crossings that planned the list: a resume asks it again
                                 planned = (crossed - fresh, crossed)
                             group.append(call)
+                        elif _planned_call(rec) != _planned_call(call.planned):  # spawned again after a resume
+                            why = f"call {child!r} spawned again with another name, tool or args than it was planned"
+                            raise _fail(path, n, "bad-intent", why, seq)
                     elif kind == "join" and child in lanes and lanes[child] in group:
                         if group[joined] is not lanes[child]:
                             why = f"call {child!r} joined out of planner order ({group[joined].agent} comes first)"
+                            raise _fail(path, n, "bad-transition", why, seq)
+                        if not lanes[child].done and lanes[child].state != S.FAILED:
+                            why = (
+                                f"call {child!r} joined in state {lanes[child].state} without its checkpoint: the run "
+                                "joins a call once it checkpointed or failed for good"
+                            )
                             raise _fail(path, n, "bad-transition", why, seq)
                         joined += 1
                         ck = lanes[child].ck
                         if ck is not None:
                             ck_add(ck)
                 elif kind == "header":
+                    _fields_of(path, n, seq, rec, kind_fields[kind])
                     if n != 1:
                         raise _fail(path, n, "bad-header", "a header after the first line", seq)
                     found = _header_problem(path, rec)
                     if found is not None:
                         raise _fail(path, n, found[0], found[1], seq)
                     header, tools, header_pos = rec, rec["tools"], (offset, length, prev)
+                    fork = "branch" in rec
+                    kind_fields, edge_fields = _FIELDS_FORK if fork else _FIELDS
                 elif kind == "reconcile":
+                    _fields_of(path, n, seq, rec, kind_fields[kind])
                     if state != S.PAUSED or reconcile is not None or question is not None:
                         raise _fail(
                             path, n, "bad-reconcile", "a reconcile record with no uncertain operation before it", seq
@@ -1014,16 +1242,18 @@ def _scan(
                     if type(rec["evidence"]) is not str:
                         raise _fail(path, n, "malformed", "a reconcile record whose evidence is not a str", seq)
                     if "set_aside" in rec:
-                        bad = _aside_problem(path, header, rec["set_aside"])
+                        bad = _aside_problem(path, header, rec["set_aside"], asides)
                         if bad is not None:
                             raise _fail(path, n, "bad-reconcile", bad, seq)
                     reconcile = rec
                 elif kind == "event":  # a Recorder's: its runs stay in INIT until their end record
+                    _fields_of(path, n, seq, rec, kind_fields[kind])
                     if state != S.INIT:
                         raise _fail(path, n, "bad-transition", f"an event record in state {state}", seq)
                     if type(rec["type"]) is not str or not _has(rec, rec.get("blobs") or {}, "data"):
                         raise _fail(path, n, "malformed", "an event record needs a str type and its data", seq)
                 elif kind == "end":
+                    _fields_of(path, n, seq, rec, kind_fields[kind])
                     if state != S.INIT:
                         raise _fail(path, n, "bad-transition", f"an end record in state {state}", seq)
                     if rec["status"] not in ("success", "failure", "error"):
@@ -1136,6 +1366,59 @@ def _count_to(ck_rows: _Rows, off: int) -> int:
     return 0
 
 
+_CALL = frozenset({"name", "tool", "args"})
+
+
+def _planned_call(rec: dict[str, Any]) -> bytes:
+    """A call as planned (name, tool and args, canonical): a parallel call's spawn and each of its intents."""
+    return orjson.dumps([rec.get("name"), rec.get("tool"), rec.get("args")], option=_SORTED)
+
+
+def _message(path: str, rec: dict[str, Any], mail: dict[tuple[str, str], list[tuple[Any, bytes]]]) -> str | None:
+    """Why an `agent_msg` crossing cannot be true (None when it can); a send is kept in mail until received.
+
+    A send is `{"send": to, "message": m}` with a null response; a receive is
+    `{"receive": sender or null}` with `{"from", "message", "sent"}` (or an
+    error: it timed out), taking exactly one message sent before it to its
+    agent, not taken before: from `from` (the sender it asked for, if it
+    named one), with the same message by type and value and `sent` the
+    clock of that send (null for a send before the run spawned).
+    """
+    if "blobs" in rec:  # a message too large for a line (rare): read back
+        rec = _blobs.inline(path, rec)
+    agent, request = rec.get("agent", MAIN), rec["request"]
+    if type(request) is not dict:
+        return "a message crossing whose request is neither a send nor a receive"
+    if "send" in request:
+        if request.keys() != {"send", "message"} or type(request["send"]) is not str or not request["send"]:
+            return 'a send whose request is not {"send": agent, "message": value}'
+        if "response" not in rec or rec["response"] is not None:
+            return "a send with a response or an error: a send's response is null"
+        body = orjson.dumps(request["message"], option=_SORTED)
+        mail.setdefault((agent, request["send"]), []).append((rec.get("vc"), body))
+        return None
+    asked = request.get("receive", 0)
+    if request.keys() != {"receive"} or (asked is not None and type(asked) is not str):
+        return 'a receive whose request is not {"receive": sender or null}'
+    if "error" in rec:  # nothing was received (a timeout)
+        return None
+    got = rec["response"]
+    if type(got) is not dict or got.keys() != {"from", "message", "sent"} or type(got["from"]) is not str:
+        return 'a receive whose response is not {"from": sender, "message": value, "sent": clock}'
+    sender = got["from"]
+    if asked is not None and sender != asked:
+        return f"a receive from {asked!r} answered by a message from {sender!r}"
+    body, sent, queue = orjson.dumps(got["message"], option=_SORTED), got["sent"], mail.get((sender, agent), [])
+    for i, (clock, sent_body) in enumerate(queue):
+        if clock == sent and sent_body == body:
+            del queue[i]  # received: at most once
+            return None
+    return (
+        f"a message received by {agent!r} from {sender!r} that no send of {sender!r} to {agent!r} before it "
+        "carries (the same message, by type and value, with that clock), or whose send was received already"
+    )
+
+
 def _call_of(rec: dict[str, Any]) -> bytes:
     """A call's identity (tool and args, canonical), to recognise the same call made again."""
     return orjson.dumps([rec.get("tool"), rec.get("args")], option=_SORTED)
@@ -1196,6 +1479,10 @@ def _check_blobs(path: str, n: int, seq: int, rec: dict[str, Any], seen: dict[st
         named = _blobs.refs(rec)
     except (ValueError, KeyError) as e:
         raise _fail(path, n, "malformed", f"a {rec['kind']} record naming blobs badly: {e}", seq) from None
+    if any(len(ref) != 2 for ref in (rec.get("blobs") or {}).values()):  # one reading: sha256 and size, nothing else
+        raise _fail(
+            path, n, "malformed", f"a {rec['kind']} record whose blob reference has more than its sha256 and size", seq
+        )
     folder = _blobs.folder_of(path)
     for _, name, size in named:
         if name in seen:
