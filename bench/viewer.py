@@ -1,4 +1,4 @@
-"""How fast the web viewer opens big folders and big traces (the figures in README "Web viewer").
+"""How fast the web viewer opens big folders and big traces (the figures in docs/guides/viewer.md).
 
     python bench/viewer.py            # 10,000 traces in a folder, a 100,000-record trace
     python bench/viewer.py --quick    # 1,000 traces, a 10,000-record trace

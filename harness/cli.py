@@ -43,7 +43,7 @@ def _show_setup(p: argparse.ArgumentParser) -> None:
     view = p.add_mutually_exclusive_group()
     view.add_argument(
         "--golden", action="store_true",
-        help="print the normalized JSONL a golden file holds (also the git textconv: see README)",
+        help="print the normalized JSONL a golden file holds (also the git textconv: docs/guides/diff-rerun-fork.md)",
     )  # fmt: skip
     view.add_argument("--json", action="store_true", help="print each record as read, one JSON object per line")
     view.add_argument("--record", type=int, metavar="SEQ", help="print the record at SEQ in full, indented")

@@ -1,4 +1,4 @@
-"""The git set-up the README gives: `git diff` and `git log -p` show traces as normalized records.
+"""The git set-up of docs/guides/diff-rerun-fork.md: `git diff` and `git log -p` show traces as normalized records.
 
 A real repository in tmp_path, with the committed `.gitattributes` line and
 the local textconv setting, and the real console script as the textconv.

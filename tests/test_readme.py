@@ -1,7 +1,15 @@
-"""The README's examples run as written, and print what the README says they print.
+"""The examples of the README and of every page of the docs run as written, and print what the docs say they print.
 
-An example is the first ```python block after a heading; when a ```text block
-follows it directly, that is its output, compared line for line.
+Every ```python block of README.md and of docs/**/*.md (indented ones in a list too) runs alone, as its own process,
+in a fresh folder: it must exit 0 and print nothing on stderr, not even a warning. When a ```text block follows it
+directly (one blank line between), that is its output, compared line for line.
+
+Two markers, each an HTML comment on the line right above the block (neither GitHub nor the site shows it):
+
+- `<!-- fragment: WHY -->`: the block does not run alone (arguments left out, a bucket, a live model), and says why;
+- `<!-- given: FILE -->`: the block reads FILE, which the test makes first (GIVEN says what each one is).
+
+A block with neither runs; a marker that names no reason or an unknown file fails.
 """
 
 from __future__ import annotations
@@ -10,58 +18,120 @@ import re
 import subprocess
 import sys
 import tomllib
+from dataclasses import dataclass
 from pathlib import Path
+from textwrap import dedent
 
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
+PAGES = [README, *sorted((ROOT / "docs").rglob("*.md"))]
+
+# a ```python fence, maybe indented (inside a list item), the marker comment right above it, and the ```text block
+# that follows it after one blank line, at the same indent
+BLOCK = re.compile(
+    r"(?:^[ \t]*<!-- (?P<marker>[a-z]+): (?P<what>[^\n]*?) -->\n)?"
+    r"^(?P<indent>[ \t]*)```python\n(?P<code>.*?)^(?P=indent)```\n"
+    r"(?:\n(?P=indent)```text\n(?P<out>.*?)^(?P=indent)```)?",
+    re.S | re.M,
+)
 
 
-def example_after(heading: str) -> tuple[str, str | None]:
-    """The code of the first python block after heading, and the text block right after it, if any."""
-    text = README.read_text()
-    section = text[text.index(heading) :]
-    found = re.search(r"```python\n(.*?)```\n(?:\n```text\n(.*?)```)?", section, re.S)
-    assert found, f"no python block after {heading!r}"
-    return found[1], found[2]
+@dataclass(frozen=True)
+class Example:
+    page: Path
+    line: int
+    code: str
+    output: str | None
+    marker: str | None
+    what: str | None
+
+    @property
+    def id(self) -> str:
+        return f"{self.page.relative_to(ROOT)}:{self.line}"
 
 
-def run_example(heading: str, cwd: Path) -> str:
-    code, _ = example_after(heading)
+def examples(page: Path) -> list[Example]:
+    text = page.read_text(encoding="utf-8")
+    found = []
+    for m in BLOCK.finditer(text):
+        line = text.count("\n", 0, m.start("indent")) + 1
+        strip = m["indent"]
+        code = dedent("".join(s.removeprefix(strip) for s in m["code"].splitlines(keepends=True)))
+        out = None if m["out"] is None else "".join(s.removeprefix(strip) for s in m["out"].splitlines(keepends=True))
+        found.append(Example(page, line, code, out, m["marker"], m["what"]))
+    return found
+
+
+ALL = [e for page in PAGES for e in examples(page)]
+
+
+def finished_run(folder: Path, name: str) -> None:
+    """A sealed, finished two-step run at folder/name."""
+    from harness import Executor
+    from harness.testing import fixed_plan, steps
+
+    Executor(planner=fixed_plan(steps(2)), tools={"work": dict}, trace=folder / name).run("given")
+
+
+GIVEN = {"run.jsonl": finished_run}
+
+
+def run(code: str, cwd: Path) -> str:
     out = subprocess.run([sys.executable, "-c", code], cwd=cwd, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stderr == ""  # no warning either
     return out.stdout
 
 
+def test_every_python_block_is_found() -> None:
+    """The pattern above sees every ```python fence of every page: none slips past the test unrun."""
+    for page in PAGES:
+        fences = len(re.findall(r"^[ \t]*```python$", page.read_text(encoding="utf-8"), re.M))
+        assert fences == len(examples(page)), f"{page}: a ```python block the test cannot read (its closing fence?)"
+
+
+@pytest.mark.parametrize("example", [e for e in ALL if e.marker != "fragment"], ids=lambda e: e.id)
+def test_the_example_runs_and_prints_what_the_docs_show(tmp_path: Path, example: Example) -> None:
+    if example.marker == "given":
+        assert example.what in GIVEN, f"{example.id}: no such given file {example.what!r} (tests/test_readme.py)"
+        GIVEN[example.what](tmp_path, example.what)
+    else:
+        assert example.marker is None, f"{example.id}: unknown marker {example.marker!r}: fragment or given"
+    stdout = run(example.code, tmp_path)
+    if example.output is not None:
+        assert stdout == example.output, f"{example.id}: the example prints otherwise than its ```text block"
+
+
+@pytest.mark.parametrize("example", [e for e in ALL if e.marker == "fragment"], ids=lambda e: e.id)
+def test_a_fragment_says_why_it_does_not_run(example: Example) -> None:
+    assert example.what and len(example.what.split()) >= 2, f"{example.id}: say why the fragment cannot run"
+    assert example.output is None, f"{example.id}: a fragment shows an output nothing checks"
+    compile(example.code, example.id, "exec")  # still Python: a fragment is cut short, never misspelt
+
+
 def test_the_core_example_runs_and_replays(tmp_path: Path) -> None:
-    stdout = run_example("## The core in one screen", tmp_path)
+    (core,) = [e for e in examples(README) if "ex.run(" in e.code]
+    stdout = run(core.code, tmp_path)
     assert stdout.split() == ["DONE", "2", str(1 + 2 * 4 + 1), "0", "False"]  # state, checkpoints, transitions
     assert (tmp_path / "run.jsonl").exists()
 
 
-@pytest.mark.parametrize(
-    "heading",
-    [
-        "### What the planner sees",
-        "## Testing your own agents",
-        "## Concurrent runs",
-        "### Interrupts: ask a human, wait on the file",
-        "## Durable functions",
-        "## Tool contracts from anywhere",
-        "## Agents built with frameworks",
-    ],
-)
-def test_the_example_prints_what_the_readme_shows(tmp_path: Path, heading: str) -> None:
-    shown = example_after(heading)[1]
-    assert shown, f"the example after {heading!r} has no ```text block with its output"
-    assert run_example(heading, tmp_path) == shown
+def test_most_examples_run() -> None:
+    """Fragments stay the exception: a page of examples that only look right is what this test exists against."""
+    ran = [e for e in ALL if e.marker != "fragment"]
+    fragments = [e.id for e in ALL if e not in ran]
+    assert len(ran) >= 14 and len(ran) > len(fragments), fragments
+    assert sum(e.output is not None for e in ran) >= 7  # the examples whose output the docs print
 
 
-def test_the_readme_installs_the_distribution_that_pyproject_names() -> None:
+def test_the_docs_install_the_distribution_that_pyproject_names() -> None:
     name = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["name"]
     assert name != "harness"  # an unrelated project holds that name on the package index
-    installs = re.findall(r"pip install '?([A-Za-z0-9_.-]+)(?:\[[a-z,]+\])?'?", README.read_text())
-    from_index = [n for n in installs if not n.startswith((".", "-"))]
-    assert from_index and set(from_index) == {name}
+    for page in PAGES:
+        installs = re.findall(r"pip install '?([A-Za-z0-9_.-]+)(?:\[[a-z,-]+\])?'?", page.read_text(encoding="utf-8"))
+        from_index = {n for n in installs if not n.startswith((".", "-"))}
+        assert from_index <= {name}, f"{page}: installs {from_index - {name}}"
+    readme = re.findall(r"pip install '?([A-Za-z0-9_.-]+)", README.read_text())
+    assert name in readme

@@ -1,4 +1,4 @@
-"""The state table: every edge is legal, every other pair is refused, the README shows the table."""
+"""The state table: every edge is legal, every other pair is refused, the docs show the table."""
 
 from __future__ import annotations
 
@@ -63,10 +63,10 @@ def test_mermaid_has_one_line_per_edge() -> None:
         assert sum(line.strip().startswith(f"{src} --> {dst}:") for line in lines) == 1
 
 
-def test_the_readme_diagram_is_generated_from_the_table() -> None:
-    readme = Path(__file__).resolve().parent.parent / "README.md"
-    blocks = re.findall(r"```mermaid\n(.*?)```", readme.read_text(encoding="utf-8"), re.S)
-    assert blocks, "README.md has no ```mermaid block; paste the output of harness.trace.state.mermaid() there"
+def test_the_docs_diagram_is_generated_from_the_table() -> None:
+    page = Path(__file__).resolve().parent.parent / "docs" / "concepts" / "executor.md"
+    blocks = re.findall(r"```mermaid\n(.*?)```", page.read_text(encoding="utf-8"), re.S)
+    assert blocks, f"{page} has no ```mermaid block; paste the output of harness.trace.state.mermaid() there"
     assert S.mermaid().strip() in [b.strip() for b in blocks], (
-        "the README diagram differs from the state table; paste harness.trace.state.mermaid() there"
+        f"the diagram of {page} differs from the state table; paste harness.trace.state.mermaid() there"
     )

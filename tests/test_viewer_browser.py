@@ -9,7 +9,7 @@ Chromium is Debian's (`apt-get install chromium`, which .ci/run does),
 driven through `executable_path`; Playwright's own browser download is not
 used. Without a chromium on PATH these tests skip, saying so.
 
-With HARNESS_VIEWER_SCREENSHOTS=DIR the tests save the README's
+With HARNESS_VIEWER_SCREENSHOTS=DIR the tests save the docs'
 screenshots of the three pages into DIR (docs/ in the repository).
 """
 

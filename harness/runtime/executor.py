@@ -206,7 +206,27 @@ def ask(run: _Run, question: Any) -> Outcome:
 
 
 class Executor:
-    """Runs a goal to DONE or FAILED, streaming every step to one trace file."""
+    """Runs a goal to DONE or FAILED, streaming every step to one trace file.
+
+    Args:
+        planner: `planner(goal, progress)` returns the next `Step`, a list of steps to run side by side, or
+            None when the goal is met; `progress` holds the verified checkpoints so far, oldest first.
+        tools: name -> callable (called as `fn(**step.args)`) or `Tool` (a declared effect contract).
+        verifier: `verifier(step, result)` returns True to vouch for a result, False to reject it (or raises
+            `VerificationFailed`); by default every result is accepted.
+        trace: the trace file (or an fsspec URL); without it, `<run_id>.jsonl` in `runs_dir`.
+        runs_dir: where a trace without a name goes: else `$HARNESS_RUNS_DIR`, else `./runs`.
+        resume: True finishes the run in `trace` (which must exist), "auto" resumes it if it exists.
+        retry: attempts per step, backoff between them, a tool call's timeout.
+        durability: "flush" survives a killed process; "fsync" also a power loss (one fdatasync a step).
+        entrypoint: what the header names as the program; by default `sys.argv[0]`.
+        max_steps: the step number at which a run ends FAILED (`MaxSteps`); None for no limit.
+        blob_threshold: payloads larger than this many bytes go to `blobs/<sha256>` beside the trace.
+        seal_key: a key for an HMAC seal (default `$HARNESS_SEAL_KEY`); without one the seal is a hash.
+        redact: rules added to the default redaction, or a `Redaction` for full control.
+        max_parallel: how many calls of a parallel step run at once.
+        storage_options: fsspec's options for a `trace` or `runs_dir` URL.
+    """
 
     def __init__(
         self,

@@ -44,6 +44,7 @@ import orjson
 from .._errors import HarnessError
 
 MARKER = "[REDACTED]"
+"""What a secret is replaced with in the trace (`Redaction(marker=...)` sets another)."""
 
 
 def _spellings(*names: str) -> tuple[str, ...]:

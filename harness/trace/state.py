@@ -2,8 +2,9 @@
 
 Everything that decides which state may follow which lives here. The
 executor asks `check()` before it writes a transition, `replay()` asks the
-same function for every transition it reads, and the README diagram is
-generated from `EDGES` (see `mermaid()`), so the three cannot drift apart.
+same function for every transition it reads, and the diagram of the docs
+(docs/concepts/executor.md) is generated from `EDGES` (see `mermaid()`), so
+the three cannot drift apart.
 A run starts in INIT; DONE and FAILED are terminal; PAUSED is not: a run
 waits there for an operator to reconcile an operation of uncertain outcome,
 or for a human to answer the question agent code asked with `interrupt()`

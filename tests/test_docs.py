@@ -1,0 +1,114 @@
+"""The documentation site builds with `mkdocs build --strict`, and the README stays a front page that agrees with CI.
+
+The build is the real one (mkdocs.yml, Material, mkdocstrings reading the docstrings of the public API), into a
+temporary folder: under strict, a link to a page that does not exist, an #anchor no heading makes, a page left out
+of the nav, or a docstring mkdocstrings cannot read fails it. A second build of a copy with one broken link and one
+broken anchor shows that the build does fail on them. The examples of the pages run in tests/test_readme.py.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+README = ROOT / "README.md"
+DOCS = ROOT / "docs"
+
+pytest.importorskip("mkdocs", reason="the docs build needs the docs extra: pip install -e '.[docs]'")
+pytest.importorskip("mkdocstrings", reason="the docs build needs the docs extra: pip install -e '.[docs]'")
+pytest.importorskip("material", reason="the docs build needs the docs extra: pip install -e '.[docs]'")
+
+
+def build(project: Path, site: Path) -> subprocess.CompletedProcess[str]:
+    cmd = [sys.executable, "-m", "mkdocs", "build", "--strict", "-f", str(project / "mkdocs.yml"), "-d", str(site)]
+    env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}  # Material's banner about its successor, on every build
+    return subprocess.run(cmd, cwd=project, env=env, capture_output=True, text=True, timeout=600)
+
+
+def test_the_site_builds_strict(tmp_path: Path) -> None:
+    out = build(ROOT, tmp_path / "site")
+    assert out.returncode == 0, out.stderr
+    assert "WARNING" not in out.stderr, out.stderr
+    for page in ["index", "getting-started/index", "reference/api/index", "FORMAT/index", "changelog/index"]:
+        assert (tmp_path / "site" / f"{page}.html").is_file(), page
+    api = (tmp_path / "site" / "reference" / "api" / "index.html").read_text(encoding="utf-8")
+    import harness
+
+    missing = [name for name in harness.__all__ if f'id="harness.{name}"' not in api and name != "__version__"]
+    assert not missing, f"public names the API page does not render: {missing}"
+
+
+def test_a_broken_link_or_anchor_fails_the_build(tmp_path: Path) -> None:
+    project = tmp_path / "project"
+    project.mkdir()
+    for name in ["mkdocs.yml", "CHANGELOG.md", "BENCHMARKS.md"]:
+        shutil.copy(ROOT / name, project / name)
+    shutil.copytree(ROOT / "docs", project / "docs")
+    shutil.copytree(ROOT / "harness", project / "harness", ignore=shutil.ignore_patterns("__pycache__"))
+    # rendering the whole API is most of a build's time, and not what is tested here: the copy renders only the
+    # names the pages link to, so that every other link of the copy still leads somewhere
+    linked = sorted(set(re.findall(r"api\.md#harness\.(\w+)", "".join(p.read_text() for p in DOCS.rglob("*.md")))))
+    api = project / "docs" / "reference" / "api.md"
+    api.write_text(api.read_text().replace("    options:\n", f"    options:\n      members: {linked}\n", 1))
+    modules = project / "docs" / "reference" / "modules.md"
+    modules.write_text(re.sub(r"^::: .*$", "", modules.read_text(), flags=re.M))
+    page = project / "docs" / "guides" / "goldens.md"
+    page.write_text(
+        page.read_text(encoding="utf-8")
+        + "\nSee [the gone page](no-such-page.md) and [a heading](resume.md#no-such-heading).\n",
+        encoding="utf-8",
+    )
+    out = build(project, tmp_path / "site")
+    assert out.returncode != 0, out.stderr
+    warnings = [line for line in out.stderr.splitlines() if line.startswith("WARNING")]
+    assert len(warnings) == 2, out.stderr  # the two broken links, and nothing else of the copy
+    assert "no-such-page.md" in warnings[0] + warnings[1] and "no-such-heading" in warnings[0] + warnings[1]
+
+
+def quick_start() -> list[str]:
+    text = README.read_text(encoding="utf-8")
+    section = text[text.index("\n## Quick start\n") :]
+    block = re.search(r"```sh\n(.*?)```", section, re.S)
+    assert block, "README: no ```sh block under ## Quick start"
+    return [line for line in block[1].splitlines() if line.strip()]
+
+
+def test_the_quick_start_is_two_commands_light_first() -> None:
+    first, second = quick_start()  # exactly two
+    install, _, run = first.partition(" && ")
+    assert shlex.split(install) == ["pip", "install", "-e", "."], "the first installs the library alone"
+    assert run.startswith("python examples/") and (ROOT / shlex.split(run)[1]).is_file()
+    install, _, run = second.partition(" && ")
+    assert shlex.split(install) == ["pip", "install", "-e", ".[test]"]
+    assert shlex.split(run)[:3] == ["python", "-m", "pytest"], "the second runs the whole suite"
+
+
+def test_ci_runs_exactly_the_quick_start() -> None:
+    script = (ROOT / ".ci" / "run").read_text(encoding="utf-8").splitlines()
+    pip_onward = [s for s in script if s.startswith(("pip ", "python "))]
+    assert pip_onward == quick_start(), ".ci/run and the README's Quick start must run the same two commands"
+    assert script[-2:] == quick_start(), ".ci/run ends with the two commands, nothing after them"
+
+
+def test_the_readme_is_a_front_page_whose_links_lead_somewhere() -> None:
+    lines = README.read_text(encoding="utf-8").splitlines()
+    assert len(lines) <= 250, f"README.md has {len(lines)} lines: move the detail to a page of docs/"
+    for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", "\n".join(lines)):
+        if not target.startswith(("http://", "https://")):
+            assert (ROOT / target).exists(), f"README.md links to {target}, which does not exist"
+
+
+def test_every_cli_command_is_in_the_cli_reference() -> None:
+    from harness.cli import COMMANDS
+
+    page = (ROOT / "docs" / "reference" / "cli.md").read_text(encoding="utf-8")
+    missing = [name for name in COMMANDS if f"| `harness {name}` |" not in page]
+    assert not missing, f"docs/reference/cli.md has no row for: {missing}"
