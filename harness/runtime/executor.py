@@ -378,10 +378,7 @@ class Executor:
             if e.reason != "torn-header":
                 raise
             if answer is not NO_ANSWER:  # no run began, so none asked: refused before the header is set aside
-                raise HarnessError(
-                    f"{path}: an answer was given, but the trace's header is torn (its writer died creating it) "
-                    "and no run asked a question; nothing was written. Resume without an answer."
-                ) from None
+                raise answer_to_torn_header(path) from None
             set_aside(path, 0)
             journal.continue_after(0, 0, 0, start=None)
             return self._start(journal, goal, uuid.uuid4().hex)
@@ -1225,6 +1222,14 @@ class _Run:
 
     def outcome(self, error: dict[str, Any] | None = None) -> Outcome:
         return Outcome(self.state, self.snapshot(), self.id, self.journal.path, self.failed_at, error)
+
+
+def answer_to_torn_header(path: str) -> HarnessError:
+    """The refusal of an answer given to a trace whose header is torn: no run began, so none asked."""
+    return HarnessError(
+        f"{path}: an answer was given, but the trace's header is torn (its writer died creating it) "
+        "and no run asked a question; nothing was written. Resume without an answer."
+    )
 
 
 def reseal(journal: Journal, rep: Replay) -> Outcome:

@@ -75,7 +75,7 @@ from ..trace.torn import set_aside, torn_name
 from .boundary import Session, deactivate
 from .calls import Flow, Paused, _flow
 from .environment import environment
-from .executor import NO_ANSWER, Outcome, _crash, _Run, ask, finished, reseal, write_header
+from .executor import NO_ANSWER, Outcome, _crash, _Run, answer_to_torn_header, ask, finished, reseal, write_header
 from .history import Recorded, Resumed
 from .interrupt import Interrupted
 from .tool import is_async_fn
@@ -323,10 +323,7 @@ class _Opened:
             if e.reason != "torn-header":
                 raise
             if answer is not NO_ANSWER:  # no run began, so none asked: refused before the header is set aside
-                raise HarnessError(
-                    f"{path}: an answer was given, but the trace's header is torn (its writer died creating it) "
-                    "and no run asked a question; nothing was written. Resume without an answer."
-                ) from None
+                raise answer_to_torn_header(path) from None
             set_aside(path, 0)  # never started: a new run in the emptied file
             journal.continue_after(0, 0, 0, start=None)
             self.flow = start(journal, w.name, self.goal, uuid.uuid4().hex, redact=self.redact, fsync=journal.fsync)
