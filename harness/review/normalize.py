@@ -17,10 +17,11 @@ http crossing's streamed model reply reads as the message it adds up to
 `Rules` adds what a project chooses: field paths marked `<ignored>` in
 every record (`_fieldpath`), and the defaults, on unless turned off (each
 replaces a value with a marker, so a golden shows what was left out):
-- a loopback URL's port, in any string of an `http` crossing (its request
-  and response): `http://127.0.0.1:<port>/v1` (also `localhost`, `[::1]`,
-  `0.0.0.0`): a test server binds a free port; a port in a tool's args or
-  result, or anywhere else, counts;
+- a loopback URL's port, in any string of an exchange with a server (an
+  `http` crossing, a framework's model call: its request and response):
+  `http://127.0.0.1:<port>/v1` (also `localhost`, `[::1]`, `0.0.0.0`): a
+  test server binds a free port; a port in a tool's args or result, or
+  anywhere else, counts;
 - an http response's per-request headers (`VOLATILE_RESPONSE_HEADERS`:
   request ids, server timings, rate-limit counters);
 - a Pydantic AI model response's `timestamp` and `provider_response_id`, and
@@ -96,6 +97,8 @@ VOLATILE_RESPONSE_HEADERS = (
 MODEL_OBJECTS = frozenset({"chat.completion", "response", "text_completion"})  # a JSON body's `object`
 _MODEL_IDS = tuple(parse(p) for p in ("id", "created", "created_at", "system_fingerprint", "output[*].id"))
 _HEADERS = tuple(parse(f"headers.{h}") for h in VOLATILE_RESPONSE_HEADERS)
+# the crossings that are exchanges with a server (a test's binds a free port): an http one, a framework's model call
+_EXCHANGES = frozenset({"http", "pydantic_ai.model", "openai_agents.model", "openai_agents.stream"})
 # a Pydantic AI model response (harness.pydantic_ai): when it was made, the provider's id of it
 _PAI_IDS = tuple(parse(p) for p in ("timestamp", "provider_response_id"))
 _PAI_GENERATED = re.compile(rb"pyd_ai_[0-9a-f]{32}")  # a tool call id Pydantic AI made up (uuid4 hex)
@@ -227,8 +230,8 @@ def normalize_record(record: Mapping[str, Any], *, nested: bool = True, rules: R
         out["set_aside"] = "torn-" + aside.rpartition(".torn-")[2]
     for path in rules.paths:
         out = mark(out, path)
-    if rules.defaults and kind == "crossing" and out.get("boundary") == "http":
-        return _ports(out, nested)  # a test server's port: in an http exchange only, never in a tool's args
+    if rules.defaults and kind == "crossing" and out.get("boundary") in _EXCHANGES:
+        return _ports(out, nested)  # a test server's port: in an exchange with a server only, not in a tool's args
     if nested:
         for k, v in out.items():
             if type(v) is dict or type(v) is list:  # nested keys sorted (in C)
