@@ -27,7 +27,7 @@ from .._errors import HarnessError, TraceCorruption, TraceUnreadable, internal
 
 _URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 _SEGMENT = re.compile(r"^(\d{6,})(?:-(\d{6,}))?\.seg$")  # NNNNNN.seg, or a compacted span FFFFFF-LLLLLL.seg
-_RETRIES = 3  # listings a reader takes again when an object it listed vanished (compacted meanwhile)
+_RETRIES = 3  # listings, unchanged, a reader takes again when an object it listed vanished (compacted meanwhile)
 
 
 def is_url(path: str | os.PathLike[str] | None) -> bool:
@@ -286,16 +286,20 @@ class Location:
         by a span holding the same bytes) makes it list again and start over.
         """
         start = dest.tell()
-        for attempt in range(_RETRIES + 1):
-            listed = self.segments() if segments is None or attempt else segments
+        listed, stale = segments if segments is not None else self.segments(), 0
+        while True:
             try:
                 return self._download(dest, listed)
             except FileNotFoundError:
-                if attempt == _RETRIES:
-                    raise TraceUnreadable(self.url, "its segments kept vanishing while being read") from None
                 dest.seek(start)
                 dest.truncate()
-        raise internal("reading its segments neither finished nor gave up", self.url)
+            # a compaction deletes the segments it replaced one by one, so a listing that changed is progress
+            # (finitely many: no hang); only listings that stop changing while objects still vanish count
+            again = self.segments()
+            stale = stale + 1 if again == listed else 0
+            if stale > _RETRIES:
+                raise TraceUnreadable(self.url, "its segments kept vanishing while being read") from None
+            listed = again
 
     def _download(self, dest: Any, segments: list[tuple[int, str]]) -> tuple[int, int, int]:
         last = size = lines = 0
