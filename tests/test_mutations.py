@@ -363,19 +363,7 @@ def test_every_mutant_is_refused(rich: Path, scratch: Path, name: str) -> None:
     folder = scratch / "m"
     folder.mkdir()
     (folder / "run.jsonl.torn-1").write_bytes((rich.parent / "run.jsonl.torn-1").read_bytes())
-    target, scratch = folder / "run.jsonl", scratch / "scratch.jsonl"
-    failures = []
-    old = signal.signal(signal.SIGALRM, _alarm)
-    signal.alarm(ALARM)
-    try:
-        for label, data in mutants(original, name, scratch):
-            why = judge(target, data, original)
-            if why is not None:
-                failures.append(f"{label}: {why}")
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, old)
-    assert not failures, "\n".join(failures[:20])
+    assert_every_mutant_refused(folder / "run.jsonl", original, name, scratch / "scratch.jsonl")
 
 
 def test_the_corpus_is_as_documented(rich: Path, scratch: Path) -> None:
@@ -758,6 +746,22 @@ def test_the_generated_corpus_is_as_documented(stories: dict[str, Records]) -> N
     assert counts == GENERATED, f"update GENERATED, the docstring and docs/FORMAT.md: {counts}"
 
 
+def assert_every_mutant_refused(target: Path, original: bytes, name: str, scratch: Path) -> None:
+    """Each mutant of kind `name`, written as target, is judged (refused, or read as a torn tail), under an alarm."""
+    failures = []
+    old = signal.signal(signal.SIGALRM, _alarm)
+    signal.alarm(ALARM)
+    try:
+        for label, data in mutants(original, name, scratch):
+            why = judge(target, data, original)
+            if why is not None:
+                failures.append(f"{label}: {why}")
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+    assert not failures, "\n".join(failures[:20])
+
+
 @pytest.fixture(scope="module")
 def rich_workflow(tmp_path_factory: pytest.TempPathFactory) -> Path:
     trace = build_workflow(tmp_path_factory.mktemp("rich-workflow"))
@@ -778,16 +782,4 @@ def test_every_mutant_of_a_workflow_trace_is_refused(rich_workflow: Path, scratc
     folder.mkdir()
     for aside in rich_workflow.parent.glob("*.torn-*"):
         (folder / aside.name).write_bytes(aside.read_bytes())
-    target, scratch = folder / "run.jsonl", scratch / "scratch.jsonl"
-    failures = []
-    old = signal.signal(signal.SIGALRM, _alarm)
-    signal.alarm(ALARM)
-    try:
-        for label, data in mutants(original, name, scratch):
-            why = judge(target, data, original)
-            if why is not None:
-                failures.append(f"{label}: {why}")
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, old)
-    assert not failures, "\n".join(failures[:20])
+    assert_every_mutant_refused(folder / "run.jsonl", original, name, scratch / "scratch.jsonl")
