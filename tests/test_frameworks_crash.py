@@ -11,6 +11,7 @@ effects (a line per call in a log file) happen once.
 from __future__ import annotations
 
 import multiprocessing
+import multiprocessing.forkserver
 import os
 import signal
 import time
@@ -24,12 +25,32 @@ import harness
 
 CTX = multiprocessing.get_context("forkserver")
 CTX.set_forkserver_preload(["framework_agent"])
+HERE = str(Path(__file__).parent)
+
+
+def forkserver() -> None:
+    """Start the forkserver with framework_agent imported in it.
+
+    Python 3.11's forkserver drops the sys.path it is handed before its preload, and a preload that fails to import
+    is skipped without a word: every child then imported the frameworks itself (about 10 s of CPU each). The
+    forkserver inherits the environment, so PYTHONPATH, set while it starts, finds tests/framework_agent.py.
+    """
+    saved = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (HERE, saved) if p)
+    try:
+        multiprocessing.forkserver.ensure_running()
+    finally:
+        if saved is None:
+            os.environ.pop("PYTHONPATH")
+        else:
+            os.environ["PYTHONPATH"] = saved
 FLOWS = {"pai": ("pai", ("openai",)), "pai-function": ("pai", ("function",)), "oa": ("oa", ())}
 
 
 def start(name: str, server: AgentServer, trace: Path, tmp: Path, kill: str = "") -> Any:
     import framework_agent
 
+    forkserver()  # (once: it keeps running)
     flow, args = FLOWS[name]
     env = {"FRAMEWORK_LOG": str(tmp / "tools.log"), "FRAMEWORK_MARKER": str(tmp / "marker"), "FRAMEWORK_KILL": kill}
     out = tmp / "outcome"
