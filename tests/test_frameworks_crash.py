@@ -44,6 +44,8 @@ def forkserver() -> None:
             os.environ.pop("PYTHONPATH")
         else:
             os.environ["PYTHONPATH"] = saved
+
+
 FLOWS = {"pai": ("pai", ("openai",)), "pai-function": ("pai", ("function",)), "oa": ("oa", ())}
 
 
