@@ -39,7 +39,8 @@ from .._errors import HarnessError, ResumeMismatch, TraceCorruption, TraceLocked
 from ..review.runs import _header as _runs_header
 from ..review.runs import list_runs
 from ..runtime.bridge import bridging
-from ..runtime.executor import NO_ANSWER, Executor, Outcome, RetryPolicy, Step
+from ..runtime.executor import Executor, Outcome, RetryPolicy, Step
+from ..runtime.resume import NO_ANSWER
 from ..runtime.tool import Tool
 from ..runtime.workflow import Workflow, same_workflow
 from ..storage import exists, is_url
