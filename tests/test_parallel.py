@@ -202,6 +202,34 @@ def test_an_unsafe_call_in_flight_pauses_the_run_until_reconciled(tmp_path: Path
     assert out.state == "DONE" and [c.result for c in out.checkpoints] == [{"paid": 0}, {"paid": 1}]
 
 
+def test_recover_takes_up_a_parallel_step_once_its_paused_call_is_reconciled(tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    trace, gate = runs / "t.jsonl", threading.Event()
+
+    class Crash(BaseException):
+        pass
+
+    def pay(i: int) -> Any:
+        if i == 1:
+            gate.wait(30)
+            raise Crash  # the process "dies" inside the payment
+        gate.set()
+        return {"paid": i}
+
+    with pytest.raises(Crash):
+        Executor(planner=fan(2, "pay"), tools={"pay": Tool(pay, idempotent=False)}, trace=trace).run("g")
+    agent: dict[str, Any] = {"planner": fan(2, "pay"), "tools": {"pay": Tool(refuse, idempotent=False)}}
+    [row] = harness.recover(runs, **agent)
+    assert (row.action, row.state) == ("resumed", "PAUSED") and "reconcile" in row.detail  # the call in doubt
+    [row] = harness.recover(runs, **agent)
+    assert (row.action, row.state) == ("left", "PAUSED") and "seq None" not in row.detail
+    harness.reconcile(trace, happened=True, result={"paid": 1}, evidence="bank statement")
+    [row] = harness.recover(runs, **agent)  # the operator's word is there: the step goes on, as resume() does
+    assert (row.action, row.state) == ("resumed", "DONE"), row
+    assert [c.result for c in harness.replay(trace).checkpoints] == [{"paid": 0}, {"paid": 1}]
+
+
 # --- replay() keeps the lanes honest ---------------------------------------------------------------
 
 
