@@ -274,7 +274,7 @@ class _Recording:
     def __init__(self, path: str, workflow: str | None = None):
         self.path = path
         self.rep: Replay = replay(path)
-        self.records = _records(local_copy(path), self.rep.end)  # a URL: the copy replay() just checked
+        self.records = _records(local_copy(path), self.rep._tail.end)  # a URL: the copy replay() just checked
         if any(r["kind"] in ("event", "end") for r in self.records):
             raise HarnessError(f"{path}: written by a Recorder, not an Executor; there is no agent loop to re-execute")
         recorded = self.rep.workflow
@@ -294,7 +294,7 @@ class _Recording:
         self.crossings = [c for c in self.rep.crossings if self.records[c.seq - 1].get("from") != S.PAUSED]
         self.resumes = [r["seq"] for r in self.records if r["kind"] == "resume"]
         self.crashes = [r["seq"] for r in self.records if r["kind"] == "crash"]  # the process stopped there
-        if self.rep.clocks is not None and (self.resumes or not self.rep.complete):
+        if self.rep._tail.clocks is not None and (self.resumes or not self.rep.complete):
             raise HarnessError(
                 f"{path}: a run with agents that was interrupted or resumed cannot be re-executed yet; "
                 "re-execute a run that went from start to end in one process"
@@ -311,13 +311,13 @@ class _Recording:
 
     def max_steps(self) -> int | None:
         """The step limit the recording shows it ran under: the one it hit, else the default."""
-        last = self.rep.last or {}
+        last = self.rep._tail.last or {}
         error = last.get("error") if self.rep.state == S.FAILED and last.get("from") == S.PLAN else None
         return error["max_steps"] if isinstance(error, dict) and type(error.get("max_steps")) is int else MAX_STEPS
 
     def retry(self) -> RetryPolicy:
         """The policy the recording shows: the last attempt of a FAILED run, else at least the default."""
-        last = self.rep.last
+        last = self.rep._tail.last
         step_limit = last is not None and last["from"] == S.PLAN and "max_steps" in (last.get("error") or {})
         if self.rep.state == S.FAILED and last is not None and not step_limit:  # (a parallel call's last attempt too)
             return RetryPolicy(last.get("attempt", 1), **self.backoff())
