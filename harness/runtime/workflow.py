@@ -66,6 +66,7 @@ from ..storage import runs_dir as default_runs_dir
 from ..storage.blobs import THRESHOLD
 from ..trace import index as _index
 from ..trace import state as S
+from ..trace.clock import MAIN
 from ..trace.journal import Journal
 from ..trace.line import canonical, check_value
 from ..trace.reader import Replay
@@ -75,7 +76,18 @@ from ..trace.torn import set_aside, torn_name
 from .boundary import Session, deactivate
 from .calls import Flow, Paused, _flow
 from .environment import environment
-from .executor import NO_ANSWER, Outcome, _crash, _Run, answer_to_torn_header, ask, finished, reseal, write_header
+from .executor import (
+    NO_ANSWER,
+    Outcome,
+    _crash,
+    _main_event,
+    _Run,
+    answer_to_torn_header,
+    ask,
+    finished,
+    reseal,
+    write_header,
+)
 from .history import Recorded, Resumed
 from .interrupt import Interrupted
 from .tool import is_async_fn
@@ -346,7 +358,6 @@ class _Opened:
         if rep.complete or (rep.state == S.PAUSED and ((asked and answer is NO_ANSWER) or _uncertain(rep))):
             self.outcome = finished(rep)  # a finished run (or one waiting for a human) is never appended to
             return
-        recorded.check()
         question = rep.question if rep.state == S.PAUSED else None  # asked in PLAN: the function asks it again
         again = question if question is not None and question["from"] == S.PLAN else None
         session = Resumed(journal, recorded, redact=self.redact, asked=again)
@@ -430,9 +441,17 @@ def go_on(
                 moved["attempt"] = run.attempt
             owed.append(("transition", moved, ()))
             run.state = S.PLAN
+        elif rep.state == S.INIT:  # killed between its header and INIT -> PLAN: the run starts here
+            owed.append(("transition", {"from": S.INIT, "to": S.PLAN, "step": 0}, ()))
+            run.state = S.PLAN
+        clocks = rep.clocks
+        if clocks is not None:  # a run with agents: each of the resume's records is one more event of main
+            for _, fields, _ in owed:
+                fields["vc"], clocks = _main_event(clocks)
+            session.agents.seam = clocks[MAIN]
         journal.owe(rep.last_seq, rep.crc, rep.end, owed, start=rep.header["ts"], aside=aside)
-    elif back:
-        run.move(S.PLAN, sync=True)
+    elif back or rep.state == S.INIT:
+        run.move(S.PLAN, sync=back)
     session.patches.clear()  # the function starts again: it asks again, and the history answers
     session.answers.extend(rep.answers)
     if answer is not NO_ANSWER:
