@@ -40,7 +40,7 @@ from typing import Any
 from .._errors import HarnessError, ReplayDrift
 from ..storage import blobs as _blobs
 from ..trace import state as S
-from ..trace.clock import MAIN, merged
+from ..trace.clock import MAIN
 from ..trace.journal import Journal
 from ..trace.line import canonical
 from ..trace.reader import Crossing, Replay, replay
@@ -297,7 +297,11 @@ class Resumed(Serving):
 
     def reached(self, vc: dict[str, int]) -> None:
         agent = self.agent()
-        agent.vc = dict(sorted(merged(agent.vc, vc).items()))  # (keys sorted, as records hold them)
+        # An agent's records are its own events: the one with the higher own count covers every clock before it,
+        # so the maximum is the latest one served (one served before an earlier one, tasks of a gather, changes
+        # nothing). Records hold their keys sorted; an agent's clock is replaced, never changed in place.
+        if vc.get(agent.name, 0) > agent.vc.get(agent.name, 0):
+            agent.vc = vc
 
     def event_served(self, space: str, name: str, fields: dict[str, Any]) -> bool:
         if super().event_served(space, name, fields):
