@@ -8,8 +8,10 @@ agent's code changed is a ReplayDrift that leaves the file byte for byte as it w
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
+import random
 import subprocess
 import sys
 from collections import Counter
@@ -167,3 +169,93 @@ def _team() -> Any:
     import workflow_agent
 
     return workflow_agent.team
+
+
+# --- in this process: a crash after every record, threads and tasks ---------------------------------------
+
+LIVE: list[Any] = []
+
+
+def answer(request: dict[str, Any]) -> str:
+    LIVE.append(request["q"])
+    return "re: " + request["q"]
+
+
+def scout(name: str) -> list[str]:
+    first = harness.llm({"q": name}, answer)
+    if name == "a":
+        harness.send("b", first)
+        heard = "-"
+    else:
+        heard = harness.receive("a").body
+    return [first, harness.llm({"q": f"{name} after {heard}"}, answer)]
+
+
+def note(item: str) -> dict[str, str]:
+    LIVE.append("note " + item)
+    return {"noted": item}
+
+
+@harness.workflow
+def pair() -> Any:
+    a, b = harness.spawn("a", scout, "a"), harness.spawn("b", scout, "b")
+    found = harness.join(a, b)
+    return [found, harness.call(note, item=found[1][1])]
+
+
+async def ascout(name: str) -> list[str]:
+    async def ask(q: str) -> str:
+        await asyncio.sleep(random.uniform(0, 0.003))
+        return answer({"q": q})
+
+    first = await harness.allm({"q": name}, lambda r: ask(r["q"]))
+    return [first, await harness.allm({"q": name + " again"}, lambda r: ask(r["q"]))]
+
+
+@harness.workflow
+async def apair() -> Any:
+    a, b = harness.aspawn("a", ascout, "a"), harness.aspawn("b", ascout, "b")
+    found = [await a, await b]
+    return [found, await harness.acall(note, item=found[1][1])]
+
+
+@pytest.mark.parametrize("w", [pair, apair], ids=["threads", "tasks"])
+def test_a_crash_after_any_record_resumes_to_the_same_result(tmp_path: Path, w: Any) -> None:
+    trace = tmp_path / "run.jsonl"
+    LIVE.clear()
+    whole = w.run(trace=trace)
+    made, lines = list(LIVE), trace.read_bytes().splitlines(keepends=True)
+    assert whole.state == "DONE" and len(made) == 5
+    for n in range(1, len(lines) - 1):
+        cut = tmp_path / f"cut{n}.jsonl"
+        cut.write_bytes(b"".join(lines[:n]))
+        kept = [json.loads(line) for line in lines[:n]]
+        held = {r["request"]["q"] for r in kept if r["kind"] == "crossing" and r["boundary"] == "llm"}
+        noted = any(r["kind"] == "transition" and r["to"] == "VERIFY" for r in kept)  # the call's result is held
+        LIVE.clear()
+        out = w.run(trace=cut, resume=True)
+        assert out.state == "DONE" and out.result == whole.result, n
+        # only what the trace does not hold is made again: no recorded model call, the tool once in all
+        assert sorted(LIVE) == sorted(q for q in made if q not in held and not (noted and q.startswith("note"))), n
+        assert harness.replay(cut).state == "DONE"
+        assert harness.rerun(cut, workflow=w).equal
+
+
+def test_a_resume_ends_an_executors_agents_not_a_workflows() -> None:
+    from harness.trace.clock import ClockRules
+
+    records = [
+        ("spawn", {"child": "a", "vc": {"main": 3}}),
+        ("crossing", {"agent": "a", "boundary": "now", "vc": {"a": 1, "main": 3}}),
+        ("resume", {"vc": {"main": 4}}),
+        ("crossing", {"agent": "a", "boundary": "now", "vc": {"a": 2, "main": 3}}),
+        ("exit", {"agent": "a", "status": "ok", "vc": {"a": 3, "main": 3}}),
+        ("join", {"child": "a", "vc": {"a": 3, "main": 5}}),
+    ]
+    for reexecuted in (False, True):
+        rules = ClockRules(3, reexecuted=reexecuted)
+        said = [rules.see(rec, kind) for kind, rec in records]
+        if reexecuted:  # a workflow's agent goes on after the resume: it was re-executed
+            assert said == [None] * len(records)
+        else:  # an Executor's process died with its agents
+            assert said[:3] == [None] * 3 and "not running" in (said[3] or "")

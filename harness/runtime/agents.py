@@ -293,7 +293,8 @@ class Agents:
         if session.checking and not isinstance(error, ReplayDrift):  # a re-executed agent made all it recorded
             try:
                 served = session.event_served("exit", handle.name, exit_fields(error))
-                error = session.unsettled(handle.name) or error
+                if error is None:
+                    error = session.unsettled(handle.name)
             except ReplayDrift as drift:
                 served, error = False, drift
         handle._error = error
