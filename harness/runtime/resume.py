@@ -99,16 +99,18 @@ def refuse_answer(rep: Replay) -> HarnessError:
     )
 
 
-def owed_answers(rep: Replay, answer: Any, asked: bool, redact: Redaction) -> tuple[list[Any], Any]:
-    """The answers the resumed run owes its interrupt() calls (the trace's, since the last intent), and the
-    answer to record.
+def owed_answers(
+    rep: Replay, answer: Any, asked: bool, redact: Redaction, owed: Sequence[Any] | None = None
+) -> tuple[list[Any], Any]:
+    """The answers the resumed run owes its interrupt() calls (`owed`: by default the trace's since the last
+    intent; a workflow's re-executed function is owed every answer it was given), and the answer to record.
 
     With no question waiting, an answer is taken only as one given again:
     it stands for the recorded answer it redacts to, which holds the
     marker (see no_marker_owed), and nothing new is recorded. Any other
     answer is a HarnessError, before anything is written.
     """
-    owed = list(rep._tail.answers)
+    owed = list(rep._tail.answers if owed is None else owed)
     if answer is NO_ANSWER or asked:
         return owed, answer
     given = canonical(redact(answer))
@@ -120,18 +122,21 @@ def owed_answers(rep: Replay, answer: Any, asked: bool, redact: Redaction) -> tu
     return owed, NO_ANSWER
 
 
-def no_marker_owed(rep: Replay, owed: Sequence[Any], marker: str) -> None:
+def no_marker_owed(
+    rep: Replay, owed: Sequence[Any], marker: str, whose: str = "since the intent, owed to a call made again"
+) -> None:
     """Refuse a resume that would hand an interrupt() call an answer redaction put the marker in.
 
     A tool called again after a crash gets every answer since its intent
-    again (docs/FORMAT.md `answer`), and the trace holds them redacted: the
-    caller gives such an answer again (answer=...), else nothing is written.
+    again (docs/FORMAT.md `answer`), a workflow's function run again every
+    answer it was given, and the trace holds them redacted: the caller gives
+    such an answer again (answer=...), else nothing is written.
     """
     for i, said in enumerate(owed):
         where = marked(said, marker)
         if where is not None:
             raise HarnessError(
-                f"{rep.path}: answer {i + 1} since the intent, owed to a call made again, holds the redaction "
+                f"{rep.path}: answer {i + 1} {whose}, holds the redaction "
                 f"marker at answer{where} (the trace keeps it redacted), and a call is never given the marker; "
                 "nothing was written. Resume with that answer again: run(goal, answer=...) or "
                 "`harness resume --answer`."

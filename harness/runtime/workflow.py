@@ -42,8 +42,8 @@ import os
 import sys
 import threading
 import uuid
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, replace
 from typing import Any, Generic, ParamSpec, TypeVar, cast
 
 from .._errors import (
@@ -66,6 +66,7 @@ from ..storage import runs_dir as default_runs_dir
 from ..storage.blobs import THRESHOLD
 from ..trace import index as _index
 from ..trace import state as S
+from ..trace.clock import MAIN
 from ..trace.journal import Journal
 from ..trace.line import canonical, check_value
 from ..trace.reader import Replay
@@ -76,7 +77,7 @@ from .calls import Flow, Paused, _flow
 from .executor import Outcome, _crash, _Run, ask, finished, reseal, write_header
 from .history import Recorded, Resumed
 from .interrupt import Interrupted
-from .resume import NO_ANSWER, refuse_answer, seam, start_over, waits
+from .resume import NO_ANSWER, main_event, no_marker_owed, owed_answers, seam, start_over, waits
 from .tool import is_async_fn
 
 P = ParamSpec("P")
@@ -327,8 +328,13 @@ class _Opened:
         if canonical(rep.goal) != canonical(self.redact(self.goal)):
             raise ResumeMismatch(path, "arguments", rep.goal, self.goal)
         asked = rep._tail.question is not None and not rep._tail.answered
-        if answer is not NO_ANSWER and not asked:  # before the seal's repair: a refusal writes nothing
-            raise refuse_answer(rep)
+        # the function run again is owed every answer it was given: those its interrupt() crossings delivered
+        # (served again), then those the trace holds and no crossing delivered yet. An answer given while no
+        # question waits is taken only as one of them given again, in place of its redacted record (before the
+        # seal's repair: a refusal writes nothing).
+        delivered = [i for i, c in enumerate(recorded.crossings) if c.kind == "interrupt" and c.error is None]
+        given = [recorded.crossings[i].response for i in delivered] + list(rep._tail.answers)
+        owed, answer = owed_answers(rep, answer, asked, self.redact, given)
         journal.digests.update(rep._tail.blobs)
         if rep.complete and rep.seal is None:  # its writer died writing the end: the seal is all that is missing
             self.outcome = reseal(journal, rep)
@@ -336,11 +342,15 @@ class _Opened:
         if rep.complete or waits(rep, answer):
             self.outcome = finished(rep)  # a finished run (or one waiting for a human) is never appended to
             return
-        recorded.check()
+        no_marker_owed(rep, owed, self.redact.marker, "the re-executed function is given again")
+        for i, live in zip(delivered, owed, strict=False):  # an answer given again is served in its record's place
+            recorded.crossings[i] = replace(recorded.crossings[i], response=live)
         question = rep._tail.question if rep.state == S.PAUSED else None  # asked in PLAN: the function asks it again
         again = question if question is not None and question["from"] == S.PLAN else None
         session = Resumed(journal, recorded, redact=self.redact, asked=again)
-        self.flow = go_on(journal, session, rep, fsync=journal.fsync, answer=answer, lazy=True)
+        self.flow = go_on(
+            journal, session, rep, fsync=journal.fsync, answer=answer, lazy=True, answers=owed[len(delivered) :]
+        )
 
 
 def goal_of(args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -387,6 +397,7 @@ def go_on(
     answer: Any = NO_ANSWER,
     lazy: bool,
     entrypoint: str | None = None,
+    answers: Sequence[Any] | None = None,
 ) -> Flow:
     """The Flow that re-executes the run `rep` read, its history served by `session`.
 
@@ -404,18 +415,25 @@ def go_on(
     if back and question is not None:  # where it was asked: the function asks it again there
         run.step, run.attempt = question["step"], question.get("attempt", 1)
     if lazy:
-        aside, owed, _ = seam(rep, answer, entrypoint)  # (_Opened refused an answer when no question waits)
+        aside, owed, clocks = seam(rep, answer, entrypoint)  # (_Opened refused an answer when no question waits)
         if back:  # back to PLAN, where the function asks its question again and gets the answer
-            moved = {"from": S.PAUSED, "to": S.PLAN, "step": run.step}
+            moved: dict[str, Any] = {"from": S.PAUSED, "to": S.PLAN, "step": run.step}
             if run.attempt != 1:
                 moved["attempt"] = run.attempt
+            if clocks is not None:  # one more event of main
+                moved["vc"], clocks = main_event(clocks)
             owed.append(("transition", moved, ()))
             run.state = S.PLAN
+        elif rep.state == S.INIT:  # killed between its header and INIT -> PLAN (before any spawn): it starts here
+            owed.append(("transition", {"from": S.INIT, "to": S.PLAN, "step": 0}, ()))
+            run.state = S.PLAN
+        if clocks is not None:  # a run with agents: main's first new record follows the resume's own
+            session.agents.seam = clocks[MAIN]
         journal.owe(rep.last_seq, rep._tail.crc, rep._tail.end, owed, start=rep.header["ts"], aside=aside)
-    elif back:
-        run.move(S.PLAN, sync=True)
+    elif back or rep.state == S.INIT:
+        run.move(S.PLAN, sync=back)
     session.patches.clear()  # the function starts again: it asks again, and the history answers
-    session.answers.extend(rep._tail.answers)
+    session.answers.extend(rep._tail.answers if answers is None else answers)  # (a resume's: as given again)
     if answer is not NO_ANSWER:
         session.answers.append(answer)
     return Flow(run, fsync=fsync)

@@ -903,7 +903,7 @@ def _scan(
             seq = rseq
             if clocks is not None or "vc" in rec or "agent" in rec:
                 if clocks is None:
-                    clocks = ClockRules(seq)
+                    clocks = ClockRules(seq, reexecuted="workflow" in header)
                     if kind != "spawn":
                         raise _fail(path, n, "vector-clock", "a clock or agent before the run spawned an agent", seq)
                 if "blobs" in rec and rec.get("boundary") == "agent_msg":  # a large message: its clock is in it
