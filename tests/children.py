@@ -1,13 +1,21 @@
-"""Child processes for crash tests: wait until one reaches a point (it creates a marker file), SIGKILL it there."""
+"""Child processes for crash tests: wait until one reaches a point (it creates a marker file), SIGKILL it there.
+
+Children are fresh interpreters (subprocess), or, where importing their agent costs seconds (the frameworks, the
+MCP SDK), processes forked from a forkserver that imported it once (`forked()`): a real process still, killed
+for real, and one that never lived through the crash it resumes from.
+"""
 
 from __future__ import annotations
 
+import multiprocessing
+import multiprocessing.forkserver
 import os
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -63,3 +71,56 @@ def kill_in_call(trace: Path, marker: Path, *, steps: int, at: int, pad: int) ->
     child = subprocess.Popen([sys.executable, "-c", _STEPS, *args], stderr=subprocess.PIPE)
     kill_at(marker, child, f"call {at}")
     return child.returncode
+
+
+# What the forkserver imports once: the agents whose imports cost seconds (one forkserver per process serves both).
+PRELOAD = ["framework_agent", "mcp_agent"]
+FORKSERVER = multiprocessing.get_context("forkserver")
+FORKSERVER.set_forkserver_preload(PRELOAD)
+
+
+def forked(target: Any, *args: Any) -> Any:
+    """A started process running target(*args), forked from the forkserver (started with PRELOAD imported).
+
+    Python 3.11's forkserver drops the sys.path it is handed before its preload, and a preload that fails to import
+    is skipped without a word: every child then imported the frameworks itself (about 10 s of CPU each). The
+    forkserver inherits the environment, so PYTHONPATH, set while it starts, finds the agents in tests/.
+    """
+    saved = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(Path(__file__).parent), saved) if p)
+    try:
+        multiprocessing.forkserver.ensure_running()  # (once: it keeps running)
+    finally:
+        if saved is None:
+            os.environ.pop("PYTHONPATH")
+        else:
+            os.environ["PYTHONPATH"] = saved
+    child = FORKSERVER.Process(target=target, args=args)
+    child.start()
+    return child
+
+
+def finished(child: Any, what: str = "the child") -> None:
+    """Wait for a forked child to end (a hang guard, not a timing assertion); fail unless it exited 0."""
+    child.join(300)
+    if child.is_alive():
+        child.kill()
+        pytest.fail(f"{what} did not finish")
+    assert child.exitcode == 0, f"{what} failed: exit {child.exitcode}"
+
+
+def kill_when(arrived: Any, child: Any) -> None:
+    """SIGKILL a forked child once `arrived()` is true (a marker file, a held request); reaped whatever happens."""
+    deadline = time.monotonic() + 120
+    try:
+        while not arrived():
+            if not child.is_alive():
+                pytest.fail(f"the child ended (exit {child.exitcode}) before the kill point")
+            if time.monotonic() > deadline:
+                pytest.fail("the child never reached the kill point")
+            time.sleep(0.01)
+        os.kill(child.pid, signal.SIGKILL)
+    finally:
+        child.kill()
+        child.join()
+    assert child.exitcode == -signal.SIGKILL

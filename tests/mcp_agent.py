@@ -1,13 +1,16 @@
 """A workflow over a real MCP server (tests/mcp_server.py over stdio), importable by name for children and reruns.
 
 $MCP_SERVER is the server script (a path that does not exist proves a rerun never starts it); $TOOL_LOG,
-$MCP_KILL and $MCP_MARK are handed to the server.
+$MCP_KILL and $MCP_MARK are handed to the server. `child` is a test's process (forked: tests/children.py).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import sys
+import traceback
+from pathlib import Path
 from typing import Any
 
 from mcp import StdioServerParameters
@@ -36,3 +39,14 @@ async def support(order: int) -> dict[str, Any]:
         "refund": [refund.is_error, refund.content[0].text],
         "missing": [missing.is_error, missing.content[0].text],
     }
+
+
+def child(trace: str, environ: dict[str, str], out: str) -> None:
+    """Run (or resume) support(7) over trace with environ's variables set; its outcome as JSON in out (or why not)."""
+    os.environ.update(environ)
+    try:
+        o = support.run(7, trace=trace, resume="auto")
+        Path(out).write_text(json.dumps({"state": o.state, "result": o.result, "pending": o.pending, "error": o.error}))
+    except BaseException:
+        Path(out).write_text(traceback.format_exc())
+        raise

@@ -10,20 +10,15 @@ effects (a line per call in a log file) happen once.
 
 from __future__ import annotations
 
-import multiprocessing
-import os
-import signal
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 from agent_server import AgentServer
+from children import finished, forked, kill_when
 
 import harness
 
-CTX = multiprocessing.get_context("forkserver")
-CTX.set_forkserver_preload(["framework_agent"])
 FLOWS = {"pai": ("pai", ("openai",)), "pai-function": ("pai", ("function",)), "oa": ("oa", ())}
 
 
@@ -34,35 +29,12 @@ def start(name: str, server: AgentServer, trace: Path, tmp: Path, kill: str = ""
     env = {"FRAMEWORK_LOG": str(tmp / "tools.log"), "FRAMEWORK_MARKER": str(tmp / "marker"), "FRAMEWORK_KILL": kill}
     out = tmp / "outcome"
     out.unlink(missing_ok=True)
-    child = CTX.Process(target=framework_agent.child, args=(flow, (server.url, *args), str(trace), env, str(out)))
-    child.start()
-    return child
+    return forked(framework_agent.child, flow, (server.url, *args), str(trace), env, str(out))
 
 
 def finish(child: Any, tmp: Path) -> str:
-    child.join(300)  # a hang guard, not a timing assertion
-    if child.is_alive():
-        child.kill()
-        pytest.fail("the child did not finish")
-    assert child.exitcode == 0, f"the child failed: exit {child.exitcode}"
+    finished(child)
     return (tmp / "outcome").read_text()
-
-
-def kill_when(arrived: Any, child: Any) -> None:
-    """SIGKILL the child once `arrived()` is true (a marker file, a held request); it is reaped whatever happens."""
-    deadline = time.monotonic() + 120
-    try:
-        while not arrived():
-            if not child.is_alive():
-                pytest.fail(f"the child ended (exit {child.exitcode}) before the kill point")
-            if time.monotonic() > deadline:
-                pytest.fail("the child never reached the kill point")
-            time.sleep(0.01)
-        os.kill(child.pid, signal.SIGKILL)
-    finally:
-        child.kill()
-        child.join()
-    assert child.exitcode == -signal.SIGKILL
 
 
 def effects(tmp: Path) -> list[str]:

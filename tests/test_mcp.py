@@ -18,24 +18,18 @@ from typing import Any
 
 import orjson
 import pytest
-from children import wait_for
+from children import forked, kill_when
 
 import harness
 
 mcp = pytest.importorskip("mcp")
+import mcp_agent  # noqa: E402 - needs mcp
 from mcp.types import CallToolResult, TextContent  # noqa: E402
 
 import harness.mcp  # noqa: E402
 
 TESTS = Path(__file__).resolve().parent
 SERVER = str(TESTS / "mcp_server.py")
-CHILD = f"""
-import json, sys
-sys.path.insert(0, {str(TESTS)!r})
-import mcp_agent
-out = mcp_agent.support.run(7, trace=sys.argv[1], resume="auto")
-print(json.dumps({{"state": out.state, "result": out.result, "pending": out.pending, "error": out.error}}))
-"""
 DONE = {
     "tools": ["lookup", "refund", "send_email", "wipe"],
     "status": '{\n  "order": 7,\n  "status": "paid"\n}',
@@ -46,7 +40,8 @@ DONE = {
 
 
 def env(tmp: Path, **more: str) -> dict[str, str]:
-    return {**os.environ, "MCP_SERVER": SERVER, "TOOL_LOG": str(tmp / "tool.log"), **more}
+    """The variables a child sets (tests/mcp_agent.py reads them)."""
+    return {"MCP_SERVER": SERVER, "TOOL_LOG": str(tmp / "tool.log"), **more}
 
 
 def log(tmp: Path) -> list[dict[str, Any]]:
@@ -58,12 +53,19 @@ def intents(trace: Path) -> list[dict[str, Any]]:
     return [r for r in map(orjson.loads, trace.read_bytes().splitlines()) if r.get("to") == "ACT"]
 
 
+def start(trace: Path, environ: dict[str, str]) -> Any:
+    """A process running the workflow over trace (run or resume), forked from a forkserver that imported the SDK."""
+    out = trace.parent / "outcome"
+    out.unlink(missing_ok=True)
+    return forked(mcp_agent.child, str(trace), environ, str(out))
+
+
 def resumed(trace: Path, environ: dict[str, str]) -> dict[str, Any]:
-    done = subprocess.run(
-        [sys.executable, "-c", CHILD, str(trace)], env=environ, capture_output=True, text=True, timeout=300, check=False
-    )
-    assert done.returncode == 0, done.stderr
-    return dict(json.loads(done.stdout.splitlines()[-1]))
+    out = trace.parent / "outcome"
+    child = start(trace, environ)
+    child.join(300)  # a hang guard, not a timing assertion
+    assert child.exitcode == 0, out.read_text() if out.exists() else f"exit {child.exitcode}"
+    return dict(json.loads(out.read_text()))
 
 
 def expected(key: str) -> dict[str, Any]:
@@ -111,20 +113,9 @@ def test_sigkill_in_a_call_then_resume_in_a_new_process(
     tmp_path: Path, tool: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     trace, mark = tmp_path / "run.jsonl", tmp_path / "mark"
-    child = subprocess.Popen(
-        [sys.executable, "-c", CHILD, str(trace)],
-        env=env(tmp_path, MCP_KILL=tool, MCP_MARK=str(mark)),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    )
-    try:
-        wait_for(mark, child, f"the {tool} call")  # the server made the effect and waits
-        os.kill(child.pid, signal.SIGKILL)
-        os.kill(int(mark.read_text()), signal.SIGKILL)  # the server the killed client started
-    finally:
-        child.kill()
-        child.communicate()
-    assert child.returncode == -9
+    child = start(trace, env(tmp_path, MCP_KILL=tool, MCP_MARK=str(mark)))
+    kill_when(mark.exists, child)  # the server made the effect and waits
+    os.kill(int(mark.read_text()), signal.SIGKILL)  # the server the killed client started
     assert log(tmp_path)[-1]["tool"] == tool
 
     out = resumed(trace, env(tmp_path))

@@ -2,7 +2,8 @@
 
 Runs "alone" are in-process (pytester.runpytest), for speed; they put back
 the two globals syrupy sets per session, so this session is left as it was.
-Runs under xdist are subprocesses, as xdist needs. Both start without the
+Runs under xdist are subprocesses, as xdist needs, that load the plugins named
+(xdist, syrupy, harness's) and no other installed one. Both start without the
 PYTEST_XDIST_WORKER variable this session may run under: syrupy reads it to
 decide whether it is a worker.
 """
@@ -65,8 +66,11 @@ def write_agent(project: pytest.Pytester, *, bump: int, second: bool = True) -> 
 def run(project: pytest.Pytester, mode: str, *args: str) -> pytest.RunResult:
     # a rewritten agent of the same size within the same second would reuse the stale bytecode
     shutil.rmtree(project.path / "tests" / "__pycache__", ignore_errors=True)
-    if mode == "xdist":
-        return project.runpytest_subprocess("-n", "2", "-p", "no:hypothesispytest", "-p", "no:cacheprovider", *args)
+    if mode == "xdist":  # the plugins the claim needs, named: not every installed one in three interpreters
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")
+            plugins = ("-p", "xdist", "-p", "syrupy", "-p", "harness.pytest_plugin", "-p", "no:cacheprovider")
+            return project.runpytest_subprocess(*plugins, "-n", "2", *args)
     saved = SnapshotCollectionStorage.snapshot_dirname, syrupy._syrupy  # type: ignore[attr-defined]
     try:
         return project.runpytest("-p", "no:xdist", "-p", "no:hypothesispytest", "-p", "no:cacheprovider", *args)

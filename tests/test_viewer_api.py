@@ -1030,7 +1030,8 @@ def test_a_window_and_a_stream_hold_their_reply_not_the_records_around_it(tmp_pa
     if not clear.exists() or not os.access(clear, os.W_OK):
         pytest.skip("needs Linux's /proc/PID/clear_refs to reset a process's peak memory")
     trace = tmp_path / "big.jsonl"
-    page = "x" * (8 << 20)  # 8 MiB: inline in its line, as a writer with blob_threshold above it writes it
+    page = "y" * (8 << 20)  # 8 MiB: inline in its line, as a writer with blob_threshold above it writes it
+    # (not "x": each x may start a token (xoxb-...), so the writer's search for secrets would try 8 Mi of them)
     Executor(planner=fixed_plan(steps(12)), tools={"work": lambda i: page}, trace=trace, blob_threshold=16 << 20).run(
         "g"
     )

@@ -41,7 +41,7 @@ import orjson
 
 from .._errors import internal
 from ..trace.reader import attempt_of
-from .normalize import Item, Loaded, Rules, Source, normalize_record, quick, view
+from .normalize import Item, Loaded, Rules, Source, compact, describe_record, normalize_record, quick, view
 
 _SMALL = 250_000  # product of stretch lengths up to which difflib aligns an anchorless stretch
 _EDITS = 300  # beyond it, Myers gives up on a long anchorless stretch (its records are then all reported)
@@ -556,33 +556,7 @@ def _plain(value: Any) -> Any:
 
 def show(value: Any, width: int = _SHOW) -> str:
     """A value as compact JSON, cut to width characters."""
-    if value is ABSENT:
-        return "(absent)"
-    try:
-        text = orjson.dumps(value).decode()
-    except TypeError:
-        text = repr(value)
-    return text if len(text) <= width else text[: width - 1] + "…"
-
-
-def describe_record(rec: Mapping[str, Any]) -> str:
-    """A record in a few words: `transition ACT -> VERIFY, step 1, attempt 2`, `checkpoint, step 0 "fetch"`."""
-    kind = rec.get("kind")
-    parts = [str(kind)]
-    if kind == "transition":
-        parts[0] = f"transition {rec.get('from')} -> {rec.get('to')}"
-    elif kind == "crossing":
-        parts[0] = f"crossing {rec.get('boundary')}"
-    elif kind in ("end", "event") and rec.get("status", rec.get("type")) is not None:
-        parts[0] = f"{kind} {rec.get('status', rec.get('type'))}"
-    text = parts[0]
-    if rec.get("step") is not None:
-        text += f", step {rec['step']}"
-    if attempt_of(rec) is not None:
-        text += f", attempt {attempt_of(rec)}"
-    if kind == "checkpoint" and rec.get("name") is not None:
-        text += f" {show(rec['name'])}"
-    return text
+    return "(absent)" if value is ABSENT else compact(value, width)
 
 
 def where(m: Moved, *, a: str = "a", b: str = "b") -> str:

@@ -48,6 +48,10 @@ A golden file is the view as JSONL after one line naming its format and
 version (`GOLDEN_HEAD`); `Loaded` reads traces, golden files and lists of
 records alike, for the diff engine: a trace file is walked from either end
 and only the region the engine asks for is held in memory.
+
+`describe_record` says what a record is in a few words, for `show` and the
+diff's messages (here, not in diff: `harness show` then never loads the
+diff engine).
 """
 
 from __future__ import annotations
@@ -65,7 +69,7 @@ import orjson
 from .._errors import HarnessError, TraceUnreadable
 from ..storage import blobs as _blobs
 from ..storage import local_copy
-from ..trace.reader import Replay, replay
+from ..trace.reader import Replay, attempt_of, replay
 from .fieldpath import Path, mark, parse
 from .stream import http_view
 
@@ -352,6 +356,37 @@ def stale(first_line: str | bytes) -> str | None:
     if head.get("version") != VERSION:
         return f"it was written as golden format version {head.get('version')!r}; this harness writes version {VERSION}"
     return None
+
+
+_NAME = 60  # characters of a checkpoint's name in describe_record (as many as diff shows of a value)
+
+
+def compact(value: Any, width: int) -> str:
+    """A value as compact JSON (its repr when it is not JSON), cut to width characters."""
+    try:
+        text = orjson.dumps(value).decode()
+    except TypeError:
+        text = repr(value)
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def describe_record(rec: Mapping[str, Any]) -> str:
+    """A record in a few words: `transition ACT -> VERIFY, step 1, attempt 2`, `checkpoint, step 0 "fetch"`."""
+    kind = rec.get("kind")
+    text = str(kind)
+    if kind == "transition":
+        text = f"transition {rec.get('from')} -> {rec.get('to')}"
+    elif kind == "crossing":
+        text = f"crossing {rec.get('boundary')}"
+    elif kind in ("end", "event") and rec.get("status", rec.get("type")) is not None:
+        text = f"{kind} {rec.get('status', rec.get('type'))}"
+    if rec.get("step") is not None:
+        text += f", step {rec['step']}"
+    if attempt_of(rec) is not None:
+        text += f", attempt {attempt_of(rec)}"
+    if kind == "checkpoint" and rec.get("name") is not None:
+        text += f" {compact(rec['name'], _NAME)}"
+    return text
 
 
 def parse_golden(text: str | bytes, name: str) -> list[dict[str, Any]]:

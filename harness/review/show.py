@@ -35,8 +35,7 @@ import orjson
 from .._errors import HarnessError, TraceUnreadable
 from ..storage import blobs as _blobs
 from ..trace.reader import Replay, replay
-from .diff import describe_record
-from .normalize import GOLDEN_HEAD, causal_key, is_golden_file, normalize_record, parse_golden
+from .normalize import GOLDEN_HEAD, causal_key, describe_record, is_golden_file, normalize_record, parse_golden
 from .stream import FRAMEWORK_MODELS, http_view, reply, said
 
 INDENT = 10  # where a wrapped field starts: past the seq column
