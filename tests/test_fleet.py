@@ -57,7 +57,7 @@ def goal(tmp_path: Path, run: int, steps: int = 10) -> dict[str, Any]:
 
 
 def ledger(tmp_path: Path) -> list[tuple[str, int, int, int]]:
-    with sqlite3.connect(tmp_path / "ledger.db") as db:
+    with sqlite3.connect(tmp_path / "ledger.db", timeout=60) as db:  # the agents write it (their own timeout: 60)
         return sorted(db.execute("SELECT key, run, step, calls FROM effects"))
 
 
