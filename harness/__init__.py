@@ -38,6 +38,7 @@ from ._errors import (
     TraceUnreadable,
     VerificationFailed,
 )  # eager: small, and what `except harness.X` needs
+from ._version import VERSION as __version__
 
 if TYPE_CHECKING:  # the same names, as type checkers and editors see them; at run time, _LAZY below
     from .bundle import Bundled, BundleError, export, import_bundle
@@ -52,7 +53,6 @@ if TYPE_CHECKING:  # the same names, as type checkers and editors see them; at r
     from .runtime.bridge import AsyncHandle, aspawn
     from .runtime.calls import acall, call
     from .runtime.decorator import idempotency_key, tool
-    from .runtime.environment import VERSION as __version__
     from .runtime.executor import Executor, Outcome, RetryPolicy, Step
     from .runtime.history import patched
     from .runtime.interrupt import Interrupted, interrupt
@@ -81,7 +81,6 @@ _LAZY = {
     ".runtime.bridge": "AsyncHandle, aspawn",
     ".runtime.calls": "acall, call",
     ".runtime.decorator": "idempotency_key, tool",
-    ".runtime.environment": "VERSION as __version__",
     ".runtime.executor": "Executor, Outcome, RetryPolicy, Step",
     ".runtime.history": "patched",
     ".runtime.interrupt": "Interrupted, interrupt",

@@ -768,7 +768,7 @@ class _Version(argparse.Action):
         super().__init__(option_strings, dest, nargs=0, help="print harness's version and exit")
 
     def __call__(self, parser: argparse.ArgumentParser, *args: Any) -> None:
-        from .runtime.environment import VERSION
+        from ._version import VERSION
 
         print(f"harness {VERSION}")
         parser.exit()

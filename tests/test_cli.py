@@ -393,7 +393,7 @@ def test_help_and_show_load_no_extra_and_no_runtime(tmp_path: Path) -> None:
     printed, modules = loaded("--help")
     assert "Inspect, check and compare" in printed
     assert heavy(modules) == set()
-    assert {m for m in modules if m.startswith("harness.")} == {"harness._errors", "harness.cli"}
+    assert {m for m in modules if m.startswith("harness.")} == {"harness._errors", "harness._version", "harness.cli"}
     trace = run(tmp_path / "run.jsonl")
     printed, modules = loaded("show", trace)
     assert printed.splitlines()[0].split()[:2] == ["1", "header"]  # it did show the trace
@@ -407,7 +407,7 @@ def test_help_and_show_load_no_extra_and_no_runtime(tmp_path: Path) -> None:
 def test_import_harness_is_light_and_every_public_name_still_resolves() -> None:
     code = "import sys, harness; print(*sorted(m for m in sys.modules if m.startswith('harness')))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
-    assert out.returncode == 0 and out.stdout.split() == ["harness", "harness._errors"], out
+    assert out.returncode == 0 and out.stdout.split() == ["harness", "harness._errors", "harness._version"], out
     for name in package.__all__:  # each name the package promises is there, lazily imported
         assert getattr(package, name) is not None, name
     assert set(package.__all__) <= set(dir(package))
@@ -417,8 +417,8 @@ def test_import_harness_is_light_and_every_public_name_still_resolves() -> None:
     # the TYPE_CHECKING block (what type checkers see) and _LAZY (what runs) name the same things
     tree = ast.parse(Path(package.__file__).read_text())
     seen: dict[str, set[str]] = {}
-    for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom) and node.level == 1 and node.module != "_errors":
+    for node in ast.walk(tree):  # (the eager ones, _errors and _version, are not lazy)
+        if isinstance(node, ast.ImportFrom) and node.level == 1 and node.module not in ("_errors", "_version"):
             names = {a.name if a.asname is None else f"{a.name} as {a.asname}" for a in node.names}
             seen.setdefault(f".{node.module}", set()).update(names)
     assert seen == exported

@@ -1,8 +1,8 @@
 """Where a run ran: the `env` its header records, and each resume record again.
 
-`VERSION` is harness's own version, read once, here, from the installed
-distribution's metadata: `harness.__version__` is this value, so that no
-module below the `harness` package imports the package itself for it.
+`VERSION` is harness's own version (harness/_version.py): `harness.__version__`
+is this value, so that no module below the `harness` package imports the
+package itself for it.
 """
 
 from __future__ import annotations
@@ -11,15 +11,10 @@ import functools
 import os
 import platform
 import re
-from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
 from .._errors import HarnessError
-
-try:  # the distribution is harness-trace: `harness` on the package index is an unrelated project
-    VERSION = version("harness-trace")
-except PackageNotFoundError:  # running from a source tree that was never installed
-    VERSION = "0+unknown"
+from .._version import VERSION
 
 
 @functools.cache
@@ -48,6 +43,8 @@ def environment(entrypoint: str) -> dict[str, Any]:
 def require(dist: str, needs: tuple[int, int], extra: str) -> None:
     """HarnessError unless distribution `dist` is installed at version `needs` or newer (a framework integration's
     check, made before it imports any name of the framework: an older one would fail with a bare ImportError)."""
+    from importlib.metadata import PackageNotFoundError, version  # here: a run's start never needs it
+
     wanted = ".".join(map(str, needs))
     try:
         found = version(dist)
