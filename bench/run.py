@@ -65,6 +65,10 @@ Lines (the keys of the JSON):
   model calls, resumed from a trace that holds all of them (the end cut
   off): the resume re-executes the function, every call served, per served
   crossing, against the same run live, per live crossing;
+- workflow_agents_resume_served_vs_live: the same, the calls made by two
+  agents the workflow spawns (threads, half each), joined before it
+  returns: per served crossing (the spawns, exits and joins served too)
+  against the same run live;
 - workflow_call_vs_langgraph, workflow_call_vs_dbos, workflow_resume_vs_langgraph,
   workflow_resume_vs_dbos (--peers only): one function (a model call and a
   tool call per round) as a harness workflow in fsync mode, as LangGraph's
@@ -166,6 +170,7 @@ TARGETS = {
     "workflow_crossing_vs_step": 1.0,
     "tool_decorated_vs_call": 1.1,
     "workflow_resume_served_vs_live": 1.0,
+    "workflow_agents_resume_served_vs_live": 1.0,
     "workflow_call_vs_langgraph": 0.4,
     "workflow_call_vs_dbos": 0.4,
     "workflow_resume_vs_langgraph": 1.0,
@@ -691,6 +696,19 @@ def crossings(n: int) -> int:
     return n
 
 
+def _asks(n: int) -> int:
+    for i in range(n):
+        harness.llm({"prompt": "next", "i": i}, _answer)
+    return n
+
+
+@harness.workflow
+def pair(n: int) -> int:
+    """n no-op model calls, made by two agents (threads), half each."""
+    a, b = harness.spawn("a", _asks, n // 2), harness.spawn("b", _asks, n - n // 2)
+    return sum(harness.join(a, b))
+
+
 def bench_workflow(scratch: Scratch, sizes: Sizes) -> Rounds:
     """A workflow's call and crossing against an Executor's step, the same no-op tool (see the docstring)."""
     n = sizes.steps
@@ -726,10 +744,10 @@ def bench_workflow(scratch: Scratch, sizes: Sizes) -> Rounds:
                        sizes.reps)  # fmt: skip
 
 
-def bench_workflow_resume(scratch: Scratch, n: int, reps: int) -> Rounds:
+def bench_workflow_resume(scratch: Scratch, n: int, reps: int, w: harness.Workflow[Any, Any] = crossings) -> Rounds:
     """A workflow of n model calls live, against its resume from a trace holding all n (its end cut off)."""
     recorded = scratch()
-    assert crossings.run(n, trace=recorded).state == "DONE"
+    assert w.run(n, trace=recorded).state == "DONE"
     with open(recorded, "rb") as f:
         lines = f.read().splitlines(keepends=True)
     cut_off = b"".join(lines[:-2])  # without PLAN -> DONE and the seal: killed after its last call
@@ -737,7 +755,7 @@ def bench_workflow_resume(scratch: Scratch, n: int, reps: int) -> Rounds:
     def live() -> Sample:
         path = scratch()
         t0 = clocks()
-        out = crossings.run(n, trace=path)
+        out = w.run(n, trace=path)
         t = since(t0, n)
         assert out.state == "DONE"
         os.unlink(path)
@@ -748,7 +766,7 @@ def bench_workflow_resume(scratch: Scratch, n: int, reps: int) -> Rounds:
         with open(path, "wb") as f:
             f.write(cut_off)
         t0 = clocks()
-        out = crossings.run(n, trace=path, resume=True)
+        out = w.run(n, trace=path, resume=True)
         t = since(t0, n)
         assert out.state == "DONE" and replay(path).resumes == 1
         os.unlink(path)
@@ -1147,6 +1165,11 @@ def run(mode: str, folder: str, log: Callable[[str], None], *, wall: bool = Fals
     out["workflow_resume_served_vs_live"] = got.ratio("resumed", "live", clock("workflow_resume"))
     detail["workflow_resume_us_per_crossing"] = got.medians(1e6)
     detail["workflow_resume_crossings"] = n
+    log(f"workflows: resume after {n} model calls of two agents, against the same run live")
+    got = bench_workflow_resume(scratch, n, sizes.resume_reps, pair)
+    out["workflow_agents_resume_served_vs_live"] = got.ratio("resumed", "live", WALL)  # threads: wall time
+    detail["workflow_agents_resume_us_per_crossing"] = got.medians(1e6)
+    detail["clock"]["workflow_agents_resume"] = "wall"
 
     # bench/peers.py: harness alone by default, every peer with --peers (imported here, so the default run and the
     # tests need no peer installed); it raises PeersMissing, saying what to install, when a peer is absent
@@ -1196,6 +1219,7 @@ def table(result: dict[str, Any]) -> str:
         "tool_decorated_vs_call": "workflow, a call of an @harness.tool function / harness.call of it undecorated",
         "workflow_resume_served_vs_live": "workflow resume per served crossing / live, per crossing "
         f"({result['detail'].get('workflow_resume_crossings')} model calls)",
+        "workflow_agents_resume_served_vs_live": "the same, the calls made by two spawned agents (wall time)",
         "workflow_call_vs_langgraph": "workflow, fsync, per durable call / LangGraph @entrypoint + @task, "
         'SqliteSaver, durability="sync" (--peers)',
         "workflow_call_vs_dbos": "workflow, fsync, per durable call / DBOS workflow + steps on SQLite (--peers)",

@@ -210,8 +210,11 @@ def run_case(folder: Path, contract: str, kill_at: str, *, ask: bool = False) ->
     ledger = Ledger(folder / "ledger.sqlite")
     obs.update({"killed": first.killed, "state_at_kill": trace_state(folder)})
     obs["rows_at_kill"] = len(ledger.rows())
-    rep = harness.replay(folder / "trace.jsonl")
-    obs["intent_key"] = rep.intent.get("key") if rep.intent else None
+    intents: list[dict[str, Any]] = []  # the transitions into ACT, as replay() checks them
+    harness.replay(
+        folder / "trace.jsonl", on_record=lambda _l, rec: intents.append(rec) if rec.get("to") == "ACT" else None
+    )
+    obs["intent_key"] = intents[-1].get("key") if intents else None
     obs["first_receipts"] = [e["receipt"] for e in first.of("effect")]
     second = Child(folder, "run", contract=contract, kill_at="none", resume="yes", **asking)
     out = second.until(None)

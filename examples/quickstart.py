@@ -73,8 +73,9 @@ def main() -> None:
     child = subprocess.run([sys.executable, __file__, "--child", trace])
     check(child.returncode == -signal.SIGKILL, f"the child should die of SIGKILL, it exited with {child.returncode}")
 
-    r = replay(trace)
-    started = r.intent["name"] if r.intent else None
+    intents: list[dict[str, Any]] = []  # every step's intent (its transition into ACT), as replay() checks it
+    r = replay(trace, on_record=lambda _line, rec: intents.append(rec) if rec.get("to") == "ACT" else None)
+    started = intents[-1]["name"] if intents else None
     print(f"2. the trace it left: state {r.state}, {len(r.checkpoints)} verified checkpoints, "
           f"step 3 ({started!r}) started but never returned")  # fmt: skip
     check((r.state, len(r.checkpoints), started) == ("ACT", 2, POWER_CUT), "the crash should leave 2 checkpoints")

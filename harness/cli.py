@@ -453,7 +453,7 @@ def _resume(args: argparse.Namespace) -> int:
     import orjson
 
     from .ops.recover import resume
-    from .runtime.executor import NO_ANSWER
+    from .runtime.resume import NO_ANSWER
 
     answer = NO_ANSWER
     if args.answer is not None:

@@ -158,7 +158,7 @@ def test_a_sigkill_in_a_parallel_step_resumes_without_running_a_finished_call(tm
     kill_at(marker, child, "call 1")
     assert sorted(log.read_text().split()) == ["0", "1", "2"]
     rep = harness.replay(trace)
-    assert [(c.agent, c.state, c.done) for c in rep.group] == [
+    assert [(c.agent, c.state, c.done) for c in rep._tail.group] == [
         ("step-0", "PLAN", True), ("step-1", "ACT", False), ("step-2", "PLAN", True)
     ]  # fmt: skip
 
@@ -200,6 +200,34 @@ def test_an_unsafe_call_in_flight_pauses_the_run_until_reconciled(tmp_path: Path
     out = Executor(planner=fan(2, "pay"), tools={"pay": Tool(refuse, idempotent=False)}, trace=trace,
                    resume=True).run("g")  # fmt: skip
     assert out.state == "DONE" and [c.result for c in out.checkpoints] == [{"paid": 0}, {"paid": 1}]
+
+
+def test_recover_takes_up_a_parallel_step_once_its_paused_call_is_reconciled(tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    trace, gate = runs / "t.jsonl", threading.Event()
+
+    class Crash(BaseException):
+        pass
+
+    def pay(i: int) -> Any:
+        if i == 1:
+            gate.wait(30)
+            raise Crash  # the process "dies" inside the payment
+        gate.set()
+        return {"paid": i}
+
+    with pytest.raises(Crash):
+        Executor(planner=fan(2, "pay"), tools={"pay": Tool(pay, idempotent=False)}, trace=trace).run("g")
+    agent: dict[str, Any] = {"planner": fan(2, "pay"), "tools": {"pay": Tool(refuse, idempotent=False)}}
+    [row] = harness.recover(runs, **agent)
+    assert (row.action, row.state) == ("resumed", "PAUSED") and "reconcile" in row.detail  # the call in doubt
+    [row] = harness.recover(runs, **agent)
+    assert (row.action, row.state) == ("left", "PAUSED") and "seq None" not in row.detail
+    harness.reconcile(trace, happened=True, result={"paid": 1}, evidence="bank statement")
+    [row] = harness.recover(runs, **agent)  # the operator's word is there: the step goes on, as resume() does
+    assert (row.action, row.state) == ("resumed", "DONE"), row
+    assert [c.result for c in harness.replay(trace).checkpoints] == [{"paid": 0}, {"paid": 1}]
 
 
 # --- replay() keeps the lanes honest ---------------------------------------------------------------
@@ -267,7 +295,7 @@ def test_every_spawn_of_a_parallel_step_is_on_the_file_before_any_call_starts(tm
     spawns = [n for n, r in enumerate(records) if r["kind"] == "spawn"]
     first_of_a_call = min(n for n, r in enumerate(records) if r.get("agent", "main") != "main")
     assert len(spawns) == 2 and max(spawns) < first_of_a_call
-    assert [c.agent for c in harness.replay(trace).group] == ["step-0", "step-1"]
+    assert [c.agent for c in harness.replay(trace)._tail.group] == ["step-0", "step-1"]
     calls: list[int] = []
 
     def work(n: int, idempotency_key: str) -> int:

@@ -404,6 +404,37 @@ def test_a_question_asked_inside_a_tool_pauses_in_act_and_the_tool_is_called_aga
     assert replay(trace).state == "DONE"
 
 
+def use(creds: dict[str, Any]) -> dict[str, Any]:
+    noted("use", creds)
+    return {"used": sorted(creds)}
+
+
+@harness.workflow
+def login(user: str) -> Any:
+    creds = harness.interrupt({"password for": user})
+    harness.llm({"prompt": user}, model)
+    return harness.call(use, creds=creds)
+
+
+@pytest.mark.parametrize("cut", ["after the answer's crossing", "between the answer and its crossing"])
+def test_a_redacted_answer_is_given_again_never_served_as_the_marker(trace: Path, cut: str) -> None:
+    assert login.run("bob", trace=trace, redact=["password"]).state == "PAUSED"
+    secret = {"password": "s3cret"}
+    assert login.run("bob", trace=trace, redact=["password"], resume=True, answer=secret).state == "DONE"
+    assert CALLS["use"] == [secret] and '"[REDACTED]"' in trace.read_text() and "s3cret" not in trace.read_text()
+    crossing = next(r["seq"] for r in records(trace) if r.get("boundary") == "interrupt")
+    before = cut_after(trace, crossing if cut == "after the answer's crossing" else crossing - 1)
+    with pytest.raises(harness.HarnessError, match=r"answer 1 the re-executed function is given again.*marker"):
+        login.run("bob", trace=trace, redact=["password"], resume=True)  # the function would get the marker
+    assert trace.read_bytes() == before  # nothing written
+    with pytest.raises(harness.HarnessError, match="waits for none"):  # not an answer it was given
+        login.run("bob", trace=trace, redact=["password"], resume=True, answer={"pin": "1"})
+    assert trace.read_bytes() == before
+    done = login.run("bob", trace=trace, redact=["password"], resume=True, answer=secret)  # given again
+    assert done.state == "DONE" and CALLS["use"] == [secret, secret]  # the real answer, not the marker
+    assert replay(trace).state == "DONE" and "s3cret" not in trace.read_text()
+
+
 # --- patched() ------------------------------------------------------------------------------------------
 
 
@@ -660,9 +691,12 @@ def test_a_spawned_agent_makes_crossings_but_no_tool_calls(trace: Path) -> None:
     out = spawns.run(3, trace=trace)
     assert out.state == "DONE" and out.result == {"n": 3, "refused": True}
     assert harness.rerun(trace, workflow=spawns).equal
-    cut_after(trace, 5)
-    with pytest.raises(harness.HarnessError, match="spawned agents"):
-        spawns.run(3, trace=trace, resume=True)
+    whole = trace.read_bytes()
+    for n in range(2, whole.count(b"\n")):  # resumed after each record: the refusal is served again too
+        trace.write_bytes(b"".join(whole.splitlines(keepends=True)[:n]))
+        again = spawns.run(3, trace=trace, resume=True)
+        assert again.state == "DONE" and again.result == out.result
+        assert replay(trace).state == "DONE" and harness.rerun(trace, workflow=spawns).equal
 
 
 # --- the trace format: replay() checks the workflow's fields ---------------------------------------------
@@ -777,7 +811,7 @@ def test_a_workflow_run_on_object_storage_resumes_there(runs: str) -> None:
     STOP[0] = True
     with pytest.raises(harness.HarnessError, match="stopped here"):
         stops_once.run("eels", trace=stopped)
-    assert harness.replay(stopped).crash is not None
+    assert harness.replay(stopped)._tail.crash is not None
     STOP[0] = False
     CALLS.clear()
     out = stops_once.run("eels", trace=stopped, resume=True)

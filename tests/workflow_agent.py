@@ -126,3 +126,33 @@ async def nested(topics: list[str]) -> list[str]:
         return await harness.allm({"prompt": a + "?"}, slow_model)
 
     return list(await asyncio.gather(*(branch(t) for t in topics)))
+
+
+# --- a workflow whose agents make model calls and talk -------------------------------------------------
+
+
+def researcher(name: str, topic: str) -> list[str]:
+    """Agent a asks, sends its answer to b, asks again; b asks, waits for a's answer, asks with it."""
+    first = ask(f"{name} on {topic}", f"llm-{name}-1")
+    point(f"after-llm-{name}-1")
+    if name == "a":
+        harness.send("b", first)
+        heard = "nothing"
+    else:
+        heard = harness.receive("a").body
+    return [first, ask(f"{name} again, having heard {heard}", f"llm-{name}-2")]
+
+
+@harness.workflow
+def team(topic: str) -> dict[str, Any]:
+    point("before-spawn")
+    a = harness.spawn("a", researcher, "a", topic)
+    b = harness.spawn("b", researcher, "b", topic)
+    a.wait()
+    b.wait()
+    point("exited")  # both agents ended, neither is joined yet
+    found = harness.join(a, b)
+    point("after-join")
+    held = harness.call(RESERVE, item=found[1][1])
+    point("after-reserve")
+    return {"a": found[0], "b": found[1], "held": held["reserved"]}

@@ -51,17 +51,17 @@ def reconcile(
         if is_url(path) and not journal.size():
             raise TraceUnreadable(path, "no such trace on the store; nothing was written")
         rep = replay(path)
-        if rep.question is not None:
+        if rep._tail.question is not None:
             raise HarnessError(
-                f"{path}: the run waits for an answer to {rep.question['question']!r:.200}, not for a reconcile; "
+                f"{path}: the run waits for an answer to {rep._tail.question['question']!r:.200}, not for a reconcile; "
                 "answer it with `harness resume TRACE --agent MODULE:FACTORY --answer JSON`; nothing was written"
             )
-        if rep.state != S.PAUSED or rep.reconcile is not None or rep.pending is None:
-            why = "it is already reconciled" if rep.reconcile is not None else f"its state is {rep.state}"
+        if rep.state != S.PAUSED or rep._tail.reconcile is not None or rep.pending is None:
+            why = "it is already reconciled" if rep._tail.reconcile is not None else f"its state is {rep.state}"
             if rep.state == S.ACT:  # a crashed run: the resume decides whether its last call is uncertain
                 why += "; resume it first, and it pauses if its last tool call is of uncertain outcome"
             raise HarnessError(f"{path}: no uncertain operation to reconcile ({why}); nothing was written")
-        aside = set_aside(path, rep.end) if rep.torn_tail else None
+        aside = set_aside(path, rep._tail.end) if rep.torn_tail else None
         fields = {
             "op": rep.pending["seq"],
             "happened": bool(happened),
@@ -70,10 +70,16 @@ def reconcile(
         }
         if aside is not None:  # as a resume record does: every .torn-N is named in its trace
             fields["set_aside"] = os.path.basename(aside)
-        if rep.clocks is not None:  # a run with agents: the operator's word is one more event of main
-            vc = dict(rep.clocks["main"])
+        if rep._tail.clocks is not None:  # a run with agents: the operator's word is one more event of main
+            vc = dict(rep._tail.clocks["main"])
             fields["vc"] = {**vc, "main": vc["main"] + 1}
         record = ("reconcile", fields)
         return journal.continue_after(
-            rep.last_seq, rep.crc, rep.end, record, start=rep.header["ts"], sync=True, user=("result", "evidence")
+            rep.last_seq,
+            rep._tail.crc,
+            rep._tail.end,
+            record,
+            start=rep.header["ts"],
+            sync=True,
+            user=("result", "evidence"),
         )

@@ -39,7 +39,8 @@ from .._errors import HarnessError, ResumeMismatch, TraceCorruption, TraceLocked
 from ..review.runs import _header as _runs_header
 from ..review.runs import list_runs
 from ..runtime.bridge import bridging
-from ..runtime.executor import NO_ANSWER, Executor, Outcome, RetryPolicy, Step
+from ..runtime.executor import Executor, Outcome, RetryPolicy, Step
+from ..runtime.resume import NO_ANSWER, waits
 from ..runtime.tool import Tool
 from ..runtime.workflow import Workflow, same_workflow
 from ..storage import exists, is_url
@@ -208,10 +209,9 @@ def recover(
             return row("skipped", rep.state, f"not a run of workflow {w.name} ({rep.workflow or 'an Executor'}'s)")
         if w is None and rep.workflow is not None:
             return row("skipped", rep.state, f"a run of workflow {rep.workflow}: recover it with --workflow")
-        if rep.state == S.PAUSED and rep.question is not None and not rep.answered:
-            return row("left", S.PAUSED, _asked(path, rep.pending, how))
-        if rep.state == S.PAUSED and rep.question is None and rep.reconcile is None:
-            return row("left", S.PAUSED, _uncertain(path, rep.pending))
+        if waits(rep, NO_ANSWER):  # a human's word is missing: the rule a resume follows (a parallel step's too)
+            asked = rep._tail.question is not None
+            return row("left", S.PAUSED, _asked(path, rep.pending, how) if asked else _uncertain(path, rep.pending))
         try:
             agent_of: dict[str, Any] = (
                 {"workflow": w} if w is not None else {"planner": planner, "tools": tools, "verifier": verifier}

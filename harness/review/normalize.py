@@ -466,10 +466,10 @@ class Loaded:
     def trace(cls, path: str, rules: Rules = RULES) -> Loaded:
         rep = replay(path)  # raises on a corrupt or foreign file, naming line and reason
         local = local_copy(path)  # a URL: the copy replay() just checked
-        if rep.clocks is not None:  # a run with agents: its records in the canonical causal order, held
+        if rep._tail.clocks is not None:  # a run with agents: its records in the canonical causal order, held
             try:
                 with open(local, "rb") as f:
-                    data = f.read(rep.end)
+                    data = f.read(rep._tail.end)
             except OSError as e:
                 raise TraceUnreadable(path, f"cannot read: {e.strerror}") from None
             # blob-stored payloads read back in place: records compare by what they hold, not by reference
@@ -480,7 +480,7 @@ class Loaded:
             loaded.causal = True
             return loaded
         # complete lines only: a torn tail is not part of the run
-        return cls(path, path=local, end=rep.end, count=rep.records, torn_tail=rep.torn_tail, rules=rules)
+        return cls(path, path=local, end=rep._tail.end, count=rep.records, torn_tail=rep.torn_tail, rules=rules)
 
     @classmethod
     def golden(cls, text: str | bytes, name: str, rules: Rules = RULES) -> Loaded:

@@ -67,6 +67,7 @@ from typing import Any, cast
 import orjson
 
 from .._errors import HarnessError, ReplayDrift, ReplayViolation, ResumeMismatch, ToolTimeout, TraceUnreadable, internal
+from ..runtime.agents import Agents
 from ..runtime.boundary import Arrived, Match, Session, _Hold, _may_hold, differences, patiently, same, take
 from ..runtime.bridge import bridging
 from ..runtime.environment import environment
@@ -288,7 +289,7 @@ class _Recording:
     def __init__(self, path: str, workflow: str | None = None):
         self.path = path
         self.rep: Replay = replay(path)
-        self.records = _records(local_copy(path), self.rep.end)  # a URL: the copy replay() just checked
+        self.records = _records(local_copy(path), self.rep._tail.end)  # a URL: the copy replay() just checked
         if any(r["kind"] in ("event", "end") for r in self.records):
             raise HarnessError(f"{path}: written by a Recorder, not an Executor; there is no agent loop to re-execute")
         recorded = self.rep.workflow
@@ -308,11 +309,27 @@ class _Recording:
         self.crossings = [c for c in self.rep.crossings if self.records[c.seq - 1].get("from") != S.PAUSED]
         self.resumes = [r["seq"] for r in self.records if r["kind"] == "resume"]
         self.crashes = [r["seq"] for r in self.records if r["kind"] == "crash"]  # the process stopped there
-        if self.rep.clocks is not None and (self.resumes or not self.rep.complete):
-            raise HarnessError(
-                f"{path}: a run with agents that was interrupted or resumed cannot be re-executed yet; "
-                "re-execute a run that went from start to end in one process"
-            )
+        # a workflow with agents resumed after its first spawn is re-executed in one pass from there (its
+        # function, served its history, does what the processes did): main writes each of their resume and
+        # crash records again when it reaches its place in main's own sequence (_Rewriting.copy_seams)
+        self.spawned = next((r["seq"] for r in self.records if r["kind"] == "spawn"), math.inf)
+        self.copies: dict[int, dict[str, Any]] = {}
+        if self.rep._tail.clocks is not None and (self.resumes or not self.rep.complete):
+            later = [r for r in self.records if r["seq"] > self.spawned and r["kind"] in _COPIED | {"resume", "answer"}]
+            why = None
+            if recorded is None:
+                why = "an Executor's run with agents that was interrupted or resumed cannot be re-executed yet"
+            elif not self.rep.complete:
+                why = "a workflow's run with agents that has not ended cannot be re-executed yet"
+            elif any(r["kind"] in ("answer", "reconcile") for r in later):
+                seq = next(r["seq"] for r in later if r["kind"] in ("answer", "reconcile"))
+                why = (
+                    f"a workflow's run with agents that paused after its first spawn (seq {seq}: an answer or a "
+                    "reconcile) cannot be re-executed yet"
+                )
+            if why is not None:
+                raise HarnessError(f"{path}: {why}; re-execute a run that went from start to end in one process")
+            self.copies = {r["vc"][MAIN]: r for r in later}
 
     def positions(self) -> dict[tuple[str, int], dict[str, Any]]:
         """Each record by (agent, its own count): where a causal fork finds the parent's version of a record."""
@@ -325,13 +342,13 @@ class _Recording:
 
     def max_steps(self) -> int | None:
         """The step limit the recording shows it ran under: the one it hit, else the default."""
-        last = self.rep.last or {}
+        last = self.rep._tail.last or {}
         error = last.get("error") if self.rep.state == S.FAILED and last.get("from") == S.PLAN else None
         return error["max_steps"] if isinstance(error, dict) and type(error.get("max_steps")) is int else MAX_STEPS
 
     def retry(self) -> RetryPolicy:
         """The policy the recording shows: the last attempt of a FAILED run, else at least the default."""
-        last = self.rep.last
+        last = self.rep._tail.last
         step_limit = last is not None and last["from"] == S.PLAN and "max_steps" in (last.get("error") or {})
         if self.rep.state == S.FAILED and last is not None and not step_limit:  # (a parallel call's last attempt too)
             return RetryPolicy(last.get("attempt", 1), **self.backoff())
@@ -386,8 +403,38 @@ class _Rewriting(Journal):
     ahead: set[str]  # agents in the branch's causal future (a live receive may merge no clock of the branch)
     replaying: _Replaying | None  # the session whose served crossings wait for their place (flush() after a write)
 
+    copies: dict[int, dict[str, Any]]  # main's own count -> a resume or crash record to write again there
+    entrypoint: str
+    agents: Agents
+
     def at_stop(self) -> bool:
         return bool(self.stops) and self.seq + 1 == self.stops[0]
+
+    def share(self, stamp: Any, tick: Any) -> None:
+        """The first spawn: where the recorded process stopped, the seam comes first (it has no clock)."""
+        if self.at_stop():
+            raise _Seam
+        super().share(stamp, tick)
+
+    def copy_seams(self) -> None:
+        """Before main's next record: the recorded resume and crash records main wrote at this count of its own
+        sequence, written again as main's events (a workflow with agents re-executed in one pass; not in a
+        fork's live future, which no recorded process made)."""
+        while self.copies and self._stamp is not None:
+            agent, vc = self._stamp(None)
+            rec = self.copies.get(vc[MAIN]) if agent == MAIN else None
+            if rec is None or (self.branch_at and vc.get(self.branch_at[0], 0) >= self.branch_at[1]):
+                return
+            del self.copies[vc[MAIN]]
+            fields = {k: v for k, v in _copy(rec).items() if k not in ("vc", "agent")}
+            if rec["kind"] == "resume":
+                fields["env"] = environment(self.entrypoint)
+            main = self.agents.main  # a merge main is about to make (its join, its receive) is its next record's
+            pending, main.merge = main.merge, None
+            try:
+                super().append_many(((rec["kind"], fields),), sync=True)
+            finally:
+                main.merge = pending
 
     def append(
         self,
@@ -404,6 +451,7 @@ class _Rewriting(Journal):
 
     def append_many(self, records: Iterable[tuple[Any, ...]], *, sync: bool = False) -> int:
         if self.shared:  # agents write: a fork's lineage is decided by clocks, in annotate()
+            self.copy_seams()
             return super().append_many(records, sync=sync)
         batch: list[tuple[str, dict[str, Any]]] = []
         for kind, fields, *user in records:
@@ -423,6 +471,7 @@ class _Rewriting(Journal):
         self, kind: str, fields: dict[str, Any], *, state: str, key: bytes | None, user: tuple[str, ...] = ()
     ) -> int:
         if self.shared:  # a run with agents: its end is live or rerun as recorded, never before a branch
+            self.copy_seams()
             return super().finish(kind, fields, state=state, key=key, user=user)
         self.redacted(fields, user)  # as it will be written: compared with the parent so
         seq = self.seq + 1
@@ -484,13 +533,15 @@ class _Rewriting(Journal):
 class _Writer(_Rewriting):
     """The new trace in a local file."""
 
-    __slots__ = ("ahead", "below", "branch_at", "parent", "positions", "replaying", "stops")
+    __slots__ = ("agents", "ahead", "below", "branch_at", "copies", "entrypoint", "parent", "positions", "replaying",
+                 "stops")  # fmt: skip
 
 
 class _RemoteWriter(_Rewriting, RemoteJournal):
     """The new trace at a trace URL: shipped as segments at the ship points of any run (trace/remote.py)."""
 
-    __slots__ = ("ahead", "below", "branch_at", "parent", "positions", "replaying", "stops")
+    __slots__ = ("agents", "ahead", "below", "branch_at", "copies", "entrypoint", "parent", "positions", "replaying",
+                 "stops")  # fmt: skip
 
 
 class _Replaying(Session):
@@ -555,6 +606,8 @@ class _Replaying(Session):
         one's send clock decides (a message whose send is in the future is too).
         """
         agent = self.agents.current()
+        if agent == MAIN and self.agents.spawned:
+            self.journal.copy_seams()  # main's next record comes after them
         vc = self.agents.next_vc(self.journal)
         if self.branch is None:
             return agent, vc[agent], False
@@ -834,7 +887,6 @@ class _Flowing:
 
     def go_on(self, writer: _Rewriting, session: _Replaying, rep: Replay) -> None:
         rep, written = Recorded.read(writer.path)
-        written.check()
         cast(_Rerunning, session).again_from(written)
         flow = go_on(writer, session, rep, fsync=writer.fsync, lazy=False, entrypoint=self.entrypoint)
         run_anywhere(self.w, flow, *_arguments(rep.goal))
@@ -880,17 +932,19 @@ class _Rerunning(Serving, _Replaying):
 
     def __init__(self, journal: _Rewriting, recorded: Iterable[Crossing], **kwargs: Any):
         _Replaying.__init__(self, journal, recorded, **kwargs)
-        self.held, self.path = deque(), journal.path
+        self.held, self.path = {}, journal.path
 
     def again_from(self, written: Recorded) -> None:
         """At a seam: what the new trace holds by then is served again first."""
-        self.again, self.held = deque(written.crossings), deque(written.held)
+        self.again = deque(written.crossings)
+        self.held = {agent: deque(items) for agent, items in written.held.items()}
 
     def upcoming(self) -> Crossing | Item | None:
-        if self.again or self.held:  # the new trace's own, after a seam
+        held = self.mine()
+        if self.again or held:  # the new trace's own, after a seam
             nxt: Crossing | Item | None = self.again[0] if self.again else None
-            if self.held and self.agent().name == MAIN and (nxt is None or self.held[0].seq < nxt.seq):
-                return self.held[0]
+            if held and (nxt is None or held[0].seq < nxt.seq):
+                return held[0]
             return nxt
         return Serving.upcoming(self)
 
@@ -920,11 +974,13 @@ def _execute(
         writer = cast(_Writer, _Writer.open(path, redact=rules))
     at = next((c for c in rec.crossings if c.seq == branch), None)
     with writer, runner.prepared(rec, path, retry, rules):
-        writer.stops, writer.below, writer.parent = deque(stops), branch or 0, rec.records
+        writer.stops = deque(s for s in stops if s < rec.spawned)  # later seams: copy_seams()
+        writer.below, writer.parent = branch or 0, rec.records
+        writer.copies, writer.entrypoint = dict(rec.copies), _entrypoint(rec)
         writer.branch_at = (at.agent, at.vc[at.agent]) if at is not None else None
         writer.positions = rec.positions()
         session = runner.session(writer, rec, at, value, rules)
-        writer.ahead, writer.replaying = session.ahead, session
+        writer.ahead, writer.agents, writer.replaying = session.ahead, session.agents, session
         try:
             _drive(runner, writer, session, rec, run_id, lineage)
         except (ReplayDrift, ReplayViolation) as e:

@@ -37,7 +37,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-from .._errors import HarnessError, error_of, internal
+from .._errors import HarnessError, ReplayDrift, error_of, internal
 from ..trace.clock import MAIN, merged
 from .context import _agent, _current, _in_call
 
@@ -80,12 +80,17 @@ class AgentState:
         return vc
 
 
-def write_exit(journal: Any, error: BaseException | None) -> None:
-    """Write an agent's `exit` record: its status, and its error when it raised."""
+def exit_fields(error: BaseException | None) -> dict[str, Any]:
+    """An agent's `exit` record's fields: its status, and its error when it raised."""
     fields: dict[str, Any] = {"status": "ok" if error is None else "error"}
     if error is not None:
         fields["error"] = error_of(error)
-    journal.append("exit", fields, user=("error",))  # an error message may hold a secret: redacted
+    return fields
+
+
+def write_exit(journal: Any, error: BaseException | None) -> None:
+    """Write an agent's `exit` record (exit_fields)."""
+    journal.append("exit", exit_fields(error), user=("error",))  # an error message may hold a secret: redacted
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,7 +123,9 @@ class Agents:
         self.sent: dict[str, int] = {}  # agent -> own count of its last send delivered (served receives wait on it)
         self.states: dict[str, AgentState] = {}  # the agents started, by name (their latest life)
         self.blocked: set[str] = set()  # agents waiting in receive() now
+        self.joining: set[str] = set()  # agents waiting for another agent's thread to end (Handle.wait, join)
         self.ending = False  # the run is joining its agents before its end: nobody else will send
+        self.seam: dict[str, int] | None = None  # a resumed workflow: the clock of the resume's last own record
 
     def in_flight(self) -> bool:
         """Whether a call (a tool, a crossing) of any agent is running now."""
@@ -151,6 +158,12 @@ class Agents:
 
     # --- clocks --------------------------------------------------------------------------------------
 
+    def shared(self, journal: Journal) -> None:
+        """Clocked records from now on, main's clock as it is (a re-executed workflow serves its first spawn)."""
+        if not self.spawned:
+            journal.share(self.stamp, self.tick)
+            self.spawned = True
+
     def share(self, journal: Journal, last: dict[str, dict[str, int]] | None = None) -> None:
         """Switch the journal to shared, clocked records (at the first spawn, or resuming a spawned trace)."""
         if self.spawned:
@@ -169,6 +182,8 @@ class Agents:
         `after`: the clock of the agent's record just before it in the same write, not taken either.
         """
         agent = _agent.get() or self.main
+        if self.seam is not None and agent is self.main:  # main's first live record follows the resume's records
+            agent.vc, self.seam = dict(sorted(merged(agent.vc, self.seam).items())), None
         if after is not None:  # (any merge went into that one)
             vc = dict(after)
             vc[agent.name] += 1
@@ -229,9 +244,13 @@ class Agents:
                 )
             self.live[name] = handle
             self.ended.discard(name)
+        fields = {"child": name, **(extra or {})}
         try:
-            self.share(journal)
-            journal.append("spawn", {"child": name, **(extra or {})}, user=("args",) if extra else ())
+            if self.session.event_served("spawn", name, fields):  # a re-executed workflow's: its clock followed
+                self.shared(journal)
+            else:
+                self.share(journal)
+                journal.append("spawn", fields, user=("args",) if extra else ())
         except BaseException:
             self.forget(handle)
             raise
@@ -270,11 +289,19 @@ class Agents:
     def finished(self, handle: Any, child: AgentState, error: BaseException | None) -> None:
         """An agent's end, in its own thread or task, whatever it raised (BaseException too): its exit
         record, then it counts as ended (a receive waiting on it gives up, a join may go on)."""
-        if error is None and self.session.checking:  # a re-executed agent must make every crossing it recorded
-            error = self.session.unsettled(handle.name)
+        session, served = self.session, False
+        if session.checking and not isinstance(error, ReplayDrift):  # a re-executed agent made all it recorded
+            try:
+                served = session.event_served("exit", handle.name, exit_fields(error))
+                if error is None:
+                    error = session.unsettled(handle.name)
+            except ReplayDrift as drift:
+                served, error = False, drift
         handle._error = error
         try:
-            write_exit(self.session.journal, error)
+            # a drift in a resume that wrote nothing yet writes nothing (the run stops with it)
+            if not served and not (isinstance(error, ReplayDrift) and getattr(session.journal, "owes", False)):
+                write_exit(session.journal, error)
         except BaseException as e:  # the journal refused: the run must not believe this agent ended well
             handle._error = handle._error or e
         handle._vc = dict(child.vc)
@@ -294,7 +321,8 @@ class Agents:
             del self.live[handle.name]
         me = _agent.get() or self.main
         me.merge = merged(me.merge or {}, handle._vc or {})
-        journal.append("join", {"child": handle.name})
+        if not self.session.event_served("join", handle.name, {"child": handle.name}):
+            journal.append("join", {"child": handle.name})
 
     def settle(self) -> None:
         """Join the agents still running, in the order they were spawned (before a run's last record).
@@ -456,7 +484,16 @@ class Handle(Generic[T]):
         """Wait for the agent's thread to end, without joining it (nothing is recorded)."""
         if self._thread is None:
             raise internal(f"agent {self.name!r} waited on before its thread started")
-        self._thread.join(timeout)
+        agents = self._agents
+        if agents is None:
+            self._thread.join(timeout)
+            return
+        me = agents.current()
+        agents.joining.add(me)  # (a resumed workflow's agent going live does not wait for one that waits)
+        try:
+            self._thread.join(timeout)
+        finally:
+            agents.joining.discard(me)
 
     @property
     def value(self) -> T:

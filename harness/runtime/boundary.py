@@ -124,6 +124,11 @@ class Session:
         """Whether an artifact of these bytes is already in the trace here (a re-executed workflow's): not again."""
         return False
 
+    def event_served(self, space: str, name: str, fields: dict[str, Any]) -> bool:
+        """Whether an agent's spawn, exit or join (`space`: the record's kind) is already in the trace here (a
+        re-executed workflow's, history.py): not written again."""
+        return False
+
     @property
     def nested(self) -> bool:
         """Whether the code runs inside a call (a tool, a crossing): its crossings belong to that call."""

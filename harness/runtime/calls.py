@@ -198,7 +198,7 @@ async def _in_turn(flow: Flow, item: Item | None, mine: Callable[[dict[str, Any]
     def ready() -> bool:
         if item is None:
             return flow.run.state == S.PLAN and (mine is None or session.turn(mine))
-        return item.step is None or item.step.over or not (flow.serving is not None and flow.serving.held)
+        return item.step is None or item.step.over or not (flow.serving is not None and flow.serving.mine())
 
     def attempt() -> None:
         if not ready() and _may_hold.get():

@@ -7,7 +7,8 @@ tool runs, the result is on the file before it is verified, and the
 checkpoint record (VERIFY -> CHECKPOINT -> PLAN in one line) names the record
 holding the result it vouches for instead of copying it. A run that ends
 (DONE or FAILED) writes its seal with its last record. Resuming is the same
-loop started from the state `replay()` rebuilds.
+loop started from the state `replay()` rebuilds, once resume.py has decided,
+before anything is written, whether the run goes on and with what seam.
 
 Parallel steps: when the planner returns a list of steps, each call runs the
 same loop in a thread of its own (an agent, `step-<N>`), with its step fixed,
@@ -43,7 +44,7 @@ import time
 import traceback
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import KW_ONLY, dataclass, field, replace
+from dataclasses import KW_ONLY, dataclass, field
 from typing import Any
 
 from .._errors import (
@@ -73,13 +74,14 @@ from ..trace.line import SCHEMA, a, canonical, check_value
 from ..trace.reader import Call, Checkpoint, Replay, replay
 from ..trace.redact import Redaction, Rule
 from ..trace.remote import open_journal
-from ..trace.torn import set_aside, torn_name
+from ..trace.torn import set_aside
 from . import timers as _timers
 from .agents import AgentState
 from .boundary import Session, deactivate
 from .context import _agent, _current, _in_call, _key
 from .environment import environment
 from .interrupt import Interrupted
+from .resume import NO_ANSWER, RESEAL, GoOn, marked, plan, start_over
 from .tool import Tool, ToolSpec, spec_of
 
 
@@ -139,7 +141,6 @@ class RetryPolicy:
         return float(min(self.max_delay, self.backoff * 2 ** (failed - 1)))
 
 
-NO_ANSWER: Any = object()  # run(goal) without answer=
 MAX_STEPS = 10_000  # the default step limit: a planner that never says DONE ends FAILED, not with a full disk
 _RECORDED: Any = object()  # _continue(): the goal as the trace has it
 _INTENT = ("name", "tool", "args", "key")  # the fields of a transition into ACT, beside step and attempt
@@ -371,16 +372,12 @@ class Executor:
         return self._drive(run)
 
     def _resume(self, journal: Journal, goal: Any, answer: Any = NO_ANSWER) -> Outcome:
+        """Go on with the run in journal's file, as resume.plan() decides (a refusal, before it, writes nothing)."""
         path = journal.path
         try:
             rep = _index.resume_point(path)  # reads only what follows the index's mark, when it has a usable one
         except TraceCorruption as e:
-            if e.reason != "torn-header":
-                raise
-            if answer is not NO_ANSWER:  # no run began, so none asked: refused before the header is set aside
-                raise answer_to_torn_header(path) from None
-            set_aside(path, 0)
-            journal.continue_after(0, 0, 0, start=None)
+            start_over(journal, e, answer)  # a torn header: no run began, a new one starts in the emptied file
             return self._start(journal, goal, uuid.uuid4().hex)
         if rep.workflow is not None:
             raise HarnessError(
@@ -391,111 +388,46 @@ class Executor:
             raise ResumeMismatch(path, "goal", rep.goal, goal)
         if rep.header.get("tools") != self.contracts:
             raise ResumeMismatch(path, "tools", rep.header.get("tools"), self.contracts)
-        asked = rep.question is not None and not rep.answered  # a question waits for its answer
-        owed, answer = self._owed_answers(rep, answer, asked)  # (before anything is written: a refusal writes none)
-        journal.digests.update(rep.blobs)
+        todo = plan(rep, answer, redact=self.redact, entrypoint=self.entrypoint)
+        journal.digests.update(rep._tail.blobs)
         journal.blocks[:] = _index.trusted_blocks(path, rep)  # what the mark's writer hashed: the seal takes them
-        if rep.complete and rep.seal is None:  # its writer died writing the end: the seal is all that is missing
-            return reseal(journal, rep)
-        waiting = any(c.state == S.PAUSED and c.reconcile is None for c in rep.group)
-        if rep.complete or (
-            rep.state == S.PAUSED
-            and not rep.answered
-            and answer is NO_ANSWER
-            and (rep.reconcile is None if not rep.group else waiting)
-        ):
-            return finished(rep)  # a finished run is never appended to
-        self._no_marker_owed(rep, owed)
-        # the seam (resume, and the answer it brings) is owed: written with the first record the resumed run
-        # appends, in the same write, or never (a resume that pauses again, drifts or is refused writes nothing)
-        aside = torn_name(path, rep.end) if rep.torn_tail else None
-        seam = {"set_aside": os.path.basename(aside) if aside else None, "env": environment(self.entrypoint)}
-        seams: list[tuple[str, dict[str, Any], tuple[str, ...]]] = [("resume", seam, ())]
-        clocks = rep.clocks
-        if clocks is not None:  # the run had spawned: the resume is one more event of main, with its clock
-            seam["vc"], clocks = _main_event(clocks)
-        if answer is not NO_ANSWER:  # after the resume record, which names where a torn tail went
-            if rep.question is None:
-                raise internal("an answer for a run with no question", path, rep.last_seq)
-            said: dict[str, Any] = {"op": rep.question["seq"], "answer": answer}
-            if clocks is not None:  # one more event of main too
-                said["vc"], clocks = _main_event(clocks)
-            seams.append(("answer", said, ("answer",)))
-            owed.append(answer)
-            rep = replace(rep, answered=True)  # as replay() reads it after the answer
-        journal.owe(rep.last_seq, rep.crc, rep.end, seams, start=rep.header["ts"], aside=aside)
-        session = Session(journal, rep.resumable_crossings(), redact=self.redact)
-        if clocks is not None:  # every record from here on carries its clock
-            session.agents.share(journal, clocks)
-        session.answers.extend(owed)  # answers as given: the trace holds them redacted
+        if not isinstance(todo, GoOn):  # RESEAL: only the missing seal is written; FINISHED: nothing is
+            return reseal(journal, rep) if todo == RESEAL else finished(rep)
+        # the seam is owed: written with the first record the resumed run appends, in the same write, or never
+        # (a resume that pauses again, drifts or is refused writes nothing)
+        rep = todo.rep
+        journal.owe(rep.last_seq, rep._tail.crc, rep._tail.end, todo.seam, start=rep.header["ts"], aside=todo.aside)
+        session = Session(journal, todo.served, redact=self.redact)
+        if todo.clocks is not None:  # every record from here on carries its clock
+            session.agents.share(journal, todo.clocks)
+        session.answers.extend(todo.answers)  # answers as given: the trace holds them redacted
         return self._continue(journal, session, rep, goal)  # the caller's goal: the trace's may be redacted
-
-    def _owed_answers(self, rep: Replay, answer: Any, asked: bool) -> tuple[list[Any], Any]:
-        """The answers the resumed run owes its interrupt() calls (rep.answers), and the answer to record.
-
-        With no question waiting, an answer is taken only as one given again:
-        it stands for the recorded answer it redacts to, which holds the
-        marker (see _no_marker_owed), and nothing new is recorded. Any other
-        answer is a HarnessError, before anything is written.
-        """
-        owed = list(rep.answers)
-        if answer is NO_ANSWER or asked:
-            return owed, answer
-        given = canonical(self.redact(answer))
-        marker = self.redact.marker
-        again = next((i for i, a in enumerate(owed) if _marked(a, marker) is not None and canonical(a) == given), None)
-        if again is None:
-            why = "it is already answered" if rep.question is not None else f"its state is {rep.state}"
-            raise HarnessError(
-                f"{rep.path}: an answer was given, but the run waits for none ({why}); nothing was written. "
-                "Resume without an answer."
-            )
-        owed[again] = answer  # the live answer, in place of its redacted record
-        return owed, NO_ANSWER
-
-    def _no_marker_owed(self, rep: Replay, owed: Sequence[Any]) -> None:
-        """Refuse a resume that would hand an interrupt() call an answer redaction put the marker in.
-
-        A tool called again after a crash gets every answer since its intent
-        again (docs/FORMAT.md `answer`), and the trace holds them redacted: the
-        caller gives such an answer again (answer=...), else nothing is written.
-        """
-        marker = self.redact.marker
-        for i, said in enumerate(owed):
-            where = _marked(said, marker)
-            if where is not None:
-                raise HarnessError(
-                    f"{rep.path}: answer {i + 1} since the intent, owed to a call made again, holds the redaction "
-                    f"marker at answer{where} (the trace keeps it redacted), and a call is never given the marker; "
-                    "nothing was written. Resume with that answer again: run(goal, answer=...) or "
-                    "`harness resume --answer`."
-                )
 
     def _continue(self, journal: Journal, session: Session, rep: Replay, goal: Any = _RECORDED) -> Outcome:
         """Drive a run on from the state a replay rebuilt."""
-        last, intent = rep.last or {}, rep.intent
+        last, intent = rep._tail.last or {}, rep._tail.intent
         goal = rep.goal if goal is _RECORDED else goal
         run = _Run(journal, session, goal, rep.run_id, _index.resumed(rep), rep.state)
         run.index = _index.Writer.after(journal.path, journal.fd, journal.digests, journal.blocks, rep)
-        if rep.group:  # a parallel step was open: its calls go on, each from where its lane stands
-            run.state, run.step = S.PLAN, rep.group[0].step
+        if rep._tail.group:  # a parallel step was open: its calls go on, each from where its lane stands
+            run.state, run.step = S.PLAN, rep._tail.group[0].step
             token = session.activate()
             try:
                 done = self._resume_group(run, rep)
             finally:
                 deactivate(token)
             return done or self._drive(run)
-        if run.state == S.PAUSED and rep.answered:  # back to where the question was asked, to ask it again
-            if rep.question is None:
+        if run.state == S.PAUSED and rep._tail.answered:  # back to where the question was asked, to ask it again
+            if rep._tail.question is None:
                 raise internal("an answered run with no question", rep.path, rep.last_seq)
-            run.step, run.attempt = rep.question["step"], rep.question.get("attempt", 1)
-            back = rep.question["from"]
+            run.step, run.attempt = rep._tail.question["step"], rep._tail.question.get("attempt", 1)
+            back = rep._tail.question["from"]
             if back == S.PLAN:
                 run.move(S.PLAN, sync=True)
                 return self._drive(run)
             if intent is None:
                 raise internal(f"a question asked in {back} with no intent before it", rep.path, rep.last_seq)
-            run.intent, run.result, run.shown = intent, rep.result, check_value("result", rep.result)
+            run.intent, run.result, run.shown = intent, rep._tail.result, check_value("result", rep._tail.result)
             if back == S.ACT:  # the tool is called again, with its live args (see _live_intent)
                 run.intent = self._live_intent(run, rep)
                 run.move(S.ACT, sync=True, user=("args",), **{k: run.intent[k] for k in _INTENT if k in run.intent})
@@ -519,13 +451,21 @@ class Executor:
             return self._drive(run)
         if intent is None:
             raise internal(f"a run in {run.state} with no intent", rep.path, rep.last_seq)
-        run.step, run.attempt, run.intent, run.result = intent["step"], intent.get("attempt", 1), intent, rep.result
-        run.shown = check_value("result", rep.result)
+        run.step, run.attempt, run.intent, run.result = (
+            intent["step"],
+            intent.get("attempt", 1),
+            intent,
+            rep._tail.result,
+        )
+        run.shown = check_value("result", rep._tail.result)
         if run.state == S.PAUSED:
-            if rep.reconcile is None:  # (_resume returns a PAUSED run that waits for a reconcile as it is)
+            if rep._tail.reconcile is None:  # (_resume returns a PAUSED run that waits for a reconcile as it is)
                 raise internal("a paused run resumed with no reconcile and no answer", rep.path, rep.last_seq)
-            if rep.reconcile["happened"]:
-                run.result, run.shown = rep.reconcile["result"], check_value("result", rep.reconcile["result"])
+            if rep._tail.reconcile["happened"]:
+                run.result, run.shown = (
+                    rep._tail.reconcile["result"],
+                    check_value("result", rep._tail.reconcile["result"]),
+                )
                 run.result = run.move(S.VERIFY, sync=True, user=("result",), result=run.result)["result"]
             else:
                 run.intent = self._live_intent(run, rep)
@@ -546,10 +486,10 @@ class Executor:
         RedactedArgs: a tool is never called with the marker. A rerun serves
         every call from its recording and needs none of this.
         """
-        intent = rep.intent
+        intent = rep._tail.intent
         if intent is None:
             raise internal("a tool called again with no intent", rep.path, rep.last_seq)
-        where = _marked(intent["args"], self.redact.marker)
+        where = marked(intent["args"], self.redact.marker)
         if where is None or run.session.strict:
             return intent
         tool, step = intent["tool"], intent["step"]
@@ -568,10 +508,10 @@ class Executor:
         A call is made again when its lane is in PLAN, in ACT (an idempotent or
         pure tool), or PAUSED and reconciled as not happened.
         """
-        marker, first = self.redact.marker, rep.group[0].step
+        marker, first = self.redact.marker, rep._tail.group[0].step
         again = [
             c
-            for c in rep.group
+            for c in rep._tail.group
             if not c.joined
             and not c.done
             and (
@@ -580,14 +520,14 @@ class Executor:
                 or (c.state == S.PAUSED and c.reconcile is not None and not c.reconcile["happened"])
             )
         ]
-        marked = next(((c, w) for c in again if (w := _marked(c.planned["args"], marker)) is not None), None)
-        if marked is None or run.session.strict:
+        found = next(((c, w) for c in again if (w := marked(c.planned["args"], marker)) is not None), None)
+        if found is None or run.session.strict:
             return {}
-        c, where = marked
+        c, where = found
         tool = c.planned["tool"]
         progress = [ck for ck in run.progress if ck.step < first]  # what the planner had when it planned the list
         planned = self._plan_again(run, rep, progress, c.step, tool, where)
-        names = [(x.planned["name"], x.planned["tool"]) for x in rep.group]
+        names = [(x.planned["name"], x.planned["tool"]) for x in rep._tail.group]
         if (
             not isinstance(planned, list | tuple)
             or not all(type(p) is Step for p in planned)
@@ -595,17 +535,17 @@ class Executor:
         ):
             why = f"the planner, asked again, planned {planned!r:.200} instead of the calls {names}"
             raise RedactedArgs(rep.path, c.step, tool, where, why)
-        for x, p in zip(rep.group, planned, strict=True):
+        for x, p in zip(rep._tail.group, planned, strict=True):
             self._same_args(rep, x.step, x.planned["tool"], p, x.planned["args"])
-        return {x.step: p for x, p in zip(rep.group, planned, strict=True)}
+        return {x.step: p for x, p in zip(rep._tail.group, planned, strict=True)}
 
     def _plan_again(
         self, run: _Run, rep: Replay, progress: Sequence[Checkpoint], step: int, tool: str, where: str
     ) -> Any:
         """What the planner plans when asked again with the same goal and progress, the crossings it made
-        while planning the step then (rep.planned) served from the trace: none is made live, none written.
+        while planning the step then (rep._tail.planned) served from the trace: none is made live, none written.
         RedactedArgs when it makes another crossing or raises."""
-        start, stop = rep.planned
+        start, stop = rep._tail.planned
         session = Session(None, rep.crossings[start:stop], strict=True, redact=self.redact)
         token = session.activate()
         try:
@@ -784,7 +724,7 @@ class Executor:
         live = self._live_calls(run, rep)  # the recorded args may hold the marker: the planner gives them back
         slots = threading.BoundedSemaphore(self.max_parallel)
         calls = []
-        for c in rep.group:
+        for c in rep._tail.group:
             if c.joined:
                 continue
             planned = live.get(c.step) or Step(c.planned["name"], c.planned["tool"], c.planned["args"])
@@ -792,7 +732,7 @@ class Executor:
             extra = {"step": c.step, **c.planned}
             calls.append((c.agent, self._resume_lane, (call, c, slots), extra))
         handles = run.session.agents.start_all(calls)  # every spawn on the file before any call starts
-        return self._close(run, handles, rep.group[0].step + len(rep.group))
+        return self._close(run, handles, rep._tail.group[0].step + len(rep._tail.group))
 
     def _resume_lane(self, call: _Run, c: Call, slots: threading.BoundedSemaphore) -> Outcome:
         """One call of a parallel step, from where its lane stood (as _continue does for the run)."""
@@ -924,23 +864,6 @@ class Progress(list[Checkpoint]):
 
     def __reduce__(self) -> tuple[Any, ...]:  # pickled, it comes back as a plain list
         return (list, (list(self),))
-
-
-def _marked(value: Any, marker: str, where: str = "") -> str | None:
-    """Where in value (`.api_key`, `.items[0]`) a str holds the marker, or None."""
-    if isinstance(value, str):
-        return where if marker in value else None
-    if isinstance(value, dict):
-        items: Iterable[tuple[Any, Any]] = ((f".{k}", v) for k, v in value.items())
-    elif isinstance(value, list):
-        items = ((f"[{i}]", v) for i, v in enumerate(value))
-    else:
-        return None
-    for step, v in items:
-        found = _marked(v, marker, where + step)
-        if found is not None:
-            return found
-    return None
 
 
 def _within(fn: Callable[..., Any], kwargs: dict[str, Any], timeout: float, name: str, session: Session) -> Any:
@@ -1224,34 +1147,20 @@ class _Run:
         return Outcome(self.state, self.snapshot(), self.id, self.journal.path, self.failed_at, error)
 
 
-def answer_to_torn_header(path: str) -> HarnessError:
-    """The refusal of an answer given to a trace whose header is torn: no run began, so none asked."""
-    return HarnessError(
-        f"{path}: an answer was given, but the trace's header is torn (its writer died creating it) "
-        "and no run asked a question; nothing was written. Resume without an answer."
-    )
-
-
 def reseal(journal: Journal, rep: Replay) -> Outcome:
     """Write the seal of a run that ended but whose writer died writing its seal (a torn one is set aside)."""
-    aside = set_aside(rep.path, rep.end) if rep.torn_tail else None
-    seal = journal.seal_fields(rep.end, state=rep.state, key=journal.seal_key)
+    aside = set_aside(rep.path, rep._tail.end) if rep.torn_tail else None
+    seal = journal.seal_fields(rep._tail.end, state=rep.state, key=journal.seal_key)
     if aside:
         seal["set_aside"] = os.path.basename(aside)
     start = rep.header["ts"]  # (written over the torn seal)
-    journal.continue_after(rep.last_seq, rep.crc, rep.end, ("seal", seal), start=start, sync=True)
+    journal.continue_after(rep.last_seq, rep._tail.crc, rep._tail.end, ("seal", seal), start=start, sync=True)
     return finished(replay(rep.path))
-
-
-def _main_event(clocks: dict[str, dict[str, int]]) -> tuple[dict[str, int], dict[str, dict[str, int]]]:
-    """One more event of main: its clock, and the agents' last clocks with it."""
-    main = {**clocks["main"], "main": clocks["main"]["main"] + 1}
-    return main, {**clocks, "main": main}
 
 
 def finished(rep: Replay) -> Outcome:
     """The outcome a trace records, for a run that needs nothing more done."""
-    error = (rep.last or {}).get("error") if rep.state == S.FAILED else None
+    error = (rep._tail.last or {}).get("error") if rep.state == S.FAILED else None
     checkpoints = tuple(rep.checkpoints) if is_url(rep.path) else _index.ResumedProgress(rep.checkpoints, ())
     result = rep.returned if rep.state == S.DONE else None
     return Outcome(rep.state, checkpoints, rep.run_id, rep.path, pending=rep.pending, error=error, result=result)

@@ -32,6 +32,8 @@ drifts, is refused or pauses again leaves the file byte for byte as it was
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections import deque
 from typing import Any
 
@@ -43,11 +45,13 @@ from ..trace.journal import Journal
 from ..trace.line import canonical
 from ..trace.reader import Crossing, Replay, replay
 from ..trace.redact import DEFAULT, Redaction
-from .boundary import Match, Session, _Hold, _may_hold, differences, patiently
+from .boundary import HOLD_QUIET, Match, Session, _Hold, _may_hold, differences, patiently
 from .context import _current
 from .timers import replaying
 
 STEP, ARTIFACT = "tool call", "artifact"  # what a held item is: a drift names it
+SPAWN, EXIT, JOIN = "spawn", "exit", "join"  # an agent's life: its parent's spawn, its own exit, the join
+_OWN = frozenset({"seq", "kind", "ts", "crc", "vc", "agent"})  # a record's fields that are not what it says
 
 
 class Step:
@@ -92,24 +96,27 @@ def _moved(step: Step, rec: dict[str, Any]) -> None:
 
 
 class Item:
-    """A tool call or an artifact of the history, matched by `space`, `kind` and the canonical JSON of `request`."""
+    """A tool call, an artifact or an agent's spawn, exit or join of the history, matched by `space`, `kind`
+    and the canonical JSON of `request` among its agent's; `vc` is its record's clock."""
 
-    __slots__ = ("key", "kind", "request", "seq", "space", "step")
+    __slots__ = ("key", "kind", "request", "seq", "space", "step", "vc")
 
-    def __init__(self, space: str, kind: str, request: Any, seq: int, step: Step | None = None):
+    def __init__(
+        self, space: str, kind: str, request: Any, seq: int, step: Step | None = None, vc: dict[str, int] | None = None
+    ):
         self.space, self.kind, self.request, self.seq, self.step = space, kind, request, seq, step
+        self.vc = vc or {MAIN: seq}  # (before the first spawn a record's clock is its seq)
         self.key = canonical(request)
 
 
 class Recorded:
-    """What a workflow's trace says its function did: its crossings, its held items (calls and artifacts, in
-    order), and the first spawn, if any (such a run cannot be re-executed yet)."""
+    """What a workflow's trace says its function did: its crossings, and its held items (calls, artifacts and
+    the spawns, exits and joins of its agents), each agent's in its own order."""
 
     def __init__(self, path: str):
         self.path = path
         self.crossings: list[Crossing] = []
-        self.held: list[Item] = []
-        self.spawned: int | None = None
+        self.held: dict[str, list[Item]] = {}
 
     @classmethod
     def read(cls, path: str) -> tuple[Replay, Recorded]:
@@ -119,23 +126,25 @@ class Recorded:
 
         def take(line: bytes, rec: dict[str, Any]) -> None:
             nonlocal step
-            kind = rec["kind"]
-            if kind in ("spawn", "exit", "join"):
-                out.spawned = out.spawned or rec["seq"]
+            kind, seq, agent = rec["kind"], rec["seq"], rec.get("agent", MAIN)
+            vc = rec.get("vc") or {MAIN: seq}
+            if kind in (SPAWN, EXIT, JOIN):
+                said = {k: v for k, v in rec.items() if k not in _OWN}
+                out.held.setdefault(agent, []).append(Item(kind, said.get("child", agent), said, seq, vc=vc))
                 return
             if "blobs" in rec:
                 rec = _blobs.inline(path, rec)
             if kind == "crossing":
-                seq = rec["seq"]
-                c = Crossing(seq, rec["boundary"], rec["request"], rec.get("response"), rec.get("error"), seq)
-                out.crossings.append(c)
+                response, error = rec.get("response"), rec.get("error")
+                out.crossings.append(Crossing(seq, rec["boundary"], rec["request"], response, error, seq, agent, vc))
             elif kind == "artifact":
                 name = rec["name"]
-                out.held.append(Item(ARTIFACT, name, {"name": name, "sha256": rec["sha256"]}, rec["seq"]))
+                item = Item(ARTIFACT, name, {"name": name, "sha256": rec["sha256"]}, seq, vc=vc)
+                out.held.setdefault(agent, []).append(item)
             elif kind == "transition":
                 if rec["to"] == S.ACT and rec["from"] == S.PLAN:
                     step = Step(rec)
-                    out.held.append(Item(STEP, rec["tool"], rec["args"], rec["seq"], step))
+                    out.held.setdefault(MAIN, []).append(Item(STEP, rec["tool"], rec["args"], seq, step, vc))
                 elif step is not None:  # (INIT -> PLAN, a question asked in PLAN and its answer, the end: none)
                     _moved(step, rec)
                     if step.over:
@@ -148,31 +157,32 @@ class Recorded:
         rep = replay(path, on_record=take)
         return rep, out
 
-    def check(self) -> None:
-        """HarnessError when the function cannot be run again over this history."""
-        if self.spawned is not None:
-            raise HarnessError(
-                f"{self.path}: a workflow run that spawned agents (seq {self.spawned}) cannot be resumed yet: "
-                "nothing was written. Rerun it (harness.rerun), or start it again"
-            )
-
 
 class Serving(Session):
     """A session that re-executes a workflow: its held items are served by what they are (see the docstring)."""
 
-    held: deque[Item]
+    held: dict[str, deque[Item]]
     path: str
 
     def hold(self, recorded: Recorded) -> None:
-        """Serve recorded's calls and artifacts (its crossings are the Session's own)."""
-        self.held, self.path = deque(recorded.held), recorded.path
+        """Serve recorded's calls, artifacts and agents' lives (its crossings are the Session's own)."""
+        self.held = {agent: deque(items) for agent, items in recorded.held.items()}
+        self.path = recorded.path
         self.checking = True
 
+    def mine(self) -> deque[Item]:
+        """The current agent's held items not served yet."""
+        name = self.agent().name
+        held = self.held.get(name)
+        if held is None:
+            held = self.held[name] = deque()
+        return held
+
     def take_held(self, space: str, kind: str, request: Any) -> Item | None:
-        """The held item that is `space kind request` (a request as written: redacted), now served; None once
-        the held items are used up (go live). ReplayDrift when items are left and none is this one (_Hold in
-        async code that may still wait for its siblings)."""
-        held = self.held
+        """The current agent's held item that is `space kind request` (a request as written: redacted), now
+        served; None once its held items are used up (go live). ReplayDrift when items are left and none is
+        this one (_Hold in async code that may still wait for its siblings)."""
+        held = self.mine()
         if not held:
             return None
         key = canonical(request)
@@ -180,6 +190,7 @@ class Serving(Session):
             if item.space == space and item.kind == kind and item.key == key:
                 del held[i]
                 self.served += 1
+                self.reached(item.vc)
                 return item
         if _may_hold.get():
             raise _Hold
@@ -187,10 +198,20 @@ class Serving(Session):
         self.failure = self.failure or drift
         raise drift
 
+    def reached(self, vc: dict[str, int]) -> None:
+        """The current agent re-executed its recorded event with clock vc (a resume's clocks follow it)."""
+
     async def atake_held(self, space: str, kind: str, request: Any) -> Item | None:
         """take_held() for async code: what matches nothing while items are left waits for its siblings to take theirs
         (see patiently)."""
         return await patiently(self, lambda: self.take_held(space, kind, request))
+
+    def event_served(self, space: str, name: str, fields: dict[str, Any]) -> bool:
+        """Whether the current agent's spawn, exit or join (`fields` as its record holds them) is in the history:
+        served (True), or live (False: the agent's part of the history is used up). ReplayDrift otherwise."""
+        if "error" in fields:  # (an exit's error is written redacted)
+            fields = {**fields, "error": self.redact(fields["error"])}
+        return self.take_held(space, name, fields) is not None
 
     def drift_from(self, first: Item, space: str, kind: str, request: Any) -> ReplayDrift:
         """The error for a re-executed function that did `space kind request` where its history has `first`."""
@@ -201,27 +222,46 @@ class Serving(Session):
         else:
             fields = {"kind": (f"{first.space} {first.kind}", f"{space} {kind}")}
         shown = "; ".join(f"{k}: recorded {a!r:.200}, now {b!r:.200}" for k, (a, b) in fields.items())
+        agent = self.agent().name
+        who = "" if agent == MAIN else f" (agent {agent})"
         return ReplayDrift(
-            f"{self.path}: seq {first.seq}: the re-executed workflow made a {space} {kind!r} where its trace holds "
-            f"the {first.space} {first.kind!r}: {shown}. {self._changed()}, or mark the change with "
+            f"{self.path}: seq {first.seq}{who}: the re-executed workflow made a {space} {kind!r} where its trace "
+            f"holds the {first.space} {first.kind!r}: {shown}. {self._changed()}, or mark the change with "
             "harness.patched()",
             seq=first.seq,
             line=first.seq,
             fields=fields,
+            agent=agent,
         )
 
+    def settled(self) -> None:
+        """Session.settled(), with held items: main checks itself first, then every agent not running now."""
+        if self.failure is not None:
+            raise self.failure
+        me = self.agent().name
+        names = [me]
+        if me == MAIN:
+            names += [n for n in {**self.recorded, **self.held} if n != MAIN and n not in self.agents.live]
+        for name in names:
+            drift = self.unsettled(name)
+            if drift is not None:
+                raise drift
+
     def unsettled(self, agent: str) -> ReplayDrift | None:
-        """A crossing left (the Session's rule), else, for the main agent, a held item the function went past."""
+        """A crossing left (the Session's rule), else a held item of agent the function went past."""
         drift = super().unsettled(agent)
-        if drift is not None or agent != MAIN or not self.held:
+        held = self.held.get(agent)
+        if drift is not None or not held:
             return drift
-        first = self.held[0]
+        first = held[0]
+        who = "" if agent == MAIN else f" (agent {agent})"
         drift = ReplayDrift(
-            f"{self.path}: seq {first.seq}: the re-executed workflow went past (or ended before) the "
+            f"{self.path}: seq {first.seq}{who}: the re-executed workflow went past (or ended before) the "
             f"{first.space} {first.kind!r} its trace holds here. {self._changed()}",
             seq=first.seq,
             line=first.seq,
             fields={"kind": (f"{first.space} {first.kind}", None)},
+            agent=agent,
         )
         self.failure = self.failure or drift
         return drift
@@ -229,27 +269,90 @@ class Serving(Session):
     def upcoming(self) -> Crossing | Item | None:
         """What the history holds next for the current agent: its next crossing or held item, whichever the
         trace has first (patched() looks at it)."""
-        queue = self.queue()
+        queue, held = self.queue(), self.mine()
         nxt: Crossing | Item | None = queue[0] if queue else None
-        if self.held and self.agent().name == MAIN and (nxt is None or self.held[0].seq < nxt.seq):
-            return self.held[0]
+        if held and (nxt is None or held[0].seq < nxt.seq):
+            return held[0]
         return nxt
 
     def artifact_served(self, name: str, sha256: str) -> bool:
-        if self.agent().name != MAIN:
-            return False
         return self.take_held(ARTIFACT, name, {"name": name, "sha256": sha256}) is not None
 
 
 class Resumed(Serving):
     """A resumed workflow's session: the trace's crossings and held items served first (nothing written), then
     live. `asked`: the question the run paused on, asked live again (with its answer) when the function gets
-    there; a different question there is a drift."""
+    there; a different question there is a drift.
+
+    Clocks (a run with agents): each agent's clock follows the records it is
+    served (the maximum of their clocks), so its first live record takes the
+    clock the rules give after its last recorded one; main's first live
+    record also follows the resume's own records (`Agents.seam`).
+    """
 
     def __init__(self, journal: Journal, recorded: Recorded, *, redact: Redaction = DEFAULT, asked: Any = None):
         super().__init__(journal, recorded.crossings, redact=redact)
         self.hold(recorded)
         self.asked = asked
+
+    def reached(self, vc: dict[str, int]) -> None:
+        agent = self.agent()
+        # An agent's records are its own events: the one with the higher own count covers every clock before it,
+        # so the maximum is the latest one served (one served before an earlier one, tasks of a gather, changes
+        # nothing). Records hold their keys sorted; an agent's clock is replaced, never changed in place.
+        if vc.get(agent.name, 0) > agent.vc.get(agent.name, 0):
+            agent.vc = vc
+
+    def event_served(self, space: str, name: str, fields: dict[str, Any]) -> bool:
+        if super().event_served(space, name, fields):
+            return True
+        queue = self.recorded.get(self.agent().name)
+        if queue:  # it goes live where its recording still holds crossings: one it went past
+            raise self.missed(queue[0])
+        self.go_live()
+        return False
+
+    def take_held(self, space: str, kind: str, request: Any) -> Item | None:
+        item = super().take_held(space, kind, request)
+        if item is None:
+            self.go_live()
+        return item
+
+    def go_live(self) -> None:
+        """Before the current agent writes what its history does not hold: the failure an agent met, raised
+        (a drift anywhere stops the run); and before the resume's first record, a wait for the other agents
+        of a thread to serve their histories first, so that one of them that drifts finds nothing written.
+
+        It waits while another agent has recorded items left and runs (not waiting in receive() or for a
+        thread to end, and started), HOLD_QUIET seconds at most with none served. Agents that are tasks
+        share this thread's loop: no wait there (a drift found after another task went live keeps what
+        was written, a valid trace; the drift says so).
+        """
+        if self.failure is not None:
+            raise self.failure
+        if self.journal is None or not self.journal.owes or _on_a_loop():
+            return
+        me = self.agent().name
+        served, since = self.served, time.monotonic()
+        while self._busy(me) and time.monotonic() - since < HOLD_QUIET:
+            time.sleep(0.002)
+            if self.failure is not None:
+                raise self.failure
+            if self.served != served:
+                served, since = self.served, time.monotonic()
+        if self.failure is not None:
+            raise self.failure
+
+    def _busy(self, me: str) -> bool:
+        """Whether an agent other than me may still serve recorded items (see go_live)."""
+        agents = self.agents
+        for name in {*self.recorded, *self.held}:
+            if name == me or not (self.recorded.get(name) or self.held.get(name)):
+                continue
+            running = name == MAIN or (name in agents.live and name not in agents.ended)
+            if running and name not in agents.blocked and name not in agents.joining:
+                return True
+        return False
 
     async def atake_held(self, space: str, kind: str, request: Any) -> Item | None:
         """Serving.atake_held(); a call it does not serve whole (made live, or gone on with) first waits for the
@@ -266,16 +369,18 @@ class Resumed(Serving):
 
     def serve(self, kind: str, request: Any, match: Match | None = None) -> Crossing | None:
         rec = super().serve(kind, request, match)
-        if rec is not None or self.agent().name != MAIN:
+        if rec is not None:
+            self.reached(rec.vc)
             return rec
-        if self.held:  # the crossings are used up, the calls are not: a drift (or a wait for siblings)
-            first = self.held[0]
+        held = self.mine()
+        if held:  # the crossings are used up, the held items are not: a drift (or a wait for siblings)
+            first = held[0]
             if _may_hold.get():
                 raise _Hold
             drift = self.drift_from(first, "crossing", kind, request)
             self.failure = self.failure or drift
             raise drift
-        if self.asked is not None and kind == "interrupt":  # the question the run paused on, asked again
+        if self.asked is not None and kind == "interrupt" and self.agent().name == MAIN:  # asked again
             asked, self.asked = self.asked, None
             if canonical(asked["question"]) != canonical(request):
                 fields = differences(asked["question"], request)
@@ -288,7 +393,17 @@ class Resumed(Serving):
                 )
                 self.failure = self.failure or drift
                 raise drift
+        self.go_live()
         return None
+
+
+def _on_a_loop() -> bool:
+    """Whether this thread runs an event loop (its agents are tasks: a blocking wait would stop them)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
 
 
 def patched(change_id: str) -> bool:

@@ -42,8 +42,8 @@ import os
 import sys
 import threading
 import uuid
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, replace
 from typing import Any, Generic, ParamSpec, TypeVar, cast
 
 from .._errors import (
@@ -66,18 +66,18 @@ from ..storage import runs_dir as default_runs_dir
 from ..storage.blobs import THRESHOLD
 from ..trace import index as _index
 from ..trace import state as S
+from ..trace.clock import MAIN
 from ..trace.journal import Journal
 from ..trace.line import canonical, check_value
 from ..trace.reader import Replay
 from ..trace.redact import Redaction, Rule
 from ..trace.remote import open_journal
-from ..trace.torn import set_aside, torn_name
 from .boundary import Session, deactivate
 from .calls import Flow, Paused, _flow
-from .environment import environment
-from .executor import NO_ANSWER, Outcome, _crash, _Run, answer_to_torn_header, ask, finished, reseal, write_header
+from .executor import Outcome, _crash, _Run, ask, finished, reseal, write_header
 from .history import Recorded, Resumed
 from .interrupt import Interrupted
+from .resume import NO_ANSWER, main_event, no_marker_owed, owed_answers, seam, start_over, waits
 from .tool import is_async_fn
 
 P = ParamSpec("P")
@@ -320,42 +320,37 @@ class _Opened:
         try:
             rep, recorded = Recorded.read(path)
         except TraceCorruption as e:
-            if e.reason != "torn-header":
-                raise
-            if answer is not NO_ANSWER:  # no run began, so none asked: refused before the header is set aside
-                raise answer_to_torn_header(path) from None
-            set_aside(path, 0)  # never started: a new run in the emptied file
-            journal.continue_after(0, 0, 0, start=None)
+            start_over(journal, e, answer)  # a torn header: never started, a new run in the emptied file
             self.flow = start(journal, w.name, self.goal, uuid.uuid4().hex, redact=self.redact, fsync=journal.fsync)
             return
         if rep.workflow is None or not same_workflow(rep.workflow, w.name):
             raise ResumeMismatch(path, "workflow", rep.workflow, w.name)
         if canonical(rep.goal) != canonical(self.redact(self.goal)):
             raise ResumeMismatch(path, "arguments", rep.goal, self.goal)
-        asked = rep.question is not None and not rep.answered
-        if answer is not NO_ANSWER and not asked:  # before the seal's repair: a refusal writes nothing
-            why = "it is already answered" if rep.question is not None else f"its state is {rep.state}"
-            raise HarnessError(
-                f"{path}: an answer was given, but the run waits for none ({why}); nothing was written. "
-                "Resume without an answer."
-            )
-        journal.digests.update(rep.blobs)
+        asked = rep._tail.question is not None and not rep._tail.answered
+        # the function run again is owed every answer it was given: those its interrupt() crossings delivered
+        # (served again), then those the trace holds and no crossing delivered yet. An answer given while no
+        # question waits is taken only as one of them given again, in place of its redacted record (before the
+        # seal's repair: a refusal writes nothing).
+        delivered = [i for i, c in enumerate(recorded.crossings) if c.kind == "interrupt" and c.error is None]
+        given = [recorded.crossings[i].response for i in delivered] + list(rep._tail.answers)
+        owed, answer = owed_answers(rep, answer, asked, self.redact, given)
+        journal.digests.update(rep._tail.blobs)
         if rep.complete and rep.seal is None:  # its writer died writing the end: the seal is all that is missing
             self.outcome = reseal(journal, rep)
             return
-        if rep.complete or (rep.state == S.PAUSED and ((asked and answer is NO_ANSWER) or _uncertain(rep))):
+        if rep.complete or waits(rep, answer):
             self.outcome = finished(rep)  # a finished run (or one waiting for a human) is never appended to
             return
-        recorded.check()
-        question = rep.question if rep.state == S.PAUSED else None  # asked in PLAN: the function asks it again
+        no_marker_owed(rep, owed, self.redact.marker, "the re-executed function is given again")
+        for i, live in zip(delivered, owed, strict=False):  # an answer given again is served in its record's place
+            recorded.crossings[i] = replace(recorded.crossings[i], response=live)
+        question = rep._tail.question if rep.state == S.PAUSED else None  # asked in PLAN: the function asks it again
         again = question if question is not None and question["from"] == S.PLAN else None
         session = Resumed(journal, recorded, redact=self.redact, asked=again)
-        self.flow = go_on(journal, session, rep, fsync=journal.fsync, answer=answer, lazy=True)
-
-
-def _uncertain(rep: Replay) -> bool:
-    """Whether a PAUSED run waits for an operator's reconcile (an unsafe call of uncertain outcome)."""
-    return rep.question is None and rep.reconcile is None
+        self.flow = go_on(
+            journal, session, rep, fsync=journal.fsync, answer=answer, lazy=True, answers=owed[len(delivered) :]
+        )
 
 
 def goal_of(args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -402,6 +397,7 @@ def go_on(
     answer: Any = NO_ANSWER,
     lazy: bool,
     entrypoint: str | None = None,
+    answers: Sequence[Any] | None = None,
 ) -> Flow:
     """The Flow that re-executes the run `rep` read, its history served by `session`.
 
@@ -414,27 +410,30 @@ def go_on(
     entrypoint = entrypoint or (sys.argv[0] if sys.argv and sys.argv[0] else "<python>")
     run = _Run(journal, session, rep.goal, rep.run_id, _index.resumed(rep), rep.state)
     run.step, run.attempt = position(rep)
-    question = rep.question
+    question = rep._tail.question
     back = rep.state == S.PAUSED and question is not None and question["from"] == S.PLAN
     if back and question is not None:  # where it was asked: the function asks it again there
         run.step, run.attempt = question["step"], question.get("attempt", 1)
     if lazy:
-        aside = torn_name(rep.path, rep.end) if rep.torn_tail else None
-        seam = {"set_aside": os.path.basename(aside) if aside else None, "env": environment(entrypoint)}
-        owed: list[tuple[str, dict[str, Any], tuple[str, ...]]] = [("resume", seam, ())]
-        if answer is not NO_ANSWER and question is not None:  # (_Opened refused an answer with none)
-            owed.append(("answer", {"op": question["seq"], "answer": answer}, ("answer",)))
+        aside, owed, clocks = seam(rep, answer, entrypoint)  # (_Opened refused an answer when no question waits)
         if back:  # back to PLAN, where the function asks its question again and gets the answer
-            moved = {"from": S.PAUSED, "to": S.PLAN, "step": run.step}
+            moved: dict[str, Any] = {"from": S.PAUSED, "to": S.PLAN, "step": run.step}
             if run.attempt != 1:
                 moved["attempt"] = run.attempt
+            if clocks is not None:  # one more event of main
+                moved["vc"], clocks = main_event(clocks)
             owed.append(("transition", moved, ()))
             run.state = S.PLAN
-        journal.owe(rep.last_seq, rep.crc, rep.end, owed, start=rep.header["ts"], aside=aside)
-    elif back:
-        run.move(S.PLAN, sync=True)
+        elif rep.state == S.INIT:  # killed between its header and INIT -> PLAN (before any spawn): it starts here
+            owed.append(("transition", {"from": S.INIT, "to": S.PLAN, "step": 0}, ()))
+            run.state = S.PLAN
+        if clocks is not None:  # a run with agents: main's first new record follows the resume's own
+            session.agents.seam = clocks[MAIN]
+        journal.owe(rep.last_seq, rep._tail.crc, rep._tail.end, owed, start=rep.header["ts"], aside=aside)
+    elif back or rep.state == S.INIT:
+        run.move(S.PLAN, sync=back)
     session.patches.clear()  # the function starts again: it asks again, and the history answers
-    session.answers.extend(rep.answers)
+    session.answers.extend(rep._tail.answers if answers is None else answers)  # (a resume's: as given again)
     if answer is not NO_ANSWER:
         session.answers.append(answer)
     return Flow(run, fsync=fsync)
@@ -442,7 +441,7 @@ def go_on(
 
 def position(rep: Replay) -> tuple[int, int]:
     """The step and attempt the run is at, at the end of its trace."""
-    last = rep.last or {}
+    last = rep._tail.last or {}
     if last.get("kind") == "checkpoint":
         return last["step"] + 1, 1
     step, attempt = last.get("step", 0), last.get("attempt", 1)

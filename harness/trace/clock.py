@@ -33,11 +33,18 @@ class ClockRules:
     while no agent of its name runs or waits to be joined, it exits once and is
     joined once; main never exits or is joined. Which send a receive took (its
     `sent` clock among them) is replay()'s check of messages (trace/reader.py _message).
+
+    A `resume` ends the agents of an Executor's run (its process died with
+    them; it spawns its calls again). A workflow's resume re-executes its
+    function, agents included, over the history (`reexecuted`): an agent
+    running, or exited and not joined, at the crash goes on after the resume
+    as the same agent, so its life is not cut there.
     """
 
-    __slots__ = ("exits", "last", "live", "spawns")
+    __slots__ = ("exits", "last", "live", "reexecuted", "spawns")
 
-    def __init__(self, seq: int):
+    def __init__(self, seq: int, *, reexecuted: bool = False):
+        self.reexecuted = reexecuted
         self.last: dict[str, dict[str, int]] = {MAIN: {MAIN: seq - 1}}  # before the first spawn, main's count is seq
         self.live: set[str] = set()
         self.spawns: dict[str, dict[str, int]] = {}  # child -> the clock of its spawn, until its first event
@@ -93,7 +100,7 @@ class ClockRules:
                 return "an exit of main: the run's own agent ends with the run, it neither exits nor is joined"
             self.live.discard(agent)
             self.exits[agent] = vc
-        elif kind == "resume":  # the process died: its agents with it
+        elif kind == "resume" and not self.reexecuted:  # the process died: its agents with it
             self.live.clear()
             self.spawns.clear()
             self.exits.clear()

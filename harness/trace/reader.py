@@ -335,8 +335,45 @@ def _crossing(req: dict[str, Any], resp: dict[str, Any]) -> Crossing:
 
 
 @dataclass(frozen=True, slots=True)
+class Tail:
+    """Where a run stands at the end of its trace: what a resuming writer needs and a reader of the story does not.
+
+    Built once by `replay()` (and by `index.resume_point()`, from a mark), held as `Replay._tail`; not public API.
+    """
+
+    end: int  # the byte after the last complete line: a resuming writer appends there
+    crc: int  # the chained crc of that line: the next line chains on it
+    last: dict[str, Any] | None  # the last record that moved the state (transition, checkpoint)
+    intent: dict[str, Any] | None  # the last transition into ACT
+    result: Any  # the last tool result (state VERIFY), a blob read back
+    reconcile: dict[str, Any] | None  # an operator's word on a PAUSED run
+    fresh: int  # crossings since the last transition (a resume serves them again)
+    # crossings[planned[0]:planned[1]]: those the planner made while planning the last intent (a resume asks it again)
+    planned: tuple[int, int] = (0, 0)
+    # interrupt(): the transition into PAUSED that asked, while the run is PAUSED on it; whether it is answered;
+    # the answers not yet delivered to agent code (served again on resume); the last crash record
+    question: dict[str, Any] | None = None
+    answered: bool = False
+    answers: tuple[Any, ...] = ()
+    crash: dict[str, Any] | None = None
+    result_seq: int = 0  # the record holding `result`
+    # every blob the trace names (payloads and artifacts): sha256 -> (size, first line naming it)
+    blobs: dict[str, tuple[int, int]] = field(default_factory=dict)
+    clocks: dict[str, dict[str, int]] | None = None  # last clock per agent, once spawned
+    group: tuple[Call, ...] = ()  # the calls of a parallel step not closed yet
+    # the last quiet point (after a checkpoint a resume may start from; see index.py), and the byte where
+    # checking began: 0 for replay(), an index mark's end for index.resume_point()
+    quiet: tuple[Any, ...] | None = None
+    since: int = 0
+
+
+@dataclass(frozen=True, slots=True)
 class Replay:
-    """What a trace says happened. Built by `replay()`."""
+    """What a trace says happened. Built by `replay()`.
+
+    `seal` is the seal record, when the run is sealed. Where a resuming writer continues is `_tail` (a `Tail`):
+    private, read only inside harness.
+    """
 
     path: str
     header: dict[str, Any]
@@ -348,34 +385,9 @@ class Replay:
     resumes: int
     torn_tail: bool
     last_seq: int
-    # where a resuming writer continues: end of the last complete line, its crc
-    end: int = field(repr=False)
-    crc: int = field(repr=False)
-    last: dict[str, Any] | None = field(repr=False)  # the last record that moved the state (transition, checkpoint)
-    intent: dict[str, Any] | None = field(repr=False)  # the last transition into ACT
-    result: Any = field(repr=False)  # the last tool result (state VERIFY)
-    reconcile: dict[str, Any] | None = field(repr=False)  # an operator's word on a PAUSED run
-    fresh: int = field(repr=False)  # crossings since the last transition
-    # crossings[planned[0]:planned[1]]: those the planner made while planning the last intent (a resume asks it again)
-    planned: tuple[int, int] = field(default=(0, 0), repr=False)
-    # interrupt(): the transition into PAUSED that asked, while the run is PAUSED on it; whether it is answered;
-    # the answers not yet delivered to agent code (served again on resume); the last crash record
-    question: dict[str, Any] | None = field(default=None, repr=False)
-    answered: bool = field(default=False, repr=False)
-    answers: tuple[Any, ...] = field(default=(), repr=False)
-    crash: dict[str, Any] | None = field(default=None, repr=False)
-    result_seq: int = field(repr=False, default=0)  # the record holding `result`
-    # every blob the trace names (payloads and artifacts): sha256 -> (size, first line naming it)
-    blobs: dict[str, tuple[int, int]] = field(repr=False, default_factory=dict)
+    _tail: Tail = field(repr=False)
     artifacts: tuple[Artifact, ...] = ()
     seal: dict[str, Any] | None = field(repr=False, default=None)  # the seal record, when sealed
-
-    clocks: dict[str, dict[str, int]] | None = field(default=None, repr=False)  # last clock per agent, once spawned
-    group: tuple[Call, ...] = field(default=(), repr=False)  # the calls of a parallel step not closed yet
-    # the last quiet point (after a checkpoint a resume may start from; see index.py), and the byte where
-    # checking began: 0 for replay(), an index mark's end for _index.resume_point()
-    quiet: tuple[Any, ...] | None = field(default=None, repr=False)
-    since: int = field(default=0, repr=False)
 
     @property
     def sealed(self) -> bool:
@@ -402,7 +414,7 @@ class Replay:
     @property
     def returned(self) -> Any:
         """What a workflow that ended DONE returned (its PLAN -> DONE's result, a blob read back); else None."""
-        last = self.last
+        last = self._tail.last
         if self.state != S.DONE or self.workflow is None or last is None:
             return None
         return _blobs.inline(self.path, last)["result"] if "result" not in last else last["result"]
@@ -419,7 +431,7 @@ class Replay:
         """The crossings since the last transition, each agent's up to its first that failed: a resume serves
         them again."""
         served, failed = [], set()
-        for c in self.crossings[len(self.crossings) - self.fresh :]:
+        for c in self.crossings[len(self.crossings) - self._tail.fresh :]:
             if c.error is not None:
                 failed.add(c.agent)
             if c.agent not in failed:
@@ -431,11 +443,12 @@ class Replay:
         """What a PAUSED run waits for: the question interrupt() asked, or the operation of uncertain outcome."""
         if self.state != S.PAUSED:
             return None
-        if self.question is not None:
-            q = self.question
+        tail = self._tail
+        if tail.question is not None:
+            q = tail.question
             return {"seq": q["seq"], "step": q["step"], "state": q["from"], "question": q["question"]}
-        paused = next((c for c in self.group if c.state == S.PAUSED and c.reconcile is None), None)
-        i = paused.intent if paused is not None else self.intent
+        paused = next((c for c in tail.group if c.state == S.PAUSED and c.reconcile is None), None)
+        i = paused.intent if paused is not None else tail.intent
         if i is None:
             return None
         return {"seq": i["seq"], "step": i["step"], "tool": i["tool"], "args": i["args"]}
@@ -890,7 +903,7 @@ def _scan(
             seq = rseq
             if clocks is not None or "vc" in rec or "agent" in rec:
                 if clocks is None:
-                    clocks = ClockRules(seq)
+                    clocks = ClockRules(seq, reexecuted="workflow" in header)
                     if kind != "spawn":
                         raise _fail(path, n, "vector-clock", "a clock or agent before the run spawned an agent", seq)
                 if "blobs" in rec and rec.get("boundary") == "agent_msg":  # a large message: its clock is in it
@@ -1374,26 +1387,28 @@ def _scan(
         resumes=resumes,
         torn_tail=bool(buf),
         last_seq=seq,
-        end=offset,
-        crc=crc,
-        last=last,
-        intent=intent,
-        result=result,
-        reconcile=reconcile,
-        fresh=fresh,
-        planned=planned,
-        result_seq=result_seq,
-        blobs=blobs,
+        _tail=Tail(
+            end=offset,
+            crc=crc,
+            last=last,
+            intent=intent,
+            result=result,
+            reconcile=reconcile,
+            fresh=fresh,
+            planned=planned,
+            result_seq=result_seq,
+            blobs=blobs,
+            clocks=dict(clocks.last) if clocks is not None else None,
+            group=calls,
+            question=question,
+            answered=answered,
+            answers=tuple(answers),
+            crash=crash,
+            quiet=quiet,
+            since=origin.mark.end if origin is not None else 0,
+        ),
         artifacts=tuple(artifacts),
         seal=seal,
-        clocks=dict(clocks.last) if clocks is not None else None,
-        group=calls,
-        question=question,
-        answered=answered,
-        answers=tuple(answers),
-        crash=crash,
-        quiet=quiet,
-        since=origin.mark.end if origin is not None else 0,
     )
 
 

@@ -242,13 +242,13 @@ def _verdict_ok(rep: Replay) -> Verdict:
             "line": rep.records, "state": rep.seal.get("state"), "keyed": "hmac" in rep.seal,
             "digests": len(digests) if isinstance(digests, list) else 0,
         }  # fmt: skip
-    paused = [c for c in rep.group if c.state == "PAUSED"]  # the calls of a parallel step waiting on an operator
+    paused = [c for c in rep._tail.group if c.state == "PAUSED"]  # the calls of a parallel step waiting on an operator
     settled = rep.pending is not None and (
-        rep.answered if rep.question is not None
+        rep._tail.answered if rep._tail.question is not None
         else all(c.reconcile is not None for c in paused) if paused
-        else rep.reconcile is not None
+        else rep._tail.reconcile is not None
     )  # fmt: skip
-    return Verdict(None, rep.state, rep.pending, rep.torn_tail, rep.records, seal, len(rep.blobs), settled)
+    return Verdict(None, rep.state, rep.pending, rep.torn_tail, rep.records, seal, len(rep._tail.blobs), settled)
 
 
 class Index:
@@ -356,7 +356,7 @@ class Index:
                 self.broken = {"line": e.line, "reason": e.reason, "detail": e.detail}
         else:
             verdict = _verdict_ok(rep)
-            self.crc = rep.crc
+            self.crc = rep._tail.crc
         self._head_crc = self._crc_at(1)
         return verdict
 
