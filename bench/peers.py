@@ -31,7 +31,10 @@ tool call, each a durable call: a harness workflow (`harness.llm` and
 a `@task` per call, durability="sync"), and a DBOS workflow with a
 `@DBOS.step` per call. Each resumes by running the function again over its
 recorded calls; the crash lands after the last model call (the one that
-said done) was recorded.
+said done) was recorded. "The floor" runs the same function writing the
+records a workflow writes (four JSON lines a round) with one fdatasync a
+round before the tool call, as fsync mode syncs, and nothing else: what
+bounds a durable call in fsync mode on this disk, whatever harness does.
 
 Each variant runs in child processes so that none of the peers' global state
 (DBOS is a process-wide singleton) leaks into another, and so that the run can
@@ -472,6 +475,50 @@ def workflow_child(child: Child, durability: str) -> dict[str, Any]:
     return {"wall": wall, "cpu": cpu, "settings": settings}
 
 
+def floor_child(child: Child) -> dict[str, Any]:
+    """What bounds a durable call in fsync mode: the same function and the same records a harness workflow writes
+    (a crossing, an intent, a result, a checkpoint a round, as JSON lines), one write(2) each and one fdatasync a
+    round before the tool call (fsync mode's one sync point), with nothing of harness. Its resume reads the lines."""
+    import orjson
+
+    path = os.path.join(child.folder, "trace.jsonl")
+    settings = {"durability": "fsync (the floor: write(2) and fdatasync alone)"}
+    if child.phase == "empty":
+        return {"settings": settings}
+    child.mark("begin")
+    t0 = clocks()
+    if child.phase == "resume":
+        with open(path, "rb") as f:
+            n = sum(1 for line in f.read().splitlines() if orjson.loads(line)["kind"] == "checkpoint")
+        wall, cpu = time.perf_counter() - t0[0], time.process_time() - t0[1]
+        child.mark("end")
+        assert n == child.steps, n
+        return {"wall": wall, "cpu": cpu, "settings": settings}
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    seq = [0]
+
+    def write(kind: str, **fields: Any) -> None:
+        seq[0] += 1
+        os.write(fd, orjson.dumps({"seq": seq[0], "kind": kind, **fields, "ts": 0.0}) + b"\n")
+
+    def model(n: int, after: str) -> Any:
+        out = decide(n, after, child.steps)
+        write("crossing", boundary="llm", request={"n": n, "after": after}, response=out)
+        return out
+
+    def call(args: dict[str, Any]) -> Any:
+        write("transition", to="ACT", tool="tool", args=args)
+        os.fdatasync(fd)  # the intent, and the crossing before it, durable before the effect
+        result = tool(**args)
+        write("transition", to="VERIFY", result=result)
+        write("checkpoint")
+        return result
+
+    die = [crash_after(child, t0, settings)]
+    rounds(model, call, die)
+    raise AssertionError("the run should have ended at step N+1")
+
+
 def langgraph_functional_child(child: Child) -> dict[str, Any]:
     from langgraph.checkpoint.sqlite import SqliteSaver
     from langgraph.func import entrypoint, task
@@ -601,6 +648,8 @@ VARIANTS = {
                 lambda c: workflow_child(c, "flush"), "every result (function local)"),
         Variant("workflow-fsync", "harness workflow, fsync (a model and a tool call a round)", None,
                 lambda c: workflow_child(c, "fsync"), "every result (function local)"),
+        Variant("sync-floor", "the floor: the workflow's records and syncs, write(2) and fdatasync alone", None,
+                floor_child, "every result (function local)"),
         Variant("langgraph-functional", 'LangGraph @entrypoint + @task, SqliteSaver, durability="sync"',
                 "langgraph", langgraph_functional_child, "every result (function local)"),
         Variant("dbos-workflow", "DBOS workflow, a step per model and tool call, SQLite", "dbos",
@@ -851,6 +900,9 @@ def run(
             "workflow_call_vs_dbos": ratio(figures, "workflow-fsync", "dbos-workflow", "step_cpu"),
         },
         "workflow_flush_call_vs_langgraph": ratio(figures, "workflow-flush", "langgraph-functional"),
+        # what bounds workflow_call_vs_langgraph: the same records and syncs with no harness, and harness over it
+        "sync_floor_call_vs_langgraph": ratio(figures, "sync-floor", "langgraph-functional"),
+        "workflow_call_vs_sync_floor": ratio(figures, "workflow-fsync", "sync-floor"),
         "workflow_flush_call_vs_dbos": ratio(figures, "workflow-flush", "dbos-workflow"),
         "step_fsync_vs_langgraph_last_only": ratio(figures, "harness-fsync", "langgraph-sync-last"),
         "step_fsync_vs_burr_last_only": ratio(figures, "harness-fsync", "burr-last"),

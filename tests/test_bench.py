@@ -102,17 +102,18 @@ def test_peers_option_without_the_peers_says_what_to_install(tmp_path: Path) -> 
 
 def test_peers_bench_runs_crashes_and_resumes_harness(tmp_path: Path) -> None:
     """bench/peers.py's machinery on the harness variants (no peer needed): each run child dies after N steps as a
-    crash would, the resume child finishes with nothing redone, and bytes (and syncs, under strace) are counted."""
+    crash would, the resume child finishes with nothing redone, and bytes (and syncs, under strace) are counted.
+    The floor (the workflow's records and syncs with nothing of harness) runs the same way."""
     out = tmp_path / "peers.json"
     done = subprocess.run(
-        [sys.executable, str(ROOT / "bench" / "peers.py"), "--smoke", "--only", "harness-flush,harness-fsync",
-         "--json", str(out), "--dir", str(tmp_path)],
+        [sys.executable, str(ROOT / "bench" / "peers.py"), "--smoke",
+         "--only", "harness-flush,harness-fsync,sync-floor", "--json", str(out), "--dir", str(tmp_path)],
         capture_output=True, text=True, timeout=300, cwd=tmp_path,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     figures = json.loads(out.read_text())
     variants = figures["detail"]["variants"]
-    assert list(variants) == ["harness-flush", "harness-fsync"]
+    assert list(variants) == ["harness-flush", "harness-fsync", "sync-floor"]
     for name, got in variants.items():
         assert got["steps_redone_on_resume"]["max"] == 0, name  # a checkpointed step is never run again
         assert got["bytes_per_step"] > 200, name  # at least the ~290-byte result, stored
@@ -123,6 +124,7 @@ def test_peers_bench_runs_crashes_and_resumes_harness(tmp_path: Path) -> None:
         assert variants["harness-flush"]["fsyncs_per_step"] == 0  # flush mode syncs nothing while steps run
         assert variants["harness-fsync"]["fsyncs_per_step"] > 0
         assert figures["fsyncs_per_step"] == variants["harness-fsync"]["fsyncs_per_step"]
+        assert variants["sync-floor"]["fsyncs_per_step"] == 1  # one a round: fsync mode's sync point, alone
     assert [p.name for p in tmp_path.iterdir()] == ["peers.json"]  # scratch files are cleaned up
 
 

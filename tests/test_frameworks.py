@@ -281,13 +281,6 @@ def test_show_reads_a_model_answer_as_text(tmp_path: Path) -> None:
     assert 'said=→ charge {"a":0,"b":1}' in out and "said=done after 2 tools" in out
 
 
-@pytest.mark.xfail(
-    reason="known gap: a rerun writes a gathered crossing at its recorded place among crossings, but not yet among "
-    "a concurrent coroutine's tool steps, so two agents gathered (model crossings concurrent with tool steps) "
-    "rerun as a ReplayDrift (review/rerun.py _Replaying.write); the recording itself is right",
-    raises=harness.ReplayDrift,
-    strict=True,
-)
 def test_an_async_workflow_may_run_two_agents_and_gather_them(tmp_path: Path) -> None:
     trace = tmp_path / "run.jsonl"
     one, two = fa.pai_agent("", "function"), fa.pai_agent("", "function")

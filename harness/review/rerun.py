@@ -16,6 +16,18 @@ has reached the branch's (or an agent that received a message from that
 future) runs live; every other record is served and compared with the
 parent's record of the same agent at the same count, and marked reused.
 
+Concurrent tasks (asyncio.gather in one agent). Served crossings return at
+once, so tasks reach theirs earlier, and in another order, than recorded.
+Each record still goes where the recording has it: a served crossing waits
+(unwritten, its response already given) until the new trace reaches its
+seq, and is written by whichever write brings the trace there; a workflow's
+async tool step writes its intent, then its outcome, only once the
+recording's next record is that one (`aturn`; calls.py), so the crossings a
+sibling task made while the call ran are written between them again. A
+task that writes a state record while a crossing it took is still waiting
+took it too soon: ReplayDrift. Waits end after HOLD_QUIET seconds with
+nothing served: never a hang.
+
 Resume seams. A recording can hold a process history rather than one
 process: the run stopped (killed, or an exception escaped run()) and a later
 process resumed it, writing a `resume` record (and for a paused run the
@@ -39,6 +51,7 @@ Rules kept here:
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import math
 import os
@@ -59,7 +72,7 @@ from ..runtime.boundary import Arrived, Match, Session, _Hold, _may_hold, differ
 from ..runtime.bridge import bridging
 from ..runtime.environment import environment
 from ..runtime.executor import MAX_STEPS, Executor, RetryPolicy, Step
-from ..runtime.history import STEP, Item, Recorded, Serving
+from ..runtime.history import Item, Recorded, Serving
 from ..runtime.interrupt import Interrupted
 from ..runtime.tool import Tool
 from ..runtime.workflow import Workflow, go_on, run_anywhere, same_workflow, start
@@ -77,6 +90,7 @@ from .fieldpath import put
 from .normalize import normalize, normalize_record
 from .stream import http_unview, http_view
 
+_Served = tuple[Crossing, str, Match | None, Arrived | None]  # a served crossing to write: as write() takes it
 Planner = Callable[[Any, list[Checkpoint]], Step | None]
 Verifier = Callable[[Step, Any], bool]
 
@@ -349,6 +363,14 @@ class _Recording:
         return {}
 
 
+def _task() -> object:
+    """The asyncio task running here; None outside an event loop (sync code: one at a time)."""
+    try:
+        return asyncio.current_task()
+    except RuntimeError:
+        return None
+
+
 def _unsealed(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The records without a final seal: a recording sealed or not (migrated, say) reruns equal."""
     return records[:-1] if records and records[-1]["kind"] == "seal" else records
@@ -379,6 +401,7 @@ class _Rewriting(Journal):
     branch_at: tuple[str, int] | None  # (agent, own count) of a fork's branch
     positions: dict[tuple[str, int], dict[str, Any]]  # the parent's records by (agent, own count)
     ahead: set[str]  # agents in the branch's causal future (a live receive may merge no clock of the branch)
+    replaying: _Replaying | None  # the session whose served crossings wait for their place (flush() after a write)
 
     copies: dict[int, dict[str, Any]]  # main's own count -> a resume or crash record to write again there
     entrypoint: str
@@ -439,7 +462,10 @@ class _Rewriting(Journal):
                     super().append_many(batch, sync=sync)
                 raise _Seam
             batch.append((kind, self._vet(seq, kind, fields)))
-        return super().append_many(batch, sync=sync)
+        seq = super().append_many(batch, sync=sync)
+        if self.replaying is not None:  # a served crossing whose place this write reached goes next
+            self.replaying.flush()
+        return seq
 
     def finish(
         self, kind: str, fields: dict[str, Any], *, state: str, key: bytes | None, user: tuple[str, ...] = ()
@@ -451,6 +477,8 @@ class _Rewriting(Journal):
         seq = self.seq + 1
         if self.stops and seq == self.stops[0]:
             raise _Seam
+        if self.replaying is not None:
+            self.replaying.ending()
         return super().finish(kind, self._vet(seq, kind, fields), state=state, key=key)
 
     def _vet(self, seq: int, kind: str, fields: dict[str, Any]) -> dict[str, Any]:
@@ -505,19 +533,24 @@ class _Rewriting(Journal):
 class _Writer(_Rewriting):
     """The new trace in a local file."""
 
-    __slots__ = ("agents", "ahead", "below", "branch_at", "copies", "entrypoint", "parent", "positions", "stops")
+    __slots__ = ("agents", "ahead", "below", "branch_at", "copies", "entrypoint", "parent", "positions", "replaying",
+                 "stops")  # fmt: skip
 
 
 class _RemoteWriter(_Rewriting, RemoteJournal):
     """The new trace at a trace URL: shipped as segments at the ship points of any run (trace/remote.py)."""
 
-    __slots__ = ("agents", "ahead", "below", "branch_at", "copies", "entrypoint", "parent", "positions", "stops")
+    __slots__ = ("agents", "ahead", "below", "branch_at", "copies", "entrypoint", "parent", "positions", "replaying",
+                 "stops")  # fmt: skip
 
 
 class _Replaying(Session):
     """A strict session that writes what it serves, stops at seams, and can branch to live."""
 
     journal: _Rewriting
+    # after a seam, a crossing the new trace does not hold is served from the recording even while some it holds
+    # are not made again yet (a workflow's: a sibling task makes its own later); an Executor's resume makes them first
+    sibling_again = False
 
     def __init__(
         self,
@@ -534,14 +567,32 @@ class _Replaying(Session):
         self.branch, self.value = branch, value
         self.live = False  # the branch was reached
         self.ahead: set[str] = set()  # agents that entered the branch's causal future
-        # per agent: crossings served before an earlier recorded one of theirs (concurrent ones started in another
-        # order), by recorded seq, written once every earlier one is (see write)
-        self.unwritten: dict[str, dict[int, tuple[Crossing, str, Match | None, Arrived | None]]] = {}
+        # crossings served before the new trace reached their place, by recorded seq (see write): with one writer,
+        # written once the trace reaches their seq; with agents, per agent, once every earlier one of theirs is
+        self.pending: dict[int, _Served] = {}
+        self.owners: dict[int, object] = {}  # the task each pending crossing was served to (None: no event loop)
+        self.unwritten: dict[str, dict[int, _Served]] = {}
+        self.flushing = False  # flush() is writing (its own writes call it again)
 
     def unsettled(self, agent: str) -> ReplayDrift | None:
-        """A crossing of agent served but not written because an earlier recorded one was never made."""
+        """A crossing served but not written because one the recording has before it was never made: with one
+        writer, the crossing the recording has where the next state record goes; with agents, agent's first."""
         queue = self.recorded.get(agent)
-        return self.missed(queue[0]) if queue and self.unwritten.get(agent) else None
+        if self.journal.shared:
+            return self.missed(queue[0]) if queue and self.unwritten.get(agent) else None
+        here, parent = self.journal.seq, self.journal.parent  # (parent[here]: the recording's next record)
+        if self.live or not self.pending:
+            return None  # (one not made with none served after it: the rerun is unequal, `unused`)
+        if queue and here < len(parent) and parent[here]["kind"] == "crossing":
+            rec = next((c for c in queue if c.seq == here + 1), None)
+            if rec is not None:
+                return self.missed(rec)
+        task = _task()  # a task that goes on past a crossing it took early: it took another's, or took it too soon
+        mine = next((seq for seq, owner in self.owners.items() if owner is task), None)
+        if mine is None:
+            return None
+        rec, kind = self.pending[mine][0], self.pending[mine][1]
+        return self.misplaced(rec, kind, MAIN, here + 1)
 
     def horizon(self) -> float:
         """A crossing recorded after the next seam is not served before it: the recorded process made it later."""
@@ -577,17 +628,22 @@ class _Replaying(Session):
             if rec is not None:
                 self.served += 1
                 return rec, True
-            if _may_hold.get():
-                raise _Hold
-            drift = self.drift(kind, request, match, self.again)
-            self.failure = self.failure or drift
-            raise drift
+            if not self.sibling_again:
+                if _may_hold.get():
+                    raise _Hold
+                drift = self.drift(kind, request, match, self.again)
+                self.failure = self.failure or drift
+                raise drift
         if self.journal.at_stop():
             raise _Seam
+        if self.branch is not None and self.early(kind, request, match):
+            raise _Hold
         self.pause_here()
         try:
             found = Session.serve(self, kind, request, match)
         except ReplayViolation as e:
+            if _may_hold.get() and self.horizon() < math.inf:  # the recorded process stopped before it made this
+                raise _Hold from None  # one: a sibling task reaches the seam meanwhile (else, once quiet: this)
             agent, here, _ = self.place()
             seq = self.journal.seq + 1  # where the recording would have had to hold it
             where = f"seq {seq}" if agent == MAIN and not self.agents.spawned else f"agent {agent!r} event {here}"
@@ -605,10 +661,33 @@ class _Replaying(Session):
             found = replace(found, response=self.value, error=None)
         return found, False
 
+    def early(self, kind: str, request: Any, match: Match | None) -> bool:
+        """Whether an async task reached a fork's branch before the records the recording has ahead of it are
+        written (one writer): it waits, so the fork's prefix is the parent's, record for record."""
+        if self.live or self.journal.shared or self.journal.seq + 1 >= cast(Crossing, self.branch).seq:
+            return False
+        if not _may_hold.get():
+            return False
+        taken = next((c for c in self.queue() if c.kind == kind and same(kind, c, request, match)), None)
+        return taken is self.branch
+
     def write(self, rec: Crossing, kind: str, match: Match | None, arrived: Arrived | None) -> None:
-        """Write a served crossing to the new trace at its recorded place among its agent's crossings: now when
-        every earlier one of the agent is written, else once they are (concurrent crossings that started in
-        another order than recorded are each served at once, and written in the recorded order)."""
+        """Write a served crossing to the new trace at its recorded place.
+
+        Served crossings return at once, so concurrent tasks reach theirs in
+        another order, and earlier, than they were recorded. With one writer
+        (no agents) a crossing is written at its recorded seq: now if the
+        trace is there, else by the write that brings it there (flush(), run
+        after every record of the new trace, whoever writes it): among a
+        sibling task's tool step records too, as recorded (calls.py waits for
+        a step's turn with aturn()). With agents, at its place among its
+        agent's crossings: once every earlier one of the agent is written.
+        """
+        if not self.journal.shared:
+            self.pending[rec.seq] = (rec, kind, match, arrived)
+            self.owners[rec.seq] = _task()
+            self.flush()
+            return
         waiting = self.unwritten.setdefault(self.agents.current(), {})
         waiting[rec.seq] = (rec, kind, match, arrived)
         queue = self.queue()
@@ -618,8 +697,56 @@ class _Replaying(Session):
                 break
             self._write(*waiting.pop(seq))
 
+    def flush(self) -> None:
+        """Write each pending crossing whose recorded seq the new trace has reached (one writer; after a fork's
+        branch, each at once: what the task was served, where the fork is now)."""
+        if self.flushing or not self.pending:
+            return
+        self.flushing = True
+        try:
+            while self.pending:
+                seq = min(self.pending)
+                if seq > self.journal.seq + 1 and not self.live:
+                    return
+                self.owners.pop(seq, None)
+                self._write(*self.pending.pop(seq))
+        finally:
+            self.flushing = False
+
+    def ending(self) -> None:
+        """Before the run's end is written: ReplayDrift for a crossing served whose place the run never reached
+        (or, for a workflow, one the new trace holds from before a seam that the run did not make again)."""
+        if self.live:
+            return
+        if self.pending:
+            raise self.missed(self.pending[min(self.pending)][0])
+        if self.sibling_again and self.again:
+            raise self.missed(self.again[0])
+
+    def turn(self, mine: Callable[[dict[str, Any]], bool]) -> bool:
+        """Whether the recording's next record is `mine` (what a tool step writes next), or nothing holds it to
+        its place (a fork past its branch, agents, a seam next: the seam stops it)."""
+        journal = self.journal
+        if self.live or journal.shared or journal.at_stop() or journal.seq >= len(journal.parent):
+            return True
+        return mine(journal.parent[journal.seq])
+
+    async def aturn(self, mine: Callable[[dict[str, Any]], bool]) -> bool:
+        """Wait until the recording's next record is `mine`: sibling tasks write theirs first. False when none
+        moved for HOLD_QUIET seconds (the run took another path: what it writes then is the drift)."""
+        if self.turn(mine):
+            return True
+
+        def attempt() -> bool:
+            if not self.turn(mine) and _may_hold.get():
+                raise _Hold
+            return self.turn(mine)
+
+        return await patiently(self, attempt)
+
     def _write(self, rec: Crossing, kind: str, match: Match | None, arrived: Arrived | None) -> None:
-        self.placed(rec, kind)
+        if not (self.live and not self.journal.shared):  # (after a fork's branch, one writer's seqs moved on)
+            self.placed(rec, kind)
         if arrived is not None and rec.error is None:
             arrived(rec.response, True)
         key = rec.request if match is None else match(rec.request)  # the recorded request: what matching ignores
@@ -631,18 +758,22 @@ class _Replaying(Session):
         """ReplayDrift unless the record that carries rec's response now is the one that carried it then."""
         agent, here, _ = self.place()
         if rec.vc.get(agent) != here:  # the record that will carry its response is not the recorded one
-            was = rec.vc.get(agent)
-            where = "seq" if agent == MAIN and not self.agents.spawned else f"agent {agent!r} event"
-            drift = ReplayDrift(
-                f"seq {rec.seq}: the re-execution reached this {kind} crossing at {where} {here}, not where the "
-                "recording has it: the run took another path before it (harness diff shows where)",
-                seq=rec.seq,
-                line=rec.seq,
-                fields={"seq": (rec.seq, self.journal.seq + 1)} if where == "seq" else {"event": (was, here)},
-                agent=agent,
-            )
-            self.failure = self.failure or drift
-            raise drift
+            raise self.misplaced(rec, kind, agent, here)
+
+    def misplaced(self, rec: Crossing, kind: str, agent: str, here: int) -> ReplayDrift:
+        """The ReplayDrift of a crossing whose response the re-execution took at event `here` of agent."""
+        was = rec.vc.get(agent)
+        where = "seq" if agent == MAIN and not self.agents.spawned else f"agent {agent!r} event"
+        drift = ReplayDrift(
+            f"seq {rec.seq}: the re-execution reached this {kind} crossing at {where} {here}, not where the "
+            "recording has it: the run took another path before it (harness diff shows where)",
+            seq=rec.seq,
+            line=rec.seq,
+            fields={"seq": (rec.seq, self.journal.seq + 1)} if where == "seq" else {"event": (was, here)},
+            agent=agent,
+        )
+        self.failure = self.failure or drift
+        return drift
 
     def pause_here(self) -> None:
         """Raise what made the recorded run pause at this point, if it paused here."""
@@ -797,6 +928,8 @@ class _Rerunning(Serving, _Replaying):
     """A workflow's re-execution: after a seam, what the new trace holds is served first (not written again):
     its crossings as an Executor's resume serves them (`again`), its calls and artifacts as a resume does."""
 
+    sibling_again = True
+
     def __init__(self, journal: _Rewriting, recorded: Iterable[Crossing], **kwargs: Any):
         _Replaying.__init__(self, journal, recorded, **kwargs)
         self.held, self.path = {}, journal.path
@@ -814,26 +947,6 @@ class _Rerunning(Serving, _Replaying):
                 return held[0]
             return nxt
         return Serving.upcoming(self)
-
-    async def atake_held(self, space: str, kind: str, request: Any) -> Item | None:
-        """Also wait for a call's turn in the recording: a task whose call the recording holds later than a
-        sibling's waits until the sibling made its own. Served calls return at once, so without the wait a
-        nested gather (inner calls started as outer ones return) would write its intents in another order than
-        the recorded one and drift; with it, the rerun writes the recorded order."""
-        item = await super().atake_held(space, kind, request)
-        if item is not None or self.live or space != STEP:
-            return item
-        shown, queue = {"tool": kind, "args": request}, self.queue()
-
-        def answers(c: Crossing) -> bool:
-            return c.kind == "tool" and same("tool", c, shown, None)
-
-        def turn() -> None:
-            if queue and not answers(queue[0]) and any(answers(c) for c in queue) and _may_hold.get():
-                raise _Hold
-
-        await patiently(self, turn)
-        return None
 
 
 def _execute(
@@ -867,7 +980,7 @@ def _execute(
         writer.branch_at = (at.agent, at.vc[at.agent]) if at is not None else None
         writer.positions = rec.positions()
         session = runner.session(writer, rec, at, value, rules)
-        writer.ahead, writer.agents = session.ahead, session.agents
+        writer.ahead, writer.agents, writer.replaying = session.ahead, session.agents, session
         try:
             _drive(runner, writer, session, rec, run_id, lineage)
         except (ReplayDrift, ReplayViolation) as e:

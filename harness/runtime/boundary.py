@@ -167,6 +167,15 @@ class Session:
         """The seq from which recorded crossings cannot be served yet (none here; a rerun's next seam)."""
         return math.inf
 
+    def turn(self, mine: Callable[[dict[str, Any]], bool]) -> bool:
+        """Whether a re-execution's next record is `mine` in its recording (what an async tool step writes next);
+        always here: only a rerun holds records to their recorded place (review/rerun.py)."""
+        return True
+
+    async def aturn(self, mine: Callable[[dict[str, Any]], bool]) -> bool:
+        """Wait for turn(mine); False if it did not come (here it always has)."""
+        return True
+
     def serve(self, kind: str, request: Any, match: Match | None = None) -> Crossing | None:
         """The recorded crossing to use instead of a live call, or None to call live (see the module docstring)."""
         queue = self.queue()

@@ -37,14 +37,15 @@ import contextvars
 import inspect
 import threading
 import uuid
-from typing import Any
+from collections.abc import Callable
+from typing import Any, cast
 
 from .._errors import HarnessError, NotSerializable, ResumeMismatch, error_of, internal
 from ..trace import state as S
 from ..trace.clock import MAIN
 from ..trace.line import canonical, check_value
 from ..trace.reader import replay
-from .boundary import rebuild
+from .boundary import _Hold, _may_hold, patiently, rebuild
 from .context import _agent, _current, _in_call
 from .executor import NOT_SERVED, _Run, _Served, ainvoke, finished, invoke, served
 from .history import STEP, Item, Serving, Step
@@ -128,6 +129,8 @@ def call(tool: Any, /, **kwargs: Any) -> Any:
     with flow.lock:
         item = flow.serving.take_held(STEP, spec.name, _shown(flow, spec, kwargs)) if flow.serving is not None else None
         intent = _begin(flow, spec, kwargs, item)
+        if not isinstance(intent, _Given):
+            intent = _recorded(flow, spec, intent)
         if isinstance(intent, _Given):
             return intent.give()
         try:
@@ -147,23 +150,79 @@ async def acall(tool: Any, /, **kwargs: Any) -> Any:
     if flow is None:
         out = spec.fn(**_plain(spec, kwargs))
         return await out if inspect.isawaitable(out) else out
-    item = None
+    item, session, mine = None, flow.run.session, None
     if flow.serving is not None:  # a re-execution: taken by what it is, sibling tasks taking theirs meanwhile
-        item = await flow.serving.atake_held(STEP, spec.name, _shown(flow, spec, kwargs))
-    if flow.alock is None:
-        flow.alock = asyncio.Lock()
-    async with flow.alock:
+        shown = _shown(flow, spec, kwargs)
+        item = await flow.serving.atake_held(STEP, spec.name, shown)
+        if item is None and session.strict:  # a rerun: this call's intent goes where the recording has it
+            mine = _intent_of(spec.name, shown)
+    await _in_turn(flow, item, mine)
+    try:
         intent = _begin(flow, spec, kwargs, item)
+        if not isinstance(intent, _Given):
+            if session.strict:  # a rerun: sibling crossings the recording has while the call ran go first
+                await session.aturn(_outcome)
+            intent = _recorded(flow, spec, intent)
         if isinstance(intent, _Given):
             return intent.give()
         try:
-            raw = await ainvoke(flow.run.session, spec.fn, intent)
+            raw = await ainvoke(session, spec.fn, intent)
         except Interrupted:
             raise
         except Exception as e:
             _failed(flow, error_of(e))
             raise
         return _done(flow, spec, raw)
+    finally:
+        cast(asyncio.Lock, flow.alock).release()
+
+
+async def _in_turn(flow: Flow, item: Item | None, mine: Callable[[dict[str, Any]], bool] | None) -> None:
+    """Take the run's step lock once this call's turn came.
+
+    A new call of a resumed run (`item` None) waits while the call the trace
+    left open is not gone on with: a sibling task took it and goes first (the
+    run is in that call's state until then); that call (`item`, open) waits
+    until the sibling tasks took every other call the trace holds (it is gone
+    on with once the function did all it did before it). In a rerun (`mine`: the
+    recording's intent of this call), a call waits until the recording's next
+    record is its intent, so that what a sibling task wrote before it then is
+    written before it again (and two equal calls in flight each take their
+    own). A wait ends once nothing was served for HOLD_QUIET seconds: what the
+    call writes then says what differs. Never a hang.
+    """
+    session = flow.run.session
+    if flow.alock is None:
+        flow.alock = asyncio.Lock()
+
+    def ready() -> bool:
+        if item is None:
+            return flow.run.state == S.PLAN and (mine is None or session.turn(mine))
+        return item.step is None or item.step.over or not (flow.serving is not None and flow.serving.mine())
+
+    def attempt() -> None:
+        if not ready() and _may_hold.get():
+            raise _Hold
+
+    came = True
+    while True:
+        if not ready():
+            await patiently(session, attempt)
+            came = ready()
+        await flow.alock.acquire()
+        if not came or ready():
+            return
+        flow.alock.release()  # a sibling took the turn meanwhile
+
+
+def _intent_of(tool: str, args: Any) -> Callable[[dict[str, Any]], bool]:
+    """Whether a recorded record is the intent of a call of tool with args (as written: redacted)."""
+    return lambda r: r["kind"] == "transition" and r["to"] == S.ACT and r.get("tool") == tool and r["args"] == args
+
+
+def _outcome(record: dict[str, Any]) -> bool:
+    """Whether a recorded record is the outcome of the tool step in flight (the only one: steps take the lock)."""
+    return record["kind"] == "transition" and record.get("from") == S.ACT
 
 
 def _plain(spec: ToolSpec, kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -179,7 +238,8 @@ def _shown(flow: Flow, spec: ToolSpec, kwargs: dict[str, Any]) -> Any:
 
 
 def _begin(flow: Flow, spec: ToolSpec, kwargs: dict[str, Any], item: Item | None) -> dict[str, Any] | _Given:
-    """Start a step: the recorded call `item` served or gone on with, or a new call's intent written."""
+    """Start a step: the recorded call `item` served or gone on with, or a new call's intent written; then the
+    caller asks `_recorded()` whether a rerun serves its outcome."""
     run = flow.run
     contract = spec.contract
     known = flow.contracts.get(spec.name)
@@ -198,8 +258,7 @@ def _begin(flow: Flow, spec: ToolSpec, kwargs: dict[str, Any], item: Item | None
         if canonical(step.contract) != canonical(contract):
             what = f"contract of tool {spec.name!r} (the call at seq {item.seq})"
             raise ResumeMismatch(run.journal.path, what, step.contract, contract)
-        reopened = _reopen(flow, spec, step, kwargs)
-        return reopened if isinstance(reopened, _Given) else _recorded(flow, spec, reopened)
+        return _reopen(flow, spec, step, kwargs)
     if run.state != S.PLAN:
         raise internal(f"a tool call in state {run.state} at step {run.step}", run.journal.path, run.journal.seq)
     effect = contract["effect"]
@@ -214,7 +273,7 @@ def _begin(flow: Flow, spec: ToolSpec, kwargs: dict[str, Any], item: Item | None
     # the trace gets the args checked (NotSerializable, nothing written) and redacted, on its own copy; the call,
     # the caller's (this call's own dict)
     run.move(S.ACT, sync=flow.fsync or effect != "at-least-once", check=("args",), **intent)
-    return _recorded(flow, spec, intent)
+    return intent
 
 
 def _recorded(flow: Flow, spec: ToolSpec, intent: dict[str, Any]) -> dict[str, Any] | _Given:
