@@ -57,7 +57,7 @@ def sealed_run(folder: Path) -> Path:
 
 
 def blob_of(trace: Path) -> str:
-    return next(name for name, (size, _) in harness.replay(trace)._tail.blobs.items() if size > 0)
+    return next(name for name, (size, _) in harness.replay(trace).blobs.items() if size > 0)
 
 
 FILES = {  # what is planted, by role: the path beside a.jsonl
@@ -187,7 +187,7 @@ def test_a_blob_longer_than_its_record_says_is_never_read_whole(tmp_path: Path) 
 
     trace = sealed_run(tmp_path)
     name = blob_of(trace)
-    size, line = harness.replay(trace)._tail.blobs[name]
+    size, line = harness.replay(trace).blobs[name]
     with open(tmp_path / "blobs" / name, "ab") as f:
         f.truncate(size + (1 << 30))  # a sparse GiB after it: read whole, it would take a GiB
     with pytest.raises(harness.TraceCorruption, match=f"blob {name} was altered: it holds {size + (1 << 30)} bytes"):

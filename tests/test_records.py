@@ -64,7 +64,7 @@ def test_large_payloads_go_to_blobs_and_read_back_as_if_inline(tmp_path: Path) -
     assert trace.stat().st_size < 10_000  # 4 payloads of 100 kB are not in the trace
     blobs = sorted((tmp_path / "blobs").iterdir())
     rep = replay(trace)
-    assert len(blobs) == len(rep._tail.blobs) == 5  # 2 model answers, 2 tool results, 1 artifact
+    assert len(blobs) == len(rep.blobs) == 5  # 2 model answers, 2 tool results, 1 artifact
     assert [c.result for c in rep.checkpoints] == [{"i": 0, "page": BIG}, {"i": 1, "page": BIG}]
     assert [c.response for c in rep.crossings if c.kind == "llm"] == [{"answer": BIG, "n": 0}, {"answer": BIG, "n": 1}]
     (tmp_path / "inline").mkdir()
@@ -120,8 +120,8 @@ def test_a_resumed_run_keeps_reading_and_sealing_its_blobs(tmp_path: Path) -> No
     out = Executor(planner=fixed_plan(steps(3)), tools={"work": work}, trace=trace, resume=True).run("g")
     assert out.state == "DONE" and [c.result["i"] for c in out.checkpoints] == [0, 1, 2]
     rep = replay(trace)
-    assert rep.sealed and rep.seal is not None and sorted(rep.seal["digests"]) == sorted(rep._tail.blobs)
-    assert len(rep._tail.blobs) == 3
+    assert rep.sealed and rep.seal is not None and sorted(rep.seal["digests"]) == sorted(rep.blobs)
+    assert len(rep.blobs) == 3
 
 
 # --- the seal -------------------------------------------------------------------------------
@@ -522,7 +522,7 @@ def test_a_writer_killed_while_storing_a_blob_leaves_a_trace_that_resumes(tmp_pa
     child = subprocess.run([sys.executable, "-c", KILLED_IN_A_BLOB, str(trace), when], timeout=60)
     assert child.returncode == -9
     rep = replay(trace)  # every blob a line names is there: the line is written only after its blob
-    assert rep.state == "ACT" and len(rep.checkpoints) == 1 and len(rep._tail.blobs) == 1
+    assert rep.state == "ACT" and len(rep.checkpoints) == 1 and len(rep.blobs) == 1
     out = Executor(
         planner=fixed_plan(steps(3)), tools={"work": lambda i: {"i": i, "page": "p" * 100_000}}, trace=trace,
         resume=True,

@@ -487,7 +487,7 @@ def test_a_drift_after_the_resumed_code_wrote_says_so_and_the_trace_still_resume
 
     with pytest.raises(RuntimeError):
         Executor(planner=make("a"), tools={"save": counter()}, trace=trace).run("g")
-    with pytest.raises(harness.ReplayDrift, match="the trace keeps what the resumed code wrote before it"):
+    with pytest.raises(harness.ReplayDrift, match="had gone live before it: the trace keeps what that wrote"):
         Executor(planner=make("b"), tools={"save": counter()}, trace=trace, resume=True).run("g")
     assert [r["kind"] for r in read_records(trace)][-4:] == ["resume", "spawn", "exit", "join"]
     assert replay(trace).state == "PLAN"

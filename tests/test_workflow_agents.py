@@ -259,3 +259,40 @@ def test_a_resume_ends_an_executors_agents_not_a_workflows() -> None:
             assert said == [None] * len(records)
         else:  # an Executor's process died with its agents
             assert said[:3] == [None] * 3 and "not running" in (said[3] or "")
+
+
+CHANGED: list[bool] = []
+
+
+async def late(tag: str) -> str:
+    await asyncio.sleep(0.3 if CHANGED else 0.01)  # slower this time: main goes live before it drifts
+    return await harness.allm({"q": tag + ("-changed" if CHANGED else "")}, lambda r: asyncio.sleep(0, "re"))
+
+
+@harness.workflow
+async def goes_live_first() -> Any:
+    a = harness.aspawn("a", late, "a")
+    await asyncio.sleep(0.1)
+    m = await harness.allm({"q": "m"}, lambda r: asyncio.sleep(0, "re"))
+    return [await a, m]
+
+
+@pytest.mark.parametrize("exited", [True, False], ids=["exit-recorded", "no-exit-yet"])
+def test_an_agent_that_drifts_after_main_went_live_leaves_a_trace_replay_accepts(tmp_path: Path, exited: bool) -> None:
+    trace = tmp_path / "run.jsonl"
+    assert goes_live_first.run(trace=trace).state == "DONE"
+    lines = trace.read_bytes().splitlines(keepends=True)
+    kinds = [(r["kind"], r.get("agent"), (r.get("request") or {}).get("q")) for r in map(json.loads, lines)]
+    # a crash before main's model call was written, or before the agent's exit too
+    cut = kinds.index(("crossing", None, "m")) if exited else kinds.index(("crossing", "a", "a")) + 1
+    trace.write_bytes(b"".join(lines[:cut]))
+    CHANGED.append(True)
+    try:
+        with pytest.raises(harness.ReplayDrift, match=r"\(agent a\)") as drift:
+            goes_live_first.run(trace=trace, resume=True)
+    finally:
+        CHANGED.clear()
+    assert "had gone live before it: the trace keeps what that wrote" in str(drift.value)
+    harness.replay(trace)  # main's live records stay; no exit written for the agent that drifted
+    out = goes_live_first.run(trace=trace, resume=True)  # and the code that made the run takes it up
+    assert (out.state, out.result) == ("DONE", ["re", "re"])

@@ -33,7 +33,7 @@ from __future__ import annotations
 import contextvars
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
@@ -299,8 +299,9 @@ class Agents:
                 served, error = False, drift
         handle._error = error
         try:
-            # a drift in a resume that wrote nothing yet writes nothing (the run stops with it)
-            if not served and not (isinstance(error, ReplayDrift) and getattr(session.journal, "owes", False)):
+            # a drift while re-executing writes no exit: the run stops with it, and the trace stays one replay()
+            # accepts (the agent's recorded exit, or none, as after a crash), whatever was written before
+            if not served and not (isinstance(error, ReplayDrift) and session.checking):
                 write_exit(session.journal, error)
         except BaseException as e:  # the journal refused: the run must not believe this agent ended well
             handle._error = handle._error or e
@@ -622,7 +623,3 @@ def receive(sender: str | None = None, *, timeout: float | None = None) -> Messa
 
     got = session.cross("agent_msg", {"receive": sender}, call, arrived=arrived)
     return Message(got["from"], got["message"])
-
-
-def crossings_of(records: Iterable[Any], agent: str) -> list[Any]:
-    return [c for c in records if c.agent == agent]

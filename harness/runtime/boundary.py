@@ -255,11 +255,13 @@ class Session:
     def _changed(self) -> str:
         """What a resume's ReplayDrift tells to do, and what it left."""
         wrote = self.journal is not None and not self.journal.owes
-        left = "the trace keeps what the resumed code wrote before it" if wrote else "nothing was written"
-        return (
-            f"The code changed since the run was recorded: nothing was called live and {left}; resume it with "
-            "the code that recorded it, or start a new run"
+        left = (
+            "part of the resumed run had gone live before it: the trace keeps what that wrote (a valid trace)"
+            if wrote
+            else "nothing was called live and nothing was written"
         )
+        fix = "resume it with the code that recorded it, or start a new run"
+        return f"The code changed since the run was recorded: {left}; {fix}"
 
     def enter(
         self, kind: str, request: Any, match: Match | None = None, arrived: Arrived | None = None

@@ -394,6 +394,11 @@ class Replay:
         return self.seal is not None
 
     @property
+    def blobs(self) -> dict[str, tuple[int, int]]:
+        """Every blob the trace names (payloads and artifacts): sha256 -> (size, the first line naming it)."""
+        return dict(self._tail.blobs)
+
+    @property
     def agents(self) -> dict[str, list[Crossing]]:
         """Each agent's crossings, in its own order ("main" first, then by name)."""
         out: dict[str, list[Crossing]] = {MAIN: []}
