@@ -18,8 +18,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import zygote
 from agent_server import AgentServer
-from children import ZYGOTE
+from children import AGENTS, ZYGOTE
 
 import harness
 
@@ -378,7 +379,8 @@ def test_an_mcp_toolset_calls_are_steps_with_the_contracts_of_their_annotations(
             return ModelResponse(parts=[ToolCallPart(*plan[done])])
         return ModelResponse(parts=[TextPart("all done")])
 
-    command = [sys.executable, str(SHOP)]
+    # the server: a process forked from children.AGENTS (the MCP SDK imported once), over this client's stdio pipes
+    command = [sys.executable, zygote.__file__, "exec", AGENTS.socket(), str(SHOP)]
 
     def agent() -> Agent[None, str]:
         transport = StdioTransport(command[0], command[1:], env=dict(os.environ))
@@ -398,7 +400,7 @@ def test_an_mcp_toolset_calls_are_steps_with_the_contracts_of_their_annotations(
     calls = [json.loads(line) for line in (tmp_path / "shop.log").read_text().splitlines()]
     assert [c["tool"] for c in calls] == ["lookup", "send_email", "refund"]
     assert calls[1]["key"] == intents[1]["key"] and calls[0]["key"] is None  # the key went in the request's _meta
-    command[1] = str(tmp_path / "no-such-server.py")  # the server cannot even start: a rerun must not need it
+    command[-1] = str(tmp_path / "no-such-server.py")  # the server cannot even start: a rerun must not need it
     again = harness.rerun(trace, workflow=support)
     assert again.equal and again.live_calls == 0
     assert len((tmp_path / "shop.log").read_text().splitlines()) == 3
