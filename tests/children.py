@@ -2,11 +2,11 @@
 
 Children are new processes forked from a zygote (tests/zygote.py) that imported what they need once and ran
 nothing: `ZYGOTE` (harness, asyncio) for most, `AGENTS` for the agents whose imports cost seconds (the frameworks,
-the MCP SDK); each is started by the first test that needs it. `Popen()` and `run()` take
-subprocess's arguments. A real process still, with its own argv, environment and standard streams, killed for
-real, and one that never lived through the crash it resumes from; what it saves is the fresh interpreter's
-imports (0.3-0.5 s of CPU each, seconds with the frameworks). Where a test's claim is about a fresh interpreter
-(what importing does, a script as a user runs it), it starts one with subprocess.
+the MCP SDK); each is started by the first test that needs it. `Popen()` and `run()` take subprocess's arguments.
+A real process still, with its own argv, environment and standard streams, killed for real, and one that never
+lived through the crash it resumes from; what it saves is the fresh interpreter's imports (0.3-0.5 s of CPU
+each, seconds with the frameworks). Where a test's claim is about a fresh interpreter (what importing does, a
+script as a user runs it), it starts one with subprocess.
 """
 
 from __future__ import annotations
@@ -183,7 +183,8 @@ class Zygote:
 # read its environment at import).
 ZYGOTE = Zygote("harness", "asyncio", "orjson", "json", "urllib.request", "http.client", "sqlite3")
 # The children whose imports cost seconds: the frameworks' agents (test_frameworks_crash), the MCP SDK's client and
-# server (test_mcp). Those tests are one xdist group: one worker starts this zygote, once.
+# server (test_mcp); both agents read their environment when called, not at import. Those tests are one xdist
+# group: one worker starts this zygote, once.
 AGENTS = Zygote("framework_agent", "mcp_agent", "mcp.server.mcpserver")
 
 
