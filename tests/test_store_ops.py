@@ -337,7 +337,7 @@ def renewals(trace: str, after: set[float], count: int, child: subprocess.Popen[
         assert time.monotonic() < deadline, "the live writer stopped renewing its lease"
         with contextlib.suppress(harness.TraceUnreadable):  # not written yet
             seen.add(orjson.loads(lease.read(f"{lease.root}/lease"))["renewed"])
-        time.sleep(0.05)
+        time.sleep(0.25)  # renewals come a period (1 s here) or more apart: none is missed
     return seen
 
 
@@ -551,8 +551,11 @@ def test_a_mirror_that_copied_part_of_a_run_reads_only_the_rest_of_its_compacted
 
 
 COMPACT = """
-import sys
+import os, sys, time
 from harness.store import compact
+open(sys.argv[2], "w").close()  # imported: the readers may start
+while not os.path.exists(sys.argv[3]):  # once they are reading
+    time.sleep(0.01)
 compact(sys.argv[1])
 """
 
@@ -572,16 +575,25 @@ def test_readers_reading_while_another_process_compacts_always_read_the_whole_tr
                 errors.append(e)
                 return
 
+    ready, go = tmp_path / "ready", tmp_path / "go"
+    args = [sys.executable, "-c", COMPACT, done.trace, str(ready), str(go)]
+    child = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     threads = [threading.Thread(target=reader) for _ in range(2)]
-    for t in threads:
-        t.start()
     try:
-        out = subprocess.run([sys.executable, "-c", COMPACT, done.trace], capture_output=True, timeout=120)
+        wait_for(ready, child)  # (its imports take a second: no read is spent before the compaction can start)
+        for t in threads:
+            t.start()
+        while not reads and not errors:
+            time.sleep(0.01)
+        go.touch()  # the readers are reading: compact
+        _, err = child.communicate(timeout=120)
     finally:
         stop.set()
+        child.kill()
         for t in threads:
-            t.join()
-    assert out.returncode == 0, out.stderr.decode()
+            if t.is_alive() or t.ident is not None:
+                t.join()
+    assert child.returncode == 0, err.decode()
     assert errors == [] and reads and all(r == before for r in reads)
     assert len(seg_names(done.trace)) == 1 and whole(done.trace) == before
 
