@@ -1,7 +1,10 @@
 """A workflow over a real MCP server (tests/mcp_server.py over stdio), importable by name for children and reruns.
 
 $MCP_SERVER is the server script (a path that does not exist proves a rerun never starts it); $TOOL_LOG,
-$MCP_KILL and $MCP_MARK are handed to the server. `child` is a test's process (forked: tests/children.py).
+$MCP_KILL and $MCP_MARK are handed to the server. With $MCP_ZYGOTE (a socket of tests/zygote.py) the server is
+started through `zygote.py exec`: a process forked from a zygote that imported the MCP SDK once (seconds of CPU
+per server otherwise), speaking over the stdio pipes the client made. `child` is a test's process (forked:
+tests/children.py).
 """
 
 from __future__ import annotations
@@ -20,8 +23,12 @@ import harness.mcp
 
 
 def params() -> StdioServerParameters:
-    env = {k: os.environ[k] for k in ("TOOL_LOG", "MCP_KILL", "MCP_MARK") if k in os.environ}
-    return StdioServerParameters(command=sys.executable, args=[os.environ["MCP_SERVER"]], env=env)
+    env = {k: os.environ[k] for k in ("TOOL_LOG", "MCP_KILL", "MCP_MARK", "MCP_ZYGOTE") if k in os.environ}
+    script = os.environ["MCP_SERVER"]
+    if "MCP_ZYGOTE" in env:  # the server forked from the tests' zygote that imported the SDK (its stdio, our pipes)
+        zygote = str(Path(__file__).with_name("zygote.py"))
+        return StdioServerParameters(command=sys.executable, args=[zygote, "exec", env["MCP_ZYGOTE"], script], env=env)
+    return StdioServerParameters(command=sys.executable, args=[script], env=env)
 
 
 @harness.workflow

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import shutil
 import subprocess
 import sys
 import threading
@@ -13,14 +12,14 @@ from typing import Any
 
 import orjson
 import pytest
-from children import kill_at
+from children import ZYGOTE, Forked, kill_at
 
 import harness
 from harness import Executor, Step
 from harness.runtime.boundary import _active
 from harness.testing import read_records
 
-HARNESS = shutil.which("harness") or str(Path(sys.executable).parent / "harness")
+HARNESS = [sys.executable, "-m", "harness.cli"]  # the command line, in a process of its own (children.ZYGOTE)
 
 
 async def amodel(request: Any) -> Any:
@@ -151,7 +150,7 @@ asyncio.run(Executor(planner=planner, tools={"work": work}, trace=trace).arun("g
 
 def test_a_sigkill_under_arun_resumes_without_running_a_finished_call(tmp_path: Path) -> None:
     trace, log, marker = tmp_path / "t.jsonl", tmp_path / "calls.log", tmp_path / "inside"
-    child = subprocess.Popen([sys.executable, "-c", KILLED, str(trace), str(log), str(marker)],
+    child = ZYGOTE.Popen([sys.executable, "-c", KILLED, str(trace), str(log), str(marker)],
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
     kill_at(marker, child, "call 0")
     calls: list[int] = []
@@ -342,15 +341,15 @@ def test_a_crossing_whose_earlier_sibling_waits_on_its_caller_is_written_after_a
 GATHER = Path(__file__).with_name("gather_agent.py")
 
 
-def gather_child(trace: Path, mode: str, folder: Path, **env: str) -> subprocess.Popen[bytes]:
-    """tests/gather_agent.py in a fresh interpreter: start, answer or resume the run in trace."""
+def gather_child(trace: Path, mode: str, folder: Path, **env: str) -> Forked:
+    """tests/gather_agent.py in a new process (children.ZYGOTE): start, answer or resume the run in trace."""
     environ = {**os.environ, "GATHER_DIR": str(folder), **env}
-    return subprocess.Popen(
+    return ZYGOTE.Popen(
         [sys.executable, str(GATHER), str(trace), mode], env=environ, stdout=subprocess.PIPE, stderr=subprocess.PIPE
     )
 
 
-def outcome_of(child: subprocess.Popen[bytes]) -> dict[str, Any]:
+def outcome_of(child: Forked) -> dict[str, Any]:
     out, err = child.communicate(timeout=120)
     assert child.returncode == 0, err.decode()
     return dict(orjson.loads(out.splitlines()[-1]))
@@ -383,8 +382,8 @@ def test_gathered_model_calls_are_served_again_in_every_fresh_process(tmp_path: 
         r = harness.rerun(copy / "run.jsonl", planner=planner, tools=tools)
         assert (r.equal, r.live_calls, r.state) == (True, 0, "DONE"), i
     assert gather_agent.saved() == [drafts[1]] * 20
-    rerun = subprocess.run(
-        [HARNESS, "rerun", str(tmp_path / "copy-0" / "run.jsonl"), "--agent", "gather_agent:make_agent"],
+    rerun = ZYGOTE.run(
+        [*HARNESS, "rerun", str(tmp_path / "copy-0" / "run.jsonl"), "--agent", "gather_agent:make_agent"],
         capture_output=True, text=True, timeout=120, cwd=GATHER.parent, env={**os.environ, "GATHER_DIR": str(tmp_path)},
     )  # fmt: skip
     assert rerun.returncode == 0 and "equal" in rerun.stdout and "0 live calls" in rerun.stdout, rerun.stdout

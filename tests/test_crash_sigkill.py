@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from children import kill_at
+from children import ZYGOTE, kill_at
 
 from harness import Executor, replay
 from harness.testing import counter, fixed_plan, read_records, steps
@@ -34,7 +34,7 @@ Executor(planner=fixed_plan(steps(4)), tools={"work": work}, trace=trace, durabi
 
 def start_and_kill_in_third_call(tmp_path: Path, trace: Path, durability: str) -> None:
     marker = tmp_path / "inside-step-2"
-    child = subprocess.Popen(
+    child = ZYGOTE.Popen(
         [sys.executable, "-c", CHILD, str(trace), str(marker), durability],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE,
     )  # fmt: skip
@@ -63,7 +63,9 @@ def test_a_sigkilled_run_is_finished_by_another_process(tmp_path: Path, trace: P
 def test_the_quick_start_example_loses_power_resumes_and_replays(tmp_path: Path) -> None:
     example = Path(__file__).resolve().parent.parent / "examples" / "quickstart.py"
     trace = tmp_path / "tea.jsonl"
-    out = subprocess.run([sys.executable, str(example), str(trace)], capture_output=True, text=True)
+    out = subprocess.run(
+        [sys.executable, str(example), str(trace)], capture_output=True, text=True
+    )  # as a user runs it
     assert out.returncode == 0, out.stderr
     assert "power cut (SIGKILL)" in out.stdout and "2 verified checkpoints" in out.stdout
     assert "DONE, 4 checkpoints, 1 resume" in out.stdout

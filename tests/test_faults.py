@@ -20,7 +20,6 @@ import errno
 import json
 import os
 import random
-import subprocess
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -28,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from children import ZYGOTE
 
 import harness
 import harness.trace.journal as journal_module
@@ -435,7 +435,7 @@ except test_faults.JournalError as e:
 @pytest.mark.parametrize("limit", [60, 900, 1800, 2600])  # (the whole run writes about 2,700 bytes)
 def test_a_real_file_size_limit_is_a_clean_stop(tmp_path: Path, limit: int) -> None:
     trace = tmp_path / "run.jsonl"
-    proc = subprocess.run(
+    proc = ZYGOTE.run(
         [sys.executable, "-c", CHILD, os.path.dirname(__file__), str(limit), str(trace)],
         capture_output=True, text=True, timeout=120, cwd=tmp_path,
     )  # fmt: skip

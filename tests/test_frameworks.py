@@ -17,28 +17,39 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import framework_agent as fa
 import pytest
 from agent_server import AgentServer
-from agents import Agent as OAAgent
-from agents import OpenAIChatCompletionsModel, function_tool
-from pydantic import TypeAdapter
-from pydantic_ai import Agent
-from pydantic_ai.messages import ModelResponse
-from pydantic_ai.models.function import FunctionModel
+from children import ZYGOTE
 
 import harness
-from harness.openai_agents import Runner
-from harness.pydantic_ai import HarnessDurability
 
-# name: (workflow, its args after the server url)
-FLOWS: dict[str, tuple[harness.Workflow[Any, Any], tuple[str, ...]]] = {
-    "pai-function": (fa.pai_flow, ("function",)),
-    "pai-openai": (fa.pai_flow, ("openai",)),
-    "pai-stream": (fa.pai_flow, ("openai-stream",)),
-    "oa": (fa.oa_flow, ()),
+# The frameworks are imported by the tests that use them, not at collection: every xdist worker collects this
+# module, and importing them costs seconds of CPU. One xdist worker runs test_frameworks, test_frameworks_crash
+# and test_mcp: it alone imports the frameworks and the MCP SDK, and starts their zygote (children.AGENTS), once.
+pytestmark = pytest.mark.xdist_group("frameworks")
+
+# name: (workflow in framework_agent, its args after the server url)
+FLOWS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "pai-function": ("pai_flow", ("function",)),
+    "pai-openai": ("pai_flow", ("openai",)),
+    "pai-stream": ("pai_flow", ("openai-stream",)),
+    "oa": ("oa_flow", ()),
 }
 MODEL_KIND = {"pai": "pydantic_ai.model", "oa": "openai_agents.model"}
+
+
+@pytest.fixture(scope="module")
+def fa() -> Any:
+    """tests/framework_agent.py (it imports both frameworks)."""
+    import framework_agent
+
+    return framework_agent
+
+
+def flow_of(name: str) -> harness.Workflow[Any, Any]:
+    import framework_agent
+
+    return getattr(framework_agent, FLOWS[name][0])  # type: ignore[no-any-return]
 
 
 @pytest.fixture
@@ -64,12 +75,13 @@ def records(trace: Path) -> list[dict[str, Any]]:
 
 
 def record(name: str, server: AgentServer, trace: Path) -> harness.Outcome:
-    flow, args = FLOWS[name]
-    return flow.run(server.url, *args, trace=trace)
+    return flow_of(name).run(server.url, *FLOWS[name][1], trace=trace)
 
 
 @pytest.mark.parametrize("name", list(FLOWS))
-def test_a_run_is_recorded_and_reruns_with_the_server_stopped(name: str, server: AgentServer, tmp_path: Path) -> None:
+def test_a_run_is_recorded_and_reruns_with_the_server_stopped(
+    name: str, server: AgentServer, tmp_path: Path, fa: Any
+) -> None:
     trace = tmp_path / "run.jsonl"
     outcome = record(name, server, trace)
     assert (outcome.state, outcome.result) == ("DONE", "done after 2 tools")
@@ -87,8 +99,7 @@ def test_a_run_is_recorded_and_reruns_with_the_server_stopped(name: str, server:
         assert server.chats == 3 and server.seen[0]["authorization"] == f"Bearer {fa.KEY}"
     server.stop()  # its port closed: a live call would fail, not hang
 
-    flow, _ = FLOWS[name]
-    again = harness.rerun(trace, workflow=flow)
+    again = harness.rerun(trace, workflow=flow_of(name))
     assert (again.state, again.equal, again.live_calls) == ("DONE", True, 0)
     assert effects(tmp_path / "tools.log") == ["charge 0 1", "charge 1 1"]  # no tool called again
 
@@ -110,7 +121,10 @@ def test_two_runs_give_the_same_normalized_trace(name: str, tmp_path: Path) -> N
     assert raw[0] != raw[1]  # the files do differ (run ids, times, made-up tool call ids): normalize leaves them out
 
 
-def test_a_served_response_is_the_same_object(tmp_path: Path) -> None:
+def test_a_served_response_is_the_same_object(tmp_path: Path, fa: Any) -> None:
+    from pydantic import TypeAdapter
+    from pydantic_ai.messages import ModelResponse
+
     adapter = TypeAdapter(ModelResponse)
     agent = fa.pai_agent("", "function")
 
@@ -127,7 +141,7 @@ def test_a_served_response_is_the_same_object(tmp_path: Path) -> None:
     assert live.result and len(live.result) == 3
 
 
-def test_a_fork_at_the_second_model_answer_runs_the_rest_live(tmp_path: Path) -> None:
+def test_a_fork_at_the_second_model_answer_runs_the_rest_live(tmp_path: Path, fa: Any) -> None:
     trace = tmp_path / "run.jsonl"
     assert fa.pai_flow.run("", "function", trace=trace).state == "DONE"
     models = [c for c in harness.replay(trace).crossings if c.kind == "pydantic_ai.model"]
@@ -140,7 +154,7 @@ def test_a_fork_at_the_second_model_answer_runs_the_rest_live(tmp_path: Path) ->
     assert intents[-1] == {"a": 40, "b": 1}
 
 
-def test_an_agents_sdk_fork_at_the_second_model_answer(server: AgentServer, tmp_path: Path) -> None:
+def test_an_agents_sdk_fork_at_the_second_model_answer(server: AgentServer, tmp_path: Path, fa: Any) -> None:
     trace = tmp_path / "run.jsonl"
     assert record("oa", server, trace).state == "DONE"
     models = [c for c in harness.replay(trace).crossings if c.kind == "openai_agents.model"]
@@ -155,7 +169,12 @@ def test_an_agents_sdk_fork_at_the_second_model_answer(server: AgentServer, tmp_
     assert server.chats == 4  # the three of the recording, and the last answer of the fork
 
 
-def test_a_changed_prompt_drifts_at_the_new_message(tmp_path: Path) -> None:
+def test_a_changed_prompt_drifts_at_the_new_message(tmp_path: Path, fa: Any) -> None:
+    from pydantic_ai import Agent
+    from pydantic_ai.models.function import FunctionModel
+
+    from harness.pydantic_ai import HarnessDurability
+
     trace = tmp_path / "run.jsonl"
     agent = Agent(FunctionModel(fa.scripted), name="shop", capabilities=[HarnessDurability()])
     agent.tool_plain(fa.charge)
@@ -171,7 +190,9 @@ def test_a_changed_prompt_drifts_at_the_new_message(tmp_path: Path) -> None:
         harness.rerun(trace, workflow=flow)
 
 
-def test_outside_a_harness_run_nothing_changes(tmp_path: Path, server: AgentServer, monkeypatch: Any) -> None:
+def test_outside_a_harness_run_nothing_changes(tmp_path: Path, server: AgentServer, monkeypatch: Any, fa: Any) -> None:
+    from harness.openai_agents import Runner
+
     monkeypatch.chdir(tmp_path)
     result = fa.pai_agent("", "function").run_sync("charge twice")
     assert result.output == "done after 2 tools"
@@ -181,7 +202,9 @@ def test_outside_a_harness_run_nothing_changes(tmp_path: Path, server: AgentServ
     assert sorted(p.name for p in tmp_path.iterdir()) == ["tools.log"]  # nothing but the tool's own effects
 
 
-def test_streams_are_recorded_and_served(server: AgentServer, tmp_path: Path) -> None:
+def test_streams_are_recorded_and_served(server: AgentServer, tmp_path: Path, fa: Any) -> None:
+    from harness.openai_agents import Runner
+
     trace = tmp_path / "run.jsonl"
 
     @harness.workflow
@@ -199,7 +222,7 @@ def test_streams_are_recorded_and_served(server: AgentServer, tmp_path: Path) ->
     assert again.equal and again.live_calls == 0
 
 
-def test_inside_a_recorder_a_tool_call_is_a_crossing(tmp_path: Path) -> None:
+def test_inside_a_recorder_a_tool_call_is_a_crossing(tmp_path: Path, fa: Any) -> None:
     trace = tmp_path / "run.jsonl"
     agent = fa.pai_agent("", "function")
     with harness.Recorder(trace, entrypoint="t", goal=None):
@@ -210,7 +233,15 @@ def test_inside_a_recorder_a_tool_call_is_a_crossing(tmp_path: Path) -> None:
     assert tool.request["tool"] == "charge" and tool.response == {"kind": "tool_return", "result": 1}
 
 
-def test_a_tool_result_that_is_not_json_names_the_tool(tmp_path: Path, server: AgentServer) -> None:
+def test_a_tool_result_that_is_not_json_names_the_tool(tmp_path: Path, server: AgentServer, fa: Any) -> None:
+    from agents import Agent as OAAgent
+    from agents import OpenAIChatCompletionsModel, function_tool
+    from pydantic_ai import Agent
+    from pydantic_ai.models.function import FunctionModel
+
+    from harness.openai_agents import Runner
+    from harness.pydantic_ai import HarnessDurability
+
     agent = Agent(FunctionModel(fa.scripted), name="shop", capabilities=[HarnessDurability()])
 
     @agent.tool_plain(name="charge")
@@ -272,16 +303,14 @@ def test_an_older_framework_is_refused_with_the_version_it_needs(
     assert last.startswith("harness._errors.HarnessError") and f"{needs} or newer, and {old} is installed" in last
 
 
-def test_show_reads_a_model_answer_as_text(tmp_path: Path) -> None:
+def test_show_reads_a_model_answer_as_text(tmp_path: Path, fa: Any) -> None:
     trace = tmp_path / "run.jsonl"
     fa.pai_flow.run("", "function", trace=trace)
-    out = subprocess.run(
-        [sys.executable, "-m", "harness.cli", "show", str(trace)], capture_output=True, text=True, timeout=300
-    ).stdout
+    out = ZYGOTE.run([sys.executable, "-m", "harness.cli", "show", str(trace)], capture_output=True, text=True).stdout
     assert 'said=→ charge {"a":0,"b":1}' in out and "said=done after 2 tools" in out
 
 
-def test_an_async_workflow_may_run_two_agents_and_gather_them(tmp_path: Path) -> None:
+def test_an_async_workflow_may_run_two_agents_and_gather_them(tmp_path: Path, fa: Any) -> None:
     trace = tmp_path / "run.jsonl"
     one, two = fa.pai_agent("", "function"), fa.pai_agent("", "function")
 
@@ -297,7 +326,17 @@ def test_an_async_workflow_may_run_two_agents_and_gather_them(tmp_path: Path) ->
     assert os.path.getsize(trace) > 0
 
 
-def test_an_idempotent_tool_gets_its_step_key_from_harness_idempotency_key(server: AgentServer, tmp_path: Path) -> None:
+def test_an_idempotent_tool_gets_its_step_key_from_harness_idempotency_key(
+    server: AgentServer, tmp_path: Path, fa: Any
+) -> None:
+    from agents import Agent as OAAgent
+    from agents import OpenAIChatCompletionsModel, function_tool
+    from pydantic_ai import Agent
+    from pydantic_ai.models.function import FunctionModel
+
+    from harness.openai_agents import Runner
+    from harness.pydantic_ai import HarnessDurability
+
     agent = Agent(FunctionModel(fa.scripted), name="shop", capabilities=[HarnessDurability()])
     agent.tool_plain(name="charge")(fa.reserve)  # the model calls "charge": here it is the idempotent reserve
     oa = OAAgent(
@@ -323,10 +362,12 @@ def test_an_mcp_toolset_calls_are_steps_with_the_contracts_of_their_annotations(
     tmp_path: Path, monkeypatch: Any
 ) -> None:
     from fastmcp.client.transports import StdioTransport
+    from pydantic_ai import Agent
     from pydantic_ai.mcp import MCPToolset
-    from pydantic_ai.messages import TextPart, ToolCallPart
+    from pydantic_ai.messages import ModelResponse, TextPart, ToolCallPart
+    from pydantic_ai.models.function import FunctionModel
 
-    from harness.pydantic_ai import mcp_meta
+    from harness.pydantic_ai import HarnessDurability, mcp_meta
 
     monkeypatch.setenv("SHOP_LOG", str(tmp_path / "shop.log"))
     plan = [("lookup", {"order": 7}), ("send_email", {"to": "a@b.c", "body": "hi"}), ("refund", {"order": 7})]

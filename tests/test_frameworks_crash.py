@@ -1,35 +1,41 @@
 """Framework agents SIGKILLed before, during and after a model call and inside an unsafe tool, resumed in new processes.
 
-Each run and each resume is a fresh process forked from a forkserver that
-has imported the frameworks once (they cost seconds of CPU per import); the
-SIGKILL is real. The model is a real chat-completions server in this
-process (tests/agent_server.py), which counts the requests it is sent: a
-resume sends no request the trace holds an answer to, and the unsafe tool's
-effects (a line per call in a log file) happen once.
+Each run and each resume is a new process forked from a zygote that has
+imported the frameworks once (tests/children.py: they cost seconds of CPU
+per import); the SIGKILL is real. The model is a real chat-completions
+server in this process (tests/agent_server.py), which counts the requests
+it is sent: a resume sends no request the trace holds an answer to, and the
+unsafe tool's effects (a line per call in a log file) happen once.
 """
 
 from __future__ import annotations
 
+import json
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 from agent_server import AgentServer
-from children import finished, forked, kill_when
+from children import AGENTS, Forked, finished, kill_when
 
 import harness
 
+# One xdist worker runs test_frameworks, test_frameworks_crash and test_mcp: it alone imports the frameworks and
+# the MCP SDK (seconds of CPU), and starts their zygote (children.AGENTS), once.
+pytestmark = pytest.mark.xdist_group("frameworks")
+
 FLOWS = {"pai": ("pai", ("openai",)), "pai-function": ("pai", ("function",)), "oa": ("oa", ())}
+CHILD = "import json, sys, framework_agent; framework_agent.child(*json.loads(sys.argv[1]))"
 
 
-def start(name: str, server: AgentServer, trace: Path, tmp: Path, kill: str = "") -> Any:
-    import framework_agent
-
+def start(name: str, server: AgentServer, trace: Path, tmp: Path, kill: str = "") -> Forked:
     flow, args = FLOWS[name]
     env = {"FRAMEWORK_LOG": str(tmp / "tools.log"), "FRAMEWORK_MARKER": str(tmp / "marker"), "FRAMEWORK_KILL": kill}
     out = tmp / "outcome"
     out.unlink(missing_ok=True)
-    return forked(framework_agent.child, flow, (server.url, *args), str(trace), env, str(out))
+    request = [flow, [server.url, *args], str(trace), env, str(out)]
+    return AGENTS.Popen([sys.executable, "-c", CHILD, json.dumps(request)])
 
 
 def finish(child: Any, tmp: Path) -> str:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -13,12 +12,13 @@ from typing import Any
 
 import orjson
 import pytest
+from children import ZYGOTE
 
 import harness
 from harness import Executor, HarnessError, Step, TraceCorruption, replay
 from harness.testing import FakeLLM, counter, read_records, write_trace
 
-HARNESS = shutil.which("harness") or str(Path(sys.executable).parent / "harness")
+HARNESS = [sys.executable, "-m", "harness.cli"]  # the command line, in a process of its own (children.ZYGOTE)
 
 
 def asking_agent(model: FakeLLM | None = None) -> tuple[Any, dict[str, Any], list[Any]]:
@@ -288,7 +288,7 @@ def test_harness_resume_answers_from_the_command_line(tmp_path: Path) -> None:
     assert Executor(planner=planner, tools=tools, trace=trace).run("refund 7").state == "PAUSED"
 
     def cli(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([HARNESS, *args], capture_output=True, text=True, timeout=60, cwd=tmp_path)
+        return ZYGOTE.run([*HARNESS, *args], capture_output=True, text=True, timeout=60, cwd=tmp_path)
 
     summary = cli("replay", str(trace))
     assert summary.returncode == 0 and 'waiting for an answer to {"approve":"refund 7"}' in summary.stdout
@@ -528,7 +528,7 @@ def test_an_answered_question_then_a_tool_in_flight_at_a_sigkill(tmp_path: Path,
     trace = tmp_path / "run.jsonl"
     planner, tools, _ = answered_agent.make(effect)
     assert Executor(planner=planner, tools=tools, trace=trace).run("refund").state == "PAUSED"
-    child = subprocess.Popen(
+    child = ZYGOTE.Popen(
         [sys.executable, str(tmp_path / "answered_agent.py"), str(trace), effect],
         env={**os.environ, "KILL_IN_CALL": "1"}, stderr=subprocess.PIPE,
     )  # fmt: skip
@@ -555,8 +555,8 @@ def test_an_answered_question_then_a_tool_in_flight_at_a_sigkill(tmp_path: Path,
         assert folder_state(tmp_path) == before
     row = harness.list_runs(tmp_path)[0]
     assert row.status == "paused" and "reconcile" in (row.detail or "")
-    done = subprocess.run(
-        [HARNESS, "reconcile", str(trace), "--happened", "--result", '{"paid": 5}', "--evidence", "the bank says"],
+    done = ZYGOTE.run(
+        [*HARNESS, "reconcile", str(trace), "--happened", "--result", '{"paid": 5}', "--evidence", "the bank says"],
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
@@ -629,10 +629,10 @@ def test_an_answer_survives_a_reconcile_of_the_unsafe_call_that_asked(tmp_path: 
     trace, marker, script = tmp_path / "t.jsonl", tmp_path / "m", tmp_path / "child.py"
     script.write_text(PAY_CHILD)
     cwd = str(Path(__file__).parent.parent)
-    first = subprocess.run([sys.executable, str(script), str(trace), str(marker)], capture_output=True, cwd=cwd)
+    first = ZYGOTE.run([sys.executable, str(script), str(trace), str(marker)], capture_output=True, cwd=cwd)
     assert first.stdout.strip() == b"PAUSED", first.stderr  # asked "pay?"
     Path(f"{marker}.go").write_text("")
-    child = subprocess.Popen(
+    child = ZYGOTE.Popen(
         [sys.executable, str(script), str(trace), str(marker), "yes"], cwd=cwd,
         stdout=subprocess.PIPE, stderr=subprocess.PIPE,
     )  # fmt: skip
@@ -710,10 +710,10 @@ def test_a_tool_called_again_after_a_crash_is_never_given_a_redacted_answer(tmp_
     trace, marker, script = tmp_path / "t.jsonl", tmp_path / "m", tmp_path / "child.py"
     script.write_text(LOGIN_CHILD)
     cwd = str(Path(__file__).parent.parent)
-    first = subprocess.run([sys.executable, str(script), str(trace), str(marker)], capture_output=True, cwd=cwd)
+    first = ZYGOTE.run([sys.executable, str(script), str(trace), str(marker)], capture_output=True, cwd=cwd)
     assert first.stdout.strip() == b"PAUSED", first.stderr
     Path(f"{marker}.go").write_text("")
-    child = subprocess.Popen(
+    child = ZYGOTE.Popen(
         [sys.executable, str(script), str(trace), str(marker), "answer"], cwd=cwd,
         stdout=subprocess.PIPE, stderr=subprocess.PIPE,
     )  # fmt: skip

@@ -1,4 +1,4 @@
-"""harness.mcp against a real MCP server (tests/mcp_server.py) over stdio in a subprocess: a workflow records a
+"""harness.mcp against a real MCP server (tests/mcp_server.py) over stdio in a process of its own: a workflow records a
 read-only, an idempotent and a destructive tool call with the contracts their annotations say; a SIGKILL in
 each call, resumed in a new process: the read made again with no pause, the idempotent call made again with the
 same key in its `_meta`, the destructive one PAUSED until `harness reconcile`, its effect made once; a rerun
@@ -18,15 +18,34 @@ from typing import Any
 
 import orjson
 import pytest
-from children import forked, kill_when
+from children import AGENTS, Forked, kill_when
 
 import harness
 
-mcp = pytest.importorskip("mcp")
-import mcp_agent  # noqa: E402 - needs mcp
-from mcp.types import CallToolResult, TextContent  # noqa: E402
+# One xdist worker runs test_frameworks, test_frameworks_crash and test_mcp: it alone imports the frameworks and
+# the MCP SDK (seconds of CPU), and starts their zygote (children.AGENTS), once.
+pytestmark = pytest.mark.xdist_group("frameworks")
 
-import harness.mcp  # noqa: E402
+mcp: Any = None
+mcp_agent: Any = None
+CallToolResult: Any = None
+TextContent: Any = None
+
+
+@pytest.fixture(scope="module", autouse=True)
+def sdk() -> None:
+    """The MCP SDK, imported by the process that runs these tests, not at collection (seconds of CPU in every
+    xdist worker): its names here are set once, before the first test."""
+    global mcp, mcp_agent, CallToolResult, TextContent
+    mcp = pytest.importorskip("mcp")
+    import mcp_agent as agent
+    from mcp.types import CallToolResult as Result
+    from mcp.types import TextContent as Text
+
+    import harness.mcp  # noqa: F401 - harness.mcp below
+
+    mcp_agent, CallToolResult, TextContent = agent, Result, Text
+
 
 TESTS = Path(__file__).resolve().parent
 SERVER = str(TESTS / "mcp_server.py")
@@ -39,9 +58,14 @@ DONE = {
 }
 
 
+# The children (tests/mcp_agent.py's child()) and the servers they start (its params()) are new processes forked
+# from children.AGENTS, a zygote that imported the SDK's client and server once.
+CHILD = "import json, sys, mcp_agent; mcp_agent.child(*json.loads(sys.argv[1]))"
+
+
 def env(tmp: Path, **more: str) -> dict[str, str]:
     """The variables a child sets (tests/mcp_agent.py reads them)."""
-    return {"MCP_SERVER": SERVER, "TOOL_LOG": str(tmp / "tool.log"), **more}
+    return {"MCP_SERVER": SERVER, "TOOL_LOG": str(tmp / "tool.log"), "MCP_ZYGOTE": AGENTS.socket(), **more}
 
 
 def log(tmp: Path) -> list[dict[str, Any]]:
@@ -53,18 +77,18 @@ def intents(trace: Path) -> list[dict[str, Any]]:
     return [r for r in map(orjson.loads, trace.read_bytes().splitlines()) if r.get("to") == "ACT"]
 
 
-def start(trace: Path, environ: dict[str, str]) -> Any:
-    """A process running the workflow over trace (run or resume), forked from a forkserver that imported the SDK."""
+def start(trace: Path, environ: dict[str, str]) -> Forked:
+    """A process running the workflow over trace (run or resume)."""
     out = trace.parent / "outcome"
     out.unlink(missing_ok=True)
-    return forked(mcp_agent.child, str(trace), environ, str(out))
+    return AGENTS.Popen([sys.executable, "-c", CHILD, json.dumps([str(trace), environ, str(out)])])
 
 
 def resumed(trace: Path, environ: dict[str, str]) -> dict[str, Any]:
     out = trace.parent / "outcome"
     child = start(trace, environ)
-    child.join(300)  # a hang guard, not a timing assertion
-    assert child.exitcode == 0, out.read_text() if out.exists() else f"exit {child.exitcode}"
+    child.wait(300)  # a hang guard, not a timing assertion
+    assert child.returncode == 0, out.read_text() if out.exists() else f"exit {child.returncode}"
     return dict(json.loads(out.read_text()))
 
 

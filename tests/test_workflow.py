@@ -5,14 +5,15 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
+from children import ZYGOTE
 
 import harness
 from harness import Executor, ReplayDrift, ResumeMismatch, Step, ToolError, TraceCorruption, TraceMissing, replay
@@ -658,9 +659,9 @@ def test_a_lambda_or_a_closure_cannot_be_given_to_a_command(tmp_path: Path) -> N
     trace = tmp_path / "run.jsonl"
     research.run("ducks", trace=trace)
     for attr, why in (("lam", "lambda"), ("closure", "inside a function")):
-        done = subprocess.run(
-            ["harness", "rerun", str(trace), "--workflow", f"flows:{attr}"], cwd=tmp_path, capture_output=True,
-            text=True, check=False,
+        done = ZYGOTE.run(
+            [sys.executable, "-m", "harness.cli", "rerun", str(trace), "--workflow", f"flows:{attr}"], cwd=tmp_path,
+            capture_output=True, text=True,
         )  # fmt: skip
         assert done.returncode == 2 and why in done.stderr and "Traceback" not in done.stderr, done.stderr
     assert harness.workflow(lambda: 1).run(trace=tmp_path / "lam.jsonl").result == 1  # in-process, it runs
@@ -778,7 +779,7 @@ def test_show_verify_runs_diff_export_and_import_read_a_workflow_trace(tmp_path:
     trace = Path(out.trace)
     assert trace.parent == runs
     for args in (["show", str(trace)], ["verify", str(trace)], ["runs", str(runs)], ["replay", str(trace)]):
-        done = subprocess.run(["harness", *args], capture_output=True, text=True, check=False)
+        done = ZYGOTE.run([sys.executable, "-m", "harness.cli", *args], capture_output=True, text=True)
         assert done.returncode == 0, (args, done.stderr)
     other = research.run("geese", runs_dir=runs)
     d = harness.diff(trace, other.trace)
@@ -821,13 +822,23 @@ def test_a_workflow_run_on_object_storage_resumes_there(runs: str) -> None:
     assert rep.state == "DONE" and rep.resumes == 1
 
 
-def test_the_cli_resumes_recovers_reruns_and_forks_a_workflow(tmp_path: Path) -> None:
-    tests = str(Path(__file__).resolve().parent)
-    environ = {**os.environ, "PYTHONPATH": tests + os.pathsep + os.environ.get("PYTHONPATH", "")}
+def test_the_cli_resumes_recovers_reruns_and_forks_a_workflow(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The commands run in this process (harness.cli.main, what the console script calls): `--workflow
+    test_workflow:approve` is this module. (A command in a process of its own: test_cli.py, and the two below.)"""
+    from harness.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", list(sys.path))  # (the loader puts the current directory on it)
 
     def cli(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(["harness", *args], cwd=tmp_path, env=environ, capture_output=True, text=True,
-                              check=False)  # fmt: skip
+        try:
+            code = main([str(a) for a in args])
+        except SystemExit as e:  # argparse's refusal
+            code = int(e.code or 0)
+        out, err = capsys.readouterr()
+        return subprocess.CompletedProcess(args, code, out, err)
 
     runs = tmp_path / "runs"
     runs.mkdir()

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 from chat_server import ChatServer
-from children import kill_at
+from children import ZYGOTE, kill_at
 
 import harness
 
@@ -62,7 +62,7 @@ def env(server: ChatServer, ledger: Path, **more: str) -> dict[str, str]:
 
 def run(trace: Path, environ: dict[str, str]) -> subprocess.CompletedProcess[str]:
     """Run (or resume) the workflow in a new process."""
-    return subprocess.run(
+    return ZYGOTE.run(
         [sys.executable, "-c", CHILD, str(trace)], env=environ, capture_output=True, text=True, timeout=120, check=False
     )
 
@@ -89,7 +89,7 @@ def recorded(trace: Path) -> list[str]:
 def killed(tmp_path: Path, server: ChatServer, point: str) -> Path:
     """The trace of a run SIGKILLed at point."""
     trace, mark = tmp_path / "run.jsonl", tmp_path / "mark"
-    child = subprocess.Popen(
+    child = ZYGOTE.Popen(
         [sys.executable, "-c", CHILD, str(trace)],
         env=env(server, tmp_path, WF_KILL=point, WF_MARK=str(mark)),
         stdout=subprocess.PIPE,

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 from chat_server import ChatServer
-from children import kill_at
+from children import ZYGOTE, kill_at
 
 import harness
 
@@ -58,7 +58,7 @@ def env(server: ChatServer, ledger: Path, **more: str) -> dict[str, str]:
 
 def resumed(trace: Path, environ: dict[str, str]) -> dict[str, Any]:
     """Run (or resume) the workflow in a new process; its outcome."""
-    done = subprocess.run(
+    done = ZYGOTE.run(
         [sys.executable, "-c", CHILD, str(trace)], env=environ, capture_output=True, text=True, timeout=120, check=False
     )
     assert done.returncode == 0, done.stderr
@@ -80,7 +80,7 @@ def test_an_uncrashed_run(tmp_path: Path, server: ChatServer) -> None:
 @pytest.mark.parametrize("point", POINTS)
 def test_sigkill_then_resume_in_a_new_process(tmp_path: Path, server: ChatServer, point: str) -> None:
     trace, mark = tmp_path / "run.jsonl", tmp_path / "mark"
-    child = subprocess.Popen(
+    child = ZYGOTE.Popen(
         [sys.executable, "-c", CHILD, str(trace)],
         env=env(server, tmp_path, WF_KILL=point, WF_MARK=str(mark)),
         stdout=subprocess.PIPE,
@@ -134,7 +134,7 @@ print(json.dumps({{"state": out.state, "result": out.result}}))
 
 
 def gathered(trace: Path, name: str, topics: list[str], environ: dict[str, str]) -> dict[str, Any]:
-    done = subprocess.run(
+    done = ZYGOTE.run(
         [sys.executable, "-c", GATHER, str(trace), name, json.dumps(topics)],
         env=environ, capture_output=True, text=True, timeout=120, check=False,
     )  # fmt: skip
@@ -148,7 +148,7 @@ def test_a_gather_of_three_model_calls_killed_midway_resumes_in_a_new_process(tm
     resumed process makes no recorded call again, and the run reruns with zero live calls."""
     topics, trace, mark = ["a", "b", "c"], tmp_path / "run.jsonl", tmp_path / "mark"
     base = {**os.environ, "WF_LEDGER": str(tmp_path)}
-    child = subprocess.Popen(
+    child = ZYGOTE.Popen(
         [sys.executable, "-c", GATHER, str(trace), "fan_out", json.dumps(topics)],
         env={**base, "WF_HANG": hang, "WF_MARK": str(mark)}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
     )  # fmt: skip

@@ -17,7 +17,7 @@ from typing import Any
 import orjson
 import pair_agent
 import pytest
-from children import kill_at
+from children import ZYGOTE, kill_at
 
 import harness
 
@@ -123,7 +123,7 @@ POINTS = [
 def test_sigkill_anywhere_then_resume_in_a_new_process(tmp_path: Path, point: str) -> None:
     trace, mark = tmp_path / "run.jsonl", tmp_path / "mark"
     env = {**os.environ, "WF_LEDGER": str(tmp_path)}
-    child = subprocess.Popen(
+    child = ZYGOTE.Popen(
         [sys.executable, "-c", CHILD, str(trace)],
         env={**env, "WF_KILL": point, "WF_MARK": str(mark)}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
     )  # fmt: skip
@@ -132,7 +132,7 @@ def test_sigkill_anywhere_then_resume_in_a_new_process(tmp_path: Path, point: st
     recorded = [f"{c.request['who']}-{c.request['turn']}" for c in harness.replay(trace).crossings if c.kind == "llm"]
     made = lines(tmp_path / "model")
 
-    done = subprocess.run([sys.executable, "-c", CHILD, str(trace)], env=env, capture_output=True, text=True,
+    done = ZYGOTE.run([sys.executable, "-c", CHILD, str(trace)], env=env, capture_output=True, text=True,
                           timeout=120, check=False)  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout.splitlines()[-1]) == {"state": "DONE", "result": pair_agent.expected()}
