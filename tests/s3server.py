@@ -19,10 +19,15 @@ from contextlib import contextmanager
 from typing import Any
 
 import pytest
+from children import Zygote
 
 import harness
 
 ENV = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}
+
+# The object-storage tests' writers and readers in child processes: forked from a zygote that imported the s3
+# extra (fsspec, s3fs: a second of CPU in each fresh interpreter) and the fleet agent once (tests/children.py).
+CHILDREN = Zygote("harness", "harness.store", "fsspec", "s3fs", "fleet_agent", "orjson", "sqlite3")
 
 
 def need_s3() -> None:

@@ -18,6 +18,7 @@ from typing import Any
 
 import orjson
 import pytest
+from children import ZYGOTE, Forked
 
 import harness
 from harness import BundleError, Executor, HarnessError, Step, TraceCorruption, replay
@@ -532,7 +533,7 @@ Executor(planner=fixed_plan(steps(3)), tools={"work": lambda i: {"i": i, "page":
 @pytest.mark.parametrize("when", ["before-rename", "after-rename"])
 def test_a_writer_killed_while_storing_a_blob_leaves_a_trace_that_resumes(tmp_path: Path, when: str) -> None:
     trace = tmp_path / "run.jsonl"
-    child = subprocess.run([sys.executable, "-c", KILLED_IN_A_BLOB, str(trace), when], timeout=60)
+    child = ZYGOTE.run([sys.executable, "-c", KILLED_IN_A_BLOB, str(trace), when], timeout=60)
     assert child.returncode == -9
     rep = replay(trace)  # every blob a line names is there: the line is written only after its blob
     assert rep.state == "ACT" and len(rep.checkpoints) == 1 and len(rep.blobs) == 1
@@ -607,12 +608,12 @@ def one_run_bundle(folder: Path, goal: str, out: Path) -> bytes:
     return trace.read_bytes()
 
 
-def importing(bundle: Path, into: Path) -> subprocess.Popen[str]:
+def importing(bundle: Path, into: Path) -> Forked:
     argv = [sys.executable, "-c", IMPORT, str(bundle), str(into)]
-    return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return ZYGOTE.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-def first_blob(into: Path, child: subprocess.Popen[str]) -> bool:
+def first_blob(into: Path, child: Forked) -> bool:
     """Spin until the child's first blob lands in into/blobs (True: it has checked the folder), or it ends."""
     while child.poll() is None:
         with contextlib.suppress(FileNotFoundError), os.scandir(into / "blobs") as found:
@@ -621,7 +622,7 @@ def first_blob(into: Path, child: subprocess.Popen[str]) -> bool:
     return False
 
 
-def staged(into: Path, child: subprocess.Popen[str], files: int) -> None:
+def staged(into: Path, child: Forked, files: int) -> None:
     """Return once the child has unpacked all its files into its staging folder (or has ended)."""
 
     def unpacked() -> int:
