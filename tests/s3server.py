@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -18,10 +19,15 @@ from contextlib import contextmanager
 from typing import Any
 
 import pytest
+from children import Zygote
 
 import harness
 
 ENV = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}
+
+# The object-storage tests' writers and readers in child processes: forked from a zygote that imported the s3
+# extra (fsspec, s3fs: a second of CPU in each fresh interpreter) and the fleet agent once (tests/children.py).
+CHILDREN = Zygote("harness", "harness.store", "fsspec", "s3fs", "fleet_agent", "orjson", "sqlite3")
 
 
 def need_s3() -> None:
@@ -32,13 +38,17 @@ def need_s3() -> None:
 
 @contextmanager
 def s3_server() -> Iterator[str]:
-    from moto.server import ThreadedMotoServer
+    """moto's S3 app served on 127.0.0.1 (a free port) by werkzeug on a thread, as moto's ThreadedMotoServer
+    serves it, but without moto's dispatcher: that works out which of moto's ~180 services each request is for,
+    listing its package folder twice a request, a third of the server's CPU. Every request here is S3's."""
+    from moto.moto_server.werkzeug_app import MotoRequestHandler, create_backend_app
+    from werkzeug.serving import make_server
 
     logging.getLogger("werkzeug").setLevel(logging.ERROR)  # no line per request in the test output
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    endpoint = f"http://{host}:{port}"
+    server = make_server("127.0.0.1", 0, create_backend_app("s3"), threaded=True, request_handler=MotoRequestHandler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True, name="s3-server")
+    thread.start()
+    endpoint = f"http://127.0.0.1:{server.server_port}"
     saved = {k: os.environ.get(k) for k in [*ENV, "AWS_ENDPOINT_URL"]}
     os.environ.update(ENV, AWS_ENDPOINT_URL=endpoint)
     from s3fs import S3FileSystem
@@ -52,7 +62,10 @@ def s3_server() -> Iterator[str]:
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
-        server.stop()
+        S3FileSystem.clear_instance_cache()  # nor may one point at this server once it is gone
+        server.shutdown()
+        thread.join()
+        server.server_close()
 
 
 def new_bucket() -> str:
@@ -67,14 +80,17 @@ def new_bucket() -> str:
 
 def until_stale(runs: str, trace: str) -> None:
     """Wait until the killed writer of trace is listed as gone (its lease stale): a hang guard, not a timing check."""
+    from harness.storage.lease import every
+
     deadline = time.monotonic() + 60
     while {r.path: r.status for r in harness.list_runs(runs)}[trace] == "running":
         assert time.monotonic() < deadline, f"{trace} still listed as running a minute after its writer was killed"
-        time.sleep(0.1)
+        time.sleep(every() / 2)  # it goes stale 3 periods after its last renewal: a listing (4 requests) a half-period
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def server() -> Iterator[str]:
+    """One server per test process (each xdist worker's own): every test has a fresh bucket (`runs`)."""
     with s3_server() as endpoint:
         yield endpoint
 

@@ -257,10 +257,15 @@ def test_fifos_in_place_of_blobs_never_exhaust_the_viewer(tmp_path: Path) -> Non
         url = re.search(r"http://127\.0\.0\.1:\d+/", proc.stdout.readline())
         assert url, proc.stderr.read() if proc.poll() is not None and proc.stderr else "no URL printed"
         base = url[0]
-        with concurrent.futures.ThreadPoolExecutor(50) as pool:  # more than the server's worker threads (40)
-            asks = [pool.submit(httpx.get, f"{base}api/runs/a/verify", timeout=60) for _ in range(45)]
-            asks += [pool.submit(httpx.get, f"{base}api/runs/a/record?line={artifact}", timeout=60) for _ in range(5)]
-            assert httpx.get(base + "api/runs", timeout=60).status_code == 200  # before: never answered
+        # one client for every request (a client per request built an SSL context each: 3 s of CPU), its pool
+        # as wide as the asks: each ask still has a connection of its own
+        with (
+            httpx.Client(timeout=60, limits=httpx.Limits(max_connections=60)) as http,
+            concurrent.futures.ThreadPoolExecutor(50) as pool,
+        ):  # more than the server's worker threads (40)
+            asks = [pool.submit(http.get, f"{base}api/runs/a/verify") for _ in range(45)]
+            asks += [pool.submit(http.get, f"{base}api/runs/a/record?line={artifact}") for _ in range(5)]
+            assert http.get(base + "api/runs").status_code == 200  # before: never answered
             answers = [a.result() for a in asks]
         assert all(a.status_code in (200, 404) and "Traceback" not in a.text for a in answers)
         verified = [a.json() for a in answers[:45]]

@@ -17,6 +17,7 @@ from typing import Any
 
 import orjson
 import pytest
+from children import ZYGOTE, Forked
 
 import harness
 from harness import Executor, HarnessError, Tool, TraceCorruption, TraceUnreadable
@@ -215,20 +216,22 @@ def test_a_resume_killed_after_its_record_before_the_cut_leaves_a_torn_tail(tmp_
 
 
 CHILD = """
-import sys
+import sys, time
 from harness import Executor
 from harness.testing import counter, fixed_plan, steps
-print("ready", flush=True)
-Executor(planner=fixed_plan(steps(3)), tools={"work": counter()}, trace=sys.argv[1], resume=True).run("g")
-print("done", flush=True)
-sys.stdin.read()  # wait to be killed, so that the pid is never reused
+trace, ready, done = sys.argv[1:]
+open(ready, "w").close()
+Executor(planner=fixed_plan(steps(3)), tools={"work": counter()}, trace=trace, resume=True).run("g")
+open(done, "w").close()
+time.sleep(600)  # wait to be killed, so that the pid is never reused
 """
 
 
 def test_kills_during_set_aside_leave_every_torn_file_named(tmp_path: Path) -> None:
     """SIGKILL at random moments of resumes that set a 4 MB torn tail aside (issue 15: before, killed
     copies were left as `.torn-N` files that no record named). Then a clean resume: every `.torn-N`
-    on disk is named by a record, and the tail is whole in the first one."""
+    on disk is named by a record, and the tail is whole in the first one. The resumes run in processes
+    forked from the zygote (tests/children.py), harness imported: the kills fall after that anyway."""
     import random
     import signal
     import time
@@ -237,20 +240,22 @@ def test_kills_during_set_aside_leave_every_torn_file_named(tmp_path: Path) -> N
     tail = crashed_with_tail(master, b'{"seq":7,"kind":"transition","x":"' + b"y" * (4 << 20))
     rng = random.Random(15)
 
-    def child(folder: Path) -> tuple[subprocess.Popen[str], float]:
+    def until(marker: Path, proc: Forked) -> float:
+        while not marker.exists():
+            assert proc.poll() is None, proc.communicate()
+            time.sleep(0.001)
+        return time.monotonic()
+
+    def child(folder: Path) -> tuple[Forked, float]:
         shutil.copy(master, folder / "run.jsonl")
-        proc = subprocess.Popen(
-            [sys.executable, "-c", CHILD, str(folder / "run.jsonl")],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-        )  # fmt: skip
-        assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
-        return proc, time.monotonic()
+        args = [str(folder / name) for name in ("run.jsonl", "ready", "done")]
+        proc = ZYGOTE.Popen([sys.executable, "-c", CHILD, *args], stderr=subprocess.PIPE)
+        return proc, until(folder / "ready", proc)
 
     calibrate = tmp_path / "calibrate"
     calibrate.mkdir()
     proc, started = child(calibrate)
-    assert proc.stdout is not None and proc.stdout.readline() == "done\n"
-    span = time.monotonic() - started
+    span = until(calibrate / "done", proc) - started
     proc.kill()
     proc.wait()
     for k in range(12):
@@ -258,8 +263,8 @@ def test_kills_during_set_aside_leave_every_torn_file_named(tmp_path: Path) -> N
         folder.mkdir()
         proc, started = child(folder)
         time.sleep(rng.uniform(0, span))
-        proc.send_signal(signal.SIGKILL)
-        proc.wait()
+        os.kill(proc.pid, signal.SIGKILL)  # alive until killed: its pid is its own
+        proc.communicate()
         trace = folder / "run.jsonl"
         harness.replay(trace)  # whatever the moment: a valid trace, a torn tail at most
         assert run(trace, resume=True).state == "DONE"

@@ -18,9 +18,11 @@ from typing import Any
 
 import orjson
 import pytest
+from children import ZYGOTE, Forked
 
 import harness
 from harness import BundleError, Executor, HarnessError, Step, TraceCorruption, replay
+from harness.cli import main
 from harness.testing import FakeLLM, fixed_plan, read_records, steps
 from harness.trace.line import encode
 
@@ -28,10 +30,22 @@ BIG = "x" * 100_000
 
 
 def cli(*args: object, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "harness.cli", *map(str, args)], capture_output=True, text=True, timeout=60,
-        env={**os.environ, **(env or {})},
-    )  # fmt: skip
+    """`harness ARGS` with env added to the environment: its exit code and output, from the CLI's main() run in
+    this process (the console script is main(); tests/test_cli.py runs it as a program). A traceback is no
+    output here: the exception fails the test."""
+    buffers = io.BytesIO(), io.BytesIO()
+    out, err = (io.TextIOWrapper(b, encoding="utf-8", write_through=True) for b in buffers)
+    saved = dict(os.environ)
+    os.environ.update(env or {})
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            code = main([str(a) for a in args])
+    except SystemExit as e:  # a usage error, from argparse
+        code = e.code if isinstance(e.code, int) else 2
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+    return subprocess.CompletedProcess(["harness", *map(str, args)], code, *(b.getvalue().decode() for b in buffers))
 
 
 def big_planner(model: FakeLLM) -> Callable[[Any, list[Any]], Step | None]:
@@ -519,7 +533,7 @@ Executor(planner=fixed_plan(steps(3)), tools={"work": lambda i: {"i": i, "page":
 @pytest.mark.parametrize("when", ["before-rename", "after-rename"])
 def test_a_writer_killed_while_storing_a_blob_leaves_a_trace_that_resumes(tmp_path: Path, when: str) -> None:
     trace = tmp_path / "run.jsonl"
-    child = subprocess.run([sys.executable, "-c", KILLED_IN_A_BLOB, str(trace), when], timeout=60)
+    child = ZYGOTE.run([sys.executable, "-c", KILLED_IN_A_BLOB, str(trace), when], timeout=60)
     assert child.returncode == -9
     rep = replay(trace)  # every blob a line names is there: the line is written only after its blob
     assert rep.state == "ACT" and len(rep.checkpoints) == 1 and len(rep.blobs) == 1
@@ -594,12 +608,12 @@ def one_run_bundle(folder: Path, goal: str, out: Path) -> bytes:
     return trace.read_bytes()
 
 
-def importing(bundle: Path, into: Path) -> subprocess.Popen[str]:
+def importing(bundle: Path, into: Path) -> Forked:
     argv = [sys.executable, "-c", IMPORT, str(bundle), str(into)]
-    return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return ZYGOTE.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-def first_blob(into: Path, child: subprocess.Popen[str]) -> bool:
+def first_blob(into: Path, child: Forked) -> bool:
     """Spin until the child's first blob lands in into/blobs (True: it has checked the folder), or it ends."""
     while child.poll() is None:
         with contextlib.suppress(FileNotFoundError), os.scandir(into / "blobs") as found:
@@ -608,7 +622,7 @@ def first_blob(into: Path, child: subprocess.Popen[str]) -> bool:
     return False
 
 
-def staged(into: Path, child: subprocess.Popen[str], files: int) -> None:
+def staged(into: Path, child: Forked, files: int) -> None:
     """Return once the child has unpacked all its files into its staging folder (or has ended)."""
 
     def unpacked() -> int:

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from s3server import need_s3, until_stale
+from s3server import CHILDREN, need_s3, until_stale
 
 need_s3()
 
@@ -69,14 +69,14 @@ ex.run(orjson.loads(sys.argv[3]))
 """
 
 
-def start(trace: str, g: dict[str, Any]) -> subprocess.Popen[bytes]:
+def start(trace: str, g: dict[str, Any]) -> children.Forked:
     import orjson
 
     args = [sys.executable, "-c", CHILD, str(HERE), trace, orjson.dumps(g).decode()]
-    return subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    return CHILDREN.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 
 
-def wait_for(marker: Path, child: subprocess.Popen[bytes]) -> int:
+def wait_for(marker: Path, child: children.Forked) -> int:
     children.wait_for(marker, child, "the step it hangs in")
     return int(marker.read_text())
 
@@ -398,7 +398,7 @@ Executor(planner=planner, tools={"work": work}, trace=trace, resume="auto").run(
 
 def test_a_crash_loses_only_the_unshipped_tail_and_the_resume_does_it_again(runs: str, tmp_path: Path) -> None:
     trace, marker = f"{runs}/plain.jsonl", tmp_path / "inside"
-    child = subprocess.Popen([sys.executable, "-c", PLAIN, trace, str(marker)], stderr=subprocess.PIPE)
+    child = CHILDREN.Popen([sys.executable, "-c", PLAIN, trace, str(marker)], stderr=subprocess.PIPE)
     try:
         wait_for(marker, child)  # inside step 1's plain tool, its crossing and intent in the spool only
         os.kill(child.pid, signal.SIGKILL)
@@ -408,7 +408,7 @@ def test_a_crash_loses_only_the_unshipped_tail_and_the_resume_does_it_again(runs
     rep = harness.replay(trace)
     assert rep.state == "PLAN" and len(rep.checkpoints) == 1  # the bucket ends with step 0's checkpoint
     assert [c.kind for c in rep.crossings] == ["llm", "tool"]  # step 0's: step 1's crossing was not shipped
-    child = subprocess.Popen([sys.executable, "-c", PLAIN, trace, str(marker)], stderr=subprocess.PIPE)
+    child = CHILDREN.Popen([sys.executable, "-c", PLAIN, trace, str(marker)], stderr=subprocess.PIPE)
     _, err = child.communicate(timeout=120)
     assert child.returncode == 0, err.decode()
     rep = harness.replay(trace)

@@ -21,12 +21,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from s3server import need_s3, new_bucket, until_stale
+from s3server import CHILDREN, need_s3, new_bucket, until_stale
 
 need_s3()
 
 import orjson  # noqa: E402 - after the skip
-from children import kill_at, wait_for  # noqa: E402
+from children import Forked, kill_at, wait_for  # noqa: E402
 
 import harness  # noqa: E402
 from harness.cli import main  # noqa: E402
@@ -242,7 +242,7 @@ def test_migrate_of_a_url_writes_a_new_run_and_leaves_the_original(
     assert main(["migrate", url, "--out", str(local)]) == 0 and harness.replay(local).state == "DONE"
 
 
-def start(trace: str, g: dict[str, Any]) -> subprocess.Popen[bytes]:
+def start(trace: str, g: dict[str, Any]) -> Forked:
     child = """
 import sys
 sys.path.insert(0, sys.argv[1])
@@ -254,7 +254,7 @@ ex = Executor(planner=planner, tools=tools, verifier=verifier, trace=sys.argv[2]
 ex.run(orjson.loads(sys.argv[3]))
 """
     args = [sys.executable, "-c", child, str(HERE), trace, orjson.dumps(g).decode()]
-    return subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    return CHILDREN.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 
 
 def kill_inside(trace: str, g: dict[str, Any], marker: Path) -> None:
@@ -327,7 +327,7 @@ def test_a_fork_to_a_url_that_fails_leaves_no_segment_behind(runs: str, tmp_path
     assert [r.path for r in harness.list_runs(runs)] == [parent.trace]
 
 
-def renewals(trace: str, after: set[float], count: int, child: subprocess.Popen[bytes]) -> set[float]:
+def renewals(trace: str, after: set[float], count: int, child: Forked) -> set[float]:
     """Wait until the writer of trace has renewed its lease `count` times more than after (each renewal's time)."""
     lease = harness.store.open(trace)
     seen = set(after)
@@ -337,7 +337,7 @@ def renewals(trace: str, after: set[float], count: int, child: subprocess.Popen[
         assert time.monotonic() < deadline, "the live writer stopped renewing its lease"
         with contextlib.suppress(harness.TraceUnreadable):  # not written yet
             seen.add(orjson.loads(lease.read(f"{lease.root}/lease"))["renewed"])
-        time.sleep(0.05)
+        time.sleep(0.25)  # renewals come a period (1 s here) or more apart: none is missed
     return seen
 
 
@@ -435,7 +435,7 @@ def test_a_run_with_agents_on_a_url_killed_mid_run_resumes_from_the_bucket_and_v
 ) -> None:
     trace, log, marker = f"{runs}/agents.jsonl", tmp_path / "calls.log", tmp_path / "inside"
     args = [sys.executable, "-c", AGENTS, trace, str(log), str(marker)]
-    kill_at(marker, subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE))
+    kill_at(marker, CHILDREN.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE))
     first = log.read_text().splitlines()
     assert sorted(first[1:]) == ["0", "1", "2"]  # step 0's tool, then the three calls, the process killed in call 1
     rep = harness.replay(trace)  # the bucket alone: the agents' step and two calls, call 1 in flight
@@ -445,7 +445,7 @@ def test_a_run_with_agents_on_a_url_killed_mid_run_resumes_from_the_bucket_and_v
         ("step-2", "ACT", False),
         ("step-3", "PLAN", True),
     ]  # fmt: skip (each call of the parallel step is an agent, step-<its step>)
-    again = subprocess.run(args, capture_output=True, timeout=120)  # another process, from the bucket alone
+    again = CHILDREN.run(args, capture_output=True, timeout=120)  # another process, from the bucket alone
     assert again.returncode == 0 and again.stdout.decode().split() == ["DONE"], again.stderr.decode()
     assert log.read_text().splitlines()[len(first) :] == ["1"]  # only the call in flight ran again: no agent, no call
     rep = harness.replay(trace)
@@ -551,8 +551,11 @@ def test_a_mirror_that_copied_part_of_a_run_reads_only_the_rest_of_its_compacted
 
 
 COMPACT = """
-import sys
+import os, sys, time
 from harness.store import compact
+open(sys.argv[2], "w").close()  # imported: the readers may start
+while not os.path.exists(sys.argv[3]):  # once they are reading
+    time.sleep(0.01)
 compact(sys.argv[1])
 """
 
@@ -572,16 +575,25 @@ def test_readers_reading_while_another_process_compacts_always_read_the_whole_tr
                 errors.append(e)
                 return
 
+    ready, go = tmp_path / "ready", tmp_path / "go"
+    args = [sys.executable, "-c", COMPACT, done.trace, str(ready), str(go)]
+    child = CHILDREN.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     threads = [threading.Thread(target=reader) for _ in range(2)]
-    for t in threads:
-        t.start()
     try:
-        out = subprocess.run([sys.executable, "-c", COMPACT, done.trace], capture_output=True, timeout=120)
+        wait_for(ready, child)  # (its imports take a second: no read is spent before the compaction can start)
+        for t in threads:
+            t.start()
+        while not reads and not errors:
+            time.sleep(0.01)
+        go.touch()  # the readers are reading: compact
+        _, err = child.communicate(timeout=120)
     finally:
         stop.set()
+        child.kill()
         for t in threads:
-            t.join()
-    assert out.returncode == 0, out.stderr.decode()
+            if t.is_alive() or t.ident is not None:
+                t.join()
+    assert child.returncode == 0, err.decode()
     assert errors == [] and reads and all(r == before for r in reads)
     assert len(seg_names(done.trace)) == 1 and whole(done.trace) == before
 
