@@ -8,16 +8,15 @@ the process is the point (a pipe closed early, what a start loads, agents import
 from __future__ import annotations
 
 import ast
-import contextlib
-import io
 import shutil
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import orjson
 import pytest
+from in_process import harness
 
 import harness as package  # (`harness` below runs the console script)
 from harness import Executor, ToolError, diff, normalize, replay
@@ -26,23 +25,6 @@ from harness.review.normalize import render
 from harness.testing import ScriptedTool, counter, fixed_plan, read_records, steps, write_trace
 
 HARNESS = shutil.which("harness") or str(Path(sys.executable).parent / "harness")
-
-
-def harness(*args: Any) -> subprocess.CompletedProcess[str]:
-    """`harness ARGS`: its exit code, stdout and stderr, from main() called in this process.
-
-    Its streams are text over bytes as a process's are (the CLI writes JSON to sys.stdout.buffer), written
-    through so that text and bytes keep their order; stderr escapes what it cannot encode, as Python's does.
-    """
-    out = io.TextIOWrapper(io.BytesIO(), encoding="utf-8", write_through=True)
-    err = io.TextIOWrapper(io.BytesIO(), encoding="utf-8", errors="backslashreplace", write_through=True)
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            code = main([str(a) for a in args])
-        except SystemExit as e:  # argparse: --help, a usage error
-            code = e.code if isinstance(e.code, int) else 0 if e.code is None else 1
-    printed = [cast(io.BytesIO, s.buffer).getvalue().decode() for s in (out, err)]
-    return subprocess.CompletedProcess(["harness", *map(str, args)], code, *printed)
 
 
 def run(trace: Path, tool: Any = None, n: int = 2) -> Path:
