@@ -13,6 +13,7 @@ import contextlib
 import io
 import os
 import subprocess
+import sys
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, cast
@@ -36,6 +37,20 @@ def _environment(env: Mapping[str, str] | None) -> Iterator[None]:
         os.environ.update(saved)
 
 
+@contextlib.contextmanager
+def _imports_forgotten(cwd: Path) -> Iterator[None]:
+    """What the command did to sys.path undone, and the modules it imported from cwd (an agent named by
+    --agent) forgotten: a process would have ended, and the next test's module of that name is its own."""
+    path, before = list(sys.path), set(sys.modules)
+    try:
+        yield
+    finally:
+        sys.path[:] = path
+        for name in set(sys.modules) - before:
+            if str(getattr(sys.modules[name], "__file__", None) or "").startswith(str(cwd) + os.sep):
+                del sys.modules[name]
+
+
 def harness(*args: Any, cwd: str | Path | None = None, env: Mapping[str, str] | None = None) -> Any:
     """`harness ARGS` (in `cwd`, with the environment `env`): a CompletedProcess of its code, stdout and stderr.
 
@@ -48,6 +63,7 @@ def harness(*args: Any, cwd: str | Path | None = None, env: Mapping[str, str] | 
     with contextlib.ExitStack() as stack:
         if cwd is not None:
             stack.enter_context(contextlib.chdir(cwd))
+        stack.enter_context(_imports_forgotten(Path.cwd()))
         stack.enter_context(_environment(env))
         stack.enter_context(contextlib.redirect_stdout(out))
         stack.enter_context(contextlib.redirect_stderr(err))
