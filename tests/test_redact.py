@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+import in_process
 import orjson
 import pytest
 from hypothesis import given, settings
@@ -278,11 +279,9 @@ def test_cli_rerun_and_fork_read_the_rules_the_run_was_recorded_with_from_its_he
     Executor(planner=planner, tools=tools, verifier=verifier, trace=tmp_path / "run.jsonl", redact=["$.ssn"]).run("g")
     assert b"123-45-6789" not in (tmp_path / "run.jsonl").read_bytes()
 
-    exe = Path(sys.executable).with_name("harness")
-    cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "harness.cli"]
-
     def cli(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([*cmd, *args], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+        """`harness ARGS` in tmp_path: the console script's main() called in this process."""
+        return in_process.harness(*args, cwd=tmp_path)  # type: ignore[no-any-return]
 
     agent = ["--agent", "redacting_agent:make_agent"]
     assert replay(tmp_path / "run.jsonl").header["redact"] == {"rules": ["$.ssn"], "patterns": [], "defaults": True}
