@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 import harness
 from harness import MARKER, Executor, Recorder, Redaction, RedactionRuleError, Step, ToolError, replay, rerun
 from harness.trace.journal import Journal
-from harness.trace.redact import DEFAULT, at, parse_path
+from harness.trace.redact import _HEADS, _SHORT, DEFAULT, _has_head, at, parse_path
 
 KEY = "sk-proj-LIVEKEY0123456789abcdefghij"
 OTHER = "sk-proj-NEWKEY9876543210zyxwvutsrq"
@@ -503,11 +503,15 @@ _USER = Redaction((re.compile(r"pin=\d"), "x-token", "ssn4"))
     st.lists(st.sampled_from(_PIECES), max_size=3).map("".join),
 )
 def test_the_search_on_json_text_never_clears_a_value_redaction_changes(text: str, key: str) -> None:
-    """clean_json is a shortcut: whatever it clears, the walk would have left as it was."""
-    for value in ({"v": text}, {key or "k": "v" * 20, "n": [text]}, [text + "A" * 40]):
+    """clean_json is a shortcut: whatever it clears, the walk would have left as it was. A long text (past
+    _SHORT, with the - and _ that gate some heads) is searched by substring, not by the regex: the same answer."""
+    long = {"pad": "-_." * (_SHORT // 3), "v": text}
+    for value in ({"v": text}, {key or "k": "v" * 20, "n": [text]}, [text + "A" * 40], long):
         for redaction in (DEFAULT, _USER):
             if redaction._apply(value, walk=True) != value:  # the walk itself, not the shortcut
                 assert not redaction.clean_json(orjson.dumps(value)), (redaction, value)
+    data = orjson.dumps(long)
+    assert len(data) >= _SHORT and _has_head(data) == (_HEADS.search(data) is not None)
 
 
 def test_the_spawn_of_a_parallel_call_and_an_agents_exit_error_are_redacted(tmp_path: Path) -> None:
