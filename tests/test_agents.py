@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import in_process
 import pytest
 
 import harness
@@ -443,8 +444,7 @@ def test_the_pipeline_example_records_reruns_forks_and_diffs(tmp_path: Path) -> 
             spans.setdefault(rec["agent"], []).append(rec["ts"])
     assert min(spans["worker_a"]) < max(spans["worker_b"]) and min(spans["worker_b"]) < max(spans["worker_a"])
     assert all(rec.get("reused") for rec in read_records(child) if rec.get("agent") == "worker_b")
-    shown = subprocess.run([sys.executable, "-m", "harness.cli", "show", parent, "--vector"],
-                           capture_output=True, text=True, timeout=60)  # fmt: skip
+    shown = in_process.harness("show", parent, "--vector")
     assert shown.returncode == 0, shown.stderr
     line = next(x for x in shown.stdout.splitlines() if "crossing search" in x and "worker_b" in x)
     assert "{main:" in line and "worker_b:1}" in line

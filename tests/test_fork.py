@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import in_process
 import orjson
 import pytest
 
@@ -211,9 +212,9 @@ def test_fork_after_a_resume_seam_keeps_the_parent_seqs(tmp_path: Path) -> None:
 
 
 def cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    exe = Path(sys.executable).with_name("harness")
-    cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "harness.cli"]
-    return subprocess.run([*cmd, *args], cwd=cwd, capture_output=True, text=True, timeout=120)
+    """`harness ARGS` in cwd: the console script's main() called in this process (its --agent module imported
+    from cwd, as the script does, and forgotten after)."""
+    return in_process.harness(*args, cwd=cwd)  # type: ignore[no-any-return]
 
 
 def test_cli_fork_then_diff_reports_the_branch_point(tmp_path: Path) -> None:

@@ -7,7 +7,6 @@ port then refuses connections), and re-executes: any live call would fail.
 from __future__ import annotations
 
 import asyncio
-import os
 import socket
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -543,33 +542,35 @@ def test_fork_set_of_a_field_that_is_not_there_names_it_and_what_is(server: Chat
     assert noted(child)[-1] == "whole"
 
 
-def test_harness_fork_set_path_value_from_the_command_line(server: ChatServer, tmp_path: Path) -> None:
-    import shutil
-    import subprocess
-    import sys
-
-    shutil.copy(Path(__file__).with_name("stream_agent.py"), tmp_path / "stream_agent.py")
+def test_harness_fork_set_path_value_from_the_command_line(
+    server: ChatServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     parent = tmp_path / "parent.jsonl"
     streamed(server.url, parent)
     at = http_crossings(parent)[-1].seq
-    harness_cli = [sys.executable, "-m", "harness.cli", "fork", "parent.jsonl", "--agent", "stream_agent:make_agent"]
-    env = {**os.environ, "MODEL_URL": server.url}
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("MODEL_URL", server.url)
 
-    def fork_cli(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([*harness_cli, *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    def fork_cli(*args: str) -> tuple[int, str, str]:
+        """`harness fork` in this process (the console script calls cli.main); its agent is the module this file
+        imported (importing it from the working directory is tests/test_cli.py's)."""
+        try:
+            code = cli.main(["fork", "parent.jsonl", "--agent", "stream_agent:make_agent", *args])
+        except SystemExit as e:  # argparse's usage errors
+            code = int(e.code or 0)
+        out = capsys.readouterr()
+        return code, out.out, out.err
 
-    out = fork_cli("--at", str(at), "--set", "stream.message.content=no, and here is why", "--set",
-                   'stream.finish_reason="stop"', "--out", "child.jsonl")  # fmt: skip
-    assert out.returncode == 0, out.stderr
+    code, _, err = fork_cli("--at", str(at), "--set", "stream.message.content=no, and here is why", "--set",
+                            'stream.finish_reason="stop"', "--out", "child.jsonl")  # fmt: skip
+    assert code == 0, err
     assert noted(tmp_path / "child.jsonl")[-1] == "no, and here is why"  # a bare string: VALUE is not JSON
     assert assemble(http_crossings(tmp_path / "child.jsonl")[-1].response["chunks"])["finish_reason"] == "stop"
-    bad = fork_cli("--at", str(at), "--set", "stream.message.words=x", "--out", "other.jsonl")
-    assert bad.returncode == 2 and bad.stdout == "" and len(bad.stderr.splitlines()) == 1
-    assert (
-        "'stream.message.words'" in bad.stderr and "has no key 'words': it is an object with keys content" in bad.stderr
-    )
-    mixed = fork_cli("--at", str(at), "--set", '{"status": 200}', "--set", "status=500", "--out", "other.jsonl")
-    assert mixed.returncode == 2 and "either one whole JSON value, or PATH=VALUE settings" in mixed.stderr
+    code, out, err = fork_cli("--at", str(at), "--set", "stream.message.words=x", "--out", "other.jsonl")
+    assert code == 2 and out == "" and len(err.splitlines()) == 1
+    assert "'stream.message.words'" in err and "has no key 'words': it is an object with keys content" in err
+    code, _, err = fork_cli("--at", str(at), "--set", '{"status": 200}', "--set", "status=500", "--out", "other.jsonl")
+    assert code == 2 and "either one whole JSON value, or PATH=VALUE settings" in err
     assert not (tmp_path / "other.jsonl").exists() and len(server.seen) == 2
 
 

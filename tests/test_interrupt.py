@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import in_process
 import orjson
 import pytest
 from children import ZYGOTE
@@ -17,8 +18,6 @@ from children import ZYGOTE
 import harness
 from harness import Executor, HarnessError, Step, TraceCorruption, replay
 from harness.testing import FakeLLM, counter, read_records, write_trace
-
-HARNESS = [sys.executable, "-m", "harness.cli"]  # the command line, in a process of its own (children.ZYGOTE)
 
 
 def asking_agent(model: FakeLLM | None = None) -> tuple[Any, dict[str, Any], list[Any]]:
@@ -288,7 +287,8 @@ def test_harness_resume_answers_from_the_command_line(tmp_path: Path) -> None:
     assert Executor(planner=planner, tools=tools, trace=trace).run("refund 7").state == "PAUSED"
 
     def cli(*args: str) -> subprocess.CompletedProcess[str]:
-        return ZYGOTE.run([*HARNESS, *args], capture_output=True, text=True, timeout=60, cwd=tmp_path)
+        """`harness ARGS` in tmp_path: the console script's main() called in this process."""
+        return in_process.harness(*args, cwd=tmp_path)  # type: ignore[no-any-return]
 
     summary = cli("replay", str(trace))
     assert summary.returncode == 0 and 'waiting for an answer to {"approve":"refund 7"}' in summary.stdout
@@ -555,9 +555,8 @@ def test_an_answered_question_then_a_tool_in_flight_at_a_sigkill(tmp_path: Path,
         assert folder_state(tmp_path) == before
     row = harness.list_runs(tmp_path)[0]
     assert row.status == "paused" and "reconcile" in (row.detail or "")
-    done = ZYGOTE.run(
-        [*HARNESS, "reconcile", str(trace), "--happened", "--result", '{"paid": 5}', "--evidence", "the bank says"],
-        capture_output=True, text=True, timeout=60,
+    done = in_process.harness(
+        "reconcile", trace, "--happened", "--result", '{"paid": 5}', "--evidence", "the bank says"
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     out = Executor(planner=planner, tools=tools, trace=trace, resume=True).run("refund")

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import in_process
 import pytest
 
 import harness
@@ -28,10 +29,7 @@ def old(tmp_path: Path) -> Path:
     return tmp_path
 
 
-def harness_cli(*args: object) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "harness.cli", *map(str, args)], capture_output=True, text=True, timeout=60
-    )
+harness_cli = in_process.harness  # `harness ARGS`, the console script's main() called in this process
 
 
 @pytest.mark.parametrize("name", TRACES)

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
+import in_process
 import orjson
 import pytest
 from children import wait_for
@@ -18,18 +18,10 @@ import harness
 from harness import Executor, Step, Tool, TraceCorruption, replay
 from harness.testing import counter, fixed_plan, power_cut, read_records, steps, write_trace
 
-HARNESS = shutil.which("harness") or str(Path(sys.executable).parent / "harness")
-
 
 def cli(cwd: Path, *args: Any, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [HARNESS, *map(str, args)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=cwd,
-        env={**os.environ, **(env or {})},
-    )
+    """`harness ARGS` in cwd, env added: the console script's main() called in this process."""
+    return in_process.harness(*args, cwd=cwd, env={**os.environ, **(env or {})})  # type: ignore[no-any-return]
 
 
 # --- (1) a rejected result of an unsafe tool is never re-invoked by default ----------------------

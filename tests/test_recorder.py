@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import in_process
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -143,9 +144,8 @@ def test_a_killed_recorder_leaves_a_valid_interrupted_trace(tmp_path: Path) -> N
 
 
 def cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    exe = Path(sys.executable).with_name("harness")
-    cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "harness.cli"]
-    return subprocess.run([*cmd, *args], cwd=cwd, capture_output=True, text=True, timeout=120)
+    """`harness ARGS` in cwd: the console script's main() called in this process."""
+    return in_process.harness(*args, cwd=cwd)  # type: ignore[no-any-return]
 
 
 def test_show_replay_and_diff_read_recorder_traces(tmp_path: Path) -> None:

@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+import in_process
 import orjson
 import pytest
 from hypothesis import given, settings
@@ -15,7 +16,7 @@ from hypothesis import strategies as st
 import harness
 from harness import MARKER, Executor, Recorder, Redaction, RedactionRuleError, Step, ToolError, replay, rerun
 from harness.trace.journal import Journal
-from harness.trace.redact import DEFAULT, at, parse_path
+from harness.trace.redact import _HEADS, _SHORT, DEFAULT, _has_head, at, parse_path
 
 KEY = "sk-proj-LIVEKEY0123456789abcdefghij"
 OTHER = "sk-proj-NEWKEY9876543210zyxwvutsrq"
@@ -278,11 +279,9 @@ def test_cli_rerun_and_fork_read_the_rules_the_run_was_recorded_with_from_its_he
     Executor(planner=planner, tools=tools, verifier=verifier, trace=tmp_path / "run.jsonl", redact=["$.ssn"]).run("g")
     assert b"123-45-6789" not in (tmp_path / "run.jsonl").read_bytes()
 
-    exe = Path(sys.executable).with_name("harness")
-    cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "harness.cli"]
-
     def cli(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([*cmd, *args], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+        """`harness ARGS` in tmp_path: the console script's main() called in this process."""
+        return in_process.harness(*args, cwd=tmp_path)  # type: ignore[no-any-return]
 
     agent = ["--agent", "redacting_agent:make_agent"]
     assert replay(tmp_path / "run.jsonl").header["redact"] == {"rules": ["$.ssn"], "patterns": [], "defaults": True}
@@ -504,11 +503,15 @@ _USER = Redaction((re.compile(r"pin=\d"), "x-token", "ssn4"))
     st.lists(st.sampled_from(_PIECES), max_size=3).map("".join),
 )
 def test_the_search_on_json_text_never_clears_a_value_redaction_changes(text: str, key: str) -> None:
-    """clean_json is a shortcut: whatever it clears, the walk would have left as it was."""
-    for value in ({"v": text}, {key or "k": "v" * 20, "n": [text]}, [text + "A" * 40]):
+    """clean_json is a shortcut: whatever it clears, the walk would have left as it was. A long text (past
+    _SHORT, with the - and _ that gate some heads) is searched by substring, not by the regex: the same answer."""
+    long = {"pad": "-_." * (_SHORT // 3), "v": text}
+    for value in ({"v": text}, {key or "k": "v" * 20, "n": [text]}, [text + "A" * 40], long):
         for redaction in (DEFAULT, _USER):
             if redaction._apply(value, walk=True) != value:  # the walk itself, not the shortcut
                 assert not redaction.clean_json(orjson.dumps(value)), (redaction, value)
+    data = orjson.dumps(long)
+    assert len(data) >= _SHORT and _has_head(data) == (_HEADS.search(data) is not None)
 
 
 def test_the_spawn_of_a_parallel_call_and_an_agents_exit_error_are_redacted(tmp_path: Path) -> None:

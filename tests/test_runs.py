@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import in_process
 import orjson
 import pytest
 
@@ -40,9 +41,8 @@ def resume(path: str) -> harness.Outcome:
 
 
 def cli(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    exe = Path(sys.executable).with_name("harness")
-    cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "harness.cli"]
-    return subprocess.run([*cmd, *args], cwd=cwd, capture_output=True, text=True, timeout=120, env=env)
+    """`harness ARGS` in cwd: the console script's main() called in this process."""
+    return in_process.harness(*args, cwd=cwd, env=env)  # type: ignore[no-any-return]
 
 
 HOLDER = """
@@ -193,13 +193,12 @@ def test_times_no_date_can_hold_never_crash_the_listing(tmp_path: Path, header_t
     if abs(header_ts) > 1e12:
         with pytest.raises(harness.TraceCorruption, match="no wall-clock time"):
             harness.replay(done.trace)
-    out = subprocess.run([sys.executable, "-m", "harness.cli", "runs", "--json", str(tmp_path)],
-                         capture_output=True, text=True, timeout=60)  # fmt: skip
+    out = in_process.harness("runs", "--json", tmp_path)
     assert out.returncode == 0 and "Traceback" not in out.stderr, out.stderr
     (row,) = orjson.loads(out.stdout)
     assert row["status"] == "done" and row["ended"] is None
     assert (row["started"] is None) == (abs(header_ts) > 1e12)
-    assert subprocess.run([sys.executable, "-m", "harness.cli", "runs", str(tmp_path)], timeout=60).returncode == 0
+    assert in_process.harness("runs", tmp_path).returncode == 0
     pytest.importorskip("starlette", reason="the viewer needs the web extra")
     from starlette.testclient import TestClient
 

@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import os
-import shutil
-import subprocess
-import sys
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import in_process
 import orjson
 import pytest
 import refund_agent
@@ -19,11 +17,7 @@ from harness.cli import main
 from harness.review.normalize import render
 from harness.testing import read_records
 
-HARNESS = shutil.which("harness") or str(Path(sys.executable).parent / "harness")
-
-
-def harness_cli(*args: Any) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([HARNESS, *map(str, args)], capture_output=True, text=True, timeout=60)
+harness_cli = in_process.harness  # `harness ARGS`, the console script's main() called in this process
 
 
 @pytest.fixture
@@ -67,8 +61,7 @@ def test_the_width_defaults_to_the_terminal_and_else_100(
     assert main(["show", str(parent)]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert 90 < max(map(len, lines)) <= 100  # captured output is no terminal: 100 columns
-    env = {**os.environ, "COLUMNS": "3000"}
-    wide = subprocess.run([HARNESS, "show", str(parent)], capture_output=True, text=True, timeout=60, env=env)
+    wide = harness_cli("show", parent, env={**os.environ, "COLUMNS": "3000"})
     assert all(line[:6].strip() for line in wide.stdout.splitlines())  # 3000 columns: no record wraps
 
 

@@ -217,7 +217,11 @@ def hangs_first(gate: threading.Event) -> Any:
     return tool
 
 
-TIMEOUT = RetryPolicy(3, timeout=2)
+# Half a second: the call that times out waits on the gate (it never returns in time, however short the limit),
+# so the limit only has to be long enough for the calls that do return (a thread running a trivial function).
+# RetryPolicy takes any timeout > 0 (0 is refused); these tests need only "a timeout happened", and each timeout
+# costs its limit in wall time.
+TIMEOUT = RetryPolicy(3, timeout=0.5)
 
 
 def test_a_plain_tool_that_times_out_is_a_failed_attempt(tmp_path: Path, gate: threading.Event) -> None:
@@ -227,7 +231,7 @@ def test_a_plain_tool_that_times_out_is_a_failed_attempt(tmp_path: Path, gate: t
     assert out.state == "DONE" and len(tool.calls) == 2
     failed = next(r for r in read_records(trace) if r.get("error"))
     assert (failed["from"], failed["to"], failed["error"]["type"], failed["error"]["timeout"]) == (
-        "ACT", "PLAN", "ToolTimeout", 2,
+        "ACT", "PLAN", "ToolTimeout", TIMEOUT.timeout,
     )  # fmt: skip
     r = harness.rerun(trace, planner=one, tools={"work": hangs_first(gate)}, retry=TIMEOUT)
     assert (r.equal, r.live_calls) == (True, 0)
@@ -319,7 +323,7 @@ def test_a_call_of_a_parallel_step_that_times_out_is_retried_in_its_own_lane(
     tmp_path: Path, gate: threading.Event, waits: list[float]
 ) -> None:
     trace = tmp_path / "run.jsonl"
-    policy = RetryPolicy(3, timeout=2, backoff=0.5)
+    policy = RetryPolicy(3, timeout=TIMEOUT.timeout, backoff=0.5)
     tool = hangs_first(gate)
     out = Executor(planner=fan_of(2), tools={"work": tool}, trace=trace, retry=policy).run("g")
     assert out.state == "DONE" and [c.result for c in out.checkpoints] == [{"i": 0}, {"i": 1}]

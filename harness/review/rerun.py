@@ -51,12 +51,12 @@ Rules kept here:
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import math
 import os
 import re
 import shutil
+import sys
 import tempfile
 import uuid
 from collections import deque
@@ -365,6 +365,9 @@ class _Recording:
 
 def _task() -> object:
     """The asyncio task running here; None outside an event loop (sync code: one at a time)."""
+    asyncio = sys.modules.get("asyncio")  # not imported: no loop runs (a sync rerun never imports it)
+    if asyncio is None:
+        return None
     try:
         return asyncio.current_task()
     except RuntimeError:

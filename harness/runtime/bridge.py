@@ -11,7 +11,8 @@ an agent: its records carry its own name and clock, as a thread's do.
 rerun(), fork(), resume(), recover() and the fleet's tasks (run(), from
 plain code: the CLI, the viewer, a Ray worker) accept async agents too:
 `bridging()` runs them on a private event loop in a helper thread for the
-length of the call.
+length of the call. asyncio itself is imported when async code is met: a sync
+run or rerun never loads it (nor ssl, which it imports).
 
 Rules kept here:
 - a coroutine runs on one loop only, the caller's (arun) or the private one;
@@ -20,8 +21,6 @@ Rules kept here:
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
 import contextlib
 import contextvars
 import dataclasses
@@ -30,13 +29,17 @@ import inspect
 import threading
 from collections.abc import Awaitable, Callable, Coroutine, Iterator, Mapping
 from types import TracebackType
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from .._errors import HarnessError, internal
 from ..trace.clock import MAIN
 from .agents import Agents
 from .context import _agent, _current, _in_call
 from .tool import Tool, ToolSpec, spec_of
+
+if TYPE_CHECKING:
+    import asyncio
+    import concurrent.futures
 
 T = TypeVar("T")
 
@@ -50,6 +53,8 @@ class Bridge:
 
     def __enter__(self) -> Bridge:
         if self.loop is None:  # a private loop, for rerun() and fork() of async agents
+            import asyncio
+
             self.loop = asyncio.new_event_loop()
             self._own = threading.Thread(target=self.loop.run_forever, name="harness-loop", daemon=True)
             self._own.start()
@@ -65,6 +70,8 @@ class Bridge:
         """Run awaitable as a task on the loop, in the calling thread's context; wait for its result."""
         if self.loop is None:
             raise internal("a Bridge used outside its `with` block")
+        import concurrent.futures
+
         ctx = contextvars.copy_context()
         done: concurrent.futures.Future[T] = concurrent.futures.Future()
 
@@ -145,6 +152,8 @@ class AsyncHandle(Generic[T]):
     async def join(self, timeout: float | None = None) -> T:
         if self._task is None:
             raise internal(f"agent {self.name!r} joined before its task started")
+        import asyncio
+
         await asyncio.wait_for(asyncio.shield(self._task), timeout)
         if self._agents is not None and not self._joined:
             self._joined = True
@@ -164,6 +173,8 @@ def aspawn(name: str, coro_fn: Callable[..., Coroutine[Any, Any, T]], /, *args: 
     """
     if type(name) is not str or not name or name == MAIN:
         raise HarnessError(f"an agent needs a non-empty str name other than 'main', not {name!r}")
+    import asyncio
+
     loop = asyncio.get_running_loop()
     session = _current.get()
     if session is None or session.journal is None or _in_call.get():

@@ -32,13 +32,12 @@ fresh `idempotency_key`: nothing will make that call again).
 
 from __future__ import annotations
 
-import asyncio
 import contextvars
 import inspect
 import threading
 import uuid
 from collections.abc import Callable
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from .._errors import HarnessError, NotSerializable, ResumeMismatch, error_of, internal
 from ..trace import state as S
@@ -51,6 +50,9 @@ from .executor import NOT_SERVED, _Run, _Served, ainvoke, finished, invoke, serv
 from .history import STEP, Item, Serving, Step
 from .interrupt import Interrupted
 from .tool import ToolSpec, spec_of
+
+if TYPE_CHECKING:
+    import asyncio
 
 
 class Paused(BaseException):  # a control-flow signal, like Interrupted: agent code catching Exception keeps out
@@ -174,7 +176,7 @@ async def acall(tool: Any, /, **kwargs: Any) -> Any:
             raise
         return _done(flow, spec, raw)
     finally:
-        cast(asyncio.Lock, flow.alock).release()
+        cast("asyncio.Lock", flow.alock).release()
 
 
 async def _in_turn(flow: Flow, item: Item | None, mine: Callable[[dict[str, Any]], bool] | None) -> None:
@@ -191,6 +193,8 @@ async def _in_turn(flow: Flow, item: Item | None, mine: Callable[[dict[str, Any]
     own). A wait ends once nothing was served for HOLD_QUIET seconds: what the
     call writes then says what differs. Never a hang.
     """
+    import asyncio  # (only async code loads asyncio, and ssl with it)
+
     session = flow.run.session
     if flow.alock is None:
         flow.alock = asyncio.Lock()

@@ -30,7 +30,6 @@ supported yet: it raises HarnessError (recorded as a crash).
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import contextvars
 import copy
@@ -353,6 +352,8 @@ class Executor:
         The executor waits in a worker thread; each awaitable runs as a task on
         the running loop, so the calls of a parallel step are concurrent tasks.
         """
+        import asyncio  # (only async code loads asyncio, and ssl with it)
+
         from .bridge import Bridge, bridged
 
         bridge = Bridge(asyncio.get_running_loop())

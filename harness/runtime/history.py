@@ -32,7 +32,7 @@ drifts, is refused or pauses again leaves the file byte for byte as it was
 
 from __future__ import annotations
 
-import asyncio
+import sys
 import time
 from collections import deque
 from typing import Any
@@ -399,6 +399,9 @@ class Resumed(Serving):
 
 def _on_a_loop() -> bool:
     """Whether this thread runs an event loop (its agents are tasks: a blocking wait would stop them)."""
+    asyncio = sys.modules.get("asyncio")  # not imported: no loop runs (a sync run never imports it)
+    if asyncio is None:
+        return False
     try:
         asyncio.get_running_loop()
     except RuntimeError:

@@ -34,7 +34,6 @@ again writes nothing.
 
 from __future__ import annotations
 
-import asyncio
 import contextvars
 import functools
 import inspect
@@ -141,6 +140,8 @@ class Workflow(Generic[P, R]):
         """
         options = _Options(trace, runs_dir, resume, durability, redact, seal_key, storage_options, answer)
         if self.is_async:
+            import asyncio  # (only async code loads asyncio, and ssl with it)
+
             try:
                 asyncio.get_running_loop()
             except RuntimeError:
@@ -209,6 +210,8 @@ def run_anywhere(w: Workflow[Any, Any], flow: Flow, args: tuple[Any, ...], kwarg
     """execute(), or for an async function aexecute() on a loop of its own (in a thread when this one has one)."""
     if not w.is_async:
         return execute(w, flow, args, kwargs)
+    import asyncio  # (only async code loads asyncio, and ssl with it)
+
     try:
         asyncio.get_running_loop()
     except RuntimeError:

@@ -26,13 +26,15 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Iterable, Iterator
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from .._errors import JournalError
 from ..storage import is_url
-from ..storage.spool import Spool
 from . import state as S
 from .journal import Journal
+
+if TYPE_CHECKING:
+    from ..storage.spool import Spool
 
 _SHIP_KINDS = frozenset({"header", "checkpoint", "resume", "reconcile", "seal"})
 _SHIP_STATES = frozenset({S.DONE, S.FAILED, S.PAUSED})
@@ -64,6 +66,8 @@ class RemoteJournal(Journal):
         """Open the trace at url: download its segments into a fresh spool and continue after them."""
         if durability not in ("flush", "fsync"):
             raise ValueError(f"durability must be 'flush' or 'fsync', not {durability!r}")
+        from ..storage.spool import Spool  # (with shutil, tempfile and socket: for a URL only, not every local run)
+
         remote = Spool.open(url, storage_options)
         try:  # the spool itself needs no fsync: the bucket is the durable copy
             journal = cast(RemoteJournal, cls.open(remote.path, redact=redact, **options))
