@@ -783,8 +783,10 @@ def summary(values: list[float]) -> dict[str, float]:
     return {"median": statistics.median(values), "min": min(values), "max": max(values)}
 
 
-def measure(names: Sequence[str], sizes: Sizes, base: str, log: Callable[[str], None]) -> dict[str, Any]:
-    """Interleaved rounds of every variant, then the fsync counts; the figures, per variant."""
+def measure(
+    names: Sequence[str], sizes: Sizes, base: str, log: Callable[[str], None], count: Sequence[str] | None = None
+) -> dict[str, Any]:
+    """Interleaved rounds of every variant, then the fsync counts (of those in count, default all); the figures."""
     check_installed(names)
     steps = sizes.steps
     empty: dict[str, int] = {}
@@ -819,7 +821,7 @@ def measure(names: Sequence[str], sizes: Sizes, base: str, log: Callable[[str], 
                 shutil.rmtree(folder, ignore_errors=True)
     counted: dict[str, Any] = {}
     if shutil.which("strace"):
-        for name in names:
+        for name in [n for n in names if count is None or n in count]:
             log(f"counting the syncs of {name} under strace ({steps} steps)")
             counted[name] = fsyncs(name, base, steps)
     out: dict[str, Any] = {}
@@ -866,12 +868,16 @@ def run(
     steps: int | None = None,
     rounds: int | None = None,
     only: Sequence[str] | None = None,
+    count: Sequence[str] | None = None,
 ) -> dict[str, Any]:
-    """Measure; returns the keys (None where a peer needed was not run) and the figures per variant."""
+    """Measure; returns the keys (None where a peer needed was not run) and the figures per variant.
+
+    count: the variants whose syncs are counted under strace (default: all that run; the others' are None).
+    """
     sizes = MODES[mode]
     sizes = Sizes(steps=steps or sizes.steps, rounds=rounds or sizes.rounds)
     names = list(only) if only else list(VARIANTS) if peers else list(HARNESS_ONLY)
-    figures = measure(names, sizes, base, log)
+    figures = measure(names, sizes, base, log, count)
     fsync = figures.get("harness-fsync")
     keys: dict[str, float | None] = {
         "step_fsync_vs_langgraph": ratio(figures, "harness-fsync", "langgraph-sync"),

@@ -1,11 +1,14 @@
 """Many runs on a local Ray cluster, traces on a real S3 server: workers killed mid-run, runs resumed.
 
 One cluster (2 CPUs) and one S3 server for the module. The big test runs
-50 goals of 10 steps through `harness.ray.run_many` and SIGKILLs two worker
-processes while they are inside a tool call: one in an idempotent call after
-its effect was applied, one in an unsafe call. Ray retries both tasks on
-another worker, which resume from the bucket. Skipped (saying why) only when
-Ray, the s3 extra or moto is not installed.
+50 goals through `harness.ray.run_many` and SIGKILLs two worker processes
+while they are inside a tool call: one in an idempotent call after its effect
+was applied (step 5 of a 10-step goal), one in an unsafe call (step 3 of
+another). Ray retries both tasks on another worker, which resume from the
+bucket. The other 48 goals take 4 steps each (every step is two conditional
+PUTs on the one S3 server that all workers wait on): each of them still
+runs while the kills land and must show every effect once. Skipped (saying
+why) only when Ray, the s3 extra or moto is not installed.
 """
 
 from __future__ import annotations
@@ -80,7 +83,8 @@ def kill_when_inside(markers: list[Path], done: threading.Event) -> list[int]:
 
 def test_fifty_runs_survive_killed_workers_and_every_effect_happens_once(cluster: None, tmp_path: Path) -> None:
     runs = f"s3://{new_bucket()}/runs"
-    goals = [goal(tmp_path, i) for i in range(50)]
+    steps = [10 if i in (7, 13) else 4 for i in range(50)]  # the killed runs are long enough to be killed inside
+    goals = [goal(tmp_path, i, steps[i]) for i in range(50)]
     goals[7]["hang"] = {"tool": "charge", "step": 5, "marker": str(tmp_path / "idempotent")}
     goals[13]["hang"] = {"tool": "send", "step": 3, "marker": str(tmp_path / "unsafe")}
     result: dict[str, Any] = {}
@@ -108,8 +112,8 @@ def test_fifty_runs_survive_killed_workers_and_every_effect_happens_once(cluster
     assert states == ["PAUSED" if i == 13 else "DONE" for i in range(50)]
     assert outcomes[13].pending is not None and outcomes[13].pending["tool"] == "send"
     rows = ledger(tmp_path)  # the key is UNIQUE: an effect applied twice would be calls 2 on one row
-    steps = {i: sorted(step for _, run, step, _ in rows if run == i) for i in range(50)}
-    assert steps == {i: list(range(3 if i == 13 else 10)) for i in range(50)}
+    effects = {i: sorted(step for _, run, step, _ in rows if run == i) for i in range(50)}
+    assert effects == {i: list(range(3 if i == 13 else steps[i])) for i in range(50)}
     calls = {(run, step): n for _, run, step, n in rows}
     assert calls.pop((7, 5)) == 2  # called again after the kill, with the same key
     assert set(calls.values()) == {1}

@@ -417,7 +417,12 @@ class Journal:
                         fields[name] = back[name]  # the line's own copy: nobody else holds it
                 except (orjson.JSONDecodeError, KeyError):  # (user_text cut elsewhere): the long way
                     whole = b""
-            if whole and self._clean is not None and (self._walk or not self._clean(text)):
+            # (a line over the blob threshold goes the long way anyway, which searches it: not twice)
+            if (
+                whole
+                and self._clean is not None
+                and (self._walk or len(whole) > self.blob_threshold or not self._clean(text))
+            ):
                 return self._encode_slow(seq, kind, fields, crc, user, ts)
         if not whole:
             for name in check:  # NotSerializable, naming the tool, the step and where in the value
