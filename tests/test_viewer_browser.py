@@ -1,9 +1,13 @@
 """The viewer in a real headless Chromium, driven by Playwright, against `harness serve` run as a process.
 
-One browser for the module, one server with `--agent` (fork on) over a
-runs folder holding one run of each kind, and a second without it. The
-pages are used as a person would: read the table, click a record, watch a
-live run grow, follow a diff, fork from a record's panel.
+One browser for the module, and one tab in it that every test drives in
+turn (a new tab costs Chromium a renderer process: more than the page's
+own work); one server with `--agent` (fork on) over a runs folder holding
+one run of each kind, and one without it over a folder of its own. The
+module runs on one xdist worker (its group), so all this is made once.
+The pages are used as a person would: read the table, click a record,
+watch a live run grow, follow a diff, fork from a record's panel. Waits
+are Playwright's `expect`, which polls in the browser, never sleeps.
 
 Chromium is Debian's (`apt-get install chromium`, which .ci/run does),
 driven through `executable_path`; Playwright's own browser download is not
@@ -40,10 +44,16 @@ import harness  # noqa: E402
 from harness.testing import fixed_plan, read_records, steps  # noqa: E402
 
 CHROMIUM = next((p for p in map(shutil.which, ("chromium", "chromium-browser", "google-chrome")) if p), None)
-pytestmark = pytest.mark.skipif(
-    CHROMIUM is None, reason="no chromium on PATH: install it (as root: apt-get update && apt-get install -y chromium)"
-)
+pytestmark = [
+    pytest.mark.skipif(
+        CHROMIUM is None,
+        reason="no chromium on PATH: install it (as root: apt-get update && apt-get install -y chromium)",
+    ),
+    pytest.mark.xdist_group("viewer_browser"),  # one worker: one browser, one folder, one server for the module
+]
 TIMEOUT = 30_000  # ms: generous, the machine is shared; nothing here is a timing assertion
+expect = sync_api.expect
+expect.set_options(timeout=TIMEOUT)
 SHOTS = os.environ.get("HARNESS_VIEWER_SCREENSHOTS")
 
 
@@ -87,16 +97,37 @@ def browser() -> Iterator[Any]:
         b.close()
 
 
-@pytest.fixture
-def page(browser: Any) -> Iterator[Any]:
+@pytest.fixture(scope="module")
+def tab(browser: Any) -> Iterator[Any]:
+    """The module's one tab (each test starts it on about:blank; see `page`)."""
     context = browser.new_context(viewport={"width": 1400, "height": 900})
     pg = context.new_page()
     pg.set_default_timeout(TIMEOUT)
-    errors: list[str] = []
-    pg.on("pageerror", lambda e: errors.append(str(e)))
-    pg.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
     yield pg
     context.close()
+
+
+@pytest.fixture
+def page(tab: Any) -> Iterator[Any]:
+    """The tab, for one test: the script errors it logs meanwhile fail the test; afterwards it is left on
+    about:blank, so nothing of the test's pages (timers, event streams) runs on into the next test."""
+    errors: list[str] = []
+
+    def thrown(e: Any) -> None:
+        errors.append(str(e))
+
+    def logged(m: Any) -> None:
+        if m.type == "error":
+            errors.append(m.text)
+
+    tab.on("pageerror", thrown)
+    tab.on("console", logged)
+    try:
+        yield tab
+        tab.goto("about:blank")
+    finally:
+        tab.remove_listener("pageerror", thrown)
+        tab.remove_listener("console", logged)
     assert not [e for e in errors if "Content Security Policy" in e or "TypeError" in e or "ReferenceError" in e], (
         errors
     )
@@ -105,15 +136,6 @@ def page(browser: Any) -> Iterator[Any]:
 def open_page(page: Any, url: str) -> None:
     page.goto(url)
     page.wait_for_selector("body[data-loaded]")
-
-
-def until(check: Any, what: str) -> None:
-    """Poll `check()` until true (the page's CSP forbids the string eval of wait_for_function's polling)."""
-    deadline = time.monotonic() + TIMEOUT / 1000
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"the page never showed {what}")
-        time.sleep(0.05)
 
 
 def shot(page: Any, name: str) -> None:
@@ -145,11 +167,11 @@ def test_the_runs_page_lists_finished_paused_crashed_and_corrupt_runs(page: Any,
     )
     shot(page, "viewer-runs.png")
     page.fill("#filter", "pay 5")
-    until(lambda: page.locator("tr.run").count() == 1, "one row for the filter")
+    expect(page.locator("tr.run")).to_have_count(1)
     assert page.locator("tr.run").get_attribute("data-id") == "paused"
     page.fill("#filter", "")
     page.select_option("#status", "interrupted")
-    until(lambda: page.locator("tr.run").count() == 2, "two interrupted runs")  # killed, torn
+    expect(page.locator("tr.run")).to_have_count(2)  # killed, torn
     # the corrupt run's damage is in its middle: its own page, which reads the whole file, shows it
     open_page(page, f"{server}runs/corrupt")
     banner = page.locator("#corruption").inner_text()
@@ -259,7 +281,7 @@ def test_trace_strings_are_shown_as_text_and_execute_nothing(page: Any, server: 
     page.locator("aside.detail").wait_for(state="visible")
     assert XSS in page.locator("aside.detail").inner_text()
     page.click('tr.rec[data-line="4"]')
-    until(lambda: "VERIFY" in page.locator("aside.detail h2").inner_text(), "the ACT -> VERIFY record")
+    expect(page.locator("aside.detail h2")).to_contain_text("VERIFY")  # the ACT -> VERIFY record
     assert page.evaluate("window.__pwned") is None
     assert page.locator("img").count() == 0 and page.locator("main script").count() == 0
 
@@ -271,27 +293,29 @@ def test_a_live_run_grows_on_the_page_while_a_child_process_writes_it(page: Any,
     writer = subprocess.Popen(
         [sys.executable, str(ROOT / "tests" / "viewer_runs.py"), "slow", str(trace), "8", str(gate)]
     )
+    runs = page.context.new_page()  # a second tab, for the runs page, left open: it updates by itself
     try:
         while not (trace.exists() and trace.read_bytes().count(b'"to":"ACT"') >= 3):
             assert writer.poll() is None
             time.sleep(0.02)
-        runs = page.context.new_page()  # the runs page, left open: it updates by itself
         open_page(runs, server)
         badge = runs.locator(f'tr[data-id="{name}"] .badge')
-        until(lambda: badge.count() == 1 and badge.inner_text() == "running", "the new run, running")
+        expect(badge).to_have_count(1)
+        expect(badge).to_have_text("running")  # the new run, running
         open_page(page, f"{server}runs/{name}")
         assert page.locator(".run-head .badge").inner_text() == "running"
         before = page.locator("table.records tr.rec").count()
         assert before == len(read_records(trace))
         gate.touch()  # the writer goes on: the page follows
-        until(lambda: page.locator("table.records tr.rec").count() > before, "records written after it opened")
+        expect(page.locator("table.records tr.rec").nth(before)).to_be_attached()  # a record written after it opened
         assert writer.wait(timeout=60) == 0
         page.wait_for_selector('body[data-status="done"]')
         final = read_records(trace)
         assert page.locator("table.records tr.rec").count() == len(final)
         assert page.locator("table.records tr.rec").last.inner_text().split()[0] == str(final[-1]["seq"])
-        until(lambda: badge.inner_text() == "done", "the run done on the runs page, without a reload")
+        expect(badge).to_have_text("done")  # on the runs page, without a reload
     finally:
+        runs.close()
         if writer.poll() is None:
             writer.kill()
 
@@ -339,7 +363,7 @@ def test_fork_from_the_page_creates_a_child_run(page: Any, server: str, folder: 
     page.wait_for_url(re.compile(r".*/runs/[0-9a-f]{32}\?job=[0-9a-f]{32}$"))
     page.wait_for_selector('body[data-status="done"]')
     # the run's file is done a moment before the fork's job is: the banner follows the job
-    until(lambda: "done, state DONE" in page.locator("#job").inner_text(), "the fork's job done")
+    expect(page.locator("#job")).to_contain_text("done, state DONE")  # the fork's job done
     new = set(path.glob("*.jsonl")) - before
     assert len(new) == 1
     child = new.pop()
@@ -348,16 +372,38 @@ def test_fork_from_the_page_creates_a_child_run(page: Any, server: str, folder: 
     assert page.locator("table.records tr.rec").count() == len(read_records(child))
 
 
-def test_without_agent_there_is_no_fork_button(page: Any, folder: Any) -> None:
+@pytest.fixture(scope="module")
+def plain(folder: tuple[Path, dict[str, str]], tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
+    """`harness serve` without --agent over a folder of its own: a copy of the finished run, a copy of the paused
+    run, reconciled, a run at the top and one in a subfolder (named like an API action: team/events), and a
+    folder symlinked out (holding a run) that is never entered. Its URL and runs folder."""
     path, ids = folder
-    proc, url = serve(path)
-    try:
-        branch = search_seq(path / f"{ids['done']}.jsonl")
-        open_page(page, f"{url}runs/{ids['done']}?line={branch}")
-        page.locator("aside.detail h2").wait_for(state="visible")
-        assert page.locator("#fork-button").count() == 0 and page.locator("#fork-value").count() == 0
-    finally:
-        stop(proc)
+    base = tmp_path_factory.mktemp("plain")
+    runs = base / "runs"
+    (runs / "team").mkdir(parents=True)
+    (base / "elsewhere").mkdir()
+    shutil.copy(path / f"{ids['done']}.jsonl", runs / f"{ids['done']}.jsonl")
+    shutil.copy(path / "paused.jsonl", runs / "paused.jsonl")
+    harness.reconcile(runs / "paused.jsonl", happened=False, evidence="the bank shows no such payment")
+    tools = {"work": lambda i: {"i": i}}
+    harness.Executor(planner=fixed_plan(steps(1)), tools=tools, trace=runs / "top.jsonl").run("the top run")
+    harness.Executor(planner=fixed_plan(steps(2)), tools=tools, trace=runs / "team" / "events.jsonl").run(
+        "the nested run"
+    )
+    shutil.copy(runs / "top.jsonl", base / "elsewhere" / "hidden.jsonl")
+    (runs / "out").symlink_to(base / "elsewhere")
+    proc, url = serve(runs)
+    yield url, runs
+    stop(proc)
+
+
+def test_without_agent_there_is_no_fork_button(page: Any, plain: Any, folder: Any) -> None:
+    url, runs = plain
+    _path, ids = folder
+    branch = search_seq(runs / f"{ids['done']}.jsonl")
+    open_page(page, f"{url}runs/{ids['done']}?line={branch}")
+    page.locator("aside.detail h2").wait_for(state="visible")
+    assert page.locator("#fork-button").count() == 0 and page.locator("#fork-value").count() == 0
 
 
 # --- model streams: their text on the run page, a fork of the text, the changed words on the diff page -------------
@@ -402,7 +448,7 @@ def test_a_streamed_model_reply_shows_as_its_text(page: Any, model_server: Any) 
     page.fill("#fork-value", orjson.dumps(editor, option=orjson.OPT_INDENT_2).decode())
     page.click("#fork-button")
     page.wait_for_url(re.compile(r".*/runs/[0-9a-f]{32}\?job=[0-9a-f]{32}$"))
-    until(lambda: "done, state DONE" in page.locator("#job").inner_text(), "the fork's job done")
+    expect(page.locator("#job")).to_contain_text("done, state DONE")  # the fork's job done
     page.reload()
     page.wait_for_selector("body[data-loaded]")
     notes = page.locator("table.records tr.rec", has_text="crossing http").locator("td.note").all_inner_texts()
@@ -421,44 +467,24 @@ def test_the_diff_page_marks_the_changed_words(page: Any, model_server: Any) -> 
     shot(page, "viewer-diff.png")
 
 
-def test_runs_in_subfolders_are_listed_and_open_by_their_path(page: Any, tmp_path: Path) -> None:
+def test_runs_in_subfolders_are_listed_and_open_by_their_path(page: Any, plain: Any, folder: Any) -> None:
     """Issue 26: the runs page listed the top folder only. A subfolder's run is listed under its path and opens,
     even one named like an API action (team/events); a folder symlinked out is never entered."""
-    runs = tmp_path / "runs"
-    (runs / "team").mkdir(parents=True)
-    (tmp_path / "elsewhere").mkdir()
-    tools = {"work": lambda i: {"i": i}}
-    harness.Executor(planner=fixed_plan(steps(1)), tools=tools, trace=runs / "top.jsonl").run("the top run")
-    harness.Executor(planner=fixed_plan(steps(2)), tools=tools, trace=runs / "team" / "events.jsonl").run(
-        "the nested run"
-    )
-    shutil.copy(runs / "top.jsonl", tmp_path / "elsewhere" / "hidden.jsonl")
-    (runs / "out").symlink_to(tmp_path / "elsewhere")
-    proc, url = serve(runs)
-    try:
-        open_page(page, url)
-        ids = page.locator("td.id a").all_inner_texts()
-        assert sorted(ids) == ["team/events", "top"]
-        page.click('td.id a:text-is("team/events")')
-        page.wait_for_selector("body[data-loaded]")
-        assert page.url.endswith("/runs/team/events")
-        assert "the nested run" in page.locator(".run-head .goal").inner_text()
-    finally:
-        stop(proc)
+    url, _runs = plain
+    _path, ids = folder
+    open_page(page, url)
+    listed = page.locator("td.id a").all_inner_texts()
+    assert sorted(listed) == sorted([ids["done"], "paused", "team/events", "top"])  # not out/hidden
+    page.click('td.id a:text-is("team/events")')
+    page.wait_for_selector("body[data-loaded]")
+    assert page.url.endswith("/runs/team/events")
+    assert "the nested run" in page.locator(".run-head .goal").inner_text()
 
 
-def test_a_reconciled_run_offers_the_resume_not_the_reconcile(page: Any, folder: Any, tmp_path: Path) -> None:
+def test_a_reconciled_run_offers_the_resume_not_the_reconcile(page: Any, plain: Any) -> None:
     """Issue 26: after a reconcile the page still offered the reconcile command, which harness then refuses."""
-    path, _ids = folder
-    runs = tmp_path / "runs"
-    runs.mkdir()
-    shutil.copy(path / "paused.jsonl", runs / "paused.jsonl")
-    harness.reconcile(runs / "paused.jsonl", happened=False, evidence="the bank shows no such payment")
-    proc, url = serve(runs)
-    try:
-        open_page(page, f"{url}runs/paused")
-        banner = page.locator("#paused").inner_text()
-        assert "reconciled" in banner and f"harness resume {runs / 'paused.jsonl'} --agent" in banner
-        assert "harness reconcile" not in banner
-    finally:
-        stop(proc)
+    url, runs = plain
+    open_page(page, f"{url}runs/paused")
+    banner = page.locator("#paused").inner_text()
+    assert "reconciled" in banner and f"harness resume {runs / 'paused.jsonl'} --agent" in banner
+    assert "harness reconcile" not in banner

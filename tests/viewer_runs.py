@@ -9,8 +9,8 @@ spawn, join and messages, every record with its vector clock) and its causal
 fork at worker_a's search, a run whose strings are HTML and a run whose
 result is stored in a blob; the finished run carries two annotations. It
 returns their run addresses by role. The `folder` fixture (one such folder
-per test module) is defined here for both viewer test modules, which import
-it.
+per test module, copied from one made once per session) is defined here for
+both viewer test modules, which import it.
 
 Run as a script, it is a slow writer for the live tests:
     python tests/viewer_runs.py slow TRACE STEPS GATE
@@ -21,6 +21,7 @@ GATE exists, so a test can watch the run while it is being written.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import shutil
 import signal
@@ -30,6 +31,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 
 import harness
@@ -47,9 +49,30 @@ AGENT = "examples.research_agent:make_agent"
 
 @pytest.fixture(scope="module", name="folder")
 def runs_folder(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, str]]:
-    """A runs folder with one run of each kind (`make_folder`), and their addresses by role."""
+    """A runs folder with one run of each kind (`make_folder`), and their addresses by role: the module's own
+    copy (its tests may add runs to it), of runs made once for the whole test session."""
+    made, ids = made_once(tmp_path_factory)
     path = tmp_path_factory.mktemp("runs")
-    return path, make_folder(path)
+    shutil.copytree(made, path, symlinks=True, dirs_exist_ok=True)
+    return path, ids
+
+
+def made_once(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, str]]:
+    """`make_folder` run once per test session: under xdist, the first worker to ask makes it in the session's
+    shared temporary folder (under a lock), and the others read what it made."""
+    if os.environ.get("PYTEST_XDIST_WORKER") is None:
+        shared = tmp_path_factory.getbasetemp()
+    else:
+        shared = tmp_path_factory.getbasetemp().parent  # the session's: each worker's own basetemp is below it
+    made, listed = shared / "viewer-runs", shared / "viewer-runs.json"
+    with open(shared / "viewer-runs.lock", "wb") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not listed.exists():
+            if made.exists():  # a worker that died making it: start again
+                shutil.rmtree(made)
+            ids = make_folder(made)
+            listed.write_bytes(orjson.dumps(ids))
+    return made, orjson.loads(listed.read_bytes())
 
 
 def pipeline_run(trace: Path) -> harness.Outcome:
