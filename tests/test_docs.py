@@ -2,8 +2,9 @@
 
 The build is the real one (mkdocs.yml, Material, mkdocstrings reading the docstrings of the public API), into a
 temporary folder: under strict, a link to a page that does not exist, an #anchor no heading makes, a page left out
-of the nav, or a docstring mkdocstrings cannot read fails it. A second build of a copy with one broken link and one
-broken anchor shows that the build does fail on them. The examples of the pages run in tests/test_readme.py.
+of the nav, or a docstring mkdocstrings cannot read fails it. A second build, of two pages under the project's
+mkdocs.yml with one broken link and one broken anchor, shows that the build does fail on them. The examples of the
+pages run in tests/test_readme.py.
 """
 
 from __future__ import annotations
@@ -11,7 +12,6 @@ from __future__ import annotations
 import os
 import re
 import shlex
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -47,23 +47,19 @@ def test_the_site_builds_strict(tmp_path: Path) -> None:
 
 
 def test_a_broken_link_or_anchor_fails_the_build(tmp_path: Path) -> None:
+    # the project's mkdocs.yml (its theme, extensions, plugins and validation rules) over a site of two pages:
+    # building the real pages again is what the test above does, and not what is tested here
     project = tmp_path / "project"
-    project.mkdir()
-    for name in ["mkdocs.yml", "CHANGELOG.md", "BENCHMARKS.md"]:
-        shutil.copy(ROOT / name, project / name)
-    shutil.copytree(ROOT / "docs", project / "docs")
-    shutil.copytree(ROOT / "harness", project / "harness", ignore=shutil.ignore_patterns("__pycache__"))
-    # rendering the whole API is most of a build's time, and not what is tested here: the copy renders only the
-    # names the pages link to, so that every other link of the copy still leads somewhere
-    linked = sorted(set(re.findall(r"api\.md#harness\.(\w+)", "".join(p.read_text() for p in DOCS.rglob("*.md")))))
-    api = project / "docs" / "reference" / "api.md"
-    api.write_text(api.read_text().replace("    options:\n", f"    options:\n      members: {linked}\n", 1))
-    modules = project / "docs" / "reference" / "modules.md"
-    modules.write_text(re.sub(r"^::: .*$", "", modules.read_text(), flags=re.M))
-    page = project / "docs" / "guides" / "goldens.md"
-    page.write_text(
-        page.read_text(encoding="utf-8")
-        + "\nSee [the gone page](no-such-page.md) and [a heading](resume.md#no-such-heading).\n",
+    (project / "docs").mkdir(parents=True)
+    config = (ROOT / "mkdocs.yml").read_text(encoding="utf-8")
+    nav = re.search(r"^nav:\n(?:[ -].*\n)+", config, re.M)
+    assert nav, "mkdocs.yml: no nav section"
+    config = config.replace(nav[0], "nav:\n  - Home: index.md\n  - Other: other.md\n")
+    (project / "mkdocs.yml").write_text(config, encoding="utf-8")
+    (project / "docs" / "other.md").write_text("# Other\n\n## A heading\n", encoding="utf-8")
+    (project / "docs" / "index.md").write_text(
+        "# Home\n\nSee [the gone page](no-such-page.md) and [a heading](other.md#no-such-heading);"
+        " [this heading](other.md#a-heading) and [that page](other.md) are there.\n",
         encoding="utf-8",
     )
     out = build(project, tmp_path / "site")

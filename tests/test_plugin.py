@@ -1,11 +1,13 @@
 """The golden_trace plugin end to end: real pytest runs in a fresh project, alone and under xdist.
 
-Runs "alone" are in-process (pytester.runpytest), for speed; they put back
-the two globals syrupy sets per session, so this session is left as it was.
-Runs under xdist are subprocesses, as xdist needs, that load the plugins named
-(xdist, syrupy, harness's) and no other installed one. Both start without the
-PYTEST_XDIST_WORKER variable this session may run under: syrupy reads it to
-decide whether it is a worker.
+Every run's session is in-process (pytester.runpytest_inprocess), for speed:
+a run "alone" whole, a run under xdist as its controller, whose two workers
+are the fresh interpreters xdist starts. Runs put back the two globals syrupy
+sets per session, so this session is left as it was. They load the plugins
+named (syrupy, harness's, xdist's) and no other installed one: reading every
+installed distribution's entry points is most of a small run's start. They
+start without the PYTEST_XDIST_WORKER variable this session may run under:
+syrupy reads it to decide whether it is a worker.
 """
 
 from __future__ import annotations
@@ -48,6 +50,9 @@ def test_records(tmp_path, golden_trace):
 """
 
 MODES = ("alone", "xdist")
+# the plugins a run needs, named (entry points not read: most of a run's start); the `pytest11` entry point is
+# what test_without_syrupy_pytest_still_starts_and_golden_trace_says_what_to_install starts pytest through
+PLUGINS = ("-p", "syrupy", "-p", "harness.pytest_plugin", "-p", "no:cacheprovider")
 
 
 @pytest.fixture
@@ -66,14 +71,13 @@ def write_agent(project: pytest.Pytester, *, bump: int, second: bool = True) -> 
 def run(project: pytest.Pytester, mode: str, *args: str) -> pytest.RunResult:
     # a rewritten agent of the same size within the same second would reuse the stale bytecode
     shutil.rmtree(project.path / "tests" / "__pycache__", ignore_errors=True)
-    if mode == "xdist":  # the plugins the claim needs, named: not every installed one in three interpreters
-        with pytest.MonkeyPatch.context() as mp:
-            mp.setenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")
-            plugins = ("-p", "xdist", "-p", "syrupy", "-p", "harness.pytest_plugin", "-p", "no:cacheprovider")
-            return project.runpytest_subprocess(*plugins, "-n", "2", *args)
     saved = SnapshotCollectionStorage.snapshot_dirname, syrupy._syrupy  # type: ignore[attr-defined]
     try:
-        return project.runpytest("-p", "no:xdist", "-p", "no:hypothesispytest", "-p", "no:cacheprovider", *args)
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")  # xdist's workers inherit it
+            if mode == "xdist":
+                return project.runpytest_inprocess("-p", "xdist", *PLUGINS, "-n", "2", *args)
+            return project.runpytest_inprocess(*PLUGINS, *args)
     finally:
         SnapshotCollectionStorage.snapshot_dirname, syrupy._syrupy = saved  # type: ignore[attr-defined]
 

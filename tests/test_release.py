@@ -3,15 +3,17 @@
 Offline, as every test: the project's files are copied to a folder of their
 own and built there with `--no-isolation` (the test extra brings build,
 twine and setuptools). The wheel is installed with `--no-index` into a fresh
-virtual environment, which finds orjson, the one dependency, through a
-folder holding links to this environment's copy: pip sees the dependency
-met, and installs nothing else. From there the test runs `harness
---version`, `harness --help` and the main example, outside the source tree.
+virtual environment (by this environment's pip, run by the fresh
+interpreter), which finds orjson, the one dependency, through a folder
+holding links to this environment's copy: pip sees the dependency met, and
+installs nothing else. From there the test runs `harness --version`,
+`harness --help` and the main example, outside the source tree.
 """
 
 from __future__ import annotations
 
 import email
+import os
 import shutil
 import subprocess
 import sys
@@ -21,14 +23,16 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+import pip as pip_module
 
 from harness._version import VERSION
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def run(*args: Any, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    out = subprocess.run([*map(str, args)], capture_output=True, text=True, timeout=300, cwd=cwd)
+def run(*args: Any, cwd: Path | None = None, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, **(env or {})}
+    out = subprocess.run([*map(str, args)], capture_output=True, text=True, timeout=300, cwd=cwd, env=env)
     assert out.returncode == 0, (args, out.stdout[-2000:], out.stderr[-4000:])
     return out
 
@@ -42,19 +46,26 @@ def source(into: Path) -> Path:
     return into
 
 
-def orjson_only(into: Path) -> Path:
-    """A folder holding links to this environment's orjson (package and metadata), and nothing else."""
-    package = Path(orjson.__file__).parent
-    (metadata,) = Path(package.parent).glob("orjson-*.dist-info")
+def links(into: Path, *paths: Path) -> Path:
+    """A folder holding links to paths, and nothing else."""
     into.mkdir()
-    for path in (package, metadata):
+    for path in paths:
         (into / path.name).symlink_to(path, target_is_directory=True)
     return into
 
 
+def orjson_only(into: Path) -> Path:
+    """A folder holding links to this environment's orjson (package and metadata), and nothing else."""
+    package = Path(orjson.__file__).parent
+    (metadata,) = Path(package.parent).glob("orjson-*.dist-info")
+    return links(into, package, metadata)
+
+
 def test_the_sdist_and_wheel_build_pass_twine_check_and_the_wheel_installs_and_runs(tmp_path: Path) -> None:
     src, dist = source(tmp_path / "src"), tmp_path / "dist"
-    run(sys.executable, "-m", "build", "--no-isolation", "--outdir", dist, src)
+    # (--skip-dependency-check: the backend's requirements are this environment's; checking them is two more
+    # interpreters importing setuptools)
+    run(sys.executable, "-m", "build", "--no-isolation", "--skip-dependency-check", "--outdir", dist, src)
     wheel, sdist = dist / f"harness_trace-{VERSION}-py3-none-any.whl", dist / f"harness_trace-{VERSION}.tar.gz"
     assert sorted(dist.iterdir()) == sorted([wheel, sdist])
     checked = run(sys.executable, "-m", "twine", "check", "--strict", wheel, sdist)
@@ -73,7 +84,10 @@ def test_the_sdist_and_wheel_build_pass_twine_check_and_the_wheel_installs_and_r
     python = fresh / "bin" / "python"
     purelib = run(python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])").stdout.strip()
     (Path(purelib) / "deps.pth").write_text(f"{orjson_only(tmp_path / 'deps')}\n")
-    run(sys.executable, "-m", "pip", "--python", python, "install", "--no-index", "--quiet", wheel)
+    # this environment's pip, run by the fresh interpreter (what `pip --python` does, less one pip starting)
+    # (--no-compile: the runs below compile what they import, not every module)
+    pip = {"PYTHONPATH": str(links(tmp_path / "pip", Path(pip_module.__file__).parent))}
+    run(python, "-m", "pip", "install", "--no-index", "--no-compile", "--quiet", wheel, env=pip)
     bin_ = fresh / "bin"
     assert run(bin_ / "harness", "--version").stdout == f"harness {VERSION}\n"
     assert "Inspect, check and compare harness traces" in run(bin_ / "harness", "--help").stdout
