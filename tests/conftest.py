@@ -25,28 +25,35 @@ sys.dont_write_bytecode = False
 pytest_plugins = ["s3server"]  # the local S3 server and a runs URL in a fresh bucket, for the tests that ask
 
 # The slowest tests and files, slowest first (measured with --durations; the order matters, not the figures):
-# collected first, so xdist hands them out first. The Ray tests are one xdist group and go first anyway.
+# collected first, so xdist hands them out first; an xdist group goes where its first test is.
 FIRST = (
-    "test_soak.py",
-    "test_plugin.py::test_record_pass_change_fail_update_pass_and_unused[xdist]",
-    "test_mcp.py::test_sigkill_in_a_call_then_resume_in_a_new_process",
-    "test_plugin.py::test_goldens_of_a_module_that_no_longer_asserts_any_are_unused",
-    "test_workflow.py::test_the_cli_resumes_recovers_reruns_and_forks_a_workflow",
-    "test_bench.py",
-    "test_release.py",
+    "test_frameworks.py",  # the "frameworks" xdist group: these three files on one worker, one preloaded helper
     "test_frameworks_crash.py",
-    "test_viewer_browser.py",
-    "test_async.py::test_gathered_model_calls_are_served_again_in_every_fresh_process",
     "test_mcp.py",
-    "test_http.py::test_harness_fork_set_path_value_from_the_command_line",
-    "test_plugin.py",
+    "test_fleet.py",  # the "ray" group: one Ray cluster
+    "test_viewer_browser.py",  # one browser tab
+    "test_soak.py",
+    "test_bench.py::test_smoke_run_writes_every_key",
+    "test_store_ops.py::test_runs_of_a_url_tells_a_live_writer_from_a_killed_one",
+    "test_plugin.py::test_record_pass_change_fail_update_pass_and_unused[xdist]",
+    "test_docs.py::test_the_site_builds_strict",
+    "test_example_frameworks.py",
     "test_crash_matrix.py",
-    "test_viewer_api.py::test_a_window_and_a_stream_hold_their_reply_not_the_records_around_it",
-    "test_rerun.py::test_cli_rerun_with_an_agent_factory",
+    "test_records.py::test_two_imports_racing_into_one_folder_never_lose_a_run",
+    "test_example_mcp.py",
+    "test_plugin.py::test_project_rules_in_pyproject_and_an_assertion_s_own",
+    "test_release.py",
+    "test_replay.py::test_a_second_replay_in_one_process_reuses_the_first_ones_memory",
+    "test_plugin.py::test_goldens_of_a_module_that_no_longer_asserts_any_are_unused",
+    "test_bench.py",
+    "test_async.py::test_gathered_model_calls_are_served_again_in_every_fresh_process",
+    "test_plugin.py",
     "test_store_ops.py",
-    "test_store.py",
-    "test_docs.py",
-    "test_seal_blocks.py",
+    "test_workflow_agents.py",
+    "test_http.py",
+    "test_faults.py",
+    "test_store_spans.py",
+    "test_workflow_crash.py",
 )
 
 
