@@ -47,6 +47,8 @@ def _imports_forgotten(cwd: Path) -> Iterator[None]:
     finally:
         sys.path[:] = path
         for name in set(sys.modules) - before:
+            if name.partition(".")[0] == "harness":  # harness itself stays (an editable install lives in a clone,
+                continue  # which may be cwd): a second copy of its modules would split its state and classes
             if str(getattr(sys.modules[name], "__file__", None) or "").startswith(str(cwd) + os.sep):
                 del sys.modules[name]
 
