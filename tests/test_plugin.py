@@ -12,6 +12,7 @@ syrupy reads it to decide whether it is a worker.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import re
 import shutil
@@ -20,6 +21,13 @@ from pathlib import Path
 
 import orjson
 import pytest
+
+# Imported out here, before any in-process run: pytester gives sys.modules back after each run, so a module first
+# imported inside one would be imported again after it as a second copy. httpx imports httpcore on its first
+# request; if that request is inside a run (a model agent's golden), httpx keeps the exception map it built from the
+# dropped copy, and every later refused connection in this worker surfaces as httpcore's, not httpx's.
+with contextlib.suppress(ImportError):
+    import httpcore  # noqa: F401
 import syrupy
 from syrupy.extensions.base import SnapshotCollectionStorage
 
