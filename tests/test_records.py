@@ -16,13 +16,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import in_process
 import orjson
 import pytest
 from children import ZYGOTE, Forked
 
 import harness
 from harness import BundleError, Executor, HarnessError, Step, TraceCorruption, replay
-from harness.cli import main
 from harness.testing import FakeLLM, fixed_plan, read_records, steps
 from harness.trace.line import encode
 
@@ -30,22 +30,8 @@ BIG = "x" * 100_000
 
 
 def cli(*args: object, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    """`harness ARGS` with env added to the environment: its exit code and output, from the CLI's main() run in
-    this process (the console script is main(); tests/test_cli.py runs it as a program). A traceback is no
-    output here: the exception fails the test."""
-    buffers = io.BytesIO(), io.BytesIO()
-    out, err = (io.TextIOWrapper(b, encoding="utf-8", write_through=True) for b in buffers)
-    saved = dict(os.environ)
-    os.environ.update(env or {})
-    try:
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            code = main([str(a) for a in args])
-    except SystemExit as e:  # a usage error, from argparse
-        code = e.code if isinstance(e.code, int) else 2
-    finally:
-        os.environ.clear()
-        os.environ.update(saved)
-    return subprocess.CompletedProcess(["harness", *map(str, args)], code, *(b.getvalue().decode() for b in buffers))
+    """`harness ARGS` with env added to the environment, run in this process (tests/in_process.py)."""
+    return in_process.harness(*args, env={**os.environ, **(env or {})})  # type: ignore[no-any-return]
 
 
 def big_planner(model: FakeLLM) -> Callable[[Any, list[Any]], Step | None]:
