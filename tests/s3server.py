@@ -50,7 +50,7 @@ def s3_server() -> Iterator[str]:
     logging.getLogger("werkzeug").setLevel(logging.ERROR)  # no line per request in the test output
     app = werkzeug_app.create_backend_app("s3")
     server = make_server("127.0.0.1", 0, app, threaded=True, request_handler=handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True, name="s3-server")
+    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True, name="s3-server")
     thread.start()
     endpoint = f"http://127.0.0.1:{server.server_port}"
     saved = {k: os.environ.get(k) for k in [*ENV, "AWS_ENDPOINT_URL"]}
