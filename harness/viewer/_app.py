@@ -530,18 +530,13 @@ async def _stream(v: Viewer, idx: Index, path: str, i: int, request: Request) ->
         if idx.broken is not None:
             yield b"event: corrupt\ndata: %s\n\n" % orjson.dumps(idx.broken)
             return
-        if v.stopping():
+        if v.stopping() or await request.is_disconnected():
             return
-        await asyncio.sleep(POLL)
-        if await request.is_disconnected():
-            return
-        before = len(idx)
-        await run_in_threadpool(idx.extend)
-        if len(idx) > before:
-            continue
+        # caught up: a run that is over ends its stream now; a running one is looked at again in POLL
         status = (await run_in_threadpool(run_info, path)).status
         if status != "running":
-            await run_in_threadpool(idx.extend)  # the writer may have written its last line, then gone
+            before = len(idx)
+            await run_in_threadpool(idx.extend)  # the writer may have written its last lines, then gone
             if len(idx) > before:
                 continue
             end = {"status": status, "torn": idx.size - idx.end, "end": idx.end}
@@ -550,6 +545,8 @@ async def _stream(v: Viewer, idx: Index, path: str, i: int, request: Request) ->
         if time.monotonic() - quiet > HEARTBEAT:
             quiet = time.monotonic()
             yield b": still running\n\n"
+        await asyncio.sleep(POLL)
+        await run_in_threadpool(idx.extend)
 
 
 async def _fork(request: Request) -> Response:
