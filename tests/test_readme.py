@@ -1,7 +1,7 @@
 """The examples of the README and of every page of the docs run as written, and print what the docs say they print.
 
 Every ```python block of README.md and of docs/**/*.md (indented ones in a list too) runs alone, as its own process
-(forked from a forkserver that imported harness once), in a fresh folder: it must exit 0 and print nothing on stderr,
+(forked from a zygote that imported harness once), in a fresh folder: it must exit 0 and print nothing on stderr,
 not even a warning. When a ```text block follows it
 directly (one blank line between), that is its output, compared line for line.
 
@@ -15,17 +15,18 @@ A block with neither runs; a marker that names no reason or an unknown file fail
 
 from __future__ import annotations
 
-import json
 import re
 import subprocess
 import sys
 import tomllib
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from textwrap import dedent
 
 import pytest
+from children import Zygote
+
+import harness
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
@@ -81,64 +82,32 @@ def finished_run(folder: Path, name: str) -> None:
 GIVEN = {"run.jsonl": finished_run}
 
 
-# The examples run in processes forked from a forkserver: a fresh interpreter that imported harness's public names
-# once (a third of a second that every example would pay again), then forks a child per example. The child runs the
-# example as `python -c` does: in a fresh __main__, in its folder, stdout and stderr its own files, an uncaught
-# exception a traceback and exit status 1, then the interpreter's usual exit (atexit, threads joined).
-FORKSERVER = """
-import json, os, signal, sys, types
-
-import harness
-
-for name in harness._WHERE:  # the public names harness imports on first use
-    getattr(harness, name)
-print("ready", flush=True)
-for line in sys.stdin:
-    job = json.loads(line)
-    pid = os.fork()
-    if pid == 0:
-        break
-    print(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]), flush=True)
-else:
-    sys.exit(0)
-signal.alarm(60)  # a hung example dies of SIGALRM: the test sees the signal and never waits forever
-os.chdir(job["cwd"])
-for fd, path, flags in [(0, os.devnull, os.O_RDONLY), *((fd, job[fd], os.O_WRONLY | os.O_CREAT) for fd in "12")]:
-    os.dup2(os.open(path, flags, 0o600), int(fd))
-sys.stdin, sys.argv = open(0, closefd=False), ["-c"]
-forkserver, sys.modules["__main__"] = sys.modules["__main__"], types.ModuleType("__main__")
-exec(compile(job["code"], "<string>", "exec"), vars(sys.modules["__main__"]))
-"""
+# The examples run in processes forked from a zygote (tests/zygote.py) that imported harness's public modules
+# once (a third of a second that every example would pay again): each child runs its example as `python -c`
+# does, in a fresh __main__, in its folder.
+EXAMPLES = Zygote(*sorted({f"harness{module}" for module, _ in harness._WHERE.values()}))
 
 
-@pytest.fixture(scope="module")
-def forkserver(tmp_path_factory: pytest.TempPathFactory) -> Iterator[subprocess.Popen[str]]:
-    log = tmp_path_factory.mktemp("forkserver") / "stderr"
-    with open(log, "w") as stderr:
-        server = subprocess.Popen(
-            [sys.executable, "-c", FORKSERVER], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr, text=True
-        )
-    try:
-        assert server.stdout and server.stdout.readline() == "ready\n", log.read_text()
-        assert log.read_text() == ""  # importing harness warned nothing
-        yield server
-    finally:
-        server.communicate(timeout=60)
-    assert server.returncode == 0 and log.read_text() == "", log.read_text()
-
-
-def run(code: str, cwd: Path, forkserver: subprocess.Popen[str]) -> str:
+def run(code: str, cwd: Path) -> str:
     """What the example printed; it exited 0 and wrote nothing on stderr."""
-    streams = cwd.with_name(f"{cwd.name}-streams")  # beside its folder: the example finds its folder empty
-    streams.mkdir()
-    out, err = streams / "stdout", streams / "stderr"
-    assert forkserver.stdin and forkserver.stdout
-    forkserver.stdin.write(json.dumps({"code": code, "cwd": str(cwd), "1": str(out), "2": str(err)}) + "\n")
-    forkserver.stdin.flush()
-    status = forkserver.stdout.readline()
-    assert status.strip() == "0", f"exit status {status.strip() or '(forkserver gone)'}: {err.read_text()}"
-    assert err.read_text() == ""  # no warning either
-    return out.read_text()
+    child = EXAMPLES.Popen(
+        [sys.executable, "-c", code], cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    try:
+        out, err = child.communicate(timeout=60)  # a hang guard, not a timing assertion
+    finally:
+        child.kill()
+    assert child.returncode == 0, f"exit status {child.returncode}: {err.decode()}"
+    assert err == b""  # no warning either
+    return str(out.decode())
+
+
+def test_importing_harness_and_its_public_names_warns_nothing() -> None:
+    """What the zygote imports for the examples, in a fresh interpreter: nothing on stderr (a child would not
+    show a warning its zygote printed)."""
+    names = "; ".join(f"harness.{name}" for name in sorted(harness._WHERE))
+    done = subprocess.run([sys.executable, "-c", f"import harness; {names}"], capture_output=True, text=True)
+    assert (done.returncode, done.stderr) == (0, "")
 
 
 def test_every_python_block_is_found() -> None:
@@ -149,15 +118,13 @@ def test_every_python_block_is_found() -> None:
 
 
 @pytest.mark.parametrize("example", [e for e in ALL if e.marker != "fragment"], ids=lambda e: e.id)
-def test_the_example_runs_and_prints_what_the_docs_show(
-    tmp_path: Path, example: Example, forkserver: subprocess.Popen[str]
-) -> None:
+def test_the_example_runs_and_prints_what_the_docs_show(tmp_path: Path, example: Example) -> None:
     if example.marker == "given":
         assert example.what in GIVEN, f"{example.id}: no such given file {example.what!r} (tests/test_readme.py)"
         GIVEN[example.what](tmp_path, example.what)
     else:
         assert example.marker is None, f"{example.id}: unknown marker {example.marker!r}: fragment or given"
-    stdout = run(example.code, tmp_path, forkserver)
+    stdout = run(example.code, tmp_path)
     if example.output is not None:
         assert stdout == example.output, f"{example.id}: the example prints otherwise than its ```text block"
 
@@ -169,9 +136,9 @@ def test_a_fragment_says_why_it_does_not_run(example: Example) -> None:
     compile(example.code, example.id, "exec")  # still Python: a fragment is cut short, never misspelt
 
 
-def test_the_core_example_runs_and_replays(tmp_path: Path, forkserver: subprocess.Popen[str]) -> None:
+def test_the_core_example_runs_and_replays(tmp_path: Path) -> None:
     (core,) = [e for e in examples(README) if "ex.run(" in e.code]
-    stdout = run(core.code, tmp_path, forkserver)
+    stdout = run(core.code, tmp_path)
     assert stdout.split() == ["DONE", "2", str(1 + 2 * 4 + 1), "0", "False"]  # state, checkpoints, transitions
     assert (tmp_path / "run.jsonl").exists()
 

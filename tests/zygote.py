@@ -62,6 +62,7 @@ def _run_child(request: dict[str, Any], fds: list[int]) -> None:
     import signal
     import threading
     import traceback
+    import types
 
     code = 1
     try:
@@ -78,8 +79,9 @@ def _run_child(request: dict[str, Any], fds: list[int]) -> None:
         extra = [p for p in request["env"].get("PYTHONPATH", "").split(os.pathsep) if p]
         first = os.path.dirname(os.path.abspath(request["path"])) if request.get("path") else ""
         sys.path[:] = [first, *extra, *sys.path[1:]]
-        if request.get("code") is not None:
-            exec(compile(request["code"], "<string>", "exec"), {"__name__": "__main__", "__builtins__": __builtins__})
+        if request.get("code") is not None:  # as `python -c`: in a fresh __main__ module (classes, pickle find it)
+            main = sys.modules["__main__"] = types.ModuleType("__main__")
+            exec(compile(request["code"], "<string>", "exec"), vars(main))
         elif request.get("module") is not None:
             runpy.run_module(request["module"], run_name="__main__", alter_sys=True)
         else:
