@@ -21,7 +21,9 @@ no digest or size that differs, no more than `max_bytes` unpacked (1 GiB by
 default), no entry whose compression ratio is absurd (a zip bomb), none
 that zipfile cannot read (encrypted, or compressed other than stored or
 deflated), no annotations file that is not one. Files are extracted into a
-temporary folder inside the target, every trace is replayed there (its
+temporary folder inside the target (`.import-<hex>`, locked while the import
+runs: what a killed import or export left, the next import, export or
+`harness recover` removes, see `storage.scratch`), every trace is replayed there (its
 seal, blobs and `.torn-N` files checked, and whether it is sealed against the
 manifest), and only then are they placed:
 blobs first, traces last, so a trace is never visible before its blobs.
@@ -48,7 +50,6 @@ import shutil
 import stat
 import tempfile
 import time
-import uuid
 import zipfile
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -58,7 +59,7 @@ import orjson
 
 from ._errors import HarnessError, TraceCorruption, TraceUnreadable
 from .storage import blobs as _blobs
-from .storage import is_url
+from .storage import is_url, scratch
 from .storage.files import open_beside, open_regular, read_beside
 from .trace.annotations import MAX_BYTES as ANNOTATIONS_MAX
 from .trace.annotations import annotations_path
@@ -196,9 +197,13 @@ def export(traces: Iterable[str | os.PathLike[str]], out: str | os.PathLike[str]
         for digest in run.blobs:
             add(f"{_blobs.FOLDER}/{digest}", folder, os.path.join(_blobs.folder_of(path), digest))
     entries, total = [], 0
-    tmp = os.path.join(os.path.dirname(os.path.abspath(target)), f".{os.path.basename(target)}.{uuid.uuid4().hex}")
     try:
-        with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as zf:
+        scratch.sweep(os.path.dirname(os.path.abspath(target)))  # what a killed export left beside its bundle
+        tmp, held = scratch.file_beside(target)
+    except OSError as e:
+        raise BundleError(target, f"cannot write the bundle: {e.strerror or e}") from None
+    try:
+        with os.fdopen(os.dup(held), "w+b") as f, zipfile.ZipFile(f, "w", zipfile.ZIP_DEFLATED) as zf:
             for rel in sorted(files):
                 folder, source = files[rel]
                 with zf.open(_info(rel), "w", force_zip64=True) as dst:
@@ -215,6 +220,8 @@ def export(traces: Iterable[str | os.PathLike[str]], out: str | os.PathLike[str]
         if isinstance(e, OSError):
             raise BundleError(target, f"cannot write the bundle: {e.strerror or e}") from None
         raise
+    finally:
+        os.close(held)  # the lock goes last: a sweep never removes a bundle still being written
     return Bundled(target, tuple(names), tuple(sorted(files)), total, unsealed=tuple(unsealed))
 
 
@@ -404,13 +411,14 @@ def import_bundle(
     with zf:
         listed, claimed = _check_entries(path, zf, max_bytes, max_ratio)
         remote = is_url(target)  # a runs URL: checked in a local staging folder, then placed in the bucket
-        staging = os.path.join(target, f".import-{uuid.uuid4().hex}") if not remote else ""
+        held = -1  # the lock on a local staging folder, held until it is removed
         try:
             if remote:
                 staging = tempfile.mkdtemp(prefix="harness-import-")
             else:
                 os.makedirs(target, exist_ok=True)
-                os.mkdir(staging)
+                scratch.sweep(target)  # what a killed import or export left here
+                staging, held = scratch.folder_in(target)
         except OSError as e:
             raise BundleError(path, f"cannot write into {target}: {e.strerror}") from None
         try:
@@ -465,6 +473,8 @@ def import_bundle(
             ) from None
         finally:
             shutil.rmtree(staging, ignore_errors=True)
+            if held >= 0:
+                os.close(held)
     total = sum(int(f["size"]) for f in listed.values())  # type: ignore[call-overload]
     return Bundled(path, tuple(runs), tuple(sorted(listed)), total, tuple(sorted(skipped)), tuple(unsealed))
 

@@ -22,6 +22,11 @@ then its changed fields, then every other difference, compact, because
 pytest cuts long assertion messages. A golden written in another format
 version is reported as stale with how to re-record it, never crashed on.
 
+Only a test that passed speaks for its goldens (`_goldens_unused`): the
+golden of a test that failed, errored or was skipped is never deleted nor
+written by `--snapshot-update` (goldens are written when the session ends,
+once that is known; the summary lists those left as they were).
+
 Unused goldens. syrupy finds snapshots through the extensions a session
 used, so a golden whose test module stopped asserting golden traces is
 found only while some other test still asserts one, and never when none
@@ -52,6 +57,7 @@ from typing import TYPE_CHECKING, Any, cast
 import pytest
 
 from ._errors import HarnessError
+from ._goldens_unused import Outcomes, holding, unused_goldens, visible, writable
 from .review.diff import diff_with
 from .review.normalize import (
     RERECORD,
@@ -80,8 +86,9 @@ if TYPE_CHECKING:
 
 __all__ = ["GoldenTrace", "GoldenTraceExtension", "golden_trace"]
 
-GOLDEN_START = b'{"format":"harness-golden"'  # the first bytes of every golden file, any version
 _UNUSED = pytest.StashKey[tuple[list[Path], bool]]()  # the unused goldens found, and whether they were deleted
+_OUTCOMES = pytest.StashKey[Outcomes]()  # what each test did: only a test that passed says its goldens are unused
+_NOT_WRITTEN = pytest.StashKey[list[str]]()  # goldens --snapshot-update left as they were: their test did not pass
 _RULES = pytest.StashKey[Rules]()  # the project's rules, read once per session
 
 
@@ -95,6 +102,18 @@ if HAVE_SYRUPY:
         snapshot_dirname = "golden"
         rules: Rules = RULES  # set per assertion by the fixture: the project's, plus golden_trace(ignore=...)
         updating = False  # --snapshot-update: a golden that matches only through today's rules is written again
+        # written when the session ends, not at the assertion: by then it is known whether the test passed
+        # (a test that fails after its assertion keeps its golden as it was: _goldens_unused)
+        write_immediately = False
+
+        @classmethod
+        def write_snapshot_collection(cls, *, snapshot_collection: Any, name_order: Any = None) -> None:
+            if writable(snapshot_collection.location):
+                super().write_snapshot_collection(snapshot_collection=snapshot_collection, name_order=name_order)
+
+        def discover_snapshots(self, *, test_location: PyTestLocation, ignore_extensions: Any = None) -> Any:
+            # the goldens of a test that did not pass are not this session's to call unused
+            return visible(super().discover_snapshots(test_location=test_location, ignore_extensions=ignore_extensions))
 
         @classmethod
         def dirname(cls, *, test_location: PyTestLocation) -> str:
@@ -156,7 +175,11 @@ if HAVE_SYRUPY:
             try:
                 return super().__eq__(other)
             finally:
-                self.__dict__.setdefault("rules_used", {})[self.num_executions - 1] = rules
+                n = self.num_executions - 1
+                self.__dict__.setdefault("rules_used", {})[n] = rules
+                outcomes, done = self.__dict__.get("outcomes"), self.executions.get(n)
+                if self.update_snapshots and outcomes is not None and done is not None:
+                    outcomes.wrote[done.snapshot_location] = self.test_location.nodeid  # written if it passes
 
 
 def explain(received: str, golden: str, rules: Rules) -> Iterator[str]:
@@ -203,7 +226,29 @@ def golden_trace(request: pytest.FixtureRequest) -> Any:
     options["extension_class"] = GoldenTraceExtension
     assertion = GoldenTrace(**options)
     assertion.golden.rules, assertion.golden.updating = config.stash[_RULES], snapshot.update_snapshots
+    assertion.__dict__["outcomes"] = _outcomes(config)
     return assertion
+
+
+def _outcomes(config: pytest.Config) -> Outcomes:
+    if _OUTCOMES not in config.stash:
+        config.stash[_OUTCOMES] = Outcomes()
+    return config.stash[_OUTCOMES]
+
+
+class _Outcomes:
+    """A plugin for one session: whether each test passed every phase (on an xdist controller too, which gets
+    every worker's reports)."""
+
+    def __init__(self, outcomes: Outcomes) -> None:
+        self.outcomes = outcomes
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        self.outcomes.record(report)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.pluginmanager.register(_Outcomes(_outcomes(config)), "harness-golden-outcomes")
 
 
 @pytest.hookimpl(wrapper=True)
@@ -233,17 +278,24 @@ def _explain(assertion: SnapshotAssertion, *, detailed: bool) -> list[str]:
     return [*lines, f"golden: {location}"] if detailed else lines[:1]
 
 
-@pytest.hookimpl(trylast=True)
-def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    """After syrupy's own accounting: report (or delete) the unused goldens it could not see."""
+@pytest.hookimpl(wrapper=True)
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> Generator[None, None, None]:
+    """Around syrupy's own accounting: it writes and deletes only the goldens of tests that passed; after it,
+    report (or delete) the unused goldens it could not see."""
     config = session.config
-    if not HAVE_SYRUPY or hasattr(config, "workerinput"):  # an xdist worker: the controller judges
-        return
+    if not HAVE_SYRUPY:
+        return (yield)
+    with holding(session, _outcomes(config), GoldenTraceExtension) as held:
+        result = yield
+    config.stash.setdefault(_NOT_WRITTEN, []).extend(held.not_written)
+    if hasattr(config, "workerinput"):  # an xdist worker: the controller judges, and says what was not written
+        config.workeroutput["harness_goldens_not_written"] = held.not_written  # type: ignore[attr-defined]
+        return result
     if exitstatus not in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED, pytest.ExitCode.NO_TESTS_COLLECTED):
-        return  # interrupted, or a usage error: not every test ran
-    found = unused_goldens(config)
+        return result  # interrupted, or a usage error: not every test ran
+    found = unused_goldens(config, _outcomes(config), GoldenTraceExtension)
     if not found:
-        return
+        return result
     option = config.option
     delete = bool(option.update_snapshots) and not getattr(option, "no_cleanup", False)
     if delete:
@@ -254,9 +306,27 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     elif not option.update_snapshots and not option.warn_unused_snapshots:
         session.exitstatus = int(session.exitstatus) | 1  # what syrupy's unused snapshots do
     config.stash[_UNUSED] = (found, delete)
+    return result
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: Any) -> None:
+    """On the xdist controller: the goldens a worker did not write, for the summary."""
+    left = getattr(node, "workeroutput", {}).get("harness_goldens_not_written", [])
+    node.config.stash.setdefault(_NOT_WRITTEN, []).extend(left)
 
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    kept = sorted(os.path.relpath(p, config.rootpath) for p in config.stash.get(_NOT_WRITTEN, []))
+    if kept:
+        terminalreporter.write_sep("-", "golden traces")
+        n = len(kept)
+        terminalreporter.write_line(
+            f"{n} golden trace{'s' if n > 1 else ''} not written: {'their tests' if n > 1 else 'its test'} did not "
+            "pass (the golden stays as it was; fix the test, then run --snapshot-update again)"
+        )
+        for path in kept:
+            terminalreporter.write_line(f"  {path}")
     found, deleted = config.stash.get(_UNUSED, ([], False))
     if not found:
         return
@@ -276,104 +346,3 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     for path in shown:
         terminalreporter.write_line(f"  {path}")
     terminalreporter.write_line("Re-run pytest with --snapshot-update to delete unused golden traces.")
-
-
-def unused_goldens(config: pytest.Config) -> list[Path]:
-    """The goldens that syrupy did not judge and that no test of this session uses, by module.
-
-    Reads the report syrupy builds at the end of the session (merged from
-    the workers under xdist); with a syrupy that lacks what is needed, finds nothing.
-    """
-    report: Any = getattr(getattr(config, "_syrupy", None), "report", None)
-    if getattr(config.option, "lf", False) or getattr(report, "lf_filtered", False):
-        return []  # --lf leaves out tests that passed before: they would look like tests that assert nothing
-    if getattr(report, "disable_unused_snapshots", False):
-        return []
-    try:  # None, or a syrupy that does not keep these: AttributeError, and nothing is judged
-        collected, selected, provided = report.collected_items, report.selected_items, report._provided_test_paths
-        seen = {*(c.location for c in report.discovered), *(c.location for c in report.used)}
-    except AttributeError:
-        return []
-    from syrupy.location import PyTestLocation
-
-    judged = {os.path.realpath(loc) for loc in seen}
-    by_module: dict[str, list[Any]] = {}
-    for item in collected:
-        by_module.setdefault(_module_key(Path(item.path)), []).append(item)
-    narrowed = {_module_key(Path(p)) for p, nodes in provided.items() if nodes}
-    modules = getattr(report, "collected_modules", None) or by_module  # syrupy >= 7.0.2 also has item-less ones
-    full = [
-        m
-        for m in sorted(modules)
-        if m not in narrowed and all(item.nodeid in selected for item in by_module.get(m, []))
-    ]
-    found: list[Path] = []
-    for module in full:
-        owners = []
-        for item in by_module.get(module, []):
-            status = selected[item.nodeid]
-            name = GoldenTraceExtension.get_snapshot_name(test_location=PyTestLocation(item), index=0)
-            owners.append((name, getattr(status, "value", status) == "passed"))
-        path = Path(module)
-        found += _unjudged(path.parent / GoldenTraceExtension.snapshot_dirname / path.stem, judged, owners)
-    for folder in _orphans(full, provided):
-        found += _unjudged(folder, judged, [])
-    return found
-
-
-def _module_key(path: Path) -> str:
-    """A test module's identity as syrupy spells it: its folder resolved, its own name kept."""
-    return str(path.parent.resolve() / path.name)
-
-
-def _unjudged(folder: Path, judged: set[str], owners: list[tuple[str, bool]]) -> list[Path]:
-    """The goldens in folder that syrupy did not judge and whose possible owners all passed."""
-    try:
-        files = sorted(p for p in folder.iterdir() if p.suffix == ".jsonl" and p.is_file())
-    except OSError:  # no such folder
-        return []
-    unused = []
-    for path in files:
-        if os.path.realpath(path) in judged or not _is_golden(path):
-            continue
-        stem = path.stem
-        mine = [ok for name, ok in owners if _owns(name, stem)]
-        if all(mine):  # no owner left, or every owner ran, passed, and asserted something else
-            unused.append(path)
-    return unused
-
-
-def _owns(name: str, stem: str) -> bool:
-    """Whether the test whose golden base name is `name` could have written the golden `stem`.
-
-    `test_x` writes `test_x`, `test_x[label]` (golden_trace(name=...)) and
-    `test_x.1` (a second assertion); a long name is cut, so a cut stem is owned too.
-    """
-    if stem.startswith(name):
-        return len(stem) == len(name) or stem[len(name)] in "[."
-    return name.startswith(stem)
-
-
-def _orphans(full: list[str], provided: dict[str, list[str]]) -> list[Path]:
-    """Golden folders beside collected test modules whose own module no longer exists."""
-    dirs = sorted({os.path.dirname(m) for m in full})
-    asked = [os.path.realpath(p) for p, nodes in provided.items() if not nodes and os.path.isdir(p)]
-    out = []
-    for d in dirs:
-        if provided and not any(d == a or d.startswith(a + os.sep) for a in asked):
-            continue  # a run narrowed to some files of this folder says nothing about the others
-        root = Path(d) / GoldenTraceExtension.snapshot_dirname
-        try:
-            folders = sorted(p for p in root.iterdir() if p.is_dir())
-        except OSError:
-            continue
-        out += [f for f in folders if not any(Path(d).glob(f"{f.name}.*"))]
-    return out
-
-
-def _is_golden(path: Path) -> bool:
-    try:
-        with open(path, "rb") as f:
-            return f.read(len(GOLDEN_START)) == GOLDEN_START
-    except OSError:
-        return False

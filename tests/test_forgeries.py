@@ -835,3 +835,95 @@ def test_a_torn_tail_is_set_aside_once_in_a_file_of_its_own(tmp_path: Path) -> N
     refused(forge(tmp_path / "run.jsonl", [*START, aside, aside]), 4, "bad-resume")
     twice = [*START, intent("pay"), aside, T("ACT", "PAUSED"), {**YES, "op": 3, "set_aside": "run.jsonl.torn-1"}]
     refused(forge(tmp_path / "run.jsonl", twice), 6, "bad-reconcile")
+
+
+# --- fork lineage, a workflow's step names, MCP results (issue 34) -----------------------------------------------
+
+PARENT = "p" * 32
+FORK = [  # a fork of ONE_STEP at its tool result (seq 4): the records before it reused, the branch mutated
+    {**HEADER, "parent": PARENT, "branch": 4},
+    {**T("INIT", "PLAN"), "reused": True},
+    {**intent("work"), "reused": True},
+    {**T("ACT", "VERIFY", result={"i": 9}), "mutated": True},
+    {"kind": "checkpoint", "step": 0},
+    T("PLAN", "DONE", 1),
+]
+CONTRACT = {"effect": "at-least-once", "version": None}
+WORKFLOW = {**HEADER, "tools": {}, "workflow": "m:f", "goal": {"args": [], "kwargs": {}}}
+MCP_OK = {"content": [{"type": "text", "text": "ok"}], "isError": False}
+
+
+def mcp_step(result: Any, tool: str = "mcp.lookup") -> list[dict[str, Any]]:
+    """A workflow's run of one MCP step (harness.mcp names it `<server>.<tool>`) whose result is result."""
+    return [
+        WORKFLOW,
+        T("INIT", "PLAN"),
+        T("PLAN", "ACT", name=tool, tool=tool, args={"q": 1}, contract=CONTRACT),
+        T("ACT", "VERIFY", result=result),
+    ]
+
+
+def test_the_bases_of_lineage_and_mcp_are_valid(tmp_path: Path) -> None:
+    assert harness.replay(forge(tmp_path / "a.jsonl", FORK)).state == "DONE"
+    assert harness.replay(forge(tmp_path / "b.jsonl", mcp_step(MCP_OK))).state == "VERIFY"
+    rich = {**MCP_OK, "structuredContent": {"n": 1}, "_meta": {}, "resultType": "complete"}  # (what mcp 2 dumps)
+    blocks = [
+        {"type": "image", "data": "AA==", "mimeType": "image/png"},
+        {"type": "resource_link", "name": "r", "uri": "file:///r"},
+        {"type": "resource", "resource": {"uri": "file:///r", "text": "t"}},
+    ]
+    assert harness.replay(forge(tmp_path / "c.jsonl", mcp_step({**rich, "content": blocks}))).state == "VERIFY"
+    # a tool of the workflow's own whose name has no `mcp.` returns what it likes
+    assert harness.replay(forge(tmp_path / "d.jsonl", mcp_step("plain", tool="lookup"))).state == "VERIFY"
+
+
+@pytest.mark.parametrize(
+    ("records", "line", "reason"),
+    [
+        (with_(FORK, 1, branch=OMIT), 2, "malformed"),  # reused marks in a trace that is no fork
+        (with_(FORK, 1, parent=OMIT), 1, "bad-lineage"),  # a branch, and no run it came from
+        (with_(FORK, 1, branch=1), 1, "bad-lineage"),  # the header itself answered
+        (with_(FORK, 1, branch=0), 1, "bad-lineage"),
+        (with_(FORK, 1, branch=5), 4, "bad-lineage"),  # the mutated record is not the branch
+        (with_(with_(FORK, 4, mutated=OMIT), 5, mutated=True), 5, "bad-lineage"),
+        (with_(FORK, 4, reused=True), 4, "bad-lineage"),  # served and answered at once
+    ],
+)
+def test_a_forks_lineage_is_checked(tmp_path: Path, records: list[dict[str, Any]], line: int, reason: str) -> None:
+    """Before: a header's branch was only checked to be an int; a fork's marks were not checked against it."""
+    refused(forge(tmp_path / "t.jsonl", records), line, reason)
+
+
+def test_a_workflows_step_is_named_by_its_tool(tmp_path: Path) -> None:
+    """Before: a workflow's intent named `pay` for tool `refund` was read, and resumed, as the call of refund."""
+    records = mcp_step({"ok": True}, tool="refund")
+    records[2] = {**records[2], "name": "pay"}
+    e = refused(forge(tmp_path / "t.jsonl", records), 3, "bad-intent")
+    assert e.seq == 3 and "'pay' for tool 'refund'" in str(e)
+
+
+@pytest.mark.parametrize(
+    ("result", "why"),
+    [
+        ("ok", "a str, not an object"),
+        ({"isError": False}, 'no "content" list'),
+        ({"content": "ok"}, 'no "content" list'),
+        ({"content": [{"text": "ok"}]}, "content[0] is not a content block"),
+        ({"content": [{"type": "video", "data": "x"}]}, "content[0] is not a content block"),
+        ({"content": [{"type": "text", "text": 7}]}, "content[0], a text block, without its text"),
+        ({"content": [{"type": "image", "data": "x"}]}, "without its data, mimeType"),
+        ({"content": [{"type": "resource", "resource": "x"}]}, "without its resource (uri, text)"),
+        ({"content": [{"type": "resource", "resource": {}}]}, "without its resource (uri, text)"),
+        ({"content": [{"type": "text", "text": "ok", "annotations": 5}]}, "'annotations' that is not a dict"),
+        ({"content": [], "isError": "no"}, '"isError" is not a bool'),
+        ({"content": [], "structuredContent": [1]}, '"structuredContent" is not an object'),
+    ],
+)
+def test_a_malformed_mcp_result_is_corruption_not_drift(tmp_path: Path, result: Any, why: str) -> None:
+    """Before: replay() accepted it, and a resume or rerun failed later rebuilding the CallToolResult (a drift)."""
+    e = refused(forge(tmp_path / "t.jsonl", mcp_step(result)), 4, "bad-result")
+    assert e.seq == 4 and why in str(e) and "'mcp.lookup'" in str(e)
+    crossing = {"kind": "crossing", "boundary": "mcp.call_tool", "request": {"server": "mcp", "tool": "t"}}
+    records = [HEADER, T("INIT", "PLAN"), {**crossing, "hash": "0" * 16, "response": result}]
+    e = refused(forge(tmp_path / "c.jsonl", records), 3, "bad-result")
+    assert why in str(e)

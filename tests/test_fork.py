@@ -248,3 +248,72 @@ def test_cli_fork_then_diff_reports_the_branch_point(tmp_path: Path) -> None:
         bad = cli(*base, *args, cwd=tmp_path)
         assert bad.returncode == 2 and why in bad.stderr and "Traceback" not in bad.stderr
     assert not (tmp_path / "x.jsonl").exists()
+
+
+# --- labels: what a fork served from its parent is marked, whatever order its tasks took (issue 34) ---------------
+
+GATHERED: dict[str, Any] = {}  # the live model calls of gathered() below, and the gate b waits at
+
+
+async def _noted(request: dict[str, Any]) -> dict[str, Any]:
+    GATHERED.setdefault("calls", []).append(request)
+    GATHERED["gate"].set()  # a's call has started: b may start its own, recorded after a's
+    return {"text": f"{request['who']} answered"}
+
+
+def _step(i: int) -> dict[str, Any]:
+    return {"i": i}
+
+
+async def _a() -> str:
+    import asyncio
+
+    await asyncio.sleep(0)  # b runs meanwhile: in a fork, to its crossing, served at once, before a's branch
+    await harness.acall(_step, i=1)
+    return (await harness.allm({"who": "a"}, _noted))["text"]
+
+
+async def _b() -> str:
+    await GATHERED["gate"].wait()  # in the recording, after a's call started; in the fork, at once
+    return (await harness.allm({"who": "b"}, _noted))["text"]
+
+
+@harness.workflow
+async def gathered() -> list[str]:
+    import asyncio
+
+    GATHERED["gate"] = asyncio.Event()
+    if GATHERED.get("forking"):
+        GATHERED["gate"].set()
+    return list(await asyncio.gather(_a(), _b()))
+
+
+@pytest.mark.parametrize("branch", ["a's model answer", "a's tool result"])
+def test_a_crossing_served_after_the_branch_is_marked_reused_not_left_to_read_as_live(
+    tmp_path: Path, branch: str
+) -> None:
+    """Before: b's crossing, served from the parent (taken while a was still before the branch) but written after
+    a's answered branch, carried no mark: `harness show` and every reader called it live, and no call was made."""
+    parent = tmp_path / "parent.jsonl"
+    GATHERED.clear()
+    assert gathered.run(trace=parent).result == ["a answered", "b answered"]
+    records = read_records(parent)
+    answer = next(r["seq"] for r in records if r["kind"] == "crossing" and r["request"] == {"who": "a"})
+    assert records[answer]["request"] == {"who": "b"}  # b's answer recorded right after a's
+    at, value, returned = answer, {"text": "a told otherwise"}, ["a told otherwise", "b answered"]
+    if branch == "a's tool result":
+        at, value, returned = next(r["seq"] for r in records if "result" in r), {"i": 2}, ["a answered", "b answered"]
+    GATHERED.clear()
+    GATHERED["forking"] = True
+    child = harness.fork(parent, at=at, value=value, workflow=gathered, out=tmp_path / "c.jsonl")
+    assert child.state == "DONE" and harness.replay(tmp_path / "c.jsonl").returned == returned
+    forked = read_records(tmp_path / "c.jsonl")
+    b = next(r for r in forked if r.get("request") == {"who": "b"})
+    assert forked[at - 1]["mutated"] is True and b["seq"] > at  # written after the branch (taken before it)
+    assert b.get("reused") is True  # served from the parent: marked, wherever it lands
+    live = [r for r in forked[at:] if r["kind"] == "crossing" and "reused" not in r]
+    assert len(GATHERED.get("calls", [])) == len(live) == child.live_calls  # unmarked: exactly what ran live
+    shown = in_process.harness("show", "--width", 1000, tmp_path / "c.jsonl")
+    assert shown.returncode == 0, shown.stderr
+    labels = {int(line.split()[0]): line for line in shown.stdout.splitlines()}
+    assert "served" in labels[b["seq"]] and "answered" in labels[at] and "live" not in labels[b["seq"]]

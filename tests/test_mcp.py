@@ -317,3 +317,38 @@ def test_the_contracts_are_read_from_every_page_of_the_tools(tmp_path: Path) -> 
     assert paged.calls == [("list", None), ("list", "p2"), ("refund", {"harness/idempotency_key": made["key"]})]
     paged.calls.clear()
     assert harness.rerun(tmp_path / "run.jsonl", workflow=flow).equal and paged.calls == []  # all served
+
+
+# --- what the reader accepts as a recorded CallToolResult, the door rebuilds (issue 34) ----------------------------
+
+
+def test_every_result_the_reader_accepts_the_door_rebuilds() -> None:
+    """The reader's own check of an MCP step's result (orjson only) is never looser than CallToolResult's: a
+    recorded result it accepts is one a resume or rerun can rebuild, so what it refuses is corruption, not drift."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from harness.trace.reader import _mcp_result_problem
+
+    scalar = st.none() | st.booleans() | st.integers(-3, 3) | st.text(max_size=3) | st.just([]) | st.just({})
+    keys = st.sampled_from(["text", "data", "mimeType", "name", "uri", "annotations", "_meta", "title", "size"])
+    kinds = st.sampled_from(["text", "image", "audio", "resource_link", "resource", "video"])
+    resource = st.dictionaries(st.sampled_from(["uri", "text", "blob", "mimeType"]), scalar, max_size=3)
+    block = st.builds(
+        lambda kind, fields, inner: {**fields, "type": kind, **({"resource": inner} if inner is not None else {})},
+        kinds, st.dictionaries(keys, scalar, max_size=4), st.none() | scalar | resource,
+    )  # fmt: skip
+    result = st.dictionaries(
+        st.sampled_from(["content", "isError", "structuredContent", "_meta"]),
+        scalar | st.lists(block, max_size=3),
+        max_size=4,
+    )
+
+    @settings(max_examples=1500, deadline=None)
+    @given(result)
+    def agrees(value: dict[str, Any]) -> None:
+        if _mcp_result_problem(value) is None:
+            CallToolResult.model_validate(value)  # raises if the reader was looser than the door
+
+    agrees()
+    assert _mcp_result_problem({"content": [{"type": "text", "text": "ok"}]}) is None

@@ -127,7 +127,19 @@ def test_a_failed_migration_leaves_the_original_byte_identical(old: Path, monkey
     with pytest.raises(HarnessError, match="original is unchanged"):
         harness.migrate(trace)
     assert trace.read_bytes() == before
-    assert not list(old.glob(".*.tmp"))  # the temporary file is gone too
+    assert not list(old.glob(".*.tmp")) and not list(old.glob("*.v1-backup-*"))  # the temporary file is gone too
+
+
+def test_a_migration_refused_by_replay_leaves_no_backup(old: Path) -> None:
+    """A header whose tools replay() refuses: the migration is refused, and it left a `.v1-backup-*` beside, before."""
+    trace = old / "happy.jsonl"
+    rewritten(trace, 1, lambda r: {**r, "tools": {"search": {"effect": "bogus", "version": None}}})
+    before = trace.read_bytes()
+    cli = harness_cli("migrate", trace)
+    assert cli.returncode != 0 and "Traceback" not in cli.stderr and "does not replay" in cli.stderr
+    assert "no backup was kept" in cli.stderr
+    assert trace.read_bytes() == before
+    assert sorted(p.name for p in old.iterdir() if p.name.startswith("happy")) == ["happy.jsonl"]
 
 
 KILL = """
@@ -145,7 +157,7 @@ def test_a_migration_killed_before_its_rename_leaves_the_original_byte_identical
     before = trace.read_bytes()
     done = subprocess.run([sys.executable, "-c", KILL, str(trace)], timeout=60)
     assert done.returncode == -9
-    assert trace.read_bytes() == before
+    assert trace.read_bytes() == before and not list(old.glob("*.v1-backup-*"))  # killed before a backup was due
     assert harness.migrate(trace).backup is not None  # and it can be migrated afterwards
 
 

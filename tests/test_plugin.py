@@ -324,6 +324,60 @@ def test_goldens_of_a_test_that_did_not_pass_are_not_judged(project: pytest.Pyte
     assert len(list(golden.iterdir())) == 2
 
 
+# test_records as it would stop before its assertion (the model server down, a fixture that fails, a skip)
+STOPPED = {
+    "failed": "def test_records(tmp_path, golden_trace):\n    raise RuntimeError('model server down')\n",
+    "errored in setup": (
+        "@pytest.fixture\ndef broken():\n    raise RuntimeError('no database')\n\n\n"
+        "def test_records(broken, tmp_path, golden_trace):\n    assert golden_trace == run(tmp_path / 'run.jsonl')\n"
+    ),
+    "errored in teardown": (
+        "@pytest.fixture\ndef leaky():\n    yield\n    raise RuntimeError('left a file open')\n\n\n"
+        "def test_records(leaky):\n    pass\n"
+    ),
+    "skipped": "def test_records(tmp_path, golden_trace):\n    pytest.skip('later')\n",
+}
+
+
+@pytest.mark.parametrize(("mode", "how"), [*(("alone", how) for how in STOPPED), ("xdist", "failed")])
+def test_update_keeps_the_golden_of_a_test_that_stopped_before_its_assertion(
+    project: pytest.Pytester, mode: str, how: str
+) -> None:
+    """Before: test_run still asserts a golden of the module, so syrupy judged the folder and deleted
+    test_records.jsonl, whose test had failed (or errored) before it reached its assertion."""
+    golden = record_goldens(project)
+    kept = (golden / "test_records.jsonl").read_bytes()
+    write_agent(project, bump=0, second=False)
+    agent = project.path / "tests" / "test_agent.py"
+    agent.write_text("import pytest\n" + agent.read_text() + "\n\n" + STOPPED[how])
+    result = run(project, mode, "--snapshot-update")
+    result.assert_outcomes(
+        passed=2 + (how == "errored in teardown"), failed=how == "failed", skipped=how == "skipped",
+        errors=how.startswith("errored"),
+    )  # fmt: skip
+    assert "deleted" not in result.stdout.str(), result.stdout.str()
+    assert (golden / "test_records.jsonl").read_bytes() == kept
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_update_does_not_rewrite_the_golden_of_a_test_that_failed_after_its_assertion(
+    project: pytest.Pytester, mode: str
+) -> None:
+    """Before: `--snapshot-update` wrote test_records' golden at its assertion, though the test failed after."""
+    golden = record_goldens(project)
+    before = {p.name: p.read_bytes() for p in golden.iterdir()}
+    write_agent(project, bump=1)  # both goldens would change
+    agent = project.path / "tests" / "test_agent.py"
+    agent.write_text(agent.read_text() + "    assert False, 'a later check fails'\n")  # test_records fails after
+    result = run(project, mode, "--snapshot-update")
+    result.assert_outcomes(passed=2, failed=1)  # test_plain, test_run; test_records
+    result.stdout.fnmatch_lines(
+        ["*1 golden trace not written: its test did not pass*", "*tests/golden/test_agent/test_records.jsonl"]
+    )
+    assert (golden / "test_records.jsonl").read_bytes() == before["test_records.jsonl"]
+    assert (golden / "test_run.jsonl").read_bytes() != before["test_run.jsonl"]  # test_run passed: updated
+
+
 def test_a_file_in_a_golden_folder_that_is_not_a_golden_is_left_alone(project: pytest.Pytester) -> None:
     (project.path / "tests" / "test_plain.py").write_text(PLAIN)
     notes = project.path / "tests" / "golden" / "test_plain" / "notes.jsonl"

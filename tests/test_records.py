@@ -19,7 +19,7 @@ from typing import Any
 import in_process
 import orjson
 import pytest
-from children import ZYGOTE, Forked
+from children import ZYGOTE, Forked, wait_for
 
 import harness
 from harness import BundleError, Executor, HarnessError, Step, TraceCorruption, replay
@@ -754,3 +754,90 @@ def test_a_trace_given_through_a_symlink_still_exports(tmp_path: Path) -> None:
     (tmp_path / "links" / "s.jsonl").symlink_to(small / "s.jsonl")
     assert harness.export([tmp_path / "links" / "s.jsonl"], tmp_path / "s.zip").files == ("s.jsonl",)
     assert done.runs == ("a.jsonl",)
+
+
+# --- what a killed export or import leaves behind (issue 34) ------------------------------------------------------
+
+
+STOPPED_WITH_SCRATCH = """
+import os, signal, sys, time
+import harness, harness.bundle as bundle
+what, source, target, marker = sys.argv[1:5]
+
+def stop(*args, **kwargs):  # its scratch is there, locked: the bundle beside its path, or the staging folder
+    if not os.path.exists(marker):  # the first time only
+        open(marker, "x").close()
+        if what.startswith("kill"):
+            os.kill(os.getpid(), signal.SIGKILL)
+        while not os.path.exists(marker + ".go"):  # "hold": until the test says go
+            time.sleep(0.01)
+    return real(*args, **kwargs)
+
+if what.endswith("export"):
+    real, bundle._copy = bundle._copy, stop  # the bundle's first entry is being written to its temporary file
+    harness.export([source], target)
+else:
+    real, bundle._check_run = bundle._check_run, stop  # every file unpacked in the staging folder, none placed
+    harness.import_bundle(source, target)
+"""
+
+
+def stopped(what: str, source: Path, target: Path, marker: Path) -> Forked:
+    argv = [sys.executable, "-c", STOPPED_WITH_SCRATCH, what, str(source), str(target), str(marker)]
+    return ZYGOTE.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+def hidden(folder: Path) -> list[str]:
+    return sorted(p.name for p in folder.iterdir() if p.name.startswith("."))
+
+
+@pytest.mark.parametrize("then", ["export", "import", "recover"])
+@pytest.mark.parametrize("killed", ["kill-export", "kill-import"])
+def test_what_a_killed_export_or_import_left_the_next_one_removes(tmp_path: Path, killed: str, then: str) -> None:
+    """Before: a SIGKILL during export left `.out.zip.<hex>` beside the bundle, and during import an
+    `.import-<hex>` folder in the runs folder, for good. Now the next export, import or recover removes them."""
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    big_run(runs, name="a.jsonl")
+    harness.export([runs / "a.jsonl"], tmp_path / "a.zip")
+    source, target = (runs / "a.jsonl", runs / "out.zip") if killed == "kill-export" else (tmp_path / "a.zip", runs)
+    child = stopped(killed, source, target, tmp_path / "killed")
+    assert child.wait(timeout=60) == -9 and (tmp_path / "killed").exists(), child.communicate()
+    (left,) = hidden(runs)
+    assert left.startswith(".out.zip." if killed == "kill-export" else ".import-"), left
+    if killed == "kill-import":
+        assert any(files for _, _, files in os.walk(runs / left))  # killed with its staging folder full
+    if then == "export":
+        harness.export([runs / "a.jsonl"], runs / "again.zip")
+    elif then == "import":
+        harness.import_bundle(tmp_path / "a.zip", runs)
+    else:
+        assert harness.recover(runs, planner=big_planner(FakeLLM(lambda r: r)), tools={}) == []  # nothing to resume
+    assert hidden(runs) == []
+    assert replay(runs / "a.jsonl").sealed
+
+
+@pytest.mark.parametrize("what", ["hold-export", "hold-import"])
+def test_the_scratch_of_a_running_export_or_import_is_kept(tmp_path: Path, what: str) -> None:
+    """A sweep while another export or import runs leaves its scratch alone (it is locked), and that one ends well."""
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    big_run(runs, name="a.jsonl")
+    harness.export([runs / "a.jsonl"], tmp_path / "a.zip")
+    into = tmp_path / "into"
+    source, target = (runs / "a.jsonl", into / "out.zip") if what == "hold-export" else (tmp_path / "a.zip", into)
+    into.mkdir()
+    marker = tmp_path / "held"
+    child = stopped(what, source, target, marker)
+    try:
+        wait_for(marker, child, "its scratch")
+        held = hidden(into)
+        assert len(held) == 1, held
+        harness.import_bundle(tmp_path / "a.zip", into)  # sweeps into, as recover and export do
+        assert held[0] in hidden(into)
+    finally:
+        (tmp_path / "held.go").touch()
+    assert child.wait(timeout=60) == 0, child.communicate()
+    assert hidden(into) == []
+    if what == "hold-export":
+        assert harness.import_bundle(into / "out.zip", tmp_path / "again").runs == ("a.jsonl",)

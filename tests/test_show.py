@@ -87,10 +87,13 @@ def test_a_fork_shows_its_lineage(parent: Path, tmp_path: Path) -> None:
     lines = out.stdout.splitlines()
     assert f'parent="{fork.parent}"' in lines[0] and f"branch={decision.seq}" in lines[0]
     marks = {int(line.split()[0]): line for line in lines[1:]}
-    assert all("  reused" in marks[seq] for seq in range(2, decision.seq))
-    assert "  mutated  " in marks[decision.seq] and 'response="deny"' in marks[decision.seq]
+    assert all("  served" in marks[seq] for seq in range(2, decision.seq))
+    assert "  answered  " in marks[decision.seq] and 'response="deny"' in marks[decision.seq]
     assert all("  live" in marks[seq] for seq in range(decision.seq + 1, len(lines) + 1))
-    assert "reused" not in out.stdout.replace("  reused", "")  # a mark, not the raw field
+    assert "reused" not in out.stdout and "mutated" not in out.stdout  # labels, not the raw fields
+    again = harness.rerun(parent, planner=planner, tools=tools, out=tmp_path / "rerun.jsonl")
+    shown = harness_cli("show", "--width", 1000, tmp_path / "rerun.jsonl").stdout.splitlines()
+    assert again.live_calls == 0 and all(line.endswith("served") or "  served  " in line for line in shown[1:])
 
 
 def test_a_corrupt_trace_is_shown_up_to_its_damage_then_the_corruption(parent: Path) -> None:

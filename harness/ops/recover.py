@@ -18,6 +18,9 @@ that stopped without ending decides from its replay what to do:
 - unreadable, corrupt, never started (a torn header), or a Recorder's trace:
   skipped, with the reason.
 
+It also removes the scratch a killed `harness import` or `export` left in
+the folder (`storage.scratch`: never one whose import is still running).
+
 Guarantees: a run that ended is never touched; nothing is written to a run
 left alone or skipped; running recover again after it did its work finds
 nothing more to do (resumed runs end, or pause for a human). One run's
@@ -43,7 +46,7 @@ from ..runtime.executor import Executor, Outcome, RetryPolicy, Step
 from ..runtime.resume import NO_ANSWER, waits
 from ..runtime.tool import Tool
 from ..runtime.workflow import Workflow, same_workflow
-from ..storage import exists, is_url
+from ..storage import exists, is_url, runs_dir, scratch
 from ..storage.files import open_regular
 from ..trace import state as S
 from ..trace.reader import Checkpoint, replay, replay_url
@@ -183,6 +186,8 @@ def recover(
         raise HarnessError("give the agent: planner= and tools= (an Executor's agent), or workflow=; one of the two")
     how = f"--workflow {agent or 'MODULE:ATTR'}" if w is not None else f"--agent {agent or 'MODULE:FACTORY'}"
     runs = [r for r in list_runs(folder) if r.status not in ("done", "failed")]
+    if not is_url(runs_dir(folder)):
+        scratch.sweep(runs_dir(folder))  # what a killed import or export left: nothing resumes from it
 
     def one(path: str, run_id: str, was: str) -> Recovered:
         def row(action: str, state: str | None, detail: str) -> Recovered:

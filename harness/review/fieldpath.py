@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from .._errors import HarnessError
@@ -37,8 +38,42 @@ MARKER = "<ignored>"  # what an ignored field reads in a golden and a diff
 # a step: `.key`, `key` (the first), `[n]`, `[*]`, `["quoted"]` / `['quoted']`
 _STEP = re.compile(r"""(\.|^)([^.\[\]]+)|\[(-?\d+|\*)\]|\[("(?:[^"\\]|\\.)*"|'[^']*')\]""")
 
-Step = tuple[str, Any]  # ("key", name), ("glob", pattern), ("any", None), ("deep", None), ("index", n), ("items", None)
+Step = tuple[str, Any]  # ("key", name), ("glob", Glob), ("any", None), ("deep", None), ("index", n), ("items", None)
 Path = tuple[Step, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Glob:
+    """A key pattern where `*` stands for any characters (none included) and every other character is itself.
+
+    Read once into the literal parts between the stars. `fullmatch` places
+    them left to right, each at its first place after the one before (the
+    first part at the start, the last at the end): a star never gives back
+    what it took, so a match takes time linear in the key for each part, never
+    the exponential backtracking of a regex with many `.*`. Leftmost placement
+    is enough because a star after a part can absorb anything that a later
+    placement of that part would have skipped.
+    """
+
+    parts: tuple[str, ...]  # the text between stars: `x-*-id` is ("x-", "-id"); one part: no star
+
+    @classmethod
+    def of(cls, pattern: str) -> Glob:
+        return cls(tuple(pattern.split("*")))
+
+    def fullmatch(self, key: str) -> bool:
+        if len(self.parts) == 1:
+            return key == self.parts[0]
+        first, *middle, last = self.parts
+        if len(key) < len(first) + len(last) or not key.startswith(first) or not key.endswith(last):
+            return False
+        pos, end = len(first), len(key) - len(last)
+        for part in middle:
+            found = key.find(part, pos, end)
+            if found < 0:
+                return False
+            pos = found + len(part)
+        return True
 
 
 class FieldPathError(HarnessError, ValueError):
@@ -67,7 +102,7 @@ def parse(path: str) -> Path:
             elif key == "*":
                 steps.append(("any", None))
             elif "*" in key:
-                steps.append(("glob", re.compile(".*".join(map(re.escape, key.split("*"))), re.DOTALL)))
+                steps.append(("glob", Glob.of(key)))
             else:
                 steps.append(("key", key))
         elif index is not None:

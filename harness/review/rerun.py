@@ -46,7 +46,9 @@ Rules kept here:
 - the recording is validated by replay() first and never written to;
 - the session never calls live, except in a fork after the branch;
 - before its branch a fork writes exactly the parent's records (each one
-  compared after normalization, else ReplayDrift), marked `"reused": true`.
+  compared after normalization, else ReplayDrift), marked `"reused": true`;
+  so is every crossing it serves from the parent after the branch (a sibling
+  task's, taken before the branch was reached): only what ran live is unmarked.
 """
 
 from __future__ import annotations
@@ -755,6 +757,10 @@ class _Replaying(Session):
         key = rec.request if match is None else match(rec.request)  # the recorded request: what matching ignores
         fields = {"boundary": kind, "request": rec.request, "hash": request_hash(kind, key)}  # stays as recorded
         fields.update({"response": rec.response} if rec.error is None else {"error": rec.error})
+        if self.branch is not None and rec.seq != self.branch.seq and not self.journal.shared:
+            # served from the parent wherever it lands: a sibling task's crossing taken before the branch and
+            # written after it is marked too, not left to read as live (with agents, annotate() marks by clocks)
+            fields["reused"] = True
         self.journal.append("crossing", fields, check=("response",) if rec.error is None else (), user=("request",))
 
     def placed(self, rec: Crossing, kind: str) -> None:

@@ -15,8 +15,8 @@ crossing's streamed model reply shows as the message its chunks add up to
 (`response.stream`: text, tool calls, finish reason); a `now()` reading
 is shown as a UTC time, so is a `sleep`'s wake-up time; a crash record
 shows its error and innermost frame, not its whole traceback; a fork's header names its `parent` and `branch`, and
-its records say whether they were `reused` from the parent, are the
-`mutated` crossing or ran `live`.
+its records say whether they were `served` from the parent (its `reused`
+marks; every record of a rerun), `answered` (the branch) or ran `live`.
 
 Other views: `json` writes each line exactly as read; `record` one record in
 full, indented; `golden` the normalized view (the git textconv), which
@@ -90,12 +90,15 @@ class Timeline:
     def __init__(self, width: int, *, vector: bool = False):
         self.width = max(width, MIN_WIDTH)
         self.branch: int | None = None
+        self.rerun = False  # a rerun's header (a parent, no branch): each of its records was served
         self.vector = vector  # each record's agent and vector clock in a column of their own
 
     def lines(self, seq: int, rec: Mapping[str, Any]) -> list[str]:
         kind = rec.get("kind")
         if kind == "header" and type(rec.get("branch")) is int:
             self.branch = rec["branch"]
+        elif kind == "header":
+            self.rerun = "parent" in rec
         what = describe_record(rec)
         if kind == "transition":
             what = f"{rec.get('from')} -> {rec.get('to')}"
@@ -120,14 +123,15 @@ class Timeline:
     def notes(self, seq: int, rec: Mapping[str, Any]) -> list[str]:
         kind = rec.get("kind")
         notes = []
-        if rec.get("reused") is True:
-            notes.append("reused")
+        # served (from the recording: a fork's `reused`, every record of a rerun), answered (a fork's branch), live
+        if rec.get("reused") is True or (self.rerun and kind != "header"):
+            notes.append("served")
         elif rec.get("mutated") is True or (self.branch is not None and seq == self.branch and "vc" not in rec):
-            notes.append("mutated")
+            notes.append("answered")
         elif self.branch is not None and "vc" in rec:  # a causal fork marks what it reused: the rest ran live
             notes.append("live")
         elif self.branch is not None and seq == self.branch:
-            notes.append("mutated")
+            notes.append("answered")
         elif self.branch is not None and seq > self.branch:
             notes.append("live")
         fields = {k: v for k, v in rec.items() if k not in _HIDDEN}

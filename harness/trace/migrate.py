@@ -1,12 +1,14 @@
 """Upgrade a trace written by an older schema, in place, with a backup beside it.
 
-`migrate(trace)` reads the old trace (its checksum chain must hold), copies
-it to `TRACE.v<old>-backup-<UTC timestamp>`, applies the numbered migrations
-in `MIGRATIONS` one schema at a time, writes the result to a temporary file
-in the same folder, checks it with `replay()`, and only then renames it into
+`migrate(trace)` reads the old trace (its checksum chain must hold),
+applies the numbered migrations in `MIGRATIONS` one schema at a time,
+writes the result to a temporary file in the same folder, checks it with
+`replay()`, and only then copies the original to
+`TRACE.v<old>-backup-<UTC timestamp>` and renames the migrated trace into
 place. The rename is atomic: a migration that fails or is killed at any
-point leaves the original byte-identical (a killed one may leave its
-temporary file, named `.TRACE.*.tmp`).
+point leaves the original byte-identical; a refused one leaves nothing
+beside it (neither temporary file nor backup), a killed one may leave its
+temporary file, named `.TRACE.*.tmp`.
 
 Rules kept here:
 - payloads, results, errors and request hashes are copied as they are
@@ -202,25 +204,28 @@ def migrate(trace: str | os.PathLike[str], *, out: str | os.PathLike[str] | None
         for start, step in MIGRATIONS:  # in memory: a record it cannot read is refused before any file is made
             if start >= version:
                 records = step(records, path)
-        try:
-            backup = _backup(path, data, version)
-        except OSError as e:
-            raise HarnessError(f"{path}: cannot write its backup ({e.strerror}); nothing was changed") from None
         folder = os.path.dirname(os.path.abspath(path))
         tmp = os.path.join(folder, f".{os.path.basename(path)}.{uuid.uuid4().hex}.tmp")
+        backup = None
         try:
             _write(tmp, records, like=path)
             try:
                 rep = _check(tmp)
             except HarnessError as e:
                 raise HarnessError(
-                    f"{path}: the migrated trace does not replay ({e}); the original is unchanged, "
-                    "please report this with the backup attached"
+                    f"{path}: the migrated trace does not replay ({e}); the original is unchanged and no backup "
+                    "was kept, please report this with the trace attached"
                 ) from None
+            try:  # only once the migrated trace is known to replay: a refused migration keeps no backup
+                backup = _backup(path, data, version)
+            except OSError as e:
+                raise HarnessError(f"{path}: cannot write its backup ({e.strerror}); nothing was changed") from None
             os.replace(tmp, path)
         except BaseException as e:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
+            for left in (tmp, backup):  # the backup too: the original stays, a copy of it beside is litter
+                if left is not None:
+                    with contextlib.suppress(OSError):
+                        os.unlink(left)
             if isinstance(e, OSError):
                 raise HarnessError(
                     f"{path}: cannot write the migrated trace ({e.strerror}); the original is unchanged"

@@ -765,6 +765,12 @@ def _header_problem(path: str, rec: dict[str, Any]) -> tuple[str, str] | None:
         return "malformed", why
     if ("parent" in rec and type(rec["parent"]) is not str) or ("branch" in rec and type(rec["branch"]) is not int):
         return "malformed", "a header whose parent is not a str or whose branch is not an int"
+    if "branch" in rec and ("parent" not in rec or rec["branch"] < 2):
+        why = (
+            f"a fork's header with branch {rec['branch']!r} and {'no parent' if 'parent' not in rec else 'a parent'}: "
+            "a fork names the run it came from (parent) and the seq it answered, after the header (2 or more)"
+        )
+        return "bad-lineage", why
     if "workflow" in rec and (type(rec["workflow"]) is not str or not rec["workflow"] or tools):
         why = "a workflow's header needs its name (a non-empty str) and tools {} (its calls carry their contracts)"
         return "malformed", why
@@ -854,6 +860,7 @@ def _scan(
     header_pos = (0, 0, 0)
     kind_fields, edge_fields = _FIELDS  # the fields each kind (and each edge) carries: a fork's add its marks
     fork = False
+    mutated_at: int | None = None  # a fork's record marked mutated (with agents its seq is the child's own)
     dying = False  # main wrote a crash record: its next record is the resuming process's `resume`
     mail: dict[tuple[str, str], list[tuple[Any, bytes]]] = {}  # (sender, to) -> messages sent, not yet received
     asides: set[str] = set()  # the .torn-N files named so far
@@ -945,6 +952,14 @@ def _scan(
             try:
                 if fork and (rec.get("reused", True) is not True or rec.get("mutated", True) is not True):
                     raise _fail(path, n, "malformed", "a fork's reused or mutated mark that is not true", seq)
+                if fork and "mutated" in rec:  # the one record a fork answered differently: its branch
+                    if (seq != header["branch"] if clocks is None else mutated_at is not None) or "reused" in rec:
+                        why = (
+                            f"a mutated mark on seq {seq}: a fork answered one record differently, its branch "
+                            f"(seq {header['branch']}), and served none it answered"
+                        )
+                        raise _fail(path, n, "bad-lineage", why, seq)
+                    mutated_at = seq
                 if "blobs" in rec or kind == "artifact":
                     _check_blobs(path, n, seq, rec, blobs)
                 if kind == "transition":
@@ -1089,6 +1104,11 @@ def _scan(
                         if dst == S.VERIFY:
                             result_seq, result_crossing = seq, crossed - 1
                     delivered = dst == S.VERIFY and result_seq == seq
+                    if delivered and intent is not None and intent["tool"].startswith("mcp.") and "workflow" in header:
+                        wrong = _mcp_result_problem(result)
+                        if wrong is not None:
+                            why = f"MCP tool {intent['tool']!r}'s result is not a CallToolResult's wire JSON: {wrong}"
+                            raise _fail(path, n, "bad-result", why, seq)
                     returned = "result" in rec or "result" in (rec.get("blobs") or ())
                     if "workflow" in header and dst == S.DONE and lane is run_lane:  # what the function returned
                         if not returned:
@@ -1179,6 +1199,13 @@ def _scan(
                         wrong = _message(path, rec, mail)
                         if wrong is not None:
                             raise _fail(path, n, "bad-message", wrong, seq)
+                    elif rec["boundary"] == "mcp.call_tool" and "response" in rec:
+                        wrong = _mcp_result_problem(rec["response"])
+                        if wrong is not None:
+                            why = (
+                                f"an mcp.call_tool crossing whose response is not a CallToolResult's wire JSON: {wrong}"
+                            )
+                            raise _fail(path, n, "bad-result", why, seq)
                     fresh += 1
                     crossed += 1
                     packed = length << 32 | prev
@@ -1505,6 +1532,9 @@ def _intent(
     if type(rec["name"]) is not str or type(tool) is not str or type(rec["args"]) is not dict:
         raise _fail(path, n, "malformed", "an intent needs a str name, a str tool, a dict of args", seq)
     if "workflow" in header:  # a workflow's tools are not known when it starts: each intent names its contract
+        if rec["name"] != tool:  # a workflow's step is its call: named by its tool, which a resume matches
+            why = f"a workflow's intent named {rec['name']!r} for tool {tool!r}: a workflow's step is named by its tool"
+            raise _fail(path, n, "bad-intent", why, seq)
         _contract(path, n, rec, tools)
     elif "contract" in rec:
         why = "an intent with a contract in a trace whose header names no workflow (its header lists the contracts)"
@@ -1601,6 +1631,53 @@ def _payload(rec: dict[str, Any], field: str) -> Any:
     if field in rec:
         return rec[field]
     return BlobRef(**rec["blobs"][field])
+
+
+_MCP_BLOCKS = {  # a CallToolResult's content block types, and the str fields each needs (`resource`: an object)
+    "text": ("text",), "image": ("data", "mimeType"), "audio": ("data", "mimeType"),
+    "resource_link": ("name", "uri"), "resource": (),
+}  # fmt: skip
+
+
+_MCP_OPTIONAL = {"annotations": dict, "_meta": dict, "title": str, "description": str, "size": int, "icons": list}
+
+
+def _mcp_result_problem(value: Any) -> str | None:
+    """What keeps value from being a CallToolResult's wire JSON (as harness.mcp records it), or None.
+
+    Only what `CallToolResult.model_validate` would refuse, read strictly; a
+    result stored in a blob (a BlobRef, not read here) is not looked into.
+    """
+    if isinstance(value, BlobRef):
+        return None
+    if type(value) is not dict:
+        return f"a {type(value).__name__}, not an object"
+    content = value.get("content")
+    if type(content) is not list:
+        return 'no "content" list'
+    for i, block in enumerate(content):
+        need = _MCP_BLOCKS.get(str(block.get("type"))) if type(block) is dict else None
+        if need is None:
+            return f"content[{i}] is not a content block with a type of {', '.join(_MCP_BLOCKS)}"
+        resource = block.get("resource")
+        if any(type(block.get(k)) is not str for k in need) or (
+            block["type"] == "resource"
+            and not (
+                type(resource) is dict
+                and type(resource.get("uri")) is str
+                and (type(resource.get("text")) is str or type(resource.get("blob")) is str)
+            )
+        ):
+            return f"content[{i}], a {block['type']} block, without its {', '.join(need) or 'resource (uri, text)'}"
+        wrong = next((k for k, t in _MCP_OPTIONAL.items() if k in block and type(block[k]) is not t), None)
+        if wrong is not None:
+            return f"content[{i}] has a {wrong!r} that is not a {_MCP_OPTIONAL[wrong].__name__}"
+    if "isError" in value and type(value["isError"]) is not bool:
+        return '"isError" is not a bool'
+    for key in ("structuredContent", "_meta"):
+        if key in value and type(value[key]) is not dict:
+            return f'"{key}" is not an object'
+    return None
 
 
 def _same(a: Any, b: Any) -> bool:
