@@ -72,7 +72,8 @@ class Crossing:
     `seq` is the record carrying the response (in a valid trace seq is also
     its line number); `error` is set instead of `response` when the crossing
     raised (`{"type": ..., "message": ...}`). `agent` made it; `vc` is the
-    vector clock of its record.
+    vector clock of its record; `task` the task of that agent that made it (None: its root task; see
+    trace/tasks.py).
     """
 
     seq: int
@@ -83,6 +84,7 @@ class Crossing:
     line: int = 0
     agent: str = MAIN
     vc: dict[str, int] = field(default_factory=dict)  # the record's clock ({"main": seq} in a run that never spawned)
+    task: str | None = None
 
     @property
     def hash(self) -> str:
@@ -330,9 +332,10 @@ def _crossing(req: dict[str, Any], resp: dict[str, Any]) -> Crossing:
     seq = resp["seq"]
     agent, vc = resp.get("agent", MAIN), resp.get("vc") or {MAIN: seq}
     if resp["kind"] == "crossing":
-        return Crossing(seq, resp["boundary"], resp["request"], resp.get("response"), resp.get("error"), seq, agent, vc)
+        response, error, task = resp.get("response"), resp.get("error"), resp.get(TASK)
+        return Crossing(seq, resp["boundary"], resp["request"], response, error, seq, agent, vc, task)
     request = {"tool": req["tool"], "args": req["args"]}
-    return Crossing(seq, "tool", request, resp.get("result"), resp.get("error"), seq, agent, vc)
+    return Crossing(seq, "tool", request, resp.get("result"), resp.get("error"), seq, agent, vc, req.get(TASK))
 
 
 @dataclass(frozen=True, slots=True)
