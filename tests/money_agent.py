@@ -5,11 +5,13 @@ their calls with equal other args have equal intents. Each workflow gathers one 
 first); alice's task first asks for a quote (`harness.allm`), which takes a while when recording, so bob's
 calls are recorded first, and which a resume serves at once, so alice's calls are made first there.
 
-- `pay()`: each task charges its person 500 cents (`charge`, at-least-once): the money program of the issue.
+- `pay()`: each task charges its person 500 cents (`charge`): the money program of the issue.
 - `settle()`: each task fetches its person's account with its key (`fetch_account`, a read), then pays 500
-  cents into the account it fetched (`deposit`, at-least-once): served another's account, it pays the wrong one.
+  cents into the account it fetched (`deposit`): served another's account, it pays the wrong one.
 
-Every effect is noted in $WF_LEDGER/<tool> (one line per effect: the account); `$WF_KILL` names a point where
+`charge` and `deposit` are idempotent tools that dedupe by their key, as a payment API does: made again with
+the same key, no second effect. Every effect is noted in $WF_LEDGER/<tool> (one line per effect: the
+account, then the key), so a test sees who was charged how often; `$WF_KILL` names a point where
 the process waits to be killed (workflow_agent.point): `in-<tool>-<who>` (intent written, no effect yet),
 `<tool>ed-<who>` (the effect made, its result not written), `after-<tool>-<who>` (its result written), and
 `in-quote-<who>` (a crossing in flight).
@@ -18,6 +20,8 @@ the process waits to be killed (workflow_agent.point): `in-<tool>-<who>` (intent
 from __future__ import annotations
 
 import asyncio
+import os
+from pathlib import Path
 from typing import Any
 
 from workflow_agent import note, point
@@ -36,10 +40,17 @@ async def quote(request: dict[str, Any]) -> dict[str, Any]:
     return {"cents": 500}
 
 
-async def charge(api_key: str, cents: int) -> dict[str, Any]:
+def _effect(tool: str, account: str, key: str) -> None:
+    """The tool's effect, once per idempotency key."""
+    ledger = Path(os.environ["WF_LEDGER"]) / tool
+    if key not in (line.split()[1] for line in (ledger.read_text().splitlines() if ledger.exists() else [])):
+        note(tool, f"{account} {key}")
+
+
+async def charge(api_key: str, cents: int, idempotency_key: str) -> dict[str, Any]:
     who = OWNER[api_key]
     point(f"in-charge-{who}")
-    note("charge", who)
+    _effect("charge", who, idempotency_key)
     point(f"charged-{who}")
     return {"charged": who, "cents": cents}
 
@@ -51,12 +62,16 @@ async def fetch_account(api_key: str) -> dict[str, Any]:
     return {"account": f"acct-{who}"}
 
 
-async def deposit(account: str, cents: int) -> dict[str, Any]:
+async def deposit(account: str, cents: int, idempotency_key: str) -> dict[str, Any]:
     who = account.removeprefix("acct-")
     point(f"in-deposit-{who}")
-    note("deposit", account)
+    _effect("deposit", account, idempotency_key)
     point(f"deposited-{who}")
     return {"paid": account, "cents": cents}
+
+
+CHARGE = harness.Tool(charge, idempotent=True)
+DEPOSIT = harness.Tool(deposit, idempotent=True)
 
 
 async def _quoted(who: str) -> int:
@@ -67,7 +82,7 @@ async def _quoted(who: str) -> int:
 
 async def charge_one(who: str) -> dict[str, Any]:
     cents = await _quoted(who)
-    out = await harness.acall(charge, api_key=KEYS[who], cents=cents)
+    out = await harness.acall(CHARGE, api_key=KEYS[who], cents=cents)
     point(f"after-charge-{who}")
     return dict(out)
 
@@ -76,7 +91,7 @@ async def settle_one(who: str) -> dict[str, Any]:
     cents = await _quoted(who)
     account = (await harness.acall(fetch_account, api_key=KEYS[who]))["account"]
     point(f"after-fetch-{who}")
-    out = await harness.acall(deposit, account=account, cents=cents)
+    out = await harness.acall(DEPOSIT, account=account, cents=cents)
     point(f"after-deposit-{who}")
     return dict(out)
 
