@@ -28,8 +28,7 @@ from test_workflow_gather import records
 
 import harness
 import harness.runtime.workflow as _workflow
-from harness import TraceCorruption, replay
-from harness._errors import AmbiguousCall
+from harness import AmbiguousCall, TraceCorruption, replay
 from harness.trace.tasks import task_of, well_formed
 
 TESTS = Path(__file__).resolve().parent
