@@ -270,3 +270,30 @@ def test_the_reader_refuses_a_task_in_another_spelling(folder: Path, bad: Any) -
 def test_well_formed_task_names() -> None:
     assert all(well_formed(t) for t in ("1", "2", "10", "2.1", "3.10.7"))
     assert task_of({"kind": "crossing"}) == () and task_of({"task": "2.10"}) == (2, 10)
+
+
+def test_an_executors_async_planner_names_the_tasks_of_each_call_from_1(folder: Path) -> None:
+    """Each planner call is a root of its own: a resume calls the open step's planner again, and its tasks must
+    get the names they had."""
+
+    async def balance(request: dict[str, Any]) -> dict[str, Any]:
+        return {"who": money_agent.OWNER[request["api_key"]], "step": request["step"]}
+
+    async def planner(goal: Any, done: list[Any]) -> harness.Step | None:
+        if len(done) == 2:
+            return None
+        asks = (harness.allm({"api_key": key, "step": len(done)}, balance) for key in money_agent.KEYS.values())
+        seen = await asyncio.gather(*asks)
+        return harness.Step(f"s{len(done)}", "note", {"seen": [s["who"] for s in seen]})
+
+    def note(seen: list[str]) -> list[str]:
+        return seen
+
+    async def main() -> Any:
+        return await harness.Executor(planner=planner, tools={"note": note}, trace=folder / "run.jsonl").arun("g")
+
+    assert asyncio.run(main()).state == "DONE"
+    crossings = [r for r in records(folder / "run.jsonl") if r["kind"] == "crossing"]
+    assert [(r["task"], r["request"]["step"]) for r in crossings] == [("1", 0), ("2", 0), ("1", 1), ("2", 1)]
+    again = harness.rerun(folder / "run.jsonl", planner=planner, tools={"note": note})
+    assert again.equal and again.live_calls == 0
