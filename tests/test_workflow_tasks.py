@@ -23,6 +23,8 @@ from typing import Any
 import money_agent
 import pytest
 from children import ZYGOTE, kill_at
+from hypothesis import given
+from hypothesis import strategies as st
 from test_workflow import rewrite
 from test_workflow_gather import records
 
@@ -267,9 +269,12 @@ def test_the_reader_refuses_a_task_in_another_spelling(folder: Path, bad: Any) -
         assert (e.value.reason, e.value.seq) == ("malformed", seq)
 
 
-def test_well_formed_task_names() -> None:
-    assert all(well_formed(t) for t in ("1", "2", "10", "2.1", "3.10.7"))
-    assert task_of({"kind": "crossing"}) == () and task_of({"task": "2.10"}) == (2, 10)
+@given(st.lists(st.integers(1, 10**9 - 1), min_size=1, max_size=8))
+def test_every_creation_path_has_one_spelling_that_reads_back(path: list[int]) -> None:
+    name = ".".join(map(str, path))
+    assert well_formed(name) and task_of({"task": name}) == tuple(path)
+    assert not well_formed(name + ".0") and not well_formed("0" + name) and not well_formed(name + ".")
+    assert task_of({"kind": "crossing"}) == ()  # the root task: no field
 
 
 def test_an_executors_async_planner_names_the_tasks_of_each_call_from_1(folder: Path) -> None:
