@@ -302,3 +302,19 @@ def test_an_executors_async_planner_names_the_tasks_of_each_call_from_1(folder: 
     assert [(r["task"], r["request"]["step"]) for r in crossings] == [("1", 0), ("2", 0), ("1", 1), ("2", 1)]
     again = harness.rerun(folder / "run.jsonl", planner=planner, tools={"note": note})
     assert again.equal and again.live_calls == 0
+
+
+def test_a_fork_keeps_each_tasks_recorded_calls_and_makes_the_branchs_live(folder: Path) -> None:
+    trace = folder / "run.jsonl"
+    assert money_agent.pay.run(trace=trace).state == "DONE"
+    quote = next(c.seq for c in replay(trace).crossings if c.kind == "llm")
+    child = folder / "fork.jsonl"
+    out = harness.fork(trace, at=quote, value={"cents": 700}, workflow=money_agent.pay, out=child)
+    assert out.state == "DONE" and replay(child).returned == [
+        {"charged": "alice", "cents": 700},
+        {"charged": "bob", "cents": 500},
+    ]
+    forked = records(child)
+    bob = [r for r in forked if r["kind"] == "transition" and r["to"] == "ACT" and r["task"] == "2"]
+    assert len(bob) == 1 and bob[0].get("reused") and bob[0]["seq"] < quote  # bob's charge: the parent's
+    assert effects(folder, "pay") == ["alice", "alice", "bob"]  # the fork charged alice (live), not bob again
