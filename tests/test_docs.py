@@ -84,7 +84,9 @@ def test_the_quick_start_is_two_commands_light_first() -> None:
     assert shlex.split(install) == ["pip", "install", "-e", "."], "the first installs the library alone"
     assert run.startswith("python examples/") and (ROOT / shlex.split(run)[1]).is_file()
     *installs, run = second.split(" && ")
-    assert shlex.split(installs[-1])[-2:] == ["-e", ".[test]"], "the second installs the test extras"
+    assert shlex.split(installs[-1])[-4:] == ["-r", "requirements/test.lock", "-e", ".[test]"], (
+        "the second installs the test extras at the versions the lock pins"
+    )
     assert shlex.split(run)[:3] == ["python", "-m", "pytest"], "the second runs the whole suite"
 
 
