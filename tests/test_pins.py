@@ -61,3 +61,16 @@ def test_each_framework_has_one_range_bounded_above_wherever_it_is_named() -> No
         assert len(specs) == 1, f"{name} has ranges {specs}: one range, raised by .ci/bump in every place"
         (spec,) = specs
         assert ">=" in spec and "<" in spec.replace("<=", ""), f"{name}{spec}: a lower and an upper bound"
+
+
+def test_bump_raises_every_bound_of_a_framework_to_admit_its_newest_release_and_never_lowers_one() -> None:
+    bump = runpy.run_path(str(ROOT / ".ci" / "bump"))
+    text = (
+        'pydantic-ai = ["pydantic-ai-slim>=2.68,<2.69"]\nmcp = ["mcp>=2,<2.4"]\n'
+        'test = ["pydantic-ai-slim[openai,mcp]>=2.68,<2.69", "mcp>=2,<2.4", "mcpx>=1,<2.4"]\n'
+    )
+    out, moved = bump["raised"](text, {"pydantic-ai-slim": "2.78.1", "mcp": "2.3.0"})
+    assert moved == {"pydantic-ai-slim": ("2.69", "2.79")}  # mcp 2.3.0 is admitted already: its bound stays
+    assert out == text.replace("<2.69", "<2.79")  # in each place; mcpx is another package
+    assert bump["raised"](text, {"mcp": "3.0.0"})[0].count("mcp>=2,<3.1") == 2
+    assert bump["bound"]("0.24.0") == "0.25" and not bump["admits"]("2.10", "2.10.0") and bump["admits"]("2.10", "2.9")
