@@ -148,14 +148,21 @@ def project_rules(start: str | os.PathLike[str]) -> tuple[Rules, str | None]:
     `golden_defaults = false` turns the defaults off. HarnessError naming the
     file for one that cannot be read or a setting of the wrong type.
     """
+    for candidate in _pyprojects(start):
+        return _read_rules(candidate), candidate
+    return RULES, None
+
+
+def _pyprojects(start: str | os.PathLike[str]) -> Generator[str]:
+    """The pyproject.toml files at or above `start` (a folder), nearest first."""
     here = os.path.abspath(start)
     while True:
         candidate = os.path.join(here, "pyproject.toml")
         if os.path.isfile(candidate):
-            return _read_rules(candidate), candidate
+            yield candidate
         parent = os.path.dirname(here)
         if parent == here:
-            return RULES, None
+            return
         here = parent
 
 
@@ -182,15 +189,9 @@ def rules_for(
         return _read_rules(path, data).plus(ignore, defaults)
     starts = [os.path.abspath(t) for t in (os.fspath(t) for t in traces) if not is_url(t)]
     for start in [*(t if os.path.isdir(t) else os.path.dirname(t) for t in starts), os.getcwd()]:
-        here = start
-        while True:
-            candidate = os.path.join(here, "pyproject.toml")
-            if os.path.isfile(candidate) and _has_rules(data := _toml(candidate)):
+        for candidate in _pyprojects(start):
+            if _has_rules(data := _toml(candidate)):
                 return _read_rules(candidate, data).plus(ignore, defaults)
-            parent = os.path.dirname(here)
-            if parent == here:
-                break
-            here = parent
     return RULES.plus(ignore, defaults)
 
 
