@@ -74,3 +74,16 @@ def test_bump_raises_every_bound_of_a_framework_to_admit_its_newest_release_and_
     assert out == text.replace("<2.69", "<2.79")  # in each place; mcpx is another package
     assert bump["raised"](text, {"mcp": "3.0.0"})[0].count("mcp>=2,<3.1") == 2
     assert bump["bound"]("0.24.0") == "0.25" and not bump["admits"]("2.10", "2.10.0") and bump["admits"]("2.10", "2.9")
+
+
+def test_compat_installs_each_framework_at_its_lower_bound_and_at_its_range() -> None:
+    compat = runpy.run_path(str(ROOT / ".ci" / "compat"))
+    lowest, newest = compat["requirements"]("lowest"), compat["requirements"]("newest")
+    test = {Requirement(r).name: r for r in EXTRAS["test"]}
+    for name in FRAMEWORKS:
+        (low,) = [Requirement(r) for r in lowest if Requirement(r).name == name]
+        floor = next(s.version for s in Requirement(test[name]).specifier if s.operator == ">=")
+        assert str(low.specifier) == f"=={floor}" and low.extras == Requirement(test[name]).extras
+        assert test[name] in newest
+    tools = set(lowest) & set(newest)  # the same at both ends, at the test extra's ranges: only the frameworks move
+    assert len(tools) == len(lowest) - len(FRAMEWORKS) and tools <= set(EXTRAS["test"])
