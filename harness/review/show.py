@@ -35,7 +35,17 @@ import orjson
 from .._errors import HarnessError, TraceUnreadable
 from ..storage import blobs as _blobs
 from ..trace.reader import Replay, replay
-from .normalize import GOLDEN_HEAD, causal_key, describe_record, is_golden_file, normalize_record, parse_golden
+from .fieldpath import mark
+from .normalize import (
+    GOLDEN_HEAD,
+    RULES,
+    Rules,
+    causal_key,
+    describe_record,
+    is_golden_file,
+    normalize_record,
+    parse_golden,
+)
 from .stream import FRAMEWORK_MODELS, http_view, reply, said
 
 INDENT = 10  # where a wrapped field starts: past the seq column
@@ -169,6 +179,7 @@ def show_trace(
     width: int = 100,
     seq: int | None = None,
     vector: bool = False,
+    rules: Rules = RULES,
 ) -> Replay | None:
     """Write the trace at `trace` through `write`, one record at a time.
 
@@ -178,7 +189,9 @@ def show_trace(
     file); raises TraceCorruption after writing the records before the damage
     ("golden" writes nothing then), HarnessError for an unreadable file or,
     with view="record", a seq the trace does not hold. `vector`: the timeline
-    shows each record's agent and vector clock.
+    shows each record's agent and vector clock. `rules` (the project's,
+    normalize.rules_for): the golden view is theirs, and the timeline hides
+    what they ignore (`<ignored>`), as a golden file does.
 
     The golden view of a run with agents is in the canonical causal order:
     the records before its first spawn stream out as they come (they come
@@ -192,11 +205,13 @@ def show_trace(
 
     def emit(n: int, raw: bytes | None, rec: Mapping[str, Any]) -> None:
         if view == "timeline":
+            for ignored in rules.paths:
+                rec = mark(rec, ignored)
             write("\n".join(timeline.lines(n, rec)) + "\n")
         elif view == "json":
             write((raw.decode() if raw is not None else _json(rec)) + "\n")
         elif view == "golden":
-            normalized = normalize_record(_blobs.inline(path, rec) if "blobs" in rec else rec)
+            normalized = normalize_record(_blobs.inline(path, rec) if "blobs" in rec else rec, rules=rules)
             if raw is not None and (held_back or "vc" in rec):  # from the first clock on (the seal too)
                 held_back.append((causal_key(rec, n), normalized))
             else:
