@@ -21,6 +21,7 @@ from importlib import import_module as _import  # (no `from __future__ import an
 from typing import TYPE_CHECKING, Any
 
 from ._errors import (
+    ExpectationFailed,
     HarnessError,
     HttpRecordingError,
     JournalError,
@@ -45,6 +46,7 @@ if TYPE_CHECKING:  # the same names, as type checkers and editors see them; at r
     from .ops.reconcile import reconcile
     from .ops.recover import Recovered, recover, resume
     from .review.diff import Diff, diff
+    from .review.expect import ANY, Expectation, ModelCall, ToolCall, expect
     from .review.normalize import normalize
     from .review.rerun import Rerun, fork, rerun
     from .review.runs import RunInfo, list_runs
@@ -73,6 +75,7 @@ _LAZY = {
     ".ops.reconcile": "reconcile",
     ".ops.recover": "Recovered, recover, resume",
     ".review.diff": "Diff, diff",
+    ".review.expect": "ANY, Expectation, ModelCall, ToolCall, expect",
     ".review.normalize": "normalize",
     ".review.rerun": "Rerun, fork, rerun",
     ".review.runs": "RunInfo, list_runs",
@@ -124,6 +127,7 @@ def __dir__() -> list[str]:
 
 
 __all__ = [
+    "ANY",
     "MARKER",
     "Artifact",
     "AsyncHandle",
@@ -133,6 +137,8 @@ __all__ = [
     "Crossing",
     "Diff",
     "Executor",
+    "Expectation",
+    "ExpectationFailed",
     "FenceLost",
     "Handle",
     "HarnessError",
@@ -141,6 +147,7 @@ __all__ = [
     "JournalError",
     "Message",
     "Migrated",
+    "ModelCall",
     "NotSerializable",
     "Outcome",
     "Recorder",
@@ -158,6 +165,7 @@ __all__ = [
     "Sealed",
     "Step",
     "Tool",
+    "ToolCall",
     "ToolError",
     "ToolTimeout",
     "TraceCorruption",
@@ -180,6 +188,7 @@ __all__ = [
     "call",
     "current_agent",
     "diff",
+    "expect",
     "export",
     "fork",
     "idempotency_key",

@@ -98,8 +98,13 @@ Verifier = Callable[[Step, Any], bool]
 class _Seam(BaseException):
     """The re-execution reached the point where a recorded process stopped.
 
-    A BaseException so that agent code catching Exception cannot swallow it.
+    A BaseException so that agent code catching Exception cannot swallow it. `what` is what the re-execution
+    was about to do there (`tool charge`, `llm crossing`, `end DONE`).
     """
+
+    def __init__(self, what: str | None = None):
+        super().__init__(what)
+        self.what = what
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,6 +127,9 @@ class Rerun:
     trace: str | None
     records: tuple[dict[str, Any], ...] = field(repr=False)
     live_calls_by_agent: dict[str, int] = field(default_factory=dict)
+    # a recording with no terminal record, re-executed to its end: what the code did next there, which a resume
+    # would make live (`tool charge`, `llm crossing`, `end DONE`); None when it did not get there
+    ahead: str | None = None
 
 
 def rerun(
@@ -409,6 +417,11 @@ class _Rewriting(Journal):
     copies: dict[int, dict[str, Any]]  # main's own count -> a resume or crash record to write again there
     entrypoint: str
     agents: Agents
+    reached: str | None  # what the re-execution was about to do at the last stop it reached (Rerun.ahead)
+
+    def stop(self, what: str) -> _Seam:
+        """The seam at a stop, saying what reached it (_drive keeps it: Rerun.ahead)."""
+        return _Seam(what)
 
     def at_stop(self) -> bool:
         return bool(self.stops) and self.seq + 1 == self.stops[0]
@@ -416,7 +429,7 @@ class _Rewriting(Journal):
     def share(self, stamp: Any, tick: Any) -> None:
         """The first spawn: where the recorded process stopped, the seam comes first (it has no clock)."""
         if self.at_stop():
-            raise _Seam
+            raise self.stop("spawn")
         super().share(stamp, tick)
 
     def copy_seams(self) -> None:
@@ -463,7 +476,7 @@ class _Rewriting(Journal):
             if self.stops and seq == self.stops[0]:  # the recorded process stopped here
                 if batch:
                     super().append_many(batch, sync=sync)
-                raise _Seam
+                raise self.stop(f"tool {fields.get('tool')}" if fields.get("to") == S.ACT else str(kind))
             batch.append((kind, self._vet(seq, kind, fields)))
         seq = super().append_many(batch, sync=sync)
         if self.replaying is not None:  # a served crossing whose place this write reached goes next
@@ -479,7 +492,7 @@ class _Rewriting(Journal):
         self.redacted(fields, user)  # as it will be written: compared with the parent so
         seq = self.seq + 1
         if self.stops and seq == self.stops[0]:
-            raise _Seam
+            raise self.stop(f"end {state}")
         if self.replaying is not None:
             self.replaying.ending()
         return super().finish(kind, self._vet(seq, kind, fields), state=state, key=key)
@@ -536,15 +549,15 @@ class _Rewriting(Journal):
 class _Writer(_Rewriting):
     """The new trace in a local file."""
 
-    __slots__ = ("agents", "ahead", "below", "branch_at", "copies", "entrypoint", "parent", "positions", "replaying",
-                 "stops")  # fmt: skip
+    __slots__ = ("agents", "ahead", "below", "branch_at", "copies", "entrypoint", "parent", "positions", "reached",
+                 "replaying", "stops")  # fmt: skip
 
 
 class _RemoteWriter(_Rewriting, RemoteJournal):
     """The new trace at a trace URL: shipped as segments at the ship points of any run (trace/remote.py)."""
 
-    __slots__ = ("agents", "ahead", "below", "branch_at", "copies", "entrypoint", "parent", "positions", "replaying",
-                 "stops")  # fmt: skip
+    __slots__ = ("agents", "ahead", "below", "branch_at", "copies", "entrypoint", "parent", "positions", "reached",
+                 "replaying", "stops")  # fmt: skip
 
 
 class _Replaying(Session):
@@ -638,7 +651,7 @@ class _Replaying(Session):
                 self.failure = self.failure or drift
                 raise drift
         if self.journal.at_stop():
-            raise _Seam
+            raise self.journal.stop(f"{kind} crossing")
         if self.branch is not None and self.early(kind, request, match):
             raise _Hold
         self.pause_here()
@@ -979,7 +992,7 @@ def _execute(
     with writer, runner.prepared(rec, path, retry, rules):
         writer.stops = deque(s for s in stops if s < rec.spawned)  # later seams: copy_seams()
         writer.below, writer.parent = branch or 0, rec.records
-        writer.copies, writer.entrypoint = dict(rec.copies), _entrypoint(rec)
+        writer.copies, writer.entrypoint, writer.reached = dict(rec.copies), _entrypoint(rec), None
         writer.branch_at = (at.agent, at.vc[at.agent]) if at is not None else None
         writer.positions = rec.positions()
         session = runner.session(writer, rec, at, value, rules)
@@ -1009,6 +1022,7 @@ def _execute(
         trace=path,
         records=tuple(new),
         live_calls_by_agent=dict(sorted(session.calls.items())),
+        ahead=writer.reached if not rec.rep.complete and writer.seq == rec.rep.last_seq else None,
     )
 
 
@@ -1024,8 +1038,8 @@ def _drive(
                 runner.start(writer, session, rec.rep.goal, run_id, lineage)
             else:
                 runner.go_on(writer, session, rep)
-        except _Seam:
-            pass
+        except _Seam as stopped:
+            writer.reached = stopped.what
         except (ReplayDrift, ReplayViolation):
             raise
         except Exception:
