@@ -14,8 +14,8 @@ Nothing is written beside the runs: the re-execution's own trace goes to a
 scratch folder outside every folder checked (`/dev/shm` when there is one,
 else the system's temporary folder), one per run, removed as soon as the
 run is checked; the recordings are only read. The recorded `env.code`
-fingerprint is compared with today's files (`code changed` in the line):
-information, never a failure.
+fingerprint is compared with that of the code given (`code changed` in the
+line): information, never a failure.
 
 Runs are checked in a process pool (`jobs`, forked: each worker inherits
 the agent already imported) in input order; `on_result` is called with each
@@ -40,7 +40,7 @@ from ..review.normalize import describe_record, is_golden_file, normalize
 from ..review.rerun import Rerun, rerun
 from ..review.runs import _traces
 from ..runtime.boundary import differences
-from ..runtime.fingerprint import status as code_status
+from ..runtime.fingerprint import code_of, code_of_modules
 from ..runtime.workflow import Workflow, same_workflow
 from ..storage import is_url
 from ..trace.reader import Replay, replay
@@ -56,7 +56,7 @@ class Checked:
     (unreadable). `seq`: where it drifts, or where an unfinished run would
     go live (`ahead` says what it would do there). `recorded`/`now`: what
     differs, for a drift. `code`: `same`, `changed` (the run's code
-    fingerprint differs from today's files), or None (none recorded).
+    fingerprint differs from the code checking it), or None (none recorded).
     """
 
     path: str
@@ -205,10 +205,10 @@ def check_one(path: str, agent: Agent, scratch: str) -> Checked:
         rep = replay(path)
     except HarnessError as e:
         return Checked(path, "error", str(e))
-    code = _code(rep)
     skip = _other_shape(rep, agent)
+    code = _code(rep, agent) if skip is None else None
     if skip is not None:
-        return Checked(path, "skipped", skip, code=code, finished=rep.complete)
+        return Checked(path, "skipped", skip, finished=rep.complete)
     folder = tempfile.mkdtemp(prefix="harness-check-", dir=scratch)
     try:
         return _verdict(path, rep, agent, os.path.join(folder, "run.jsonl"), code)
@@ -291,10 +291,16 @@ def _violation(message: str) -> str:
     return _cut(said.partition(" during a re-execution")[0])
 
 
-def _code(rep: Replay) -> str | None:
-    """`same` or `changed`: the run's recorded code fingerprint against today's files; None when it has none."""
+def _code(rep: Replay, agent: Agent) -> str | None:
+    """`same` or `changed`: the run's recorded code fingerprint against that of the code checking it (the agent's
+    module, or what `[tool.harness] fingerprint` names); None when the run records none."""
     env = rep.header.get("env")
-    return code_status(env.get("code")) if isinstance(env, dict) else None
+    code = env.get("code") if isinstance(env, dict) else None
+    if not isinstance(code, dict):
+        return None
+    w = agent.workflow
+    now = code_of_modules((w.name.partition(":")[0],)) if w is not None else code_of((agent.planner,))
+    return None if now is None else "same" if now.get("sha256") == code.get("sha256") else "changed"
 
 
 def _short(value: Any, width: int = 80) -> str:

@@ -998,7 +998,7 @@ def _execute(
         session = runner.session(writer, rec, at, value, rules)
         writer.ahead, writer.agents, writer.replaying = session.ahead, session.agents, session
         try:
-            _drive(runner, writer, session, rec, run_id, lineage)
+            writer.reached = _drive(runner, writer, session, rec, run_id, lineage)
         except (ReplayDrift, ReplayViolation) as e:
             if session.failure is not None and session.failure is not e:
                 raise session.failure from None  # the first one, which agent code swallowed
@@ -1028,10 +1028,12 @@ def _execute(
 
 def _drive(
     runner: _Runner, writer: _Rewriting, session: _Replaying, rec: _Recording, run_id: str, lineage: dict[str, Any]
-) -> None:
-    """Run from the start, then from each seam on, as the recorded processes did."""
+) -> str | None:
+    """Run from the start, then from each seam on, as the recorded processes did; what the re-execution was about
+    to do at the last stop it reached (Rerun.ahead)."""
     records = rec.records
     rep: Replay | None = None
+    reached = None
     while True:
         try:
             if rep is None:
@@ -1039,14 +1041,14 @@ def _drive(
             else:
                 runner.go_on(writer, session, rep)
         except _Seam as stopped:
-            writer.reached = stopped.what
+            reached = stopped.what
         except (ReplayDrift, ReplayViolation):
             raise
         except Exception:
             if not writer.at_stop():  # the recorded process did not stop here: a real error
                 raise
         if session.live:  # a fork past its branch: no recorded seam applies any more
-            return
+            return reached
         seq = writer.seq + 1
         while seq <= len(records) and records[seq - 1]["kind"] in _COPIED:  # written as the recording has them
             r = records[seq - 1]
@@ -1055,7 +1057,7 @@ def _drive(
             writer.append(r["kind"], _copy(r), sync=True)
             seq += 1
         if not (writer.at_stop() and seq <= len(records) and records[seq - 1]["kind"] == "resume"):
-            return
+            return reached
         writer.stops.popleft()
         seam = {"set_aside": records[seq - 1].get("set_aside"), "env": environment(_entrypoint(rec))}
         writer.append("resume", seam)

@@ -182,7 +182,7 @@ def _info(fd: int, path: str, fallback: str, locked: set[tuple[int, int, int]] |
         parent=parent if isinstance(parent, str) else None,
         branch=branch if type(branch) is int else None,
         detail=_detail(last),
-        code=code_status(env.get("code")) if isinstance(env, dict) else None,
+        code=code_status(env.get("code"), env.get("cwd")) if isinstance(env, dict) else None,
     )
 
 

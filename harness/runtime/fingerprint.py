@@ -8,9 +8,10 @@ file's folder (`"src/agent/**/*.py"`) and module names (`"agent.tools"`, its
 source file; a package, its `__init__.py`). The value is `{"sha256": 16 hex
 digits, "files": [...]}`: the digest of each file's path and bytes, in path
 order, and the paths, relative to the project's folder (the pyproject's,
-else the current directory) when they lie under it. `today(code)` hashes the
-same files as they are now, so `harness runs` and `harness check` can say
-that a run was recorded with other code; a fingerprint is information,
+else the current directory) when they lie under it. `status(code, cwd)` hashes the
+same files as they are now (where the recording ran, else here), so
+`harness runs` can say that a run was recorded with other code, and
+`harness check` compares it with the code it loaded; a fingerprint is information,
 never a reason to refuse anything.
 
 Cost: each key (the modules, the project's setting) is hashed once per
@@ -45,36 +46,36 @@ def code_of_modules(modules: Iterable[str]) -> dict[str, Any] | None:
     return _hashed(root, named or (), tuple(sorted(set(modules))) if named is None else ())
 
 
-def today(code: Any) -> str | None:
-    """The sha256 the files a recorded fingerprint lists have now (None when the record holds no fingerprint;
-    a file gone counts as changed code)."""
+def status(code: Any, cwd: Any = None) -> str | None:
+    """`same` or `changed`: a recorded fingerprint against the files it lists as they are now; None for a record
+    that holds none, or whose files are found nowhere.
+
+    The files are looked for in the project of `cwd` (the recording's current directory, as its header's `env`
+    says: the same checkout), else in the project of the current directory (a checkout elsewhere). A file's
+    digest is computed again only when its size or mtime moved.
+    """
     if not isinstance(code, dict) or not isinstance(code.get("files"), list):
         return None
-    root, _ = _project(os.getcwd())
-    files = [f for f in code["files"] if isinstance(f, str)]
-    return _digest(root, [os.path.join(root, f) for f in files])
+    files = [str(f) for f in code["files"]]
+    for where in ([cwd] if isinstance(cwd, str) and os.path.isdir(cwd) else []) + [os.getcwd()]:
+        root, _ = _project(where)
+        stats = []
+        for f in files:
+            try:
+                st = os.stat(os.path.join(root, f))
+                stats.append((f, st.st_size, st.st_mtime_ns))
+            except OSError:
+                stats.append((f, -1, -1))
+        if all(size < 0 for _, size, _ in stats):
+            continue  # not this project's files
+        key = (root, *stats)
+        if key not in _status:
+            _status[key] = _digest(root, [os.path.join(root, f) for f in files])
+        return "same" if _status[key] == code.get("sha256") else "changed"
+    return None
 
 
-_status: dict[tuple[Any, ...], str | None] = {}  # (files, their stats) -> their digest now
-
-
-def status(code: Any) -> str | None:
-    """`same` or `changed`: a recorded fingerprint against the files it lists as they are now (each file's digest
-    computed again only when its size or mtime moved); None for a record that holds none."""
-    if not isinstance(code, dict) or not isinstance(code.get("files"), list):
-        return None
-    root, _ = _project(os.getcwd())
-    stats = []
-    for f in code["files"]:
-        try:
-            st = os.stat(os.path.join(root, str(f)))
-            stats.append((str(f), st.st_size, st.st_mtime_ns))
-        except OSError:
-            stats.append((str(f), -1, -1))
-    key = (root, *stats)
-    if key not in _status:
-        _status[key] = today(code)
-    return "same" if _status[key] == code.get("sha256") else "changed"
+_status: dict[tuple[Any, ...], str | None] = {}  # (root, each file's stats) -> the files' digest now
 
 
 @functools.cache
