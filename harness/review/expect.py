@@ -474,7 +474,7 @@ class Expectation:
         return name
 
     def _fail(self, rule: str, seq: int | None, path: str, why: str) -> None:
-        where = f"at seq {seq}, field {path}" if seq is not None else f"field {path}"
+        where = f"at seq {seq}, field {path}" if seq is not None else f"on field {path}"
         raise ExpectationFailed(
             f"expect({self._shown}).{rule} failed {where}: {why}\n{_listing(self._calls)}", seq=seq, path=path,
             calls=self.tool_calls,
