@@ -43,6 +43,7 @@ from ._version import VERSION as __version__
 
 if TYPE_CHECKING:  # the same names, as type checkers and editors see them; at run time, _LAZY below
     from .bundle import Bundled, BundleError, export, import_bundle
+    from .ops.check import Checked, check
     from .ops.reconcile import reconcile
     from .ops.recover import Recovered, recover, resume
     from .review.diff import Diff, diff
@@ -72,6 +73,7 @@ if TYPE_CHECKING:  # the same names, as type checkers and editors see them; at r
 # what the imports above name, imported on first use (module -> names); tests/test_cli.py checks they match
 _LAZY = {
     ".bundle": "Bundled, BundleError, export, import_bundle",
+    ".ops.check": "Checked, check",
     ".ops.reconcile": "reconcile",
     ".ops.recover": "Recovered, recover, resume",
     ".review.diff": "Diff, diff",
@@ -133,6 +135,7 @@ __all__ = [
     "AsyncHandle",
     "BundleError",
     "Bundled",
+    "Checked",
     "Checkpoint",
     "Crossing",
     "Diff",
@@ -186,6 +189,7 @@ __all__ = [
     "aspawn",
     "boundary",
     "call",
+    "check",
     "current_agent",
     "diff",
     "expect",

@@ -77,7 +77,7 @@ class Checked:
     def line(self) -> str:
         """The line `harness check` prints for this run."""
         if self.status == "ok":
-            said = "ok"
+            said = f"ok, {self.detail}" if self.detail else "ok"
             if self.ahead is not None:
                 said = f"ok, would {'end' if self.ahead.startswith('end ') else 'go live'} at seq {self.seq} "
                 said += f"({self.ahead.removeprefix('end ')})"
@@ -160,10 +160,25 @@ def _each(runs: list[str], agent: Agent, scratch: str, jobs: int) -> Iterator[Ch
         for path in runs:
             yield check_one(path, agent, scratch)
         return
+    from concurrent.futures import ProcessPoolExecutor
+    from concurrent.futures.process import BrokenProcessPool
+
     ctx = multiprocessing.get_context("fork")  # the workers inherit the agent, imported once, and nothing pickled
     chunk = max(1, min(64, len(runs) // (jobs * 8)))
-    with ctx.Pool(jobs, initializer=_adopt, initargs=(agent, scratch)) as pool:
-        yield from pool.imap(_worker, runs, chunksize=chunk)
+    done = 0
+    with ProcessPoolExecutor(jobs, mp_context=ctx, initializer=_adopt, initargs=(agent, scratch)) as pool:
+        try:
+            for result in pool.map(_worker, runs, chunksize=chunk):
+                done += 1
+                yield result
+        except BrokenProcessPool:  # a worker died (agent code that called os._exit, a kill): said, never a hang
+            for path in runs[done:]:
+                yield Checked(
+                    path,
+                    "error",
+                    "a check worker process died while checking this run or one beside "
+                    "it (did the agent's code exit the process?); check it alone: harness check PATH",
+                )
 
 
 _worker_agent: tuple[Agent, str] | None = None
@@ -247,11 +262,14 @@ def _verdict(path: str, rep: Replay, agent: Agent, out: str, code: str | None) -
         return Checked(path, "skipped", str(e), code=code, finished=finished)
     except HarnessError as e:
         return Checked(path, "error", str(e), code=code, finished=finished)
-    except Exception as e:  # the agent's own code raised where the recording shows none: its code changed
+    except KeyboardInterrupt:
+        raise
+    except BaseException as e:  # the agent's own code raised (or exited) where the recording shows none
         return Checked(path, "drift", f"now raises {type(e).__name__}: {_cut(str(e))}", code=code, finished=finished)
     if done.equal:
         seq = rep.last_seq + 1 if done.ahead is not None else None
-        return Checked(path, "ok", seq=seq, ahead=done.ahead, code=code, finished=finished)
+        paused = "paused: waits for an answer or a reconcile" if done.state == "PAUSED" and seq is None else ""
+        return Checked(path, "ok", paused, seq=seq, ahead=done.ahead, code=code, finished=finished)
     return _difference(path, done, code, finished)
 
 
@@ -264,6 +282,9 @@ def _difference(path: str, done: Rerun, code: str | None, finished: bool) -> Che
         if a != b:
             field, (x, y) = next(iter(differences(a, b).items()), ("record", (a, b)))
             said = f"{field}: recorded {_short(x)}, now {_short(y)}"
+            error = b.get("error")
+            if isinstance(error, dict) and error != a.get("error"):  # what the code raised now, where it did not
+                said += f" ({error.get('type')}: {_cut(str(error.get('message')), 120)})"
             return Checked(path, "drift", said, i + 1, None, field, x, y, code, finished)
     if len(now) < len(was):
         seq = len(now) + 1

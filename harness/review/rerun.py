@@ -651,7 +651,8 @@ class _Replaying(Session):
                 self.failure = self.failure or drift
                 raise drift
         if self.journal.at_stop():
-            raise self.journal.stop(f"{kind} crossing")
+            tool = request.get("tool") if kind == "tool" and isinstance(request, dict) else None
+            raise self.journal.stop(f"tool {tool}" if tool is not None else f"{kind} crossing")
         if self.branch is not None and self.early(kind, request, match):
             raise _Hold
         self.pause_here()
