@@ -253,7 +253,10 @@ def test_an_executors_runs_are_checked_with_its_agent(tmp_path: Path) -> None:
         results = check([tmp_path], planner=planner, tools=tools)
     finally:
         FACTOR["n"] = 1
-    assert [r.line().split(": ", 1)[1] for r in results] == ["drift at seq 8: args.i: recorded 1, now 10"] * 2
+    assert [r.line().split(": ", 1)[1] for r in results] == [
+        "drift at seq 8: args.i: recorded 1, now 10",  # the intent: the crash left no result
+        "drift at seq 9: args.i: recorded 1, now 10",  # the tool's recorded result, the call it answers
+    ]
     assert exit_code(results) == 1 and snapshot(tmp_path) == before
 
 
