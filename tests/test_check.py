@@ -22,9 +22,13 @@ import pytest
 
 import harness
 
+TESTS = Path(__file__).resolve().parent
+
 AGENT = """
 import os, signal
 import harness
+
+TESTS = Path(__file__).resolve().parent
 
 
 @harness.tool
@@ -298,3 +302,29 @@ def test_a_project_may_name_what_the_fingerprint_covers(tmp_path: Path) -> None:
 def test_python_dash_m_harness_is_the_command(tmp_path: Path) -> None:
     out = harness_cli("--version", cwd=tmp_path)
     assert out.returncode == 0 and out.stdout.startswith("harness ")
+
+
+# --- golden files -------------------------------------------------------------------------------------------------
+
+
+def test_a_golden_file_is_checked_as_the_run_it_pins(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """examples/workflow.py's committed goldens replay against its code; a golden edited to pin other args drifts
+    at that record; nothing is written beside them."""
+    golden = TESTS / "golden" / "test_example_workflow"
+    monkeypatch.syspath_prepend(str(TESTS.parent / "examples"))
+    import workflow
+
+    before = snapshot(golden)
+    results = harness.check([golden], workflow=workflow.research)
+    assert [(Path(r.path).name, r.status) for r in results] == [
+        ("test_the_recorded_research_reruns_offline.jsonl", "ok"), ("test_the_research_run.jsonl", "ok"),
+    ]  # fmt: skip
+    lines = (golden / "test_the_research_run.jsonl").read_text().splitlines()
+    edited = [line.replace('"args":{"point":"rock pools"}', '"args":{"point":"sea stars"}') for line in lines]
+    assert edited != lines
+    (tmp_path / "edited.jsonl").write_text("\n".join(edited) + "\n")
+    [drift] = harness.check([tmp_path / "edited.jsonl"], workflow=workflow.research)
+    record = next(i for i, line in enumerate(edited) if "sea stars" in line)  # line i+1: record i (the format line)
+    assert drift.status == "drift" and drift.seq in (record, record + 1), drift.line()
+    assert "'sea stars'" in drift.line() and "'rock pools'" in drift.line()
+    assert snapshot(golden) == before

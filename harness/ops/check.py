@@ -32,7 +32,7 @@ import os
 import shutil
 import tempfile
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from .._errors import HarnessError, ReplayDrift, ReplayViolation, ResumeMismatch
@@ -43,7 +43,7 @@ from ..runtime.boundary import differences
 from ..runtime.fingerprint import code_of, code_of_modules
 from ..runtime.workflow import Workflow, same_workflow
 from ..storage import is_url
-from ..trace.reader import Replay, replay
+from ..trace.reader import Replay, replay, request_hash
 
 STATUSES = ("ok", "drift", "skipped", "error")
 
@@ -214,21 +214,99 @@ def _under(path: str, folder: str) -> bool:
 
 def check_one(path: str, agent: Agent, scratch: str) -> Checked:
     """One run's verdict (see the module docstring); never raises for a problem of the run."""
-    if is_golden_file(path):
-        return Checked(path, "skipped", "a golden file: pytest's golden_trace checks it (rerun its test)")
-    try:
-        rep = replay(path)
-    except HarnessError as e:
-        return Checked(path, "error", str(e))
-    skip = _other_shape(rep, agent)
-    code = _code(rep, agent) if skip is None else None
-    if skip is not None:
-        return Checked(path, "skipped", skip, finished=rep.complete)
     folder = tempfile.mkdtemp(prefix="harness-check-", dir=scratch)
     try:
-        return _verdict(path, rep, agent, os.path.join(folder, "run.jsonl"), code)
+        source = path
+        if is_golden_file(path):  # its records made into a trace in the scratch folder, then checked as one
+            try:
+                source = _golden_trace(path, folder)
+            except HarnessError as e:
+                return Checked(path, "error", str(e))
+        try:
+            rep = replay(source)
+        except HarnessError as e:
+            return Checked(path, "error", str(e))
+        skip = _other_shape(rep, agent)
+        if skip is not None:
+            return Checked(path, "skipped", skip, finished=rep.complete)
+        code = _code(rep, agent) if source == path else None
+        verdict = _verdict(source, rep, agent, os.path.join(folder, "rerun.jsonl"), code)
+        return verdict if source == path else replace(verdict, path=path)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+# the order of a record's fields in a trace (docs/FORMAT.md), for a golden's records made into one
+_ORDER = (
+    "seq", "kind", "agent", "schema", "run_id", "goal", "tools", "workflow", "redact", "env", "from", "to", "step",
+    "attempt", "name", "tool", "args", "key", "contract", "result", "error", "question", "boundary", "request",
+    "hash", "response", "child", "status", "op", "happened", "answer", "evidence", "set_aside", "state", "traceback",
+    "type", "data", "sha256", "size",
+)  # fmt: skip
+_RANK = {k: i for i, k in enumerate(_ORDER)}
+_CLOCK = {"now", "sleep", "backoff"}  # crossings whose response a golden leaves out (a clock reading)
+
+
+def _golden_trace(path: str, folder: str) -> str:
+    """A golden file's records as a trace in folder, served as the run it pins: a run id, timestamps, request
+    hashes and idempotency keys made up, a clock reading the golden left out read as its start, a streamed model
+    reply it holds as its message written back as a stream. HarnessError for a golden that cannot be (a run with
+    agents, answers or reconciles: the golden holds neither the clocks nor the seqs they point to)."""
+    import time
+    import uuid
+
+    from ..review.normalize import parse_golden
+    from ..review.stream import rechunk
+    from ..trace.line import encode
+
+    with open(path, "rb") as f:
+        records = parse_golden(f.read(), path)
+    if not records or records[0].get("kind") != "header":
+        raise HarnessError(f"{path}: a golden file whose first record is not a header")
+    if any("vc" in r or r["kind"] in ("answer", "reconcile", "spawn") for r in records):
+        raise HarnessError(
+            f"{path}: a golden of a run with agents, answers or reconciles cannot be checked as a run (it holds "
+            "neither the clocks nor the seqs they point to); rerun its test instead"
+        )
+    run_id, start = uuid.uuid4().hex, round(time.time(), 3)
+    out: list[dict[str, Any]] = []
+    for seq, rec in enumerate(records, 1):
+        r = {k: v for k, v in rec.items() if k != "seal"}
+        r["seq"] = seq
+        if r["kind"] in ("header", "resume"):
+            r["env"] = {"entrypoint": "<golden>"}
+        if r["kind"] == "resume" and r.get("set_aside") is not None:
+            raise HarnessError(f"{path}: record {seq}: a resume that set a torn tail aside: rerun its test instead")
+        if r["kind"] == "header":
+            r.update(run_id=run_id, ts=start)
+        else:
+            r["ts"] = 0.0
+        if r["kind"] == "seal":
+            continue  # a golden's seal holds its state only: the trace ends unsealed, as a migrated one does
+        if (
+            r["kind"] == "transition"
+            and isinstance(r.get("contract"), dict)
+            and r["contract"].get("effect") == ("idempotent")
+        ):
+            r["key"] = f"{run_id}-{r['step']}-{r.get('attempt', 1)}"
+        if r["kind"] == "crossing":
+            kind = r.get("boundary")
+            if kind in _CLOCK and "response" not in r and "error" not in r:
+                r["response"] = {"delay": 0.0, "wake": start} if kind == "backoff" else start
+            response = r.get("response")
+            if kind == "http" and isinstance(response, dict) and "stream" in response:
+                chunks = rechunk(response["stream"], [])
+                if chunks is None:
+                    raise HarnessError(f"{path}: record {seq}: a streamed reply that cannot be written as a stream")
+                r["response"] = {**{k: v for k, v in response.items() if k != "stream"}, "chunks": chunks}
+            r["hash"] = request_hash(str(kind), r.get("request"))
+        out.append(dict(sorted(r.items(), key=lambda kv: _RANK.get(kv[0], len(_RANK)))))
+    trace, crc = os.path.join(folder, "golden.jsonl"), 0
+    with open(trace, "wb") as f:
+        for r in out:  # ts last (before crc): the journal's spelling
+            line, crc = encode({**{k: v for k, v in r.items() if k != "ts"}, "ts": r["ts"]}, crc)
+            f.write(line)
+    return trace
 
 
 def _other_shape(rep: Replay, agent: Agent) -> str | None:

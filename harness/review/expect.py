@@ -63,6 +63,7 @@ class _Any:
 
 
 ANY: Any = _Any()
+"""Matches any value of an argument that is there: `expect(t).called("send", to=harness.ANY)`."""
 _MISSING: Any = object()
 
 
