@@ -8,7 +8,9 @@ recorded crossing and tool result served, no tool and no model called):
 - an unfinished run (crashed, killed, paused, in flight) is replayed up to
   its last record, which is what a resume serves it; what the code does
   next, the first thing a resume would make live, stops the check:
-  `ok, would go live at seq N (tool X)` (`ok` alone when it ends there).
+  `ok, would go live at seq N (tool X)` (`ok` alone when it ends there);
+- a golden file is made into a trace of the run it pins (in the scratch
+  folder) and checked as a finished run.
 
 Nothing is written beside the runs: the re-execution's own trace goes to a
 scratch folder outside every folder checked (`/dev/shm` when there is one,
@@ -21,7 +23,9 @@ Runs are checked in a process pool (`jobs`, forked: each worker inherits
 the agent already imported) in input order; `on_result` is called with each
 result as it comes, for a progress bar. A run that cannot be read is an
 `error`; a run of another shape (a Recorder's, another workflow's, an
-Executor's when a workflow was given) is `skipped`.
+Executor's when a workflow was given) is `skipped`. A worker process that
+dies (agent code that exits the process) makes the runs not yet checked
+`error`: never a hang.
 """
 
 from __future__ import annotations

@@ -68,29 +68,15 @@ _MISSING: Any = object()
 
 
 @dataclass(frozen=True, slots=True)
-class ToolCall:
-    """One tool call, as the trace holds it.
-
-    `name`: as the model used it; `tool`: the name its record holds (an MCP
-    tool's step is `<server>.<name>`; otherwise the same). `seq`: the record
-    that made the call (its intent, or its crossing). `result` or `error`
-    (`{"type", "message"}`) is its outcome, both None while the call is
-    unfinished (`done` False). `served`: the record was served from a
-    recording (a rerun, a fork's prefix), not made live. `attempts`: 1, or
-    more when its step retried it.
-    """
+class _Call:
+    """What every call has: its name, its args (a model's: the request), what came back, the record that made
+    it, and whether that record was served from a recording (a rerun, a fork's prefix) rather than made live."""
 
     name: str
     args: Any
     result: Any
     seq: int
     served: bool
-    tool: str = ""
-    error: dict[str, Any] | None = None
-    done: bool = True
-    attempts: int = 1
-    agent: str = "main"
-    server: str | None = None  # an MCP tool's server
 
     @property
     def live(self) -> bool:
@@ -98,23 +84,34 @@ class ToolCall:
 
 
 @dataclass(frozen=True, slots=True)
-class ModelCall:
+class ToolCall(_Call):
+    """One tool call, as the trace holds it.
+
+    `name`: as the model used it; `tool`: the name its record holds (an MCP
+    tool's step is `<server>.<name>`; otherwise the same). `seq`: the record
+    that made the call (its intent, or its crossing). `result` or `error`
+    (`{"type", "message"}`) is its outcome, both None while the call is
+    unfinished (`done` False). `attempts`: 1, or more when its step retried
+    it.
+    """
+
+    tool: str = ""
+    error: dict[str, Any] | None = None
+    done: bool = True
+    attempts: int = 1
+    agent: str = "main"
+    server: str | None = None  # an MCP tool's server
+
+
+@dataclass(frozen=True, slots=True)
+class ModelCall(_Call):
     """One model call: `name` the model when its request or reply says it, else the crossing's kind; `args` the
     request, `result` the response; `tokens` the usage it records (None when it records none)."""
 
-    name: str
-    args: Any
-    result: Any
-    seq: int
-    served: bool
     kind: str = ""
     error: dict[str, Any] | None = None
     tokens: int | None = None
     agent: str = "main"
-
-    @property
-    def live(self) -> bool:
-        return not self.served
 
 
 @dataclass(frozen=True, slots=True)
