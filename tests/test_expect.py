@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import sys
+import threading
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -237,6 +239,32 @@ def test_an_unfinished_run_crashed_paused_or_torn(tmp_path: Path) -> None:
     assert expect(torn).tool_calls == e.tool_calls
 
 
+def test_a_run_still_being_written(tmp_path: Path) -> None:
+    inside, go = threading.Event(), threading.Event()
+
+    @harness.tool
+    def slow(x: int) -> int:
+        inside.set()
+        go.wait(60)  # a hang guard, not a timing assertion
+        return x
+
+    @harness.workflow
+    def flow() -> int:
+        look_up("tides")
+        return slow(1)
+
+    writer = threading.Thread(target=flow.run, kwargs={"trace": tmp_path / "run.jsonl"})
+    writer.start()
+    try:
+        assert inside.wait(60)
+        e = expect(tmp_path / "run.jsonl").state("ACT").tools("look_up", "slow")  # the writer holds its lock
+        assert [c.done for c in e.tool_calls] == [True, False]
+    finally:
+        go.set()
+        writer.join(60)
+    expect(tmp_path / "run.jsonl").state("DONE").result(1)
+
+
 def test_the_calls_of_a_rerun_are_served_and_a_forks_after_its_branch_live(shop: Any, tmp_path: Path) -> None:
     model = FakeLLM(lambda request: answer("ok", 10))
 
@@ -338,6 +366,27 @@ def test_mcp_tools_are_named_as_the_model_saw_them(tmp_path: Path, monkeypatch: 
     out = asyncio.run(planned())
     e = expect(out).tools("lookup", "note").called("lookup", order=3).called("mcp.lookup")
     assert e.tool_calls[0].server == "mcp" and e.tool_calls[0].tool == "mcp.lookup"
+
+
+@pytest.mark.xdist_group("frameworks")
+def test_mcp_over_stdio_in_a_process_of_its_own(tmp_path: Path) -> None:
+    """tests/mcp_agent.py's workflow, in a child process, over a real MCP server on stdio (as test_mcp.py runs it)."""
+    pytest.importorskip("mcp")
+    from children import AGENTS
+
+    trace, out = tmp_path / "run.jsonl", tmp_path / "outcome"
+    env = {
+        "MCP_SERVER": str(TESTS / "mcp_server.py"),
+        "TOOL_LOG": str(tmp_path / "tool.log"),
+        "MCP_ZYGOTE": AGENTS.socket(),
+    }
+    code = "import json, sys, mcp_agent; mcp_agent.child(*json.loads(sys.argv[1]))"
+    child = AGENTS.Popen([sys.executable, "-c", code, json.dumps([str(trace), env, str(out)])])
+    child.wait(300)  # a hang guard, not a timing assertion
+    assert child.returncode == 0, out.read_text() if out.exists() else child.returncode
+    e = expect(trace).state("DONE").tools("lookup", "send_email", "refund", "nope")
+    e.called("send_email", to="ann@example.com").called("mcp.refund", order=7).never("wipe", "mcp.wipe")
+    assert {c.server for c in e.tool_calls} == {"mcp"} and e.tool_calls[3].result["isError"] is True
 
 
 # --- Pydantic AI and the OpenAI Agents SDK ------------------------------------------------------------------------
