@@ -242,7 +242,7 @@ def test_an_unfinished_run_crashed_paused_or_torn(tmp_path: Path) -> None:
 def test_a_run_still_being_written(tmp_path: Path) -> None:
     inside, go = threading.Event(), threading.Event()
 
-    @harness.tool
+    @harness.tool(name="slow")
     def slow(x: int) -> int:
         inside.set()
         go.wait(60)  # a hang guard, not a timing assertion
