@@ -28,8 +28,6 @@ AGENT = """
 import os, signal
 import harness
 
-TESTS = Path(__file__).resolve().parent
-
 
 @harness.tool
 def look_up(point: str) -> dict:
@@ -328,3 +326,26 @@ def test_a_golden_file_is_checked_as_the_run_it_pins(tmp_path: Path, monkeypatch
     assert drift.status == "drift" and drift.seq in (record, record + 1), drift.line()
     assert "'sea stars'" in drift.line() and "'rock pools'" in drift.line()
     assert snapshot(golden) == before
+
+
+def test_a_progress_bar_on_a_terminal_only(folder: Path) -> None:
+    import pty
+
+    main, child = pty.openpty()
+    env = {**os.environ, "PYTHONPATH": str(folder)}
+    cmd = [sys.executable, "-m", "harness", "check", "runs/0001.jsonl", "runs/0002.jsonl", "--workflow",
+           "check_agent:research"]  # fmt: skip
+    done = subprocess.run(cmd, cwd=folder, env=env, stdout=subprocess.PIPE, stderr=child, timeout=300)
+    os.close(child)
+    drawn = b""
+    while True:
+        try:
+            got = os.read(main, 4096)
+        except OSError:  # EIO: the terminal's other side is closed
+            break
+        if not got:
+            break
+        drawn += got
+    os.close(main)
+    assert done.returncode == 0 and b"] 2/2" in drawn and b"\r" in drawn
+    assert b"[" not in done.stdout.split(b"\n")[0][:1]  # stdout holds the lines alone
