@@ -149,8 +149,9 @@ def check(
         raise HarnessError("give the agent: workflow=, or planner= and tools= (an Executor's agent); one of the two")
     w = None if workflow is None else workflow if isinstance(workflow, Workflow) else Workflow(workflow)
     agent = Agent(w, planner, tools, verifier)
-    runs = runs_of(paths)
-    scratch = _scratch_root([os.fspath(p) for p in paths])
+    given = [os.fspath(p) for p in paths]
+    runs = runs_of(given)
+    scratch = _scratch_root(given)
     results = []
     for result in _each(runs, agent, scratch, jobs):
         results.append(result)
