@@ -218,6 +218,8 @@ def test_runs_of_another_workflow_or_shape_are_skipped(folder: Path, tmp_path: P
     assert out.returncode == 0, out.stderr
     assert "other.jsonl: skipped: a run of workflow other:other, not check_agent:research" in out.stdout
     assert out.stdout.splitlines()[-1] == "2 runs: 1 ok, 1 skipped"
+    alone = harness_cli("check", str(tmp_path / "other.jsonl"), "--workflow", "check_agent:research", cwd=folder)
+    assert alone.returncode == 2 and "no run was checked" in alone.stderr  # a wrong --workflow, most likely
 
 
 # --- an Executor's runs, in the test's own process ----------------------------------------------------------------
