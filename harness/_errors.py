@@ -223,6 +223,6 @@ class ExpectationFailed(HarnessError, AssertionError):
     `state`), `calls` the tool calls made; the message lists every call made.
     """
 
-    def __init__(self, message: str, *, seq: int | None, path: str, calls: tuple[Any, ...] = ()):
+    def __init__(self, message: str, *, seq: int | None = None, path: str = "", calls: tuple[Any, ...] = ()):
         self.seq, self.path, self.calls = seq, path, calls
         super().__init__(message)
