@@ -351,3 +351,13 @@ def test_a_progress_bar_on_a_terminal_only(folder: Path) -> None:
     os.close(main)
     assert done.returncode == 0 and b"] 2/2" in drawn and b"\r" in drawn
     assert b"[" not in done.stdout.split(b"\n")[0][:1]  # stdout holds the lines alone
+
+
+def test_a_golden_that_holds_no_trace_records_is_a_clear_error(tmp_path: Path) -> None:
+    golden = tmp_path / "view.jsonl"
+    golden.write_text(
+        '{"format":"harness-golden","version":2}\n{"kind":"header","schema":2,"goal":null,"tools":{}}\n'
+        '{"kind":"model_call","via":"http","model":"m"}\n'
+    )
+    [result] = harness.check([golden], workflow=lambda: None)
+    assert result.status == "error" and "a golden holding 'model_call' records, which no trace holds" in result.detail

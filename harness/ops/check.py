@@ -250,6 +250,7 @@ _ORDER = (
 )  # fmt: skip
 _RANK = {k: i for i, k in enumerate(_ORDER)}
 _CLOCK = {"now", "sleep", "backoff"}  # crossings whose response a golden leaves out (a clock reading)
+_SERVABLE = frozenset({"header", "transition", "checkpoint", "crossing", "artifact", "resume", "crash", "seal"})
 
 
 def _golden_trace(path: str, folder: str) -> str:
@@ -268,6 +269,12 @@ def _golden_trace(path: str, folder: str) -> str:
         records = parse_golden(f.read(), path)
     if not records or records[0].get("kind") != "header":
         raise HarnessError(f"{path}: a golden file whose first record is not a header")
+    other = next((r["kind"] for r in records if r["kind"] not in _SERVABLE), None)
+    if other is not None:  # (a golden of the behavior view holds a call as it reads, not as it was served)
+        raise HarnessError(
+            f"{path}: a golden holding {other!r} records, which no trace holds: it pins what the calls read as, "
+            "not what was served; check the runs it came from, or rerun its test"
+        )
     if any("vc" in r or r["kind"] in ("answer", "reconcile", "spawn") for r in records):
         raise HarnessError(
             f"{path}: a golden of a run with agents, answers or reconciles cannot be checked as a run (it holds "
