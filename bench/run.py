@@ -75,7 +75,12 @@ Lines (the keys of the JSON):
   functional API (`@entrypoint` with SqliteSaver, `@task` per call,
   durability="sync") and as a DBOS workflow with a step per call on SQLite:
   time per durable call, and the resume of a run killed after its last call
-  (see bench/peers.py).
+  (see bench/peers.py);
+- check_vs_live, check_s_per_1k_crossings: `harness.check` (one process) of
+  CHECK_RUNS recorded runs of a workflow (three model calls and three tool
+  calls each), against running the same runs live, per crossing, wall time
+  (a live run waits for its disk); and the check's seconds per 1,000
+  crossings, its CPU time (wall with --wall).
 
 --quick runs in under a minute with smaller traces (the JSON says which
 sizes were used); --smoke is smaller still, for the test suite; the full
@@ -177,10 +182,13 @@ TARGETS = {
     "workflow_resume_vs_dbos": 1.0,
     "pydantic_ai_step_vs_dbos": 0.4,
     "pydantic_ai_resume_vs_dbos": 0.5,
+    "check_vs_live": 1.0,
+    "check_s_per_1k_crossings": 2.0,
 }
 KEYS = tuple(TARGETS)
 LATENCY = 0.02  # seconds a tool of the parallel-step line waits, as a network call would
 WORKFLOW_CROSSINGS = {"smoke": 1_000, "quick": 10_000, "full": 10_000}  # the resumed workflow's model calls
+CHECK_RUNS = {"smoke": 20, "quick": 200, "full": 1_000}  # recorded runs `harness check` replays
 
 
 # ---------------------------------------------------------------- the data
@@ -775,6 +783,49 @@ def bench_workflow_resume(scratch: Scratch, n: int, reps: int, w: harness.Workfl
     return interleaved({"live": live, "resumed": resumed}, reps)
 
 
+def priced(n: int) -> int:
+    return n
+
+
+@harness.workflow
+def shopper(i: int) -> int:
+    """Three rounds of a no-op model call and a no-op tool call: one recorded run of the check line."""
+    total = 0
+    for k in range(3):
+        harness.llm({"prompt": "next", "i": i, "k": k}, _answer)
+        total += harness.call(priced, n=k)
+    return total
+
+
+def bench_check(scratch: Scratch, runs: int, reps: int) -> tuple[Rounds, int]:
+    """`harness.check` of a folder of recorded runs (one process), against running the same runs live: per
+    crossing (Replay.crossings: the model calls and the tool calls)."""
+    folder = os.path.join(scratch.folder, "check-runs")
+    os.makedirs(folder)
+    for i in range(runs):
+        assert shopper.run(i, trace=os.path.join(folder, f"{i:05d}.jsonl")).state == "DONE"
+    crossings = sum(len(replay(os.path.join(folder, name)).crossings) for name in os.listdir(folder))
+
+    def live() -> Sample:
+        again = scratch("d")
+        os.makedirs(again)
+        t0 = clocks()
+        for i in range(runs):
+            shopper.run(i, trace=os.path.join(again, f"{i:05d}.jsonl"))
+        t = since(t0, crossings)
+        shutil.rmtree(again)
+        return t
+
+    def checked() -> Sample:
+        t0 = clocks()
+        results = harness.check([folder], workflow=shopper)
+        t = since(t0, crossings)
+        assert len(results) == runs and all(r.status == "ok" for r in results), [r.line() for r in results[:3]]
+        return t
+
+    return interleaved({"check": checked, "live": live}, reps), crossings
+
+
 def bench_blobs(folder: str, answers: int, reps: int) -> dict[str, float]:
     """A run whose model answers are 200 KiB each: trace size and replay time with blobs and all inline."""
     import zipfile
@@ -1171,6 +1222,14 @@ def run(mode: str, folder: str, log: Callable[[str], None], *, wall: bool = Fals
     detail["workflow_agents_resume_us_per_crossing"] = got.medians(1e6)
     detail["clock"]["workflow_agents_resume"] = "wall"
 
+    runs = CHECK_RUNS[mode]
+    log(f"harness check of {runs} recorded runs, against running them live")
+    got, crossings = bench_check(scratch, runs, 3)
+    out["check_vs_live"] = got.ratio("check", "live", clock("check", io=True))  # a live run waits for its disk
+    out["check_s_per_1k_crossings"] = got.median("check", clock("check_cpu")) * 1000
+    detail["check_us_per_crossing"] = got.medians(1e6)
+    detail["check_runs"], detail["check_crossings"] = runs, crossings
+
     # bench/peers.py: harness alone by default, every peer with --peers (imported here, so the default run and the
     # tests need no peer installed); it raises PeersMissing, saying what to install, when a peer is absent
     peers = _peers()
@@ -1231,6 +1290,9 @@ def table(result: dict[str, Any]) -> str:
         "HarnessDurability (fsync) / DBOSDurability on SQLite (--peers)",
         "pydantic_ai_resume_vs_dbos": "Pydantic AI agent killed after N tool calls: harness resume / DBOS recovery "
         "(--peers)",
+        "check_vs_live": f"harness check of {result['detail'].get('check_runs')} recorded runs / running them, "
+        "per crossing",
+        "check_s_per_1k_crossings": "harness check, seconds per 1,000 crossings (model and tool calls), one core",
     }
     rows = ["| key | what | measured | target |", "|---|---|---|---|"]
     for key, target in TARGETS.items():

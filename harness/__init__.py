@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from ._errors import (
     AmbiguousCall,
+    ExpectationFailed,
     HarnessError,
     HttpRecordingError,
     JournalError,
@@ -43,9 +44,11 @@ from ._version import VERSION as __version__
 
 if TYPE_CHECKING:  # the same names, as type checkers and editors see them; at run time, _LAZY below
     from .bundle import Bundled, BundleError, export, import_bundle
+    from .ops.check import Checked, check
     from .ops.reconcile import reconcile
     from .ops.recover import Recovered, recover, resume
     from .review.diff import Diff, diff
+    from .review.expect import ANY, Expectation, ModelCall, ToolCall, expect
     from .review.normalize import normalize
     from .review.rerun import Rerun, fork, rerun
     from .review.runs import RunInfo, list_runs
@@ -71,9 +74,11 @@ if TYPE_CHECKING:  # the same names, as type checkers and editors see them; at r
 # what the imports above name, imported on first use (module -> names); tests/test_cli.py checks they match
 _LAZY = {
     ".bundle": "Bundled, BundleError, export, import_bundle",
+    ".ops.check": "Checked, check",
     ".ops.reconcile": "reconcile",
     ".ops.recover": "Recovered, recover, resume",
     ".review.diff": "Diff, diff",
+    ".review.expect": "ANY, Expectation, ModelCall, ToolCall, expect",
     ".review.normalize": "normalize",
     ".review.rerun": "Rerun, fork, rerun",
     ".review.runs": "RunInfo, list_runs",
@@ -125,16 +130,20 @@ def __dir__() -> list[str]:
 
 
 __all__ = [
+    "ANY",
     "MARKER",
     "AmbiguousCall",
     "Artifact",
     "AsyncHandle",
     "BundleError",
     "Bundled",
+    "Checked",
     "Checkpoint",
     "Crossing",
     "Diff",
     "Executor",
+    "Expectation",
+    "ExpectationFailed",
     "FenceLost",
     "Handle",
     "HarnessError",
@@ -143,6 +152,7 @@ __all__ = [
     "JournalError",
     "Message",
     "Migrated",
+    "ModelCall",
     "NotSerializable",
     "Outcome",
     "Recorder",
@@ -160,6 +170,7 @@ __all__ = [
     "Sealed",
     "Step",
     "Tool",
+    "ToolCall",
     "ToolError",
     "ToolTimeout",
     "TraceCorruption",
@@ -180,8 +191,10 @@ __all__ = [
     "aspawn",
     "boundary",
     "call",
+    "check",
     "current_agent",
     "diff",
+    "expect",
     "export",
     "fork",
     "idempotency_key",

@@ -224,3 +224,15 @@ def error_of(e: BaseException) -> dict[str, str]:
     """
     cls = type(e)
     return {"type": f"{cls.__module__}.{cls.__qualname__}", "message": str(e)}
+
+
+class ExpectationFailed(HarnessError, AssertionError):
+    """A rule of `harness.expect()` that the run broke: an AssertionError, so a test reports it as a failure.
+
+    `seq` is the record that broke it (None when a call is missing), `path` the field path (`args.to`, `name`,
+    `state`), `calls` the tool calls made; the message lists every call made.
+    """
+
+    def __init__(self, message: str, *, seq: int | None = None, path: str = "", calls: tuple[Any, ...] = ()):
+        self.seq, self.path, self.calls = seq, path, calls
+        super().__init__(message)

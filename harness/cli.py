@@ -261,13 +261,15 @@ def _runs(args: argparse.Namespace) -> int:
         sys.stdout.buffer.write(orjson.dumps([r.to_json() for r in runs], option=orjson.OPT_INDENT_2) + b"\n")
         return 0
     rows: list[tuple[str, ...]] = [
-        ("ID", "STATUS", "STARTED", "ENDED", "RECORDS", "ENTRYPOINT", "PARENT", "DETAIL", "PATH")
+        ("ID", "STATUS", "STARTED", "ENDED", "RECORDS", "ENTRYPOINT", "PARENT", "DETAIL", "CODE", "PATH")
     ]
     for r in runs:
         j = r.to_json()
         parent = f"{r.parent}@{r.branch}" if r.parent and r.branch is not None else r.parent or "-"
         ended, entry = j["ended"] or "-", r.entrypoint or "-"
-        cells = (r.id, r.status, j["started"] or "-", ended, str(r.records), entry, parent, r.detail or "-", r.path)
+        code = {"same": "same", "changed": "changed"}.get(r.code or "", "-")  # the code that recorded it, today
+        cells = (r.id, r.status, j["started"] or "-", ended, str(r.records), entry, parent, r.detail or "-", code,
+                 r.path)  # fmt: skip
         rows.append(tuple(map(_printable, cells)))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
     for row in rows:
@@ -781,6 +783,81 @@ def _fleet(args: argparse.Namespace) -> int:
     counts = ", ".join(f"{states.count(s)} {s}" for s in dict.fromkeys(states))
     print(f"harness fleet: {len(outcomes)} runs: {counts}", file=sys.stderr)
     return 0 if all(s == "DONE" for s in states) else 1
+
+
+# --- check (issue 37: will the current code replay the recorded runs?) ----------------------------------
+
+
+def _check_setup(p: argparse.ArgumentParser) -> None:
+    p.add_argument("paths", nargs="+", metavar="PATH", help="a trace, or a runs folder (its *.jsonl traces)")
+    _agent_or_workflow(p, required=True)
+    p.add_argument("--json", action="store_true", help="print one JSON object per run (JSON lines), then no summary")
+    p.add_argument(
+        "-j", "--jobs", type=int, default=1, metavar="N",
+        help="check N runs at once, in N processes (default 1; 0: one per CPU)",
+    )  # fmt: skip
+
+
+@command(
+    "check",
+    "Replay recorded runs offline against the current code, writing nothing: ok, would go live, or drift. "
+    "Exit 0 when every run is ok, 1 on a drift, 2 on bad input.",
+    _check_setup,
+)
+def _check(args: argparse.Namespace) -> int:
+    import orjson
+
+    from .ops.check import check, exit_code, summary
+
+    jobs = args.jobs if args.jobs > 0 else (os.cpu_count() or 1)
+    if args.jobs < 0:
+        raise HarnessError(f"--jobs {args.jobs}: give 1 or more (0: one per CPU)")
+    bar = _Progress() if sys.stderr.isatty() else None
+
+    def each(r: Any) -> None:
+        if bar is not None:
+            bar.clear()
+        if args.json:
+            sys.stdout.buffer.write(orjson.dumps(r.to_json()) + b"\n")
+        else:
+            print(r.line())
+        sys.stdout.flush()
+        if bar is not None:
+            bar.step()
+
+    from .ops.check import runs_of
+
+    runs = runs_of(args.paths)
+    if bar is not None:
+        bar.total = len(runs)
+    if not runs:
+        raise HarnessError(f"no trace in {', '.join(args.paths)}")
+    results = check(runs, **_agent_of(args), jobs=jobs, on_result=each)
+    if bar is not None:
+        bar.clear()
+    if not args.json:
+        print(summary(results))
+    if not any(r.status in ("ok", "drift") for r in results):
+        print("harness check: no run was checked: none of them is a run of this agent (see the lines)", file=sys.stderr)
+    return exit_code(results)
+
+
+class _Progress:
+    """A progress bar on stderr (a terminal only): `[#####     ] 512/1000`, redrawn in place."""
+
+    def __init__(self) -> None:
+        self.total, self.done = 0, 0
+
+    def step(self) -> None:
+        self.done += 1
+        width = 30
+        filled = width * self.done // max(self.total, 1)
+        sys.stderr.write(f"\r[{'#' * filled}{' ' * (width - filled)}] {self.done}/{self.total}")
+        sys.stderr.flush()
+
+    def clear(self) -> None:
+        sys.stderr.write("\r\033[K")
+        sys.stderr.flush()
 
 
 class _Version(argparse.Action):

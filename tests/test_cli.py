@@ -201,7 +201,8 @@ def test_runs_shows_each_path_and_filters_by_status(tmp_path: Path, capsys: pyte
     (folder / "odd-\udcff.jsonl").write_bytes(b"junk\n")  # a name that is not UTF-8: unreadable, still listed
     assert main(["runs", str(folder)]) == 0
     table = capsys.readouterr().out.splitlines()
-    assert table[0].split() == ["ID", "STATUS", "STARTED", "ENDED", "RECORDS", "ENTRYPOINT", "PARENT", "DETAIL", "PATH"]
+    head = ["ID", "STATUS", "STARTED", "ENDED", "RECORDS", "ENTRYPOINT", "PARENT", "DETAIL", "CODE", "PATH"]
+    assert table[0].split() == head
     assert "crashed in ACT: builtins.RuntimeError: power cut" in next(t for t in table if "crashed.jsonl" in t)
     by_path = {line.rsplit("  ", 1)[1]: line.split()[1] for line in table[1:]}
     assert by_path == {

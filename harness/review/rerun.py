@@ -101,8 +101,13 @@ Verifier = Callable[[Step, Any], bool]
 class _Seam(BaseException):
     """The re-execution reached the point where a recorded process stopped.
 
-    A BaseException so that agent code catching Exception cannot swallow it.
+    A BaseException so that agent code catching Exception cannot swallow it. `what` is what the re-execution
+    was about to do there (`tool charge`, `llm crossing`, `end DONE`).
     """
+
+    def __init__(self, what: str | None = None):
+        super().__init__(what)
+        self.what = what
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,6 +130,9 @@ class Rerun:
     trace: str | None
     records: tuple[dict[str, Any], ...] = field(repr=False)
     live_calls_by_agent: dict[str, int] = field(default_factory=dict)
+    # a recording with no terminal record, re-executed to its end: what the code did next there, which a resume
+    # would make live (`tool charge`, `llm crossing`, `end DONE`); None when it did not get there
+    ahead: str | None = None
 
 
 def rerun(
@@ -412,6 +420,11 @@ class _Rewriting(Journal):
     copies: dict[int, dict[str, Any]]  # main's own count -> a resume or crash record to write again there
     entrypoint: str
     agents: Agents
+    reached: str | None  # what the re-execution was about to do at the last stop it reached (Rerun.ahead)
+
+    def stop(self, what: str) -> _Seam:
+        """The seam at a stop, saying what reached it (_drive keeps it: Rerun.ahead)."""
+        return _Seam(what)
 
     def at_stop(self) -> bool:
         return bool(self.stops) and self.seq + 1 == self.stops[0]
@@ -419,7 +432,7 @@ class _Rewriting(Journal):
     def share(self, stamp: Any, tick: Any) -> None:
         """The first spawn: where the recorded process stopped, the seam comes first (it has no clock)."""
         if self.at_stop():
-            raise _Seam
+            raise self.stop("spawn")
         super().share(stamp, tick)
 
     def copy_seams(self) -> None:
@@ -466,7 +479,7 @@ class _Rewriting(Journal):
             if self.stops and seq == self.stops[0]:  # the recorded process stopped here
                 if batch:
                     super().append_many(batch, sync=sync)
-                raise _Seam
+                raise self.stop(f"tool {fields.get('tool')}" if fields.get("to") == S.ACT else str(kind))
             batch.append((kind, self._vet(seq, kind, fields)))
         seq = super().append_many(batch, sync=sync)
         if self.replaying is not None:  # a served crossing whose place this write reached goes next
@@ -482,7 +495,7 @@ class _Rewriting(Journal):
         self.redacted(fields, user)  # as it will be written: compared with the parent so
         seq = self.seq + 1
         if self.stops and seq == self.stops[0]:
-            raise _Seam
+            raise self.stop(f"end {state}")
         if self.replaying is not None:
             self.replaying.ending()
         return super().finish(kind, self._vet(seq, kind, fields), state=state, key=key)
@@ -539,15 +552,15 @@ class _Rewriting(Journal):
 class _Writer(_Rewriting):
     """The new trace in a local file."""
 
-    __slots__ = ("agents", "ahead", "below", "branch_at", "copies", "entrypoint", "parent", "positions", "replaying",
-                 "stops")  # fmt: skip
+    __slots__ = ("agents", "ahead", "below", "branch_at", "copies", "entrypoint", "parent", "positions", "reached",
+                 "replaying", "stops")  # fmt: skip
 
 
 class _RemoteWriter(_Rewriting, RemoteJournal):
     """The new trace at a trace URL: shipped as segments at the ship points of any run (trace/remote.py)."""
 
-    __slots__ = ("agents", "ahead", "below", "branch_at", "copies", "entrypoint", "parent", "positions", "replaying",
-                 "stops")  # fmt: skip
+    __slots__ = ("agents", "ahead", "below", "branch_at", "copies", "entrypoint", "parent", "positions", "reached",
+                 "replaying", "stops")  # fmt: skip
 
 
 class _Replaying(Session):
@@ -642,7 +655,8 @@ class _Replaying(Session):
                 self.failure = self.failure or drift
                 raise drift
         if self.journal.at_stop():
-            raise _Seam
+            tool = request.get("tool") if kind == "tool" and isinstance(request, dict) else None
+            raise self.journal.stop(f"tool {tool}" if tool is not None else f"{kind} crossing")
         if self.branch is not None and self.early(kind, request, match):
             raise _Hold
         self.pause_here()
@@ -990,13 +1004,13 @@ def _execute(
     with writer, runner.prepared(rec, path, retry, rules):
         writer.stops = deque(s for s in stops if s < rec.spawned)  # later seams: copy_seams()
         writer.below, writer.parent = branch or 0, rec.records
-        writer.copies, writer.entrypoint = dict(rec.copies), _entrypoint(rec)
+        writer.copies, writer.entrypoint, writer.reached = dict(rec.copies), _entrypoint(rec), None
         writer.branch_at = (at.agent, at.vc[at.agent]) if at is not None else None
         writer.positions = rec.positions()
         session = runner.session(writer, rec, at, value, rules)
         writer.ahead, writer.agents, writer.replaying = session.ahead, session.agents, session
         try:
-            _drive(runner, writer, session, rec, run_id, lineage)
+            writer.reached = _drive(runner, writer, session, rec, run_id, lineage)
         except (ReplayDrift, ReplayViolation) as e:
             if session.failure is not None and session.failure is not e:
                 raise session.failure from None  # the first one, which agent code swallowed
@@ -1020,30 +1034,33 @@ def _execute(
         trace=path,
         records=tuple(new),
         live_calls_by_agent=dict(sorted(session.calls.items())),
+        ahead=writer.reached if not rec.rep.complete and writer.seq == rec.rep.last_seq else None,
     )
 
 
 def _drive(
     runner: _Runner, writer: _Rewriting, session: _Replaying, rec: _Recording, run_id: str, lineage: dict[str, Any]
-) -> None:
-    """Run from the start, then from each seam on, as the recorded processes did."""
+) -> str | None:
+    """Run from the start, then from each seam on, as the recorded processes did; what the re-execution was about
+    to do at the last stop it reached (Rerun.ahead)."""
     records = rec.records
     rep: Replay | None = None
+    reached = None
     while True:
         try:
             if rep is None:
                 runner.start(writer, session, rec.rep.goal, run_id, lineage)
             else:
                 runner.go_on(writer, session, rep)
-        except _Seam:
-            pass
+        except _Seam as stopped:
+            reached = stopped.what
         except (ReplayDrift, ReplayViolation):
             raise
         except Exception:
             if not writer.at_stop():  # the recorded process did not stop here: a real error
                 raise
         if session.live:  # a fork past its branch: no recorded seam applies any more
-            return
+            return reached
         seq = writer.seq + 1
         while seq <= len(records) and records[seq - 1]["kind"] in _COPIED:  # written as the recording has them
             r = records[seq - 1]
@@ -1052,7 +1069,7 @@ def _drive(
             writer.append(r["kind"], _copy(r), sync=True)
             seq += 1
         if not (writer.at_stop() and seq <= len(records) and records[seq - 1]["kind"] == "resume"):
-            return
+            return reached
         writer.stops.popleft()
         seam = {"set_aside": records[seq - 1].get("set_aside"), "env": environment(_entrypoint(rec))}
         writer.append("resume", seam)

@@ -40,6 +40,7 @@ from typing import Any
 import orjson
 
 from .._errors import TraceUnreadable
+from ..runtime.fingerprint import status as code_status
 from ..storage import runs_dir
 from ..storage.blobs import FOLDER
 from ..storage.files import open_regular
@@ -66,6 +67,7 @@ class RunInfo:
     parent: str | None = None
     branch: int | None = None
     detail: str | None = None  # why it stands there: a crash, a question, a failure (see _detail)
+    code: str | None = None  # "same" or "changed": its header's code fingerprint against today's files (None: none)
 
     def to_json(self) -> dict[str, Any]:
         """The run as JSON values. A file name that is not UTF-8 shows each undecodable byte as `\\xNN`."""
@@ -80,6 +82,7 @@ class RunInfo:
             "branch": self.branch,
             "path": shown(self.path),
             "detail": self.detail,
+            "code": self.code,
         }
 
 
@@ -179,6 +182,7 @@ def _info(fd: int, path: str, fallback: str, locked: set[tuple[int, int, int]] |
         parent=parent if isinstance(parent, str) else None,
         branch=branch if type(branch) is int else None,
         detail=_detail(last),
+        code=code_status(env.get("code"), env.get("cwd")) if isinstance(env, dict) else None,
     )
 
 

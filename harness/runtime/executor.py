@@ -79,6 +79,7 @@ from .agents import AgentState
 from .boundary import Session, deactivate
 from .context import _agent, _current, _in_call, _key
 from .environment import environment
+from .fingerprint import code_of
 from .interrupt import Interrupted
 from .resume import NO_ANSWER, RESEAL, GoOn, main_event, marked, plan, start_over
 from .tasks import numbering
@@ -183,8 +184,10 @@ def write_header(
     entrypoint: str,
     lineage: dict[str, Any],
     workflow: str | None = None,
+    code: dict[str, Any] | None = None,
 ) -> None:
-    """Write a new run's header (synced): its goal, its tools' contracts (or its workflow), lineage, environment."""
+    """Write a new run's header (synced): its goal, its tools' contracts (or its workflow), lineage, environment
+    (with the fingerprint of the agent's code, `code`, when it has one)."""
     header = {"schema": SCHEMA, "run_id": run_id, "goal": goal, "tools": tools}
     if workflow is not None:  # a workflow's name; its calls carry their contracts (tools is {})
         header["workflow"] = workflow
@@ -193,6 +196,8 @@ def write_header(
     if header["redact"] is None:
         del header["redact"]
     header["env"] = environment(entrypoint)
+    if code is not None:
+        header["env"]["code"] = code
     if not is_url(journal.path):
         _index.remove(journal.path)  # an index beside a new trace is another trace's
     journal.append("header", header, sync=True, user=("goal",))
@@ -366,7 +371,8 @@ class Executor:
     def _start(
         self, journal: Journal, goal: Any, run_id: str, *, session: Session | None = None, **lineage: Any
     ) -> Outcome:
-        write_header(journal, run_id, goal, self.contracts, self.redact, self.entrypoint, lineage)
+        code = code_of((self.planner,))
+        write_header(journal, run_id, goal, self.contracts, self.redact, self.entrypoint, lineage, code=code)
         run = _Run(journal, session or Session(journal, redact=self.redact), goal, run_id, [], S.INIT)
         run.index = (
             None if is_url(journal.path) else _index.Writer(journal.path, journal.fd, journal.digests, journal.blocks)

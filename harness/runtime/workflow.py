@@ -74,6 +74,7 @@ from ..trace.remote import open_journal
 from .boundary import Session, deactivate
 from .calls import Flow, Paused, _flow
 from .executor import Outcome, _crash, _Run, ask, finished, reseal, write_header
+from .fingerprint import code_of_modules
 from .history import Recorded, Resumed
 from .interrupt import Interrupted
 from .resume import NO_ANSWER, main_event, no_marker_owed, owed_answers, seam, start_over, waits
@@ -415,7 +416,8 @@ def start(
 ) -> Flow:
     """Write a new workflow run's header and INIT -> PLAN; the Flow its function runs in."""
     entrypoint = entrypoint or (sys.argv[0] if sys.argv and sys.argv[0] else "<python>")
-    write_header(journal, run_id, goal, {}, redact, entrypoint, lineage or {}, workflow=name)
+    code = code_of_modules((name.partition(":")[0],))
+    write_header(journal, run_id, goal, {}, redact, entrypoint, lineage or {}, workflow=name, code=code)
     run = _Run(journal, session or Session(journal, redact=redact), goal, run_id, [], S.INIT)
     run.move(S.PLAN)
     return Flow(run, fsync=fsync)
