@@ -352,3 +352,23 @@ def test_every_result_the_reader_accepts_the_door_rebuilds() -> None:
 
     agrees()
     assert _mcp_result_problem({"content": [{"type": "text", "text": "ok"}]}) is None
+
+
+def test_a_tool_of_the_workflows_own_named_mcp_x_returns_what_it_likes(tmp_path: Path, shop: Any) -> None:
+    """Before: the reader took every step whose tool starts with `mcp.` for an MCP call, and refused this run's trace
+    (bad-result): `mcp.note` returns a dict of its own. An MCP step is one of a server the run listed (`shop` here)."""
+
+    @harness.tool(name="mcp.note")
+    async def note(text: str) -> dict[str, str]:
+        return {"noted": text}
+
+    @harness.workflow
+    async def flow() -> list[Any]:
+        async with mcp.Client(shop) as client:
+            looked = await harness.mcp.record(client, name="shop").call_tool("lookup", {"order": 1})
+        return [looked.is_error, await note("x")]
+
+    assert flow.run(trace=tmp_path / "run.jsonl").result == [False, {"noted": "x"}]
+    assert [i["tool"] for i in intents(tmp_path / "run.jsonl")] == ["shop.lookup", "mcp.note"]
+    assert harness.replay(tmp_path / "run.jsonl").state == "DONE"
+    assert harness.rerun(tmp_path / "run.jsonl", workflow=flow).equal
