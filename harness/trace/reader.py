@@ -1105,8 +1105,12 @@ def _scan(
                         if dst == S.VERIFY:
                             result_seq, result_crossing = seq, crossed - 1
                     delivered = dst == S.VERIFY and result_seq == seq
+                    # what the tool returned (ACT -> VERIFY), as harness.mcp recorded it; a reconcile's result
+                    # (PAUSED -> VERIFY) is the operator's, which a resume carries as given: not looked into
                     mcp_tool = (
-                        _mcp_tool(intent, mcp_servers) if delivered and mcp_servers and "workflow" in header else None
+                        _mcp_tool(intent, mcp_servers)
+                        if delivered and src == S.ACT and mcp_servers and "workflow" in header
+                        else None
                     )
                     if mcp_tool is not None:
                         wrong = _mcp_result_problem(result)
