@@ -7,11 +7,15 @@ or failed after it. So a session judges goldens by the tests that passed:
 - `Outcomes` keeps, per test, whether every phase passed (from
   `pytest_runtest_logreport`: on the xdist controller too, which sees every
   worker's reports), and which golden each assertion asked to write;
+- `write_passed()` writes, when a test's teardown is reported, the goldens
+  its assertions queued (not at the assertion: a test may fail after it),
+  and only if the test passed (so a session killed later has written the
+  goldens of every test that passed before); the rest are listed in
+  `Outcomes.not_written`;
 - `holding()` is in force while syrupy ends its session: its discovery of
   snapshots leaves out the goldens a test that did not pass could own (so
-  syrupy never calls them unused, nor deletes them), and golden writes (the
-  extension writes at the session's end, not at the assertion) leave out the
-  goldens of tests that did not pass, listing them in `Held.not_written`;
+  syrupy never calls them unused, nor deletes them), and what is still
+  queued is written only for tests that passed;
 - `unused_goldens()` finds the goldens syrupy did not judge (folders of
   modules that no longer assert any, modules that no longer exist), and
   calls one unused only when every test that could own it passed.
@@ -27,7 +31,7 @@ import contextlib
 import os
 from collections.abc import Iterator
 from contextvars import ContextVar
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +46,7 @@ class Outcomes:
     def __init__(self) -> None:
         self.ok: dict[str, bool] = {}  # node id -> every phase so far passed
         self.wrote: dict[str, str] = {}  # golden path -> node id of the test whose assertion asked to write it
+        self.not_written: list[str] = []  # the goldens left out, as they are (their test did not pass)
 
     def record(self, report: pytest.TestReport) -> None:
         self.ok[report.nodeid] = self.ok.get(report.nodeid, True) and report.passed
@@ -57,15 +62,16 @@ class Held:
 
     locations: frozenset[str]  # goldens an assertion asked to write, for a test that did not pass
     owners: dict[str, list[str]]  # golden folder (resolved) -> the golden base names of tests that did not pass
-    not_written: list[str] = field(default_factory=list)  # the writes left out, as they happen
+    not_written: list[str]  # the writes left out, as they happen (the session's Outcomes.not_written)
 
 
 _HELD: ContextVar[Held | None] = ContextVar("harness_goldens_held", default=None)
 
 
 @contextlib.contextmanager
-def holding(session: pytest.Session, outcomes: Outcomes, extension: Any) -> Iterator[Held]:
-    """While syrupy ends the session: `writable` and `visible` leave out the goldens of tests that did not pass."""
+def holding(session: pytest.Session, outcomes: Outcomes, extension: Any) -> Iterator[list[str]]:
+    """While syrupy ends the session: `writable` and `visible` leave out the goldens of tests that did not pass;
+    yields the list of the goldens not written (so far and as syrupy ends)."""
     from syrupy.location import PyTestLocation
 
     owners: dict[str, list[str]] = {}
@@ -78,13 +84,39 @@ def holding(session: pytest.Session, outcomes: Outcomes, extension: Any) -> Iter
             continue
         folder = os.path.realpath(extension.dirname(test_location=where))
         owners.setdefault(folder, []).append(extension.get_snapshot_name(test_location=where, index=0))
-    locations = frozenset(path for path, nodeid in outcomes.wrote.items() if not outcomes.passed(nodeid))
-    held = Held(locations, owners)
-    token = _HELD.set(held)
+    token = _HELD.set(Held(_not_passed(outcomes), owners, outcomes.not_written))
     try:
-        yield held
+        yield outcomes.not_written
     finally:
         _HELD.reset(token)
+
+
+def write_passed(config: pytest.Config, outcomes: Outcomes, extension: type) -> None:
+    """Write now the goldens queued by the test that just ended, if it passed (at its teardown report).
+
+    So a session killed later (SIGKILL, a crashed xdist worker) has already
+    written the goldens of the tests that passed before; what a test that did
+    not pass queued is dropped (listed as not written). With a syrupy that
+    lacks the queue, they are written when the session ends.
+    """
+    session = getattr(config, "_syrupy", None)
+    queued, flush = (
+        getattr(session, "_queued_snapshot_writes", None),
+        getattr(session, "_flush_snapshot_write_queue_key", None),
+    )
+    if not queued or flush is None:  # none queued (an xdist controller's), or another syrupy
+        return
+    token = _HELD.set(Held(_not_passed(outcomes), {}, outcomes.not_written))
+    try:
+        for key in [k for k in queued if isinstance(k, tuple) and issubclass(k[0], extension)]:
+            flush(key)
+    finally:
+        _HELD.reset(token)
+
+
+def _not_passed(outcomes: Outcomes) -> frozenset[str]:
+    """The goldens an assertion asked to write, for a test that did not pass."""
+    return frozenset(path for path, nodeid in outcomes.wrote.items() if not outcomes.passed(nodeid))
 
 
 def writable(location: str) -> bool:

@@ -24,7 +24,7 @@ version is reported as stale with how to re-record it, never crashed on.
 
 Only a test that passed speaks for its goldens (`_goldens_unused`): the
 golden of a test that failed, errored or was skipped is never deleted nor
-written by `--snapshot-update` (goldens are written when the session ends,
+written by `--snapshot-update` (goldens are written when their test ends,
 once that is known; the summary lists those left as they were).
 
 Unused goldens. syrupy finds snapshots through the extensions a session
@@ -57,7 +57,7 @@ from typing import TYPE_CHECKING, Any, cast
 import pytest
 
 from ._errors import HarnessError
-from ._goldens_unused import Outcomes, holding, unused_goldens, visible, writable
+from ._goldens_unused import Outcomes, holding, unused_goldens, visible, writable, write_passed
 from .review.diff import diff_with
 from .review.normalize import (
     RERECORD,
@@ -102,7 +102,7 @@ if HAVE_SYRUPY:
         snapshot_dirname = "golden"
         rules: Rules = RULES  # set per assertion by the fixture: the project's, plus golden_trace(ignore=...)
         updating = False  # --snapshot-update: a golden that matches only through today's rules is written again
-        # written when the session ends, not at the assertion: by then it is known whether the test passed
+        # written when the test ends (write_passed), not at the assertion: by then it is known whether it passed
         # (a test that fails after its assertion keeps its golden as it was: _goldens_unused)
         write_immediately = False
 
@@ -240,15 +240,17 @@ class _Outcomes:
     """A plugin for one session: whether each test passed every phase (on an xdist controller too, which gets
     every worker's reports)."""
 
-    def __init__(self, outcomes: Outcomes) -> None:
-        self.outcomes = outcomes
+    def __init__(self, config: pytest.Config) -> None:
+        self.config, self.outcomes = config, _outcomes(config)
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         self.outcomes.record(report)
+        if report.when == "teardown" and HAVE_SYRUPY:  # the test is over: its goldens are written now, if it passed
+            write_passed(self.config, self.outcomes, GoldenTraceExtension)
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.pluginmanager.register(_Outcomes(_outcomes(config)), "harness-golden-outcomes")
+    config.pluginmanager.register(_Outcomes(config), "harness-golden-outcomes")
 
 
 @pytest.hookimpl(wrapper=True)
@@ -285,11 +287,11 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> Generator[
     config = session.config
     if not HAVE_SYRUPY:
         return (yield)
-    with holding(session, _outcomes(config), GoldenTraceExtension) as held:
+    with holding(session, _outcomes(config), GoldenTraceExtension) as not_written:
         result = yield
-    config.stash.setdefault(_NOT_WRITTEN, []).extend(held.not_written)
+    config.stash.setdefault(_NOT_WRITTEN, []).extend(not_written)
     if hasattr(config, "workerinput"):  # an xdist worker: the controller judges, and says what was not written
-        config.workeroutput["harness_goldens_not_written"] = held.not_written  # type: ignore[attr-defined]
+        config.workeroutput["harness_goldens_not_written"] = not_written  # type: ignore[attr-defined]
         return result
     if exitstatus not in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED, pytest.ExitCode.NO_TESTS_COLLECTED):
         return result  # interrupted, or a usage error: not every test ran

@@ -853,11 +853,14 @@ WORKFLOW = {**HEADER, "tools": {}, "workflow": "m:f", "goal": {"args": [], "kwar
 MCP_OK = {"content": [{"type": "text", "text": "ok"}], "isError": False}
 
 
-def mcp_step(result: Any, tool: str = "mcp.lookup") -> list[dict[str, Any]]:
-    """A workflow's run of one MCP step (harness.mcp names it `<server>.<tool>`) whose result is result."""
+def mcp_step(result: Any, tool: str = "mcp.lookup", server: str | None = "mcp") -> list[dict[str, Any]]:
+    """A workflow's run of one MCP step (harness.mcp names it `<server>.<tool>`, after it listed the server's tools)
+    whose result is result; `server=None`: no listing, a step of the workflow's own."""
+    listed = {"kind": "crossing", "boundary": "mcp.list_tools", "request": {"server": server}, "hash": "0" * 16}
     return [
         WORKFLOW,
         T("INIT", "PLAN"),
+        *([{**listed, "response": {"tools": []}}] if server is not None else []),
         T("PLAN", "ACT", name=tool, tool=tool, args={"q": 1}, contract=CONTRACT),
         T("ACT", "VERIFY", result=result),
     ]
@@ -873,8 +876,11 @@ def test_the_bases_of_lineage_and_mcp_are_valid(tmp_path: Path) -> None:
         {"type": "resource", "resource": {"uri": "file:///r", "text": "t"}},
     ]
     assert harness.replay(forge(tmp_path / "c.jsonl", mcp_step({**rich, "content": blocks}))).state == "VERIFY"
-    # a tool of the workflow's own whose name has no `mcp.` returns what it likes
+    # a tool of the workflow's own returns what it likes, even one named `mcp.<x>` in a run that lists no MCP
+    # server (before, its name alone made it an MCP step: the trace of a plain run was refused), or another one
     assert harness.replay(forge(tmp_path / "d.jsonl", mcp_step("plain", tool="lookup"))).state == "VERIFY"
+    assert harness.replay(forge(tmp_path / "e.jsonl", mcp_step("plain", server=None))).state == "VERIFY"
+    assert harness.replay(forge(tmp_path / "f.jsonl", mcp_step("plain", server="billing"))).state == "VERIFY"
 
 
 @pytest.mark.parametrize(
@@ -896,7 +902,7 @@ def test_a_forks_lineage_is_checked(tmp_path: Path, records: list[dict[str, Any]
 
 def test_a_workflows_step_is_named_by_its_tool(tmp_path: Path) -> None:
     """Before: a workflow's intent named `pay` for tool `refund` was read, and resumed, as the call of refund."""
-    records = mcp_step({"ok": True}, tool="refund")
+    records = mcp_step({"ok": True}, tool="refund", server=None)
     records[2] = {**records[2], "name": "pay"}
     e = refused(forge(tmp_path / "t.jsonl", records), 3, "bad-intent")
     assert e.seq == 3 and "'pay' for tool 'refund'" in str(e)
@@ -921,8 +927,11 @@ def test_a_workflows_step_is_named_by_its_tool(tmp_path: Path) -> None:
 )
 def test_a_malformed_mcp_result_is_corruption_not_drift(tmp_path: Path, result: Any, why: str) -> None:
     """Before: replay() accepted it, and a resume or rerun failed later rebuilding the CallToolResult (a drift)."""
-    e = refused(forge(tmp_path / "t.jsonl", mcp_step(result)), 4, "bad-result")
-    assert e.seq == 4 and why in str(e) and "'mcp.lookup'" in str(e)
+    e = refused(forge(tmp_path / "t.jsonl", mcp_step(result)), 5, "bad-result")
+    assert e.seq == 5 and why in str(e) and "'mcp.lookup'" in str(e)
+    # a session given another name (before: not checked, and reported as a drift by the resume)
+    e = refused(forge(tmp_path / "b.jsonl", mcp_step(result, tool="billing.lookup", server="billing")), 5, "bad-result")
+    assert why in str(e) and "'billing.lookup'" in str(e)
     crossing = {"kind": "crossing", "boundary": "mcp.call_tool", "request": {"server": "mcp", "tool": "t"}}
     records = [HEADER, T("INIT", "PLAN"), {**crossing, "hash": "0" * 16, "response": result}]
     e = refused(forge(tmp_path / "c.jsonl", records), 3, "bad-result")

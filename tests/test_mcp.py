@@ -352,3 +352,39 @@ def test_every_result_the_reader_accepts_the_door_rebuilds() -> None:
 
     agrees()
     assert _mcp_result_problem({"content": [{"type": "text", "text": "ok"}]}) is None
+
+
+def test_a_tool_of_the_workflows_own_named_mcp_x_returns_what_it_likes(tmp_path: Path, shop: Any) -> None:
+    """Before: the reader took every step whose tool starts with `mcp.` for an MCP call, and refused this run's trace
+    (bad-result): `mcp.note` returns a dict of its own. An MCP step is one of a server the run listed (`shop` here)."""
+
+    @harness.tool(name="mcp.note")
+    async def note(text: str) -> dict[str, str]:
+        return {"noted": text}
+
+    @harness.workflow
+    async def flow() -> list[Any]:
+        async with mcp.Client(shop) as client:
+            looked = await harness.mcp.record(client, name="shop").call_tool("lookup", {"order": 1})
+        return [looked.is_error, await note("x")]
+
+    assert flow.run(trace=tmp_path / "run.jsonl").result == [False, {"noted": "x"}]
+    assert [i["tool"] for i in intents(tmp_path / "run.jsonl")] == ["shop.lookup", "mcp.note"]
+    assert harness.replay(tmp_path / "run.jsonl").state == "DONE"
+    assert harness.rerun(tmp_path / "run.jsonl", workflow=flow).equal
+
+
+def test_a_resume_after_a_reconcile_with_another_shape_leaves_a_trace_that_reads(tmp_path: Path) -> None:
+    """Before: the operator reconciled the refund with `"refunded 7"` (what the tool says, not its CallToolResult);
+    the resume wrote it as the step's result and failed, and then every reader refused the trace (bad-result), so
+    not even `harness show` could say what happened. A reconcile's result is the operator's, not a recording."""
+    trace, mark = tmp_path / "run.jsonl", tmp_path / "mark"
+    child = start(trace, env(tmp_path, MCP_KILL="refund", MCP_MARK=str(mark)))
+    kill_when(mark.exists, child)
+    os.kill(int(mark.read_text()), signal.SIGKILL)  # the server the killed client started
+    assert resumed(trace, env(tmp_path))["state"] == "PAUSED"
+    harness.reconcile(trace, happened=True, evidence="the shop's refund log", result="refunded 7")
+    out = resumed(trace, env(tmp_path))
+    assert out["state"] == "FAILED" and "CallToolResult" in out["error"]["message"]  # the door's own refusal
+    rep = harness.replay(trace)
+    assert rep.state == "FAILED" and rep.sealed

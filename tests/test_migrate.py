@@ -142,6 +142,30 @@ def test_a_migration_refused_by_replay_leaves_no_backup(old: Path) -> None:
     assert sorted(p.name for p in old.iterdir() if p.name.startswith("happy")) == ["happy.jsonl"]
 
 
+def test_a_ctrl_c_as_the_migrated_trace_is_renamed_keeps_the_backup(old: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Before: a KeyboardInterrupt landing right after the rename (the migrated trace in place) ran the clean-up of a
+    refused migration, which removed the backup: the only copy of the original was gone."""
+    import os
+    import signal
+
+    import harness.trace.migrate as m
+
+    trace = old / "paused.jsonl"
+    before = trace.read_bytes()
+    rename = os.replace
+
+    def renamed_then_interrupted(src: str, dst: str) -> None:
+        rename(src, dst)
+        if os.fspath(dst) == str(trace):
+            signal.raise_signal(signal.SIGINT)  # a real Ctrl-C, at the first instruction after the rename
+
+    monkeypatch.setattr(m.os, "replace", renamed_then_interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        harness.migrate(trace)
+    (backup,) = old.glob("paused.jsonl.v1-backup-*")
+    assert backup.read_bytes() == before and replay(trace).state  # the original kept; the trace is migrated
+
+
 KILL = """
 import os, signal, sys
 import harness.trace.migrate as m

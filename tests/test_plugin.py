@@ -16,6 +16,7 @@ import contextlib
 import importlib
 import re
 import shutil
+import signal
 import tempfile
 from pathlib import Path
 
@@ -376,6 +377,32 @@ def test_update_does_not_rewrite_the_golden_of_a_test_that_failed_after_its_asse
     )
     assert (golden / "test_records.jsonl").read_bytes() == before["test_records.jsonl"]
     assert (golden / "test_run.jsonl").read_bytes() != before["test_run.jsonl"]  # test_run passed: updated
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_update_writes_the_golden_of_a_test_that_passed_before_the_session_was_killed(
+    project: pytest.Pytester, mode: str
+) -> None:
+    """Before: goldens were written when the session ended; a SIGKILL of the session (alone) or of the xdist worker
+    that ran test_run and test_records, after both passed, lost their updates, and nothing said so."""
+    golden = record_goldens(project)
+    before = {p.name: p.read_bytes() for p in golden.iterdir()}
+    write_agent(project, bump=1)  # both goldens change, and both tests pass before test_zz_killed runs
+    agent = project.path / "tests" / "test_agent.py"
+    agent.write_text(
+        agent.read_text() + "\n\ndef test_zz_killed():\n    import os, signal\n    os.kill(os.getpid(), 9)\n"
+    )
+    if mode == "alone":
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")
+            result = project.runpytest_subprocess(*PLUGINS, "--snapshot-update", "tests/test_agent.py")
+        assert result.ret == -signal.SIGKILL, result.stdout.str()
+    else:  # the whole module on one worker, not restarted once killed
+        result = run(project, "xdist", "--dist", "loadfile", "--max-worker-restart", "0", "--snapshot-update")
+        assert "crashed while running 'tests/test_agent.py::test_zz_killed'" in result.stdout.str()
+    assert "deleted" not in result.stdout.str()
+    assert all(p.read_bytes() != before[p.name] for p in golden.iterdir()), result.stdout.str()  # both updated
+    assert run(project, "alone", "-k", "not killed").ret == 0  # and they match
 
 
 def test_a_file_in_a_golden_folder_that_is_not_a_golden_is_left_alone(project: pytest.Pytester) -> None:

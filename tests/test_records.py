@@ -817,6 +817,18 @@ def test_what_a_killed_export_or_import_left_the_next_one_removes(tmp_path: Path
     assert replay(runs / "a.jsonl").sealed
 
 
+def test_an_export_leaves_another_programs_file_of_a_scratch_like_name_alone(tmp_path: Path) -> None:
+    """Before: an export swept its folder (anyone's: the cwd, a downloads folder) of every unlocked `.<name>.<32 hex>`
+    file, so another program's file so named was deleted. Only what an export begins with (a zip's header) goes."""
+    big_run(tmp_path, name="a.jsonl")
+    theirs = tmp_path / f".settings.{'0f' * 16}"
+    theirs.write_text("another program's state\n")
+    left = tmp_path / f".out.zip.{'ab' * 16}"  # what a killed export left: its first entry's header, no more
+    left.write_bytes(b"PK\x03\x04" + bytes(26))
+    harness.export([tmp_path / "a.jsonl"], tmp_path / "out.zip")
+    assert theirs.read_text() == "another program's state\n" and not left.exists()
+
+
 @pytest.mark.parametrize("what", ["hold-export", "hold-import"])
 def test_the_scratch_of_a_running_export_or_import_is_kept(tmp_path: Path, what: str) -> None:
     """A sweep while another export or import runs leaves its scratch alone (it is locked), and that one ends well."""

@@ -6,7 +6,10 @@ exclusive flock on it for as long as it runs. The kernel lets go of a lock
 when its process dies, SIGKILL included, so a scratch whose lock can be
 taken was left by an operation that is over: `sweep(folder)`, called by the
 next export or import into that folder and by `harness recover`, removes
-those, and never one whose maker is still running.
+those, and never one whose maker is still running. An export's folder is
+anyone's (the user's cwd, a downloads folder), so a file is removed only
+when it also holds what an export writes first (nothing yet, or a zip's
+first bytes): another program's `.name.<32 hex>` file is left alone.
 
 One race is closed by hand: a sweeper that takes the lock between a maker's
 create and its flock removes the scratch under it, so the maker checks,
@@ -28,6 +31,7 @@ import uuid
 
 _FILE = re.compile(r"\..+\.[0-9a-f]{32}")  # `.out.zip.<hex>`: an export's bundle before its rename
 _FOLDER = re.compile(r"\.import-[0-9a-f]{32}")  # an import's staging folder inside the runs folder
+_ZIP = b"PK\x03\x04"  # how a zip file starts (its first entry's header): a scratch file holds this, or less
 _NO_LOCKS = (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EINVAL)
 
 
@@ -91,6 +95,8 @@ def sweep(folder: str) -> list[str]:
             mode = os.fstat(fd).st_mode
             if not (stat.S_ISDIR(mode) if is_dir else stat.S_ISREG(mode)) or not _free(fd):
                 continue
+            if not is_dir and not _ZIP.startswith(os.pread(fd, len(_ZIP), 0)):
+                continue  # not a bundle begun (empty, or a zip's first bytes): another program's file, not ours
             if is_dir:
                 shutil.rmtree(path, ignore_errors=True)
             else:

@@ -222,10 +222,12 @@ def migrate(trace: str | os.PathLike[str], *, out: str | os.PathLike[str] | None
                 raise HarnessError(f"{path}: cannot write its backup ({e.strerror}); nothing was changed") from None
             os.replace(tmp, path)
         except BaseException as e:
-            for left in (tmp, backup):  # the backup too: the original stays, a copy of it beside is litter
-                if left is not None:
-                    with contextlib.suppress(OSError):
-                        os.unlink(left)
+            # the backup too, while the original is still in place (tmp not renamed yet: a copy beside is litter);
+            # once the rename is done (a Ctrl-C right after it), the backup is the original's only copy: kept
+            gone = [tmp, backup] if backup is not None and os.path.lexists(tmp) else [tmp]
+            for left in gone:
+                with contextlib.suppress(OSError):
+                    os.unlink(left)
             if isinstance(e, OSError):
                 raise HarnessError(
                     f"{path}: cannot write the migrated trace ({e.strerror}); the original is unchanged"
@@ -402,11 +404,16 @@ def _backup(path: str, data: bytes, version: int) -> str:
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S.%fZ")
     backup = f"{path}.v{version}-backup-{stamp}"
     tmp = f"{backup}.tmp"
-    with open(tmp, "xb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, backup)
+    try:
+        with open(tmp, "xb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, backup)
+    except BaseException:  # a disk full, a Ctrl-C: no half backup left beside the trace
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
     shutil.copystat(path, backup)
     _sync_dir(os.path.dirname(os.path.abspath(path)))
     return backup

@@ -865,6 +865,7 @@ def _scan(
     kind_fields, edge_fields = _FIELDS  # the fields each kind (and each edge) carries: a fork's add its marks
     fork = False
     mutated_at: int | None = None  # a fork's record marked mutated (with agents its seq is the child's own)
+    mcp_servers: set[str] = set()  # the `server` of each mcp.list_tools crossing: its steps are `<server>.<tool>`
     dying = False  # main wrote a crash record: its next record is the resuming process's `resume`
     mail: dict[tuple[str, str], list[tuple[Any, bytes]]] = {}  # (sender, to) -> messages sent, not yet received
     asides: set[str] = set()  # the .torn-N files named so far
@@ -1108,10 +1109,17 @@ def _scan(
                         if dst == S.VERIFY:
                             result_seq, result_crossing = seq, crossed - 1
                     delivered = dst == S.VERIFY and result_seq == seq
-                    if delivered and intent is not None and intent["tool"].startswith("mcp.") and "workflow" in header:
+                    # what the tool returned (ACT -> VERIFY), as harness.mcp recorded it; a reconcile's result
+                    # (PAUSED -> VERIFY) is the operator's, which a resume carries as given: not looked into
+                    mcp_tool = (
+                        _mcp_tool(intent, mcp_servers)
+                        if delivered and src == S.ACT and mcp_servers and "workflow" in header
+                        else None
+                    )
+                    if mcp_tool is not None:
                         wrong = _mcp_result_problem(result)
                         if wrong is not None:
-                            why = f"MCP tool {intent['tool']!r}'s result is not a CallToolResult's wire JSON: {wrong}"
+                            why = f"MCP tool {mcp_tool!r}'s result is not a CallToolResult's wire JSON: {wrong}"
                             raise _fail(path, n, "bad-result", why, seq)
                     returned = "result" in rec or "result" in (rec.get("blobs") or ())
                     if "workflow" in header and dst == S.DONE and lane is run_lane:  # what the function returned
@@ -1213,6 +1221,10 @@ def _scan(
                                 f"an mcp.call_tool crossing whose response is not a CallToolResult's wire JSON: {wrong}"
                             )
                             raise _fail(path, n, "bad-result", why, seq)
+                    elif rec["boundary"] == "mcp.list_tools" and type(rec.get("request")) is dict:
+                        server = rec["request"].get("server")  # harness.mcp lists a server's tools before its steps
+                        if type(server) is str:
+                            mcp_servers.add(server)
                     fresh += 1
                     crossed += 1
                     packed = length << 32 | prev
@@ -1653,6 +1665,16 @@ _MCP_BLOCKS = {  # a CallToolResult's content block types, and the str fields ea
 
 
 _MCP_OPTIONAL = {"annotations": dict, "_meta": dict, "title": str, "description": str, "size": int, "icons": list}
+
+
+def _mcp_tool(intent: dict[str, Any] | None, servers: set[str]) -> str | None:
+    """The tool of a workflow's intent if it calls harness.mcp (`<server>.<tool>`, a server listed earlier), else None.
+
+    By the servers listed, not by the default name `mcp.`: a session may have
+    another name, and a tool of the workflow's own may be named `mcp.<x>`.
+    """
+    tool = None if intent is None else intent["tool"]
+    return tool if tool is not None and any(tool.startswith(server + ".") for server in servers) else None
 
 
 def _mcp_result_problem(value: Any) -> str | None:
