@@ -48,11 +48,24 @@ async def support(order: int) -> dict[str, Any]:
     }
 
 
-def child(trace: str, environ: dict[str, str], out: str) -> None:
-    """Run (or resume) support(7) over trace with environ's variables set; its outcome as JSON in out (or why not)."""
+@harness.workflow
+async def owned(order: int) -> list[Any]:
+    """A refund over a session the function opens itself: its call runs inside the MCP client's anyio task groups."""
+    from mcp import ClientSession
+    from mcp.client.stdio import stdio_client
+
+    async with stdio_client(params()) as (read, write), ClientSession(read, write) as session:
+        await session.initialize()
+        refund = await harness.mcp.record(session).call_tool("refund", {"order": order})
+    return [refund.is_error, refund.content[0].text]
+
+
+def child(trace: str, environ: dict[str, str], out: str, which: str = "support") -> None:
+    """Run (or resume) support(7) (or `which`) over trace with environ's variables set; its outcome as JSON in out
+    (or why not)."""
     os.environ.update(environ)
     try:
-        o = support.run(7, trace=trace, resume="auto")
+        o = globals()[which].run(7, trace=trace, resume="auto")
         Path(out).write_text(json.dumps({"state": o.state, "result": o.result, "pending": o.pending, "error": o.error}))
     except BaseException:
         Path(out).write_text(traceback.format_exc())

@@ -77,16 +77,16 @@ def intents(trace: Path) -> list[dict[str, Any]]:
     return [r for r in map(orjson.loads, trace.read_bytes().splitlines()) if r.get("to") == "ACT"]
 
 
-def start(trace: Path, environ: dict[str, str]) -> Forked:
-    """A process running the workflow over trace (run or resume)."""
+def start(trace: Path, environ: dict[str, str], which: str = "support") -> Forked:
+    """A process running the workflow (mcp_agent's `which`) over trace (run or resume)."""
     out = trace.parent / "outcome"
     out.unlink(missing_ok=True)
-    return AGENTS.Popen([sys.executable, "-c", CHILD, json.dumps([str(trace), environ, str(out)])])
+    return AGENTS.Popen([sys.executable, "-c", CHILD, json.dumps([str(trace), environ, str(out), which])])
 
 
-def resumed(trace: Path, environ: dict[str, str]) -> dict[str, Any]:
+def resumed(trace: Path, environ: dict[str, str], which: str = "support") -> dict[str, Any]:
     out = trace.parent / "outcome"
-    child = start(trace, environ)
+    child = start(trace, environ, which)
     child.wait(300)  # a hang guard, not a timing assertion
     assert child.returncode == 0, out.read_text() if out.exists() else f"exit {child.returncode}"
     return dict(json.loads(out.read_text()))
@@ -165,6 +165,24 @@ def test_sigkill_in_a_call_then_resume_in_a_new_process(
     rep = harness.replay(trace)
     assert rep.state == "DONE" and rep.sealed and rep.resumes >= 1
     rerun_with_the_server_gone(trace, tmp_path, monkeypatch)
+
+
+def test_a_pause_inside_the_mcp_clients_own_task_groups_ends_the_run_paused(tmp_path: Path) -> None:
+    """The function opens stdio_client and ClientSession itself: the resumed refund, in flight at the SIGKILL,
+    pauses inside their anyio task groups, which raise it in an exception group; the run ends PAUSED all the same."""
+    trace, mark = tmp_path / "run.jsonl", tmp_path / "mark"
+    child = start(trace, env(tmp_path, MCP_KILL="refund", MCP_MARK=str(mark)), "owned")
+    kill_when(mark.exists, child)
+    os.kill(int(mark.read_text()), signal.SIGKILL)
+    out = resumed(trace, env(tmp_path), "owned")
+    assert out["state"] == "PAUSED" and out["pending"]["tool"] == "mcp.refund"
+    result = CallToolResult(content=[TextContent(type="text", text="refunded 7")])
+    wire = result.model_dump(mode="json", by_alias=True, exclude_none=True)
+    harness.reconcile(trace, happened=True, evidence="the shop's refund log", result=wire)
+    assert resumed(trace, env(tmp_path), "owned") == {
+        "state": "DONE", "result": [False, "refunded 7"], "pending": None, "error": None,
+    }  # fmt: skip
+    assert [c["tool"] for c in log(tmp_path)] == ["refund"]  # made once
 
 
 # --- in-process: mcp.Client(server), no subprocess -------------------------------------------------------------

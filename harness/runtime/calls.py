@@ -46,21 +46,13 @@ from ..trace.line import canonical, check_value
 from ..trace.reader import replay
 from .boundary import _Hold, _may_hold, patiently, rebuild
 from .context import _agent, _current, _in_call
+from .control import Paused, decisive
 from .executor import NOT_SERVED, _Run, _Served, ainvoke, finished, invoke, served
 from .history import STEP, Item, Serving, Step
-from .interrupt import Interrupted
 from .tool import ToolSpec, spec_of
 
 if TYPE_CHECKING:
     import asyncio
-
-
-class Paused(BaseException):  # a control-flow signal, like Interrupted: agent code catching Exception keeps out
-    """A resumed call of an unsafe tool was in flight at the crash: the run paused on it; `outcome` says so."""
-
-    def __init__(self, outcome: Any):
-        self.outcome = outcome
-        super().__init__("paused on an unsafe call of uncertain outcome, for harness reconcile")
 
 
 class Flow:
@@ -137,10 +129,8 @@ def call(tool: Any, /, **kwargs: Any) -> Any:
             return intent.give()
         try:
             raw = invoke(flow.run.session, spec.fn, intent)
-        except Interrupted:  # the tool asked a question: the run pauses in ACT (the workflow's end handles it)
-            raise
-        except Exception as e:
-            _failed(flow, error_of(e))
+        except BaseException as e:  # a question (the run pauses in ACT: the workflow's end handles it), or a failure
+            _raised(flow, e)
             raise
         return _done(flow, spec, raw)
 
@@ -169,10 +159,8 @@ async def acall(tool: Any, /, **kwargs: Any) -> Any:
             return intent.give()
         try:
             raw = await ainvoke(session, spec.fn, intent)
-        except Interrupted:
-            raise
-        except Exception as e:
-            _failed(flow, error_of(e))
+        except BaseException as e:
+            _raised(flow, e)
             raise
         return _done(flow, spec, raw)
     finally:
@@ -346,6 +334,14 @@ def _done(flow: Flow, spec: ToolSpec, raw: Any) -> Any:
         raise NotSerializable(e.field, e.where, e.problem, tool=spec.name, step=run.step) from None
     run.checkpoint()
     return run.result
+
+
+def _raised(flow: Flow, e: BaseException) -> None:
+    """The tool raised e: a real error (inside any exception group: control.decisive) is the step's failed
+    attempt; a question, a pause or a KeyboardInterrupt leaves the step in ACT for the workflow's end."""
+    e = decisive(e)
+    if isinstance(e, Exception):
+        _failed(flow, error_of(e))
 
 
 def _failed(flow: Flow, error: dict[str, Any]) -> None:
