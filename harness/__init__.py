@@ -21,6 +21,7 @@ from importlib import import_module as _import  # (no `from __future__ import an
 from typing import TYPE_CHECKING, Any
 
 from ._errors import (
+    BadResult,
     HarnessError,
     HttpRecordingError,
     JournalError,
@@ -127,6 +128,7 @@ __all__ = [
     "MARKER",
     "Artifact",
     "AsyncHandle",
+    "BadResult",
     "BundleError",
     "Bundled",
     "Checkpoint",

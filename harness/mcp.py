@@ -11,8 +11,9 @@ reach the server. In a run:
 - `await s.call_tool(tool, arguments)` made where `harness.acall` makes a
   step (a workflow's own code) is that step: tool `<name>.<tool>` (`mcp.refund`),
   `args` the arguments, the result the `CallToolResult`'s wire JSON
-  (`model_dump(mode="json", by_alias=True, exclude_none=True)`, also what
-  `harness.reconcile(result=...)` takes for it), rebuilt with
+  (`model_dump(mode="json", by_alias=True, exclude_none=True)`; `harness
+  reconcile --result` takes it, or a string for one text item: `reconciled()`
+  checks it before anything is written), rebuilt with
   `CallToolResult.model_validate` so `.content`, `.structured_content`
   and `.is_error` read the same live, resumed and rerun. An error result
   (`isError`: a tool that raised, a tool the server does not list) is a
@@ -108,6 +109,25 @@ async def stdio(
         yield Recorded(held.get, _contracts(contracts), _name(name), None)
     finally:
         await held.close()
+
+
+def reconciled(value: Any) -> Any:
+    """A tool's result as given to `harness reconcile` (a CallToolResult's wire JSON, or a string: one text item)
+    as a call of it is recorded; ValueError saying why a value is not one."""
+    from mcp.types import CallToolResult
+    from pydantic import ValidationError
+
+    if isinstance(value, str):
+        value = {"content": [{"type": "text", "text": value}]}
+    if not isinstance(value, dict):
+        raise ValueError(f"{type(value).__name__} {value!r:.80} is neither a CallToolResult's wire JSON nor a string")
+    try:
+        result = CallToolResult.model_validate(value)
+    except ValidationError as e:
+        first = e.errors()[0]
+        where = ".".join(map(str, first["loc"]))
+        raise ValueError(f"it is not a CallToolResult ({where or 'the value'}: {first['msg']})") from None
+    return result.model_dump(mode="json", by_alias=True, exclude_none=True)
 
 
 class Recorded:

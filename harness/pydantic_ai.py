@@ -23,6 +23,8 @@ recorded and, on resume or rerun, served:
   given a `__harness_tool__` spec), at-least-once otherwise; in a Recorder or a
   planner, a crossing of kind `pydantic_ai.tool`. What is recorded is the
   framework's own tool-call result (`{"kind": "tool_return", "result": ...}`);
+  `harness reconcile --result` takes the function's own value and
+  `reconciled()` wraps it so;
 - an MCP toolset's tool call is a tool call too, its contract read from the
   tool's MCP annotations (`readOnlyHint`: at-least-once; `idempotentHint`:
   idempotent; else unsafe); `MCPToolset(process_tool_call=mcp_meta)` sends
@@ -253,6 +255,21 @@ async def _tool_call(name: str, kind: str, params: ToolsetCallToolParams, body: 
         return await body()
 
     return await acall(ToolSpec(params.name, _contract(kind, params), run, is_async=True), **args)
+
+
+def reconciled(value: Any) -> Any:
+    """A tool function's return value as given to `harness reconcile`, as a call of it is recorded: the framework's
+    own tool-call result, built and checked by its codec; ValueError saying why a value cannot be one."""
+    from pydantic import ValidationError
+    from pydantic_ai.durable_exec import CallToolResult
+
+    try:
+        return JSON_CODEC.dump(
+            CallToolResult, JSON_CODEC.load(CallToolResult, {"kind": "tool_return", "result": value})
+        )
+    except ValidationError as e:
+        first = e.errors()[0]
+        raise ValueError(f"Pydantic AI cannot take it as a tool's return value ({first['msg']})") from None
 
 
 class HarnessDurability(BaseDurabilityCapability[Any]):

@@ -97,7 +97,7 @@ def test_a_kill_inside_a_function_model_call_resumes(tmp_path: Path) -> None:
         server.stop()
 
 
-@pytest.mark.parametrize(("name", "happened"), [("pai", True), ("oa", False)])
+@pytest.mark.parametrize(("name", "happened"), [("pai", True), ("oa", True), ("oa", False)])
 def test_a_kill_inside_an_unsafe_tool_pauses_for_reconcile(name: str, happened: bool, tmp_path: Path) -> None:
     server = AgentServer()
     try:
@@ -108,12 +108,13 @@ def test_a_kill_inside_an_unsafe_tool_pauses_for_reconcile(name: str, happened: 
         assert server.chats == 2  # the pause sent nothing
         if happened:  # the operator found the charge made (and does it by hand here, as the world would have it)
             (tmp_path / "tools.log").write_text("charge 0 1\ncharge 1 1\n")
-            result: Any = {"kind": "tool_return", "result": 2} if name == "pai" else 2
-            harness.reconcile(trace, happened=True, result=result, evidence="the ledger")
+            harness.reconcile(trace, happened=True, result=2, evidence="the ledger")  # what charge(1, 1) returned
         else:
             harness.reconcile(trace, happened=False, evidence="no such charge")
         assert finish(start(name, server, trace, tmp_path), tmp_path) == "DONE done after 2 tools"
         assert effects(tmp_path) == ["charge 0 1", "charge 1 1"]  # once, whichever way it was reconciled
         assert server.chats == 3
+        replies = [m["content"] for m in server.seen[-1]["body"]["messages"] if m["role"] == "tool"]
+        assert replies == ["1", "2"]  # the model got the tool's own value as its reply, the reconciled one too
     finally:
         server.stop()

@@ -176,13 +176,40 @@ def test_a_pause_inside_the_mcp_clients_own_task_groups_ends_the_run_paused(tmp_
     os.kill(int(mark.read_text()), signal.SIGKILL)
     out = resumed(trace, env(tmp_path), "owned")
     assert out["state"] == "PAUSED" and out["pending"]["tool"] == "mcp.refund"
-    result = CallToolResult(content=[TextContent(type="text", text="refunded 7")])
-    wire = result.model_dump(mode="json", by_alias=True, exclude_none=True)
-    harness.reconcile(trace, happened=True, evidence="the shop's refund log", result=wire)
+    harness.reconcile(trace, happened=True, evidence="the shop's refund log", result="refunded 7")  # one text item
     assert resumed(trace, env(tmp_path), "owned") == {
         "state": "DONE", "result": [False, "refunded 7"], "pending": None, "error": None,
     }  # fmt: skip
     assert [c["tool"] for c in log(tmp_path)] == ["refund"]  # made once
+
+
+def test_reconcile_takes_what_the_tool_returned_and_refuses_what_an_mcp_call_cannot_return(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`harness show` and the refusal name the shape a paused MCP call's result takes, with a command line; a
+    value of another shape is refused (exit 2) and nothing is written; one that fits is what the function gets."""
+    from harness.cli import main
+
+    trace, mark = tmp_path / "run.jsonl", tmp_path / "mark"
+    child = start(trace, env(tmp_path, MCP_KILL="refund", MCP_MARK=str(mark)))
+    kill_when(mark.exists, child)
+    os.kill(int(mark.read_text()), signal.SIGKILL)
+    assert resumed(trace, env(tmp_path))["state"] == "PAUSED"
+    assert main(["show", str(trace)]) == 0
+    shown = capsys.readouterr().out.splitlines()[-1]
+    assert shown.startswith("        PAUSED on an uncertain call: reconcile it: harness reconcile ")
+    assert """--result '{"content": [{"type": "text", "text": "done"}]}'""" in shown and "CallToolResult" in shown
+    before = trace.read_bytes()
+    for bad in ("2", '{"text": "refunded 7"}', "[]"):
+        assert main(["reconcile", str(trace), "--happened", "--result", bad]) == 2
+        said = capsys.readouterr().err
+        assert "does not fit" in said and "CallToolResult" in said and "Nothing was written" in said, said
+        assert trace.read_bytes() == before
+    result = CallToolResult(content=[TextContent(type="text", text="refunded 7")], structured_content={"r": 7})
+    wire = json.dumps(result.model_dump(mode="json", by_alias=True, exclude_none=True))
+    assert main(["reconcile", str(trace), "--happened", "--result", wire, "--evidence", "the refund log"]) == 0
+    out = resumed(trace, env(tmp_path))
+    assert out["state"] == "DONE" and out["result"]["refund"] == [False, "refunded 7"]
 
 
 # --- in-process: mcp.Client(server), no subprocess -------------------------------------------------------------
