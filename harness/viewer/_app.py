@@ -283,7 +283,8 @@ def _summary_of(v: Viewer, run: str) -> dict[str, Any]:
     last_ts = wall_clock(header, idx.last) if idx.last else None
     pending = verdict.pending
     reconcile = answer = resume = None
-    how = "--workflow MODULE:ATTR" if "workflow" in header else "--agent MODULE:FACTORY"
+    # a workflow's own name (module:qualname, what `--workflow` imports); an Executor's factory is not recorded
+    how = f"--workflow {shlex.quote(str(header['workflow']))}" if "workflow" in header else "--agent MODULE:FACTORY"
     if pending is not None and verdict.settled:  # reconciled or answered already: what is left is to resume it
         resume = f"harness resume {shlex.quote(path)} {how}"
     elif pending is not None and "question" in pending:  # interrupt(): a human answers, no reconcile
@@ -294,6 +295,8 @@ def _summary_of(v: Viewer, run: str) -> dict[str, Any]:
             "happened": f"harness reconcile {trace} --happened --result 'RESULT_AS_JSON' --evidence 'HOW_YOU_KNOW'",
             "not_happened": f"harness reconcile {trace} --not-happened --evidence 'HOW_YOU_KNOW'",
         }
+    elif info.status == "interrupted":  # killed or stopped (Ctrl-C) before its end: a resume finishes it
+        resume = f"harness resume {shlex.quote(path)} {how}"
     parent = header.get("parent")
     return {
         "id": run, "path": path, "status": info.status, "state": verdict.state, "header": header,
