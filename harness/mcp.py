@@ -28,6 +28,11 @@ at-least-once (made again after a crash, never pauses); else
 (`destructiveHint`, or no annotations: MCP's default is destructive), whose
 call in flight at a crash pauses the run for `harness reconcile`.
 `contracts={"tool": "read" | "idempotent" | "unsafe"}` overrides them.
+Before a resume makes a call again that the crash left in flight (a read or
+an idempotent one), it lists the server's tools live again: a tool the
+server no longer lists, or one whose hints changed since the trace's
+listing (idempotent -> not, say), is not called: the run PAUSES there
+(ACT -> PAUSED with the `reason`) for `harness reconcile`.
 
 In a run outside a workflow's own code (an Executor's planner, a
 `Recorder`'s loop) a read is a crossing (boundary `mcp.call_tool`, request
@@ -186,8 +191,33 @@ class Recorded:
             result = await (await self._live()).call_tool(tool, args, meta=sent, **kwargs)
             return result.model_dump(mode="json", by_alias=True, exclude_none=True)
 
-        spec = ToolSpec(f"{self.name}.{tool}", {"effect": effect, "version": None}, made, is_async=True)
+        spec = ToolSpec(
+            f"{self.name}.{tool}", {"effect": effect, "version": None}, made, is_async=True,
+            recheck=lambda: self._changed(tool),
+        )  # fmt: skip
         return CallToolResult.model_validate(await acall(spec, **arguments))
+
+    async def _changed(self, tool: str) -> str | None:
+        """Why the call of tool the trace left in flight must not be made again: the server, listed live again (not
+        recorded: a check, whose outcome is the call or the pause), no longer lists it, or lists it with other
+        hints than the trace's listing had. None when it may be made again."""
+        session, live, cursor = await self._live(), {}, None
+        while True:
+            page = await session.list_tools(**self._paged(cursor)) if cursor else await session.list_tools()
+            for t in page.tools:
+                live[t.name] = (
+                    t.annotations.model_dump(mode="json", by_alias=True, exclude_none=True) if t.annotations else None
+                )
+            cursor = page.next_cursor
+            if not cursor:
+                break
+        where = f"MCP tool {tool!r} of server {self.name!r}, whose call was in flight at the crash,"
+        if tool not in live:
+            return f"{where} is no longer listed by the server" if tool in self._annotations else None
+        was, now = _hints(self._annotations.get(tool)), _hints(live[tool])
+        if tool not in self._contracts and was != now:
+            return f"{where} changed its annotations since: {was} then, {now} now"
+        return None
 
     async def _crossing(self, tool: str, contract: str, arguments: dict[str, Any], kwargs: dict[str, Any]) -> Any:
         """A read made in a run outside a workflow's steps (an Executor's planner, a Recorder's loop): a crossing."""
@@ -274,6 +304,11 @@ class _Held:
         self.stop.set()
         if self.task is not None:
             await self.task
+
+
+def _hints(annotations: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The annotations a contract is read from (contract_of), as a tool's listing gives them."""
+    return {k: v for k, v in (annotations or {}).items() if k in ("readOnlyHint", "idempotentHint", "destructiveHint")}
 
 
 async def _given(session: Any) -> Any:

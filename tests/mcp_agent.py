@@ -23,7 +23,9 @@ import harness.mcp
 
 
 def params() -> StdioServerParameters:
-    env = {k: os.environ[k] for k in ("TOOL_LOG", "MCP_KILL", "MCP_MARK", "MCP_ZYGOTE") if k in os.environ}
+    env = {
+        k: os.environ[k] for k in ("TOOL_LOG", "MCP_KILL", "MCP_MARK", "MCP_ZYGOTE", "MCP_CHANGE") if k in os.environ
+    }
     script = os.environ["MCP_SERVER"]
     if "MCP_ZYGOTE" in env:  # the server forked from the tests' zygote that imported the SDK (its stdio, our pipes)
         zygote = str(Path(__file__).with_name("zygote.py"))

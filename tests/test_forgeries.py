@@ -170,6 +170,25 @@ def test_the_bases_are_valid(tmp_path: Path) -> None:
     assert harness.replay(forge(tmp_path / "e.jsonl", keyed)).state == "VERIFY"
 
 
+def test_a_call_in_flight_pauses_with_a_reason_only_right_after_a_resume(tmp_path: Path) -> None:
+    """ACT -> PAUSED for a tool a resume would call again (idempotent, at-least-once) only with the reason the
+    resume found not to (harness.mcp: the tool changed), and only as the resume's first move."""
+    why = "MCP tool 'put' of server 'mcp', whose call was in flight at the crash, is no longer listed by the server"
+    for i, tool in enumerate(("put", "work", "pay")):
+        rep = harness.replay(
+            forge(tmp_path / f"ok{i}.jsonl", [*START, intent(tool), SEAM, T("ACT", "PAUSED", reason=why)])
+        )
+        assert rep.state == "PAUSED" and rep.pending is not None and rep.pending["tool"] == tool
+    refused(forge(tmp_path / "a.jsonl", [*START, intent("put"), SEAM, T("ACT", "PAUSED")]), 5, "bad-transition")
+    refused(forge(tmp_path / "b.jsonl", [*START, intent("put"), T("ACT", "PAUSED", reason=why)]), 4, "bad-transition")
+    for bad in ("", 3, None):
+        forged = [*START, intent("put"), SEAM, T("ACT", "PAUSED", reason=bad)]
+        refused(forge(tmp_path / "c.jsonl", forged), 5, "malformed")
+    timeout = {"type": "ToolTimeout", "message": "slow", "timeout": 1.0}
+    forged = [*START, intent("pay"), T("ACT", "PAUSED", error=timeout, reason=why)]
+    refused(forge(tmp_path / "d.jsonl", forged), 4, "malformed")
+
+
 @pytest.mark.parametrize(
     "forged",
     [

@@ -167,6 +167,31 @@ def test_sigkill_in_a_call_then_resume_in_a_new_process(
     rerun_with_the_server_gone(trace, tmp_path, monkeypatch)
 
 
+@pytest.mark.parametrize("change", ["unsafe", "gone"])
+def test_a_call_in_flight_is_not_made_again_when_the_restarted_server_changed_the_tool(
+    tmp_path: Path, change: str
+) -> None:
+    """SIGKILL inside the idempotent send_email; the server comes back as another release (send_email now
+    destructive, or gone): the resume lists the tools live again, does not call it, and PAUSES with the reason."""
+    trace, mark = tmp_path / "run.jsonl", tmp_path / "mark"
+    child = start(trace, env(tmp_path, MCP_KILL="send_email", MCP_MARK=str(mark)))
+    kill_when(mark.exists, child)
+    os.kill(int(mark.read_text()), signal.SIGKILL)
+    out = resumed(trace, env(tmp_path, MCP_CHANGE=change))
+    assert out["state"] == "PAUSED" and out["pending"]["tool"] == "mcp.send_email"
+    assert [c["tool"] for c in log(tmp_path)] == ["lookup", "send_email"]  # not called again
+    paused = [r for r in map(orjson.loads, trace.read_bytes().splitlines()) if r.get("to") == "PAUSED"]
+    said = "changed its annotations since" if change == "unsafe" else "is no longer listed by the server"
+    assert len(paused) == 1 and said in paused[0]["reason"] and "'send_email'" in paused[0]["reason"]
+    before = trace.read_bytes()
+    assert resumed(trace, env(tmp_path, MCP_CHANGE=change))["state"] == "PAUSED" and trace.read_bytes() == before
+    key = intents(trace)[1]["key"]
+    harness.reconcile(trace, happened=True, result=f"sent to ann@example.com with key {key}", evidence="the outbox")
+    out = resumed(trace, env(tmp_path, MCP_CHANGE=change))
+    assert out["state"] == "DONE" and out["result"]["refund"] == [False, "refunded 7"]
+    assert [c["tool"] for c in log(tmp_path)].count("send_email") == 1
+
+
 def test_a_pause_inside_the_mcp_clients_own_task_groups_ends_the_run_paused(tmp_path: Path) -> None:
     """The function opens stdio_client and ClientSession itself: the resumed refund, in flight at the SIGKILL,
     pauses inside their anyio task groups, which raise it in an exception group; the run ends PAUSED all the same."""

@@ -36,7 +36,7 @@ import contextvars
 import inspect
 import threading
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, cast
 
 from .._errors import HarnessError, NotSerializable, ResumeMismatch, error_of, internal
@@ -150,6 +150,7 @@ async def acall(tool: Any, /, **kwargs: Any) -> Any:
             mine = _intent_of(spec.name, shown)
     await _in_turn(flow, item, mine)
     try:
+        in_flight = item is not None and item.step is not None and item.step.state == S.ACT
         intent = _begin(flow, spec, kwargs, item)
         if not isinstance(intent, _Given):
             if session.strict:  # a rerun: sibling crossings the recording has while the call ran go first
@@ -157,6 +158,8 @@ async def acall(tool: Any, /, **kwargs: Any) -> Any:
             intent = _recorded(flow, spec, intent)
         if isinstance(intent, _Given):
             return intent.give()
+        if in_flight and spec.recheck is not None:  # made again: only if the tool is still the one it was
+            await _recheck(flow, spec.recheck)
         try:
             raw = await ainvoke(session, spec.fn, intent)
         except BaseException as e:
@@ -316,6 +319,16 @@ def _reopen(flow: Flow, spec: ToolSpec, step: Step, args: dict[str, Any]) -> dic
     if (run.journal.dirty or run.journal.owes) and (flow.fsync or step.contract["effect"] != "at-least-once"):
         run.journal.sync()  # a resumed call of a declared tool: everything before it (the resume's seam) durable
     return intent  # made again (an idempotent tool with the same key)
+
+
+async def _recheck(flow: Flow, recheck: Callable[[], Awaitable[str | None]]) -> None:
+    """Before a call in flight at the crash is made again: a reason from `recheck` pauses the run there (ACT ->
+    PAUSED with the `reason`, for harness reconcile) instead."""
+    reason = await recheck()
+    if reason is not None:
+        run = flow.run
+        run.move(S.PAUSED, sync=True, reason=reason)
+        raise Paused(finished(replay(run.journal.path)))
 
 
 def _done(flow: Flow, spec: ToolSpec, raw: Any) -> Any:

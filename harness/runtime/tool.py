@@ -22,7 +22,7 @@ call with a TypeError (a `HarnessError`) that says what it got.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import KW_ONLY, dataclass
 from typing import Any
 
@@ -79,12 +79,16 @@ class ToolSpec:
     that says so: the shape of a header's `tools` entries (docs/FORMAT.md).
     An idempotent tool is called with an `idempotency_key` keyword argument.
     `is_async`: `fn` returns an awaitable (call it with `harness.acall`).
+    `recheck` (async tools): asked before a call the trace left in flight is
+    made again on resume; a reason (str) pauses the run instead (harness.mcp
+    lists the server's tools again: a tool gone, or its annotations changed).
     """
 
     name: str
     contract: dict[str, Any]
     fn: Callable[..., Any]
     is_async: bool = False
+    recheck: Callable[[], Awaitable[str | None]] | None = None
 
     def __post_init__(self) -> None:
         if type(self.name) is not str or not self.name:

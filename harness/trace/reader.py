@@ -548,7 +548,8 @@ _EDGE_FIELDS: dict[tuple[str, str], frozenset[str]] = {
     (S.ACT, S.FAILED): frozenset({"error"}),
     (S.VERIFY, S.PLAN): frozenset({"error"}),
     (S.VERIFY, S.FAILED): frozenset({"error"}),
-    (S.ACT, S.PAUSED): frozenset({"error", "question"}),  # a timeout's error, or interrupt()'s question
+    # a timeout's error, interrupt()'s question, or why a call in flight was not made again (harness.mcp)
+    (S.ACT, S.PAUSED): frozenset({"error", "question", "reason"}),
     (S.PLAN, S.PAUSED): frozenset({"question"}),
     (S.VERIFY, S.PAUSED): frozenset({"question"}),
 }
@@ -1058,10 +1059,15 @@ def _scan(
                             )
                             raise _fail(path, n, "bad-transition", why, seq)
                         effect = tools[intent["tool"]]["effect"]
-                        if effect != "unsafe":
+                        reason = rec.get("reason")
+                        if "reason" in rec and (type(reason) is not str or not reason or timed_out):
+                            why = "ACT -> PAUSED with a reason that is not a non-empty str, or beside a timeout"
+                            raise _fail(path, n, "malformed", why, seq)
+                        if effect != "unsafe" and reason is None:
                             why = (
-                                f"ACT -> PAUSED for {intent['tool']!r}, an {effect} tool: a resume calls it again; "
-                                "only an unsafe tool's interrupted call is of uncertain outcome"
+                                f"ACT -> PAUSED for {intent['tool']!r}, an {effect} tool, with no reason: a resume "
+                                "calls it again; only an unsafe tool's interrupted call is of uncertain outcome, or a "
+                                "call the resume found a reason not to make again (its `reason`)"
                             )
                             raise _fail(path, n, "bad-transition", why, seq)
                     elif dst == S.PLAN and src not in (S.INIT, S.PAUSED):  # a failed attempt: planned again
