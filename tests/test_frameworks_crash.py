@@ -98,7 +98,11 @@ def test_a_kill_inside_a_function_model_call_resumes(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(("name", "happened"), [("pai", True), ("oa", True), ("oa", False)])
-def test_a_kill_inside_an_unsafe_tool_pauses_for_reconcile(name: str, happened: bool, tmp_path: Path) -> None:
+def test_a_kill_inside_an_unsafe_tool_pauses_for_reconcile(
+    name: str, happened: bool, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from harness.cli import main
+
     server = AgentServer()
     try:
         trace = tmp_path / "run.jsonl"
@@ -106,6 +110,10 @@ def test_a_kill_inside_an_unsafe_tool_pauses_for_reconcile(name: str, happened: 
         assert effects(tmp_path) == ["charge 0 1"]
         assert finish(start(name, server, trace, tmp_path), tmp_path).startswith("PAUSED")
         assert server.chats == 2  # the pause sent nothing
+        assert main(["replay", str(trace)]) == 0  # the paused run names what --result takes, with a command line
+        said = capsys.readouterr().out
+        assert f"reconcile it: harness reconcile {trace} --happened --result " in said
+        assert ("as Pydantic AI's" if name == "pai" else "the tool's return value, as JSON") in said
         if happened:  # the operator found the charge made (and does it by hand here, as the world would have it)
             (tmp_path / "tools.log").write_text("charge 0 1\ncharge 1 1\n")
             harness.reconcile(trace, happened=True, result=2, evidence="the ledger")  # what charge(1, 1) returned

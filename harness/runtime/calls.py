@@ -158,9 +158,9 @@ async def acall(tool: Any, /, **kwargs: Any) -> Any:
             intent = _recorded(flow, spec, intent)
         if isinstance(intent, _Given):
             return intent.give()
-        if in_flight and spec.recheck is not None:  # made again: only if the tool is still the one it was
-            await _recheck(flow, spec.recheck)
         try:
+            if in_flight and spec.recheck is not None:  # made again: only if the tool is still the one it was
+                await _recheck(flow, spec.recheck)  # (its failure is the attempt's, as the call's would be)
             raw = await ainvoke(session, spec.fn, intent)
         except BaseException as e:
             _raised(flow, e)
