@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import orjson
 import pytest
 from children import ZYGOTE, kill_when
 from hypothesis import given
@@ -146,6 +147,31 @@ def test_an_executors_tool_that_asks_inside_a_task_group_pauses_the_run(tmp_path
     out = executor().run("go")
     assert out.state == "PAUSED" and out.pending is not None and out.pending["question"] == "really?"
     assert executor(resume=True).run("go", answer="yes").state == "DONE"
+
+
+def test_an_executors_planner_that_drifts_inside_a_task_group_raises_the_drift_with_no_crash_record(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def plan(goal: Any, progress: Any) -> Any:
+        if progress:
+            return None
+        ask = lambda: asyncio.sleep(0, harness.llm({"p": os.environ["P"]}, str))  # noqa: E731
+        said = asyncio.run(group_agent.grouped("anyio", ask))
+        return harness.Step("s", "check", {"said": said, "go": harness.interrupt("go on?")})
+
+    def check(said: str, go: str) -> Any:
+        return [said, go]
+
+    def executor(**kw: Any) -> Any:
+        return harness.Executor(planner=plan, tools={"check": check}, trace=tmp_path / "run.jsonl", **kw)
+
+    monkeypatch.setenv("P", "one")
+    assert executor().run("go").state == "PAUSED"
+    monkeypatch.setenv("P", "two")
+    with pytest.raises(harness.ReplayDrift):  # the drift itself, not a group: `except ReplayDrift` catches it
+        executor(resume=True).run("go", answer="yes")
+    kinds = [r["kind"] for r in map(orjson.loads, (tmp_path / "run.jsonl").read_bytes().splitlines())]
+    assert "crash" not in kinds  # a drift is harness's own verdict, not the agent's crash
 
 
 # --- decisive(): the precedence, over any nesting --------------------------------------------------------------

@@ -22,6 +22,8 @@ its type and message, as Temporal returns a failed workflow's failure).
 Harness's own verdicts (a drift, a value that is not JSON, a call of
 something not callable, a journal that failed) are raised, with a crash
 record when the run had written something (so `harness runs` shows why).
+A pause, a question or a verdict raised inside an exception group (a
+TaskGroup's: the MCP client's, a framework's) means the same (control.py).
 
 Resume is re-execution (history.py): the function runs again from its
 start, what the trace holds is served to it (nothing written, no call made
