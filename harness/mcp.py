@@ -60,7 +60,7 @@ from ._errors import HarnessError
 from .runtime.boundary import aboundary, active
 from .runtime.calls import acall, stepping
 from .runtime.context import _in_call
-from .runtime.tool import ToolSpec
+from .runtime.tool import ToolSpec, relisted
 
 if TYPE_CHECKING:
     from mcp import StdioServerParameters
@@ -211,13 +211,11 @@ class Recorded:
             cursor = page.next_cursor
             if not cursor:
                 break
-        where = f"MCP tool {tool!r} of server {self.name!r}, whose call was in flight at the crash,"
-        if tool not in live:
-            return f"{where} is no longer listed by the server" if tool in self._annotations else None
-        was, now = _hints(self._annotations.get(tool)), _hints(live[tool])
-        if tool not in self._contracts and was != now:
-            return f"{where} changed its annotations since: {was} then, {now} now"
-        return None
+        if tool not in live and tool not in self._annotations:  # never listed (its contract given): no change seen
+            return None
+        if tool in live and tool in self._contracts:  # its contract given: its hints do not decide it
+            return None
+        return relisted(f"MCP tool {tool!r} of server {self.name!r}", tool, self._annotations.get(tool), live)
 
     async def _crossing(self, tool: str, contract: str, arguments: dict[str, Any], kwargs: dict[str, Any]) -> Any:
         """A read made in a run outside a workflow's steps (an Executor's planner, a Recorder's loop): a crossing."""
@@ -304,11 +302,6 @@ class _Held:
         self.stop.set()
         if self.task is not None:
             await self.task
-
-
-def _hints(annotations: Mapping[str, Any] | None) -> dict[str, Any]:
-    """The annotations a contract is read from (contract_of), as a tool's listing gives them."""
-    return {k: v for k, v in (annotations or {}).items() if k in ("readOnlyHint", "idempotentHint", "destructiveHint")}
 
 
 async def _given(session: Any) -> Any:

@@ -62,6 +62,32 @@ async def owned(order: int) -> list[Any]:
     return [refund.is_error, refund.content[0].text]
 
 
+@harness.workflow
+async def toolset(order: int) -> str:
+    """The same server through Pydantic AI's own MCP client (MCPToolset, made durable by HarnessDurability): its
+    model looks the order up, then sends the email."""
+    from fastmcp.client.transports import StdioTransport
+    from pydantic_ai import Agent
+    from pydantic_ai.mcp import MCPToolset
+    from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
+    from pydantic_ai.models.function import AgentInfo, FunctionModel
+
+    from harness.pydantic_ai import HarnessDurability, mcp_meta
+
+    plan = [("lookup", {"order": order}), ("send_email", {"to": "ann@example.com"})]
+
+    def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        done = sum(1 for m in messages for p in m.parts if p.part_kind == "tool-return")
+        return ModelResponse(parts=[ToolCallPart(*plan[done])] if done < len(plan) else [TextPart("all done")])
+
+    p = params()
+    shop = MCPToolset(
+        StdioTransport(p.command, p.args, env=p.env), id="shop", process_tool_call=mcp_meta, init_timeout=120
+    )
+    agent = Agent(FunctionModel(model), name="support", toolsets=[shop], capabilities=[HarnessDurability()])
+    return (await agent.run(f"email about order {order}")).output
+
+
 def child(trace: str, environ: dict[str, str], out: str, which: str = "support") -> None:
     """Run (or resume) support(7) (or `which`) over trace with environ's variables set; its outcome as JSON in out
     (or why not)."""

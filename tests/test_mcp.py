@@ -192,6 +192,52 @@ def test_a_call_in_flight_is_not_made_again_when_the_restarted_server_changed_th
     assert [c["tool"] for c in log(tmp_path)].count("send_email") == 1
 
 
+def test_a_call_in_flight_is_made_again_when_the_restarted_server_says_the_same_in_other_words(tmp_path: Path) -> None:
+    """SIGKILL inside the idempotent send_email; the server comes back with its hints spelled otherwise (MCP's
+    default readOnlyHint=false left out, a title added): the same contract, so the resume makes the call again with
+    its key (the server dedupes) and the run ends DONE, with no pause."""
+    trace, mark = tmp_path / "run.jsonl", tmp_path / "mark"
+    child = start(trace, env(tmp_path, MCP_KILL="send_email", MCP_MARK=str(mark)))
+    kill_when(mark.exists, child)
+    os.kill(int(mark.read_text()), signal.SIGKILL)
+    out = resumed(trace, env(tmp_path, MCP_CHANGE="same"))
+    assert out["state"] == "DONE", out
+    sent = [c for c in log(tmp_path) if c["tool"] == "send_email"]
+    assert len(sent) == 2 and sent[0]["meta"] == sent[1]["meta"]  # made again with the same key
+    assert not [r for r in map(orjson.loads, trace.read_bytes().splitlines()) if r.get("to") == "PAUSED"]
+
+
+@pytest.mark.parametrize("change", ["unsafe", "gone", "same"])
+def test_a_pydantic_ai_mcp_toolset_call_in_flight_is_made_again_only_if_the_restarted_server_kept_the_tool(
+    tmp_path: Path, change: str
+) -> None:
+    """The same rule through Pydantic AI's own MCP client (MCPToolset): SIGKILL inside its idempotent send_email;
+    the server comes back as another release. Changed or gone: the resume lists the toolset's tools live, does not
+    call it, PAUSES with the reason; reconciled with what the tool returned, it ends DONE with send_email made once.
+    The same hints in other words: made again with its key, DONE, no pause."""
+    trace, mark = tmp_path / "run.jsonl", tmp_path / "mark"
+    child = start(trace, env(tmp_path, MCP_KILL="send_email", MCP_MARK=str(mark)), "toolset")
+    kill_when(mark.exists, child)
+    os.kill(int(mark.read_text()), signal.SIGKILL)
+    out = resumed(trace, env(tmp_path, MCP_CHANGE=change), "toolset")
+    paused = [r for r in map(orjson.loads, trace.read_bytes().splitlines()) if r.get("to") == "PAUSED"]
+    if change == "same":
+        assert out["state"] == "DONE" and out["result"] == "all done" and not paused, out
+        sent = [c for c in log(tmp_path) if c["tool"] == "send_email"]
+        keys = [c["meta"]["harness/idempotency_key"] for c in sent]
+        assert len(keys) == 2 and keys[0] == keys[1] == intents(trace)[1]["key"]  # made again with the same key
+        return
+    assert out["state"] == "PAUSED" and out["pending"]["tool"] == "send_email", out
+    assert [c["tool"] for c in log(tmp_path)] == ["lookup", "send_email"]  # not called again
+    said = "changed its annotations since" if change == "unsafe" else "is no longer listed by the server"
+    assert len(paused) == 1 and said in paused[0]["reason"] and "toolset 'shop'" in paused[0]["reason"]
+    key = intents(trace)[1]["key"]
+    harness.reconcile(trace, happened=True, result=f"sent to ann@example.com with key {key}", evidence="the outbox")
+    out = resumed(trace, env(tmp_path, MCP_CHANGE=change), "toolset")
+    assert out["state"] == "DONE" and out["result"] == "all done", out
+    assert [c["tool"] for c in log(tmp_path)].count("send_email") == 1
+
+
 def test_a_pause_inside_the_mcp_clients_own_task_groups_ends_the_run_paused(tmp_path: Path) -> None:
     """The function opens stdio_client and ClientSession itself: the resumed refund, in flight at the SIGKILL,
     pauses inside their anyio task groups, which raise it in an exception group; the run ends PAUSED all the same."""

@@ -22,7 +22,7 @@ call with a TypeError (a `HarnessError`) that says what it got.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import KW_ONLY, dataclass
 from typing import Any
 
@@ -108,6 +108,34 @@ class ToolSpec:
             )
         if not callable(self.fn):
             raise NotATool(self, f"tool {self.name!r}: its fn {self.fn!r:.80} is not callable")
+
+
+def mcp_hints(annotations: Mapping[str, Any] | None) -> dict[str, bool]:
+    """What an MCP tool's annotations (wire JSON) say about its effect, in one spelling: the spec's defaults filled
+    in (`readOnlyHint` false, `destructiveHint` true, `idempotentHint` false), the two others left out of a read-only
+    tool (they mean nothing there), every other field (`title`, `openWorldHint`) left out."""
+    given = annotations or {}
+    if given.get("readOnlyHint") is True:
+        return {"readOnlyHint": True}
+    return {
+        "readOnlyHint": False,
+        "destructiveHint": given.get("destructiveHint") is not False,
+        "idempotentHint": given.get("idempotentHint") is True,
+    }
+
+
+def relisted(what: str, tool: str, was: Mapping[str, Any] | None, live: Mapping[str, Any]) -> str | None:
+    """Why the call of MCP tool `tool` (`what`: how a message names it) a crash left in flight must not be made
+    again, from the annotations the trace's listing had (`was`) and the server's live listing (`live`: name ->
+    annotations): gone, or its hints changed (mcp_hints: another spelling of the same hints is no change, nor is
+    another order). None when it may be made again. Both MCP doors ask it (ToolSpec.recheck)."""
+    where = f"{what}, whose call was in flight at the crash,"
+    if tool not in live:
+        return f"{where} is no longer listed by the server"
+    then, now = mcp_hints(was), mcp_hints(live[tool])
+    if then != now:
+        return f"{where} changed its annotations since: {then} then, {now} now"
+    return None
 
 
 def name_of(fn: Any) -> str:
