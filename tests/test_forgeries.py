@@ -361,7 +361,8 @@ def contracts_executor(path: Path, calls: dict[str, ScriptedTool]) -> Executor:
         ([*PAUSED, NO, T("PAUSED", "ACT", name="x", tool="pay", args={"i": 0})], 7, "bad-intent", "repeat"),
         ([*START, intent("work"), SEAM, T("ACT", "PAUSED")], 5, "bad-transition", "an at-least-once tool"),
         ([*START, intent("put"), SEAM, T("ACT", "PAUSED")], 5, "bad-transition", "an idempotent tool"),
-        ([*START, intent("pay"), T("ACT", "PAUSED")], 4, "bad-transition", "not right after a resume record"),
+        ([*START, intent("pay"), T("ACT", "PAUSED")], 4, "bad-transition", "no resume record since its intent"),
+        ([*START, intent("pay"), CROSSING, T("ACT", "PAUSED")], 5, "bad-transition", "no resume record since its"),
     ],
 )
 def test_forged_intents_are_refused_and_resume_acts_on_none(
@@ -604,9 +605,13 @@ def test_an_unsafe_call_leaves_act_only_as_harness_writes(
 
 
 def test_an_unsafe_call_paused_by_a_timeout_or_a_resume_is_valid(tmp_path: Path) -> None:
-    """The controls: ACT -> PAUSED with the timeout's error, and ACT -> PAUSED right after a resume."""
+    """The controls: ACT -> PAUSED with the timeout's error, and ACT -> PAUSED after a resume (a sibling task's
+    crossing in between: written while the resume listed an MCP server's tools again)."""
     timed_out = [*START, intent("pay"), T("ACT", "PAUSED", error=TIMEOUT)]
     assert harness.replay(forge(tmp_path / "a.jsonl", timed_out)).state == "PAUSED"
+    for n, between in enumerate(([], [CROSSING])):
+        resumed = [*START, intent("pay"), SEAM, *between, T("ACT", "PAUSED")]
+        assert harness.replay(forge(tmp_path / f"r{n}.jsonl", resumed)).state == "PAUSED"
     retried = [*START, intent("put"), T("ACT", "PLAN", error=TIMEOUT), intent("put", attempt=2, key=f"{RUN}-0-1")]
     assert harness.replay(forge(tmp_path / "b.jsonl", retried)).state == "ACT"  # an idempotent call: its key again
 

@@ -433,3 +433,74 @@ def test_the_contracts_are_read_from_every_page_of_the_tools(tmp_path: Path) -> 
     assert paged.calls == [("list", None), ("list", "p2"), ("refund", {"harness/idempotency_key": made["key"]})]
     paged.calls.clear()
     assert harness.rerun(tmp_path / "run.jsonl", workflow=flow).equal and paged.calls == []  # all served
+
+
+def release(monkeypatch: pytest.MonkeyPatch, change: str) -> Any:
+    """Another release of tests/mcp_server.py (MCP_CHANGE=change), as a second in-process server."""
+    import importlib.util
+
+    monkeypatch.setenv("MCP_CHANGE", change)
+    spec = importlib.util.spec_from_file_location(f"mcp_server_{change}", SERVER)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    monkeypatch.delenv("MCP_CHANGE")
+    return module.server
+
+
+class Gated:
+    """A client whose calls and live listings let a sibling task go first (`busy`) and wait until it crossed
+    (`crossed`): the interleaving a slow server gives, made certain."""
+
+    def __init__(self, client: Any, *, relist: bool):
+        self.client, self.relist = client, relist
+        self.busy, self.crossed = asyncio.Event(), asyncio.Event()
+
+    async def list_tools(self, **kwargs: Any) -> Any:
+        if self.relist:  # (a resume's live listing: the trace serves the first one)
+            self.busy.set()
+            await self.crossed.wait()
+        return await self.client.list_tools(**kwargs)
+
+    async def call_tool(self, *args: Any, **kwargs: Any) -> Any:
+        self.busy.set()
+        return await self.client.call_tool(*args, **kwargs)
+
+
+def test_a_relist_that_pauses_after_a_sibling_tasks_crossing_leaves_a_trace_that_reads(
+    tmp_path: Path, shop: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """send_email in flight at the crash (the trace cut after its intent); a sibling task makes a new crossing while
+    the resume lists the tools live again, and the restarted server no longer says send_email is idempotent: the
+    resume pauses, and the trace, a crossing between its resume record and the pause, still reads."""
+    servers = {"now": shop}
+
+    @harness.workflow
+    async def flow() -> list[Any]:
+        async with mcp.Client(servers["now"]) as client:
+            gated = Gated(client, relist="relist" in servers)
+            s = harness.mcp.record(gated)
+
+            async def mail() -> str:
+                return str((await s.call_tool("send_email", {"to": "ann@example.com"})).content[0].text)
+
+            async def note() -> str:
+                await gated.busy.wait()
+                said = await harness.aboundary("note", {"n": 1}, lambda: asyncio.sleep(0, "noted"))
+                gated.crossed.set()
+                return said
+
+            return list(await asyncio.gather(mail(), note()))
+
+    trace = tmp_path / "run.jsonl"
+    assert flow.run(trace=trace).state == "DONE"
+    lines = trace.read_bytes().splitlines(keepends=True)
+    cut = next(i for i, line in enumerate(lines) if orjson.loads(line).get("to") == "ACT") + 1
+    trace.write_bytes(b"".join(lines[:cut]))  # what a SIGKILL inside send_email leaves (its intent synced)
+    servers.update(now=release(monkeypatch, "unsafe"), relist="yes")
+    out = flow.run(trace=trace, resume=True)
+    assert out.state == "PAUSED" and out.pending is not None and out.pending["tool"] == "mcp.send_email"
+    kinds = [r["kind"] for r in map(orjson.loads, trace.read_bytes().splitlines()[cut:])]
+    assert kinds == ["resume", "crossing", "transition"]  # the sibling's crossing, then the pause
+    assert harness.replay(trace).state == "PAUSED"
+    assert [c["tool"] for c in log(tmp_path)] == ["send_email"]  # not made again

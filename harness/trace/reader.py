@@ -1049,13 +1049,15 @@ def _scan(
                     elif dst == S.PAUSED and "question" not in rec:  # only from ACT: an operation of uncertain outcome
                         if intent is None:  # (ACT is entered with an intent)
                             raise internal("a pause on an operation with no intent", path, seq)
-                        # a call of a parallel step: its intent was written before the process that pauses it
-                        resumed = lane is not run_lane and resumes > lane.resumes
+                        # written by a process that resumed after the intent (a resume record between them): the
+                        # call was in flight at a crash. Records of sibling tasks (a crossing made while a resume
+                        # listed an MCP server's tools again) and a parallel step's other calls may come in between
+                        resumed = resumes > lane.resumes
                         timed_out = isinstance(rec.get("error"), dict) and rec["error"].get("type") == "ToolTimeout"
                         if before != "resume" and not resumed and not timed_out:
                             why = (
-                                "ACT -> PAUSED not right after a resume record and not after a ToolTimeout: only a "
-                                "resuming process, or a call that timed out, pauses a run on an operation"
+                                "ACT -> PAUSED with no resume record since its intent and not after a ToolTimeout: "
+                                "only a resuming process, or a call that timed out, pauses a run on an operation"
                             )
                             raise _fail(path, n, "bad-transition", why, seq)
                         effect = tools[intent["tool"]]["effect"]
