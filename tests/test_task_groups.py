@@ -203,18 +203,20 @@ def kinds(e: BaseException) -> list[str]:
 
 
 @given(trees)
-def test_decisive_takes_a_verdict_then_the_real_errors_then_a_pause_then_a_question(tree: Any) -> None:
+def test_decisive_takes_a_stop_then_a_verdict_then_the_real_errors_then_a_pause_then_a_question(tree: Any) -> None:
     raised = nest(tree)
     got = decisive(raised)
     if not isinstance(raised, BaseExceptionGroup):
         assert got is raised
         return
     found = kinds(raised)
-    if "drift" in found:
+    if "stop" in found:  # Ctrl-C (or sys.exit) stops the process, as asyncio.TaskGroup raises it bare
+        assert isinstance(got, KeyboardInterrupt)
+    elif "drift" in found:
         assert isinstance(got, harness.ReplayDrift)
-    elif "error" in found or "stop" in found:
+    elif "error" in found:
         assert isinstance(got, BaseExceptionGroup)  # every real error, nothing of harness's
-        assert sorted(kinds(got)) == sorted(k for k in found if k in ("error", "stop"))
+        assert sorted(kinds(got)) == sorted(k for k in found if k == "error")
     elif "pause" in found:
         assert isinstance(got, Paused)
     else:
@@ -230,3 +232,47 @@ def test_a_verdict_names_the_rest_of_its_group() -> None:
 def test_outside_a_group_an_exception_is_decisive_as_it_is() -> None:
     e = ValueError("x")
     assert decisive(e) is e
+
+
+def test_a_verdict_that_a_tools_task_group_raised_names_the_rest_of_its_group_once(tmp_path: Path) -> None:
+    """The call asks decisive() of the group its tool raised (the step's failed attempt), then the workflow's end
+    asks again of the same group: the verdict comes out with its note once, not once per asking."""
+
+    async def tool() -> None:
+        async def misuse() -> None:
+            raise harness.HarnessError("not callable like that")
+
+        async def fails() -> None:
+            raise ValueError("a sibling failed")
+
+        async with asyncio.TaskGroup() as group:
+            group.create_task(misuse())
+            group.create_task(fails())
+
+    @harness.workflow
+    async def flow() -> None:
+        await harness.acall(tool)
+
+    with pytest.raises(harness.HarnessError) as raised:
+        flow.run(trace=tmp_path / "run.jsonl")
+    assert raised.value.__notes__ == ["raised in an exception group beside: ValueError: a sibling failed"]
+
+
+def test_ctrl_c_inside_an_anyio_group_stops_the_run_as_ctrl_c_outside_one(tmp_path: Path) -> None:
+    """anyio puts a KeyboardInterrupt raised in its group's body (Ctrl-C during sync code there) in a group: the run
+    raises the KeyboardInterrupt itself, with its crash record, as when it is raised bare (the CLI's exit 130)."""
+
+    def stopped() -> None:
+        raise KeyboardInterrupt
+
+    @harness.workflow
+    async def flow() -> None:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(anyio.sleep, 0)
+            harness.call(harness.Tool(stopped, idempotent=False))
+
+    trace = tmp_path / "run.jsonl"
+    with pytest.raises(KeyboardInterrupt):
+        flow.run(trace=trace)
+    crash = [r for r in map(orjson.loads, trace.read_bytes().splitlines()) if r["kind"] == "crash"]
+    assert len(crash) == 1 and crash[0]["error"]["type"] == "builtins.KeyboardInterrupt", crash

@@ -11,15 +11,20 @@ ends asks `decisive(e)` first, so a wrapped signal means what it means bare.
 
 Precedence, for a group (nested groups are flattened):
 
-1. a verdict: the first one, raised; anything else in the group is named in
+1. a stop (`KeyboardInterrupt`, `SystemExit`: Ctrl-C in sync code inside
+   an anyio group's body comes out in a group): the first one, raised bare,
+   as asyncio.TaskGroup itself raises it, so a run stopped inside a group
+   ends as one stopped outside it (a crash record for Ctrl-C; the CLI's exit
+   130); anything else in the group is named in a note on it;
+2. a verdict: the first one, raised; anything else in the group is named in
    a note on it (the run cannot go on, whatever else happened);
-2. real errors (anything that is not a control exception): the group with
+3. real errors (anything that is not a control exception): the group with
    the control exceptions taken out, so no real error is lost. A question
    beside them is dropped (nothing was written for it; the code asks again
    when it runs again); a pause beside them is already on the file, so the
    run stays PAUSED there and the errors are raised to the caller;
-3. a pause (the first `Paused`): its outcome is on the file already;
-4. a question (the first `Interrupted`): the run pauses on it.
+4. a pause (the first `Paused`): its outcome is on the file already;
+5. a question (the first `Interrupted`): the run pauses on it.
 
 Anything that is not a group is decisive as it is.
 """
@@ -66,11 +71,13 @@ def decisive(e: BaseException) -> BaseException:
     if not isinstance(e, BaseExceptionGroup):
         return e
     leaves = list(_leaves(e))
-    found = next((x for x in leaves if verdict(x)), None)
+    found = next((x for x in leaves if isinstance(x, KeyboardInterrupt | SystemExit)), None)
+    found = found or next((x for x in leaves if verdict(x)), None)
     if found is not None:
         others = [f"{type(x).__name__}: {x}" for x in leaves if x is not found]
-        if others:
-            found.add_note("raised in an exception group beside: " + "; ".join(others)[:2000])
+        note = "raised in an exception group beside: " + "; ".join(others)[:2000]
+        if others and note not in getattr(found, "__notes__", ()):  # asked again of the same group (the call's
+            found.add_note(note)  # failure, then the run's end): named once
         return found
     rest = e.split(Control)[1]
     if rest is not None:
