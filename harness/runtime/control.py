@@ -71,8 +71,8 @@ def decisive(e: BaseException) -> BaseException:
     if not isinstance(e, BaseExceptionGroup):
         return e
     leaves = list(_leaves(e))
-    found = next((x for x in leaves if isinstance(x, KeyboardInterrupt | SystemExit)), None)
-    found = found or next((x for x in leaves if verdict(x)), None)
+    stops = (x for x in leaves if isinstance(x, KeyboardInterrupt | SystemExit))
+    found: BaseException | None = next(stops, None) or next((x for x in leaves if verdict(x)), None)
     if found is not None:
         others = [f"{type(x).__name__}: {x}" for x in leaves if x is not found]
         note = "raised in an exception group beside: " + "; ".join(others)[:2000]
