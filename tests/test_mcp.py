@@ -504,3 +504,29 @@ def test_a_relist_that_pauses_after_a_sibling_tasks_crossing_leaves_a_trace_that
     assert kinds == ["resume", "crossing", "transition"]  # the sibling's crossing, then the pause
     assert harness.replay(trace).state == "PAUSED"
     assert [c["tool"] for c in log(tmp_path)] == ["send_email"]  # not made again
+
+
+def test_reconcile_where_the_mcp_sdk_is_not_installed_says_which_extra_checks_the_result(
+    tmp_path: Path, shop: Any
+) -> None:
+    """An operator reconciles a run paused on an MCP call from a machine without the `mcp` extra: a clear error
+    naming the extra (exit 2, nothing written), not a traceback of a missing module."""
+
+    @harness.workflow
+    async def flow() -> str:
+        async with mcp.Client(shop) as client:
+            return str((await harness.mcp.record(client).call_tool("refund", {"order": 7})).content[0].text)
+
+    trace = tmp_path / "run.jsonl"
+    assert flow.run(trace=trace).state == "DONE"
+    lines = trace.read_bytes().splitlines(keepends=True)
+    cut = next(i for i, line in enumerate(lines) if orjson.loads(line).get("to") == "ACT") + 1
+    trace.write_bytes(b"".join(lines[:cut]))  # what a SIGKILL inside refund leaves
+    assert flow.run(trace=trace, resume=True).state == "PAUSED"
+    before = trace.read_bytes()
+    without = "import sys; sys.modules['mcp'] = None; from harness.cli import main; sys.exit(main(sys.argv[1:]))"
+    cmd = [sys.executable, "-c", without, "reconcile", str(trace), "--happened", "--result", '"refunded 7"']
+    said = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert said.returncode == 2 and "Traceback" not in said.stderr, said.stderr
+    assert "pip install 'harness-trace[mcp]'" in said.stderr and "nothing was written" in said.stderr, said.stderr
+    assert trace.read_bytes() == before

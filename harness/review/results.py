@@ -20,8 +20,9 @@ name starts with (`mcp.refund`). `shape_of()` says which, `recorded()`
 converts a value and validates it with the door's framework (the door
 module is imported by name only then: a plugin lookup, so nothing here
 depends on a framework) and raises `BadResult`, before anything is written,
-for a value that does not fit. `command()` is the command line a message
-shows.
+for a value that does not fit (or a HarnessError naming the extra to install
+when the door's framework is not installed where the reconcile runs).
+`command()` is the command line a message shows.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ import shlex
 from dataclasses import dataclass
 from typing import Any
 
-from .._errors import BadResult
+from .._errors import BadResult, HarnessError
 from ..trace.reader import Replay
 
 
@@ -43,6 +44,7 @@ class Shape:
     door: str | None
     takes: str
     example: str
+    extra: str = ""  # the extra that installs the door's framework: `pip install 'harness-trace[<extra>]'`
 
 
 PLAIN = Shape(None, "the tool's return value, as JSON", '"done"')
@@ -51,9 +53,13 @@ SHAPES = {
         "mcp",
         "the MCP CallToolResult the server sent back, as its wire JSON (or a string: a result of one text item)",
         '{"content": [{"type": "text", "text": "done"}]}',
+        "mcp",
     ),
     "pydantic_ai": Shape(
-        "pydantic_ai", "the value the tool function returned, as JSON (the door records it as Pydantic AI's)", '"done"'
+        "pydantic_ai",
+        "the value the tool function returned, as JSON (the door records it as Pydantic AI's)",
+        '"done"',
+        "pydantic-ai",
     ),
 }
 
@@ -85,11 +91,16 @@ def recorded(path: str, tool: str, shape: Shape, value: Any) -> Any:
     """value (what the tool returned) as its door records it; BadResult when it does not fit."""
     if shape.door is None:
         return value
-    door = importlib.import_module(f"harness.{shape.door}")  # the door: it knows its framework
     try:
+        door = importlib.import_module(f"harness.{shape.door}")  # the door: it knows its framework
         return door.reconciled(value)
     except ValueError as e:
         raise BadResult(path, tool, shape.takes, command(path, shape), str(e)) from None
+    except ImportError as e:  # reconciled on a machine without the framework the run used (the door imports it)
+        raise HarnessError(
+            f"{path}: the result of {tool!r} is checked by harness.{shape.door}, which needs {e.name or 'a module'} "
+            f"and it is not installed here: pip install 'harness-trace[{shape.extra}]'; nothing was written"
+        ) from None
 
 
 def command(path: str, shape: Shape) -> str:
