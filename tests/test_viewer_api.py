@@ -12,6 +12,7 @@ import fcntl
 import os
 import re
 import shlex
+import shutil
 import signal
 import socket
 import subprocess
@@ -241,9 +242,31 @@ def test_a_workflow_stopped_by_ctrl_c_offers_the_command_that_resumes_a_workflow
     assert s["status"] == "interrupted" and s["pending"] is None
     assert s["resume"] == f"harness resume {runs / 'stopped.jsonl'} --workflow sigint_flow:flow"
     environ.pop("FLOW_WAIT")
-    done = subprocess.run(shlex.split(s["resume"]), capture_output=True, text=True, env=environ, cwd=tmp_path)
+    cli = shutil.which("harness") or str(Path(sys.executable).parent / "harness")  # (the venv's, when off PATH)
+    command = shlex.split(s["resume"])
+    assert command[0] == "harness"
+    done = subprocess.run([cli, *command[1:]], capture_output=True, text=True, env=environ, cwd=tmp_path)
     assert done.returncode == 0, done.stderr  # the exact command finishes it
     assert harness.replay(runs / "stopped.jsonl").returned == 7
+
+
+def test_a_workflow_killed_as_a_script_offers_a_command_with_its_module_to_fill_in(tmp_path: Path) -> None:
+    """A workflow run as `python flow.py` is recorded as `__main__:flow`, a name `harness resume --workflow` cannot
+    import (there `__main__` is the CLI): the banner's command names `MODULE:flow`, for the module to fill in."""
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    script = FLOW.replace("time.sleep(600)  # until the test's SIGINT", "os.kill(os.getpid(), signal.SIGKILL)")
+    script = script.replace("import os, time", "import os, signal, time")
+    (tmp_path / "killed_flow.py").write_text(f"{script}\nflow.run(7, trace={str(runs / 'killed.jsonl')!r})\n")
+    environ = {**os.environ, "FLOW_WAIT": str(tmp_path / "in")}
+    child = subprocess.run([sys.executable, str(tmp_path / "killed_flow.py")], env=environ, timeout=120)
+    assert child.returncode == -signal.SIGKILL
+    assert harness.replay(runs / "killed.jsonl").header["workflow"] == "__main__:flow"
+    with local(create_app(runs)) as c:
+        s = c.get("/api/runs/killed/summary").json()
+    assert (
+        s["status"] == "interrupted" and s["resume"] == f"harness resume {runs / 'killed.jsonl'} --workflow MODULE:flow"
+    )
 
 
 def test_a_torn_tail_is_reported_and_never_served(client: TestClient, folder: Any) -> None:
