@@ -138,7 +138,8 @@ def _replay(args: argparse.Namespace) -> int:
             from .review.results import hint
 
             print(f"  paused on seq {rep.pending['seq']}: {rep.pending['tool']} of uncertain outcome")
-            print(f"  {hint(args.trace, rep)}; then resume")
+            said = hint(args.trace, rep)  # (None once reconciled: what is left is the resume)
+            print(f"  {said}; then resume" if said is not None else "  reconciled: resume it (harness resume)")
     print(f"  torn tail: {'yes (an unfinished last line, set aside on resume)' if rep.torn_tail else 'no'}")
     return 0
 

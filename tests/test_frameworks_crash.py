@@ -119,6 +119,9 @@ def test_a_kill_inside_an_unsafe_tool_pauses_for_reconcile(
             harness.reconcile(trace, happened=True, result=2, evidence="the ledger")  # what charge(1, 1) returned
         else:
             harness.reconcile(trace, happened=False, evidence="no such charge")
+        assert main(["replay", str(trace)]) == 0  # reconciled: what is left to do is the resume
+        said = capsys.readouterr().out
+        assert "reconciled: resume it" in said and "None" not in said, said
         assert finish(start(name, server, trace, tmp_path), tmp_path) == "DONE done after 2 tools"
         assert effects(tmp_path) == ["charge 0 1", "charge 1 1"]  # once, whichever way it was reconciled
         assert server.chats == 3

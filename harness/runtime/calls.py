@@ -18,6 +18,9 @@ tool with durability="fsync"); after a crash the resumed function, reaching
 the same call, makes an idempotent call again with the same key and an
 at-least-once one again, and never makes an unsafe one blindly: the run
 PAUSES (ACT -> PAUSED) until `harness reconcile` says whether it happened.
+An async tool whose spec has a `recheck` (an MCP tool: is the server's tool
+still the one the trace listed?) is asked first; a reason it gives pauses
+the run the same way (ACT -> PAUSED with the `reason`) instead of the call.
 A call the trace holds whole returns its recorded result (or raises its
 recorded error) and writes nothing. A recorded call met with another
 contract is a ResumeMismatch; within one run a tool name keeps one contract.
