@@ -530,3 +530,29 @@ def test_reconcile_where_the_mcp_sdk_is_not_installed_says_which_extra_checks_th
     assert said.returncode == 2 and "Traceback" not in said.stderr, said.stderr
     assert "pip install 'harness-trace[mcp]'" in said.stderr and "nothing was written" in said.stderr, said.stderr
     assert trace.read_bytes() == before
+
+
+def test_a_rerun_reaches_the_crash_inside_the_mcp_clients_task_group_and_goes_on_as_the_resume_did(
+    tmp_path: Path, shop: Any
+) -> None:
+    """The call in flight at the crash ran inside mcp.Client's anyio task group: a rerun of the resumed trace
+    stops there as the crashed process did (its seam, raised inside the group) and goes on as the resume did, with
+    zero live calls; it crashed with the group before."""
+
+    @harness.workflow
+    async def flow() -> str:
+        async with mcp.Client(shop) as client:
+            return str(
+                (await harness.mcp.record(client).call_tool("send_email", {"to": "ann@example.com"})).content[0].text
+            )
+
+    trace = tmp_path / "run.jsonl"
+    assert flow.run(trace=trace).state == "DONE"
+    lines = trace.read_bytes().splitlines(keepends=True)
+    cut = next(i for i, line in enumerate(lines) if orjson.loads(line).get("to") == "ACT") + 1
+    trace.write_bytes(b"".join(lines[:cut]))  # what a SIGKILL inside send_email leaves
+    assert flow.run(trace=trace, resume=True).state == "DONE"  # made again with its key
+    made = len(log(tmp_path))
+    again = harness.rerun(trace, workflow=flow)
+    assert again.equal and again.live_calls == 0
+    assert len(log(tmp_path)) == made

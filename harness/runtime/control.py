@@ -1,7 +1,8 @@
 """Harness's control exceptions, and `decisive()`: the one that ends a run, found inside any exception group.
 
 A pause (`Paused`: an unsafe call found in flight on resume, already PAUSED
-on the file), a question (`Interrupted`, raised by `interrupt()`) and
+on the file), a question (`Interrupted`, raised by `interrupt()`), a rerun's
+seam (where a recorded process stopped: review/rerun.py) and
 harness's own verdicts (a drift, a journal that failed, a value that is not
 JSON: `VERDICTS`) end a run on harness's terms. Code between them and the
 runtime may wrap them: an anyio or asyncio TaskGroup raises what its body
@@ -24,7 +25,8 @@ Precedence, for a group (nested groups are flattened):
    when it runs again); a pause beside them is already on the file, so the
    run stays PAUSED there and the errors are raised to the caller;
 4. a pause (the first `Paused`): its outcome is on the file already;
-5. a question (the first `Interrupted`): the run pauses on it.
+5. else the first control exception (a question: the run pauses on it; a
+   seam: the rerun goes on from there).
 
 Anything that is not a group is decisive as it is.
 """
@@ -50,7 +52,7 @@ VERDICTS = (JournalError, ReplayDrift, ReplayViolation, NotSerializable, NotAToo
 
 
 class Control(BaseException):  # not an Exception: agent code catching Exception keeps out
-    """A control-flow signal of harness: a pause, a question."""
+    """A control-flow signal of harness: a pause, a question, a rerun's seam."""
 
 
 class Paused(Control):
