@@ -19,6 +19,8 @@ from typing import Any
 import orjson
 import pytest
 from children import AGENTS, Forked, kill_when
+from hypothesis import given
+from hypothesis import strategies as st
 
 import harness
 
@@ -556,3 +558,29 @@ def test_a_rerun_reaches_the_crash_inside_the_mcp_clients_task_group_and_goes_on
     again = harness.rerun(trace, workflow=flow)
     assert again.equal and again.live_calls == 0
     assert len(log(tmp_path)) == made
+
+
+HINT = st.sampled_from([True, False, None, "yes"])  # None: left out of the wire JSON (exclude_none)
+ANNOTATIONS = st.fixed_dictionaries(
+    {}, optional={"readOnlyHint": HINT, "destructiveHint": HINT, "idempotentHint": HINT, "openWorldHint": HINT,
+                  "title": st.text(max_size=5)},
+).map(lambda a: {k: v for k, v in a.items() if v is not None})  # fmt: skip
+
+
+@given(ANNOTATIONS, ANNOTATIONS)
+def test_a_relisted_tool_is_unchanged_only_when_its_contract_is(was: dict[str, Any], now: dict[str, Any]) -> None:
+    """The relist's rule: hints that read the same (another spelling, another order, other fields) are no change;
+    any change of the contract they give is one, so a call is never made again under another contract."""
+    from harness.runtime.tool import relisted
+
+    reason = relisted("tool 't'", "t", was, {"other": None, "t": now})
+    if harness.mcp.contract_of(was) != harness.mcp.contract_of(now):
+        assert reason is not None and "changed its annotations" in reason
+    spelled = {"readOnlyHint": False, "destructiveHint": True, "idempotentHint": False, **was}  # MCP's defaults
+    assert relisted("tool 't'", "t", was, {"t": spelled}) is None
+    shuffled = dict(reversed(list(was.items())))
+    assert relisted("tool 't'", "t", was, {"t": {**shuffled, "title": "another"}}) is None
+    assert (
+        relisted("tool 't'", "t", was, {"other": was})
+        == "tool 't', whose call was in flight at the crash, is no longer listed by the server"
+    )
