@@ -123,7 +123,7 @@ def reconciled(value: Any) -> Any:
     from pydantic import ValidationError
 
     if isinstance(value, str):
-        value = {"content": [{"type": "text", "text": value}]}
+        value = _one_text(value)
     if not isinstance(value, dict):
         raise ValueError(f"{type(value).__name__} {value!r:.80} is neither a CallToolResult's wire JSON nor a string")
     try:
@@ -195,7 +195,10 @@ class Recorded:
             f"{self.name}.{tool}", {"effect": effect, "version": None}, made, is_async=True,
             recheck=lambda: self._changed(tool),
         )  # fmt: skip
-        return CallToolResult.model_validate(await acall(spec, **arguments))
+        result = await acall(spec, **arguments)
+        if isinstance(result, str):  # reconciled as a plain value: a call whose contract came from contracts= in a
+            result = _one_text(result)  # run that never listed the tools (the trace names no MCP door to check it)
+        return CallToolResult.model_validate(result)
 
     async def _changed(self, tool: str) -> str | None:
         """Why the call of tool the trace left in flight must not be made again: the server, listed live again (not
@@ -302,6 +305,11 @@ class _Held:
         self.stop.set()
         if self.task is not None:
             await self.task
+
+
+def _one_text(text: str) -> dict[str, Any]:
+    """A CallToolResult's wire JSON of one text item: what a string given to reconcile stands for."""
+    return {"content": [{"type": "text", "text": text}]}
 
 
 async def _given(session: Any) -> Any:

@@ -584,3 +584,26 @@ def test_a_relisted_tool_is_unchanged_only_when_its_contract_is(was: dict[str, A
         relisted("tool 't'", "t", was, {"other": was})
         == "tool 't', whose call was in flight at the crash, is no longer listed by the server"
     )
+
+
+def test_a_call_whose_contract_was_given_and_never_listed_takes_a_reconciled_string(tmp_path: Path, shop: Any) -> None:
+    """contracts= gives refund its contract, so the run never lists the tools and the trace cannot tell reconcile
+    that the paused call is an MCP one: the string it records as given is one text item to the resumed call (the
+    run FAILED with a ValidationError of the group before)."""
+
+    @harness.workflow
+    async def flow() -> str:
+        async with mcp.Client(shop) as client:
+            s = harness.mcp.record(client, contracts={"refund": "unsafe"})
+            return str((await s.call_tool("refund", {"order": 7})).content[0].text)
+
+    trace = tmp_path / "run.jsonl"
+    assert flow.run(trace=trace).state == "DONE"
+    lines = trace.read_bytes().splitlines(keepends=True)
+    cut = next(i for i, line in enumerate(lines) if orjson.loads(line).get("to") == "ACT") + 1
+    trace.write_bytes(b"".join(lines[:cut]))  # what a SIGKILL inside refund leaves
+    assert flow.run(trace=trace, resume=True).state == "PAUSED"
+    harness.reconcile(trace, happened=True, result="refunded 7", evidence="the refund log")
+    out = flow.run(trace=trace, resume=True)
+    assert out.state == "DONE" and out.result == "refunded 7", out
+    assert len(log(tmp_path)) == 1  # refunded once
