@@ -437,6 +437,15 @@ def test_the_contracts_are_read_from_every_page_of_the_tools(tmp_path: Path) -> 
     assert harness.rerun(tmp_path / "run.jsonl", workflow=flow).equal and paged.calls == []  # all served
 
 
+def cut_after_the_intent(trace: Path) -> int:
+    """Cut a finished in-process run's trace right after its first intent (what a SIGKILL inside that call leaves:
+    the intent is synced before the call); the number of records kept."""
+    lines = trace.read_bytes().splitlines(keepends=True)
+    cut = next(i for i, line in enumerate(lines) if orjson.loads(line).get("to") == "ACT") + 1
+    trace.write_bytes(b"".join(lines[:cut]))
+    return cut
+
+
 def release(monkeypatch: pytest.MonkeyPatch, change: str) -> Any:
     """Another release of tests/mcp_server.py (MCP_CHANGE=change), as a second in-process server."""
     import importlib.util
@@ -496,9 +505,7 @@ def test_a_relist_that_pauses_after_a_sibling_tasks_crossing_leaves_a_trace_that
 
     trace = tmp_path / "run.jsonl"
     assert flow.run(trace=trace).state == "DONE"
-    lines = trace.read_bytes().splitlines(keepends=True)
-    cut = next(i for i, line in enumerate(lines) if orjson.loads(line).get("to") == "ACT") + 1
-    trace.write_bytes(b"".join(lines[:cut]))  # what a SIGKILL inside send_email leaves (its intent synced)
+    cut = cut_after_the_intent(trace)  # what a SIGKILL inside send_email leaves (its intent synced)
     servers.update(now=release(monkeypatch, "unsafe"), relist="yes")
     out = flow.run(trace=trace, resume=True)
     assert out.state == "PAUSED" and out.pending is not None and out.pending["tool"] == "mcp.send_email"
@@ -521,9 +528,7 @@ def test_reconcile_where_the_mcp_sdk_is_not_installed_says_which_extra_checks_th
 
     trace = tmp_path / "run.jsonl"
     assert flow.run(trace=trace).state == "DONE"
-    lines = trace.read_bytes().splitlines(keepends=True)
-    cut = next(i for i, line in enumerate(lines) if orjson.loads(line).get("to") == "ACT") + 1
-    trace.write_bytes(b"".join(lines[:cut]))  # what a SIGKILL inside refund leaves
+    cut_after_the_intent(trace)  # what a SIGKILL inside refund leaves
     assert flow.run(trace=trace, resume=True).state == "PAUSED"
     before = trace.read_bytes()
     without = "import sys; sys.modules['mcp'] = None; from harness.cli import main; sys.exit(main(sys.argv[1:]))"
@@ -550,9 +555,7 @@ def test_a_rerun_reaches_the_crash_inside_the_mcp_clients_task_group_and_goes_on
 
     trace = tmp_path / "run.jsonl"
     assert flow.run(trace=trace).state == "DONE"
-    lines = trace.read_bytes().splitlines(keepends=True)
-    cut = next(i for i, line in enumerate(lines) if orjson.loads(line).get("to") == "ACT") + 1
-    trace.write_bytes(b"".join(lines[:cut]))  # what a SIGKILL inside send_email leaves
+    cut_after_the_intent(trace)  # what a SIGKILL inside send_email leaves
     assert flow.run(trace=trace, resume=True).state == "DONE"  # made again with its key
     made = len(log(tmp_path))
     again = harness.rerun(trace, workflow=flow)
@@ -599,9 +602,7 @@ def test_a_call_whose_contract_was_given_and_never_listed_takes_a_reconciled_str
 
     trace = tmp_path / "run.jsonl"
     assert flow.run(trace=trace).state == "DONE"
-    lines = trace.read_bytes().splitlines(keepends=True)
-    cut = next(i for i, line in enumerate(lines) if orjson.loads(line).get("to") == "ACT") + 1
-    trace.write_bytes(b"".join(lines[:cut]))  # what a SIGKILL inside refund leaves
+    cut_after_the_intent(trace)  # what a SIGKILL inside refund leaves
     assert flow.run(trace=trace, resume=True).state == "PAUSED"
     harness.reconcile(trace, happened=True, result="refunded 7", evidence="the refund log")
     out = flow.run(trace=trace, resume=True)
