@@ -17,6 +17,11 @@ one contract: `harness.call` refuses another before writing anything.
 
 Guarantees: `spec_of` never calls the tool, and refuses anything it cannot
 call with a TypeError (a `HarnessError`) that says what it got.
+
+`relisted()` is the rule both MCP doors (harness.mcp, and harness.pydantic_ai
+for an MCPToolset) give as a spec's `recheck`: a tool the server no longer
+lists, or whose hints now read otherwise (`mcp_hints`: by meaning, not by
+spelling), is not called again after a crash.
 """
 
 from __future__ import annotations
