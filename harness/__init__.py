@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from ._errors import (
     AmbiguousCall,
+    BadResult,
     ExpectationFailed,
     HarnessError,
     HttpRecordingError,
@@ -135,6 +136,7 @@ __all__ = [
     "AmbiguousCall",
     "Artifact",
     "AsyncHandle",
+    "BadResult",
     "BundleError",
     "Bundled",
     "Checked",

@@ -166,6 +166,22 @@ class HttpRecordingError(HarnessError, ValueError):
         super().__init__(f"{field} {value!r:.120}: {problem}")
 
 
+class BadResult(HarnessError, ValueError):
+    """A reconcile's result that the paused call's door could not record: not what the tool returns.
+
+    `path` is the trace, `tool` the paused call's, `takes` what a result of
+    it is, `command` a reconcile command line with an example of it,
+    `problem` what is wrong with the value given. Nothing was written.
+    """
+
+    def __init__(self, path: str, tool: str, takes: str, command: str, problem: str):
+        self.path, self.tool, self.takes, self.command, self.problem = path, tool, takes, command, problem
+        super().__init__(
+            f"{path}: the result given for {tool!r} does not fit: {problem}. A result of it is {takes}, "
+            f"for example: {command}. Nothing was written"
+        )
+
+
 class ToolError(HarnessError):
     """Raised by a tool to say: I failed in a way you understand, and my effect did not happen.
 

@@ -160,7 +160,11 @@ def _replay(args: argparse.Namespace) -> int:
             shown = orjson.dumps(rep.pending["question"]).decode()
             print(f"  paused on seq {rep.pending['seq']}: waiting for an answer to {shown} (harness resume --answer)")
         else:
-            print(f"  paused on seq {rep.pending['seq']}: {rep.pending['tool']} (reconcile it, then resume)")
+            from .review.results import hint
+
+            print(f"  paused on seq {rep.pending['seq']}: {rep.pending['tool']} of uncertain outcome")
+            said = hint(args.trace, rep)  # (None once reconciled: what is left is the resume)
+            print(f"  {said}; then resume" if said is not None else "  reconciled: resume it (harness resume)")
     print(f"  torn tail: {'yes (an unfinished last line, set aside on resume)' if rep.torn_tail else 'no'}")
     return 0
 
@@ -201,7 +205,11 @@ def _reconcile_args(p: argparse.ArgumentParser) -> None:
     said = p.add_mutually_exclusive_group(required=True)
     said.add_argument("--happened", action="store_true", help="the operation took effect; give its --result")
     said.add_argument("--not-happened", action="store_true", help="it did not: the next resume calls the tool once")
-    p.add_argument("--result", metavar="JSON", help="with --happened: what the operation returned, as JSON")
+    p.add_argument(
+        "--result", metavar="JSON",
+        help="with --happened: what the tool itself returned, as JSON (for an MCP tool its CallToolResult's wire "
+        "JSON, or a string; for a Pydantic AI tool the function's value); checked before anything is written",
+    )  # fmt: skip
     p.add_argument("--evidence", default="", metavar="TEXT", help="how you know (a ledger row, a receipt, a ticket)")
 
 
@@ -503,8 +511,11 @@ def _resume(args: argparse.Namespace) -> int:
             print(f"  waiting for an answer to {shown}")
             print(f"  answer it: harness resume {args.trace} {_how(args)} --answer JSON")
         else:
+            from .review.results import hint
+            from .trace.reader import replay
+
             print(f"  uncertain operation: {out.pending.get('tool')} at seq {out.pending.get('seq')}")
-            print(f"  reconcile it: harness reconcile {args.trace} --happened --result JSON (or --not-happened)")
+            print(f"  {hint(args.trace, replay(args.trace))}")
     return {"DONE": 0, "FAILED": 1}.get(out.state, 3)
 
 

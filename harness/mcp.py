@@ -11,8 +11,9 @@ reach the server. In a run:
 - `await s.call_tool(tool, arguments)` made where `harness.acall` makes a
   step (a workflow's own code) is that step: tool `<name>.<tool>` (`mcp.refund`),
   `args` the arguments, the result the `CallToolResult`'s wire JSON
-  (`model_dump(mode="json", by_alias=True, exclude_none=True)`, also what
-  `harness.reconcile(result=...)` takes for it), rebuilt with
+  (`model_dump(mode="json", by_alias=True, exclude_none=True)`; `harness
+  reconcile --result` takes it, or a string for one text item: `reconciled()`
+  checks it before anything is written), rebuilt with
   `CallToolResult.model_validate` so `.content`, `.structured_content`
   and `.is_error` read the same live, resumed and rerun. An error result
   (`isError`: a tool that raised, a tool the server does not list) is a
@@ -27,6 +28,11 @@ at-least-once (made again after a crash, never pauses); else
 (`destructiveHint`, or no annotations: MCP's default is destructive), whose
 call in flight at a crash pauses the run for `harness reconcile`.
 `contracts={"tool": "read" | "idempotent" | "unsafe"}` overrides them.
+Before a resume makes a call again that the crash left in flight (a read or
+an idempotent one), it lists the server's tools live again: a tool the
+server no longer lists, or one whose hints changed since the trace's
+listing (idempotent -> not, say), is not called: the run PAUSES there
+(ACT -> PAUSED with the `reason`) for `harness reconcile`.
 
 In a run outside a workflow's own code (an Executor's planner, a
 `Recorder`'s loop) a read is a crossing (boundary `mcp.call_tool`, request
@@ -54,7 +60,7 @@ from ._errors import HarnessError
 from .runtime.boundary import aboundary, active
 from .runtime.calls import acall, stepping
 from .runtime.context import _in_call
-from .runtime.tool import ToolSpec
+from .runtime.tool import ToolSpec, relisted
 
 if TYPE_CHECKING:
     from mcp import StdioServerParameters
@@ -108,6 +114,25 @@ async def stdio(
         yield Recorded(held.get, _contracts(contracts), _name(name), None)
     finally:
         await held.close()
+
+
+def reconciled(value: Any) -> Any:
+    """A tool's result as given to `harness reconcile` (a CallToolResult's wire JSON, or a string: one text item)
+    as a call of it is recorded; ValueError saying why a value is not one."""
+    from mcp.types import CallToolResult
+    from pydantic import ValidationError
+
+    if isinstance(value, str):
+        value = _one_text(value)
+    if not isinstance(value, dict):
+        raise ValueError(f"{type(value).__name__} {value!r:.80} is neither a CallToolResult's wire JSON nor a string")
+    try:
+        result = CallToolResult.model_validate(value)
+    except ValidationError as e:
+        first = e.errors()[0]
+        where = ".".join(map(str, first["loc"]))
+        raise ValueError(f"it is not a CallToolResult ({where or 'the value'}: {first['msg']})") from None
+    return result.model_dump(mode="json", by_alias=True, exclude_none=True)
 
 
 class Recorded:
@@ -166,8 +191,34 @@ class Recorded:
             result = await (await self._live()).call_tool(tool, args, meta=sent, **kwargs)
             return result.model_dump(mode="json", by_alias=True, exclude_none=True)
 
-        spec = ToolSpec(f"{self.name}.{tool}", {"effect": effect, "version": None}, made, is_async=True)
-        return CallToolResult.model_validate(await acall(spec, **arguments))
+        spec = ToolSpec(
+            f"{self.name}.{tool}", {"effect": effect, "version": None}, made, is_async=True,
+            recheck=lambda: self._changed(tool),
+        )  # fmt: skip
+        result = await acall(spec, **arguments)
+        if isinstance(result, str):  # reconciled as a plain value: a call whose contract came from contracts= in a
+            result = _one_text(result)  # run that never listed the tools (the trace names no MCP door to check it)
+        return CallToolResult.model_validate(result)
+
+    async def _changed(self, tool: str) -> str | None:
+        """Why the call of tool the trace left in flight must not be made again: the server, listed live again (not
+        recorded: a check, whose outcome is the call or the pause), no longer lists it, or lists it with other
+        hints than the trace's listing had. None when it may be made again."""
+        session, live, cursor = await self._live(), {}, None
+        while True:
+            page = await session.list_tools(**self._paged(cursor)) if cursor else await session.list_tools()
+            for t in page.tools:
+                live[t.name] = (
+                    t.annotations.model_dump(mode="json", by_alias=True, exclude_none=True) if t.annotations else None
+                )
+            cursor = page.next_cursor
+            if not cursor:
+                break
+        if tool not in live and tool not in self._annotations:  # never listed (its contract given): no change seen
+            return None
+        if tool in live and tool in self._contracts:  # its contract given: its hints do not decide it
+            return None
+        return relisted(f"MCP tool {tool!r} of server {self.name!r}", tool, self._annotations.get(tool), live)
 
     async def _crossing(self, tool: str, contract: str, arguments: dict[str, Any], kwargs: dict[str, Any]) -> Any:
         """A read made in a run outside a workflow's steps (an Executor's planner, a Recorder's loop): a crossing."""
@@ -254,6 +305,11 @@ class _Held:
         self.stop.set()
         if self.task is not None:
             await self.task
+
+
+def _one_text(text: str) -> dict[str, Any]:
+    """A CallToolResult's wire JSON of one text item: what a string given to reconcile stands for."""
+    return {"content": [{"type": "text", "text": text}]}
 
 
 async def _given(session: Any) -> Any:

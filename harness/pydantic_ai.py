@@ -23,10 +23,17 @@ recorded and, on resume or rerun, served:
   given a `__harness_tool__` spec), at-least-once otherwise; in a Recorder or a
   planner, a crossing of kind `pydantic_ai.tool`. What is recorded is the
   framework's own tool-call result (`{"kind": "tool_return", "result": ...}`);
+  `harness reconcile --result` takes the function's own value and
+  `reconciled()` wraps it so;
 - an MCP toolset's tool call is a tool call too, its contract read from the
   tool's MCP annotations (`readOnlyHint`: at-least-once; `idempotentHint`:
   idempotent; else unsafe); `MCPToolset(process_tool_call=mcp_meta)` sends
-  an idempotent call's key in the request's `_meta` for the server to dedupe;
+  an idempotent call's key in the request's `_meta` for the server to dedupe.
+  Before a resume makes a call again that the crash left in flight, the
+  toolset lists its tools live again (`MCPToolset.list_tools()`): a tool
+  gone, or whose hints changed since the trace's listing, is not called, the
+  run pauses (ACT -> PAUSED with the `reason`) for `harness reconcile`, as
+  `harness.mcp` does;
 - other units (an MCP toolset's tool list, capability operations) are
   crossings of kind `pydantic_ai`; an event-stream handler runs live (it feeds
   a screen, and is fed again on rerun); custom argument validators run inline.
@@ -52,6 +59,7 @@ import hashlib
 import itertools
 import re
 import weakref
+from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
 from typing import Any
 
@@ -84,7 +92,7 @@ from pydantic_ai.toolsets.function import FunctionToolsetTool  # noqa: E402
 from .runtime.boundary import Session, aboundary, now  # noqa: E402
 from .runtime.calls import acall, stepping  # noqa: E402
 from .runtime.context import _current, _in_call, _key  # noqa: E402
-from .runtime.tool import PLAIN, ToolSpec  # noqa: E402
+from .runtime.tool import PLAIN, ToolSpec, relisted  # noqa: E402
 
 MODEL, TOOL, OTHER = "pydantic_ai.model", "pydantic_ai.tool", "pydantic_ai"  # the crossings' kinds
 # set by the framework from the clock or at random, or what a provider said about its answer (the answer is
@@ -252,7 +260,45 @@ async def _tool_call(name: str, kind: str, params: ToolsetCallToolParams, body: 
     async def run(**_: Any) -> Any:  # the args (and an idempotency key) are the body's own already
         return await body()
 
-    return await acall(ToolSpec(params.name, _contract(kind, params), run, is_async=True), **args)
+    spec = ToolSpec(params.name, _contract(kind, params), run, is_async=True, recheck=_recheck(kind, params))
+    return await acall(spec, **args)
+
+
+def _recheck(kind: str, params: ToolsetCallToolParams) -> Callable[[], Awaitable[str | None]] | None:
+    """For an MCP toolset's tool (ToolSpec.recheck): before a resume makes a call again that the crash left in
+    flight, the toolset's tools listed live again (its public `MCPToolset.list_tools()`, not recorded) and compared
+    with the annotations the trace's listing gave the tool: a tool gone, or with other hints, pauses the run."""
+    tool = params.tool
+    toolset = getattr(tool, "toolset", None)
+    listing = getattr(toolset, "list_tools", None)
+    if kind != "mcp" or tool is None or not callable(listing):
+        return None
+    was = (tool.tool_def.metadata or {}).get("annotations")
+    what = f"MCP tool {params.name!r} of toolset {getattr(toolset, 'id', None) or type(toolset).__name__!r}"
+
+    async def changed() -> str | None:
+        live = {
+            t.name: t.annotations.model_dump(mode="json", by_alias=True) if t.annotations else None
+            for t in await listing()
+        }
+        return relisted(what, params.name, was, live)
+
+    return changed
+
+
+def reconciled(value: Any) -> Any:
+    """A tool function's return value as given to `harness reconcile`, as a call of it is recorded: the framework's
+    own tool-call result, built and checked by its codec; ValueError saying why a value cannot be one."""
+    from pydantic import ValidationError
+    from pydantic_ai.durable_exec import CallToolResult
+
+    try:
+        return JSON_CODEC.dump(
+            CallToolResult, JSON_CODEC.load(CallToolResult, {"kind": "tool_return", "result": value})
+        )
+    except ValidationError as e:
+        first = e.errors()[0]
+        raise ValueError(f"Pydantic AI cannot take it as a tool's return value ({first['msg']})") from None
 
 
 class HarnessDurability(BaseDurabilityCapability[Any]):

@@ -3,7 +3,9 @@
 Each call is noted in $TOOL_LOG (one JSON line: the tool, its arguments, the request's `_meta`), synced before
 the tool returns, so a test counts what reached the server across processes. When $MCP_KILL names a tool, that
 tool, after its effect, writes the server's pid to $MCP_MARK and waits to be killed (with the client that
-called it).
+called it). $MCP_CHANGE makes another release of the server: "unsafe" (send_email annotated destructive),
+"gone" (no send_email) or "same" (send_email's hints spelled otherwise with the same meaning: MCP's default
+left out, a title added).
 """
 
 from __future__ import annotations
@@ -47,12 +49,23 @@ def lookup(order: int, ctx: Context) -> dict[str, Any]:
     return {"order": order, "status": "paid"}
 
 
-@server.tool(annotations=ToolAnnotations(read_only_hint=False, idempotent_hint=True, destructive_hint=False))
 def send_email(to: str, ctx: Context) -> str:
     """Send an email, once per key (the key the client sent in the request's _meta)."""
     key = note("send_email", {"to": to}, ctx).get("harness/idempotency_key")
     point("send_email")
     return f"sent to {to} with key {key}"
+
+
+if os.environ.get("MCP_CHANGE") == "unsafe":  # a new release of the server: send_email no longer dedupes
+    server.tool(annotations=ToolAnnotations(destructive_hint=True))(send_email)
+elif os.environ.get("MCP_CHANGE") == "same":  # a new release that says the same: the defaults left out, a title
+    server.tool(annotations=ToolAnnotations(title="Send an email", idempotent_hint=True, destructive_hint=False))(
+        send_email
+    )
+elif os.environ.get("MCP_CHANGE") != "gone":  # (gone: a release without it)
+    server.tool(annotations=ToolAnnotations(read_only_hint=False, idempotent_hint=True, destructive_hint=False))(
+        send_email
+    )
 
 
 @server.tool(annotations=ToolAnnotations(destructive_hint=True))

@@ -170,6 +170,25 @@ def test_the_bases_are_valid(tmp_path: Path) -> None:
     assert harness.replay(forge(tmp_path / "e.jsonl", keyed)).state == "VERIFY"
 
 
+def test_a_call_in_flight_pauses_with_a_reason_only_right_after_a_resume(tmp_path: Path) -> None:
+    """ACT -> PAUSED for a tool a resume would call again (idempotent, at-least-once) only with the reason the
+    resume found not to (harness.mcp: the tool changed), and only as the resume's first move."""
+    why = "MCP tool 'put' of server 'mcp', whose call was in flight at the crash, is no longer listed by the server"
+    for i, tool in enumerate(("put", "work", "pay")):
+        rep = harness.replay(
+            forge(tmp_path / f"ok{i}.jsonl", [*START, intent(tool), SEAM, T("ACT", "PAUSED", reason=why)])
+        )
+        assert rep.state == "PAUSED" and rep.pending is not None and rep.pending["tool"] == tool
+    refused(forge(tmp_path / "a.jsonl", [*START, intent("put"), SEAM, T("ACT", "PAUSED")]), 5, "bad-transition")
+    refused(forge(tmp_path / "b.jsonl", [*START, intent("put"), T("ACT", "PAUSED", reason=why)]), 4, "bad-transition")
+    for bad in ("", 3, None):
+        forged = [*START, intent("put"), SEAM, T("ACT", "PAUSED", reason=bad)]
+        refused(forge(tmp_path / "c.jsonl", forged), 5, "malformed")
+    timeout = {"type": "ToolTimeout", "message": "slow", "timeout": 1.0}
+    forged = [*START, intent("pay"), T("ACT", "PAUSED", error=timeout, reason=why)]
+    refused(forge(tmp_path / "d.jsonl", forged), 4, "malformed")
+
+
 @pytest.mark.parametrize(
     "forged",
     [
@@ -342,7 +361,8 @@ def contracts_executor(path: Path, calls: dict[str, ScriptedTool]) -> Executor:
         ([*PAUSED, NO, T("PAUSED", "ACT", name="x", tool="pay", args={"i": 0})], 7, "bad-intent", "repeat"),
         ([*START, intent("work"), SEAM, T("ACT", "PAUSED")], 5, "bad-transition", "an at-least-once tool"),
         ([*START, intent("put"), SEAM, T("ACT", "PAUSED")], 5, "bad-transition", "an idempotent tool"),
-        ([*START, intent("pay"), T("ACT", "PAUSED")], 4, "bad-transition", "not right after a resume record"),
+        ([*START, intent("pay"), T("ACT", "PAUSED")], 4, "bad-transition", "no resume record since its intent"),
+        ([*START, intent("pay"), CROSSING, T("ACT", "PAUSED")], 5, "bad-transition", "no resume record since its"),
     ],
 )
 def test_forged_intents_are_refused_and_resume_acts_on_none(
@@ -585,9 +605,13 @@ def test_an_unsafe_call_leaves_act_only_as_harness_writes(
 
 
 def test_an_unsafe_call_paused_by_a_timeout_or_a_resume_is_valid(tmp_path: Path) -> None:
-    """The controls: ACT -> PAUSED with the timeout's error, and ACT -> PAUSED right after a resume."""
+    """The controls: ACT -> PAUSED with the timeout's error, and ACT -> PAUSED after a resume (a sibling task's
+    crossing in between: written while the resume listed an MCP server's tools again)."""
     timed_out = [*START, intent("pay"), T("ACT", "PAUSED", error=TIMEOUT)]
     assert harness.replay(forge(tmp_path / "a.jsonl", timed_out)).state == "PAUSED"
+    for n, between in enumerate(([], [CROSSING])):
+        resumed = [*START, intent("pay"), SEAM, *between, T("ACT", "PAUSED")]
+        assert harness.replay(forge(tmp_path / f"r{n}.jsonl", resumed)).state == "PAUSED"
     retried = [*START, intent("put"), T("ACT", "PLAN", error=TIMEOUT), intent("put", attempt=2, key=f"{RUN}-0-1")]
     assert harness.replay(forge(tmp_path / "b.jsonl", retried)).state == "ACT"  # an idempotent call: its key again
 

@@ -356,6 +356,55 @@ def test_an_idempotent_tool_gets_its_step_key_from_harness_idempotency_key(
     assert [line.split()[-1] for line in effects(tmp_path / "tools.log")] == keys  # the step's own key, each time
 
 
+def test_a_question_a_tool_asks_inside_a_task_group_pauses_the_run_in_each_framework(
+    server: AgentServer, tmp_path: Path, fa: Any
+) -> None:
+    """A function tool asks with harness.interrupt() while each framework's agent runs inside an anyio TaskGroup:
+    the question comes out in an exception group, and the run pauses on it all the same; the answer resumes it."""
+    import anyio
+    from agents import Agent as OAAgent
+    from agents import OpenAIChatCompletionsModel, function_tool
+    from pydantic_ai import Agent
+    from pydantic_ai.models.function import FunctionModel
+
+    from harness.openai_agents import Runner
+    from harness.pydantic_ai import HarnessDurability
+
+    def charge(a: int, b: int) -> int:
+        """Charge a + b, once a human said yes."""
+        return a + b if harness.interrupt(f"charge {a} {b}?") == "yes" else 0
+
+    agent = Agent(FunctionModel(fa.scripted), name="shop", capabilities=[HarnessDurability()])
+    agent.tool_plain(charge)
+
+    @harness.workflow
+    async def both() -> list[str]:
+        said: list[str] = []
+
+        async def pai() -> None:
+            said.append((await agent.run("go")).output)
+
+        async def sdk() -> None:  # (a client of this run's event loop: each run has its own)
+            model = OpenAIChatCompletionsModel("m", fa.client(server.url))
+            oa = OAAgent(name="shop", model=model, tools=[function_tool(charge)])
+            said.append(str((await Runner.run(oa, "go")).final_output))
+
+        for run in (pai, sdk):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(run)
+        return said
+
+    trace, out = tmp_path / "run.jsonl", None
+    questions = []
+    for _ in range(5):  # two tool calls per agent, each asks once
+        out = both.run(trace=trace, resume="auto") if out is None else both.run(trace=trace, resume=True, answer="yes")
+        if out.state != "PAUSED":
+            break
+        questions.append(out.pending["question"])
+    assert out is not None and out.state == "DONE" and out.result == ["done after 2 tools"] * 2
+    assert questions == ["charge 0 1?", "charge 1 1?", "charge 0 1?", "charge 1 1?"]
+
+
 SHOP = Path(__file__).resolve().parent.parent / "examples" / "shop_server.py"
 
 

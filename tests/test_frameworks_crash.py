@@ -97,8 +97,12 @@ def test_a_kill_inside_a_function_model_call_resumes(tmp_path: Path) -> None:
         server.stop()
 
 
-@pytest.mark.parametrize(("name", "happened"), [("pai", True), ("oa", False)])
-def test_a_kill_inside_an_unsafe_tool_pauses_for_reconcile(name: str, happened: bool, tmp_path: Path) -> None:
+@pytest.mark.parametrize(("name", "happened"), [("pai", True), ("oa", True), ("oa", False)])
+def test_a_kill_inside_an_unsafe_tool_pauses_for_reconcile(
+    name: str, happened: bool, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from harness.cli import main
+
     server = AgentServer()
     try:
         trace = tmp_path / "run.jsonl"
@@ -106,14 +110,22 @@ def test_a_kill_inside_an_unsafe_tool_pauses_for_reconcile(name: str, happened: 
         assert effects(tmp_path) == ["charge 0 1"]
         assert finish(start(name, server, trace, tmp_path), tmp_path).startswith("PAUSED")
         assert server.chats == 2  # the pause sent nothing
+        assert main(["replay", str(trace)]) == 0  # the paused run names what --result takes, with a command line
+        said = capsys.readouterr().out
+        assert f"reconcile it: harness reconcile {trace} --happened --result " in said
+        assert ("as Pydantic AI's" if name == "pai" else "the tool's return value, as JSON") in said
         if happened:  # the operator found the charge made (and does it by hand here, as the world would have it)
             (tmp_path / "tools.log").write_text("charge 0 1\ncharge 1 1\n")
-            result: Any = {"kind": "tool_return", "result": 2} if name == "pai" else 2
-            harness.reconcile(trace, happened=True, result=result, evidence="the ledger")
+            harness.reconcile(trace, happened=True, result=2, evidence="the ledger")  # what charge(1, 1) returned
         else:
             harness.reconcile(trace, happened=False, evidence="no such charge")
+        assert main(["replay", str(trace)]) == 0  # reconciled: what is left to do is the resume
+        said = capsys.readouterr().out
+        assert "reconciled: resume it" in said and "None" not in said, said
         assert finish(start(name, server, trace, tmp_path), tmp_path) == "DONE done after 2 tools"
         assert effects(tmp_path) == ["charge 0 1", "charge 1 1"]  # once, whichever way it was reconciled
         assert server.chats == 3
+        replies = [m["content"] for m in server.seen[-1]["body"]["messages"] if m["role"] == "tool"]
+        assert replies == ["1", "2"]  # the model got the tool's own value as its reply, the reconciled one too
     finally:
         server.stop()

@@ -19,6 +19,8 @@ from typing import Any
 import orjson
 import pytest
 from children import AGENTS, Forked, kill_when
+from hypothesis import given
+from hypothesis import strategies as st
 
 import harness
 
@@ -77,16 +79,16 @@ def intents(trace: Path) -> list[dict[str, Any]]:
     return [r for r in map(orjson.loads, trace.read_bytes().splitlines()) if r.get("to") == "ACT"]
 
 
-def start(trace: Path, environ: dict[str, str]) -> Forked:
-    """A process running the workflow over trace (run or resume)."""
+def start(trace: Path, environ: dict[str, str], which: str = "support") -> Forked:
+    """A process running the workflow (mcp_agent's `which`) over trace (run or resume)."""
     out = trace.parent / "outcome"
     out.unlink(missing_ok=True)
-    return AGENTS.Popen([sys.executable, "-c", CHILD, json.dumps([str(trace), environ, str(out)])])
+    return AGENTS.Popen([sys.executable, "-c", CHILD, json.dumps([str(trace), environ, str(out), which])])
 
 
-def resumed(trace: Path, environ: dict[str, str]) -> dict[str, Any]:
+def resumed(trace: Path, environ: dict[str, str], which: str = "support") -> dict[str, Any]:
     out = trace.parent / "outcome"
-    child = start(trace, environ)
+    child = start(trace, environ, which)
     child.wait(300)  # a hang guard, not a timing assertion
     assert child.returncode == 0, out.read_text() if out.exists() else f"exit {child.returncode}"
     return dict(json.loads(out.read_text()))
@@ -165,6 +167,122 @@ def test_sigkill_in_a_call_then_resume_in_a_new_process(
     rep = harness.replay(trace)
     assert rep.state == "DONE" and rep.sealed and rep.resumes >= 1
     rerun_with_the_server_gone(trace, tmp_path, monkeypatch)
+
+
+@pytest.mark.parametrize("change", ["unsafe", "gone"])
+def test_a_call_in_flight_is_not_made_again_when_the_restarted_server_changed_the_tool(
+    tmp_path: Path, change: str
+) -> None:
+    """SIGKILL inside the idempotent send_email; the server comes back as another release (send_email now
+    destructive, or gone): the resume lists the tools live again, does not call it, and PAUSES with the reason."""
+    trace, mark = tmp_path / "run.jsonl", tmp_path / "mark"
+    child = start(trace, env(tmp_path, MCP_KILL="send_email", MCP_MARK=str(mark)))
+    kill_when(mark.exists, child)
+    os.kill(int(mark.read_text()), signal.SIGKILL)
+    out = resumed(trace, env(tmp_path, MCP_CHANGE=change))
+    assert out["state"] == "PAUSED" and out["pending"]["tool"] == "mcp.send_email"
+    assert [c["tool"] for c in log(tmp_path)] == ["lookup", "send_email"]  # not called again
+    paused = [r for r in map(orjson.loads, trace.read_bytes().splitlines()) if r.get("to") == "PAUSED"]
+    said = "changed its annotations since" if change == "unsafe" else "is no longer listed by the server"
+    assert len(paused) == 1 and said in paused[0]["reason"] and "'send_email'" in paused[0]["reason"]
+    before = trace.read_bytes()
+    assert resumed(trace, env(tmp_path, MCP_CHANGE=change))["state"] == "PAUSED" and trace.read_bytes() == before
+    key = intents(trace)[1]["key"]
+    harness.reconcile(trace, happened=True, result=f"sent to ann@example.com with key {key}", evidence="the outbox")
+    out = resumed(trace, env(tmp_path, MCP_CHANGE=change))
+    assert out["state"] == "DONE" and out["result"]["refund"] == [False, "refunded 7"]
+    assert [c["tool"] for c in log(tmp_path)].count("send_email") == 1
+
+
+def test_a_call_in_flight_is_made_again_when_the_restarted_server_says_the_same_in_other_words(tmp_path: Path) -> None:
+    """SIGKILL inside the idempotent send_email; the server comes back with its hints spelled otherwise (MCP's
+    default readOnlyHint=false left out, a title added): the same contract, so the resume makes the call again with
+    its key (the server dedupes) and the run ends DONE, with no pause."""
+    trace, mark = tmp_path / "run.jsonl", tmp_path / "mark"
+    child = start(trace, env(tmp_path, MCP_KILL="send_email", MCP_MARK=str(mark)))
+    kill_when(mark.exists, child)
+    os.kill(int(mark.read_text()), signal.SIGKILL)
+    out = resumed(trace, env(tmp_path, MCP_CHANGE="same"))
+    assert out["state"] == "DONE", out
+    sent = [c for c in log(tmp_path) if c["tool"] == "send_email"]
+    assert len(sent) == 2 and sent[0]["meta"] == sent[1]["meta"]  # made again with the same key
+    assert not [r for r in map(orjson.loads, trace.read_bytes().splitlines()) if r.get("to") == "PAUSED"]
+
+
+@pytest.mark.parametrize("change", ["unsafe", "gone", "same"])
+def test_a_pydantic_ai_mcp_toolset_call_in_flight_is_made_again_only_if_the_restarted_server_kept_the_tool(
+    tmp_path: Path, change: str
+) -> None:
+    """The same rule through Pydantic AI's own MCP client (MCPToolset): SIGKILL inside its idempotent send_email;
+    the server comes back as another release. Changed or gone: the resume lists the toolset's tools live, does not
+    call it, PAUSES with the reason; reconciled with what the tool returned, it ends DONE with send_email made once.
+    The same hints in other words: made again with its key, DONE, no pause."""
+    trace, mark = tmp_path / "run.jsonl", tmp_path / "mark"
+    child = start(trace, env(tmp_path, MCP_KILL="send_email", MCP_MARK=str(mark)), "toolset")
+    kill_when(mark.exists, child)
+    os.kill(int(mark.read_text()), signal.SIGKILL)
+    out = resumed(trace, env(tmp_path, MCP_CHANGE=change), "toolset")
+    paused = [r for r in map(orjson.loads, trace.read_bytes().splitlines()) if r.get("to") == "PAUSED"]
+    if change == "same":
+        assert out["state"] == "DONE" and out["result"] == "all done" and not paused, out
+        sent = [c for c in log(tmp_path) if c["tool"] == "send_email"]
+        keys = [c["meta"]["harness/idempotency_key"] for c in sent]
+        assert len(keys) == 2 and keys[0] == keys[1] == intents(trace)[1]["key"]  # made again with the same key
+        return
+    assert out["state"] == "PAUSED" and out["pending"]["tool"] == "send_email", out
+    assert [c["tool"] for c in log(tmp_path)] == ["lookup", "send_email"]  # not called again
+    said = "changed its annotations since" if change == "unsafe" else "is no longer listed by the server"
+    assert len(paused) == 1 and said in paused[0]["reason"] and "toolset 'shop'" in paused[0]["reason"]
+    key = intents(trace)[1]["key"]
+    harness.reconcile(trace, happened=True, result=f"sent to ann@example.com with key {key}", evidence="the outbox")
+    out = resumed(trace, env(tmp_path, MCP_CHANGE=change), "toolset")
+    assert out["state"] == "DONE" and out["result"] == "all done", out
+    assert [c["tool"] for c in log(tmp_path)].count("send_email") == 1
+
+
+def test_a_pause_inside_the_mcp_clients_own_task_groups_ends_the_run_paused(tmp_path: Path) -> None:
+    """The function opens stdio_client and ClientSession itself: the resumed refund, in flight at the SIGKILL,
+    pauses inside their anyio task groups, which raise it in an exception group; the run ends PAUSED all the same."""
+    trace, mark = tmp_path / "run.jsonl", tmp_path / "mark"
+    child = start(trace, env(tmp_path, MCP_KILL="refund", MCP_MARK=str(mark)), "owned")
+    kill_when(mark.exists, child)
+    os.kill(int(mark.read_text()), signal.SIGKILL)
+    out = resumed(trace, env(tmp_path), "owned")
+    assert out["state"] == "PAUSED" and out["pending"]["tool"] == "mcp.refund"
+    harness.reconcile(trace, happened=True, evidence="the shop's refund log", result="refunded 7")  # one text item
+    assert resumed(trace, env(tmp_path), "owned") == {
+        "state": "DONE", "result": [False, "refunded 7"], "pending": None, "error": None,
+    }  # fmt: skip
+    assert [c["tool"] for c in log(tmp_path)] == ["refund"]  # made once
+
+
+def test_reconcile_takes_what_the_tool_returned_and_refuses_what_an_mcp_call_cannot_return(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`harness show` and the refusal name the shape a paused MCP call's result takes, with a command line; a
+    value of another shape is refused (exit 2) and nothing is written; one that fits is what the function gets."""
+    from harness.cli import main
+
+    trace, mark = tmp_path / "run.jsonl", tmp_path / "mark"
+    child = start(trace, env(tmp_path, MCP_KILL="refund", MCP_MARK=str(mark)))
+    kill_when(mark.exists, child)
+    os.kill(int(mark.read_text()), signal.SIGKILL)
+    assert resumed(trace, env(tmp_path))["state"] == "PAUSED"
+    assert main(["show", str(trace)]) == 0
+    shown = capsys.readouterr().out.splitlines()[-1]
+    assert shown.startswith("        PAUSED on an uncertain call: reconcile it: harness reconcile ")
+    assert """--result '{"content": [{"type": "text", "text": "done"}]}'""" in shown and "CallToolResult" in shown
+    before = trace.read_bytes()
+    for bad in ("2", '{"text": "refunded 7"}', "[]"):
+        assert main(["reconcile", str(trace), "--happened", "--result", bad]) == 2
+        said = capsys.readouterr().err
+        assert "does not fit" in said and "CallToolResult" in said and "Nothing was written" in said, said
+        assert trace.read_bytes() == before
+    result = CallToolResult(content=[TextContent(type="text", text="refunded 7")], structured_content={"r": 7})
+    wire = json.dumps(result.model_dump(mode="json", by_alias=True, exclude_none=True))
+    assert main(["reconcile", str(trace), "--happened", "--result", wire, "--evidence", "the refund log"]) == 0
+    out = resumed(trace, env(tmp_path))
+    assert out["state"] == "DONE" and out["result"]["refund"] == [False, "refunded 7"]
 
 
 # --- in-process: mcp.Client(server), no subprocess -------------------------------------------------------------
@@ -388,3 +506,176 @@ def test_a_resume_after_a_reconcile_with_another_shape_leaves_a_trace_that_reads
     assert out["state"] == "FAILED" and "CallToolResult" in out["error"]["message"]  # the door's own refusal
     rep = harness.replay(trace)
     assert rep.state == "FAILED" and rep.sealed
+
+
+def cut_after_the_intent(trace: Path) -> int:
+    """Cut a finished in-process run's trace right after its first intent (what a SIGKILL inside that call leaves:
+    the intent is synced before the call); the number of records kept."""
+    lines = trace.read_bytes().splitlines(keepends=True)
+    cut = next(i for i, line in enumerate(lines) if orjson.loads(line).get("to") == "ACT") + 1
+    trace.write_bytes(b"".join(lines[:cut]))
+    return cut
+
+
+def release(monkeypatch: pytest.MonkeyPatch, change: str) -> Any:
+    """Another release of tests/mcp_server.py (MCP_CHANGE=change), as a second in-process server."""
+    import importlib.util
+
+    monkeypatch.setenv("MCP_CHANGE", change)
+    spec = importlib.util.spec_from_file_location(f"mcp_server_{change}", SERVER)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    monkeypatch.delenv("MCP_CHANGE")
+    return module.server
+
+
+class Gated:
+    """A client whose calls and live listings let a sibling task go first (`busy`) and wait until it crossed
+    (`crossed`): the interleaving a slow server gives, made certain."""
+
+    def __init__(self, client: Any, *, relist: bool):
+        self.client, self.relist = client, relist
+        self.busy, self.crossed = asyncio.Event(), asyncio.Event()
+
+    async def list_tools(self, **kwargs: Any) -> Any:
+        if self.relist:  # (a resume's live listing: the trace serves the first one)
+            self.busy.set()
+            await self.crossed.wait()
+        return await self.client.list_tools(**kwargs)
+
+    async def call_tool(self, *args: Any, **kwargs: Any) -> Any:
+        self.busy.set()
+        return await self.client.call_tool(*args, **kwargs)
+
+
+def test_a_relist_that_pauses_after_a_sibling_tasks_crossing_leaves_a_trace_that_reads(
+    tmp_path: Path, shop: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """send_email in flight at the crash (the trace cut after its intent); a sibling task makes a new crossing while
+    the resume lists the tools live again, and the restarted server no longer says send_email is idempotent: the
+    resume pauses, and the trace, a crossing between its resume record and the pause, still reads."""
+    servers = {"now": shop}
+
+    @harness.workflow
+    async def flow() -> list[Any]:
+        async with mcp.Client(servers["now"]) as client:
+            gated = Gated(client, relist="relist" in servers)
+            s = harness.mcp.record(gated)
+
+            async def mail() -> str:
+                return str((await s.call_tool("send_email", {"to": "ann@example.com"})).content[0].text)
+
+            async def note() -> str:
+                await gated.busy.wait()
+                said = await harness.aboundary("note", {"n": 1}, lambda: asyncio.sleep(0, "noted"))
+                gated.crossed.set()
+                return said
+
+            return list(await asyncio.gather(mail(), note()))
+
+    trace = tmp_path / "run.jsonl"
+    assert flow.run(trace=trace).state == "DONE"
+    cut = cut_after_the_intent(trace)  # what a SIGKILL inside send_email leaves (its intent synced)
+    servers.update(now=release(monkeypatch, "unsafe"), relist="yes")
+    out = flow.run(trace=trace, resume=True)
+    assert out.state == "PAUSED" and out.pending is not None and out.pending["tool"] == "mcp.send_email"
+    kinds = [r["kind"] for r in map(orjson.loads, trace.read_bytes().splitlines()[cut:])]
+    assert kinds == ["resume", "crossing", "transition"]  # the sibling's crossing, then the pause
+    assert harness.replay(trace).state == "PAUSED"
+    assert [c["tool"] for c in log(tmp_path)] == ["send_email"]  # not made again
+
+
+def test_reconcile_where_the_mcp_sdk_is_not_installed_says_which_extra_checks_the_result(
+    tmp_path: Path, shop: Any
+) -> None:
+    """An operator reconciles a run paused on an MCP call from a machine without the `mcp` extra: a clear error
+    naming the extra (exit 2, nothing written), not a traceback of a missing module."""
+
+    @harness.workflow
+    async def flow() -> str:
+        async with mcp.Client(shop) as client:
+            return str((await harness.mcp.record(client).call_tool("refund", {"order": 7})).content[0].text)
+
+    trace = tmp_path / "run.jsonl"
+    assert flow.run(trace=trace).state == "DONE"
+    cut_after_the_intent(trace)  # what a SIGKILL inside refund leaves
+    assert flow.run(trace=trace, resume=True).state == "PAUSED"
+    before = trace.read_bytes()
+    without = "import sys; sys.modules['mcp'] = None; from harness.cli import main; sys.exit(main(sys.argv[1:]))"
+    cmd = [sys.executable, "-c", without, "reconcile", str(trace), "--happened", "--result", '"refunded 7"']
+    said = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert said.returncode == 2 and "Traceback" not in said.stderr, said.stderr
+    assert "pip install 'harness-trace[mcp]'" in said.stderr and "nothing was written" in said.stderr, said.stderr
+    assert trace.read_bytes() == before
+
+
+def test_a_rerun_reaches_the_crash_inside_the_mcp_clients_task_group_and_goes_on_as_the_resume_did(
+    tmp_path: Path, shop: Any
+) -> None:
+    """The call in flight at the crash ran inside mcp.Client's anyio task group: a rerun of the resumed trace
+    stops there as the crashed process did (its seam, raised inside the group) and goes on as the resume did, with
+    zero live calls; it crashed with the group before."""
+
+    @harness.workflow
+    async def flow() -> str:
+        async with mcp.Client(shop) as client:
+            return str(
+                (await harness.mcp.record(client).call_tool("send_email", {"to": "ann@example.com"})).content[0].text
+            )
+
+    trace = tmp_path / "run.jsonl"
+    assert flow.run(trace=trace).state == "DONE"
+    cut_after_the_intent(trace)  # what a SIGKILL inside send_email leaves
+    assert flow.run(trace=trace, resume=True).state == "DONE"  # made again with its key
+    made = len(log(tmp_path))
+    again = harness.rerun(trace, workflow=flow)
+    assert again.equal and again.live_calls == 0
+    assert len(log(tmp_path)) == made
+
+
+HINT = st.sampled_from([True, False, None, "yes"])  # None: left out of the wire JSON (exclude_none)
+ANNOTATIONS = st.fixed_dictionaries(
+    {}, optional={"readOnlyHint": HINT, "destructiveHint": HINT, "idempotentHint": HINT, "openWorldHint": HINT,
+                  "title": st.text(max_size=5)},
+).map(lambda a: {k: v for k, v in a.items() if v is not None})  # fmt: skip
+
+
+@given(ANNOTATIONS, ANNOTATIONS)
+def test_a_relisted_tool_is_unchanged_only_when_its_contract_is(was: dict[str, Any], now: dict[str, Any]) -> None:
+    """The relist's rule: hints that read the same (another spelling, another order, other fields) are no change;
+    any change of the contract they give is one, so a call is never made again under another contract."""
+    from harness.runtime.tool import relisted
+
+    reason = relisted("tool 't'", "t", was, {"other": None, "t": now})
+    if harness.mcp.contract_of(was) != harness.mcp.contract_of(now):
+        assert reason is not None and "changed its annotations" in reason
+    spelled = {"readOnlyHint": False, "destructiveHint": True, "idempotentHint": False, **was}  # MCP's defaults
+    assert relisted("tool 't'", "t", was, {"t": spelled}) is None
+    shuffled = dict(reversed(list(was.items())))
+    assert relisted("tool 't'", "t", was, {"t": {**shuffled, "title": "another"}}) is None
+    assert (
+        relisted("tool 't'", "t", was, {"other": was})
+        == "tool 't', whose call was in flight at the crash, is no longer listed by the server"
+    )
+
+
+def test_a_call_whose_contract_was_given_and_never_listed_takes_a_reconciled_string(tmp_path: Path, shop: Any) -> None:
+    """contracts= gives refund its contract, so the run never lists the tools and the trace cannot tell reconcile
+    that the paused call is an MCP one: the string it records as given is one text item to the resumed call (the
+    run FAILED with a ValidationError of the group before)."""
+
+    @harness.workflow
+    async def flow() -> str:
+        async with mcp.Client(shop) as client:
+            s = harness.mcp.record(client, contracts={"refund": "unsafe"})
+            return str((await s.call_tool("refund", {"order": 7})).content[0].text)
+
+    trace = tmp_path / "run.jsonl"
+    assert flow.run(trace=trace).state == "DONE"
+    cut_after_the_intent(trace)  # what a SIGKILL inside refund leaves
+    assert flow.run(trace=trace, resume=True).state == "PAUSED"
+    harness.reconcile(trace, happened=True, result="refunded 7", evidence="the refund log")
+    out = flow.run(trace=trace, resume=True)
+    assert out.state == "DONE" and out.result == "refunded 7", out
+    assert len(log(tmp_path)) == 1  # refunded once

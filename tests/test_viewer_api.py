@@ -12,6 +12,7 @@ import fcntl
 import os
 import re
 import shlex
+import shutil
 import signal
 import socket
 import subprocess
@@ -200,6 +201,72 @@ def test_a_file_that_is_no_trace_is_an_error_on_the_page_never_a_500(tmp_path: P
         assert c.get("/api/runs/x/records").json()["records"] == []
         assert c.get("/api/runs/x/record?line=1").status_code == 404
         assert c.get("/runs/x").status_code == 200
+
+
+FLOW = """
+import os, time
+from pathlib import Path
+import harness
+
+def slow(n: int) -> int:
+    if os.environ.get("FLOW_WAIT"):
+        Path(os.environ["FLOW_WAIT"]).write_text("in")
+        time.sleep(600)  # until the test's SIGINT
+    return n
+
+@harness.workflow
+def flow(n: int) -> int:
+    return harness.call(slow, n=n)
+"""
+
+
+def test_a_workflow_stopped_by_ctrl_c_offers_the_command_that_resumes_a_workflow(tmp_path: Path) -> None:
+    """The Interrupted banner's command, for a workflow run stopped by a real SIGINT: `harness resume --workflow`
+    with the workflow's own name, which does resume it (as run, from the runs folder)."""
+    runs, mark = tmp_path / "runs", tmp_path / "in"
+    runs.mkdir()
+    (tmp_path / "sigint_flow.py").write_text(FLOW)
+    environ = {**os.environ, "PYTHONPATH": str(tmp_path), "FLOW_WAIT": str(mark)}
+    code = f"import sigint_flow; sigint_flow.flow.run(7, trace={str(runs / 'stopped.jsonl')!r})"
+    child = subprocess.Popen([sys.executable, "-c", code], env=environ, stderr=subprocess.PIPE)
+    try:
+        while not mark.exists() and child.poll() is None:
+            time.sleep(0.01)
+        child.send_signal(signal.SIGINT)  # Ctrl-C, inside the workflow's call
+        _, err = child.communicate(timeout=60)  # a hang guard, not a timing assertion
+    finally:
+        child.kill()
+    assert child.returncode != 0 and b"KeyboardInterrupt" in err
+    with local(create_app(runs)) as c:
+        s = c.get("/api/runs/stopped/summary").json()
+    assert s["status"] == "interrupted" and s["pending"] is None
+    assert s["resume"] == f"harness resume {runs / 'stopped.jsonl'} --workflow sigint_flow:flow"
+    environ.pop("FLOW_WAIT")
+    cli = shutil.which("harness") or str(Path(sys.executable).parent / "harness")  # (the venv's, when off PATH)
+    command = shlex.split(s["resume"])
+    assert command[0] == "harness"
+    done = subprocess.run([cli, *command[1:]], capture_output=True, text=True, env=environ, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr  # the exact command finishes it
+    assert harness.replay(runs / "stopped.jsonl").returned == 7
+
+
+def test_a_workflow_killed_as_a_script_offers_a_command_with_its_module_to_fill_in(tmp_path: Path) -> None:
+    """A workflow run as `python flow.py` is recorded as `__main__:flow`, a name `harness resume --workflow` cannot
+    import (there `__main__` is the CLI): the banner's command names `MODULE:flow`, for the module to fill in."""
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    script = FLOW.replace("time.sleep(600)  # until the test's SIGINT", "os.kill(os.getpid(), signal.SIGKILL)")
+    script = script.replace("import os, time", "import os, signal, time")
+    (tmp_path / "killed_flow.py").write_text(f"{script}\nflow.run(7, trace={str(runs / 'killed.jsonl')!r})\n")
+    environ = {**os.environ, "FLOW_WAIT": str(tmp_path / "in")}
+    child = subprocess.run([sys.executable, str(tmp_path / "killed_flow.py")], env=environ, timeout=120)
+    assert child.returncode == -signal.SIGKILL
+    assert harness.replay(runs / "killed.jsonl").header["workflow"] == "__main__:flow"
+    with local(create_app(runs)) as c:
+        s = c.get("/api/runs/killed/summary").json()
+    assert (
+        s["status"] == "interrupted" and s["resume"] == f"harness resume {runs / 'killed.jsonl'} --workflow MODULE:flow"
+    )
 
 
 def test_a_torn_tail_is_reported_and_never_served(client: TestClient, folder: Any) -> None:

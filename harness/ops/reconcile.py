@@ -7,6 +7,9 @@ evidence, and the next resume acts on it. Nothing else may write here: the
 lock is taken first, and a trace with no uncertain operation is left as it was.
 A torn tail (a reconcile killed mid-write) is set aside first, as a resume
 does, and the record names the `.torn-N` sibling in its `set_aside` field.
+The result given is what the tool itself returned; the door that recorded
+the call turns it into what it records, and refuses one that does not fit
+(BadResult, nothing written: review/results.py).
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from .._errors import HarnessError, TraceUnreadable
+from ..review.results import recorded, shape_of
 from ..storage import is_url
 from ..trace import state as S
 from ..trace.line import check_value
@@ -35,7 +39,9 @@ def reconcile(
 ) -> int:
     """Record whether the paused operation happened; returns the reconcile record's seq.
 
-    `result` and `evidence` are redacted (`redact`: as for the Executor) before they are written.
+    `result` is what the tool returned (review/results.py: for an MCP tool its CallToolResult's wire JSON or a
+    string, for a Pydantic AI tool the function's value); BadResult, nothing written, for one its door cannot
+    record. `result` and `evidence` are redacted (`redact`: as for the Executor) before they are written.
     """
     rules = Redaction.of(redact)
     path = os.fspath(trace)
@@ -61,6 +67,8 @@ def reconcile(
             if rep.state == S.ACT:  # a crashed run: the resume decides whether its last call is uncertain
                 why += "; resume it first, and it pauses if its last tool call is of uncertain outcome"
             raise HarnessError(f"{path}: no uncertain operation to reconcile ({why}); nothing was written")
+        if happened:  # the tool's own value, as its door records it (checked by the door's framework: BadResult)
+            result = recorded(path, rep.pending["tool"], shape_of(rep, rep.pending), result)
         aside = set_aside(path, rep._tail.end) if rep.torn_tail else None
         fields = {
             "op": rep.pending["seq"],

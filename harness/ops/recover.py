@@ -39,6 +39,7 @@ from typing import Any
 import orjson
 
 from .._errors import HarnessError, ResumeMismatch, TraceCorruption, TraceLocked, TraceMissing
+from ..review.results import hint
 from ..review.runs import _header as _runs_header
 from ..review.runs import list_runs
 from ..runtime.bridge import bridging
@@ -49,7 +50,7 @@ from ..runtime.workflow import Workflow, same_workflow
 from ..storage import exists, is_url, runs_dir, scratch
 from ..storage.files import open_regular
 from ..trace import state as S
-from ..trace.reader import Checkpoint, replay, replay_url
+from ..trace.reader import Checkpoint, Replay, replay, replay_url
 from ..trace.redact import Redaction, Rule
 
 Planner = Callable[[Any, list[Checkpoint]], Step | None]
@@ -216,7 +217,7 @@ def recover(
             return row("skipped", rep.state, f"a run of workflow {rep.workflow}: recover it with --workflow")
         if waits(rep, NO_ANSWER):  # a human's word is missing: the rule a resume follows (a parallel step's too)
             asked = rep._tail.question is not None
-            return row("left", S.PAUSED, _asked(path, rep.pending, how) if asked else _uncertain(path, rep.pending))
+            return row("left", S.PAUSED, _asked(path, rep.pending, how) if asked else _uncertain(path, rep))
         try:
             agent_of: dict[str, Any] = (
                 {"workflow": w} if w is not None else {"planner": planner, "tools": tools, "verifier": verifier}
@@ -229,7 +230,12 @@ def recover(
         except Exception as e:  # the agent's own: recorded in the trace's crash record, reported here
             return row("crashed", None, f"{type(e).__name__}: {e} (recorded in a crash record; resume again)")
         if out.state == S.PAUSED and out.pending is not None:
-            why = _asked(path, out.pending, how) if "question" in out.pending else _uncertain(path, out.pending)
+            asked = "question" in out.pending
+            why = (
+                _asked(path, out.pending, how)
+                if asked
+                else _uncertain(path, replay_url(path) if is_url(path) else replay(path))
+            )
             return row("resumed", out.state, why)
         if out.state == S.FAILED and out.error is not None:
             return row("resumed", out.state, f"{out.error.get('type')}: {out.error.get('message')}")
@@ -247,9 +253,7 @@ def _asked(path: str, pending: dict[str, Any] | None, how: str) -> str:
     return f"waiting for an answer to {question:.120}: harness resume {path} {how} --answer JSON"
 
 
-def _uncertain(path: str, pending: dict[str, Any] | None) -> str:
-    tool = (pending or {}).get("tool")
-    return (
-        f"uncertain operation ({tool} at seq {(pending or {}).get('seq')}): harness reconcile {path} "
-        "--happened --result JSON (or --not-happened), then recover again"
-    )
+def _uncertain(path: str, rep: Replay) -> str:
+    pending = rep.pending or {}
+    said = hint(path, rep) or f"harness reconcile {path} --happened --result JSON (or --not-happened)"
+    return f"uncertain operation ({pending.get('tool')} at seq {pending.get('seq')}): {said}, then recover again"

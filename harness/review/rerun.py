@@ -72,6 +72,7 @@ from .._errors import HarnessError, ReplayDrift, ReplayViolation, ResumeMismatch
 from ..runtime.agents import Agents
 from ..runtime.boundary import Arrived, Match, Session, _Hold, _may_hold, differences, patiently, same, take
 from ..runtime.bridge import bridging
+from ..runtime.control import Control
 from ..runtime.environment import environment
 from ..runtime.executor import MAX_STEPS, Executor, RetryPolicy, Step
 from ..runtime.history import Item, Recorded, Serving
@@ -98,11 +99,14 @@ Planner = Callable[[Any, list[Checkpoint]], Step | None]
 Verifier = Callable[[Step, Any], bool]
 
 
-class _Seam(BaseException):
+class _Seam(Control):
     """The re-execution reached the point where a recorded process stopped.
 
-    A BaseException so that agent code catching Exception cannot swallow it. `what` is what the re-execution
-    was about to do there (`tool charge`, `llm crossing`, `end DONE`).
+    A control exception (a BaseException) so that agent code catching
+    Exception cannot swallow it, and so that raised inside a task group (the
+    MCP client's) it comes out of the workflow bare, as a pause does
+    (control.decisive). `what` is what the re-execution was about to do there
+    (`tool charge`, `llm crossing`, `end DONE`).
     """
 
     def __init__(self, what: str | None = None):

@@ -46,6 +46,7 @@ from .normalize import (
     normalize_record,
     parse_golden,
 )
+from .results import hint
 from .stream import FRAMEWORK_MODELS, http_view, reply, said
 
 INDENT = 10  # where a wrapped field starts: past the seq column
@@ -240,6 +241,9 @@ def show_trace(
             write(_json(normalized) + "\n")
         if rep.torn_tail and view == "timeline":
             write(f"{'':>6}  (torn tail: an unfinished last line, not part of the run)\n")
+        paused = hint(path, rep) if view == "timeline" else None
+        if paused is not None:  # the paused call: how to reconcile it, in its door's shape
+            write(f"{'':>6}  PAUSED on an uncertain call: {paused}\n")
     if view == "record" and not found:
         count = rep.records if rep is not None else held
         raise HarnessError(f"{path}: no record with seq {seq} (it holds seq 1 to {count})")

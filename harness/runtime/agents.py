@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 from .._errors import HarnessError, ReplayDrift, error_of, internal
 from ..trace.clock import MAIN, merged
 from .context import _agent, _current, _in_call
+from .control import decisive
 from .tasks import root
 
 if TYPE_CHECKING:
@@ -292,6 +293,7 @@ class Agents:
         """An agent's end, in its own thread or task, whatever it raised (BaseException too): its exit
         record, then it counts as ended (a receive waiting on it gives up, a join may go on)."""
         session, served = self.session, False
+        error = None if error is None else decisive(error)  # a drift inside a task group is a drift
         if session.checking and not isinstance(error, ReplayDrift):  # a re-executed agent made all it recorded
             try:
                 served = session.event_served("exit", handle.name, exit_fields(error))

@@ -18,6 +18,9 @@ tool with durability="fsync"); after a crash the resumed function, reaching
 the same call, makes an idempotent call again with the same key and an
 at-least-once one again, and never makes an unsafe one blindly: the run
 PAUSES (ACT -> PAUSED) until `harness reconcile` says whether it happened.
+An async tool whose spec has a `recheck` (an MCP tool: is the server's tool
+still the one the trace listed?) is asked first; a reason it gives pauses
+the run the same way (ACT -> PAUSED with the `reason`) instead of the call.
 A call the trace holds whole returns its recorded result (or raises its
 recorded error) and writes nothing. A recorded call met with another
 contract is a ResumeMismatch; within one run a tool name keeps one contract.
@@ -36,7 +39,7 @@ import contextvars
 import inspect
 import threading
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, cast
 
 from .._errors import HarnessError, NotSerializable, ResumeMismatch, error_of, internal
@@ -47,22 +50,14 @@ from ..trace.reader import replay
 from ..trace.tasks import TASK
 from .boundary import ANY, _Hold, _may_hold, marked, patiently, rebuild
 from .context import _agent, _current, _in_call
+from .control import Paused, decisive
 from .executor import NOT_SERVED, _Run, _Served, ainvoke, finished, invoke, served
 from .history import STEP, Item, Serving, Step
-from .interrupt import Interrupted
 from .tasks import current as current_task
 from .tool import ToolSpec, spec_of
 
 if TYPE_CHECKING:
     import asyncio
-
-
-class Paused(BaseException):  # a control-flow signal, like Interrupted: agent code catching Exception keeps out
-    """A resumed call of an unsafe tool was in flight at the crash: the run paused on it; `outcome` says so."""
-
-    def __init__(self, outcome: Any):
-        self.outcome = outcome
-        super().__init__("paused on an unsafe call of uncertain outcome, for harness reconcile")
 
 
 class Flow:
@@ -140,10 +135,8 @@ def call(tool: Any, /, **kwargs: Any) -> Any:
             return intent.give()
         try:
             raw = invoke(flow.run.session, spec.fn, intent)
-        except Interrupted:  # the tool asked a question: the run pauses in ACT (the workflow's end handles it)
-            raise
-        except Exception as e:
-            _failed(flow, error_of(e))
+        except BaseException as e:  # a question (the run pauses in ACT: the workflow's end handles it), or a failure
+            _raised(flow, e)
             raise
         return _done(flow, spec, raw)
 
@@ -164,6 +157,7 @@ async def acall(tool: Any, /, **kwargs: Any) -> Any:
             mine = _intent_of(spec.name, shown, current_task() if own else ANY)
     await _in_turn(flow, item, mine)
     try:
+        in_flight = item is not None and item.step is not None and item.step.state == S.ACT
         intent = _begin(flow, spec, kwargs, item)
         if not isinstance(intent, _Given):
             if session.strict:  # a rerun: sibling crossings the recording has while the call ran go first
@@ -172,11 +166,11 @@ async def acall(tool: Any, /, **kwargs: Any) -> Any:
         if isinstance(intent, _Given):
             return intent.give()
         try:
+            if in_flight and spec.recheck is not None:  # made again: only if the tool is still the one it was
+                await _recheck(flow, spec.recheck)  # (its failure is the attempt's, as the call's would be)
             raw = await ainvoke(session, spec.fn, intent)
-        except Interrupted:
-            raise
-        except Exception as e:
-            _failed(flow, error_of(e))
+        except BaseException as e:
+            _raised(flow, e)
             raise
         return _done(flow, spec, raw)
     finally:
@@ -340,6 +334,16 @@ def _reopen(flow: Flow, spec: ToolSpec, step: Step, args: dict[str, Any]) -> dic
     return intent  # made again (an idempotent tool with the same key)
 
 
+async def _recheck(flow: Flow, recheck: Callable[[], Awaitable[str | None]]) -> None:
+    """Before a call in flight at the crash is made again: a reason from `recheck` pauses the run there (ACT ->
+    PAUSED with the `reason`, for harness reconcile) instead."""
+    reason = await recheck()
+    if reason is not None:
+        run = flow.run
+        run.move(S.PAUSED, sync=True, reason=reason)
+        raise Paused(finished(replay(run.journal.path)))
+
+
 def _done(flow: Flow, spec: ToolSpec, raw: Any) -> Any:
     """The call returned raw: its result on the file (ACT -> VERIFY), then its checkpoint; the result as the
     trace holds it (a JSON round trip, redacted), which is what a resumed run is served."""
@@ -356,6 +360,14 @@ def _done(flow: Flow, spec: ToolSpec, raw: Any) -> Any:
         raise NotSerializable(e.field, e.where, e.problem, tool=spec.name, step=run.step) from None
     run.checkpoint()
     return run.result
+
+
+def _raised(flow: Flow, e: BaseException) -> None:
+    """The tool raised e: a real error (inside any exception group: control.decisive) is the step's failed
+    attempt; a question, a pause or a KeyboardInterrupt leaves the step in ACT for the workflow's end."""
+    e = decisive(e)
+    if isinstance(e, Exception):
+        _failed(flow, error_of(e))
 
 
 def _failed(flow: Flow, error: dict[str, Any]) -> None:

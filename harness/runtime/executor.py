@@ -78,6 +78,7 @@ from . import timers as _timers
 from .agents import AgentState
 from .boundary import Session, deactivate
 from .context import _agent, _current, _in_call, _key
+from .control import decisive
 from .environment import environment
 from .fingerprint import code_of
 from .interrupt import Interrupted
@@ -676,19 +677,24 @@ class Executor:
                     run.checkpoint()
                     if run.lane:  # a call ends with its checkpoint
                         return run.outcome()
-        except Interrupted as asked:
-            if run.lane:
-                raise HarnessError(
-                    f"interrupt() was called inside call {run.step} of a parallel step: interrupt() is not supported "
-                    "in parallel steps yet; ask before the planner returns a list of steps, or run the step alone"
-                ) from None
-            return self._ask(run, asked.question)
-        except (JournalError, ReplayDrift, ReplayViolation):  # the journal's own failure; a re-execution's verdict
-            raise
-        except (Exception, KeyboardInterrupt) as e:
-            if not run.lane:  # a call's failure propagates to the run, which records the crash
-                _crash(run, e)
-            raise
+        except BaseException as raised:
+            stop = decisive(raised)  # inside any exception group, as if raised bare
+            if isinstance(stop, Interrupted):
+                if run.lane:
+                    raise HarnessError(
+                        f"interrupt() was called inside call {run.step} of a parallel step: interrupt() is not "
+                        "supported in parallel steps yet; ask before the planner returns a list of steps, or run "
+                        "the step alone"
+                    ) from None
+                return self._ask(run, stop.question)
+            # the journal's own failure and a re-execution's verdict have no crash record; a call's failure
+            # propagates to the run, which records the crash
+            own = isinstance(stop, JournalError | ReplayDrift | ReplayViolation)
+            if not own and not run.lane and isinstance(stop, Exception | KeyboardInterrupt):
+                _crash(run, stop)
+            if stop is raised:
+                raise
+            raise stop from None  # the group it came in: its other members are in e's note, or dropped
         finally:
             if token is not None:
                 deactivate(token)

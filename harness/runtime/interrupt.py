@@ -29,9 +29,10 @@ from .._errors import HarnessError
 from ..trace.line import check_value
 from .boundary import Session
 from .context import _current
+from .control import Control
 
 
-class Interrupted(BaseException):  # a control-flow signal (like KeyboardInterrupt), not an Exception
+class Interrupted(Control):  # a control-flow signal (like KeyboardInterrupt), not an Exception
     """Raised by interrupt() to pause the run; the executor turns it into PAUSED. `question` is what was asked."""
 
     def __init__(self, question: Any):

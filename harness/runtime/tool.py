@@ -17,12 +17,17 @@ one contract: `harness.call` refuses another before writing anything.
 
 Guarantees: `spec_of` never calls the tool, and refuses anything it cannot
 call with a TypeError (a `HarnessError`) that says what it got.
+
+`relisted()` is the rule both MCP doors (harness.mcp, and harness.pydantic_ai
+for an MCPToolset) give as a spec's `recheck`: a tool the server no longer
+lists, or whose hints now read otherwise (`mcp_hints`: by meaning, not by
+spelling), is not called again after a crash.
 """
 
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import KW_ONLY, dataclass
 from typing import Any
 
@@ -79,12 +84,16 @@ class ToolSpec:
     that says so: the shape of a header's `tools` entries (docs/FORMAT.md).
     An idempotent tool is called with an `idempotency_key` keyword argument.
     `is_async`: `fn` returns an awaitable (call it with `harness.acall`).
+    `recheck` (async tools): asked before a call the trace left in flight is
+    made again on resume; a reason (str) pauses the run instead (harness.mcp
+    lists the server's tools again: a tool gone, or its annotations changed).
     """
 
     name: str
     contract: dict[str, Any]
     fn: Callable[..., Any]
     is_async: bool = False
+    recheck: Callable[[], Awaitable[str | None]] | None = None
 
     def __post_init__(self) -> None:
         if type(self.name) is not str or not self.name:
@@ -104,6 +113,34 @@ class ToolSpec:
             )
         if not callable(self.fn):
             raise NotATool(self, f"tool {self.name!r}: its fn {self.fn!r:.80} is not callable")
+
+
+def mcp_hints(annotations: Mapping[str, Any] | None) -> dict[str, bool]:
+    """What an MCP tool's annotations (wire JSON) say about its effect, in one spelling: the spec's defaults filled
+    in (`readOnlyHint` false, `destructiveHint` true, `idempotentHint` false), the two others left out of a read-only
+    tool (they mean nothing there), every other field (`title`, `openWorldHint`) left out."""
+    given = annotations or {}
+    if given.get("readOnlyHint") is True:
+        return {"readOnlyHint": True}
+    return {
+        "readOnlyHint": False,
+        "destructiveHint": given.get("destructiveHint") is not False,
+        "idempotentHint": given.get("idempotentHint") is True,
+    }
+
+
+def relisted(what: str, tool: str, was: Mapping[str, Any] | None, live: Mapping[str, Any]) -> str | None:
+    """Why the call of MCP tool `tool` (`what`: how a message names it) a crash left in flight must not be made
+    again, from the annotations the trace's listing had (`was`) and the server's live listing (`live`: name ->
+    annotations): gone, or its hints changed (mcp_hints: another spelling of the same hints is no change, nor is
+    another order). None when it may be made again. Both MCP doors ask it (ToolSpec.recheck)."""
+    where = f"{what}, whose call was in flight at the crash,"
+    if tool not in live:
+        return f"{where} is no longer listed by the server"
+    then, now = mcp_hints(was), mcp_hints(live[tool])
+    if then != now:
+        return f"{where} changed its annotations since: {then} then, {now} now"
+    return None
 
 
 def name_of(fn: Any) -> str:

@@ -22,6 +22,8 @@ its type and message, as Temporal returns a failed workflow's failure).
 Harness's own verdicts (a drift, a value that is not JSON, a call of
 something not callable, a journal that failed) are raised, with a crash
 record when the run had written something (so `harness runs` shows why).
+A pause, a question or a verdict raised inside an exception group (a
+TaskGroup's: the MCP client's, a framework's) means the same (control.py).
 
 Resume is re-execution (history.py): the function runs again from its
 start, what the trace holds is served to it (nothing written, no call made
@@ -72,7 +74,8 @@ from ..trace.reader import Replay
 from ..trace.redact import Redaction, Rule
 from ..trace.remote import open_journal
 from .boundary import Session, deactivate
-from .calls import Flow, Paused, _flow
+from .calls import Flow, _flow
+from .control import Paused, decisive, verdict
 from .executor import Outcome, _crash, _Run, ask, finished, reseal, write_header
 from .fingerprint import code_of_modules
 from .history import Recorded, Resumed
@@ -83,8 +86,6 @@ from .tool import is_async_fn
 
 P = ParamSpec("P")
 R = TypeVar("R")
-# harness's own verdicts: raised out of run(), never a FAILED outcome (a plain HarnessError is harness's own too)
-_STOPS = (JournalError, ReplayDrift, ReplayViolation, NotSerializable, NotATool, ResumeMismatch, TraceCorruption)
 # no crash record: the journal failed, the run drifted, or a bad value was refused before anything was written
 _UNRECORDED = (JournalError, ReplayDrift, ReplayViolation, FenceLost, NotSerializable, NotATool)
 
@@ -499,13 +500,18 @@ def _returned(flow: Flow, value: Any) -> Outcome:
 
 
 def _raised(flow: Flow, e: BaseException) -> Outcome:
-    """The function raised e: FAILED with its error, PAUSED on a question, or harness's own verdict raised."""
+    """The function raised e: FAILED with its error, PAUSED on a question, or harness's own verdict raised; e
+    inside any exception group means what it means bare (control.decisive)."""
     run = flow.run
+    raised, e = e, decisive(e)
     if isinstance(e, Paused):
         return cast(Outcome, e.outcome)
+    if run.state == S.PAUSED:  # a pause beside real errors: PAUSED is on the file (and the last word), the errors
+        raise e from None  # are the caller's
     try:
-        own = type(e) is HarnessError or isinstance(e, _STOPS)
-        if own or not isinstance(e, Exception | Interrupted):
+        if verdict(e) or not isinstance(e, Exception | Interrupted):
+            if e is not raised:
+                raise e from None  # the group it came in: its other members are in e's note, or dropped
             raise e
         if isinstance(e, Interrupted):  # asked in PLAN, or by a tool in ACT
             if run.session.checking:

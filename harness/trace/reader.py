@@ -552,7 +552,8 @@ _EDGE_FIELDS: dict[tuple[str, str], frozenset[str]] = {
     (S.ACT, S.FAILED): frozenset({"error"}),
     (S.VERIFY, S.PLAN): frozenset({"error"}),
     (S.VERIFY, S.FAILED): frozenset({"error"}),
-    (S.ACT, S.PAUSED): frozenset({"error", "question"}),  # a timeout's error, or interrupt()'s question
+    # a timeout's error, interrupt()'s question, or why a call in flight was not made again (harness.mcp)
+    (S.ACT, S.PAUSED): frozenset({"error", "question", "reason"}),
     (S.PLAN, S.PAUSED): frozenset({"question"}),
     (S.VERIFY, S.PAUSED): frozenset({"question"}),
 }
@@ -1068,20 +1069,27 @@ def _scan(
                     elif dst == S.PAUSED and "question" not in rec:  # only from ACT: an operation of uncertain outcome
                         if intent is None:  # (ACT is entered with an intent)
                             raise internal("a pause on an operation with no intent", path, seq)
-                        # a call of a parallel step: its intent was written before the process that pauses it
-                        resumed = lane is not run_lane and resumes > lane.resumes
+                        # written by a process that resumed after the intent (a resume record between them): the
+                        # call was in flight at a crash. Records of sibling tasks (a crossing made while a resume
+                        # listed an MCP server's tools again) and a parallel step's other calls may come in between
+                        resumed = resumes > lane.resumes
                         timed_out = isinstance(rec.get("error"), dict) and rec["error"].get("type") == "ToolTimeout"
                         if before != "resume" and not resumed and not timed_out:
                             why = (
-                                "ACT -> PAUSED not right after a resume record and not after a ToolTimeout: only a "
-                                "resuming process, or a call that timed out, pauses a run on an operation"
+                                "ACT -> PAUSED with no resume record since its intent and not after a ToolTimeout: "
+                                "only a resuming process, or a call that timed out, pauses a run on an operation"
                             )
                             raise _fail(path, n, "bad-transition", why, seq)
                         effect = tools[intent["tool"]]["effect"]
-                        if effect != "unsafe":
+                        reason = rec.get("reason")
+                        if "reason" in rec and (type(reason) is not str or not reason or timed_out):
+                            why = "ACT -> PAUSED with a reason that is not a non-empty str, or beside a timeout"
+                            raise _fail(path, n, "malformed", why, seq)
+                        if effect != "unsafe" and reason is None:
                             why = (
-                                f"ACT -> PAUSED for {intent['tool']!r}, an {effect} tool: a resume calls it again; "
-                                "only an unsafe tool's interrupted call is of uncertain outcome"
+                                f"ACT -> PAUSED for {intent['tool']!r}, an {effect} tool, with no reason: a resume "
+                                "calls it again; only an unsafe tool's interrupted call is of uncertain outcome, or a "
+                                "call the resume found a reason not to make again (its `reason`)"
                             )
                             raise _fail(path, n, "bad-transition", why, seq)
                     elif dst == S.PLAN and src not in (S.INIT, S.PAUSED):  # a failed attempt: planned again

@@ -277,6 +277,16 @@ def _read_lines(v: Viewer, run: str, read: Callable[[Index], T]) -> T:
         return read(idx.extend())  # a second change at once: Changed, a 409 that says to load the run again
 
 
+def _how(header: dict[str, Any]) -> str:
+    """How a resume command names the run's code: a workflow's own name (module:qualname, what `--workflow`
+    imports), with a placeholder for the module of one that ran as a script (`__main__` is the CLI's own there);
+    an Executor's factory, which is not recorded, as a placeholder."""
+    if "workflow" not in header:
+        return "--agent MODULE:FACTORY"
+    module, _, qualname = str(header["workflow"]).partition(":")
+    return f"--workflow {shlex.quote(f'MODULE:{qualname}' if module == '__main__' else f'{module}:{qualname}')}"
+
+
 def _summary_of(v: Viewer, run: str) -> dict[str, Any]:
     path = v.path(run)
     idx = v.indexes.get(path).extend()
@@ -290,7 +300,7 @@ def _summary_of(v: Viewer, run: str) -> dict[str, Any]:
     last_ts = wall_clock(header, idx.last) if idx.last else None
     pending = verdict.pending
     reconcile = answer = resume = None
-    how = "--workflow MODULE:ATTR" if "workflow" in header else "--agent MODULE:FACTORY"
+    how = _how(header)
     if pending is not None and verdict.settled:  # reconciled or answered already: what is left is to resume it
         resume = f"harness resume {shlex.quote(path)} {how}"
     elif pending is not None and "question" in pending:  # interrupt(): a human answers, no reconcile
@@ -301,6 +311,8 @@ def _summary_of(v: Viewer, run: str) -> dict[str, Any]:
             "happened": f"harness reconcile {trace} --happened --result 'RESULT_AS_JSON' --evidence 'HOW_YOU_KNOW'",
             "not_happened": f"harness reconcile {trace} --not-happened --evidence 'HOW_YOU_KNOW'",
         }
+    elif info.status == "interrupted":  # killed or stopped (Ctrl-C) before its end: a resume finishes it
+        resume = f"harness resume {shlex.quote(path)} {how}"
     parent = header.get("parent")
     return {
         "id": run, "path": path, "status": info.status, "state": verdict.state, "header": header,

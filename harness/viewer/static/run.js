@@ -119,7 +119,8 @@ function drawBanners(extra) {
     out.push(h("div", { class: "banner info", id: "interrupted" }, h("strong", {}, "Interrupted: "),
       `the writer stopped in ${s.state} without finishing the run (a crash or a kill). `,
       s.detail ? `Its last word: ${s.detail}. ` : "",
-      "Run the same executor again with resume=True to finish it in this file."));
+      s.resume ? "Resume it to finish it in this file:" : "Run it again with resume=True to finish it in this file.",
+      s.resume ? h("pre", { class: "command" }, s.resume) : null));
   }
   if (s.pending && s.resume) {
     const p = s.pending;
