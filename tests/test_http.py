@@ -481,13 +481,16 @@ def test_a_streamed_reply_reads_as_its_text_in_show_and_in_the_golden(
     shown = capsys.readouterr().out
     assert '"message":{"content":"echo: what is a journal"}' in shown and "chat.completion.chunk" not in shown
     assert len(shown.splitlines()) < 40  # two model calls, 12 records: not the chunks, one a line
-    golden = [r for r in harness.normalize(trace) if r.get("boundary") == "http"]
-    assert [r["response"]["stream"]["message"]["content"] for r in golden] == [
+    golden = [r for r in harness.normalize(trace) if r["kind"] == "model_call"]
+    assert [r["reply"]["text"] for r in golden] == ["echo: what is a journal", "echo: why append only"]
+    assert golden[0]["via"] == "http" and "response" not in golden[0]  # what was said, not the exchange
+    raw_view = [r for r in harness.normalize(trace, view="raw") if r.get("boundary") == "http"]
+    assert [r["response"]["stream"]["message"]["content"] for r in raw_view] == [
         "echo: what is a journal",
         "echo: why append only",
     ]
-    assert golden[0]["response"]["stream"]["id"] == "<ignored>" and "chunks" not in golden[0]["response"]
-    assert golden[0]["request"]["url"] == "http://127.0.0.1:<port>/v1/chat/completions"
+    assert raw_view[0]["response"]["stream"]["id"] == "<ignored>" and "chunks" not in raw_view[0]["response"]
+    assert raw_view[0]["request"]["url"] == "http://127.0.0.1:<port>/v1/chat/completions"
     assert len(orjson.dumps(golden[0])) < len(raw[0])
 
 

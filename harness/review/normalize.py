@@ -70,15 +70,18 @@ from .._errors import HarnessError, TraceUnreadable
 from ..storage import blobs as _blobs
 from ..storage import local_copy
 from ..trace.reader import Replay, attempt_of, replay
-from .fieldpath import Path, mark, parse
+from .behavior import BOUNDARIES, VIEW, Behavior
+from .fieldpath import MARKER, Path, mark, parse
 from .stream import http_view
 
 if TYPE_CHECKING:  # (at run time: _trace_of; `harness show` need not load the runtime to read a trace)
     from ..runtime.executor import Outcome
 
-FORMAT, VERSION = "harness-golden", 2  # 2: trace schema 2 (one checkpoint record per step, seals)
-GOLDEN_HEAD = orjson.dumps({"format": FORMAT, "version": VERSION}).decode()
+FORMAT, VERSION = "harness-golden", 3  # 2: trace schema 2 (one checkpoint record per step, seals); 3: the behavior view
+GOLDEN_HEAD = orjson.dumps({"format": FORMAT, "version": VERSION, "view": VIEW}).decode()
+OLDER = frozenset({2})  # golden versions still read (version 2: the raw view, before the behavior view)
 RERECORD = "re-record it with `pytest --snapshot-update` (or `harness show --golden TRACE`)"
+IGNORED = MARKER
 
 # top-level fields that differ between two runs of the same program
 DROP = frozenset(
@@ -90,6 +93,15 @@ ORDER = (
     "boundary", "request", "response", "status", "happened", "evidence", "set_aside", "schema", "goal", "tools",
 )  # fmt: skip
 _RANK = {k: i for i, k in enumerate(ORDER)}
+# a behavior view's model and tool calls (review/behavior.py): their fields in this order, the rest after, sorted
+VIEW_ORDER = (
+    "kind", "via", "model", "settings", "tools", "output", "history", "messages", "reply", "finish",
+    "tool", "args", "result", "error", "usage",
+)  # fmt: skip
+_VIEW_RANK = {k: i for i, k in enumerate(VIEW_ORDER)}
+VIEWS = ("behavior", "raw")
+VIEW_KINDS = frozenset({"model_call", "tool_call"})
+_MAPPED = frozenset({"kind", "boundary", "request", "response", "error", "hash"})  # a crossing's, as the view has them
 
 Source: TypeAlias = "str | os.PathLike[str] | Sequence[Mapping[str, Any]] | Replay | Outcome"
 
@@ -120,22 +132,31 @@ class Rules:
 
     ignore: tuple[str, ...] = ()
     defaults: bool = True
+    view: str = "behavior"  # or "raw": each record as the trace holds it (the fixed rules and the defaults aside)
     paths: tuple[Path, ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if type(self.defaults) is not bool:
             raise HarnessError(f"defaults must be True or False, not {self.defaults!r}")
+        if self.view not in VIEWS:
+            raise HarnessError(f"view must be one of {', '.join(map(repr, VIEWS))}, not {self.view!r}")
         object.__setattr__(self, "paths", tuple(parse(p) for p in self.ignore))
 
     @classmethod
-    def of(cls, ignore: str | Iterable[str] | None = None, defaults: bool = True) -> Rules:
+    def of(cls, ignore: str | Iterable[str] | None = None, defaults: bool = True, view: str = "behavior") -> Rules:
         paths = () if ignore is None else (ignore,) if isinstance(ignore, str) else tuple(ignore)
-        return cls(paths, defaults)
+        return cls(paths, defaults, view)
 
-    def plus(self, ignore: str | Iterable[str] | None = None, defaults: bool | None = None) -> Rules:
-        """These rules with more paths ignored, and the defaults set when `defaults` is given."""
+    def plus(
+        self, ignore: str | Iterable[str] | None = None, defaults: bool | None = None, view: str | None = None
+    ) -> Rules:
+        """These rules with more paths ignored, and the defaults and the view set when given."""
         more = Rules.of(ignore)
-        return Rules((*self.ignore, *more.ignore), self.defaults if defaults is None else defaults)
+        return Rules((*self.ignore, *more.ignore), self.defaults if defaults is None else defaults, view or self.view)
+
+    @property
+    def behavior(self) -> bool:
+        return self.view == "behavior"
 
 
 RULES = Rules()  # the defaults, and nothing ignored
@@ -184,13 +205,14 @@ def _read_rules(path: str) -> Rules:
 _plans: dict[tuple[str, ...], tuple[str, ...]] = {}  # a record's keys -> the keys of its view, in order
 
 
-def _plan(keys: tuple[str, ...]) -> tuple[str, ...]:
-    plan = _plans.get(keys)
+def _plan(keys: tuple[str, ...], called: bool = False) -> tuple[str, ...]:
+    plan = _plans.get(keys if not called else ("", *keys))
     if plan is None:
         if len(_plans) > 4096:  # records of many shapes (free-form events): keep the cache small
             _plans.clear()
-        plan = _plans[keys] = tuple(
-            sorted((k for k in keys if k not in DROP), key=lambda k: (_RANK.get(k, len(ORDER)), k))
+        rank, last = (_VIEW_RANK, len(VIEW_ORDER)) if called else (_RANK, len(ORDER))
+        plan = _plans[keys if not called else ("", *keys)] = tuple(
+            sorted((k for k in keys if k not in DROP), key=lambda k: (rank.get(k, last), k))
         )
     return plan
 
@@ -217,7 +239,7 @@ def normalize_record(record: Mapping[str, Any], *, nested: bool = True, rules: R
     dicts and as canonical bytes, cheaper, for comparing (the diff engine).
     """
     kind = record.get("kind")
-    plan = _plan(tuple(record))
+    plan = _plan(tuple(record), kind in VIEW_KINDS)
     out = {k: record[k] for k in plan}
     if kind in ("reconcile", "answer"):
         out.pop("op", None)  # the seq of the paused operation or of the question: a seq number
@@ -232,6 +254,8 @@ def normalize_record(record: Mapping[str, Any], *, nested: bool = True, rules: R
     aside = out.get("set_aside")
     if isinstance(aside, str) and ".torn-" in aside:  # "<trace name>.torn-N": keep N, not the name
         out["set_aside"] = "torn-" + aside.rpartition(".torn-")[2]
+    elif kind == "model_call" and rules.defaults and "usage" in out:
+        out["usage"] = IGNORED  # tokens: kept apart, for `harness cost`; a golden does not compare them
     for path in rules.paths:
         out = mark(out, path)
     if rules.defaults and kind == "crossing" and out.get("boundary") in _EXCHANGES:
@@ -294,18 +318,48 @@ def _trace_of(source: Any) -> Any:
     return source.trace if executor is not None and isinstance(source, executor.Outcome) else source
 
 
+def behave(records: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """Records (payloads inline, in the view's order) with each model and tool call as its behavior view.
+
+    A mapped record keeps its other fields (`agent`, `vc`, `seq`, ...: the
+    fixed rules drop what they drop); any other record is passed as it is.
+    """
+    behavior = Behavior()
+    out: list[Mapping[str, Any]] = []
+    for rec in records:
+        mapped = behavior.view(rec)
+        if mapped is None:
+            out.append(rec)
+        else:
+            out.append({**mapped, **{k: v for k, v in rec.items() if k not in _MAPPED and k not in mapped}})
+    return out
+
+
+def mapped(record: Mapping[str, Any]) -> bool:
+    """Whether the behavior view may change this record (a model or tool call through a door)."""
+    return record.get("kind") == "crossing" and record.get("boundary") in BOUNDARIES
+
+
 def normalize(
-    trace: Source, *, ignore: str | Iterable[str] | None = None, defaults: bool = True
+    trace: Source,
+    *,
+    ignore: str | Iterable[str] | None = None,
+    defaults: bool = True,
+    view: str = "behavior",
 ) -> list[dict[str, Any]]:
     """The deterministic view of a trace: a path (trace or golden file), a Replay, an Outcome, or records.
 
     Records are dicts as read from a trace (`harness.testing.read_records`).
-    `ignore`: field paths whose values read `<ignored>` (`"response.body.usage"`,
-    `"*.id"`); `defaults=False` keeps what the defaults would mark (a loopback
-    port, request ids, a model response's ids and times).
+    `view`: "behavior" (the default: each model and tool call in harness's own
+    shape, what a framework or server made up left out: docs/FORMAT.md
+    "The behavior view") or "raw" (each record as the trace holds it, less the
+    fixed rules). `ignore`: field paths whose values read `<ignored>`
+    (`"messages[0].text"`, `"*.id"`); `defaults=False` keeps what the defaults
+    would mark (a loopback port, request ids, a model response's ids and
+    times, a model call's usage).
     Raises HarnessError (TraceCorruption for a corrupt trace) naming the file.
     """
-    return normalize_with(trace, Rules.of(ignore, defaults))
+    return normalize_with(trace, Rules.of(ignore, defaults, view))
 
 
 def normalize_with(trace: Source, rules: Rules) -> list[dict[str, Any]]:
@@ -314,7 +368,7 @@ def normalize_with(trace: Source, rules: Rules) -> list[dict[str, Any]]:
     if isinstance(trace, Replay):
         trace = trace.path
     if isinstance(trace, str | os.PathLike) and not is_golden_file(os.fspath(trace)):
-        out: list[dict[str, Any]] = []  # one pass: replay() validates and hands over each record
+        raw: list[dict[str, Any]] = []  # one pass: replay() validates and hands over each record
         path = os.fspath(trace)
         keys: list[tuple[int, str]] = []
         spawned = False
@@ -326,15 +380,15 @@ def normalize_with(trace: Source, rules: Rules) -> list[dict[str, Any]]:
                 if not local:
                     local.append(local_copy(path))
                 rec = _blobs.inline(local[0], rec)
-            out.append(normalize_record(rec, rules=rules))
+            raw.append(rec)
             keys.append(causal_key(rec, rec["seq"]))
             spawned = spawned or "vc" in rec
 
         replay(path, on_record=take)
         if spawned:  # a run with agents: its records in the canonical causal order
-            order = sorted(range(len(out)), key=keys.__getitem__)
-            return [out[i] for i in order]
-        return out
+            order = sorted(range(len(raw)), key=keys.__getitem__)
+            raw = [raw[i] for i in order]
+        return [normalize_record(r, rules=rules) for r in (behave(raw) if rules.behavior else raw)]
     loaded = Loaded.load(trace, rules)
     return [normalize_record(loaded.record(i), rules=rules) for i in range(len(loaded))]
 
@@ -345,17 +399,36 @@ def render(records: Sequence[Mapping[str, Any]], rules: Rules = RULES) -> str:
     return GOLDEN_HEAD + "\n" + (body.decode() + "\n" if records else "")
 
 
-def stale(first_line: str | bytes) -> str | None:
-    """None when first_line is this version's golden head, else why the file is not a current golden."""
+def golden_version(first_line: str | bytes) -> int | None:
+    """The format version a golden file's first line names; None when it is not a harness golden's."""
     try:
         head = orjson.loads(first_line)
     except orjson.JSONDecodeError:
-        head = None
-    if not isinstance(head, dict) or head.get("format") != FORMAT:
+        return None
+    if not isinstance(head, dict) or head.get("format") != FORMAT or type(head.get("version")) is not int:
+        return None
+    return int(head["version"])
+
+
+def stale(first_line: str | bytes) -> str | None:
+    """None when first_line is the head of a golden this harness reads, else why the file is not one."""
+    version = golden_version(first_line)
+    if version is None:
         return f"its first line is not {GOLDEN_HEAD} (not a harness golden, or written before goldens had a version)"
-    if head.get("version") != VERSION:
-        return f"it was written as golden format version {head.get('version')!r}; this harness writes version {VERSION}"
+    if version != VERSION and version not in OLDER:
+        return f"it was written as golden format version {version!r}; this harness writes version {VERSION}"
     return None
+
+
+def older(first_line: str | bytes) -> str | None:
+    """Why a golden of an older format this harness still reads may differ (it reads, and is compared); else None."""
+    version = golden_version(first_line)
+    if version is None or version == VERSION or version not in OLDER:
+        return None
+    return (
+        f"golden written in format version {version} (the raw view: each framework's records as they were); "
+        f"this harness writes version {VERSION}, behavior view v{VIEW}: {RERECORD}"
+    )
 
 
 _NAME = 60  # characters of a checkpoint's name in describe_record (as many as diff shows of a value)
@@ -446,7 +519,7 @@ class Loaded:
     """
 
     __slots__ = (
-        "_base", "_end", "_n", "_norm", "_path", "_raw", "_records", "_seqs", "causal", "first_line", "name",
+        "_base", "_end", "_n", "_norm", "_path", "_raw", "_records", "_seqs", "causal", "first_line", "held", "name",
         "rules", "torn_tail",
     )  # fmt: skip
 
@@ -465,6 +538,7 @@ class Loaded:
         self._norm: dict[int, dict[str, Any]] = {}
         # a run with agents, in the canonical causal order (held in memory; its line numbers are its seqs)
         self.causal = records is not None and any("vc" in r for r in records)
+        self.held = False  # a trace file held whole (a run with agents, or with calls the behavior view maps)
 
     @classmethod
     def load(cls, source: Source | Loaded, rules: Rules = RULES) -> Loaded:
@@ -493,15 +567,24 @@ class Loaded:
             if any("vc" in r for r in records):
                 order = sorted(range(len(records)), key=lambda i: causal_key(records[i], seqs[i]))
                 records, seqs = [records[i] for i in order], [seqs[i] for i in order]
+            if rules.behavior and any(mapped(r) for r in records):
+                records = behave(records)
             return cls("<records>", records=records, seqs=seqs, rules=rules)
         what = type(source).__name__
         raise HarnessError(f"cannot read a trace from a {what}; pass a path, a Replay, an Outcome or a list of records")
 
     @classmethod
     def trace(cls, path: str, rules: Rules = RULES) -> Loaded:
-        rep = replay(path)  # raises on a corrupt or foreign file, naming line and reason
+        calls: list[bool] = []  # whether the behavior view maps a record of it (then it is held, as a whole)
+
+        def note(line: bytes, rec: dict[str, Any]) -> None:
+            if not calls and mapped(rec):
+                calls.append(True)
+
+        # raises on a corrupt or foreign file, naming line and reason
+        rep = replay(path, on_record=note) if rules.behavior else replay(path)
         local = local_copy(path)  # a URL: the copy replay() just checked
-        if rep._tail.clocks is not None:  # a run with agents: its records in the canonical causal order, held
+        if rep._tail.clocks is not None or calls:  # its records in the view's order, held
             try:
                 with open(local, "rb") as f:
                     data = f.read(rep._tail.end)
@@ -510,16 +593,22 @@ class Loaded:
             # blob-stored payloads read back in place: records compare by what they hold, not by reference
             records = [_blobs.inline(local, orjson.loads(line)) for line in data.split(b"\n")[:-1]]
             order = sorted(range(len(records)), key=lambda i: causal_key(records[i], i + 1))
-            ordered, seqs = [records[i] for i in order], [i + 1 for i in order]
+            ordered: list[Mapping[str, Any]] = [records[i] for i in order]
+            seqs = [i + 1 for i in order]
+            if calls:
+                ordered = behave(ordered)
             loaded = cls(path, records=ordered, seqs=seqs, torn_tail=rep.torn_tail, rules=rules)
-            loaded.causal = True
+            loaded.causal, loaded.held = rep._tail.clocks is not None, True
             return loaded
         # complete lines only: a torn tail is not part of the run
         return cls(path, path=local, end=rep._tail.end, count=rep.records, torn_tail=rep.torn_tail, rules=rules)
 
     @classmethod
     def golden(cls, text: str | bytes, name: str, rules: Rules = RULES) -> Loaded:
-        return cls(name, records=parse_golden(text, name), first_line=2, rules=rules)
+        records: Sequence[Mapping[str, Any]] = parse_golden(text, name)
+        if rules.behavior and any(mapped(r) for r in records):  # a golden of the raw view (format 2)
+            records = behave(records)
+        return cls(name, records=records, first_line=2, rules=rules)
 
     def __len__(self) -> int:
         return self._n
@@ -614,7 +703,7 @@ class Loaded:
         return self._seqs[i] if self._seqs is not None else i + 1
 
     def line(self, i: int) -> int:
-        if self.causal and self._seqs is not None and self.first_line == 1:  # a trace: its line is its seq
+        if self.held and self._seqs is not None:  # a trace held in the view's order: its line is its seq
             return self._seqs[i]
         return i + self.first_line
 
