@@ -117,10 +117,10 @@ if HAVE_SYRUPY:
                 return True
             if self.updating:  # not byte for byte: written again as today's rules and harness write it
                 return False
-            try:  # the golden read through today's rules; spelling (spacing, key order) does not count
+            try:  # the golden read through today's rules and view; spelling (spacing, key order) does not count
                 received = parse_golden(str(serialized_data), "received")
-                golden = parse_golden(str(snapshot_data), "golden")
-                return received == [normalize_record(r, rules=self.rules) for r in golden]
+                golden = Loaded.golden(str(snapshot_data), "golden", self.rules)
+                return received == [normalize_record(golden.record(i), rules=self.rules) for i in range(len(golden))]
             except HarnessError:
                 return False
 
@@ -129,7 +129,7 @@ if HAVE_SYRUPY:
             return explain(str(serialized_data), str(snapshot_data), self.rules)
 
     class GoldenTrace(SnapshotAssertion):
-        """syrupy's assertion with harness's options: `golden_trace(ignore=[...], defaults=False, name=...)`."""
+        """syrupy's assertion with harness's options: `golden_trace(ignore=[...], defaults=False, view="raw")`."""
 
         __hash__ = SnapshotAssertion.__hash__
 
@@ -142,11 +142,12 @@ if HAVE_SYRUPY:
             *,
             ignore: str | list[str] | tuple[str, ...] | None = None,
             defaults: bool | None = None,
+            view: str | None = None,
             **options: Any,
-        ) -> GoldenTrace:  # syrupy's options, and two of harness's
-            if ignore is None and defaults is None:
+        ) -> GoldenTrace:  # syrupy's options, and three of harness's
+            if ignore is None and defaults is None and view is None:
                 return super().__call__(**options)  # type: ignore[return-value]
-            rules = self.golden.rules.plus(ignore, defaults)  # FieldPathError for a path it cannot read
+            rules = self.golden.rules.plus(ignore, defaults, view)  # FieldPathError for a path it cannot read
             super().__call__(extension_class=GoldenTraceExtension, **options)  # a fresh extension, this once
             self.golden.rules, self.golden.updating = rules, self.update_snapshots
             return self
@@ -173,11 +174,11 @@ def explain(received: str, golden: str, rules: Rules) -> Iterator[str]:
     except HarnessError as e:
         yield f"unreadable golden trace: {e}"
         return
-    if result.equal:  # the records match; only their spelling differs
+    if result.equal:  # the records match; only their spelling (or an older format's head) differs
         yield "golden trace equal record for record, not byte for byte; re-record it with `--snapshot-update`"
         return
     lines = result.lines(a="golden", b="received", limit=30)
-    yield f"golden trace differs: {next(lines)}"
+    yield f"golden trace differs: {next(lines)}"  # then the notes: a golden of an older format says so
     yield from lines
 
 
@@ -188,7 +189,8 @@ def golden_trace(request: pytest.FixtureRequest) -> Any:
     Name several goldens in one test with `golden_trace(name="crash")`; leave
     fields out with `golden_trace(ignore=["response.body.usage"])` (added to
     the project's `[tool.harness] golden_ignore`), the default rules with
-    `defaults=False`.
+    `defaults=False`; compare each record as the trace holds it, not its
+    behavior view, with `view="raw"` (or `golden_view = "raw"`).
     """
     if not HAVE_SYRUPY:
         pytest.fail("golden_trace needs syrupy: pip install 'syrupy>=6' (or 'harness-trace[pytest]')", pytrace=False)

@@ -891,7 +891,7 @@ def test_a_streamed_model_reply_reads_as_its_text_and_its_diff_marks_the_changed
 
         d = c.get(f"/api/diff?a={ids['model']}&b={ids['model_fork']}").json()
         first = d["moved"][0]
-        assert [ch["field"] for ch in first["changes"]] == ["response.stream.message.content"]
+        assert [ch["field"] for ch in first["changes"]] == ["reply.text"]  # the behavior view: what was said
         (m,) = first["marks"]
         assert m["old"] == f'"echo: {stream_agent.QUESTIONS[1]}"' and m["new"] == f'"{stream_agent.FORKED}"'
         removed = [m["old"][a:b] for a, b in m["old_marks"]]

@@ -166,7 +166,8 @@ def project_rules(start: str | os.PathLike[str]) -> tuple[Rules, str | None]:
     """The rules `[tool.harness]` of the nearest pyproject.toml at or above `start` sets, and that file.
 
     `golden_ignore = ["response.body.usage", ...]` adds paths to ignore;
-    `golden_defaults = false` turns the defaults off. HarnessError naming the
+    `golden_defaults = false` turns the defaults off; `golden_view = "raw"`
+    compares each record as the trace holds it, not its behavior view. HarnessError naming the
     file for one that cannot be read or a setting of the wrong type.
     """
     here = os.path.abspath(start)
@@ -191,13 +192,16 @@ def _read_rules(path: str) -> Rules:
     section = data.get("tool", {}).get("harness", {})
     ignore = section.get("golden_ignore", [])
     defaults = section.get("golden_defaults", True)
+    view = section.get("golden_view", "behavior")
+    if view not in VIEWS:
+        raise HarnessError(f'{path}: [tool.harness] golden_view must be "behavior" or "raw", not {view!r}')
     if not isinstance(ignore, list) or not all(isinstance(p, str) for p in ignore):
         what = "must be a list of field paths (strings)"
         raise HarnessError(f"{path}: [tool.harness] golden_ignore {what}, not {ignore!r}")
     if type(defaults) is not bool:
         raise HarnessError(f"{path}: [tool.harness] golden_defaults must be true or false, not {defaults!r}")
     try:
-        return Rules(tuple(ignore), defaults)
+        return Rules(tuple(ignore), defaults, view)
     except HarnessError as e:
         raise HarnessError(f"{path}: [tool.harness] golden_ignore: {e}") from None
 
@@ -451,6 +455,10 @@ def describe_record(rec: Mapping[str, Any]) -> str:
         text = f"transition {rec.get('from')} -> {rec.get('to')}"
     elif kind == "crossing":
         text = f"crossing {rec.get('boundary')}"
+    elif kind == "model_call":
+        text = f"model call {compact(rec.get('model'), _NAME)} ({rec.get('via')})"
+    elif kind == "tool_call":
+        text = f"tool call {compact(rec.get('tool'), _NAME)} ({rec.get('via')})"
     elif kind in ("end", "event") and rec.get("status", rec.get("type")) is not None:
         text = f"{kind} {rec.get('status', rec.get('type'))}"
     if rec.get("step") is not None:
@@ -520,7 +528,7 @@ class Loaded:
 
     __slots__ = (
         "_base", "_end", "_n", "_norm", "_path", "_raw", "_records", "_seqs", "causal", "first_line", "held", "name",
-        "rules", "torn_tail",
+        "note", "rules", "torn_tail",
     )  # fmt: skip
 
     def __init__(
@@ -539,6 +547,7 @@ class Loaded:
         # a run with agents, in the canonical causal order (held in memory; its line numbers are its seqs)
         self.causal = records is not None and any("vc" in r for r in records)
         self.held = False  # a trace file held whole (a run with agents, or with calls the behavior view maps)
+        self.note: str | None = None  # a golden of an older format: why it may differ, and how to re-record it
 
     @classmethod
     def load(cls, source: Source | Loaded, rules: Rules = RULES) -> Loaded:
@@ -608,7 +617,9 @@ class Loaded:
         records: Sequence[Mapping[str, Any]] = parse_golden(text, name)
         if rules.behavior and any(mapped(r) for r in records):  # a golden of the raw view (format 2)
             records = behave(records)
-        return cls(name, records=records, first_line=2, rules=rules)
+        loaded = cls(name, records=records, first_line=2, rules=rules)
+        loaded.note = older(text.split(b"\n", 1)[0] if isinstance(text, bytes) else text.split("\n", 1)[0])
+        return loaded
 
     def __len__(self) -> int:
         return self._n
