@@ -207,6 +207,16 @@ class ReplayDrift(HarnessError):
         super().__init__(message)
 
 
+class AmbiguousCall(ReplayDrift):
+    """A re-execution cannot tell which recorded call a call of a concurrent task is: recorded calls not served
+    yet match it only as redacted, and the trace names no task (written before harness named them). Nothing is
+    served; `seqs` are the recorded calls it matched."""
+
+    def __init__(self, message: str, *, seqs: list[int], agent: str = "main"):
+        self.seqs = seqs
+        super().__init__(message, seq=seqs[0], line=seqs[0], fields={"task": (None, None)}, agent=agent)
+
+
 def error_of(e: BaseException) -> dict[str, str]:
     """Any exception as a record holds it (the `error` of a crossing, a crash, an exit): its class and message.
 

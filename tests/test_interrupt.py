@@ -772,3 +772,38 @@ def test_an_answer_after_a_spawned_agent_in_the_asking_step_finishes_the_run(tmp
     out = ex.run("g", answer=3)
     assert out.state == "DONE", out
     replay(out.trace)
+
+
+@pytest.mark.parametrize("where", ["planner", "verifier"])
+def test_an_answer_then_a_drift_writes_nothing_and_says_nothing_ran(tmp_path: Path, where: str) -> None:
+    """The answer, the resume and the way back out of PAUSED are owed with the resumed run's first new record: a
+    re-run planner (or verifier) that drifts before it leaves them all unwritten, and says so."""
+    trace, model, seen = tmp_path / "run.jsonl", FakeLLM(lambda request: {"suggest": 5}), []
+    pay = counter()
+    changed = False
+
+    def asks() -> Any:
+        said = harness.llm("how much now?" if changed else "how much?", model)  # the changed code asks otherwise
+        return harness.interrupt({"approve": said["suggest"]})
+
+    def planner(goal: Any, done: list[Any]) -> Step | None:
+        if done:
+            return None
+        amount = asks()["amount"] if where == "planner" else 5
+        return Step("pay", "work", {"i": amount})
+
+    def verifier(step: Any, result: Any) -> bool:
+        if where == "verifier":
+            seen.append(asks())
+        return True
+
+    agent = {"planner": planner, "tools": {"work": pay}, "verifier": verifier}
+    assert Executor(**agent, trace=trace).run("refund").state == "PAUSED"
+    changed, before, calls = True, trace.read_bytes(), len(pay.calls)
+    with pytest.raises(harness.ReplayDrift) as e:
+        Executor(**agent, trace=trace, resume=True).run("refund", answer={"amount": 4})
+    assert trace.read_bytes() == before and len(pay.calls) == calls and seen == []
+    said = str(e.value)
+    assert "how much?" in said and "how much now?" in said  # what it found
+    assert "nothing was called live and nothing was written" in said and "gone live" not in said
+    assert not list(tmp_path.glob("*.torn-*"))

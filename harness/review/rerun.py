@@ -86,6 +86,7 @@ from ..trace.line import check_value
 from ..trace.reader import Checkpoint, Crossing, Replay, replay, request_hash
 from ..trace.redact import Redaction, Rule
 from ..trace.remote import RemoteJournal
+from ..trace.tasks import TASK
 from .fieldpath import put
 from .normalize import normalize, normalize_record
 from .stream import http_unview, http_view
@@ -627,7 +628,7 @@ class _Replaying(Session):
     def take(self, kind: str, request: Any, match: Match | None = None) -> tuple[Crossing, bool]:
         """The crossing to serve, and whether the new trace holds it already."""
         if self.again:  # as the resume did: what it served again first, by what it is
-            rec = take(self.again, kind, request, match)
+            rec = take(self.again, kind, request, match, task=self.whose(self.again, kind, request, match))
             if rec is not None:
                 self.served += 1
                 return rec, True
@@ -671,7 +672,8 @@ class _Replaying(Session):
             return False
         if not _may_hold.get():
             return False
-        taken = next((c for c in self.queue() if c.kind == kind and same(kind, c, request, match)), None)
+        task = self.whose(self.queue(), kind, request, match)
+        taken = next((c for c in self.queue() if c.kind == kind and same(kind, c, request, match, task)), None)
         return taken is self.branch
 
     def write(self, rec: Crossing, kind: str, match: Match | None, arrived: Arrived | None) -> None:
@@ -754,6 +756,8 @@ class _Replaying(Session):
             arrived(rec.response, True)
         key = rec.request if match is None else match(rec.request)  # the recorded request: what matching ignores
         fields = {"boundary": kind, "request": rec.request, "hash": request_hash(kind, key)}  # stays as recorded
+        if rec.task is not None:  # (the task that takes it: the recorded one, in a recording that names tasks)
+            fields = {TASK: rec.task, **fields}
         fields.update({"response": rec.response} if rec.error is None else {"error": rec.error})
         self.journal.append("crossing", fields, check=("response",) if rec.error is None else (), user=("request",))
 

@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 from .._errors import HarnessError, ReplayDrift, error_of, internal
 from ..trace.clock import MAIN, merged
 from .context import _agent, _current, _in_call
+from .tasks import root
 
 if TYPE_CHECKING:
     from ..trace.journal import Journal
@@ -273,6 +274,7 @@ class Agents:
 
         def body() -> None:
             _agent.set(child)
+            root()  # its tasks are numbered from its own thread on
             error: BaseException | None = None
             try:
                 handle._result = fn(*args, **kwargs)

@@ -65,15 +65,19 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Iterable
 from contextvars import ContextVar
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 
-from .._errors import HarnessError, ReplayDrift, ReplayViolation, ToolError, error_of, internal
+import orjson
+
+from .._errors import AmbiguousCall, HarnessError, ReplayDrift, ReplayViolation, ToolError, error_of, internal
 from ..trace.clock import MAIN
 from ..trace.line import check_value
 from ..trace.reader import Crossing, request_hash
 from ..trace.redact import DEFAULT, Redaction
+from ..trace.tasks import TASK
 from .agents import Agents, AgentState
 from .context import _agent, _current, _in_call
+from .tasks import current as current_task
 
 if TYPE_CHECKING:
     from ..trace.journal import Journal
@@ -106,8 +110,14 @@ class Session:
     ):
         self.journal = journal
         self.recorded: dict[str, deque[Crossing]] = {}
+        self.tagged = False  # whether the recording names the tasks of its calls (see whose())
         for c in recorded:
             self.recorded.setdefault(c.agent, deque()).append(c)
+            if c.task is not None:
+                self.tagged = True
+        # whether the calls it writes name their tasks: a re-execution goes on in its recording's way (one that
+        # names none keeps to it: its calls are matched by what they carry, see whose())
+        self.naming = self.tagged or not self.recorded
         self.strict = strict
         # whether every recorded crossing must be made again before its agent moves on (settled()): a resume's,
         # a re-execution's (_rerun sets it)
@@ -180,7 +190,7 @@ class Session:
         """The recorded crossing to use instead of a live call, or None to call live (see the module docstring)."""
         queue = self.queue()
         horizon = self.horizon()
-        rec = take(queue, kind, request, match, horizon)
+        rec = take(queue, kind, request, match, horizon, self.whose(queue, kind, request, match, horizon))
         if rec is not None:
             self.served += 1
             return rec
@@ -197,6 +207,39 @@ class Session:
                 agent=(_agent.get() or self.agents.main).name,
             )
         return None
+
+    def whose(
+        self, queue: Iterable[Crossing], kind: str, request: Any, match: Match | None, horizon: float = math.inf
+    ) -> str | object | None:
+        """The task whose recorded crossings may answer this one: the task making it, in a recording that names
+        its tasks; ANY in one that does not (written before tasks were named), after refusing a crossing of a
+        task other than the root whose request the redaction changed and that a recorded one matches: it could
+        be a sibling's, whose secrets differ (AmbiguousCall, nothing served)."""
+        task = current_task()
+        if self.tagged:
+            return task
+        if task is not None and queue and marked(self.redact.marker, request):
+            key = request_hash(kind, request if match is None else match(request))
+            alike = [c for c in queue if c.seq < horizon and c.kind == kind and _key(c, match) == key]
+            if alike:
+                raise self.ambiguous([c.seq for c in alike], f"{kind} crossing", task, alike[0].agent)
+        return ANY
+
+    def ambiguous(self, seqs: list[int], what: str, task: str, agent: str) -> AmbiguousCall:
+        """The refusal of a call of task that recorded calls at seqs match only as redacted (see whose())."""
+        where = self.journal.path if self.journal is not None else "the trace"
+        named = " and ".join(f"seq {s}" for s in seqs[:2]) + (f" (and {len(seqs) - 2} more)" if len(seqs) > 2 else "")
+        said = "both match" if len(seqs) > 1 else "matches"
+        error = AmbiguousCall(
+            f"{where}: {named}: a {what} of concurrent task {task} whose args, as redacted, the recorded call at "
+            f"{named} {said}; this trace was written before harness named the task of each call, so it cannot tell "
+            f"whether that recording is this call's or a sibling's with other secrets. {self._changed()}. Finish it "
+            "with the harness version that recorded it (or reconcile by hand), or start a new run",
+            seqs=seqs,
+            agent=agent,
+        )
+        self.failure = self.failure or error
+        return error
 
     def drift(self, kind: str, request: Any, match: Match | None, queue: deque[Crossing]) -> ReplayDrift:
         """The ReplayDrift of a crossing that matches none of queue: compared with its first crossing of the same
@@ -357,6 +400,9 @@ class Session:
             raise internal(f"a {kind} crossing recorded by a session that writes nothing")
         key = request if match is None else match(request)
         fields = {"boundary": kind, "request": request, "hash": request_hash(kind, key), outcome: value}
+        task = current_task() if self.naming else None
+        if task is not None:  # a task other than its agent's root made it: named first (see trace/tasks.py)
+            fields = {TASK: task, **fields}
         self.journal.append("crossing", fields, check=(outcome,), user=("request",))  # the journal redacts
 
     def activate(self) -> Any:
@@ -485,36 +531,53 @@ def rebuild(error: dict[str, str]) -> BaseException:
     return ToolError(f"{error['type']}: {error['message']}")
 
 
+ANY: Final = object()  # take(): a crossing of any task may answer (a recording that names no task)
+
+
 def take(
-    queue: deque[Crossing], kind: str, request: Any, match: Match | None, horizon: float = math.inf
+    queue: deque[Crossing],
+    kind: str,
+    request: Any,
+    match: Match | None,
+    horizon: float = math.inf,
+    task: str | object | None = ANY,
 ) -> Crossing | None:
     """The first crossing of queue (before seq horizon) that answers request, removed from queue; None if none does.
 
     The head is compared first: code that makes its crossings in the recorded
     order never searches. A crossing answers when it has the same kind and
-    the same hash (of what match keeps of both requests).
+    the same hash (of what match keeps of both requests), and was made by
+    `task` (unless ANY: Session.whose()).
     """
     if not queue or queue[0].seq >= horizon:
         return None
     key = request_hash(kind, request if match is None else match(request))
     head = queue[0]
-    if head.kind == kind and _key(head, match) == key:
+    if head.kind == kind and (task is ANY or head.task == task) and _key(head, match) == key:
         return queue.popleft()
     for i, rec in enumerate(queue):
         if rec.seq >= horizon:
             break
-        if i and rec.kind == kind and _key(rec, match) == key:
+        if i and rec.kind == kind and (task is ANY or rec.task == task) and _key(rec, match) == key:
             del queue[i]
             return rec
     return None
+
+
+def marked(marker: str, value: Any) -> bool:
+    """Whether a value as written (redacted) holds the marker: a secret was replaced somewhere in it."""
+    return orjson.dumps(marker)[1:-1] in orjson.dumps(value)
 
 
 def _key(rec: Crossing, match: Match | None) -> str:
     return rec.hash if match is None else request_hash(rec.kind, match(rec.request))
 
 
-def same(kind: str, rec: Crossing, request: Any, match: Match | None) -> bool:
-    """Whether a recorded crossing answers request: equal hashes of both (of what match keeps of both)."""
+def same(kind: str, rec: Crossing, request: Any, match: Match | None, task: str | object | None = ANY) -> bool:
+    """Whether a recorded crossing answers request: equal hashes of both (of what match keeps of both), made by
+    task (unless ANY)."""
+    if task is not ANY and rec.task != task:
+        return False
     if match is None:
         return rec.hash == request_hash(kind, request)
     return request_hash(kind, match(rec.request)) == request_hash(kind, match(request))

@@ -35,6 +35,7 @@ from .._errors import HarnessError, internal
 from ..trace.clock import MAIN
 from .agents import Agents
 from .context import _agent, _current, _in_call
+from .tasks import root
 from .tool import Tool, ToolSpec, spec_of
 
 if TYPE_CHECKING:
@@ -193,6 +194,7 @@ def aspawn(name: str, coro_fn: Callable[..., Coroutine[Any, Any, T]], /, *args: 
     child = agents.begin(handle)  # one code path with spawn(): the record, the clock, the end
     ctx = contextvars.copy_context()
     ctx.run(_agent.set, child)
+    ctx.run(root)  # its tasks are numbered from its own on (a task made with its own context is not numbered)
 
     async def body() -> None:
         error: BaseException | None = None

@@ -44,11 +44,13 @@ from ..trace import state as S
 from ..trace.clock import MAIN
 from ..trace.line import canonical, check_value
 from ..trace.reader import replay
-from .boundary import _Hold, _may_hold, patiently, rebuild
+from ..trace.tasks import TASK
+from .boundary import ANY, _Hold, _may_hold, patiently, rebuild
 from .context import _agent, _current, _in_call
 from .executor import NOT_SERVED, _Run, _Served, ainvoke, finished, invoke, served
 from .history import STEP, Item, Serving, Step
 from .interrupt import Interrupted
+from .tasks import current as current_task
 from .tool import ToolSpec, spec_of
 
 if TYPE_CHECKING:
@@ -78,6 +80,7 @@ class Flow:
         self.alock: asyncio.Lock | None = None
 
 
+_REPEATED = (TASK, "name", "tool", "args", "key", "contract")  # what a call made again repeats of its intent
 _flow: contextvars.ContextVar[Flow | None] = contextvars.ContextVar("harness_workflow", default=None)
 
 
@@ -157,7 +160,7 @@ async def acall(tool: Any, /, **kwargs: Any) -> Any:
         shown = _shown(flow, spec, kwargs)
         item = await flow.serving.atake_held(STEP, spec.name, shown)
         if item is None and session.strict:  # a rerun: this call's intent goes where the recording has it
-            mine = _intent_of(spec.name, shown)
+            mine = _intent_of(spec.name, shown, current_task() if session.tagged else ANY)
     await _in_turn(flow, item, mine)
     try:
         intent = _begin(flow, spec, kwargs, item)
@@ -219,9 +222,16 @@ async def _in_turn(flow: Flow, item: Item | None, mine: Callable[[dict[str, Any]
         flow.alock.release()  # a sibling took the turn meanwhile
 
 
-def _intent_of(tool: str, args: Any) -> Callable[[dict[str, Any]], bool]:
-    """Whether a recorded record is the intent of a call of tool with args (as written: redacted)."""
-    return lambda r: r["kind"] == "transition" and r["to"] == S.ACT and r.get("tool") == tool and r["args"] == args
+def _intent_of(tool: str, args: Any, task: str | object | None) -> Callable[[dict[str, Any]], bool]:
+    """Whether a recorded record is the intent of a call of tool with args (as written: redacted) made by task
+    (any task when ANY: a recording that names none)."""
+    return lambda r: (
+        r["kind"] == "transition"
+        and r["to"] == S.ACT
+        and r.get("tool") == tool
+        and r["args"] == args
+        and (task is ANY or r.get(TASK) == task)
+    )
 
 
 def _outcome(record: dict[str, Any]) -> bool:
@@ -266,13 +276,12 @@ def _begin(flow: Flow, spec: ToolSpec, kwargs: dict[str, Any], item: Item | None
     if run.state != S.PLAN:
         raise internal(f"a tool call in state {run.state} at step {run.step}", run.journal.path, run.journal.seq)
     effect = contract["effect"]
-    if effect == "at-least-once":
-        intent: dict[str, Any] = {"name": spec.name, "tool": spec.name, "args": kwargs, "contract": contract}
-    else:
-        intent = {"name": spec.name, "tool": spec.name, "args": kwargs}
-        if effect == "idempotent":
-            intent["key"] = f"{run.id}-{run.step}-{run.attempt}"
-        intent["contract"] = contract
+    task = current_task() if run.session.naming else None  # a task other than the root: named (trace/tasks.py)
+    intent: dict[str, Any] = {"name": spec.name} if task is None else {TASK: task, "name": spec.name}
+    intent["tool"], intent["args"] = spec.name, kwargs
+    if effect == "idempotent":
+        intent["key"] = f"{run.id}-{run.step}-{run.attempt}"
+    intent["contract"] = contract
     run.intent, run.planned = intent, None
     # the trace gets the args checked (NotSerializable, nothing written) and redacted, on its own copy; the call,
     # the caller's (this call's own dict)
@@ -303,7 +312,7 @@ def _reopen(flow: Flow, spec: ToolSpec, step: Step, args: dict[str, Any]) -> dic
     if step.state == "failed":
         return _Given(error=rebuild(step.error or {"type": "ToolError", "message": "(no error recorded)"}))
     recorded = step.intent
-    intent: dict[str, Any] = {k: recorded[k] for k in ("name", "tool", "args", "key", "contract") if k in recorded}
+    intent: dict[str, Any] = {k: recorded[k] for k in _REPEATED if k in recorded}
     intent["args"] = args  # the live args (they redact to the recorded ones: matched so)
     run.intent, run.planned = intent, None
     if step.state == S.VERIFY:  # the result is on the file: only the checkpoint is missing

@@ -80,7 +80,7 @@ from .boundary import Session, deactivate
 from .context import _agent, _current, _in_call, _key
 from .environment import environment
 from .interrupt import Interrupted
-from .resume import NO_ANSWER, RESEAL, GoOn, marked, plan, start_over
+from .resume import NO_ANSWER, RESEAL, GoOn, main_event, marked, plan, start_over
 from .tool import Tool, ToolSpec, spec_of
 
 
@@ -396,16 +396,29 @@ class Executor:
             return reseal(journal, rep) if todo == RESEAL else finished(rep)
         # the seam is owed: written with the first record the resumed run appends, in the same write, or never
         # (a resume that pauses again, drifts or is refused writes nothing)
-        rep = todo.rep
-        journal.owe(rep.last_seq, rep._tail.crc, rep._tail.end, todo.seam, start=rep.header["ts"], aside=todo.aside)
+        rep, seam, clocks = todo.rep, todo.seam, todo.clocks
+        back = _way_back(rep)
+        if back is not None:  # out of PAUSED to where the answered question was asked: owed too (see _continue)
+            if clocks is not None:  # one more event of main
+                back["vc"], clocks = main_event(clocks)
+            seam = [*seam, ("transition", back, ())]
+        owed = journal.owe(rep.last_seq, rep._tail.crc, rep._tail.end, seam, start=rep.header["ts"], aside=todo.aside)
         session = Session(journal, todo.served, redact=self.redact)
-        if todo.clocks is not None:  # every record from here on carries its clock
-            session.agents.share(journal, todo.clocks)
+        if clocks is not None:  # every record from here on carries its clock
+            session.agents.share(journal, clocks)
         session.answers.extend(todo.answers)  # answers as given: the trace holds them redacted
-        return self._continue(journal, session, rep, goal)  # the caller's goal: the trace's may be redacted
+        # the caller's goal: the trace's may be redacted
+        return self._continue(journal, session, rep, goal, owed=owed if back is not None else 0)
 
-    def _continue(self, journal: Journal, session: Session, rep: Replay, goal: Any = _RECORDED) -> Outcome:
-        """Drive a run on from the state a replay rebuilt."""
+    def _continue(
+        self, journal: Journal, session: Session, rep: Replay, goal: Any = _RECORDED, *, owed: int = 0
+    ) -> Outcome:
+        """Drive a run on from the state a replay rebuilt.
+
+        `owed`: the seq of the way out of PAUSED back to the state that asked an answered question (PLAN or
+        VERIFY), owed with the resume's seam (`_way_back`): the planner or verifier is run again before anything
+        is written, so one that drifts, is refused or asks again with nothing new leaves the trace as it was.
+        """
         last, intent = rep._tail.last or {}, rep._tail.intent
         goal = rep.goal if goal is _RECORDED else goal
         run = _Run(journal, session, goal, rep.run_id, _index.resumed(rep), rep.state)
@@ -424,7 +437,10 @@ class Executor:
             run.step, run.attempt = rep._tail.question["step"], rep._tail.question.get("attempt", 1)
             back = rep._tail.question["from"]
             if back == S.PLAN:
-                run.move(S.PLAN, sync=True)
+                if owed:
+                    run.state, run.wrote = S.PLAN, owed
+                else:
+                    run.move(S.PLAN, sync=True)
                 return self._drive(run)
             if intent is None:
                 raise internal(f"a question asked in {back} with no intent before it", rep.path, rep.last_seq)
@@ -432,6 +448,8 @@ class Executor:
             if back == S.ACT:  # the tool is called again, with its live args (see _live_intent)
                 run.intent = self._live_intent(run, rep)
                 run.move(S.ACT, sync=True, user=("args",), **{k: run.intent[k] for k in _INTENT if k in run.intent})
+            elif owed:
+                run.state, run.wrote = S.VERIFY, owed
             else:
                 run.move(S.VERIFY, sync=True)
             return self._drive(run)
@@ -904,6 +922,18 @@ def _within(fn: Callable[..., Any], kwargs: dict[str, Any], timeout: float, name
 
 
 NOT_SERVED: Any = object()  # served(): the call is not in the recording, make it live
+
+
+def _way_back(rep: Replay) -> dict[str, Any] | None:
+    """The transition out of PAUSED back to where an answered question was asked, when that is PLAN or VERIFY
+    (the planner or verifier is asked again; into ACT the tool is called again, live, right after it)."""
+    question = rep._tail.question
+    if rep.state != S.PAUSED or not rep._tail.answered or question is None or question["from"] == S.ACT:
+        return None
+    back: dict[str, Any] = {"from": S.PAUSED, "to": question["from"], "step": question["step"]}
+    if question.get("attempt", 1) != 1:
+        back["attempt"] = question["attempt"]
+    return back
 
 
 def served(session: Session, intent: dict[str, Any]) -> Any:

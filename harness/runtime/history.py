@@ -45,8 +45,10 @@ from ..trace.journal import Journal
 from ..trace.line import canonical
 from ..trace.reader import Crossing, Replay, replay
 from ..trace.redact import DEFAULT, Redaction
-from .boundary import HOLD_QUIET, Match, Session, _Hold, _may_hold, differences, patiently
+from ..trace.tasks import TASK
+from .boundary import ANY, HOLD_QUIET, Match, Session, _Hold, _may_hold, differences, marked, patiently
 from .context import _current
+from .tasks import current as current_task
 from .timers import replaying
 
 STEP, ARTIFACT = "tool call", "artifact"  # what a held item is: a drift names it
@@ -97,16 +99,25 @@ def _moved(step: Step, rec: dict[str, Any]) -> None:
 
 class Item:
     """A tool call, an artifact or an agent's spawn, exit or join of the history, matched by `space`, `kind`
-    and the canonical JSON of `request` among its agent's; `vc` is its record's clock."""
+    and the canonical JSON of `request` among its agent's (a call: made by the same `task`); `vc` is its
+    record's clock."""
 
-    __slots__ = ("key", "kind", "request", "seq", "space", "step", "vc")
+    __slots__ = ("key", "kind", "request", "seq", "space", "step", "task", "vc")
 
     def __init__(
-        self, space: str, kind: str, request: Any, seq: int, step: Step | None = None, vc: dict[str, int] | None = None
+        self,
+        space: str,
+        kind: str,
+        request: Any,
+        seq: int,
+        step: Step | None = None,
+        vc: dict[str, int] | None = None,
+        task: str | None = None,
     ):
         self.space, self.kind, self.request, self.seq, self.step = space, kind, request, seq, step
         self.vc = vc or {MAIN: seq}  # (before the first spawn a record's clock is its seq)
         self.key = canonical(request)
+        self.task = task
 
 
 class Recorded:
@@ -117,6 +128,7 @@ class Recorded:
         self.path = path
         self.crossings: list[Crossing] = []
         self.held: dict[str, list[Item]] = {}
+        self.tagged = False  # whether a call of the trace names its task (see Session.whose)
 
     @classmethod
     def read(cls, path: str) -> tuple[Replay, Recorded]:
@@ -135,16 +147,20 @@ class Recorded:
             if "blobs" in rec:
                 rec = _blobs.inline(path, rec)
             if kind == "crossing":
-                response, error = rec.get("response"), rec.get("error")
-                out.crossings.append(Crossing(seq, rec["boundary"], rec["request"], response, error, seq, agent, vc))
+                response, error, task = rec.get("response"), rec.get("error"), rec.get(TASK)
+                out.crossings.append(
+                    Crossing(seq, rec["boundary"], rec["request"], response, error, seq, agent, vc, task)
+                )
+                out.tagged = out.tagged or task is not None
             elif kind == "artifact":
                 name = rec["name"]
                 item = Item(ARTIFACT, name, {"name": name, "sha256": rec["sha256"]}, seq, vc=vc)
                 out.held.setdefault(agent, []).append(item)
             elif kind == "transition":
                 if rec["to"] == S.ACT and rec["from"] == S.PLAN:
-                    step = Step(rec)
-                    out.held.setdefault(MAIN, []).append(Item(STEP, rec["tool"], rec["args"], seq, step, vc))
+                    step, task = Step(rec), rec.get(TASK)
+                    out.held.setdefault(MAIN, []).append(Item(STEP, rec["tool"], rec["args"], seq, step, vc, task))
+                    out.tagged = out.tagged or task is not None
                 elif step is not None:  # (INIT -> PLAN, a question asked in PLAN and its answer, the end: none)
                     _moved(step, rec)
                     if step.over:
@@ -169,6 +185,8 @@ class Serving(Session):
         self.held = {agent: deque(items) for agent, items in recorded.held.items()}
         self.path = recorded.path
         self.checking = True
+        self.tagged = self.tagged or recorded.tagged
+        self.naming = self.tagged or not (self.recorded or any(recorded.held.values()))
 
     def mine(self) -> deque[Item]:
         """The current agent's held items not served yet."""
@@ -186,8 +204,9 @@ class Serving(Session):
         if not held:
             return None
         key = canonical(request)
+        task = self.whose_call(held, kind, request, key) if space == STEP else ANY  # (only calls name their task)
         for i, item in enumerate(held):
-            if item.space == space and item.kind == kind and item.key == key:
+            if item.space == space and item.kind == kind and item.key == key and (task is ANY or item.task == task):
                 del held[i]
                 self.served += 1
                 self.reached(item.vc)
@@ -197,6 +216,18 @@ class Serving(Session):
         drift = self.drift_from(held[0], space, kind, request)
         self.failure = self.failure or drift
         raise drift
+
+    def whose_call(self, held: deque[Item], kind: str, request: Any, key: bytes) -> str | object | None:
+        """Session.whose() for a tool call: the task whose recorded calls may answer it (ANY in a trace that names
+        no task, after refusing one that matches only as redacted)."""
+        task = current_task()
+        if self.tagged:
+            return task
+        if task is not None and marked(self.redact.marker, request):
+            alike = [item.seq for item in held if item.space == STEP and item.kind == kind and item.key == key]
+            if alike:
+                raise self.ambiguous(alike, f"call of tool {kind!r}", task, self.agent().name)
+        return ANY
 
     def reached(self, vc: dict[str, int]) -> None:
         """The current agent re-executed its recorded event with clock vc (a resume's clocks follow it)."""

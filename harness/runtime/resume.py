@@ -12,7 +12,8 @@ one of three things:
   its seal are one write): only the seal is written (a torn one set aside).
 - a `GoOn`: the run goes on. It names the seam the resume owes (a `resume`
   record naming where a torn tail is set aside, and the `answer` given, each
-  with its vector clock once the run has spawned agents), the answers owed
+  with its vector clock once the run has spawned agents; the Executor adds
+  the way back out of PAUSED to a planner or verifier that asked), the answers owed
   to interrupt() calls, and the crossings to serve again.
 
 Refusals are HarnessErrors raised by `plan()`: an answer given to a run

@@ -77,6 +77,7 @@ from .executor import Outcome, _crash, _Run, ask, finished, reseal, write_header
 from .history import Recorded, Resumed
 from .interrupt import Interrupted
 from .resume import NO_ANSWER, main_event, no_marker_owed, owed_answers, seam, start_over, waits
+from .tasks import numbering
 from .tool import is_async_fn
 
 P = ParamSpec("P")
@@ -195,9 +196,10 @@ async def aexecute(w: Workflow[Any, Any], flow: Flow, args: tuple[Any, ...], kwa
     token = flow.run.session.activate(), _flow.set(flow)
     try:
         try:
-            value: Any = w.fn(*args, **kwargs)
-            if inspect.isawaitable(value):
-                value = await value
+            with numbering():  # its tasks are named by the order it creates them in (tasks.py)
+                value: Any = w.fn(*args, **kwargs)
+                if inspect.isawaitable(value):
+                    value = await value
         except BaseException as e:
             return _raised(flow, e)
         return _returned(flow, value)

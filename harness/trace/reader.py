@@ -50,6 +50,7 @@ from .clock import MAIN, ClockRules
 from .line import HEADER_START as _HEADER_START
 from .line import MARK as _MARK
 from .line import MAX_DEPTH, MAX_LINE, SCHEMA, SUFFIX, canonical, line_ok
+from .tasks import TASK, well_formed
 
 _CHUNK = 1 << 16  # 64 KiB: small enough that a chunk's lines are still in the CPU cache when checked
 
@@ -71,7 +72,8 @@ class Crossing:
     `seq` is the record carrying the response (in a valid trace seq is also
     its line number); `error` is set instead of `response` when the crossing
     raised (`{"type": ..., "message": ...}`). `agent` made it; `vc` is the
-    vector clock of its record.
+    vector clock of its record; `task` the task of that agent that made it (None: its root task; see
+    trace/tasks.py).
     """
 
     seq: int
@@ -82,6 +84,7 @@ class Crossing:
     line: int = 0
     agent: str = MAIN
     vc: dict[str, int] = field(default_factory=dict)  # the record's clock ({"main": seq} in a run that never spawned)
+    task: str | None = None
 
     @property
     def hash(self) -> str:
@@ -329,9 +332,10 @@ def _crossing(req: dict[str, Any], resp: dict[str, Any]) -> Crossing:
     seq = resp["seq"]
     agent, vc = resp.get("agent", MAIN), resp.get("vc") or {MAIN: seq}
     if resp["kind"] == "crossing":
-        return Crossing(seq, resp["boundary"], resp["request"], resp.get("response"), resp.get("error"), seq, agent, vc)
+        response, error, task = resp.get("response"), resp.get("error"), resp.get(TASK)
+        return Crossing(seq, resp["boundary"], resp["request"], response, error, seq, agent, vc, task)
     request = {"tool": req["tool"], "args": req["args"]}
-    return Crossing(seq, "tool", request, resp.get("result"), resp.get("error"), seq, agent, vc)
+    return Crossing(seq, "tool", request, resp.get("result"), resp.get("error"), seq, agent, vc, req.get(TASK))
 
 
 @dataclass(frozen=True, slots=True)
@@ -526,7 +530,7 @@ _fail = TraceCorruption
 _CHECKPOINT_ILLEGAL = next(filter(None, map(S.check, (S.VERIFY, *S.CHECKPOINT_MOVES[:-1]), S.CHECKPOINT_MOVES)), None)
 _SORTED = orjson.OPT_SORT_KEYS
 _EFFECTS = frozenset({"at-least-once", "idempotent", "unsafe"})
-_INTENT = ("name", "tool", "args", "key", "contract")  # what PAUSED -> ACT repeats of the uncertain intent
+_INTENT = ("name", "tool", "args", "key", "contract", TASK)  # what PAUSED -> ACT repeats of the uncertain intent
 _ASIDE = re.compile(r"[^/\\\x00]+\.torn-[1-9][0-9]*")  # a sibling's file name, as set_aside() makes it
 
 # One reading per field: the fields each kind of record carries (a transition: each edge), and no other. A field
@@ -536,7 +540,7 @@ _LINE = frozenset({"seq", "kind", "ts", "crc"})
 _AGENT = frozenset({"agent", "vc"})  # who wrote it, and its clock (checked by clock.ClockRules)
 _LINEAGE = frozenset({"reused", "mutated"})  # a fork's marks, in a fork only (a header with `branch`)
 _STEP = frozenset({"from", "to", "step", "attempt"})
-_INTENT_FIELDS = frozenset({"name", "tool", "args", "key", "contract"})  # contract: a workflow's only
+_INTENT_FIELDS = frozenset({"name", "tool", "args", "key", "contract", TASK})  # contract: a workflow's only
 _EDGE_FIELDS: dict[tuple[str, str], frozenset[str]] = {
     (S.PLAN, S.ACT): _INTENT_FIELDS,
     (S.PAUSED, S.ACT): _INTENT_FIELDS,
@@ -563,7 +567,7 @@ _KIND_FIELDS: dict[str, frozenset[str]] = {
     # any agent's
     "checkpoint": frozenset({"step"}) | _AGENT,
     "artifact": frozenset({"name", "sha256", "size"}) | _AGENT,
-    "crossing": frozenset({"boundary", "request", "hash", "response", "error", "blobs"}) | _AGENT,
+    "crossing": frozenset({"boundary", "request", "hash", "response", "error", "blobs", TASK}) | _AGENT,
     "event": frozenset({"type", "data", "blobs"}) | _AGENT,
     "end": frozenset({"status", "error"}) | _AGENT,
     "spawn": frozenset({"child", "step", "name", "tool", "args"}) | _AGENT,
@@ -1161,8 +1165,11 @@ def _scan(
                     artifacts.append(Artifact(seq, rec["name"], rec["sha256"], rec["size"], path))
                 elif kind == "crossing":
                     named = rec.get("blobs") or {}
-                    if (named or len(rec) != _CROSSING_KEYS) and not kind_fields[kind].issuperset(rec):
-                        raise _stray_field(path, n, seq, rec, kind_fields[kind], "a crossing record")
+                    if named or len(rec) != _CROSSING_KEYS:
+                        if not kind_fields[kind].issuperset(rec):
+                            raise _stray_field(path, n, seq, rec, kind_fields[kind], "a crossing record")
+                        if TASK in rec and not well_formed(rec[TASK]):
+                            raise _fail(path, n, "malformed", _bad_task(rec[TASK]), seq)
                     if (
                         type(rec["boundary"]) is not str
                         or ("request" not in rec and "request" not in named)
@@ -1523,10 +1530,16 @@ def _intent(
     elif "key" in rec:
         why = f"an intent with a key for {tool!r}, an {contract['effect']} tool that is never given one"
         raise _fail(path, n, "bad-intent", why, seq)
+    if TASK in rec and not well_formed(rec[TASK]):
+        raise _fail(path, n, "malformed", _bad_task(rec[TASK]), seq)
     if paused is not None and _repeat(rec) != _repeat(paused):
         why = f"PAUSED -> ACT does not repeat the uncertain intent (seq {paused['seq']}) exactly"
-        why += " (name, tool, args, key and a workflow's contract, compared by type and value)"
+        why += " (name, tool, args, key, a workflow's contract and the task, compared by type and value)"
         raise _fail(path, n, "bad-intent", why, seq)
+
+
+def _bad_task(value: Any) -> str:
+    return f'a task {value!r:.80} that is not a str of dot-separated positive ints ("1", "2.1"): see FORMAT.md "Tasks"'
 
 
 def _repeat(intent: dict[str, Any]) -> bytes:

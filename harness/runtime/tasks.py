@@ -1,0 +1,108 @@
+"""Task names: the tasks an agent's async code creates are numbered, so its concurrent calls are told apart.
+
+While a workflow's async function runs, `numbering()` puts a task factory
+on the running loop. Each task created from an agent's code (asyncio.gather,
+create_task, a TaskGroup) gets the next number of the task that created it,
+and its name is the creator's name and that number (`"2"`, then `"2.1"`):
+the order the code created its tasks in, which the same code repeats on
+every run. The name lives in a context variable set in the new task's own
+context before its first step (an eager task has it too). The calls a task
+makes (its crossings and intents) carry the name in their `task` field
+(trace/tasks.py); the agent's root task (the function's own task, an
+agent's task or thread) has no name and its records no field.
+
+What is not counted, so that a resume numbers the tasks as the recording
+did: a task created inside a call (a tool, a crossing: live only, its
+crossings are not recorded), and a task created with a context of its
+creator's choosing (`context=`: `aspawn()` makes its agent a root of its
+own that way; such a task keeps what that context holds). Threads started
+by `harness.spawn()` are agents, roots of their own (agents.py).
+
+Guarantees: outside `numbering()`, or in code that never creates a task,
+nothing is named and nothing is written; the factory that was on the loop
+before is kept under it (every task is still made by it) and put back when
+the last run on the loop that numbers ends.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
+
+from .context import _in_call
+
+if TYPE_CHECKING:
+    import asyncio
+
+
+class Node:
+    """A task of an agent: its name (None for the agent's root task) and how many tasks it has created."""
+
+    __slots__ = ("made", "name")
+
+    def __init__(self, name: str | None):
+        self.name, self.made = name, 0
+
+    def child(self) -> Node:
+        self.made += 1
+        return Node(f"{self.name}.{self.made}" if self.name else str(self.made))
+
+
+_node: contextvars.ContextVar[Node | None] = contextvars.ContextVar("harness_task", default=None)
+
+
+def current() -> str | None:
+    """The name of the task running here (None: an agent's root task, or no numbering)."""
+    node = _node.get()
+    return None if node is None else node.name
+
+
+def root() -> None:
+    """Make the code running here (in its own context: an agent's thread or task) a root task of its own."""
+    _node.set(Node(None))
+
+
+Factory = Callable[..., "asyncio.Task[Any]"]
+
+
+def _over(previous: Factory | None) -> Factory:
+    """A task factory that names each task created from an agent's code, then makes it as `previous` would."""
+    import asyncio
+
+    def factory(loop: asyncio.AbstractEventLoop, coro: Any, **kwargs: Any) -> asyncio.Task[Any]:
+        node = _node.get()
+        if node is not None and kwargs.get("context") is None and not _in_call.get():
+            ctx = contextvars.copy_context()
+            ctx.run(_node.set, node.child())
+            kwargs["context"] = ctx
+        if previous is not None:
+            return previous(loop, coro, **kwargs)
+        return asyncio.Task(coro, loop=loop, **kwargs)
+
+    factory.runs = 0  # type: ignore[attr-defined]  # the runs on this loop that number their tasks
+    factory.previous = previous  # type: ignore[attr-defined]
+    return factory
+
+
+@contextlib.contextmanager
+def numbering() -> Iterator[None]:
+    """For the length of the block, the code running here is a root task whose tasks are numbered."""
+    import asyncio
+
+    loop = asyncio.get_running_loop()
+    found: Any = loop.get_task_factory()
+    factory: Any = found if hasattr(found, "runs") else _over(found)
+    if factory is not found:
+        loop.set_task_factory(factory)
+    factory.runs += 1
+    token = _node.set(Node(None))
+    try:
+        yield
+    finally:
+        _node.reset(token)
+        factory.runs -= 1
+        previous = factory.previous
+        if factory.runs == 0 and loop.get_task_factory() is factory:
+            loop.set_task_factory(previous)

@@ -1,0 +1,273 @@
+"""Concurrent calls are told apart by the task that made them (issue 34), not by what they carry.
+
+Alice's and Bob's calls (tests/money_agent.py) carry equal args once their API keys are redacted. Each task a
+workflow creates is named by creation order (`task`: "1", "2", "1.1"; FORMAT.md "Tasks"), its calls carry the
+name, and a resume serves each recorded call only to the task that made it: a SIGKILL anywhere, then a resume
+in a new process, charges each account exactly once. A trace written before tasks were named is matched as
+before, except that a concurrent call it could confuse with a sibling's is refused, naming the recorded seqs,
+with nothing written.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import money_agent
+import pytest
+from children import ZYGOTE, kill_at
+from test_workflow import rewrite
+from test_workflow_gather import records
+
+import harness
+import harness.runtime.workflow as _workflow
+from harness import TraceCorruption, replay
+from harness._errors import AmbiguousCall
+from harness.trace.tasks import task_of, well_formed
+
+TESTS = Path(__file__).resolve().parent
+CHILD = f"""
+import contextlib, json, sys
+sys.path.insert(0, {str(TESTS)!r})
+import money_agent
+if sys.argv[3] == "unnamed":  # a writer from before tasks were named
+    import harness.runtime.workflow
+    harness.runtime.workflow.numbering = contextlib.nullcontext
+out = getattr(money_agent, sys.argv[2]).run(trace=sys.argv[1], resume="auto")
+print(json.dumps({{"state": out.state, "result": out.result}}))
+"""
+LEDGER = {"pay": "charge", "settle": "deposit"}
+ACCOUNTS = {"pay": ["alice", "bob"], "settle": ["acct-alice", "acct-bob"]}
+
+
+def effects(folder: Path, wf: str) -> list[str]:
+    """The accounts the workflow's effects went to, one per effect."""
+    path = folder / LEDGER[wf]
+    return sorted(line.split()[0] for line in path.read_text().splitlines()) if path.exists() else []
+
+
+@pytest.fixture
+def folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A folder for the run's trace and its ledger ($WF_LEDGER), killed nowhere unless a child is told."""
+    monkeypatch.setenv("WF_LEDGER", str(tmp_path))
+    monkeypatch.delenv("WF_KILL", raising=False)
+    return tmp_path
+
+
+def killed(folder: Path, wf: str, point: str, how: str = "named") -> Path:
+    """A run of wf SIGKILLed at point (in a child process); its trace."""
+    trace, mark = folder / "run.jsonl", folder / "mark"
+    env = {**os.environ, "WF_LEDGER": str(folder), "WF_KILL": point, "WF_MARK": str(mark)}
+    child = ZYGOTE.Popen([sys.executable, "-c", CHILD, str(trace), wf, how], env=env,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
+    kill_at(mark, child, point)
+    assert child.returncode == -9
+    return trace
+
+
+@contextlib.contextmanager
+def unnamed() -> Iterator[None]:
+    """Record as harness did before it named tasks: no numbering, so no `task` field."""
+    numbering = _workflow.numbering
+    _workflow.numbering = contextlib.nullcontext  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        _workflow.numbering = numbering
+
+
+# --- the money program: SIGKILL at every point, resume in a new process ----------------------------------
+
+
+@pytest.mark.parametrize(("wf", "point"), [(wf, p) for wf, points in money_agent.POINTS.items() for p in points])
+def test_a_sigkill_anywhere_then_a_resume_charges_each_account_once(tmp_path: Path, wf: str, point: str) -> None:
+    trace = killed(tmp_path, wf, point)
+    env = {**os.environ, "WF_LEDGER": str(tmp_path)}
+    env.pop("WF_KILL", None)
+    done = ZYGOTE.run([sys.executable, "-c", CHILD, str(trace), wf, "named"], env=env, capture_output=True,
+                      text=True, timeout=120, check=False)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout.splitlines()[-1]) == {"state": "DONE", "result": money_agent.EXPECTED[wf]}
+    assert effects(tmp_path, wf) == ACCOUNTS[wf]  # each account exactly once: nobody's result served to another
+    rep = replay(trace)
+    assert rep.state == "DONE" and rep.returned == money_agent.EXPECTED[wf]
+    intents = [r for r in records(trace) if r["kind"] == "transition" and r["to"] == "ACT"]
+    assert {r["task"] for r in intents} == {"1", "2"}  # alice's task is "1", bob's "2", on both sides of the crash
+    again = harness.rerun(trace, workflow=getattr(money_agent, wf))
+    assert again.equal and again.live_calls == 0
+
+
+def test_each_task_is_served_its_own_result_when_the_recording_went_the_other_way(folder: Path) -> None:
+    """The issue's case, in one process: bob's charge was recorded first, alice's was in flight; on resume alice's
+    task comes first and must not take bob's recorded result (equal args as redacted)."""
+    trace = killed(folder, "pay", "in-charge-alice")
+    assert effects(folder, "pay") == ["bob"]
+    order = [(r.get("task"), r["args"]) for r in records(trace) if r["kind"] == "transition" and r["to"] == "ACT"]
+    assert order == [("2", {"api_key": "[REDACTED]", "cents": 500}), ("1", {"api_key": "[REDACTED]", "cents": 500})]
+    out = money_agent.pay.run(trace=trace, resume=True)
+    assert out.state == "DONE" and out.result == money_agent.EXPECTED["pay"]
+    assert effects(folder, "pay") == ["alice", "bob"]
+
+
+# --- a trace written before tasks were named ---------------------------------------------------------------
+
+
+def test_an_unnamed_trace_refuses_a_call_two_recorded_calls_match_only_as_redacted(folder: Path) -> None:
+    trace = killed(folder, "pay", "in-charge-alice", how="unnamed")
+    assert b'"task"' not in trace.read_bytes()
+    intents = [r["seq"] for r in records(trace) if r["kind"] == "transition" and r["to"] == "ACT"]
+    before, made = trace.read_bytes(), effects(folder, "pay")
+    with pytest.raises(AmbiguousCall) as e:
+        money_agent.pay.run(trace=trace, resume=True)
+    assert e.value.seqs == intents  # bob's (done) and alice's (in flight): both named
+    said = str(e.value)
+    assert f"seq {intents[0]} and seq {intents[1]}" in said
+    assert "nothing was called live and nothing was written" in said
+    assert trace.read_bytes() == before and effects(folder, "pay") == made  # nothing written, nobody charged
+
+
+def test_an_unnamed_trace_refuses_a_crossing_of_a_task_that_matches_only_as_redacted(folder: Path) -> None:
+    async def echo(request: dict[str, Any]) -> dict[str, Any]:
+        return {"for": money_agent.OWNER[request["api_key"]]}
+
+    @harness.workflow
+    async def both() -> list[Any]:
+        asks = (harness.allm({"api_key": key, "q": "balance"}, echo) for key in money_agent.KEYS.values())
+        return list(await asyncio.gather(*asks))
+
+    trace = folder / "run.jsonl"
+    with unnamed():
+        assert both.run(trace=trace).result == [{"for": "alice"}, {"for": "bob"}]
+    crossings = [c.seq for c in replay(trace).crossings]
+    with pytest.raises(AmbiguousCall) as e:
+        harness.rerun(trace, workflow=both, out=folder / "again.jsonl")
+    assert e.value.seqs == crossings and "llm crossing of concurrent task 1" in str(e.value)
+
+
+def test_an_unnamed_trace_without_secrets_resumes_and_reruns_as_before(folder: Path) -> None:
+    calls: list[str] = []
+
+    async def model(request: dict[str, Any]) -> str:
+        calls.append(request["q"])
+        return request["q"].upper()
+
+    @harness.workflow
+    async def plain() -> list[str]:
+        return list(await asyncio.gather(*(harness.allm({"q": q}, model) for q in ("a", "b"))))
+
+    trace = folder / "run.jsonl"
+    with unnamed():
+        assert plain.run(trace=trace).result == ["A", "B"]
+    again = harness.rerun(trace, workflow=plain, out=folder / "again.jsonl")
+    assert again.equal and again.live_calls == 0 and calls == ["a", "b"]
+    assert b'"task"' not in (folder / "again.jsonl").read_bytes()  # it goes on in its recording's way
+
+
+# --- how tasks are named ---------------------------------------------------------------------------------
+
+
+async def _echo(request: Any) -> Any:
+    return request
+
+
+def test_tasks_are_named_by_creation_order_at_any_depth(folder: Path) -> None:
+    async def leaf(tag: str) -> Any:
+        return await harness.allm({"tag": tag}, _echo)
+
+    async def branch(tag: str) -> list[Any]:
+        return list(await asyncio.gather(leaf(tag + ".a"), leaf(tag + ".b")))
+
+    @harness.workflow
+    async def tree() -> Any:
+        await leaf("root")
+        async with asyncio.TaskGroup() as group:
+            group.create_task(branch("x"))
+            group.create_task(leaf("y"))
+        return await asyncio.create_task(leaf("z"))
+
+    trace = folder / "run.jsonl"
+    assert tree.run(trace=trace).state == "DONE"
+    named = {r["request"]["tag"]: r.get("task") for r in records(trace) if r["kind"] == "crossing"}
+    assert named == {"root": None, "x.a": "1.1", "x.b": "1.2", "y": "2", "z": "3"}
+    assert sorted(named.values(), key=lambda t: task_of({"task": t} if t else {})) == [None, "1.1", "1.2", "2", "3"]
+    assert harness.rerun(trace, workflow=tree).equal
+
+
+def test_tasks_made_inside_a_call_are_not_counted(folder: Path) -> None:
+    """A tool's own tasks happen only when it runs live: counting them would rename the tasks after it on resume."""
+
+    async def busy() -> str:
+        await asyncio.gather(asyncio.sleep(0), asyncio.sleep(0))  # its own tasks (an HTTP client's, say)
+        return "done"
+
+    @harness.workflow
+    async def flow() -> Any:
+        await harness.acall(busy)
+        return await asyncio.gather(harness.allm({"n": 1}, _echo), harness.allm({"n": 2}, _echo))
+
+    trace = folder / "run.jsonl"
+    assert flow.run(trace=trace).state == "DONE"
+    assert [r.get("task") for r in records(trace) if r["kind"] == "crossing"] == ["1", "2"]
+    assert harness.rerun(trace, workflow=flow).equal  # served, the tool makes no task: the same names
+
+
+def test_a_run_without_concurrent_tasks_writes_no_task_field(folder: Path) -> None:
+    @harness.workflow
+    async def one_by_one() -> Any:
+        first = await harness.allm({"n": 1}, _echo)
+        return [first, await harness.acall(money_agent.CHARGE, api_key=money_agent.KEYS["bob"], cents=1)]
+
+    trace = folder / "run.jsonl"
+    assert one_by_one.run(trace=trace).state == "DONE"
+    assert b'"task"' not in trace.read_bytes()
+
+
+def test_the_loops_task_factory_is_kept_under_the_numbering_and_put_back(folder: Path) -> None:
+    made: list[str] = []
+
+    def mine(loop: asyncio.AbstractEventLoop, coro: Any, **kwargs: Any) -> asyncio.Task[Any]:
+        made.append(getattr(coro, "__qualname__", "?"))
+        return asyncio.Task(coro, loop=loop, **kwargs)
+
+    @harness.workflow
+    async def two() -> Any:
+        return await asyncio.gather(harness.allm({"n": 1}, _echo), harness.allm({"n": 2}, _echo))
+
+    async def main() -> Any:
+        loop = asyncio.get_running_loop()
+        loop.set_task_factory(mine)
+        out = await two.arun(trace=folder / "run.jsonl")
+        return out, loop.get_task_factory()
+
+    out, factory = asyncio.run(main())
+    assert out.state == "DONE" and factory is mine and made[:2] == ["allm", "allm"]  # made by the user's factory
+    assert [r.get("task") for r in records(folder / "run.jsonl") if r["kind"] == "crossing"] == ["1", "2"]
+
+
+# --- the reader: the field's one spelling ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("bad", ["0", "01", "1.", ".1", "1..2", "a", "", 2, None, ["1"]])
+def test_the_reader_refuses_a_task_in_another_spelling(folder: Path, bad: Any) -> None:
+    trace = folder / "run.jsonl"
+    assert money_agent.pay.run(trace=trace).state == "DONE"
+    for kind in ("crossing", "transition"):
+        copy = folder / f"{kind}.jsonl"
+        copy.write_bytes(trace.read_bytes())
+        seq = next(r["seq"] for r in records(copy) if r["kind"] == kind and "task" in r)
+        rewrite(copy, seq, lambda r: r.update(task=bad))
+        with pytest.raises(TraceCorruption) as e:
+            replay(copy)
+        assert (e.value.reason, e.value.seq) == ("malformed", seq)
+
+
+def test_well_formed_task_names() -> None:
+    assert all(well_formed(t) for t in ("1", "2", "10", "2.1", "3.10.7"))
+    assert task_of({"kind": "crossing"}) == () and task_of({"task": "2.10"}) == (2, 10)
