@@ -56,6 +56,7 @@ diff engine).
 
 from __future__ import annotations
 
+import heapq
 import os
 import re
 import stat
@@ -70,6 +71,7 @@ from .._errors import HarnessError, TraceUnreadable
 from ..storage import blobs as _blobs
 from ..storage import local_copy
 from ..trace.reader import Replay, attempt_of, replay
+from ..trace.tasks import TASK, task_of
 from .behavior import BOUNDARIES, VIEW, Behavior
 from .fieldpath import MARKER, Path, mark, parse
 from .stream import http_view
@@ -325,12 +327,22 @@ def _trace_of(source: Any) -> Any:
 def behave(records: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
     """Records (payloads inline, in the view's order) with each model and tool call as its behavior view.
 
+    The run's own id, wherever a value holds it (an idempotency key a server
+    echoes back), reads `<run>`.
+
     A mapped record keeps its other fields (`agent`, `vc`, `seq`, ...: the
     fixed rules drop what they drop); any other record is passed as it is.
     """
     behavior = Behavior()
     out: list[Mapping[str, Any]] = []
+    run: bytes | None = None  # the run's id: in a key a server echoes back, a tool's result names it
     for rec in records:
+        if rec.get("kind") == "header" and isinstance(rec.get("run_id"), str) and len(rec["run_id"]) >= 8:
+            run = rec["run_id"].encode()
+        elif run is not None:
+            data = orjson.dumps(rec)
+            if run in data:
+                rec = orjson.loads(data.replace(run, b"<run>"))
         mapped = behavior.view(rec)
         if mapped is None:
             out.append(rec)
@@ -340,8 +352,60 @@ def behave(records: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
 
 
 def mapped(record: Mapping[str, Any]) -> bool:
-    """Whether the behavior view may change this record (a model or tool call through a door)."""
-    return record.get("kind") == "crossing" and record.get("boundary") in BOUNDARIES
+    """Whether the behavior view may change this record or its place (a call through a door; a task's call)."""
+    return TASK in record or (record.get("kind") == "crossing" and record.get("boundary") in BOUNDARIES)
+
+
+def by_task(records: Sequence[Mapping[str, Any]]) -> list[int]:
+    """The behavior view's order of records: concurrent calls in the order their tasks were created.
+
+    A run of consecutive records of one agent that carry a `task` (calls its
+    concurrent tasks made, written in the order they finished) is put in
+    order of task (`task_of`: creation order), except that two records of
+    related tasks (the same task, or one an ancestor of the other) keep the
+    order they were written in: a task's own calls in the order it made
+    them, and a task's call after a subtask it awaited after that subtask's.
+    So only calls that ran concurrently move, and the result is the same
+    whichever of them finished first.
+    """
+    order = list(range(len(records)))
+    n = 0
+    while n < len(records):
+        if TASK not in records[n]:
+            n += 1
+            continue
+        end, agent = n, records[n].get("agent")
+        while end < len(records) and TASK in records[end] and records[end].get("agent") == agent:
+            end += 1
+        order[n:end] = _by_task(records, n, end)
+        n = end
+    return order
+
+
+def _by_task(records: Sequence[Mapping[str, Any]], lo: int, hi: int) -> list[int]:
+    """Records lo to hi in task order, related tasks' records kept in trace order (a priority topological sort)."""
+    tasks = [task_of(dict(records[i])) for i in range(lo, hi)]
+    if tasks == sorted(tasks):
+        return list(range(lo, hi))  # already in the view's order: nothing finished out of turn
+    after: list[list[int]] = [[] for _ in tasks]  # each record's related successors in the trace
+    waits = [0] * len(tasks)
+    for j, b in enumerate(tasks):
+        for i in range(j):
+            a = tasks[i]
+            if a[: len(b)] == b or b[: len(a)] == a:  # related: the same task, or an ancestor of the other
+                after[i].append(j)
+                waits[j] += 1
+    ready = [(t, i) for i, t in enumerate(tasks) if not waits[i]]
+    heapq.heapify(ready)
+    out = []
+    while ready:
+        _, i = heapq.heappop(ready)
+        out.append(lo + i)
+        for j in after[i]:
+            waits[j] -= 1
+            if not waits[j]:
+                heapq.heappush(ready, (tasks[j], j))
+    return out
 
 
 def normalize(
@@ -392,7 +456,10 @@ def normalize_with(trace: Source, rules: Rules) -> list[dict[str, Any]]:
         if spawned:  # a run with agents: its records in the canonical causal order
             order = sorted(range(len(raw)), key=keys.__getitem__)
             raw = [raw[i] for i in order]
-        return [normalize_record(r, rules=rules) for r in (behave(raw) if rules.behavior else raw)]
+        if not rules.behavior:
+            return [normalize_record(r, rules=rules) for r in raw]
+        # concurrent calls in the order of their tasks; each call in the view's shape
+        return [normalize_record(r, rules=rules) for r in behave([raw[i] for i in by_task(raw)])]
     loaded = Loaded.load(trace, rules)
     return [normalize_record(loaded.record(i), rules=rules) for i in range(len(loaded))]
 
@@ -577,7 +644,8 @@ class Loaded:
                 order = sorted(range(len(records)), key=lambda i: causal_key(records[i], seqs[i]))
                 records, seqs = [records[i] for i in order], [seqs[i] for i in order]
             if rules.behavior and any(mapped(r) for r in records):
-                records = behave(records)
+                order = by_task(records)
+                records, seqs = behave([records[i] for i in order]), [seqs[i] for i in order]
             return cls("<records>", records=records, seqs=seqs, rules=rules)
         what = type(source).__name__
         raise HarnessError(f"cannot read a trace from a {what}; pass a path, a Replay, an Outcome or a list of records")
@@ -604,8 +672,9 @@ class Loaded:
             order = sorted(range(len(records)), key=lambda i: causal_key(records[i], i + 1))
             ordered: list[Mapping[str, Any]] = [records[i] for i in order]
             seqs = [i + 1 for i in order]
-            if calls:
-                ordered = behave(ordered)
+            if calls:  # concurrent calls in the order of their tasks; each call in the view's shape
+                tasks = by_task(ordered)
+                ordered, seqs = behave([ordered[i] for i in tasks]), [seqs[i] for i in tasks]
             loaded = cls(path, records=ordered, seqs=seqs, torn_tail=rep.torn_tail, rules=rules)
             loaded.causal, loaded.held = rep._tail.clocks is not None, True
             return loaded
