@@ -100,6 +100,13 @@ def run_framework(flow: str, *args: str) -> Any:
     return run
 
 
+def run_mcp(trace: Path) -> None:
+    """A workflow over a real MCP server over stdio (tests/mcp_server.py): its idempotent call's key names the run."""
+    import mcp_agent
+
+    assert mcp_agent.support.run(7, trace=trace).state == "DONE"
+
+
 DOORS = {
     "executor-http-chat": run_http("chat", False),
     "executor-http-async": run_http("chat", True),
@@ -109,12 +116,15 @@ DOORS = {
     "pydantic-ai-openai": run_framework("pai_flow", "openai"),
     "pydantic-ai-stream": run_framework("pai_flow", "openai-stream"),
     "agents-sdk": run_framework("oa_flow"),
+    "workflow-mcp": run_mcp,
 }
 
 
 @pytest.fixture(autouse=True)
 def tool_log(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("FRAMEWORK_LOG", str(tmp_path / "tools.log"))
+    monkeypatch.setenv("MCP_SERVER", str(Path(__file__).with_name("mcp_server.py")))  # for tests/mcp_agent.py
+    monkeypatch.setenv("TOOL_LOG", str(tmp_path / "mcp-tools.log"))
 
 
 @pytest.mark.parametrize("door", list(DOORS))
@@ -128,7 +138,7 @@ def test_two_runs_against_servers_that_make_up_ids_times_and_latency_give_the_sa
     raw = [view_bytes(t, view="raw", defaults=False) for t in traces]
     assert raw[0] != raw[1]  # what the servers made up
     calls = list(model_calls(harness.normalize(traces[0])))
-    assert calls and all(c["kind"] == "model_call" and "messages" in c for c in calls)
+    assert all(c["kind"] == "model_call" and "messages" in c for c in calls) and (calls or door == "workflow-mcp")
     text = traces[0].read_text()
     raw_ids = {w for w in ("chatcmpl-", "call_", "resp_", "pyd_ai_") if w in text}
     shown = view_bytes(traces[0]).decode()

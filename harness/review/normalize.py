@@ -328,7 +328,8 @@ def behave(records: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
     """Records (payloads inline, in the view's order) with each model and tool call as its behavior view.
 
     The run's own id, wherever a value holds it (an idempotency key a server
-    echoes back), reads `<run>`.
+    echoes back), reads `<run>`; a record's `task` is left out (give the
+    records in `by_task` order: the order is what the view keeps of it).
 
     A mapped record keeps its other fields (`agent`, `vc`, `seq`, ...: the
     fixed rules drop what they drop); any other record is passed as it is.
@@ -343,6 +344,8 @@ def behave(records: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
             data = orjson.dumps(rec)
             if run in data:
                 rec = orjson.loads(data.replace(run, b"<run>"))
+        if TASK in rec:  # its place in the view says it; its name counts tasks a framework makes for its own use
+            rec = {k: v for k, v in rec.items() if k != TASK}
         mapped = behavior.view(rec)
         if mapped is None:
             out.append(rec)
