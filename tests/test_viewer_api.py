@@ -885,6 +885,11 @@ def test_a_streamed_model_reply_reads_as_its_text_and_its_diff_marks_the_changed
         one = c.get(f"/api/runs/{ids['model']}/record?line={calls[1]['line']}").json()
         assert one["reply"] == {"message": {"content": f"echo: {stream_agent.QUESTIONS[1]}"}, "finish_reason": None}
         assert "chunks" in one["record"]["response"]  # the record as it is, for "the whole record"
+        assert one["view"] == {  # and as goldens and diffs hold it: what was asked and said
+            "kind": "model_call", "via": "http", "model": "test-model",
+            "messages": [{"role": "user", "text": stream_agent.QUESTIONS[1]}],
+            "reply": {"role": "assistant", "text": f"echo: {stream_agent.QUESTIONS[1]}"},
+        }  # fmt: skip
         assert one["forkable"]["value"]["stream"]["message"] == one["reply"]["message"]  # forks edit the message
         child = [b["note"] for b in c.get(f"/api/runs/{ids['model_fork']}/records").json()["records"]]
         assert stream_agent.FORKED in child
