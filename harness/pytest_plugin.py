@@ -10,11 +10,13 @@ is importable by name, which is how xdist's controller rebuilds it).
 What is compared is `normalize()`'s view under the project's rules:
 `[tool.harness]` in the rootdir's pyproject.toml (`golden_ignore`, field
 paths marked `<ignored>`; `golden_defaults = false` turns the default rules
-off), plus what one assertion adds: `golden_trace(ignore=[...],
-defaults=...)`. A golden is read through the same rules before it is
-compared, so one recorded before a rule was added (or by an older harness:
-a model stream as its chunks, a port) still matches; `--snapshot-update`
-writes it again as it would be written today.
+off; `golden_view = "raw"` compares each record as the trace holds it, not
+its behavior view), plus what one assertion adds: `golden_trace(ignore=[...],
+defaults=..., view=...)`. A golden is read through the same rules and view
+before it is compared, so one recorded before a rule was added (or by an
+older harness: a model stream as its chunks, a port, the raw view of golden
+format 2) still matches; `--snapshot-update` writes it again as it would be
+written today, and a golden of format 2 that differs says so first.
 
 The first line of a failure says what moved: the seq (in the received
 trace), kind, from -> to, step and attempt of the first record that differs,

@@ -16,13 +16,18 @@ otherwise reported whole. Unmatched stretches facing each other are
 then paired by identity and shape (kind, from, to, step, boundary): a paired record is
 "changed", with dotted field paths and old and new values; the rest are
 "inserted" or "removed". An inserted retry is therefore two inserted records
-(and the attempt numbers it moves), never a cascade of changes to the end.
+(and the attempt numbers it moves), never a cascade of changes to the end. A
+call (a model, tool or other crossing) removed in one place and inserted
+equal in another is one call "moved". What is compared is the behavior view
+(normalize.py) unless the rules say "raw".
 
 `Diff.as_json()` is a documented contract (`harness diff --format json`):
 {"equal", "first": {seq_a, seq_b, line_a, line_b, kind, from, to, step,
 attempt, changes: [{field, old, new}]} or null, "changed": [same shape],
-"inserted": [...], "removed": [...]} where inserted and removed entries are
-{seq, line, kind, from, to, step, attempt, record}. For a first divergence
+"inserted": [...], "removed": [...], "moved": [...], "notes": [str]} where
+inserted and removed entries are {seq, line, kind, from, to, step, attempt,
+record}, moved ones {seq_a, seq_b, line_a, line_b, kind, ..., record}, and
+notes say what to know first (a golden of an older format). For a first divergence
 that is an insertion, seq_a and line_a are null and changes is empty (a
 removal: seq_b and line_b). An absent field is null on its side.
 """

@@ -1,5 +1,12 @@
 """The deterministic view of a trace: what golden files hold and what diffs compare.
 
+Two views (`Rules.view`): "behavior", the default, in which each model and
+tool call a door recorded is its behavior view (`behavior.py`: harness's own
+shape, what a framework or server made up left out; `behave`), the run's
+own id in a value reads `<run>`, and calls of concurrent tasks come in the
+order their tasks were created (`by_task`); and "raw", each record as the
+trace holds it. Both apply the rules below.
+
 `normalize()` keeps what describes control flow and data (kinds, states,
 steps, attempts, tools, args, results, errors, checkpoints, crossings,
 resumes) and drops what changes between two runs of the same program: seq
@@ -44,10 +51,13 @@ Rules kept here:
 - a trace is validated by replay() before it is read: a corrupt or foreign
   file raises, it is never half-read.
 
-A golden file is the view as JSONL after one line naming its format and
-version (`GOLDEN_HEAD`); `Loaded` reads traces, golden files and lists of
-records alike, for the diff engine: a trace file is walked from either end
-and only the region the engine asks for is held in memory.
+A golden file is the view as JSONL after one line naming its format,
+version and view (`GOLDEN_HEAD`; a golden of an `OLDER` version still reads,
+through today's view, and `older()` says how to re-record it); `Loaded`
+reads traces, golden files and lists of records alike, for the diff engine:
+a trace file is walked from either end and only the region the engine asks
+for is held in memory, unless the behavior view maps a record of it (the
+view of a call depends on the calls before it): then it is held whole.
 
 `describe_record` says what a record is in a few words, for `show` and the
 diff's messages (here, not in diff: `harness show` then never loads the

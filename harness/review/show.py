@@ -10,9 +10,11 @@ replay() raises the TraceCorruption that names it.
 What a timeline line holds: the seq, what the record is (`PLAN -> ACT  step
 0, attempt 1`), then its fields as compact JSON, whole: a value is wrapped
 at the width, never cut, so a model prompt reads in full. Fields that only
-make sense to a machine (seq, ts, crc, hash) are left out; an http
-crossing's streamed model reply shows as the message its chunks add up to
-(`response.stream`: text, tool calls, finish reason); a `now()` reading
+make sense to a machine (seq, ts, crc, hash) are left out; a model or tool
+call a door recorded shows as its behavior view (`behavior.Behavior`, fed the
+trace's calls in order: a model call's new messages and what it said, not
+the whole history again); another http crossing's streamed model reply shows
+as the message its chunks add up to (`response.stream`); a `now()` reading
 is shown as a UTC time, so is a `sleep`'s wake-up time; a crash record
 shows its error and innermost frame, not its whole traceback; a fork's header names its `parent` and `branch`, and
 its records say whether they were `reused` from the parent, are the
@@ -20,7 +22,8 @@ its records say whether they were `reused` from the parent, are the
 
 Other views: `json` writes each line exactly as read; `record` one record in
 full, indented; `golden` the normalized view (the git textconv), which
-refuses a corrupt trace before writing anything.
+refuses a corrupt trace before writing anything and holds the trace's view
+in memory (its calls' views depend on the calls before them).
 """
 
 from __future__ import annotations
