@@ -11,6 +11,7 @@ of two Pydantic AI runs that differ in one tool argument says only that.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import random
 from pathlib import Path
@@ -294,3 +295,33 @@ def test_the_raw_view_is_today_s_view() -> None:
     assert raw[1]["kind"] == "crossing" and raw[1]["response"]["body"]["id"] == "<ignored>"
     with pytest.raises(harness.HarnessError, match="view must be one of 'behavior', 'raw'"):
         harness.normalize(records, view="pretty")
+
+
+def test_show_prints_a_model_call_as_its_new_messages_and_what_it_said(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    trace = tmp_path / "run.jsonl"
+    run_framework("oa_flow")(trace)  # the Agents SDK sends the whole conversation on every call
+    assert trace.read_text().count('"content":"charge twice"') == 3
+    from harness import cli
+
+    assert cli.main(["show", str(trace), "--width", "120"]) == 0
+    shown = capsys.readouterr().out
+    assert shown.count("charge twice") == 1  # the prompt once, where it was new; not again with every call
+    assert 'said=→ charge {"a":0,"b":1}' in shown and "said=done after 2 tools" in shown
+    assert "chatcmpl-" not in shown and "__fake_id__" not in shown and "provider_data" not in shown
+    calls = [n for n, line in enumerate(shown.splitlines()) if 'model call "stub-model"' in line]
+    assert len(calls) == 3 and all(b - a < 24 for a, b in itertools.pairwise([*calls, len(shown.splitlines())]))
+
+
+def test_a_model_call_the_server_refused_shows_what_came_back() -> None:
+    request = {"method": "POST", "url": "http://127.0.0.1:9/v1/chat/completions",
+               "body": {"model": "m", "messages": [{"role": "user", "content": "hi"}]}}  # fmt: skip
+    refused = {"status": 429, "headers": {}, "body": {"error": {"message": "slow down"}}}
+    (call,) = model_calls(harness.normalize([{"kind": "crossing", "boundary": "http", "request": request,
+                                              "response": refused}]))  # fmt: skip
+    assert "reply" not in call and call["error"] == {"status": 429, "body": {"error": {"message": "slow down"}}}
+    gone = {"type": "httpx.ConnectError", "message": "refused"}
+    (call,) = model_calls(harness.normalize([{"kind": "crossing", "boundary": "http", "request": request,
+                                              "error": gone}]))  # fmt: skip
+    assert call["error"] == gone and call["messages"] == [{"role": "user", "text": "hi"}]

@@ -139,7 +139,10 @@ class Behavior:
             return None
         settings = {k: v for k, v in body.items() if k not in _NOT_SETTINGS and v is not None}
         reply, finish, usage, model = _http_reply(response)
-        return self._call("http", model or body.get("model"), settings, tools, output, sent, reply, finish, usage)
+        out = self._call("http", model or body.get("model"), settings, tools, output, sent, reply, finish, usage)
+        if reply is None and isinstance(response, dict):  # an error status, a body it does not read: what came back
+            out["error"] = {k: response[k] for k in ("status", "body", "chunks") if k in response}
+        return out
 
     def _pydantic_ai(self, request: Any, response: Any) -> dict[str, Any]:
         """A Pydantic AI model request: its new messages on the conversation its history digest names."""
@@ -161,6 +164,8 @@ class Behavior:
         out = self._call("pydantic_ai", model, settings, tools, output, sent, reply, finish, usage, prior, scope)
         digest = hashlib.sha256(f"{history or ''}{orjson.dumps(new).decode()}".encode()).hexdigest()[:32]
         self._digests[digest] = self._calls[-1]  # harness.pydantic_ai's digest of everything sent so far
+        if len(self._digests) > 1024:  # a request continues a recent one: the oldest are let go
+            del self._digests[next(iter(self._digests))]
         return out
 
     def _agents(self, request: Any, response: Any, streamed: bool) -> dict[str, Any]:
