@@ -21,6 +21,7 @@ from importlib import import_module as _import  # (no `from __future__ import an
 from typing import TYPE_CHECKING, Any
 
 from ._errors import (
+    AmbiguousCall,
     HarnessError,
     HttpRecordingError,
     JournalError,
@@ -125,6 +126,7 @@ def __dir__() -> list[str]:
 
 __all__ = [
     "MARKER",
+    "AmbiguousCall",
     "Artifact",
     "AsyncHandle",
     "BundleError",

@@ -13,8 +13,8 @@ calls are recorded first, and which a resume serves at once, so alice's calls ar
 the same key, no second effect. Every effect is noted in $WF_LEDGER/<tool> (one line per effect: the
 account, then the key), so a test sees who was charged how often; `$WF_KILL` names a point where
 the process waits to be killed (workflow_agent.point): `in-<tool>-<who>` (intent written, no effect yet),
-`<tool>ed-<who>` (the effect made, its result not written), `after-<tool>-<who>` (its result written), and
-`in-quote-<who>` (a crossing in flight).
+`<tool>ed-<who>` (the effect made, its result not written), `after-<tool>-<who>` (its result written),
+`in-quote-<who>` (a crossing in flight) and `after-quote-<who>` (written): every gap between two records.
 """
 
 from __future__ import annotations
@@ -77,7 +77,9 @@ DEPOSIT = harness.Tool(deposit, idempotent=True)
 async def _quoted(who: str) -> int:
     if who != "alice":  # (bob's price is known)
         return 500
-    return int((await harness.allm({"who": who}, quote))["cents"])
+    cents = int((await harness.allm({"who": who}, quote))["cents"])
+    point(f"after-quote-{who}")
+    return cents
 
 
 async def charge_one(who: str) -> dict[str, Any]:
@@ -111,9 +113,14 @@ EXPECTED = {
     "settle": [{"paid": f"acct-{who}", "cents": 500} for who in PEOPLE],
 }
 POINTS = {
-    "pay": ["in-quote-alice", *(f"{p}-{who}" for who in PEOPLE for p in ("in-charge", "charged", "after-charge"))],
+    "pay": [
+        "in-quote-alice",
+        "after-quote-alice",
+        *(f"{p}-{who}" for who in PEOPLE for p in ("in-charge", "charged", "after-charge")),
+    ],
     "settle": [
         "in-quote-alice",
+        "after-quote-alice",
         *(
             f"{p}-{who}"
             for who in PEOPLE

@@ -23,13 +23,14 @@ from typing import Any
 import money_agent
 import pytest
 from children import ZYGOTE, kill_at
+from hypothesis import given
+from hypothesis import strategies as st
 from test_workflow import rewrite
 from test_workflow_gather import records
 
 import harness
 import harness.runtime.workflow as _workflow
-from harness import TraceCorruption, replay
-from harness._errors import AmbiguousCall
+from harness import AmbiguousCall, TraceCorruption, replay
 from harness.trace.tasks import task_of, well_formed
 
 TESTS = Path(__file__).resolve().parent
@@ -268,6 +269,52 @@ def test_the_reader_refuses_a_task_in_another_spelling(folder: Path, bad: Any) -
         assert (e.value.reason, e.value.seq) == ("malformed", seq)
 
 
-def test_well_formed_task_names() -> None:
-    assert all(well_formed(t) for t in ("1", "2", "10", "2.1", "3.10.7"))
-    assert task_of({"kind": "crossing"}) == () and task_of({"task": "2.10"}) == (2, 10)
+@given(st.lists(st.integers(1, 10**9 - 1), min_size=1, max_size=8))
+def test_every_creation_path_has_one_spelling_that_reads_back(path: list[int]) -> None:
+    name = ".".join(map(str, path))
+    assert well_formed(name) and task_of({"task": name}) == tuple(path)
+    assert not well_formed(name + ".0") and not well_formed("0" + name) and not well_formed(name + ".")
+    assert task_of({"kind": "crossing"}) == ()  # the root task: no field
+
+
+def test_an_executors_async_planner_names_the_tasks_of_each_call_from_1(folder: Path) -> None:
+    """Each planner call is a root of its own: a resume calls the open step's planner again, and its tasks must
+    get the names they had."""
+
+    async def balance(request: dict[str, Any]) -> dict[str, Any]:
+        return {"who": money_agent.OWNER[request["api_key"]], "step": request["step"]}
+
+    async def planner(goal: Any, done: list[Any]) -> harness.Step | None:
+        if len(done) == 2:
+            return None
+        asks = (harness.allm({"api_key": key, "step": len(done)}, balance) for key in money_agent.KEYS.values())
+        seen = await asyncio.gather(*asks)
+        return harness.Step(f"s{len(done)}", "note", {"seen": [s["who"] for s in seen]})
+
+    def note(seen: list[str]) -> list[str]:
+        return seen
+
+    async def main() -> Any:
+        return await harness.Executor(planner=planner, tools={"note": note}, trace=folder / "run.jsonl").arun("g")
+
+    assert asyncio.run(main()).state == "DONE"
+    crossings = [r for r in records(folder / "run.jsonl") if r["kind"] == "crossing"]
+    assert [(r["task"], r["request"]["step"]) for r in crossings] == [("1", 0), ("2", 0), ("1", 1), ("2", 1)]
+    again = harness.rerun(folder / "run.jsonl", planner=planner, tools={"note": note})
+    assert again.equal and again.live_calls == 0
+
+
+def test_a_fork_keeps_each_tasks_recorded_calls_and_makes_the_branchs_live(folder: Path) -> None:
+    trace = folder / "run.jsonl"
+    assert money_agent.pay.run(trace=trace).state == "DONE"
+    quote = next(c.seq for c in replay(trace).crossings if c.kind == "llm")
+    child = folder / "fork.jsonl"
+    out = harness.fork(trace, at=quote, value={"cents": 700}, workflow=money_agent.pay, out=child)
+    assert out.state == "DONE" and replay(child).returned == [
+        {"charged": "alice", "cents": 700},
+        {"charged": "bob", "cents": 500},
+    ]
+    forked = records(child)
+    bob = [r for r in forked if r["kind"] == "transition" and r["to"] == "ACT" and r["task"] == "2"]
+    assert len(bob) == 1 and bob[0].get("reused") and bob[0]["seq"] < quote  # bob's charge: the parent's
+    assert effects(folder, "pay") == ["alice", "alice", "bob"]  # the fork charged alice (live), not bob again

@@ -628,7 +628,8 @@ class _Replaying(Session):
     def take(self, kind: str, request: Any, match: Match | None = None) -> tuple[Crossing, bool]:
         """The crossing to serve, and whether the new trace holds it already."""
         if self.again:  # as the resume did: what it served again first, by what it is
-            rec = take(self.again, kind, request, match, task=self.whose(self.again, kind, request, match))
+            task = self.whose(self.again, kind, request, match)
+            rec = take(self.again, kind, request, match, task=task, marker=self.redact.marker)
             if rec is not None:
                 self.served += 1
                 return rec, True

@@ -190,7 +190,8 @@ class Session:
         """The recorded crossing to use instead of a live call, or None to call live (see the module docstring)."""
         queue = self.queue()
         horizon = self.horizon()
-        rec = take(queue, kind, request, match, horizon, self.whose(queue, kind, request, match, horizon))
+        task = self.whose(queue, kind, request, match, horizon)
+        rec = take(queue, kind, request, match, horizon, task, self.redact.marker)
         if rec is not None:
             self.served += 1
             return rec
@@ -211,10 +212,11 @@ class Session:
     def whose(
         self, queue: Iterable[Crossing], kind: str, request: Any, match: Match | None, horizon: float = math.inf
     ) -> str | object | None:
-        """The task whose recorded crossings may answer this one: the task making it, in a recording that names
-        its tasks; ANY in one that does not (written before tasks were named), after refusing a crossing of a
-        task other than the root whose request the redaction changed and that a recorded one matches: it could
-        be a sibling's, whose secrets differ (AmbiguousCall, nothing served)."""
+        """The task whose recorded crossings answer this one: the task making it, in a recording that names its
+        tasks (another task's only when none of its own does and nothing was redacted: take()); ANY in one that
+        does not (written before tasks were named), after refusing a crossing of a task other than the root
+        whose request the redaction changed and that a recorded one matches: it could be a sibling's, whose
+        secrets differ (AmbiguousCall, nothing served)."""
         task = current_task()
         if self.tagged:
             return task
@@ -541,13 +543,16 @@ def take(
     match: Match | None,
     horizon: float = math.inf,
     task: str | object | None = ANY,
+    marker: str | None = None,
 ) -> Crossing | None:
     """The first crossing of queue (before seq horizon) that answers request, removed from queue; None if none does.
 
     The head is compared first: code that makes its crossings in the recorded
     order never searches. A crossing answers when it has the same kind and
     the same hash (of what match keeps of both requests), and was made by
-    `task` (unless ANY: Session.whose()).
+    `task` (unless ANY: Session.whose()); when none of task's does and the
+    request holds no `marker` (nothing was redacted: equal requests are the
+    same call), one of another task does.
     """
     if not queue or queue[0].seq >= horizon:
         return None
@@ -561,7 +566,9 @@ def take(
         if i and rec.kind == kind and (task is ANY or rec.task == task) and _key(rec, match) == key:
             del queue[i]
             return rec
-    return None
+    if task is ANY or marker is None or marked(marker, request):
+        return None
+    return take(queue, kind, request, match, horizon)
 
 
 def marked(marker: str, value: Any) -> bool:

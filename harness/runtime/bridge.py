@@ -35,7 +35,7 @@ from .._errors import HarnessError, internal
 from ..trace.clock import MAIN
 from .agents import Agents
 from .context import _agent, _current, _in_call
-from .tasks import root
+from .tasks import number_tasks, root
 from .tool import Tool, ToolSpec, spec_of
 
 if TYPE_CHECKING:
@@ -57,6 +57,7 @@ class Bridge:
             import asyncio
 
             self.loop = asyncio.new_event_loop()
+            number_tasks(self.loop)  # (a loop of its own: closed with the bridge)
             self._own = threading.Thread(target=self.loop.run_forever, name="harness-loop", daemon=True)
             self._own.start()
         return self
@@ -74,6 +75,7 @@ class Bridge:
         import concurrent.futures
 
         ctx = contextvars.copy_context()
+        ctx.run(root)  # each planner, tool or verifier call numbers its own tasks from 1 (a resume calls it again)
         done: concurrent.futures.Future[T] = concurrent.futures.Future()
 
         async def wrapped() -> T:

@@ -45,7 +45,7 @@ from ..trace.clock import MAIN
 from ..trace.line import canonical, check_value
 from ..trace.reader import replay
 from ..trace.tasks import TASK
-from .boundary import ANY, _Hold, _may_hold, patiently, rebuild
+from .boundary import ANY, _Hold, _may_hold, marked, patiently, rebuild
 from .context import _agent, _current, _in_call
 from .executor import NOT_SERVED, _Run, _Served, ainvoke, finished, invoke, served
 from .history import STEP, Item, Serving, Step
@@ -160,7 +160,8 @@ async def acall(tool: Any, /, **kwargs: Any) -> Any:
         shown = _shown(flow, spec, kwargs)
         item = await flow.serving.atake_held(STEP, spec.name, shown)
         if item is None and session.strict:  # a rerun: this call's intent goes where the recording has it
-            mine = _intent_of(spec.name, shown, current_task() if session.tagged else ANY)
+            own = session.tagged and marked(session.redact.marker, shown)  # (see Session.whose)
+            mine = _intent_of(spec.name, shown, current_task() if own else ANY)
     await _in_turn(flow, item, mine)
     try:
         intent = _begin(flow, spec, kwargs, item)
@@ -224,7 +225,7 @@ async def _in_turn(flow: Flow, item: Item | None, mine: Callable[[dict[str, Any]
 
 def _intent_of(tool: str, args: Any, task: str | object | None) -> Callable[[dict[str, Any]], bool]:
     """Whether a recorded record is the intent of a call of tool with args (as written: redacted) made by task
-    (any task when ANY: a recording that names none)."""
+    (any task when ANY: a recording that names none, or args with nothing redacted)."""
     return lambda r: (
         r["kind"] == "transition"
         and r["to"] == S.ACT

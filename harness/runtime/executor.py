@@ -81,6 +81,7 @@ from .context import _agent, _current, _in_call, _key
 from .environment import environment
 from .interrupt import Interrupted
 from .resume import NO_ANSWER, RESEAL, GoOn, main_event, marked, plan, start_over
+from .tasks import numbering
 from .tool import Tool, ToolSpec, spec_of
 
 
@@ -359,7 +360,8 @@ class Executor:
         bridge = Bridge(asyncio.get_running_loop())
         ex = copy.copy(self)
         ex.planner, ex.tools, ex.verifier = bridged(bridge, self.planner, self.tools, self.verifier)
-        return await asyncio.to_thread(functools.partial(ex.run, goal, answer=answer))
+        with numbering():  # the tasks each planner, tool or verifier call creates are named (tasks.py)
+            return await asyncio.to_thread(functools.partial(ex.run, goal, answer=answer))
 
     def _start(
         self, journal: Journal, goal: Any, run_id: str, *, session: Session | None = None, **lineage: Any

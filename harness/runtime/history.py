@@ -207,15 +207,23 @@ class Serving(Session):
         task = self.whose_call(held, kind, request, key) if space == STEP else ANY  # (only calls name their task)
         for i, item in enumerate(held):
             if item.space == space and item.kind == kind and item.key == key and (task is ANY or item.task == task):
-                del held[i]
-                self.served += 1
-                self.reached(item.vc)
-                return item
+                return self._served(held, i)
+        if task is not ANY and not marked(self.redact.marker, request):  # (equal args, none redacted: the same
+            for i, item in enumerate(held):  # call, whichever task makes it; see Session.whose)
+                if item.space == space and item.kind == kind and item.key == key:
+                    return self._served(held, i)
         if _may_hold.get():
             raise _Hold
         drift = self.drift_from(held[0], space, kind, request)
         self.failure = self.failure or drift
         raise drift
+
+    def _served(self, held: deque[Item], i: int) -> Item:
+        item = held[i]
+        del held[i]
+        self.served += 1
+        self.reached(item.vc)
+        return item
 
     def whose_call(self, held: deque[Item], kind: str, request: Any, key: bytes) -> str | object | None:
         """Session.whose() for a tool call: the task whose recorded calls may answer it (ANY in a trace that names

@@ -86,6 +86,14 @@ def _over(previous: Factory | None) -> Factory:
     return factory
 
 
+def number_tasks(loop: asyncio.AbstractEventLoop) -> None:
+    """Name the tasks created on loop from code that runs as a root task (see root()), for as long as the loop
+    lives: a loop harness made for itself (bridge.py)."""
+    found: Any = loop.get_task_factory()
+    if not hasattr(found, "runs"):
+        loop.set_task_factory(_over(found))
+
+
 @contextlib.contextmanager
 def numbering() -> Iterator[None]:
     """For the length of the block, the code running here is a root task whose tasks are numbered."""
