@@ -587,6 +587,7 @@ def test_diff_is_harness_diff_with_the_first_divergence(client: TestClient, fold
         len(engine.removed),
     )
     assert [m["op"] for m in d["moved"]] == [m.op for m in engine.moved]
+    assert (d["relocated"], d["notes"]) == (len(engine.relocated), list(engine.notes))
     same = client.get(f"/api/diff?a={ids['done']}&b={ids['done']}").json()
     assert same["equal"] is True and same["moved"] == []
     assert client.get("/api/diff?a=corrupt&b=corrupt").status_code == 400  # a corrupt trace cannot be diffed

@@ -43,7 +43,9 @@ Rules kept here:
   except in a run with agents, whose records come in one canonical linear
   extension of happens-before (`causal_key`: the sum of the clock, then the
   agent; within an agent its own order), so the view of a concurrent run is
-  the same however its threads interleaved;
+  the same however its threads interleaved; and, in the behavior view, the
+  calls of an agent's concurrent tasks, in the order the tasks were created
+  (`by_task`);
 - the same keys come out in the same order every time (kind, then ORDER,
   then the rest sorted; nested objects sorted), so a run renders to the
   same bytes whenever it behaves the same;

@@ -647,6 +647,7 @@ def _diff_of(v: Viewer, a: str, b: str) -> dict[str, Any]:
         "a": a, "b": b, "equal": d.equal, "records_a": d.records_a, "records_b": d.records_b,
         "headline": d.headline(), "counts": d.counts(), "first": first.first_json() if first else None,
         "changed": len(d.changed), "inserted": len(d.inserted), "removed": len(d.removed), "total": len(d.moved),
+        "relocated": len(d.relocated), "notes": list(d.notes),
         "moved": [
             {"op": m.op, "describe": m.describe(), **m.first_json(), "marks": marked_changes(m), "record": m.record}
             for m in d.moved[:DIFF_SHOWN]
