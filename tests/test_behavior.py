@@ -101,6 +101,27 @@ def run_framework(flow: str, *args: str) -> Any:
     return run
 
 
+@harness.workflow
+async def oa_streamed(url: str) -> str:
+    """The Agents SDK agent of tests/framework_agent.py, its model calls streamed (`openai_agents.stream`)."""
+    import framework_agent
+
+    from harness.openai_agents import Runner
+
+    result = Runner.run_streamed(framework_agent.oa_agent(url), "charge twice")
+    async for _ in result.stream_events():
+        pass
+    return str(result.final_output)
+
+
+def run_oa_streamed(trace: Path) -> None:
+    server = AgentServer(fresh=True)
+    try:
+        assert oa_streamed.run(server.url, trace=trace).result == "done after 2 tools"
+    finally:
+        server.stop()
+
+
 def run_mcp(trace: Path) -> None:
     """A workflow over a real MCP server over stdio (tests/mcp_server.py): its idempotent call's key names the run."""
     import mcp_agent
@@ -117,6 +138,7 @@ DOORS = {
     "pydantic-ai-openai": run_framework("pai_flow", "openai"),
     "pydantic-ai-stream": run_framework("pai_flow", "openai-stream"),
     "agents-sdk": run_framework("oa_flow"),
+    "agents-sdk-stream": run_oa_streamed,
     "workflow-mcp": run_mcp,
 }
 
@@ -325,3 +347,46 @@ def test_a_model_call_the_server_refused_shows_what_came_back() -> None:
     (call,) = model_calls(harness.normalize([{"kind": "crossing", "boundary": "http", "request": request,
                                               "error": gone}]))  # fmt: skip
     assert call["error"] == gone and call["messages"] == [{"role": "user", "text": "hi"}]
+
+
+def test_reasoning_text_stays_and_its_signature_and_ids_go() -> None:
+    thinking = {"part_kind": "thinking", "content": "the user wants two charges", "id": "rs_9f", "signature": "c2ln"}
+    call = {"part_kind": "tool-call", "tool_name": "charge", "args": {"a": 0}, "tool_call_id": "pyd_ai_" + "0" * 32}
+    output = [{"name": "final_result", "parameters_json_schema": {"type": "object"}}]
+    pai = {"kind": "crossing", "boundary": "pydantic_ai.model",
+           "request": {"op": "m", "history": None, "new": [{"kind": "request", "parts": [
+               {"part_kind": "user-prompt", "content": "charge"}]}], "settings": {"temperature": 0, "stop": ["END"]},
+               "parameters": {"function_tools": [], "output_mode": "tool", "output_object": None,
+                              "output_tools": output}},
+           "response": {"kind": "response", "parts": [thinking, call], "model_name": "m", "finish_reason": "tool_call",
+                        "provider_details": {"signature_version": 3}}}  # fmt: skip
+    (view,) = model_calls(harness.normalize([pai]))
+    assert view["reply"] == {
+        "role": "assistant", "reasoning": "the user wants two charges",
+        "tool_calls": [{"args": {"a": 0}, "id": "call-1", "name": "charge"}],
+    }  # fmt: skip
+    assert view["settings"] == {"stop": ["END"], "temperature": 0}
+    assert view["output"] == {"mode": "tool", "tools": [{"name": "final_result", "parameters": {"type": "object"}}]}
+    item = {"type": "reasoning", "id": "rs_1", "encrypted_content": "gAAAA", "summary": [{"type": "summary_text",
+            "text": "look it up first"}]}  # fmt: skip
+    body = {
+        "object": "response",
+        "id": "resp_1",
+        "status": "completed",
+        "model": "o4",
+        "output": [
+            item,
+            {"type": "function_call", "id": "fc_1", "call_id": "call_x", "name": "look", "arguments": "{}"},
+        ],
+    }
+    request = {"method": "POST", "url": "https://api.openai.com/v1/responses",
+               "body": {"model": "o4", "input": "go", "reasoning": {"effort": "low"}}}  # fmt: skip
+    http = {"kind": "crossing", "boundary": "http", "request": request,
+            "response": {"status": 200, "headers": {}, "body": body}}  # fmt: skip
+    (view,) = model_calls(harness.normalize([http]))
+    assert view["reply"] == {
+        "role": "assistant", "reasoning": "look it up first",
+        "tool_calls": [{"args": {}, "id": "call-1", "name": "look"}],
+    }  # fmt: skip
+    assert view["settings"] == {"reasoning": {"effort": "low"}} and view["finish"] == "completed"
+    assert b"gAAAA" not in orjson.dumps(view) and b"rs_" not in orjson.dumps(view)
