@@ -18,6 +18,7 @@ from ._errors import HarnessError
 
 if TYPE_CHECKING:
     from ._errors import TraceCorruption
+    from .review.normalize import Rules
 
 Setup = Callable[[argparse.ArgumentParser], None]
 Command = Callable[[argparse.Namespace], int]
@@ -52,6 +53,27 @@ def _show_setup(p: argparse.ArgumentParser) -> None:
         help="wrap long values at N characters (default: the terminal's width, else 100)",
     )  # fmt: skip
     p.add_argument("--vector", action="store_true", help="print each record's agent and vector clock")
+    _rules_args(p)
+
+
+def _rules_args(p: argparse.ArgumentParser) -> None:
+    """--config and --ignore: the review rules (harness.normalize's), as the project holding the trace sets them."""
+    p.add_argument(
+        "--config", metavar="PYPROJECT",
+        help="read [tool.harness] from this pyproject.toml (default: the nearest one with that table at or above "
+        "the trace, else the current directory's)",
+    )  # fmt: skip
+    p.add_argument(
+        "--ignore", action="append", default=[], metavar="PATH",
+        help="leave this field out (repeatable): request.url, response.body.usage, *.id; "
+        "added to the project's [tool.harness] golden_ignore",
+    )  # fmt: skip
+
+
+def _rules(args: argparse.Namespace, *traces: str, defaults: bool | None = None) -> Rules:
+    from .review.normalize import rules_for
+
+    return rules_for(*traces, config=args.config, ignore=args.ignore, defaults=defaults)
 
 
 @command(
@@ -73,7 +95,10 @@ def _show(args: argparse.Namespace) -> int:
         view = "golden" if args.golden else "json" if args.json else "record"
     width = args.width or shutil.get_terminal_size((100, 24)).columns
     try:
-        shown = show_trace(args.trace, sys.stdout.write, view=view, width=width, seq=args.record, vector=args.vector)
+        shown = show_trace(
+            args.trace, sys.stdout.write, view=view, width=width, seq=args.record, vector=args.vector,
+            rules=_rules(args, args.trace),
+        )  # fmt: skip
     except TraceCorruption as e:
         sys.stdout.flush()  # what came before the damage, then the damage
         return _corruption(e)
@@ -144,11 +169,7 @@ def _diff_setup(p: argparse.ArgumentParser) -> None:
     p.add_argument("a", help="a trace (or golden file)")
     p.add_argument("b", help="the trace to compare it with")
     p.add_argument("--format", choices=("text", "markdown", "json"), default="text", help="default: text")
-    p.add_argument(
-        "--ignore", action="append", default=[], metavar="PATH",
-        help="leave this field out (repeatable): request.url, response.body.usage, *.id; "
-        "added to [tool.harness] golden_ignore of the nearest pyproject.toml",
-    )  # fmt: skip
+    _rules_args(p)
     p.add_argument(
         "--no-defaults", action="store_true",
         help="compare what the default rules leave out (a loopback port, request ids, a model response's ids)",
@@ -164,10 +185,9 @@ def _diff(args: argparse.Namespace) -> int:
     import orjson
 
     from .review.diff import diff
-    from .review.normalize import project_rules
 
-    rules = project_rules(os.getcwd())[0].plus(args.ignore, False if args.no_defaults else None)
-    view = "raw" if args.raw else "behavior"
+    rules = _rules(args, args.a, args.b, defaults=False if args.no_defaults else None)
+    view = "raw" if args.raw else rules.view
     result = diff(args.a, args.b, ignore=rules.ignore, defaults=rules.defaults, view=view)
     if args.format == "json":
         sys.stdout.buffer.write(orjson.dumps(result.as_json(), option=orjson.OPT_INDENT_2) + b"\n")
@@ -567,15 +587,17 @@ def _serve_setup(p: argparse.ArgumentParser) -> None:
         "--allow-remote-fork", action="store_true",
         help="allow --agent with a --host other machines can reach (anyone who reaches it can run forks)",
     )  # fmt: skip
+    _rules_args(p)
 
 
 @command("serve", "Browse runs in a web browser, live while they are written (needs harness-trace[web]).", _serve_setup)
 def _serve(args: argparse.Namespace) -> int:
+    from .storage import runs_dir
     from .viewer import serve
 
     serve(
         args.folder, host=args.host, port=args.port, agent=args.agent, workflow=args.workflow,
-        allow_remote_fork=args.allow_remote_fork,
+        allow_remote_fork=args.allow_remote_fork, rules=_rules(args, runs_dir(args.folder)),
     )  # fmt: skip
     return 0
 

@@ -437,3 +437,60 @@ def test_show_into_a_pipe_closed_early_stops_quietly(tmp_path: Path) -> None:
     child.stdout.close()  # as `harness show trace | head -1` does
     _, err = child.communicate(timeout=60)
     assert (child.returncode, err) == (0, b"")  # not "read failed: Broken pipe", which blamed the trace
+
+
+# --- the rules of the project that holds the trace, wherever the command runs ---------------------------------
+
+
+def project(tmp_path: Path) -> tuple[Path, Path]:
+    """A project whose [tool.harness] ignores the goal, holding two runs that differ only in their goal, in a
+    package of its own whose pyproject.toml sets no rules (passed by: the project's are the nearest with them)."""
+    root = tmp_path / "project"
+    (root / "agent" / "runs").mkdir(parents=True)
+    (root / "pyproject.toml").write_text('[project]\nname = "p"\n\n[tool.harness]\ngolden_ignore = ["goal"]\n')
+    (root / "agent" / "pyproject.toml").write_text('[project]\nname = "agent"\n')
+    a, b = root / "agent" / "runs" / "a.jsonl", root / "agent" / "runs" / "b.jsonl"
+    for trace, goal in ((a, "the goal of run a"), (b, "the goal of run b")):
+        Executor(planner=fixed_plan(steps(1)), tools={"work": counter()}, trace=trace).run(goal)
+    (tmp_path / "elsewhere").mkdir()
+    return a, b
+
+
+def test_diff_and_show_read_the_rules_of_the_project_that_holds_the_trace(tmp_path: Path) -> None:
+    a, b = project(tmp_path)
+    elsewhere = tmp_path / "elsewhere"
+    done = subprocess.run([HARNESS, "diff", a, b], cwd=elsewhere, capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr  # the project ignores the goal: nothing else differs
+    shown = subprocess.run([HARNESS, "show", "--width", "1000", a], cwd=elsewhere, capture_output=True, text=True)
+    assert shown.returncode == 0 and "<ignored>" in shown.stdout and "the goal of run a" not in shown.stdout
+    golden = harness("show", "--golden", a, cwd=elsewhere)
+    assert '"goal":"<ignored>"' in golden.stdout and "the goal of run a" not in golden.stdout
+    assert "the goal of run a" in harness("show", "--json", a, cwd=elsewhere).stdout  # the record as read: all of it
+
+
+def test_config_names_the_rules_and_ignore_adds_to_them(tmp_path: Path) -> None:
+    a, b = project(tmp_path)
+    other = tmp_path / "elsewhere" / "pyproject.toml"
+    other.write_text("[tool.harness]\ngolden_ignore = []\n")
+    assert harness("diff", a, b, "--config", other, cwd=tmp_path).returncode == 1  # its rules, not the project's
+    assert harness("diff", a, b, "--config", other, "--ignore", "goal", cwd=tmp_path).returncode == 0
+    shown = harness("show", "--width", "1000", a, "--config", other, "--ignore", "tools", cwd=tmp_path).stdout
+    assert "the goal of run a" in shown and 'tools="<ignored>"' in shown and "at-least-once" not in shown
+    loose = tmp_path / "loose"
+    loose.mkdir()
+    (loose / "a.jsonl").write_bytes(a.read_bytes())
+    (loose / "b.jsonl").write_bytes(b.read_bytes())  # outside any project, and run from outside too
+    assert harness("diff", loose / "a.jsonl", loose / "b.jsonl", cwd=tmp_path / "elsewhere").returncode == 1
+    assert harness("diff", loose / "a.jsonl", loose / "b.jsonl", "--ignore", "goal", cwd=tmp_path).returncode == 0
+
+
+@pytest.mark.parametrize("command", ["diff", "show"])
+def test_a_config_that_is_missing_or_sets_no_rules_is_refused_naming_it(tmp_path: Path, command: str) -> None:
+    a, b = project(tmp_path)
+    traces = [a, b] if command == "diff" else [a]
+    bare = tmp_path / "elsewhere" / "pyproject.toml"
+    bare.write_text('[project]\nname = "bare"\n')
+    for config, problem in ((tmp_path / "nope.toml", "no such file"), (bare, "no [tool.harness] table")):
+        out = harness(command, *traces, "--config", config)
+        assert out.returncode == 2 and f"{config}: {problem}" in out.stderr and "Traceback" not in out.stderr
+        assert out.stdout == ""

@@ -84,15 +84,19 @@ def test_the_quick_start_is_two_commands_light_first() -> None:
     assert shlex.split(install) == ["pip", "install", "-e", "."], "the first installs the library alone"
     assert run.startswith("python examples/") and (ROOT / shlex.split(run)[1]).is_file()
     *installs, run = second.split(" && ")
-    assert shlex.split(installs[-1])[-2:] == ["-e", ".[test]"], "the second installs the test extras"
+    assert shlex.split(installs[-1])[-4:] == ["-r", "requirements/test.lock", "-e", ".[test]"], (
+        "the second installs the test extras at the versions the lock pins"
+    )
     assert shlex.split(run)[:3] == ["python", "-m", "pytest"], "the second runs the whole suite"
 
 
 def test_ci_runs_exactly_the_quick_start() -> None:
     script = (ROOT / ".ci" / "run").read_text(encoding="utf-8").splitlines()
     pip_onward = [s for s in script if s.startswith(("pip ", "python "))]
-    assert pip_onward == quick_start(), ".ci/run and the README's Quick start must run the same two commands"
-    assert script[-2:] == quick_start(), ".ci/run ends with the two commands, nothing after them"
+    compat = ["python .ci/compat"]  # then the framework tests at both ends of their ranges (docs/development.md)
+    assert pip_onward == quick_start() + compat, ".ci/run and the README's Quick start must run the same commands"
+    assert script[-3:] == quick_start() + compat, ".ci/run ends with the two commands and the compat job"
+    assert "python .ci/compat" in README.read_text(encoding="utf-8"), "the README says CI runs the compat job"
 
 
 def test_the_readme_is_a_front_page_whose_links_lead_somewhere() -> None:

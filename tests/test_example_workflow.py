@@ -13,7 +13,7 @@ import pytest
 import harness
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "examples"))
+sys.path.append(str(ROOT / "examples"))  # after tests/: its mcp_agent.py must not hide tests/mcp_agent.py
 
 import workflow  # noqa: E402 - examples/ is a folder of scripts, not a package
 

@@ -40,7 +40,7 @@ from viewer_runs import AGENT, ROOT, fork_value, runs_folder, search_seq  # noqa
 
 import harness
 from harness import Executor
-from harness.testing import fixed_plan, read_records, steps, write_trace
+from harness.testing import counter, fixed_plan, read_records, steps, write_trace
 from harness.trace.line import SCHEMA  # the version this harness writes: fixtures follow it
 from harness.viewer import RemoteForkRefused, create_app, serve
 from harness.viewer._app import JOBS_KEPT, Job, Viewer
@@ -1103,3 +1103,26 @@ def test_a_run_in_a_folder_named_like_an_action_opens(tmp_path: Path) -> None:
         )
         listed = sorted(r["id"] for r in c.get("/api/runs").json()["runs"])
         assert listed == ["sub", "sub/events", "sub/records", "sub/summary"]  # the subfolder's runs by their path
+
+
+def test_serve_diffs_with_the_rules_of_the_project_holding_the_folder_or_config_and_ignore(tmp_path: Path) -> None:
+    """`harness serve` from another directory: its diffs leave out what the project's [tool.harness] ignores (the
+    goal here), or what --config's table and --ignore say."""
+    runs = tmp_path / "project" / "runs"
+    runs.mkdir(parents=True)
+    (tmp_path / "project" / "pyproject.toml").write_text('[tool.harness]\ngolden_ignore = ["goal"]\n')
+    for name in ("a", "b"):
+        Executor(planner=fixed_plan(steps(1)), tools={"work": counter()}, trace=runs / f"{name}.jsonl").run(name)
+    other = tmp_path / "other.toml"
+    other.write_text("[tool.harness]\ngolden_ignore = []\n")
+    for args, equal in (
+        ([], True),
+        (["--config", str(other)], False),
+        (["--config", str(other), "--ignore", "goal"], True),
+    ):
+        proc, url = start([str(runs), "--port", "0", *args], cwd=tmp_path)
+        try:
+            assert httpx.get(url + "api/diff", params={"a": "a", "b": "b"}).json()["equal"] is equal, args
+        finally:
+            proc.send_signal(signal.SIGINT)
+            proc.communicate(timeout=20)

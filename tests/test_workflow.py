@@ -962,3 +962,63 @@ def test_ray_tasks_of_a_workflow_run_and_resume_in_this_process(tmp_path: Path) 
     assert run_one(task).result == out.result and CALLS == {}  # the retry of a finished task: nothing again
     with pytest.raises(harness.HarnessError, match="one of them"):
         tasks(["x"], agent="a:b", workflow="c:d", runs=tmp_path)
+
+
+# --- a workflow's name does not depend on how its program was launched ----------------------------------------
+
+AGENT = """\
+import sys
+
+import harness
+
+
+def search(query):
+    return {"query": query, "hits": 3}
+
+
+@harness.workflow
+def research(topic):
+    found = harness.call(search, query=topic)
+    return {"found": found, "ok": harness.interrupt({"approve": topic})}
+
+
+def main(trace):
+    print(research.name, research.run("llamas", trace=trace).state)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
+"""
+
+
+@pytest.mark.parametrize("module", ["research_agent", "shop.research_agent"])
+def test_a_workflow_is_named_alike_as_a_script_with_dash_m_and_imported(tmp_path: Path, module: str) -> None:
+    """Three launches of one program, each a process of its own, name its workflow alike in their headers (a
+    script's functions belong to `__main__`: its name is taken from the file, under its package); then
+    `harness resume --workflow` resumes the script's run by that name."""
+    file = tmp_path / (module.replace(".", "/") + ".py")
+    file.parent.mkdir(exist_ok=True)
+    if "." in module:
+        (file.parent / "__init__.py").write_text("")
+    file.write_text(AGENT)
+    runs = [tmp_path / f"{how}.jsonl" for how in ("script", "dash-m", "imported")]
+    launches = [
+        [str(file.relative_to(tmp_path)), runs[0]],
+        ["-m", module, runs[1]],
+        ["-c", f"import sys, {module} as m; m.main(sys.argv[1])", runs[2]],
+    ]
+    for args in launches:
+        done = subprocess.run([sys.executable, *map(str, args)], cwd=tmp_path, capture_output=True, text=True)
+        assert done.returncode == 0 and done.stdout == f"{module}:research PAUSED\n", done.stdout + done.stderr
+    assert {json.loads(t.read_text().splitlines()[0])["workflow"] for t in runs} == {f"{module}:research"}
+    resume = ["resume", runs[0], "--workflow", f"{module}:research", "--answer", "true"]
+    done = subprocess.run([sys.executable, "-m", "harness.cli", *resume], cwd=tmp_path, capture_output=True, text=True)
+    assert done.returncode == 0 and "DONE" in done.stdout, done.stdout + done.stderr
+    assert replay(runs[0]).returned == {"found": {"query": "llamas", "hits": 3}, "ok": True}
+
+
+def test_a_workflow_of_a_program_with_no_file_keeps_main_as_its_module(tmp_path: Path) -> None:
+    """`python -c` has no module file: nothing else could launch that function, and its name says so."""
+    code = "import harness\n@harness.workflow\ndef research(topic):\n    return topic\nprint(research.name)"
+    done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, check=True)
+    assert done.stdout == "__main__:research\n"

@@ -81,7 +81,7 @@ import orjson
 
 from .._errors import HarnessError, TraceUnreadable
 from ..storage import blobs as _blobs
-from ..storage import local_copy
+from ..storage import is_url, local_copy
 from ..trace.reader import Replay, attempt_of, replay
 from ..trace.tasks import TASK, task_of
 from .behavior import BOUNDARIES, VIEW, Behavior
@@ -184,25 +184,70 @@ def project_rules(start: str | os.PathLike[str]) -> tuple[Rules, str | None]:
     compares each record as the trace holds it, not its behavior view. HarnessError naming the
     file for one that cannot be read or a setting of the wrong type.
     """
+    for candidate in _pyprojects(start):
+        return _read_rules(candidate), candidate
+    return RULES, None
+
+
+def _pyprojects(start: str | os.PathLike[str]) -> Generator[str]:
+    """The pyproject.toml files at or above `start` (a folder), nearest first."""
     here = os.path.abspath(start)
     while True:
         candidate = os.path.join(here, "pyproject.toml")
         if os.path.isfile(candidate):
-            return _read_rules(candidate), candidate
+            yield candidate
         parent = os.path.dirname(here)
         if parent == here:
-            return RULES, None
+            return
         here = parent
 
 
-def _read_rules(path: str) -> Rules:
+def rules_for(
+    *traces: str | os.PathLike[str],
+    config: str | os.PathLike[str] | None = None,
+    ignore: Iterable[str] = (),
+    defaults: bool | None = None,
+) -> Rules:
+    """The rules to review `traces` with, wherever the command runs: what `harness diff`, `show` and `serve` use.
+
+    The project's `[tool.harness]` comes from `config` (a pyproject.toml) when given, else from the project that
+    holds the first trace (of a runs folder: the folder itself) that is in one: the nearest pyproject.toml at or
+    above it with a `[tool.harness]` table (a pyproject.toml without one is passed by: a package nested in the
+    project), else the current directory's. `ignore` adds paths; `defaults` sets the default rules, over the
+    project's choice. HarnessError naming the file: a config that is missing, unreadable or without the table.
+    """
+    if config is not None:
+        path = os.fspath(config)
+        if not os.path.isfile(path):
+            raise HarnessError(f"{path}: no such file (--config names a pyproject.toml with a [tool.harness] table)")
+        if not _has_rules(data := _toml(path)):
+            raise HarnessError(f"{path}: no [tool.harness] table (golden_ignore, golden_defaults) to read")
+        return _read_rules(path, data).plus(ignore, defaults)
+    starts = [os.path.abspath(t) for t in (os.fspath(t) for t in traces) if not is_url(t)]
+    for start in [*(t if os.path.isdir(t) else os.path.dirname(t) for t in starts), os.getcwd()]:
+        for candidate in _pyprojects(start):
+            if _has_rules(data := _toml(candidate)):
+                return _read_rules(candidate, data).plus(ignore, defaults)
+    return RULES.plus(ignore, defaults)
+
+
+def _toml(path: str) -> dict[str, Any]:
     import tomllib  # only when a project is read: the CLI starts without it
 
     try:
         with open(path, "rb") as f:
-            data = tomllib.load(f)
+            return tomllib.load(f)
     except (OSError, tomllib.TOMLDecodeError) as e:
         raise HarnessError(f"{path}: cannot read it: {e}") from None
+
+
+def _has_rules(data: dict[str, Any]) -> bool:
+    tool = data.get("tool")
+    return isinstance(tool, dict) and isinstance(tool.get("harness"), dict)
+
+
+def _read_rules(path: str, data: dict[str, Any] | None = None) -> Rules:
+    data = _toml(path) if data is None else data
     section = data.get("tool", {}).get("harness", {})
     ignore = section.get("golden_ignore", [])
     defaults = section.get("golden_defaults", True)

@@ -39,6 +39,7 @@ from .._errors import HarnessError, TraceUnreadable
 from ..storage import blobs as _blobs
 from ..trace.reader import Replay, replay
 from .behavior import Behavior
+from .fieldpath import mark
 from .normalize import (
     GOLDEN_HEAD,
     RULES,
@@ -208,6 +209,9 @@ def show_trace(
     records before the damage ("golden" writes nothing then), HarnessError
     for an unreadable file or, with view="record", a seq the trace does not
     hold. `vector`: the timeline shows each record's agent and vector clock.
+    `rules` (the project's, normalize.rules_for): the golden view is theirs,
+    and the timeline hides what they ignore (`<ignored>`), as a golden file
+    does.
 
     The golden view is written once the whole trace is read (a run with
     agents comes in the canonical causal order, and a call's view depends on
@@ -226,6 +230,8 @@ def show_trace(
                 shown = behavior.view(inline)
                 if shown is not None:
                     rec = {**shown, **{k: v for k, v in rec.items() if k not in _MAPPED and k not in shown}}
+            for ignored in rules.paths:
+                rec = mark(rec, ignored)
             write("\n".join(timeline.lines(n, rec)) + "\n")
         elif view == "json":
             write((raw.decode() if raw is not None else _json(rec)) + "\n")

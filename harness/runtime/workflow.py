@@ -91,7 +91,8 @@ _UNRECORDED = (JournalError, ReplayDrift, ReplayViolation, FenceLost, NotSeriali
 class Workflow(Generic[P, R]):
     """A function made durable by `@harness.workflow`; `W.run(...)` runs it, `W(...)` just calls it.
 
-    `name` is `module:qualname`, what its traces record; `importable` says
+    `name` is `module:qualname`, what its traces record (the module by its
+    importable name, however the program was launched: module_name); `importable` says
     whether a command (`harness rerun --workflow`, Ray workers) can import
     it by that name (None when it can, else why not: a lambda, a closure).
     """
@@ -103,7 +104,7 @@ class Workflow(Generic[P, R]):
             raise TypeError(f"@harness.workflow needs a function, not {fn!r:.80}")
         self.fn: Callable[P, R] = fn
         qualname = getattr(fn, "__qualname__", None) or type(fn).__qualname__
-        self.name = f"{getattr(fn, '__module__', None) or '__main__'}:{qualname}"
+        self.name = f"{module_name(getattr(fn, '__module__', None) or '__main__')}:{qualname}"
         self.is_async = is_async_fn(fn)
         self.importable: str | None = None
         if "<lambda>" in qualname:
@@ -358,6 +359,33 @@ class _Opened:
         )
 
 
+def module_name(module: str) -> str:
+    """The importable name of a module, the same whether it was imported, run with `python -m`, or run as a script.
+
+    A script's functions belong to `__main__` (`__mp_main__` in a multiprocessing child), so one workflow would be
+    `__main__:research` in one run and `research_agent:research` in another, and their goldens would differ.
+    `python -m` leaves the module's real name in `__spec__`; a script has only its file: its name is the file's
+    stem, under the packages (folders with `__init__.py`) that hold it. A `__main__` with neither (a REPL,
+    `python -c`) or a file no import could name (`my-agent.py`) stays `__main__`: no other launch can name it.
+    """
+    if module not in ("__main__", "__mp_main__"):
+        return module
+    main = sys.modules.get(module)
+    spec = getattr(main, "__spec__", None)
+    if spec is not None and spec.name not in ("__main__", "__mp_main__"):
+        return str(spec.name)
+    file = getattr(main, "__file__", None)
+    if not file or not file.endswith(".py"):
+        return module
+    path = os.path.realpath(file)
+    parts = [os.path.basename(path)[: -len(".py")]]
+    folder = os.path.dirname(path)
+    while os.path.isfile(os.path.join(folder, "__init__.py")):
+        parts.insert(0, os.path.basename(folder))
+        folder = os.path.dirname(folder)
+    return ".".join(parts) if all(p.isidentifier() for p in parts) else module
+
+
 def goal_of(args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
     """A workflow's goal, as its header holds it: `{"args": [...], "kwargs": {...}}` (NotSerializable if not JSON)."""
     goal: dict[str, Any] = check_value("arguments", {"args": list(args), "kwargs": dict(kwargs)})
@@ -366,7 +394,7 @@ def goal_of(args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
 
 def same_workflow(recorded: str, name: str) -> bool:
     """Whether a trace's workflow is this one: the same `module:qualname`, or the same qualname when one of them
-    ran as a script (`__main__`) and the other was imported."""
+    is named `__main__` (a trace of a script written before module_name, a REPL's workflow)."""
     if recorded == name:
         return True
     (m1, _, q1), (m2, _, q2) = recorded.partition(":"), name.partition(":")

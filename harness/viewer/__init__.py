@@ -33,6 +33,8 @@ from ..storage import is_url
 if TYPE_CHECKING:
     from starlette.applications import Starlette
 
+    from ..review.normalize import Rules
+
 __all__ = ["MissingExtra", "RemoteForkRefused", "create_app", "serve"]
 
 INSTALL = "pip install 'harness-trace[web]'"
@@ -103,12 +105,14 @@ def create_app(
     agent: str | None = None,
     hosts: list[str] | None = None,
     workflow: str | None = None,
+    rules: Rules | None = None,
 ) -> Starlette:
     """The viewer's application for runs folder `folder` ($HARNESS_RUNS_DIR, else ./runs).
 
     `agent` (`module:factory`, as `harness fork --agent`) or `workflow`
     (`module:attr`, as `harness fork --workflow`) turns on fork from the page.
     `hosts`: the Host header values accepted (default: the loopback names, against DNS rebinding).
+    `rules`: what its diffs leave out (default: the `[tool.harness]` of the project holding the folder).
     """
     _require()
     from ..storage import runs_dir
@@ -132,7 +136,11 @@ def create_app(
         from ..review.rerun import load_workflow
 
         load_workflow(workflow)
-    return make(path, agent=agent, hosts=hosts, workflow=workflow)
+    if rules is None:
+        from ..review.normalize import rules_for
+
+        rules = rules_for(path)
+    return make(path, agent=agent, hosts=hosts, workflow=workflow, rules=rules)
 
 
 def serve(
@@ -145,6 +153,7 @@ def serve(
     out: TextIO | None = None,
     err: TextIO | None = None,
     workflow: str | None = None,
+    rules: Rules | None = None,
 ) -> None:
     """Serve the viewer until Ctrl-C (SIGINT) or SIGTERM. Port 0 picks a free port; the URL printed says which.
 
@@ -160,7 +169,7 @@ def serve(
     import uvicorn
 
     hosts = host_names(host)
-    app = create_app(folder, agent=agent, hosts=hosts, workflow=workflow)
+    app = create_app(folder, agent=agent, hosts=hosts, workflow=workflow, rules=rules)
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     try:

@@ -64,7 +64,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from .._errors import HarnessError, TraceCorruption, TraceUnreadable
 from ..review.diff import diff as harness_diff
 from ..review.diff import marked_changes
-from ..review.normalize import behave, mapped, normalize_record
+from ..review.normalize import RULES, Rules, behave, mapped, normalize_record
 from ..review.rerun import fork as harness_fork
 from ..review.rerun import load_agent, load_workflow
 from ..review.runs import run_info
@@ -126,6 +126,7 @@ class Viewer:
     agent: str | None = None
     workflow: str | None = None  # forks from the page re-execute this workflow (module:attr) instead of an agent
     stopping: Callable[[], bool] = lambda: False  # the server is shutting down: live streams end
+    rules: Rules = RULES  # what a diff leaves out: the project's [tool.harness], --config, --ignore (rules_for)
     indexes: Indexes = field(default_factory=Indexes)
     jobs: dict[str, Job] = field(default_factory=dict)
     listing: Listing = field(init=False)
@@ -164,14 +165,19 @@ class SecurityHeaders:
 
 
 def create_app(
-    folder: str, *, agent: str | None = None, hosts: list[str] | None = None, workflow: str | None = None
+    folder: str,
+    *,
+    agent: str | None = None,
+    hosts: list[str] | None = None,
+    workflow: str | None = None,
+    rules: Rules = RULES,
 ) -> Starlette:
     """The viewer for runs folder `folder`; `agent` (`module:factory`) or `workflow` (`module:attr`) turns fork on.
 
     `hosts`: the Host header values accepted (DNS-rebinding protection);
     by default the loopback names.
     """
-    viewer = Viewer(os.path.abspath(folder), agent, workflow)
+    viewer = Viewer(os.path.abspath(folder), agent, workflow, rules=rules)
     routes = [
         Route("/", _page("runs")),
         Route("/diff", _page("diff")),
@@ -641,7 +647,7 @@ async def _job(request: Request) -> Response:
 
 
 def _diff_of(v: Viewer, a: str, b: str) -> dict[str, Any]:
-    d = harness_diff(v.path(a), v.path(b))
+    d = harness_diff(v.path(a), v.path(b), ignore=v.rules.ignore, defaults=v.rules.defaults, view=v.rules.view)
     first = d.first
     return {
         "a": a, "b": b, "equal": d.equal, "records_a": d.records_a, "records_b": d.records_b,
