@@ -616,6 +616,9 @@ def test_harness_diff_leaves_out_a_moved_port_and_ignores_what_it_is_told(
     changed = orjson.loads(capsys.readouterr().out)["changed"]
     assert [c["field"] for m in changed for c in m["changes"]] == ["request.url"] * 2
     assert cli.main(["diff", *traces, "--raw", "--ignore", "request.url"]) == 0
+    assert cli.main(["diff", *traces]) == 0  # the behavior view: no URL in it
+    (tmp_path / "pyproject.toml").write_text('[tool.harness]\ngolden_defaults = false\ngolden_view = "raw"\n')
+    assert cli.main(["diff", *traces]) == 1  # the project's view is the raw one: its URLs differ
     assert cli.main(["diff", *traces, "--ignore", "request[url"]) == 2
     assert "field path 'request[url': cannot read it at character 8" in capsys.readouterr().err
 
