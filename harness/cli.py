@@ -178,6 +178,10 @@ def _diff_setup(p: argparse.ArgumentParser) -> None:
         "--no-defaults", action="store_true",
         help="compare what the default rules leave out (a loopback port, request ids, a model response's ids)",
     )  # fmt: skip
+    p.add_argument(
+        "--raw", action="store_true",
+        help="compare each record as the trace holds it, not the behavior view of its model and tool calls",
+    )  # fmt: skip
 
 
 @command("diff", "Compare two traces after normalization. Exit 0 equal, 1 different, 2 error.", _diff_setup)
@@ -187,7 +191,8 @@ def _diff(args: argparse.Namespace) -> int:
     from .review.diff import diff
 
     rules = _rules(args, args.a, args.b, defaults=False if args.no_defaults else None)
-    result = diff(args.a, args.b, ignore=rules.ignore, defaults=rules.defaults)
+    view = "raw" if args.raw else rules.view
+    result = diff(args.a, args.b, ignore=rules.ignore, defaults=rules.defaults, view=view)
     if args.format == "json":
         sys.stdout.buffer.write(orjson.dumps(result.as_json(), option=orjson.OPT_INDENT_2) + b"\n")
     elif args.format == "markdown":

@@ -10,11 +10,13 @@ is importable by name, which is how xdist's controller rebuilds it).
 What is compared is `normalize()`'s view under the project's rules:
 `[tool.harness]` in the rootdir's pyproject.toml (`golden_ignore`, field
 paths marked `<ignored>`; `golden_defaults = false` turns the default rules
-off), plus what one assertion adds: `golden_trace(ignore=[...],
-defaults=...)`. A golden is read through the same rules before it is
-compared, so one recorded before a rule was added (or by an older harness:
-a model stream as its chunks, a port) still matches; `--snapshot-update`
-writes it again as it would be written today.
+off; `golden_view = "raw"` compares each record as the trace holds it, not
+its behavior view), plus what one assertion adds: `golden_trace(ignore=[...],
+defaults=..., view=...)`. A golden is read through the same rules and view
+before it is compared, so one recorded before a rule was added (or by an
+older harness: a model stream as its chunks, a port, the raw view of golden
+format 2) still matches; `--snapshot-update` writes it again as it would be
+written today, and a golden of format 2 that differs says so first.
 
 The first line of a failure says what moved: the seq (in the received
 trace), kind, from -> to, step and attempt of the first record that differs,
@@ -136,10 +138,10 @@ if HAVE_SYRUPY:
                 return True
             if self.updating:  # not byte for byte: written again as today's rules and harness write it
                 return False
-            try:  # the golden read through today's rules; spelling (spacing, key order) does not count
+            try:  # the golden read through today's rules and view; spelling (spacing, key order) does not count
                 received = parse_golden(str(serialized_data), "received")
-                golden = parse_golden(str(snapshot_data), "golden")
-                return received == [normalize_record(r, rules=self.rules) for r in golden]
+                golden = Loaded.golden(str(snapshot_data), "golden", self.rules)
+                return received == [normalize_record(golden.record(i), rules=self.rules) for i in range(len(golden))]
             except HarnessError:
                 return False
 
@@ -148,7 +150,7 @@ if HAVE_SYRUPY:
             return explain(str(serialized_data), str(snapshot_data), self.rules)
 
     class GoldenTrace(SnapshotAssertion):
-        """syrupy's assertion with harness's options: `golden_trace(ignore=[...], defaults=False, name=...)`."""
+        """syrupy's assertion with harness's options: `golden_trace(ignore=[...], defaults=False, view="raw")`."""
 
         __hash__ = SnapshotAssertion.__hash__
 
@@ -161,11 +163,12 @@ if HAVE_SYRUPY:
             *,
             ignore: str | list[str] | tuple[str, ...] | None = None,
             defaults: bool | None = None,
+            view: str | None = None,
             **options: Any,
-        ) -> GoldenTrace:  # syrupy's options, and two of harness's
-            if ignore is None and defaults is None:
+        ) -> GoldenTrace:  # syrupy's options, and three of harness's
+            if ignore is None and defaults is None and view is None:
                 return super().__call__(**options)  # type: ignore[return-value]
-            rules = self.golden.rules.plus(ignore, defaults)  # FieldPathError for a path it cannot read
+            rules = self.golden.rules.plus(ignore, defaults, view)  # FieldPathError for a path it cannot read
             super().__call__(extension_class=GoldenTraceExtension, **options)  # a fresh extension, this once
             self.golden.rules, self.golden.updating = rules, self.update_snapshots
             return self
@@ -196,11 +199,11 @@ def explain(received: str, golden: str, rules: Rules) -> Iterator[str]:
     except HarnessError as e:
         yield f"unreadable golden trace: {e}"
         return
-    if result.equal:  # the records match; only their spelling differs
+    if result.equal:  # the records match; only their spelling (or an older format's head) differs
         yield "golden trace equal record for record, not byte for byte; re-record it with `--snapshot-update`"
         return
     lines = result.lines(a="golden", b="received", limit=30)
-    yield f"golden trace differs: {next(lines)}"
+    yield f"golden trace differs: {next(lines)}"  # then the notes: a golden of an older format says so
     yield from lines
 
 
@@ -211,7 +214,8 @@ def golden_trace(request: pytest.FixtureRequest) -> Any:
     Name several goldens in one test with `golden_trace(name="crash")`; leave
     fields out with `golden_trace(ignore=["response.body.usage"])` (added to
     the project's `[tool.harness] golden_ignore`), the default rules with
-    `defaults=False`.
+    `defaults=False`; compare each record as the trace holds it, not its
+    behavior view, with `view="raw"` (or `golden_view = "raw"`).
     """
     if not HAVE_SYRUPY:
         pytest.fail("golden_trace needs syrupy: pip install 'syrupy>=6' (or 'harness-trace[pytest]')", pytrace=False)

@@ -6,7 +6,9 @@ conversation) until the conversation holds `tools` results, then with the
 text "done after n tools" (as SSE chunks when `stream` is true, the tool
 call's arguments in two deltas). Its ids count per server from 1, so two
 fresh servers answer two equal runs alike; `seen` holds each request's body
-and Authorization header. `hold_at=k` makes the k-th request (from 1) wait
+and Authorization header. `fresh=True` makes up its ids and times at random
+and answers after a random latency (see chat_server.py); `b` is the second
+argument of every tool call (default 1). `hold_at=k` makes the k-th request (from 1) wait
 until `release()` (the test SIGKILLs the client meanwhile): `held` is set
 when it arrives.
 """
@@ -22,11 +24,11 @@ from chat_server import ChatServer
 
 
 class AgentServer(ChatServer):
-    def __init__(self, tools: int = 2, hold_at: int | None = None) -> None:
-        self.tools, self.hold_at = tools, hold_at
+    def __init__(self, tools: int = 2, hold_at: int | None = None, *, fresh: bool = False, b: int = 1) -> None:
+        self.tools, self.hold_at, self.b = tools, hold_at, b
         self.held, self._release = threading.Event(), threading.Event()
         self.chats = 0
-        super().__init__()
+        super().__init__(fresh=fresh)
 
     def release(self) -> None:
         self._release.set()
@@ -39,11 +41,13 @@ class AgentServer(ChatServer):
         n = sum(1 for m in body["messages"] if m["role"] == "tool")
         offered = [t["function"]["name"] for t in body.get("tools") or []]
         k = self.chats
-        base = {"id": f"chatcmpl-{k}", "created": 1700000000 + k, "model": body["model"]}
+        base = {"id": self.made_up("chatcmpl-", k), "created": 1700000000 + k, "model": body["model"]}
+        if self.fresh:
+            base["created"] = self.now()
         usage = {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}
         if n < self.tools and offered:
-            call = {"id": f"call_{k}", "type": "function",
-                    "function": {"name": offered[0], "arguments": json.dumps({"a": n, "b": 1})}}  # fmt: skip
+            call = {"id": self.made_up("call_", k), "type": "function",
+                    "function": {"name": offered[0], "arguments": json.dumps({"a": n, "b": self.b})}}  # fmt: skip
             message: dict[str, Any] = {"role": "assistant", "content": None, "tool_calls": [call]}
             finish = "tool_calls"
         else:

@@ -6,7 +6,10 @@ POST /v1/responses does the same in the responses API's shape (its stream:
 named `response.*` events as OpenAI sends them, a delta per word), and when
 the request offers a tool and the input says "call <name>", the answer is a
 call of that tool instead. Every answer carries a fresh id and the time, so
-two live runs differ. The server notes each request's path, Authorization
+two live runs differ. `ChatServer(fresh=True)` makes up more, as a hosted
+model does: random ids (`chatcmpl-<hex>`, `resp_<hex>`, `call_<hex>`, item
+ids), a random time, a random request id, and a random latency before each
+answer (up to 40 ms). The server notes each request's path, Authorization
 header and JSON body in `seen`. POST /echo answers its JSON body and query
 back (for plain httpx tests). Anything else is a 404.
 """
@@ -16,16 +19,19 @@ from __future__ import annotations
 import contextlib
 import itertools
 import json
+import random
 import socket
 import threading
 import time
+import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
 
 class ChatServer:
-    def __init__(self, port: int = 0) -> None:  # 0: a free port
+    def __init__(self, port: int = 0, *, fresh: bool = False) -> None:  # 0: a free port
+        self.fresh = fresh
         self.seen: list[dict[str, Any]] = []
         self._ids = itertools.count(1)
         self._open: set[Any] = set()  # live connections, closed by stop() (keep-alive would outlive shutdown)
@@ -53,6 +59,8 @@ class ChatServer:
                 except ValueError:  # not JSON: kept as it came
                     body = raw.decode("latin-1")
                 url = urlsplit(self.path)
+                if server.fresh:  # a hosted model's latency: replies to concurrent requests come in any order
+                    time.sleep(random.uniform(0, 0.04))
                 server.seen.append({"path": url.path, "authorization": self.headers.get("authorization"), "body": body})
                 if url.path == "/v1/chat/completions":
                     server.chat(self, body)
@@ -68,7 +76,7 @@ class ChatServer:
                 self.send_response(status)
                 self.send_header("content-type", "application/json")
                 self.send_header("content-length", str(len(out)))
-                self.send_header("x-request-id", f"req-{next(server._ids)}")
+                self.send_header("x-request-id", server.made_up("req-", next(server._ids)))
                 if cookie:
                     self.send_header("set-cookie", "session=s3cr3t-cookie; HttpOnly")
                 self.end_headers()
@@ -87,11 +95,18 @@ class ChatServer:
         self.thread = threading.Thread(target=self.httpd.serve_forever, args=(0.05,), daemon=True)
         self.thread.start()
 
+    def made_up(self, prefix: str, n: int) -> str:
+        """An id the server makes up: counted, or (fresh) random, as a hosted model's are."""
+        return f"{prefix}{uuid.uuid4().hex if self.fresh else n}"
+
+    def now(self) -> int:
+        return int(time.time()) + (random.randrange(1 << 20) if self.fresh else 0)
+
     def chat(self, h: Any, body: dict[str, Any]) -> None:
         last = body["messages"][-1]["content"]
         answer = f"echo: {last}"
         n = next(self._ids)
-        base = {"id": f"chatcmpl-{n}", "created": int(time.time()), "model": body["model"]}
+        base = {"id": self.made_up("chatcmpl-", n), "created": self.now(), "model": body["model"]}
         if not body.get("stream"):
             h.send_json(200, {
                 **base, "object": "chat.completion",
@@ -121,14 +136,16 @@ class ChatServer:
         called = next((t for t in tools if f"call {t}" in last), None)
         if called is not None:
             arguments = json.dumps({"about": last})
-            item: dict[str, Any] = {"id": f"fc_{n}", "type": "function_call", "status": "completed",
-                                    "call_id": f"call_{n}", "name": called, "arguments": arguments}  # fmt: skip
+            item: dict[str, Any] = {
+                "id": self.made_up("fc_", n), "type": "function_call", "status": "completed",
+                "call_id": self.made_up("call_", n), "name": called, "arguments": arguments,
+            }  # fmt: skip
         else:
-            item = {"id": f"msg_{n}", "type": "message", "status": "completed", "role": "assistant",
+            item = {"id": self.made_up("msg_", n), "type": "message", "status": "completed", "role": "assistant",
                     "content": [{"type": "output_text", "text": f"echo: {last}", "annotations": []}]}  # fmt: skip
         usage = {"input_tokens": 3, "output_tokens": len(last.split()) + 1, "total_tokens": 9}
         response = {
-            "id": f"resp_{n}", "object": "response", "created_at": int(time.time()), "status": "completed",
+            "id": self.made_up("resp_", n), "object": "response", "created_at": self.now(), "status": "completed",
             "model": body["model"], "output": [item], "usage": usage, "error": None, "incomplete_details": None,
             "instructions": body.get("instructions"), "tools": body.get("tools") or [], "parallel_tool_calls": True,
         }  # fmt: skip

@@ -69,7 +69,7 @@ def test_show_golden_prints_the_normalized_view_and_is_stable_on_its_own_output(
     out = harness("show", "--golden", trace)
     assert out.returncode == 0
     assert out.stdout == render(normalize(trace))
-    assert out.stdout.splitlines()[0] == '{"format":"harness-golden","version":2}'
+    assert out.stdout.splitlines()[0] == '{"format":"harness-golden","version":3,"view":1}'
     golden = tmp_path / "golden.jsonl"
     golden.write_text(out.stdout)
     assert harness("show", "--golden", golden).stdout == out.stdout

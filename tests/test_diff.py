@@ -37,7 +37,9 @@ def test_two_runs_with_other_run_ids_and_timestamps_compare_equal(tmp_path: Path
     assert ra[2]["key"] != rb[2]["key"]  # idempotency keys embed the run id
     result = diff(a, b)
     assert result.equal and result.first is None
-    assert result.as_json() == {"equal": True, "first": None, "changed": [], "inserted": [], "removed": []}
+    assert result.as_json() == {
+        "equal": True, "first": None, "changed": [], "inserted": [], "removed": [], "moved": [], "notes": [],
+    }  # fmt: skip
     assert render(normalize(a)) == render(normalize(b))
     assert result.text() == f"equal after normalization ({len(ra)} records)\n"
 
@@ -110,7 +112,7 @@ def test_the_json_form_is_the_documented_contract(tmp_path: Path) -> None:
     a = run(tmp_path / "a.jsonl", counter(), n=3)
     b = run(tmp_path / "b.jsonl", ScriptedTool({2: ToolError("once")}), n=2)  # a retry, and one step fewer
     data = orjson.loads(orjson.dumps(diff(a, b).as_json()))
-    assert set(data) == {"equal", "first", "changed", "inserted", "removed"}
+    assert set(data) == {"equal", "first", "changed", "inserted", "removed", "moved", "notes"}
     assert data["equal"] is False
     assert set(data["first"]) == FIRST_KEYS
     assert data["changed"] and all(set(m) == FIRST_KEYS for m in data["changed"])

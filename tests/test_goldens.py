@@ -128,6 +128,6 @@ def test_the_golden_files_are_the_normalized_view_with_a_format_line() -> None:
     ]  # fmt: skip
     for name in names:
         lines = (folder / name).read_text().splitlines()
-        assert lines[0] == '{"format":"harness-golden","version":2}'
+        assert lines[0] == '{"format":"harness-golden","version":3,"view":1}'
         for line in lines[1:]:
             assert not any(f'"{k}"' in line for k in ("seq", "ts", "crc", "run_id", "env", "hash", "key"))

@@ -479,15 +479,18 @@ def test_a_streamed_reply_reads_as_its_text_in_show_and_in_the_golden(
     assert all(b"chat.completion.chunk" in r for r in raw)  # the trace keeps the chunks, to serve them again
     assert cli.main(["show", str(trace), "--width", "200"]) == 0
     shown = capsys.readouterr().out
-    assert '"message":{"content":"echo: what is a journal"}' in shown and "chat.completion.chunk" not in shown
+    assert "said=echo: what is a journal" in shown and "chat.completion.chunk" not in shown
     assert len(shown.splitlines()) < 40  # two model calls, 12 records: not the chunks, one a line
-    golden = [r for r in harness.normalize(trace) if r.get("boundary") == "http"]
-    assert [r["response"]["stream"]["message"]["content"] for r in golden] == [
+    golden = [r for r in harness.normalize(trace) if r["kind"] == "model_call"]
+    assert [r["reply"]["text"] for r in golden] == ["echo: what is a journal", "echo: why append only"]
+    assert golden[0]["via"] == "http" and "response" not in golden[0]  # what was said, not the exchange
+    raw_view = [r for r in harness.normalize(trace, view="raw") if r.get("boundary") == "http"]
+    assert [r["response"]["stream"]["message"]["content"] for r in raw_view] == [
         "echo: what is a journal",
         "echo: why append only",
     ]
-    assert golden[0]["response"]["stream"]["id"] == "<ignored>" and "chunks" not in golden[0]["response"]
-    assert golden[0]["request"]["url"] == "http://127.0.0.1:<port>/v1/chat/completions"
+    assert raw_view[0]["response"]["stream"]["id"] == "<ignored>" and "chunks" not in raw_view[0]["response"]
+    assert raw_view[0]["request"]["url"] == "http://127.0.0.1:<port>/v1/chat/completions"
     assert len(orjson.dumps(golden[0])) < len(raw[0])
 
 
@@ -508,7 +511,8 @@ def test_fork_set_changes_the_text_of_a_streamed_reply(
     assert r.state == "DONE" and len(server.seen) == 2  # live after the branch: the note tool, not the model
     assert noted(child) == ["echo: what is a journal", text]  # the real client read the re-chunked stream
     forked = http_crossings(child)[-1].response
-    assert "chunks" in forked and harness.diff(trace, child).first.changes[0].field == "response.stream.message.content"
+    assert "chunks" in forked and harness.diff(trace, child).first.changes[0].field == "reply.text"
+    assert harness.diff(trace, child, view="raw").first.changes[0].field == "response.stream.message.content"
     assert rerun(child, planner=planner, tools=tools).equal  # the new stream serves again, chunk for chunk
 
 
@@ -591,22 +595,30 @@ def test_harness_diff_leaves_out_a_moved_port_and_ignores_what_it_is_told(
     assert cli.main(["diff", *traces]) == 0
     assert capsys.readouterr().out == "equal after normalization (12 records)\n"
 
-    exact = harness.diff(*traces, defaults=False)
+    assert harness.diff(*traces, defaults=False).equal  # the behavior view: what was asked and said, no URL
+    assert cli.main(["diff", *traces, "--no-defaults"]) == 0
+    capsys.readouterr()
+
+    exact = harness.diff(*traces, defaults=False, view="raw")  # the raw view: each exchange as recorded
     assert "request.url" in {c.field for m in exact.moved for c in m.changes}
-    assert cli.main(["diff", *traces, "--no-defaults"]) == 1
+    assert cli.main(["diff", *traces, "--no-defaults", "--raw"]) == 1
     assert "request.url:" in capsys.readouterr().out
 
     volatile = ["--ignore", "request.url", "--ignore", "response.stream.created", "--ignore", "response.stream.id"]
-    assert cli.main(["diff", *traces, "--no-defaults", *volatile]) == 0
-    assert harness.diff(*traces, defaults=False, ignore=["request.url", "**.created", "response.stream.id"]).equal
+    assert cli.main(["diff", *traces, "--raw", "--no-defaults", *volatile]) == 0
+    ignored = ["request.url", "**.created", "response.stream.id"]
+    assert harness.diff(*traces, defaults=False, ignore=ignored, view="raw").equal
     capsys.readouterr()
     (tmp_path / "pyproject.toml").write_text(
         '[tool.harness]\ngolden_defaults = false\ngolden_ignore = ["**.created", "response.stream.id"]\n'
     )
-    assert cli.main(["diff", *traces, "--format", "json"]) == 1  # the project's rules: the time ignored, the port not
+    assert cli.main(["diff", *traces, "--raw", "--format", "json"]) == 1  # the project's rules: the time ignored
     changed = orjson.loads(capsys.readouterr().out)["changed"]
     assert [c["field"] for m in changed for c in m["changes"]] == ["request.url"] * 2
-    assert cli.main(["diff", *traces, "--ignore", "request.url"]) == 0
+    assert cli.main(["diff", *traces, "--raw", "--ignore", "request.url"]) == 0
+    assert cli.main(["diff", *traces]) == 0  # the behavior view: no URL in it
+    (tmp_path / "pyproject.toml").write_text('[tool.harness]\ngolden_defaults = false\ngolden_view = "raw"\n')
+    assert cli.main(["diff", *traces]) == 1  # the project's view is the raw one: its URLs differ
     assert cli.main(["diff", *traces, "--ignore", "request[url"]) == 2
     assert "field path 'request[url': cannot read it at character 8" in capsys.readouterr().err
 

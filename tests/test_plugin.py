@@ -116,7 +116,7 @@ def test_record_pass_change_fail_update_pass_and_unused(project: pytest.Pytester
     recorded.stdout.fnmatch_lines(["*2 snapshots generated*"])
     assert sorted(p.name for p in golden.iterdir()) == ["test_records.jsonl", "test_run.jsonl"]
     before = (golden / "test_run.jsonl").read_text()
-    assert before.splitlines()[0] == '{"format":"harness-golden","version":2}'
+    assert before.splitlines()[0] == '{"format":"harness-golden","version":3,"view":1}'
 
     passed = run(project, mode)
     assert passed.ret == 0
@@ -162,13 +162,13 @@ def test_a_golden_from_another_format_version_is_stale_with_how_to_re_record(pro
     stale = run(project, "alone")
     assert stale.ret == 1
     assert first_error_lines(stale, 1) == [
-        "assert stale golden trace: it was written as golden format version 0; this harness writes version 2; "
+        "assert stale golden trace: it was written as golden format version 0; this harness writes version 3; "
         "re-record it with `pytest --snapshot-update` (or `harness show --golden TRACE`)"
     ]
     assert "Traceback" not in stale.stdout.str()
 
     assert run(project, "alone", "--snapshot-update").ret == 0
-    assert golden.read_text().splitlines()[0] == '{"format":"harness-golden","version":2}'
+    assert golden.read_text().splitlines()[0] == '{"format":"harness-golden","version":3,"view":1}'
     assert run(project, "alone").ret == 0
 
 
@@ -504,11 +504,11 @@ def test_a_model_agent_s_golden_still_matches_when_its_server_moves_to_another_p
     recorded = at_port(project, monkeypatch, first, "--snapshot-update")
     assert recorded.ret == 0, recorded.stdout.str()
     lines = golden.read_text().splitlines()
-    (http,) = [orjson.loads(line) for line in lines if '"boundary":"http"' in line]
-    assert http["request"]["url"] == "http://127.0.0.1:<port>/v1/chat/completions"  # the port, not the URL, left out
-    assert http["response"]["stream"] == {  # the streamed reply as its text; the server's id and time left out
-        "api": "chat.completions", "created": "<ignored>", "finish_reason": None, "id": "<ignored>",
-        "message": {"content": "echo: what is a journal"}, "model": "test-model",
+    (call,) = [orjson.loads(line) for line in lines if '"kind":"model_call"' in line]
+    assert call == {  # what was asked and said: no URL, no port, no server id or time, no chunks
+        "kind": "model_call", "via": "http", "model": "test-model",
+        "messages": [{"role": "user", "text": "what is a journal"}],
+        "reply": {"role": "assistant", "text": "echo: what is a journal"},
     }  # fmt: skip
     assert max(map(len, lines)) < 600 and "chunk" not in golden.read_text()
 
@@ -516,11 +516,19 @@ def test_a_model_agent_s_golden_still_matches_when_its_server_moves_to_another_p
     assert moved.ret == 0, moved.stdout.str()
     moved.stdout.fnmatch_lines(["*1 snapshot passed*"])
 
-    # a golden an older harness wrote (the stream as its chunks, the port as it was) is read through today's rules
-    # until --snapshot-update writes it as today's harness does
-    old = [line if '"boundary":"http"' not in line else old_http_line(first) for line in lines]
+    # a golden an older harness wrote (format 2: the raw view, the stream as its chunks, the port as it was) is read
+    # through today's view until --snapshot-update writes it as today's harness does
+    old = ['{"format":"harness-golden","version":2}'] + [
+        line if '"kind":"model_call"' not in line else old_http_line(first) for line in lines[1:]
+    ]
     golden.write_text("\n".join(old) + "\n")
     assert at_port(project, monkeypatch, second).ret == 0
+    model_project(project, "why append only")  # a real change against the old golden: it says what it is
+    against_old = at_port(project, monkeypatch, first)
+    assert against_old.ret == 1
+    said = "\n".join(first_error_lines(against_old, 3))
+    assert "golden written in format version 2 (the raw view" in said and "--snapshot-update" in said
+    model_project(project, "what is a journal")
     rewritten = at_port(project, monkeypatch, second, "--snapshot-update")
     rewritten.stdout.fnmatch_lines(["*1 snapshot updated*"])
     assert golden.read_text().splitlines() == lines
@@ -529,9 +537,9 @@ def test_a_model_agent_s_golden_still_matches_when_its_server_moves_to_another_p
     changed = at_port(project, monkeypatch, first)
     assert changed.ret == 1
     said = "\n".join(first_error_lines(changed, 12))
-    assert 'response.stream.message.content: "echo: what is a journal" -> "echo: why append only"' in said
-    assert 'request.body.messages[0].content: "what is a journal" -> "why append only"' in said
-    assert "request.url" not in said and "created" not in said
+    assert 'reply.text: "echo: what is a journal" -> "echo: why append only"' in said
+    assert 'messages[0].text: "what is a journal" -> "why append only"' in said
+    assert "url" not in said and "created" not in said
 
 
 def test_project_rules_in_pyproject_and_an_assertion_s_own(
@@ -540,7 +548,8 @@ def test_project_rules_in_pyproject_and_an_assertion_s_own(
     first, second = free_ports(2)
     golden = model_project(project, "what is a journal")
     pyproject = project.path / "pyproject.toml"
-    pyproject.write_text("[tool.harness]\ngolden_defaults = false\n")  # every value compared as recorded
+    raw = 'golden_view = "raw"\n'  # each record as the trace holds it: the exchange, its URL and its port
+    pyproject.write_text("[tool.harness]\ngolden_defaults = false\n" + raw)  # every value compared as recorded
     assert at_port(project, monkeypatch, first, "--snapshot-update").ret == 0
     exact = at_port(project, monkeypatch, second)
     assert exact.ret == 1
@@ -548,12 +557,14 @@ def test_project_rules_in_pyproject_and_an_assertion_s_own(
     assert f'request.url: "http://127.0.0.1:{first}/v1/chat/completions" -> "http://127.0.0.1:{second}/v1' in said
 
     ignored = ["request.url", "response.stream.created", "response.stream.id"]
-    pyproject.write_text(f"[tool.harness]\ngolden_defaults = false\ngolden_ignore = {ignored!r}\n".replace("'", '"'))
+    pyproject.write_text(
+        f"[tool.harness]\ngolden_defaults = false\ngolden_ignore = {ignored!r}\n".replace("'", '"') + raw
+    )
     assert at_port(project, monkeypatch, first, "--snapshot-update").ret == 0
     assert '"url":"<ignored>"' in golden.read_text()
     assert at_port(project, monkeypatch, second).ret == 0
 
-    pyproject.write_text("[tool.harness]\ngolden_defaults = false\n")  # the same rules, given by the assertion
+    pyproject.write_text("[tool.harness]\ngolden_defaults = false\n" + raw)  # the same rules, given by the assertion
     model_project(project, "what is a journal", options=f"(ignore={ignored!r})")
     assert at_port(project, monkeypatch, first).ret == 0  # the golden above, read through the assertion's rules
     model_project(project, "why append only", options=f"(ignore={ignored!r})")

@@ -654,6 +654,7 @@ def test_diff_is_harness_diff_with_the_first_divergence(client: TestClient, fold
         len(engine.removed),
     )
     assert [m["op"] for m in d["moved"]] == [m.op for m in engine.moved]
+    assert (d["relocated"], d["notes"]) == (len(engine.relocated), list(engine.notes))
     same = client.get(f"/api/diff?a={ids['done']}&b={ids['done']}").json()
     assert same["equal"] is True and same["moved"] == []
     assert client.get("/api/diff?a=corrupt&b=corrupt").status_code == 400  # a corrupt trace cannot be diffed
@@ -952,13 +953,18 @@ def test_a_streamed_model_reply_reads_as_its_text_and_its_diff_marks_the_changed
         one = c.get(f"/api/runs/{ids['model']}/record?line={calls[1]['line']}").json()
         assert one["reply"] == {"message": {"content": f"echo: {stream_agent.QUESTIONS[1]}"}, "finish_reason": None}
         assert "chunks" in one["record"]["response"]  # the record as it is, for "the whole record"
+        assert one["view"] == {  # and as goldens and diffs hold it: what was asked and said
+            "kind": "model_call", "via": "http", "model": "test-model",
+            "messages": [{"role": "user", "text": stream_agent.QUESTIONS[1]}],
+            "reply": {"role": "assistant", "text": f"echo: {stream_agent.QUESTIONS[1]}"},
+        }  # fmt: skip
         assert one["forkable"]["value"]["stream"]["message"] == one["reply"]["message"]  # forks edit the message
         child = [b["note"] for b in c.get(f"/api/runs/{ids['model_fork']}/records").json()["records"]]
         assert stream_agent.FORKED in child
 
         d = c.get(f"/api/diff?a={ids['model']}&b={ids['model_fork']}").json()
         first = d["moved"][0]
-        assert [ch["field"] for ch in first["changes"]] == ["response.stream.message.content"]
+        assert [ch["field"] for ch in first["changes"]] == ["reply.text"]  # the behavior view: what was said
         (m,) = first["marks"]
         assert m["old"] == f'"echo: {stream_agent.QUESTIONS[1]}"' and m["new"] == f'"{stream_agent.FORKED}"'
         removed = [m["old"][a:b] for a, b in m["old_marks"]]

@@ -459,7 +459,7 @@ def test_the_diff_page_marks_the_changed_words(page: Any, model_server: Any) -> 
     url, ids, _ = model_server
     open_page(page, f"{url}diff?a={ids['model']}&b={ids['model_fork']}")
     first = page.locator("table.diff tr.first")
-    assert first.locator(".change .path").first.inner_text() == "response.stream.message.content"
+    assert first.locator(".change .path").first.inner_text() == "reply.text"  # the behavior view: what was said
     removed, added = first.locator("mark.del").all_inner_texts(), first.locator("mark.ins").all_inner_texts()
     assert "database" in removed and "spreadsheet" in added and "append only" not in "".join(removed + added)
     later = page.locator("table.diff tr.moved").nth(1).locator("mark.ins").all_inner_texts()

@@ -16,13 +16,18 @@ otherwise reported whole. Unmatched stretches facing each other are
 then paired by identity and shape (kind, from, to, step, boundary): a paired record is
 "changed", with dotted field paths and old and new values; the rest are
 "inserted" or "removed". An inserted retry is therefore two inserted records
-(and the attempt numbers it moves), never a cascade of changes to the end.
+(and the attempt numbers it moves), never a cascade of changes to the end. A
+call (a model, tool or other crossing) removed in one place and inserted
+equal in another is one call "moved". What is compared is the behavior view
+(normalize.py) unless the rules say "raw".
 
 `Diff.as_json()` is a documented contract (`harness diff --format json`):
 {"equal", "first": {seq_a, seq_b, line_a, line_b, kind, from, to, step,
 attempt, changes: [{field, old, new}]} or null, "changed": [same shape],
-"inserted": [...], "removed": [...]} where inserted and removed entries are
-{seq, line, kind, from, to, step, attempt, record}. For a first divergence
+"inserted": [...], "removed": [...], "moved": [...], "notes": [str]} where
+inserted and removed entries are {seq, line, kind, from, to, step, attempt,
+record}, moved ones {seq_a, seq_b, line_a, line_b, kind, ..., record}, and
+notes say what to know first (a golden of an older format). For a first divergence
 that is an insertion, seq_a and line_a are null and changes is empty (a
 removal: seq_b and line_b). An absent field is null on its side.
 """
@@ -70,7 +75,8 @@ class Change:
 
 @dataclass(frozen=True, slots=True)
 class Moved:
-    """A record that differs: op is "changed", "inserted" (only in b) or "removed" (only in a)."""
+    """A record that differs: op is "changed", "inserted" (only in b), "removed" (only in a) or "moved" (equal
+    records at other places: it was at seq_a, it is at seq_b)."""
 
     op: str
     kind: str | None
@@ -91,6 +97,11 @@ class Moved:
             return {"seq": self.seq_b, "line": self.line_b, **where, "record": self.record}
         if self.op == "removed":
             return {"seq": self.seq_a, "line": self.line_a, **where, "record": self.record}
+        if self.op == "moved":
+            return {
+                "seq_a": self.seq_a, "seq_b": self.seq_b, "line_a": self.line_a, "line_b": self.line_b, **where,
+                "record": self.record,
+            }  # fmt: skip
         return {
             "seq_a": self.seq_a, "seq_b": self.seq_b, "line_a": self.line_a, "line_b": self.line_b, **where,
             "changes": [{"field": c.field, "old": _plain(c.old), "new": _plain(c.new)} for c in self.changes],
@@ -118,6 +129,7 @@ class Diff:
     records_a: int
     records_b: int
     moved: tuple[Moved, ...]
+    notes: tuple[str, ...] = ()  # what to know first (a golden of an older format: how to re-record it)
 
     @property
     def equal(self) -> bool:
@@ -139,6 +151,11 @@ class Diff:
     def removed(self) -> tuple[Moved, ...]:
         return tuple(m for m in self.moved if m.op == "removed")
 
+    @property
+    def relocated(self) -> tuple[Moved, ...]:
+        """Records found on both sides, at another place (op "moved")."""
+        return tuple(m for m in self.moved if m.op == "moved")
+
     def as_json(self) -> dict[str, Any]:
         first = self.first
         return {
@@ -147,10 +164,13 @@ class Diff:
             "changed": [m.as_json() for m in self.changed],
             "inserted": [m.as_json() for m in self.inserted],
             "removed": [m.as_json() for m in self.removed],
+            "moved": [m.as_json() for m in self.relocated],
+            "notes": list(self.notes),
         }
 
     def counts(self) -> str:
-        return f"{len(self.changed)} changed, {len(self.inserted)} inserted, {len(self.removed)} removed"
+        moved = f", {len(self.relocated)} moved" if self.relocated else ""
+        return f"{len(self.changed)} changed, {len(self.inserted)} inserted, {len(self.removed)} removed{moved}"
 
     def headline(self, *, a: str = "a", b: str = "b") -> str:
         """One line that names the first record that moved, in b's seq numbers when it has one."""
@@ -162,6 +182,7 @@ class Diff:
     def lines(self, *, a: str = "a", b: str = "b", limit: int | None = 50) -> Iterator[str]:
         """The text report: the headline, the first record's fields, then every other difference."""
         yield self.headline(a=a, b=b) + ("" if self.equal else f" ({self.counts()})")
+        yield from self.notes
         if self.first is None:
             return
         yield from (f"  {line}" for line in details(self.first))
@@ -186,6 +207,7 @@ class Diff:
             raise internal("unequal traces with no first difference", self.b)
         out = [
             f"**Traces differ**: `{self.a}` → `{self.b}`: {self.counts()}.",
+            *(f"\n> {note}" for note in self.notes),
             "",
             f"First difference at {where(first)}: `{first.describe()}` {first.op}.",
             "",
@@ -204,20 +226,28 @@ class Diff:
 
 
 def diff(
-    a: Source | Loaded, b: Source | Loaded, *, ignore: str | Iterable[str] | None = None, defaults: bool = True
+    a: Source | Loaded,
+    b: Source | Loaded,
+    *,
+    ignore: str | Iterable[str] | None = None,
+    defaults: bool = True,
+    view: str = "behavior",
 ) -> Diff:
     """Compare two traces (paths, Replays, Outcomes, record lists or golden files) after normalization.
 
     `ignore`: field paths left out of the comparison (`"response.body.usage"`,
     `"*.id"`: see `harness.normalize`); `defaults=False` compares what the
     default rules leave out (a loopback port, request ids, a model response's
-    ids and times). Memory: the common prefix and suffix are compared as they are read, so
-    what is held grows with the region where the traces differ (the records
-    between them), plus a fixed read window; two equal traces of any length
-    are compared in constant memory.
+    ids and times). `view="raw"` compares each record as the trace holds it
+    (`harness diff --raw`), not its behavior view. Memory: the common prefix
+    and suffix are compared as they are read, so what is held grows with the
+    region where the traces differ (the records between them), plus a fixed
+    read window; two equal traces of any length whose calls the behavior view
+    leaves as they are (no model or tool call of a door) are compared in
+    constant memory; a trace with such calls is held whole, as its view.
     Raises HarnessError (TraceCorruption for a corrupt trace) naming the file.
     """
-    rules = Rules.of(ignore, defaults)
+    rules = Rules.of(ignore, defaults, view)
     return diff_with(Loaded.load(a, rules), Loaded.load(b, rules))
 
 
@@ -225,7 +255,7 @@ def diff_with(la: Loaded, lb: Loaded) -> Diff:
     """diff() of two loaded sides, each read under its own rules (give both the same)."""
     na, nb = len(la), len(lb)
     if la.causal or lb.causal:  # a run with agents: each agent's records aligned with its own
-        return Diff(la.name, lb.name, na, nb, _by_agent(la, lb))
+        return Diff(la.name, lb.name, na, nb, _moves(_by_agent(la, lb)), _notes(la, lb))
     steps = _Steps()
     lo, start_a, start_b = 0, _end(la), _end(lb)
     walk_a, walk_b = la.forward(), lb.forward()
@@ -263,7 +293,47 @@ def diff_with(la: Loaded, lb: Loaded) -> Diff:
             if i < pi or j < pj:
                 moved.extend(_stretch(la, lb, lo + i, lo + pi, lo + j, lo + pj, ids_a[i:pi], ids_b[j:pj]))
             i, j = pi + 1, pj + 1
-    return Diff(la.name, lb.name, na, nb, tuple(moved))
+    return Diff(la.name, lb.name, na, nb, _moves(tuple(moved)), _notes(la, lb))
+
+
+_MOVABLE = frozenset({"model_call", "tool_call", "crossing"})
+
+
+def _notes(la: Loaded, lb: Loaded) -> tuple[str, ...]:
+    """What a reader should know first: a side that is a golden of an older format (it reads, but may differ)."""
+    return tuple(f"{side.name}: {side.note}" for side in (la, lb) if side.note)
+
+
+def _moves(moved: tuple[Moved, ...]) -> tuple[Moved, ...]:
+    """A removed call and an inserted one that are equal, as one call moved (where it was, where it is).
+
+    Calls only (model, tool and other crossings): a checkpoint or a transition
+    is its step's, and equal ones in two different steps are not one record moved.
+    """
+    removed: dict[bytes, list[int]] = {}
+    for n, m in enumerate(moved):
+        if m.op == "removed" and m.kind in _MOVABLE:
+            removed.setdefault(orjson.dumps(m.record, option=orjson.OPT_SORT_KEYS), []).append(n)
+    if not removed:
+        return moved
+    pairs: dict[int, int] = {}  # the inserted one's index -> the removed one's
+    for n, m in enumerate(moved):
+        if m.op == "inserted" and m.kind in _MOVABLE:
+            same = removed.get(orjson.dumps(m.record, option=orjson.OPT_SORT_KEYS))
+            if same:
+                pairs[n] = same.pop(0)
+    if not pairs:
+        return moved
+    gone = set(pairs.values())
+    out = []
+    for n, m in enumerate(moved):
+        if n in gone:
+            continue
+        if n in pairs:
+            was = moved[pairs[n]]
+            m = dataclasses.replace(m, op="moved", seq_a=was.seq_a, line_a=was.line_a)
+        out.append(m)
+    return tuple(out)
 
 
 def _end(side: Loaded) -> int:

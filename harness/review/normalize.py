@@ -1,5 +1,12 @@
 """The deterministic view of a trace: what golden files hold and what diffs compare.
 
+Two views (`Rules.view`): "behavior", the default, in which each model and
+tool call a door recorded is its behavior view (`behavior.py`: harness's own
+shape, what a framework or server made up left out; `behave`), the run's
+own id in a value reads `<run>`, and calls of concurrent tasks come in the
+order their tasks were created (`by_task`); and "raw", each record as the
+trace holds it. Both apply the rules below.
+
 `normalize()` keeps what describes control flow and data (kinds, states,
 steps, attempts, tools, args, results, errors, checkpoints, crossings,
 resumes) and drops what changes between two runs of the same program: seq
@@ -36,7 +43,9 @@ Rules kept here:
   except in a run with agents, whose records come in one canonical linear
   extension of happens-before (`causal_key`: the sum of the clock, then the
   agent; within an agent its own order), so the view of a concurrent run is
-  the same however its threads interleaved;
+  the same however its threads interleaved; and, in the behavior view, the
+  calls of an agent's concurrent tasks, in the order the tasks were created
+  (`by_task`);
 - the same keys come out in the same order every time (kind, then ORDER,
   then the rest sorted; nested objects sorted), so a run renders to the
   same bytes whenever it behaves the same;
@@ -44,10 +53,13 @@ Rules kept here:
 - a trace is validated by replay() before it is read: a corrupt or foreign
   file raises, it is never half-read.
 
-A golden file is the view as JSONL after one line naming its format and
-version (`GOLDEN_HEAD`); `Loaded` reads traces, golden files and lists of
-records alike, for the diff engine: a trace file is walked from either end
-and only the region the engine asks for is held in memory.
+A golden file is the view as JSONL after one line naming its format,
+version and view (`GOLDEN_HEAD`; a golden of an `OLDER` version still reads,
+through today's view, and `older()` says how to re-record it); `Loaded`
+reads traces, golden files and lists of records alike, for the diff engine:
+a trace file is walked from either end and only the region the engine asks
+for is held in memory, unless the behavior view maps a record of it (the
+view of a call depends on the calls before it): then it is held whole.
 
 `describe_record` says what a record is in a few words, for `show` and the
 diff's messages (here, not in diff: `harness show` then never loads the
@@ -56,6 +68,7 @@ diff engine).
 
 from __future__ import annotations
 
+import heapq
 import os
 import re
 import stat
@@ -70,15 +83,19 @@ from .._errors import HarnessError, TraceUnreadable
 from ..storage import blobs as _blobs
 from ..storage import is_url, local_copy
 from ..trace.reader import Replay, attempt_of, replay
-from .fieldpath import Path, mark, parse
+from ..trace.tasks import TASK, task_of
+from .behavior import BOUNDARIES, VIEW, Behavior
+from .fieldpath import MARKER, Path, mark, parse
 from .stream import http_view
 
 if TYPE_CHECKING:  # (at run time: _trace_of; `harness show` need not load the runtime to read a trace)
     from ..runtime.executor import Outcome
 
-FORMAT, VERSION = "harness-golden", 2  # 2: trace schema 2 (one checkpoint record per step, seals)
-GOLDEN_HEAD = orjson.dumps({"format": FORMAT, "version": VERSION}).decode()
+FORMAT, VERSION = "harness-golden", 3  # 2: trace schema 2 (one checkpoint record per step, seals); 3: the behavior view
+GOLDEN_HEAD = orjson.dumps({"format": FORMAT, "version": VERSION, "view": VIEW}).decode()
+OLDER = frozenset({2})  # golden versions still read (version 2: the raw view, before the behavior view)
 RERECORD = "re-record it with `pytest --snapshot-update` (or `harness show --golden TRACE`)"
+IGNORED = MARKER
 
 # top-level fields that differ between two runs of the same program
 DROP = frozenset(
@@ -90,6 +107,15 @@ ORDER = (
     "boundary", "request", "response", "status", "happened", "evidence", "set_aside", "schema", "goal", "tools",
 )  # fmt: skip
 _RANK = {k: i for i, k in enumerate(ORDER)}
+# a behavior view's model and tool calls (review/behavior.py): their fields in this order, the rest after, sorted
+VIEW_ORDER = (
+    "kind", "via", "model", "settings", "tools", "output", "history", "messages", "reply", "finish",
+    "tool", "args", "result", "error", "usage",
+)  # fmt: skip
+_VIEW_RANK = {k: i for i, k in enumerate(VIEW_ORDER)}
+VIEWS = ("behavior", "raw")
+VIEW_KINDS = frozenset({"model_call", "tool_call"})
+_MAPPED = frozenset({"kind", "boundary", "request", "response", "error", "hash"})  # a crossing's, as the view has them
 
 Source: TypeAlias = "str | os.PathLike[str] | Sequence[Mapping[str, Any]] | Replay | Outcome"
 
@@ -120,22 +146,31 @@ class Rules:
 
     ignore: tuple[str, ...] = ()
     defaults: bool = True
+    view: str = "behavior"  # or "raw": each record as the trace holds it (the fixed rules and the defaults aside)
     paths: tuple[Path, ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if type(self.defaults) is not bool:
             raise HarnessError(f"defaults must be True or False, not {self.defaults!r}")
+        if self.view not in VIEWS:
+            raise HarnessError(f"view must be one of {', '.join(map(repr, VIEWS))}, not {self.view!r}")
         object.__setattr__(self, "paths", tuple(parse(p) for p in self.ignore))
 
     @classmethod
-    def of(cls, ignore: str | Iterable[str] | None = None, defaults: bool = True) -> Rules:
+    def of(cls, ignore: str | Iterable[str] | None = None, defaults: bool = True, view: str = "behavior") -> Rules:
         paths = () if ignore is None else (ignore,) if isinstance(ignore, str) else tuple(ignore)
-        return cls(paths, defaults)
+        return cls(paths, defaults, view)
 
-    def plus(self, ignore: str | Iterable[str] | None = None, defaults: bool | None = None) -> Rules:
-        """These rules with more paths ignored, and the defaults set when `defaults` is given."""
+    def plus(
+        self, ignore: str | Iterable[str] | None = None, defaults: bool | None = None, view: str | None = None
+    ) -> Rules:
+        """These rules with more paths ignored, and the defaults and the view set when given."""
         more = Rules.of(ignore)
-        return Rules((*self.ignore, *more.ignore), self.defaults if defaults is None else defaults)
+        return Rules((*self.ignore, *more.ignore), self.defaults if defaults is None else defaults, view or self.view)
+
+    @property
+    def behavior(self) -> bool:
+        return self.view == "behavior"
 
 
 RULES = Rules()  # the defaults, and nothing ignored
@@ -145,7 +180,8 @@ def project_rules(start: str | os.PathLike[str]) -> tuple[Rules, str | None]:
     """The rules `[tool.harness]` of the nearest pyproject.toml at or above `start` sets, and that file.
 
     `golden_ignore = ["response.body.usage", ...]` adds paths to ignore;
-    `golden_defaults = false` turns the defaults off. HarnessError naming the
+    `golden_defaults = false` turns the defaults off; `golden_view = "raw"`
+    compares each record as the trace holds it, not its behavior view. HarnessError naming the
     file for one that cannot be read or a setting of the wrong type.
     """
     for candidate in _pyprojects(start):
@@ -215,13 +251,16 @@ def _read_rules(path: str, data: dict[str, Any] | None = None) -> Rules:
     section = data.get("tool", {}).get("harness", {})
     ignore = section.get("golden_ignore", [])
     defaults = section.get("golden_defaults", True)
+    view = section.get("golden_view", "behavior")
+    if view not in VIEWS:
+        raise HarnessError(f'{path}: [tool.harness] golden_view must be "behavior" or "raw", not {view!r}')
     if not isinstance(ignore, list) or not all(isinstance(p, str) for p in ignore):
         what = "must be a list of field paths (strings)"
         raise HarnessError(f"{path}: [tool.harness] golden_ignore {what}, not {ignore!r}")
     if type(defaults) is not bool:
         raise HarnessError(f"{path}: [tool.harness] golden_defaults must be true or false, not {defaults!r}")
     try:
-        return Rules(tuple(ignore), defaults)
+        return Rules(tuple(ignore), defaults, view)
     except HarnessError as e:
         raise HarnessError(f"{path}: [tool.harness] golden_ignore: {e}") from None
 
@@ -229,13 +268,14 @@ def _read_rules(path: str, data: dict[str, Any] | None = None) -> Rules:
 _plans: dict[tuple[str, ...], tuple[str, ...]] = {}  # a record's keys -> the keys of its view, in order
 
 
-def _plan(keys: tuple[str, ...]) -> tuple[str, ...]:
-    plan = _plans.get(keys)
+def _plan(keys: tuple[str, ...], called: bool = False) -> tuple[str, ...]:
+    plan = _plans.get(keys if not called else ("", *keys))
     if plan is None:
         if len(_plans) > 4096:  # records of many shapes (free-form events): keep the cache small
             _plans.clear()
-        plan = _plans[keys] = tuple(
-            sorted((k for k in keys if k not in DROP), key=lambda k: (_RANK.get(k, len(ORDER)), k))
+        rank, last = (_VIEW_RANK, len(VIEW_ORDER)) if called else (_RANK, len(ORDER))
+        plan = _plans[keys if not called else ("", *keys)] = tuple(
+            sorted((k for k in keys if k not in DROP), key=lambda k: (rank.get(k, last), k))
         )
     return plan
 
@@ -262,7 +302,7 @@ def normalize_record(record: Mapping[str, Any], *, nested: bool = True, rules: R
     dicts and as canonical bytes, cheaper, for comparing (the diff engine).
     """
     kind = record.get("kind")
-    plan = _plan(tuple(record))
+    plan = _plan(tuple(record), kind in VIEW_KINDS)
     out = {k: record[k] for k in plan}
     if kind in ("reconcile", "answer"):
         out.pop("op", None)  # the seq of the paused operation or of the question: a seq number
@@ -277,6 +317,8 @@ def normalize_record(record: Mapping[str, Any], *, nested: bool = True, rules: R
     aside = out.get("set_aside")
     if isinstance(aside, str) and ".torn-" in aside:  # "<trace name>.torn-N": keep N, not the name
         out["set_aside"] = "torn-" + aside.rpartition(".torn-")[2]
+    elif kind == "model_call" and rules.defaults and "usage" in out:
+        out["usage"] = IGNORED  # tokens: kept apart, for `harness cost`; a golden does not compare them
     for path in rules.paths:
         out = mark(out, path)
     if rules.defaults and kind == "crossing" and out.get("boundary") in _EXCHANGES:
@@ -339,18 +381,113 @@ def _trace_of(source: Any) -> Any:
     return source.trace if executor is not None and isinstance(source, executor.Outcome) else source
 
 
+def behave(records: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """Records (payloads inline, in the view's order) with each model and tool call as its behavior view.
+
+    The run's own id, wherever a value holds it (an idempotency key a server
+    echoes back), reads `<run>`; a record's `task` is left out (give the
+    records in `by_task` order: the order is what the view keeps of it).
+
+    A mapped record keeps its other fields (`agent`, `vc`, `seq`, ...: the
+    fixed rules drop what they drop); any other record is passed as it is.
+    """
+    behavior = Behavior()
+    out: list[Mapping[str, Any]] = []
+    run: bytes | None = None  # the run's id: in a key a server echoes back, a tool's result names it
+    for rec in records:
+        if rec.get("kind") == "header" and isinstance(rec.get("run_id"), str) and len(rec["run_id"]) >= 8:
+            run = rec["run_id"].encode()
+        elif run is not None:
+            data = orjson.dumps(rec)
+            if run in data:
+                rec = orjson.loads(data.replace(run, b"<run>"))
+        if TASK in rec:  # its place in the view says it; its name counts tasks a framework makes for its own use
+            rec = {k: v for k, v in rec.items() if k != TASK}
+        mapped = behavior.view(rec)
+        if mapped is None:
+            out.append(rec)
+        else:
+            out.append({**mapped, **{k: v for k, v in rec.items() if k not in _MAPPED and k not in mapped}})
+    return out
+
+
+def mapped(record: Mapping[str, Any]) -> bool:
+    """Whether the behavior view may change this record or its place (a call through a door; a task's call)."""
+    return TASK in record or (record.get("kind") == "crossing" and record.get("boundary") in BOUNDARIES)
+
+
+def by_task(records: Sequence[Mapping[str, Any]]) -> list[int]:
+    """The behavior view's order of records: concurrent calls in the order their tasks were created.
+
+    A run of consecutive records of one agent that carry a `task` (calls its
+    concurrent tasks made, written in the order they finished) is put in
+    order of task (`task_of`: creation order), except that two records of
+    related tasks (the same task, or one an ancestor of the other) keep the
+    order they were written in: a task's own calls in the order it made
+    them, and a task's call after a subtask it awaited after that subtask's.
+    So only calls that ran concurrently move, and the result is the same
+    whichever of them finished first.
+    """
+    order = list(range(len(records)))
+    n = 0
+    while n < len(records):
+        if TASK not in records[n]:
+            n += 1
+            continue
+        end, agent = n, records[n].get("agent")
+        while end < len(records) and TASK in records[end] and records[end].get("agent") == agent:
+            end += 1
+        order[n:end] = _by_task(records, n, end)
+        n = end
+    return order
+
+
+def _by_task(records: Sequence[Mapping[str, Any]], lo: int, hi: int) -> list[int]:
+    """Records lo to hi in task order, related tasks' records kept in trace order (a priority topological sort)."""
+    tasks = [task_of(dict(records[i])) for i in range(lo, hi)]
+    if tasks == sorted(tasks):
+        return list(range(lo, hi))  # already in the view's order: nothing finished out of turn
+    after: list[list[int]] = [[] for _ in tasks]  # each record's related successors in the trace
+    waits = [0] * len(tasks)
+    for j, b in enumerate(tasks):
+        for i in range(j):
+            a = tasks[i]
+            if a[: len(b)] == b or b[: len(a)] == a:  # related: the same task, or an ancestor of the other
+                after[i].append(j)
+                waits[j] += 1
+    ready = [(t, i) for i, t in enumerate(tasks) if not waits[i]]
+    heapq.heapify(ready)
+    out = []
+    while ready:
+        _, i = heapq.heappop(ready)
+        out.append(lo + i)
+        for j in after[i]:
+            waits[j] -= 1
+            if not waits[j]:
+                heapq.heappush(ready, (tasks[j], j))
+    return out
+
+
 def normalize(
-    trace: Source, *, ignore: str | Iterable[str] | None = None, defaults: bool = True
+    trace: Source,
+    *,
+    ignore: str | Iterable[str] | None = None,
+    defaults: bool = True,
+    view: str = "behavior",
 ) -> list[dict[str, Any]]:
     """The deterministic view of a trace: a path (trace or golden file), a Replay, an Outcome, or records.
 
     Records are dicts as read from a trace (`harness.testing.read_records`).
-    `ignore`: field paths whose values read `<ignored>` (`"response.body.usage"`,
-    `"*.id"`); `defaults=False` keeps what the defaults would mark (a loopback
-    port, request ids, a model response's ids and times).
+    `view`: "behavior" (the default: each model and tool call in harness's own
+    shape, what a framework or server made up left out: docs/FORMAT.md
+    "The behavior view") or "raw" (each record as the trace holds it, less the
+    fixed rules). `ignore`: field paths whose values read `<ignored>`
+    (`"messages[0].text"`, `"*.id"`); `defaults=False` keeps what the defaults
+    would mark (a loopback port, request ids, a model response's ids and
+    times, a model call's usage).
     Raises HarnessError (TraceCorruption for a corrupt trace) naming the file.
     """
-    return normalize_with(trace, Rules.of(ignore, defaults))
+    return normalize_with(trace, Rules.of(ignore, defaults, view))
 
 
 def normalize_with(trace: Source, rules: Rules) -> list[dict[str, Any]]:
@@ -359,7 +496,7 @@ def normalize_with(trace: Source, rules: Rules) -> list[dict[str, Any]]:
     if isinstance(trace, Replay):
         trace = trace.path
     if isinstance(trace, str | os.PathLike) and not is_golden_file(os.fspath(trace)):
-        out: list[dict[str, Any]] = []  # one pass: replay() validates and hands over each record
+        raw: list[dict[str, Any]] = []  # one pass: replay() validates and hands over each record
         path = os.fspath(trace)
         keys: list[tuple[int, str]] = []
         spawned = False
@@ -371,15 +508,18 @@ def normalize_with(trace: Source, rules: Rules) -> list[dict[str, Any]]:
                 if not local:
                     local.append(local_copy(path))
                 rec = _blobs.inline(local[0], rec)
-            out.append(normalize_record(rec, rules=rules))
+            raw.append(rec)
             keys.append(causal_key(rec, rec["seq"]))
             spawned = spawned or "vc" in rec
 
         replay(path, on_record=take)
         if spawned:  # a run with agents: its records in the canonical causal order
-            order = sorted(range(len(out)), key=keys.__getitem__)
-            return [out[i] for i in order]
-        return out
+            order = sorted(range(len(raw)), key=keys.__getitem__)
+            raw = [raw[i] for i in order]
+        if not rules.behavior:
+            return [normalize_record(r, rules=rules) for r in raw]
+        # concurrent calls in the order of their tasks; each call in the view's shape
+        return [normalize_record(r, rules=rules) for r in behave([raw[i] for i in by_task(raw)])]
     loaded = Loaded.load(trace, rules)
     return [normalize_record(loaded.record(i), rules=rules) for i in range(len(loaded))]
 
@@ -390,17 +530,36 @@ def render(records: Sequence[Mapping[str, Any]], rules: Rules = RULES) -> str:
     return GOLDEN_HEAD + "\n" + (body.decode() + "\n" if records else "")
 
 
-def stale(first_line: str | bytes) -> str | None:
-    """None when first_line is this version's golden head, else why the file is not a current golden."""
+def golden_version(first_line: str | bytes) -> int | None:
+    """The format version a golden file's first line names; None when it is not a harness golden's."""
     try:
         head = orjson.loads(first_line)
     except orjson.JSONDecodeError:
-        head = None
-    if not isinstance(head, dict) or head.get("format") != FORMAT:
+        return None
+    if not isinstance(head, dict) or head.get("format") != FORMAT or type(head.get("version")) is not int:
+        return None
+    return int(head["version"])
+
+
+def stale(first_line: str | bytes) -> str | None:
+    """None when first_line is the head of a golden this harness reads, else why the file is not one."""
+    version = golden_version(first_line)
+    if version is None:
         return f"its first line is not {GOLDEN_HEAD} (not a harness golden, or written before goldens had a version)"
-    if head.get("version") != VERSION:
-        return f"it was written as golden format version {head.get('version')!r}; this harness writes version {VERSION}"
+    if version != VERSION and version not in OLDER:
+        return f"it was written as golden format version {version!r}; this harness writes version {VERSION}"
     return None
+
+
+def older(first_line: str | bytes) -> str | None:
+    """Why a golden of an older format this harness still reads may differ (it reads, and is compared); else None."""
+    version = golden_version(first_line)
+    if version is None or version == VERSION or version not in OLDER:
+        return None
+    return (
+        f"golden written in format version {version} (the raw view: each framework's records as they were); "
+        f"this harness writes version {VERSION}, behavior view v{VIEW}: {RERECORD}"
+    )
 
 
 _NAME = 60  # characters of a checkpoint's name in describe_record (as many as diff shows of a value)
@@ -423,6 +582,10 @@ def describe_record(rec: Mapping[str, Any]) -> str:
         text = f"transition {rec.get('from')} -> {rec.get('to')}"
     elif kind == "crossing":
         text = f"crossing {rec.get('boundary')}"
+    elif kind == "model_call":
+        text = f"model call {compact(rec.get('model'), _NAME)} ({rec.get('via')})"
+    elif kind == "tool_call":
+        text = f"tool call {compact(rec.get('tool'), _NAME)} ({rec.get('via')})"
     elif kind in ("end", "event") and rec.get("status", rec.get("type")) is not None:
         text = f"{kind} {rec.get('status', rec.get('type'))}"
     if rec.get("step") is not None:
@@ -491,8 +654,8 @@ class Loaded:
     """
 
     __slots__ = (
-        "_base", "_end", "_n", "_norm", "_path", "_raw", "_records", "_seqs", "causal", "first_line", "name",
-        "rules", "torn_tail",
+        "_base", "_end", "_n", "_norm", "_path", "_raw", "_records", "_seqs", "causal", "first_line", "held", "name",
+        "note", "rules", "torn_tail",
     )  # fmt: skip
 
     def __init__(
@@ -510,6 +673,8 @@ class Loaded:
         self._norm: dict[int, dict[str, Any]] = {}
         # a run with agents, in the canonical causal order (held in memory; its line numbers are its seqs)
         self.causal = records is not None and any("vc" in r for r in records)
+        self.held = False  # a trace file held whole (a run with agents, or with calls the behavior view maps)
+        self.note: str | None = None  # a golden of an older format: why it may differ, and how to re-record it
 
     @classmethod
     def load(cls, source: Source | Loaded, rules: Rules = RULES) -> Loaded:
@@ -538,15 +703,25 @@ class Loaded:
             if any("vc" in r for r in records):
                 order = sorted(range(len(records)), key=lambda i: causal_key(records[i], seqs[i]))
                 records, seqs = [records[i] for i in order], [seqs[i] for i in order]
+            if rules.behavior and any(mapped(r) for r in records):
+                order = by_task(records)
+                records, seqs = behave([records[i] for i in order]), [seqs[i] for i in order]
             return cls("<records>", records=records, seqs=seqs, rules=rules)
         what = type(source).__name__
         raise HarnessError(f"cannot read a trace from a {what}; pass a path, a Replay, an Outcome or a list of records")
 
     @classmethod
     def trace(cls, path: str, rules: Rules = RULES) -> Loaded:
-        rep = replay(path)  # raises on a corrupt or foreign file, naming line and reason
+        calls: list[bool] = []  # whether the behavior view maps a record of it (then it is held, as a whole)
+
+        def note(line: bytes, rec: dict[str, Any]) -> None:
+            if not calls and mapped(rec):
+                calls.append(True)
+
+        # raises on a corrupt or foreign file, naming line and reason
+        rep = replay(path, on_record=note) if rules.behavior else replay(path)
         local = local_copy(path)  # a URL: the copy replay() just checked
-        if rep._tail.clocks is not None:  # a run with agents: its records in the canonical causal order, held
+        if rep._tail.clocks is not None or calls:  # its records in the view's order, held
             try:
                 with open(local, "rb") as f:
                     data = f.read(rep._tail.end)
@@ -555,16 +730,25 @@ class Loaded:
             # blob-stored payloads read back in place: records compare by what they hold, not by reference
             records = [_blobs.inline(local, orjson.loads(line)) for line in data.split(b"\n")[:-1]]
             order = sorted(range(len(records)), key=lambda i: causal_key(records[i], i + 1))
-            ordered, seqs = [records[i] for i in order], [i + 1 for i in order]
+            ordered: list[Mapping[str, Any]] = [records[i] for i in order]
+            seqs = [i + 1 for i in order]
+            if calls:  # concurrent calls in the order of their tasks; each call in the view's shape
+                tasks = by_task(ordered)
+                ordered, seqs = behave([ordered[i] for i in tasks]), [seqs[i] for i in tasks]
             loaded = cls(path, records=ordered, seqs=seqs, torn_tail=rep.torn_tail, rules=rules)
-            loaded.causal = True
+            loaded.causal, loaded.held = rep._tail.clocks is not None, True
             return loaded
         # complete lines only: a torn tail is not part of the run
         return cls(path, path=local, end=rep._tail.end, count=rep.records, torn_tail=rep.torn_tail, rules=rules)
 
     @classmethod
     def golden(cls, text: str | bytes, name: str, rules: Rules = RULES) -> Loaded:
-        return cls(name, records=parse_golden(text, name), first_line=2, rules=rules)
+        records: Sequence[Mapping[str, Any]] = parse_golden(text, name)
+        if rules.behavior and any(mapped(r) for r in records):  # a golden of the raw view (format 2)
+            records = behave(records)
+        loaded = cls(name, records=records, first_line=2, rules=rules)
+        loaded.note = older(text.split(b"\n", 1)[0] if isinstance(text, bytes) else text.split("\n", 1)[0])
+        return loaded
 
     def __len__(self) -> int:
         return self._n
@@ -659,7 +843,7 @@ class Loaded:
         return self._seqs[i] if self._seqs is not None else i + 1
 
     def line(self, i: int) -> int:
-        if self.causal and self._seqs is not None and self.first_line == 1:  # a trace: its line is its seq
+        if self.held and self._seqs is not None:  # a trace held in the view's order: its line is its seq
             return self._seqs[i]
         return i + self.first_line
 

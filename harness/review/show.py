@@ -10,9 +10,11 @@ replay() raises the TraceCorruption that names it.
 What a timeline line holds: the seq, what the record is (`PLAN -> ACT  step
 0, attempt 1`), then its fields as compact JSON, whole: a value is wrapped
 at the width, never cut, so a model prompt reads in full. Fields that only
-make sense to a machine (seq, ts, crc, hash) are left out; an http
-crossing's streamed model reply shows as the message its chunks add up to
-(`response.stream`: text, tool calls, finish reason); a `now()` reading
+make sense to a machine (seq, ts, crc, hash) are left out; a model or tool
+call a door recorded shows as its behavior view (`behavior.Behavior`, fed the
+trace's calls in order: a model call's new messages and what it said, not
+the whole history again); another http crossing's streamed model reply shows
+as the message its chunks add up to (`response.stream`); a `now()` reading
 is shown as a UTC time, so is a `sleep`'s wake-up time; a crash record
 shows its error and innermost frame, not its whole traceback; a fork's header names its `parent` and `branch`, and
 its records say whether they were `served` from the parent (its `reused`
@@ -20,7 +22,8 @@ marks; every record of a rerun), `answered` (the branch) or ran `live`.
 
 Other views: `json` writes each line exactly as read; `record` one record in
 full, indented; `golden` the normalized view (the git textconv), which
-refuses a corrupt trace before writing anything.
+refuses a corrupt trace before writing anything and holds the trace's view
+in memory (its calls' views depend on the calls before them).
 """
 
 from __future__ import annotations
@@ -35,17 +38,20 @@ import orjson
 from .._errors import HarnessError, TraceUnreadable
 from ..storage import blobs as _blobs
 from ..trace.reader import Replay, replay
+from .behavior import Behavior
 from .fieldpath import mark
 from .normalize import (
     GOLDEN_HEAD,
     RULES,
     Rules,
-    causal_key,
+    behave,
     describe_record,
     is_golden_file,
+    mapped,
     normalize_record,
+    normalize_with,
     parse_golden,
-)
+)  # fmt: skip
 from .results import hint
 from .stream import FRAMEWORK_MODELS, http_view, reply, said
 
@@ -54,7 +60,9 @@ MIN_WIDTH = 40
 _HIDDEN = frozenset(
     {"seq", "ts", "crc", "hash", "kind", "from", "to", "step", "attempt", "boundary", "reused", "mutated"}
     | {"agent", "vc"}  # shown before the record, as `[agent]` (or with --vector, agent and clock)
+    | {"via", "model"}  # a model or tool call's: in what it is
 )
+_MAPPED = frozenset({"kind", "boundary", "request", "response", "error", "hash"})  # a crossing's, as the view has them
 Write = Callable[[str], Any]
 View = Literal["timeline", "json", "record", "golden"]
 
@@ -93,6 +101,16 @@ def wrap(text: str, room: int, indent: str) -> list[str]:
             indent, room = indent + "  ", room - 2
     out.append(indent + text)
     return out
+
+
+def _said(message: Mapping[str, Any]) -> str:
+    """A behavior view's reply in one line: its text, else the tools it called (`→ search {"q": "x"}`)."""
+    calls = [c for c in message.get("tool_calls") or [] if isinstance(c, dict)]
+    shown = {
+        "content": message.get("text"), "refusal": message.get("refusal"),
+        "tool_calls": [{"name": c.get("name"), "arguments": _json(c.get("args"))} for c in calls],
+    }  # fmt: skip
+    return said({"message": shown})
 
 
 class Timeline:
@@ -161,6 +179,9 @@ class Timeline:
             answer = reply(fields["response"])  # a framework's model response: what the model said, first
             if answer is not None:
                 notes.append(f"said={said(answer)}")
+        if kind == "model_call" and isinstance(rec.get("reply"), dict):  # what the model said, first
+            notes.append(f"said={_said(rec['reply'])}")
+            fields.pop("reply", None)
         if kind == "crash" and isinstance(fields.get("traceback"), str):  # the innermost frame, not the whole text
             frames = [f.strip() for f in fields.pop("traceback").splitlines() if f.strip().startswith("File ")]
             fields["at"] = frames[-1] if frames else None
@@ -184,39 +205,41 @@ def show_trace(
 ) -> Replay | None:
     """Write the trace at `trace` through `write`, one record at a time.
 
-    view: "timeline" (wrapped at `width`), "json" (each line as read),
-    "record" (the record at `seq`, whole and indented) or "golden" (the
-    normalized view). Returns the Replay of a trace file (None for a golden
-    file); raises TraceCorruption after writing the records before the damage
-    ("golden" writes nothing then), HarnessError for an unreadable file or,
-    with view="record", a seq the trace does not hold. `vector`: the timeline
-    shows each record's agent and vector clock. `rules` (the project's,
-    normalize.rules_for): the golden view is theirs, and the timeline hides
-    what they ignore (`<ignored>`), as a golden file does.
+    view: "timeline" (wrapped at `width`; each model and tool call a door
+    made as its behavior view: a model call's new messages and its reply, not
+    the whole history again), "json" (each line as read), "record" (the
+    record at `seq`, whole and indented) or "golden" (the normalized view
+    under `rules`, as a golden file holds it). Returns the Replay of a trace
+    file (None for a golden file); raises TraceCorruption after writing the
+    records before the damage ("golden" writes nothing then), HarnessError
+    for an unreadable file or, with view="record", a seq the trace does not
+    hold. `vector`: the timeline shows each record's agent and vector clock.
+    `rules` (the project's, normalize.rules_for): the golden view is theirs,
+    and the timeline hides what they ignore (`<ignored>`), as a golden file
+    does.
 
-    The golden view of a run with agents is in the canonical causal order:
-    the records before its first spawn stream out as they come (they come
-    first in that order), the rest are held, then sorted and written.
+    The golden view is written once the whole trace is read (a run with
+    agents comes in the canonical causal order, and a call's view depends on
+    the calls before it).
     """
     path = os.fspath(trace)
     timeline = Timeline(width, vector=vector)
-    held_back: list[tuple[tuple[int, str], dict[str, Any]]] = []  # golden view, from the first clock on
+    behavior = Behavior()  # the timeline's model and tool calls: ids and conversations so far
     found: list[bool] = []
     held = 0
 
     def emit(n: int, raw: bytes | None, rec: Mapping[str, Any]) -> None:
         if view == "timeline":
+            if mapped(rec):
+                inline = _blobs.inline(path, rec) if "blobs" in rec else rec
+                shown = behavior.view(inline)
+                if shown is not None:
+                    rec = {**shown, **{k: v for k, v in rec.items() if k not in _MAPPED and k not in shown}}
             for ignored in rules.paths:
                 rec = mark(rec, ignored)
             write("\n".join(timeline.lines(n, rec)) + "\n")
         elif view == "json":
             write((raw.decode() if raw is not None else _json(rec)) + "\n")
-        elif view == "golden":
-            normalized = normalize_record(_blobs.inline(path, rec) if "blobs" in rec else rec, rules=rules)
-            if raw is not None and (held_back or "vc" in rec):  # from the first clock on (the seal too)
-                held_back.append((causal_key(rec, n), normalized))
-            else:
-                write(_json(normalized) + "\n")
         elif n == seq:
             write(orjson.dumps(rec, option=orjson.OPT_INDENT_2).decode() + "\n")
             found.append(True)
@@ -229,16 +252,20 @@ def show_trace(
             raise TraceUnreadable(path, f"cannot read: {e.strerror}") from None
         if view == "golden":
             write(GOLDEN_HEAD + "\n")
+            for rec in behave(records) if rules.behavior else records:
+                write(_json(normalize_record(rec, rules=rules)) + "\n")
+            return None
         for n, rec in enumerate(records, 1):
             emit(n, None, rec)
         rep, held = None, len(records)
+    elif view == "golden":  # the textconv: refuse a corrupt trace before writing a byte
+        normalized = normalize_with(path, rules)
+        write(GOLDEN_HEAD + "\n")
+        for rec in normalized:
+            write(_json(rec) + "\n")
+        return replay(path)
     else:
-        if view == "golden":  # the textconv: refuse a corrupt trace before writing a byte
-            replay(path)
-            write(GOLDEN_HEAD + "\n")
         rep = replay(path, on_record=lambda line, rec: emit(rec["seq"], line, rec))
-        for _, normalized in sorted(held_back, key=lambda x: x[0]):
-            write(_json(normalized) + "\n")
         if rep.torn_tail and view == "timeline":
             write(f"{'':>6}  (torn tail: an unfinished last line, not part of the run)\n")
         paused = hint(path, rep) if view == "timeline" else None

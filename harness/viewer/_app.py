@@ -64,7 +64,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from .._errors import HarnessError, TraceCorruption, TraceUnreadable
 from ..review.diff import diff as harness_diff
 from ..review.diff import marked_changes
-from ..review.normalize import RULES, Rules
+from ..review.normalize import RULES, Rules, behave, mapped, normalize_record
 from ..review.rerun import fork as harness_fork
 from ..review.rerun import load_agent, load_workflow
 from ..review.runs import run_info
@@ -431,7 +431,29 @@ def _one_of(idx: Index, run: str, line: int) -> dict[str, Any]:
         "lane": idx.lane_names[idx.lanes[line - 1]], "col": idx.cols[line - 1],
         "brief": idx.brief(line - 1, rec), "record": rec, "inline": whole, "stored": stored,
         "forkable": _forkable(whole), "reply": reply(whole.get("response")) if _answers(whole) else None,
+        "view": _behavior(idx, line, whole) if mapped(whole) else None,
     }  # fmt: skip
+
+
+CONTEXT = 2000  # records before a call read for its behavior view (its conversation, the names of its calls)
+
+
+def _behavior(idx: Index, line: int, rec: dict[str, Any]) -> dict[str, Any] | None:
+    """A model or tool call as goldens and diffs hold it (the behavior view), read on the calls before it.
+
+    The CONTEXT records before it are enough for every conversation it could continue; in a longer trace a
+    call that continues an older one shows more of its history, and its calls' names count from there.
+    """
+    start = max(0, line - 1 - CONTEXT)
+    before = []
+    for n, raw in enumerate(idx.raw(start, line - 1), start + 1):
+        earlier = orjson.loads(raw)
+        if earlier.get("kind") == "header" or mapped(earlier):  # the header: the run's id, read as <run>
+            before.append(_inline(idx.path, n, earlier)[0])
+    shown = behave([*before, rec])[-1]
+    if shown.get("kind") not in ("model_call", "tool_call"):
+        return None
+    return normalize_record(shown)
 
 
 def _http(rec: dict[str, Any]) -> bool:
@@ -637,12 +659,13 @@ async def _job(request: Request) -> Response:
 
 
 def _diff_of(v: Viewer, a: str, b: str) -> dict[str, Any]:
-    d = harness_diff(v.path(a), v.path(b), ignore=v.rules.ignore, defaults=v.rules.defaults)
+    d = harness_diff(v.path(a), v.path(b), ignore=v.rules.ignore, defaults=v.rules.defaults, view=v.rules.view)
     first = d.first
     return {
         "a": a, "b": b, "equal": d.equal, "records_a": d.records_a, "records_b": d.records_b,
         "headline": d.headline(), "counts": d.counts(), "first": first.first_json() if first else None,
         "changed": len(d.changed), "inserted": len(d.inserted), "removed": len(d.removed), "total": len(d.moved),
+        "relocated": len(d.relocated), "notes": list(d.notes),
         "moved": [
             {"op": m.op, "describe": m.describe(), **m.first_json(), "marks": marked_changes(m), "record": m.record}
             for m in d.moved[:DIFF_SHOWN]

@@ -376,6 +376,7 @@ async function openLine(line) {
     ["bytes", body.bytes]].filter(([, v]) => v !== undefined && v !== null);
   const sections = [];
   if (body.reply) sections.push(replyField(body.reply));
+  if (body.view) sections.push(field("behavior view (what goldens and diffs compare)", body.view, "view"));
   if (r.vc !== undefined) sections.push(field("vector clock", r.vc));
   for (const [k, v] of Object.entries(r)) {
     if (known.includes(k)) continue;
