@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import math
 import os
 import tempfile
 from collections.abc import Iterable, Iterator
@@ -78,8 +79,8 @@ def _value(v: Any) -> dict[str, Any]:
         return {"boolValue": v}
     if isinstance(v, int):
         return {"intValue": str(v)}
-    if isinstance(v, float):
-        return {"doubleValue": v}
+    if isinstance(v, float):  # the protobuf JSON mapping spells the floats JSON has no number for
+        return {"doubleValue": v if math.isfinite(v) else "NaN" if v != v else "Infinity" if v > 0 else "-Infinity"}
     if isinstance(v, list | tuple):
         return {"arrayValue": {"values": [_value(x) for x in v]}}
     return {"stringValue": v if isinstance(v, str) else orjson.dumps(v).decode()}
@@ -175,6 +176,8 @@ class _Run:
                 span.end = at
                 if "error" in rec:
                     span.fail(rec["error"])
+                else:
+                    span.status = OK
         elif kind in ("resume", "crash"):
             self._seam(rec, at)
         elif kind == "answer":
