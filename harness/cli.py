@@ -649,6 +649,15 @@ def _export_setup(p: argparse.ArgumentParser) -> None:
         help="with --content: a redaction rule to add to the trace's (repeatable): a key, a $.json.path, or re:REGEX",
     )  # fmt: skip
     p.add_argument("--service", default="harness", help="with --otlp*: the spans' service.name (default: harness)")
+    _check_arg(p)
+
+
+def _check_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--check", action="store_true",
+        help="read each trace through replay(), every rule of its story checked (slower; by default each line is "
+        "checked against the checksum chain)",
+    )  # fmt: skip
 
 
 @command(
@@ -675,7 +684,7 @@ def _export(args: argparse.Namespace) -> int:
 
 def _export_otlp(args: argparse.Namespace) -> int:
     redact = _redact_rules(args)
-    options = {"content": args.content, "redact": redact, "service": args.service}
+    options = {"content": args.content, "redact": redact, "service": args.service, "full": args.check}
     if args.otlp is not None:
         from .ops.otlp import export
 
@@ -709,6 +718,7 @@ def _cost_setup(p: argparse.ArgumentParser) -> None:
         "cached_input = 0.075",
     )  # fmt: skip
     p.add_argument("--json", action="store_true", help="print the ledger as JSON")
+    _check_arg(p)
 
 
 @command(
@@ -722,7 +732,7 @@ def _cost(args: argparse.Namespace) -> int:
 
     from .review.cost import ledger, prices
 
-    book = ledger(args.source, prices=prices(args.prices) if args.prices else None)
+    book = ledger(args.source, prices=prices(args.prices) if args.prices else None, full=args.check)
     if args.json:
         sys.stdout.buffer.write(orjson.dumps(book.to_json(), option=orjson.OPT_INDENT_2) + b"\n")
     else:

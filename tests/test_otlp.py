@@ -405,3 +405,38 @@ def test_bad_options_are_clear_errors(tmp_path: Path, capsys: pytest.CaptureFixt
     assert main(["export", str(trace), str(tmp_path / "missing.jsonl"), "--otlp", str(out)]) == 2
     assert "missing.jsonl" in capsys.readouterr().err
     assert not out.exists() and [p.name for p in tmp_path.iterdir()] == ["r.jsonl"]  # nothing left behind
+
+
+def test_a_damaged_line_is_named_and_nothing_is_written(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    trace = one_run(tmp_path / "r.jsonl", steps=2)
+    data = trace.read_bytes().split(b"\n")
+    data[3] = data[3].replace(b'"step":0', b'"step":7')  # an edit: the checksum no longer chains
+    trace.write_bytes(b"\n".join(data))
+    out = tmp_path / "out.jsonl"
+    assert main(["export", str(trace), "--otlp", str(out)]) == 2
+    assert f"{trace}:4: crc" in capsys.readouterr().err and not out.exists()
+    assert main(["cost", str(trace)]) == 2
+    assert f"{trace}:4: crc" in capsys.readouterr().err
+
+
+def test_a_torn_tail_is_left_out_as_replay_leaves_it(tmp_path: Path) -> None:
+    trace = one_run(tmp_path / "r.jsonl", steps=2)
+    whole = span_list(spans(trace))
+    trace.write_bytes(trace.read_bytes() + b'{"seq":99,"kind":"cra')  # a writer died mid-line
+    assert span_list(spans(trace)) == whole
+
+
+def test_check_reads_through_replay_and_refuses_a_story_that_cannot_be_true(tmp_path: Path) -> None:
+    """By default export checks the checksum chain (accidents); --check runs replay()'s rules too (a forgery)."""
+    from harness.testing import read_records, write_trace
+
+    trace = one_run(tmp_path / "r.jsonl", steps=2)
+    records = [r for r in read_records(trace) if r["kind"] != "seal"]
+    forged = tmp_path / "forged.jsonl"
+    kept = [r for r in records if not (r["kind"] == "transition" and r["to"] == "VERIFY")]  # checkpoints of nothing
+    write_trace(forged, [{**r, "seq": i} for i, r in enumerate(kept, start=1)])
+    assert span_list(spans(forged))  # its chain is whole: exported as it reads
+    with pytest.raises(harness.TraceCorruption):
+        spans(forged, full=True)
+    assert main(["export", str(forged), "--check", "--otlp", str(tmp_path / "o.jsonl")]) == 2
+    assert main(["cost", str(forged), "--check"]) == 2

@@ -87,16 +87,28 @@ def _value(v: Any) -> dict[str, Any]:
 
 
 def _attrs(pairs: dict[str, Any]) -> list[dict[str, Any]]:
-    return [{"key": k, "value": _value(v)} for k, v in pairs.items() if v is not None]
+    """Attributes as OTLP/JSON's KeyValue list, a None left out (the common types first: this is the hot loop)."""
+    out = []
+    for k, v in pairs.items():
+        t = type(v)
+        if t is str:
+            out.append({"key": k, "value": {"stringValue": v}})
+        elif t is int:
+            out.append({"key": k, "value": {"intValue": str(v)}})
+        elif t is bool:
+            out.append({"key": k, "value": {"boolValue": v}})
+        elif v is not None:
+            out.append({"key": k, "value": _value(v)})
+    return out
 
 
 class _Span:
     """A span being built; `json()` gives its OTLP/JSON form."""
 
-    __slots__ = ("attrs", "end", "events", "kind", "links", "message", "name", "parent", "seq", "start", "status")
+    __slots__ = ("attrs", "end", "events", "id", "kind", "links", "message", "name", "parent", "start", "status")
 
-    def __init__(self, seq: int, name: str, kind: int, start: int, parent: _Span | None, attrs: dict[str, Any]):
-        self.seq, self.name, self.kind, self.start, self.end = seq, name, kind, start, start
+    def __init__(self, id: str, name: str, kind: int, start: int, parent: _Span | None, attrs: dict[str, Any]):
+        self.id, self.name, self.kind, self.start, self.end = id, name, kind, start, start
         self.parent, self.attrs = parent, attrs
         self.events: list[dict[str, Any]] = []
         self.links: list[dict[str, Any]] = []
@@ -113,14 +125,13 @@ class _Span:
     def event(self, at: int, name: str, attrs: dict[str, Any]) -> None:
         self.events.append({"timeUnixNano": str(at), "name": name, "attributes": _attrs(attrs)})
 
-    def json(self, run_id: str, trace: str) -> dict[str, Any]:
-        out: dict[str, Any] = {"traceId": trace, "spanId": span_id(run_id, self.seq)}
+    def json(self, trace: str) -> dict[str, Any]:
+        out: dict[str, Any] = {"traceId": trace, "spanId": self.id}
         if self.parent is not None:
-            out["parentSpanId"] = span_id(run_id, self.parent.seq)
-        out.update(
-            name=self.name, kind=self.kind, startTimeUnixNano=str(self.start), endTimeUnixNano=str(self.end),
-            attributes=_attrs(self.attrs),
-        )  # fmt: skip
+            out["parentSpanId"] = self.parent.id
+        out["name"], out["kind"] = self.name, self.kind
+        out["startTimeUnixNano"], out["endTimeUnixNano"] = str(self.start), str(self.end)
+        out["attributes"] = _attrs(self.attrs)
         if self.events:
             out["events"] = self.events
         if self.links:
@@ -149,6 +160,7 @@ class _Run:
         self.resumes = 0
         self.redaction: Redaction | None = None
         self.now = 0
+        self.forked = False
 
     def visit(self, rec: dict[str, Any]) -> None:
         kind = rec["kind"]
@@ -203,6 +215,7 @@ class _Run:
 
     def _header(self, rec: dict[str, Any]) -> None:
         self.header = rec
+        self.forked = "parent" in rec  # a rerun or fork: some records were served
         self.run_id = str(rec["run_id"])
         self.t0 = round(rec["ts"] * 1000) * _NS
         self.now = self.t0
@@ -230,20 +243,23 @@ class _Run:
     def _open(
         self, rec: dict[str, Any], name: str, kind: int, start: int, parent: _Span | None, attrs: dict[str, Any]
     ) -> _Span:
+        seq = rec["seq"]
         attrs["harness.run_id"] = self.run_id
-        attrs["harness.seq"] = rec["seq"]
-        attrs["harness.served"] = role(rec, self.header) == "served"
-        if rec.get("mutated") is True or (role(rec, self.header) == "mutated"):
+        attrs["harness.seq"] = seq
+        how = role(rec, self.header) if self.forked else "live"
+        attrs["harness.served"] = how == "served"
+        if how == "mutated":
             attrs["harness.mutated"] = True
         agent = rec.get("agent")
         if agent is not None:
             attrs.setdefault("harness.agent", agent)
-        span = _Span(rec["seq"], name, kind, start, parent, attrs)
+        span = _Span(span_id(self.run_id, seq), name, kind, start, parent, attrs)
         self.spans.append(span)
         return span
 
     def _seqs(self, rec: dict[str, Any], **attrs: Any) -> dict[str, Any]:
-        return {"harness.seq": rec["seq"], "harness.served": role(rec, self.header) == "served", **attrs}
+        served = self.forked and role(rec, self.header) == "served"
+        return {"harness.seq": rec["seq"], "harness.served": served, **attrs}
 
     def _shown(self, value: Any) -> Any:
         """A value of the run's content, only with content=True, redacted again, as JSON text."""
@@ -430,7 +446,7 @@ class _Run:
                 "resource": {"attributes": _attrs({"service.name": service})},
                 "scopeSpans": [{
                     "scope": {"name": "harness", "version": VERSION},
-                    "spans": [s.json(self.run_id, trace) for s in self.spans],
+                    "spans": [s.json(trace) for s in self.spans],
                 }],
             }]
         }  # fmt: skip
@@ -451,11 +467,15 @@ def spans(
     content: bool = False,
     redact: Iterable[Rule] | None = None,
     service: str = "harness",
+    full: bool = False,
 ) -> dict[str, Any]:
-    """The run of `trace` as one OTLP `ExportTraceServiceRequest`, as OTLP/JSON (a dict; see the module docstring)."""
+    """The run of `trace` as one OTLP `ExportTraceServiceRequest`, as OTLP/JSON (a dict; see the module docstring).
+
+    Each line is checked against the checksum chain; `full=True` checks every rule of replay() too.
+    """
     path = os.fspath(trace)
     run = _Run(path, content, redact)
-    read(path, run.visit)
+    read(path, run.visit, full=full)
     return run.request(service)
 
 
@@ -465,10 +485,11 @@ def requests(
     content: bool = False,
     redact: Iterable[Rule] | None = None,
     service: str = "harness",
+    full: bool = False,
 ) -> Iterator[dict[str, Any]]:
     """One ExportTraceServiceRequest per run of `paths` (traces, runs folders or runs URLs), in order."""
     for path in traces_of(paths):
-        yield spans(path, content=content, redact=redact, service=service)
+        yield spans(path, content=content, redact=redact, service=service, full=full)
 
 
 def count(request: dict[str, Any]) -> int:
@@ -483,6 +504,7 @@ def export(
     content: bool = False,
     redact: Iterable[Rule] | None = None,
     service: str = "harness",
+    full: bool = False,
 ) -> Exported:
     """Write one OTLP/JSON ExportTraceServiceRequest per run to `out`, a line each (what the Collector's file
     receiver reads). `out` appears whole or not at all: a trace that cannot be read leaves no file behind."""
@@ -495,7 +517,7 @@ def export(
     runs = n = 0
     try:
         with os.fdopen(fd, "wb") as f:
-            for request in requests(paths, content=content, redact=redact, service=service):
+            for request in requests(paths, content=content, redact=redact, service=service, full=full):
                 f.write(orjson.dumps(request, option=orjson.OPT_APPEND_NEWLINE))
                 runs, n = runs + 1, n + count(request)
         os.replace(tmp, target)

@@ -172,6 +172,7 @@ def send(
     content: bool = False,
     redact: Iterable[Rule] | None = None,
     service: str = "harness",
+    full: bool = False,
 ) -> Sent:
     """Send the spans of every run of `paths` to the OTLP/HTTP endpoint `url` (see the module docstring)."""
     if protocol not in PROTOCOLS:
@@ -180,7 +181,8 @@ def send(
         raise HarnessError("the batch size and the attempts must be at least 1")
     target = endpoint(url)
     sent = spans = n = 0
-    for request, runs in batches(requests(paths, content=content, redact=redact, service=service), batch):
+    made = requests(paths, content=content, redact=redact, service=service, full=full)
+    for request, runs in batches(made, batch):
         body, kind = encode(request, protocol)
         why = post(
             target, body, {**env_headers(), **(headers or {}), "content-type": kind},

@@ -176,8 +176,8 @@ def _money(usd: float | None) -> str:
     return "-" if usd is None else f"{usd:.6f}"
 
 
-def run_cost(trace: str | os.PathLike[str]) -> RunCost:
-    """The model calls of one run, tallied by live or served and by model."""
+def run_cost(trace: str | os.PathLike[str], *, full: bool = False) -> RunCost:
+    """The model calls of one run, tallied by live or served and by model (`full`: read through replay())."""
     path = os.fspath(trace)
     cost = RunCost("", path)
     header: dict[str, Any] = {}
@@ -193,13 +193,15 @@ def run_cost(trace: str | os.PathLike[str]) -> RunCost:
             how = LIVE if role(rec, header) == "live" else SERVED
             cost.tally(how, call.model or UNKNOWN).add(call.usage)
 
-    read(path, visit)
+    read(path, visit, full=full)
     return cost
 
 
-def ledger(paths: Iterable[str | os.PathLike[str]], *, prices: Mapping[str, Price] | None = None) -> Ledger:
-    """The cost of every run of `paths` (traces, runs folders, runs URLs)."""
-    return Ledger(tuple(run_cost(p) for p in traces(paths)), prices)
+def ledger(
+    paths: Iterable[str | os.PathLike[str]], *, prices: Mapping[str, Price] | None = None, full: bool = False
+) -> Ledger:
+    """The cost of every run of `paths` (traces, runs folders, runs URLs); `full`: each read through replay()."""
+    return Ledger(tuple(run_cost(p, full=full) for p in traces(paths)), prices)
 
 
 def prices(path: str | os.PathLike[str]) -> dict[str, Price]:
