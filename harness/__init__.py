@@ -25,6 +25,7 @@ from ._errors import (
     HttpRecordingError,
     JournalError,
     NotSerializable,
+    OtlpUndelivered,
     RedactedArgs,
     ReplayDrift,
     ReplayViolation,
@@ -42,8 +43,11 @@ from ._version import VERSION as __version__
 
 if TYPE_CHECKING:  # the same names, as type checkers and editors see them; at run time, _LAZY below
     from .bundle import Bundled, BundleError, export, import_bundle
+    from .ops.otlp import export as export_otlp
+    from .ops.otlp_http import send as send_otlp
     from .ops.reconcile import reconcile
     from .ops.recover import Recovered, recover, resume
+    from .review.cost import Ledger, ledger
     from .review.diff import Diff, diff
     from .review.normalize import normalize
     from .review.rerun import Rerun, fork, rerun
@@ -70,8 +74,11 @@ if TYPE_CHECKING:  # the same names, as type checkers and editors see them; at r
 # what the imports above name, imported on first use (module -> names); tests/test_cli.py checks they match
 _LAZY = {
     ".bundle": "Bundled, BundleError, export, import_bundle",
+    ".ops.otlp": "export as export_otlp",
+    ".ops.otlp_http": "send as send_otlp",
     ".ops.reconcile": "reconcile",
     ".ops.recover": "Recovered, recover, resume",
+    ".review.cost": "Ledger, ledger",
     ".review.diff": "Diff, diff",
     ".review.normalize": "normalize",
     ".review.rerun": "Rerun, fork, rerun",
@@ -139,9 +146,11 @@ __all__ = [
     "HttpRecordingError",
     "Interrupted",
     "JournalError",
+    "Ledger",
     "Message",
     "Migrated",
     "NotSerializable",
+    "OtlpUndelivered",
     "Outcome",
     "Recorder",
     "Recovered",
@@ -181,11 +190,13 @@ __all__ = [
     "current_agent",
     "diff",
     "export",
+    "export_otlp",
     "fork",
     "idempotency_key",
     "import_bundle",
     "interrupt",
     "join",
+    "ledger",
     "list_runs",
     "llm",
     "migrate",
@@ -201,6 +212,7 @@ __all__ = [
     "resume",
     "seal",
     "send",
+    "send_otlp",
     "sleep",
     "spawn",
     "tool",

@@ -629,7 +629,7 @@ def _export_setup(p: argparse.ArgumentParser) -> None:
     )  # fmt: skip
     p.add_argument(
         "--otlp-endpoint", metavar="URL",
-        help="instead, send the spans to an OTLP/HTTP receiver (http://localhost:4318; a URL with a path as it is)",
+        help="instead, send the spans to an OTLP/HTTP receiver: its base URL (http://localhost:4318), /v1/traces added",
     )  # fmt: skip
     p.add_argument(
         "--otlp-protocol", choices=("http/protobuf", "http/json"), default="http/protobuf",
@@ -730,9 +730,9 @@ def _cost_setup(p: argparse.ArgumentParser) -> None:
 def _cost(args: argparse.Namespace) -> int:
     import orjson
 
-    from .review.cost import ledger, prices
+    from .review.cost import ledger
 
-    book = ledger(args.source, prices=prices(args.prices) if args.prices else None, full=args.check)
+    book = ledger(args.source, prices=args.prices, full=args.check)
     if args.json:
         sys.stdout.buffer.write(orjson.dumps(book.to_json(), option=orjson.OPT_INDENT_2) + b"\n")
     else:

@@ -20,7 +20,7 @@ from billed_agent import ANSWERED_BY, BilledServer, crash_twice, one_run
 import harness
 from harness.cli import main
 from harness.review.calls import Usage, model_call
-from harness.review.cost import ledger, prices
+from harness.review.cost import ledger
 
 
 @pytest.fixture
@@ -90,7 +90,7 @@ def test_a_rerun_and_a_fork_count_what_they_served(
 def test_a_model_without_a_price_has_no_figure(crashed: Path, tmp_path: Path) -> None:
     price_list = tmp_path / "prices.toml"
     price_list.write_text('[models."gpt-4o"]\ninput = 2.5\noutput = 10\n')
-    book = ledger([crashed], prices=prices(price_list))
+    book = ledger([crashed], prices=price_list)
     assert book.unpriced == [ANSWERED_BY]
     assert book.to_json()["runs"][0]["usd"]["live"] is None
     assert f"no price for {ANSWERED_BY}" in book.text()

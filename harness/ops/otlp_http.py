@@ -2,8 +2,9 @@
 
 `send(paths, url)` builds each run's spans (`otlp.spans`), gathers them into
 requests of at most `batch` spans (a run is never split), and POSTs each to
-`url` (`http://host:4318` gets the signal's path, `/v1/traces`; a URL with a
-path is used as it is, as OTEL_EXPORTER_OTLP_TRACES_ENDPOINT is):
+`url` (a base URL, as OTEL_EXPORTER_OTLP_ENDPOINT is: `/v1/traces` is added
+unless it already ends the path, so `http://localhost:4318`,
+`https://cloud.langfuse.com/api/public/otel` and a full traces URL all work):
 `http/protobuf` (the default: the binary `ExportTraceServiceRequest`, which
 every OTLP receiver takes; it needs `opentelemetry-proto`, the `otel`
 extra) or `http/json` (OTLP/JSON, no extra needed). `headers` go with each
@@ -51,11 +52,11 @@ class Sent:
 
 
 def endpoint(url: str) -> str:
-    """The URL to POST traces to: a bare `http://host:port` gets `/v1/traces`."""
+    """The URL to POST traces to: the base URL given, with the signal's path `/v1/traces` unless it ends so."""
     parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.netloc:
+    if parts.scheme not in ("http", "https") or not parts.netloc or parts.query or parts.fragment:
         raise HarnessError(f"--otlp-endpoint {url!r}: not an http(s) URL; give one like http://localhost:4318")
-    return url.rstrip("/") + "/v1/traces" if parts.path in ("", "/") else url
+    return url if parts.path.rstrip("/").endswith("/v1/traces") else url.rstrip("/") + "/v1/traces"
 
 
 def env_headers() -> dict[str, str]:

@@ -15,7 +15,7 @@ A call is counted where its record is:
   branch, answered by hand). Nobody billed it again; it is shown apart, as
   what the recording saved.
 
-`prices(path)` reads a TOML price list (USD per million tokens, per model:
+`load_prices(path)` reads a TOML price list (USD per million tokens, per model:
 `[models."gpt-4o-mini"]` with `input`, `output` and optionally
 `cached_input`, which defaults to `input`); `Ledger.usd()` prices a tally.
 A model the list does not price has no figure (None), never a made-up one.
@@ -198,13 +198,22 @@ def run_cost(trace: str | os.PathLike[str], *, full: bool = False) -> RunCost:
 
 
 def ledger(
-    paths: Iterable[str | os.PathLike[str]], *, prices: Mapping[str, Price] | None = None, full: bool = False
+    paths: Iterable[str | os.PathLike[str]],
+    *,
+    prices: Mapping[str, Price] | str | os.PathLike[str] | None = None,
+    full: bool = False,
 ) -> Ledger:
-    """The cost of every run of `paths` (traces, runs folders, runs URLs); `full`: each read through replay()."""
+    """The model calls and tokens of every run of `paths` (traces, runs folders, runs URLs), live apart from served.
+
+    `prices`: a price list (a TOML file's path, see `load_prices()`) to show USD too; `full`: read each trace through
+    replay(), every rule of its story checked (by default each line is checked against the checksum chain).
+    """
+    if isinstance(prices, str | os.PathLike):
+        prices = load_prices(prices)
     return Ledger(tuple(run_cost(p, full=full) for p in traces(paths)), prices)
 
 
-def prices(path: str | os.PathLike[str]) -> dict[str, Price]:
+def load_prices(path: str | os.PathLike[str]) -> dict[str, Price]:
     """The price list of a TOML file: `[models."<model>"]` with `input`, `output`, `cached_input` (USD per
     million tokens; `cached_input` defaults to `input`). A bad file is a HarnessError naming it and the problem."""
     where = os.fspath(path)
