@@ -440,3 +440,67 @@ def test_check_reads_through_replay_and_refuses_a_story_that_cannot_be_true(tmp_
         spans(forged, full=True)
     assert main(["export", str(forged), "--check", "--otlp", str(tmp_path / "o.jsonl")]) == 2
     assert main(["cost", str(forged), "--check"]) == 2
+
+
+def crossing(boundary: str, request: Any, response: Any) -> dict[str, Any]:
+    return {"seq": 3, "kind": "crossing", "boundary": boundary, "request": request, "hash": "0", "response": response}
+
+
+CALL = {"type": "tool_call", "id": "c1", "name": "search", "arguments": {"q": "x"}}
+ANSWER = {"type": "tool_call_response", "id": "c1", "response": "found"}
+
+
+@pytest.mark.parametrize(
+    ("rec", "sent", "got"),
+    [
+        (crossing("llm", {"model": "m", "messages": [
+            {"role": "system", "content": "Be brief."}, {"role": "user", "content": "hi"},
+            {"role": "assistant", "content": None, "tool_calls": [
+                {"id": "c1", "type": "function", "function": {"name": "search", "arguments": '{"q": "x"}'}}]},
+            {"role": "tool", "tool_call_id": "c1", "content": "found"}]},
+            {"choices": [{"message": {"role": "assistant", "content": "ok"}, "finish_reason": "stop"}]}),
+         [{"role": "system", "parts": [{"type": "text", "content": "Be brief."}]},
+          {"role": "user", "parts": [{"type": "text", "content": "hi"}]},
+          {"role": "assistant", "parts": [CALL]}, {"role": "tool", "parts": [ANSWER]}],
+         [{"role": "assistant", "parts": [{"type": "text", "content": "ok"}], "finish_reason": "stop"}]),
+        (crossing("openai_agents.model", {"model": "m", "instructions": "Be brief.", "input": [
+            {"role": "user", "content": "hi"},
+            {"type": "function_call", "call_id": "c1", "name": "search", "arguments": '{"q": "x"}'},
+            {"type": "function_call_output", "call_id": "c1", "output": "found"}]},
+            {"output": [{"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "ok"}]}],
+             "usage": {"input_tokens": 1, "output_tokens": 1}}),
+         [{"role": "system", "parts": [{"type": "text", "content": "Be brief."}]},
+          {"role": "user", "parts": [{"type": "text", "content": "hi"}]},
+          {"role": "assistant", "parts": [CALL]}, {"role": "tool", "parts": [ANSWER]}],
+         [{"role": "assistant", "parts": [{"type": "text", "content": "ok"}], "finish_reason": "stop"}]),
+        (crossing("pydantic_ai.model", {"op": "a__model.request", "new": [
+            {"kind": "request", "parts": [{"part_kind": "system-prompt", "content": "Be brief."},
+                                          {"part_kind": "user-prompt", "content": "hi"}]},
+            {"kind": "response", "parts": [{"part_kind": "tool-call", "tool_name": "search", "args": {"q": "x"},
+                                            "tool_call_id": "c1"}]},
+            {"kind": "request", "parts": [{"part_kind": "tool-return", "tool_name": "search", "content": "found",
+                                           "tool_call_id": "c1"}]}]},
+            {"kind": "response", "parts": [{"part_kind": "text", "content": "ok"}], "finish_reason": "stop"}),
+         [{"role": "system", "parts": [{"type": "text", "content": "Be brief."}]},
+          {"role": "user", "parts": [{"type": "text", "content": "hi"}]},
+          {"role": "assistant", "parts": [CALL]}, {"role": "tool", "parts": [ANSWER]}],
+         [{"role": "assistant", "parts": [{"type": "text", "content": "ok"}], "finish_reason": "stop"}]),
+        (crossing("http", {"method": "POST", "url": "https://api.anthropic.com/v1/messages", "body": {
+            "model": "claude", "system": "Be brief.", "messages": [
+                {"role": "user", "content": "hi"},
+                {"role": "assistant",
+                 "content": [{"type": "tool_use", "id": "c1", "name": "search", "input": {"q": "x"}}]},
+                {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "c1", "content": "found"}]}]}},
+            {"status": 200, "body": {"type": "message", "content": [{"type": "text", "text": "ok"}],
+                                     "stop_reason": "end_turn"}}),
+         [{"role": "system", "parts": [{"type": "text", "content": "Be brief."}]},
+          {"role": "user", "parts": [{"type": "text", "content": "hi"}]},
+          {"role": "assistant", "parts": [CALL]}, {"role": "user", "parts": [ANSWER]}],
+         [{"role": "assistant", "parts": [{"type": "text", "content": "ok"}], "finish_reason": "end_turn"}]),
+    ],
+)  # fmt: skip
+def test_each_doors_messages_in_the_conventions_shape(rec: dict[str, Any], sent: Any, got: Any) -> None:
+    from harness.review.calls import messages_in, messages_out
+
+    assert messages_in(rec) == sent
+    assert messages_out(rec) == got

@@ -302,8 +302,11 @@ def messages_in(rec: Mapping[str, Any]) -> list[dict[str, Any]] | None:
 def messages_out(rec: Mapping[str, Any]) -> list[dict[str, Any]] | None:
     """What the model answered, one message per choice (one here), or None when the response is not read."""
     response = rec.get("response")
-    if rec.get("boundary") == "llm" and isinstance(response, str):
-        return [{"role": "assistant", "parts": [_text(response)], "finish_reason": "stop"}]
+    if rec.get("boundary") == "llm":
+        if isinstance(response, str):
+            return [{"role": "assistant", "parts": [_text(response)], "finish_reason": "stop"}]
+        if isinstance(response, dict) and isinstance(response.get("choices"), list):  # an OpenAI-shaped answer
+            response = {"body": {**response, "object": "chat.completion"}}
     said = reply(response)
     if said is None:
         body = response.get("body") if isinstance(response, dict) else None
@@ -478,25 +481,24 @@ def read(trace: str, visit: Callable[[dict[str, Any]], None], *, full: bool = Fa
         return
     try:
         with os.fdopen(open_regular(local), "rb") as f:
-            _chain(trace, f, each)
+            _chain(trace, f, lambda rec: visit(_blobs.inline(local, rec) if "blobs" in rec else rec))
     except OSError as e:
         raise read_error(trace, e) from None
 
 
-def _chain(trace: str, f: Any, each: Callable[[bytes, dict[str, Any]], None]) -> None:
+def _chain(trace: str, f: Any, each: Callable[[dict[str, Any]], None]) -> None:
     """Each complete line of f checked against the checksum chain and the seq, then parsed and handed on."""
     crc, n, cut = 0, 0, -SUFFIX - 1
     for raw in f:
         if raw[-1:] != b"\n":
             return  # a torn tail
         n += 1
-        line = raw[:-1]
         crc = zlib.crc32(raw[:cut], crc)  # line_ok(), inline: this loop is the export's hot path
         if raw[cut:-1] != b',"crc":"%08x"}' % crc:
             why = "the line's checksum does not chain on the line before (edited, torn, moved, or from another trace)"
             raise TraceCorruption(trace, n, "crc", f"{why}; `harness replay` says more", None)
         try:
-            rec = orjson.loads(line)
+            rec = orjson.loads(raw)
         except orjson.JSONDecodeError as e:
             raise TraceCorruption(trace, n, "not-json", str(e), None) from None
         if type(rec) is not dict or rec.get("seq") != n:
@@ -504,6 +506,6 @@ def _chain(trace: str, f: Any, each: Callable[[bytes, dict[str, Any]], None]) ->
         if n == 1 and (rec.get("kind") != "header" or rec.get("schema") != SCHEMA):
             found = rec.get("schema")
             raise TraceCorruption(trace, 1, "schema", f"not a schema-{SCHEMA} trace header (schema {found!r})", 1)
-        each(line, rec)
+        each(rec)
     if n == 0:
         raise TraceUnreadable(trace, "empty: no header line")
