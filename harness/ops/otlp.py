@@ -86,17 +86,23 @@ def _value(v: Any) -> dict[str, Any]:
     return {"stringValue": v if isinstance(v, str) else orjson.dumps(v).decode()}
 
 
+_MADE: dict[tuple[str, type, Any], dict[str, Any]] = {}  # (key, type, str, int or bool value) -> its KeyValue
+_SCALARS = frozenset({str, int, bool})
+
+
 def _attrs(pairs: dict[str, Any]) -> list[dict[str, Any]]:
-    """Attributes as OTLP/JSON's KeyValue list, a None left out (the common types first: this is the hot loop)."""
+    """Attributes as OTLP/JSON's KeyValue list, a None left out. The hot loop of the export: a scalar's KeyValue
+    is made once and shared (most repeat: operation names, models, tools, the run id, false), never changed."""
     out = []
     for k, v in pairs.items():
         t = type(v)
-        if t is str:
-            out.append({"key": k, "value": {"stringValue": v}})
-        elif t is int:
-            out.append({"key": k, "value": {"intValue": str(v)}})
-        elif t is bool:
-            out.append({"key": k, "value": {"boolValue": v}})
+        if t in _SCALARS:  # the type is part of the key: True == 1, and they are not the same attribute
+            made = _MADE.get((k, t, v))
+            if made is None:
+                if len(_MADE) >= 8192:
+                    _MADE.clear()
+                made = _MADE[(k, t, v)] = {"key": k, "value": _value(v)}
+            out.append(made)
         elif v is not None:
             out.append({"key": k, "value": _value(v)})
     return out
