@@ -12,10 +12,14 @@ checksum chain written anew; unsealed, since a seal covers the run id), in
 one folder. Measured in this process, pinned to one CPU: `export()` of the
 folder to an OTLP/JSON file (every line checked against the checksum
 chain, 21 spans a run), the same with `full=True` (every trace through
-replay()), and `ledger()` of it. Each figure is on CPU time (what one core
-does; the disk's cache is warm after the first round), the median of the
-rounds and their best (the least disturbed by other processes on a shared
-machine). Nothing is asserted: the target is 50,000 spans/s.
+replay()), and `ledger()` of it; and, as the baseline the figures of
+bench/run.py are, `replay()` of every trace in the same rounds:
+`otlp_export_vs_replay` is the median over rounds of the export's time over
+replay()'s, a ratio that the machine's load moves far less than the
+absolute figures. Each figure is on CPU time (what one core does; the
+disk's cache is warm after the first round), the median of the rounds and
+their best (the least disturbed by other processes on a shared machine).
+Nothing is asserted: the target is 50,000 spans/s.
 """
 
 from __future__ import annotations
@@ -97,8 +101,13 @@ def main() -> int:
         folder = scratch / "runs"
         folder.mkdir()
         make_runs(folder, runs)
-        exports, checked, costs, spans = [], [], [], 0
+        exports, checked, costs, replays, spans = [], [], [], [], 0
+        names = sorted(str(p) for p in folder.iterdir())
         for _ in range(rounds):
+            t0 = cpu()
+            for name in names:
+                harness.replay(name)
+            replays.append(cpu() - t0)
             t0 = cpu()
             done = export([folder], scratch / "spans.jsonl")
             exports.append(cpu() - t0)
@@ -116,6 +125,7 @@ def main() -> int:
             "otlp_export_spans_per_s": spans / statistics.median(exports),
             "otlp_export_spans_per_s_best": spans / min(exports),
             "otlp_export_checked_spans_per_s": spans / statistics.median(checked),
+            "otlp_export_vs_replay": statistics.median(e / r for e, r in zip(exports, replays, strict=True)),
             "cost_runs_per_s": runs / statistics.median(costs),
             "bytes_per_span": (scratch / "spans.jsonl").stat().st_size / spans,
             "load_average": os.getloadavg()[0],
@@ -124,8 +134,9 @@ def main() -> int:
         shutil.rmtree(scratch, ignore_errors=True)
     print(f"| line | {figures['mode']} |\n|---|---|")
     for key in ("otlp_export_spans_per_s", "otlp_export_spans_per_s_best", "otlp_export_checked_spans_per_s",
-                "cost_runs_per_s", "bytes_per_span"):  # fmt: skip
-        print(f"| {key} | {figures[key]:,.0f} |")
+                "cost_runs_per_s", "bytes_per_span", "otlp_export_vs_replay"):  # fmt: skip
+        value = figures[key]
+        print(f"| {key} | {value:,.2f} |" if value < 100 else f"| {key} | {value:,.0f} |")
     print(f"({runs:,} runs, {spans:,} spans, one core, CPU time, median of {rounds} rounds; "
           f"load average {figures['load_average']:.1f})")  # fmt: skip
     if args.json:

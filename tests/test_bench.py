@@ -155,6 +155,11 @@ def test_the_otlp_bench_runs_and_writes_every_figure(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     figures = json.loads(out.read_text())
     assert figures["spans_per_run"] == 21 and figures["runs"] == 100  # a root, 10 model calls, 10 tool calls
-    for key in ("otlp_export_spans_per_s", "otlp_export_checked_spans_per_s", "cost_runs_per_s", "bytes_per_span"):
+    for key in (
+        "otlp_export_spans_per_s",
+        "otlp_export_checked_spans_per_s",
+        "cost_runs_per_s",
+        "otlp_export_vs_replay",
+    ):
         assert figures[key] > 0 and key in done.stdout, key
     assert [p.name for p in tmp_path.iterdir()] == ["otlp.json"]  # scratch files are cleaned up

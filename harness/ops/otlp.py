@@ -53,7 +53,18 @@ import orjson
 
 from .._errors import HarnessError
 from .._version import VERSION
-from ..review.calls import ModelCall, mcp_tool, messages_in, messages_out, model_call, read, role, tool_call, tool_error
+from ..review.calls import (
+    ModelCall,
+    asked,
+    mcp_tool,
+    messages_in,
+    messages_out,
+    model_call,
+    read,
+    role,
+    tool_call,
+    tool_error,
+)
 from ..review.calls import traces as traces_of
 from ..trace.redact import Redaction, Rule
 
@@ -406,19 +417,14 @@ class _Run:
             attrs["gen_ai.usage.cache_read.input_tokens"] = call.usage.cached
         if call.finish_reason is not None:
             attrs["gen_ai.response.finish_reasons"] = [call.finish_reason]
-        out = messages_out(rec) if call.error is None else None
         if self.content:
             attrs["gen_ai.input.messages"] = self._shown(messages_in(rec))
-            attrs["gen_ai.output.messages"] = self._shown(out)
+            attrs["gen_ai.output.messages"] = self._shown(messages_out(rec) if call.error is None else None)
         span = self._open(rec, f"{call.operation} {model}" if model else call.operation, CLIENT, start, parent, attrs)
         span.end = at
         if call.error is not None:
             span.fail(rec.get("error") or call.error)
-        asked = [
-            (p.get("name"), p.get("arguments"), p.get("id"))
-            for m in out or () for p in m["parts"] if p.get("type") == "tool_call"
-        ]  # fmt: skip
-        self.asked[agent] = asked
+        self.asked[agent] = asked(rec) if call.error is None else []
 
     def _seam(self, rec: dict[str, Any], at: int) -> None:
         assert self.root is not None

@@ -322,6 +322,27 @@ def messages_out(rec: Mapping[str, Any]) -> list[dict[str, Any]] | None:
     return [{"role": "assistant", "parts": parts, "finish_reason": _str(said.get("finish_reason")) or "stop"}]
 
 
+def asked(rec: Mapping[str, Any]) -> list[tuple[Any, Any, Any]]:
+    """The tool calls a model call's answer asks for, as (name, arguments, id): what tool spans are matched to.
+
+    A chat completion without tool calls (the most common answer) is told at once, without reading it whole.
+    """
+    response = rec.get("response")
+    if rec.get("boundary") in ("llm", "http") and isinstance(response, dict):
+        body = response.get("body", response)
+        choices = body.get("choices") if isinstance(body, dict) else None
+        if isinstance(choices, list) and len(choices) == 1 and isinstance(choices[0], dict):
+            message = choices[0].get("message")
+            if isinstance(message, dict) and not message.get("tool_calls"):
+                return []
+    return [
+        (p.get("name"), p.get("arguments"), p.get("id"))
+        for m in messages_out(rec) or ()
+        for p in m["parts"]
+        if p.get("type") == "tool_call"
+    ]
+
+
 def _text(content: str) -> dict[str, Any]:
     return {"type": "text", "content": content}
 
