@@ -186,7 +186,8 @@ class _Run:
             return
         assert self.root is not None
         at = self.t0 + round(rec["ts"] * 1000) * _NS
-        self.now = max(self.now, at)
+        if at > self.now:
+            self.now = at
         agent = rec.get("agent", MAIN)
         if kind == "transition":
             self._transition(rec, agent, at)
@@ -306,7 +307,8 @@ class _Run:
                     open_.fail({"type": "tool_error", "message": "the MCP tool answered isError"})
                 else:
                     open_.status = OK
-                open_.attrs["gen_ai.tool.call.result"] = self._shown(result)
+                if self.content:
+                    open_.attrs["gen_ai.tool.call.result"] = self._shown(result)
             elif "error" in rec:
                 open_.fail(rec["error"])
             elif to == "PAUSED" and "question" not in rec:  # in flight at a crash: whether it happened is unknown
@@ -331,7 +333,7 @@ class _Run:
     def _tool_step(self, rec: dict[str, Any], agent: str, at: int) -> None:
         tool = str(rec["tool"])
         attrs: dict[str, Any] = {"gen_ai.operation.name": "execute_tool"}
-        found = mcp_tool(tool, self.servers)
+        found = mcp_tool(tool, self.servers) if self.servers else None
         shown = found[1] if found else tool
         attrs["gen_ai.tool.name"] = shown
         attrs["gen_ai.tool.call.id"] = self._call_id(agent, shown, rec.get("args"))
@@ -343,7 +345,8 @@ class _Run:
         contract = rec.get("contract") or self.header.get("tools", {}).get(tool)
         if isinstance(contract, dict):
             attrs["harness.tool.effect"] = contract.get("effect")
-        attrs["gen_ai.tool.call.arguments"] = self._shown(rec.get("args"))
+        if self.content:
+            attrs["gen_ai.tool.call.arguments"] = self._shown(rec.get("args"))
         self.tools[agent] = self._open(rec, f"execute_tool {shown}", INTERNAL, at, self._parent(agent), attrs)
 
     def _call_id(self, agent: str, name: str, args: Any) -> Any:
