@@ -243,8 +243,8 @@ class _Run:
             name, operation = workflow.rpartition(":")[2], "invoke_workflow"
         else:
             entry = rec.get("env", {}).get("entrypoint") if isinstance(rec.get("env"), dict) else None
-            base = os.path.splitext(os.path.basename(entry))[0] if isinstance(entry, str) and entry else ""
-            name, operation = base or "harness", "invoke_agent"
+            base = os.path.splitext(os.path.basename(entry))[0] if isinstance(entry, str) else ""
+            name, operation = base if base and not base.startswith("-") else "harness", "invoke_agent"  # `python -c`
         attrs: dict[str, Any] = {"gen_ai.operation.name": operation}
         attrs["gen_ai.agent.name" if operation == "invoke_agent" else "harness.workflow"] = workflow or name
         attrs["gen_ai.conversation.id"] = self.run_id
