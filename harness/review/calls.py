@@ -24,8 +24,8 @@ back from their blobs: by default each line checked against the checksum
 chain (an accident, a torn, edited, swapped, inserted or foreign line, is
 `TraceCorruption` naming the line, as replay() would name it), its seq the
 one before + 1, from a schema-2 header; with `full=True` through replay(),
-every rule of the story checked too (a third of the speed: the export and
-the ledger read what a run recorded, they resume nothing).
+every rule of the story checked too, at about two thirds of the speed (the
+export and the ledger read what a run recorded; they resume nothing).
 
 Rules kept here: pure functions of the records (no I/O but those two), and
 a record this module does not read is None, never an exception. Usage is
