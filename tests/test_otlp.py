@@ -504,3 +504,27 @@ def test_each_doors_messages_in_the_conventions_shape(rec: dict[str, Any], sent:
 
     assert messages_in(rec) == sent
     assert messages_out(rec) == got
+
+
+def test_a_crash_record_and_its_resume_are_events_of_the_root(tmp_path: Path) -> None:
+    trace = tmp_path / "r.jsonl"
+    calls = {"n": 0}
+
+    def plan(goal: Any, progress: list[Any]) -> Any:
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise RuntimeError("the planner fell over")
+        return None if len(progress) >= 2 else harness.Step(f"s{len(progress)}", "work", {"i": len(progress)})
+
+    tools = {"work": harness.testing.counter()}
+    with pytest.raises(RuntimeError):
+        harness.Executor(planner=plan, tools=tools, trace=trace).run("g")
+    assert harness.Executor(planner=plan, tools=tools, trace=trace, resume=True).run("g").state == "DONE"
+    root = span_list(spans(trace))[0]
+    events = {e["name"]: attrs(e) for e in root["events"]}
+    assert list(events) == ["harness.crash", "harness.resume"]
+    crash = events["harness.crash"]
+    assert crash["exception.type"] == "builtins.RuntimeError" and crash["exception.message"] == "the planner fell over"
+    assert "Traceback" in crash["exception.stacktrace"] or "RuntimeError" in crash["exception.stacktrace"]
+    assert crash["harness.seq"] < events["harness.resume"]["harness.seq"]
+    assert root["status"] == {"code": 1} and attrs(root)["harness.resumes"] == 1
