@@ -528,3 +528,21 @@ def test_a_crash_record_and_its_resume_are_events_of_the_root(tmp_path: Path) ->
     assert "Traceback" in crash["exception.stacktrace"] or "RuntimeError" in crash["exception.stacktrace"]
     assert crash["harness.seq"] < events["harness.resume"]["harness.seq"]
     assert root["status"] == {"code": 1} and attrs(root)["harness.resumes"] == 1
+
+
+def test_protobuf_without_the_extra_says_how_to_get_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import sys
+
+    monkeypatch.setitem(sys.modules, "opentelemetry.proto.collector.trace.v1.trace_service_pb2", None)  # not installed
+    r = Receiver()
+    try:
+        trace = one_run(tmp_path / "r.jsonl")
+        assert main(["export", str(trace), "--otlp-endpoint", r.url]) == 2
+        err = capsys.readouterr().err
+        assert "pip install 'harness-trace[otel]'" in err and "--otlp-protocol http/json" in err and not r.got
+        assert main(["export", str(trace), "--otlp-endpoint", r.url, "--otlp-protocol", "http/json"]) == 0
+        assert len(r.got) == 1
+    finally:
+        r.stop()
