@@ -19,6 +19,11 @@ replay()'s, a ratio that the machine's load moves far less than the
 absolute figures. Each figure is on CPU time (what one core does; the
 disk's cache is warm after the first round), the median of the rounds and
 their best (the least disturbed by other processes on a shared machine).
+`reference_loop_us`, the CPU time of `sum(range(1000))` in the same
+process (best of the rounds), says how fast the core was while it ran:
+every absolute figure above slows with it (a shared machine under load
+takes several times what the same core takes alone), so compare spans/s
+only between runs whose reference is close, and read the ratio otherwise.
 Nothing is asserted: the target is 50,000 spans/s.
 """
 
@@ -32,6 +37,7 @@ import statistics
 import sys
 import tempfile
 import time
+import timeit
 import uuid
 from pathlib import Path
 from typing import Any
@@ -119,6 +125,7 @@ def main() -> int:
             book = ledger([folder])
             costs.append(cpu() - t0)
             assert len(book.runs) == runs and done.runs == runs
+        reference = min(timeit.repeat("sum(range(1000))", number=2000, repeat=rounds * 3, timer=cpu)) / 2000 * 1e6
         figures = {
             "mode": "smoke" if args.smoke else "quick" if args.quick else "full",
             "runs": runs, "spans": spans, "spans_per_run": spans / runs,
@@ -129,12 +136,13 @@ def main() -> int:
             "cost_runs_per_s": runs / statistics.median(costs),
             "bytes_per_span": (scratch / "spans.jsonl").stat().st_size / spans,
             "load_average": os.getloadavg()[0],
+            "reference_loop_us": reference,
         }  # fmt: skip
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     print(f"| line | {figures['mode']} |\n|---|---|")
     for key in ("otlp_export_spans_per_s", "otlp_export_spans_per_s_best", "otlp_export_checked_spans_per_s",
-                "cost_runs_per_s", "bytes_per_span", "otlp_export_vs_replay"):  # fmt: skip
+                "cost_runs_per_s", "bytes_per_span", "otlp_export_vs_replay", "reference_loop_us"):  # fmt: skip
         value = figures[key]
         print(f"| {key} | {value:,.2f} |" if value < 100 else f"| {key} | {value:,.0f} |")
     print(f"({runs:,} runs, {spans:,} spans, one core, CPU time, median of {rounds} rounds; "
