@@ -28,6 +28,7 @@ from ._errors import (
     HttpRecordingError,
     JournalError,
     NotSerializable,
+    OtlpUndelivered,
     RedactedArgs,
     ReplayDrift,
     ReplayViolation,
@@ -46,8 +47,11 @@ from ._version import VERSION as __version__
 if TYPE_CHECKING:  # the same names, as type checkers and editors see them; at run time, _LAZY below
     from .bundle import Bundled, BundleError, export, import_bundle
     from .ops.check import Checked, check
+    from .ops.otlp import export as export_otlp
+    from .ops.otlp_http import send as send_otlp
     from .ops.reconcile import reconcile
     from .ops.recover import Recovered, recover, resume
+    from .review.cost import Ledger, ledger
     from .review.diff import Diff, diff
     from .review.expect import ANY, Expectation, ModelCall, ToolCall, expect
     from .review.normalize import normalize
@@ -76,8 +80,11 @@ if TYPE_CHECKING:  # the same names, as type checkers and editors see them; at r
 _LAZY = {
     ".bundle": "Bundled, BundleError, export, import_bundle",
     ".ops.check": "Checked, check",
+    ".ops.otlp": "export as export_otlp",
+    ".ops.otlp_http": "send as send_otlp",
     ".ops.reconcile": "reconcile",
     ".ops.recover": "Recovered, recover, resume",
+    ".review.cost": "Ledger, ledger",
     ".review.diff": "Diff, diff",
     ".review.expect": "ANY, Expectation, ModelCall, ToolCall, expect",
     ".review.normalize": "normalize",
@@ -152,10 +159,12 @@ __all__ = [
     "HttpRecordingError",
     "Interrupted",
     "JournalError",
+    "Ledger",
     "Message",
     "Migrated",
     "ModelCall",
     "NotSerializable",
+    "OtlpUndelivered",
     "Outcome",
     "Recorder",
     "Recovered",
@@ -198,11 +207,13 @@ __all__ = [
     "diff",
     "expect",
     "export",
+    "export_otlp",
     "fork",
     "idempotency_key",
     "import_bundle",
     "interrupt",
     "join",
+    "ledger",
     "list_runs",
     "llm",
     "migrate",
@@ -218,6 +229,7 @@ __all__ = [
     "resume",
     "seal",
     "send",
+    "send_otlp",
     "sleep",
     "spawn",
     "tool",

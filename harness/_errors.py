@@ -182,6 +182,21 @@ class BadResult(HarnessError, ValueError):
         )
 
 
+class OtlpUndelivered(HarnessError):
+    """Spans an OTLP endpoint did not take (`harness export --otlp-endpoint`).
+
+    `url` is the endpoint, `sent` the runs delivered before this batch, `reason` why it was given up.
+    """
+
+    def __init__(self, url: str, sent: int, reason: str):
+        self.url, self.sent, self.reason = url, sent, reason
+        super().__init__(
+            f"{url}: spans not delivered ({reason}); {sent} run(s) were sent before this batch. Check that the "
+            "endpoint is up and reachable (an OTLP/HTTP receiver, port 4318 by default), then export again: "
+            "the span ids are the same, so the backend keeps one copy"
+        )
+
+
 class ToolError(HarnessError):
     """Raised by a tool to say: I failed in a way you understand, and my effect did not happen.
 

@@ -660,22 +660,123 @@ def _annotate(args: argparse.Namespace) -> int:
 
 
 def _export_setup(p: argparse.ArgumentParser) -> None:
-    p.add_argument("source", help="a trace, or a runs folder with --all (a path or a URL)")
+    p.add_argument("source", nargs="+", help="traces, or runs folders (a path or a URL: a bundle takes one, --all)")
     p.add_argument("--all", action="store_true", help="every run of the runs folder, sealed or not")
-    p.add_argument("-o", "--out", required=True, help="the zip to write (a local file)")
+    p.add_argument("-o", "--out", help="the zip to write (a local file)")
+    p.add_argument(
+        "--otlp", metavar="OUT.jsonl",
+        help="instead, write each run as OpenTelemetry GenAI spans: one OTLP/JSON ExportTraceServiceRequest a line",
+    )  # fmt: skip
+    p.add_argument(
+        "--otlp-endpoint", metavar="URL",
+        help="instead, send the spans to an OTLP/HTTP receiver: its base URL (http://localhost:4318), /v1/traces added",
+    )  # fmt: skip
+    p.add_argument(
+        "--otlp-protocol", choices=("http/protobuf", "http/json"), default="http/protobuf",
+        help="with --otlp-endpoint: http/protobuf (default; needs harness-trace[otel]) or http/json",
+    )  # fmt: skip
+    p.add_argument(
+        "--otlp-header", action="append", default=[], metavar="KEY=VALUE",
+        help="with --otlp-endpoint: a header to send (repeatable), over $OTEL_EXPORTER_OTLP_HEADERS",
+    )  # fmt: skip
+    p.add_argument("--retries", type=int, default=5, metavar="N", help="with --otlp-endpoint: tries per batch (5)")
+    p.add_argument(
+        "--content", action="store_true",
+        help="with --otlp*: add the messages, tool arguments and results (redacted again); left out by default",
+    )  # fmt: skip
+    p.add_argument(
+        "--redact", action="append", default=[], metavar="RULE",
+        help="with --content: a redaction rule to add to the trace's (repeatable): a key, a $.json.path, or re:REGEX",
+    )  # fmt: skip
+    p.add_argument("--service", default="harness", help="with --otlp*: the spans' service.name (default: harness)")
+    _check_arg(p)
+
+
+def _check_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--check", action="store_true",
+        help="read each trace through replay(), every rule of its story checked (slower; by default each line is "
+        "checked against the checksum chain)",
+    )  # fmt: skip
 
 
 @command(
     "export",
-    "Bundle runs (sealed, or unfinished as they stand), their blobs and annotations into a zip with a manifest.",
+    "Bundle runs (sealed, or unfinished as they stand), their blobs and annotations into a zip with a manifest; "
+    "or, with --otlp / --otlp-endpoint, export them as OpenTelemetry spans.",
     _export_setup,
 )
 def _export(args: argparse.Namespace) -> int:
+    chosen = [o for o in ("out", "otlp", "otlp_endpoint") if getattr(args, o) is not None]
+    if len(chosen) != 1:
+        raise HarnessError("give one of -o ZIP (a bundle), --otlp OUT.jsonl or --otlp-endpoint URL")
+    if args.otlp is not None or args.otlp_endpoint is not None:
+        return _export_otlp(args)
     from .bundle import export, runs_in
 
-    traces = runs_in(args.source) if args.all else [args.source]
+    if len(args.source) != 1:
+        raise HarnessError("a bundle takes one trace (or one runs folder with --all)")
+    traces = runs_in(args.source[0]) if args.all else args.source
     done = export(traces, args.out)
     print(f"{done.path}: {len(done.runs)} runs, {len(done.files)} files, {done.bytes} bytes{_unsealed(done)}")
+    return 0
+
+
+def _export_otlp(args: argparse.Namespace) -> int:
+    redact = _redact_rules(args)
+    options = {"content": args.content, "redact": redact, "service": args.service, "full": args.check}
+    if args.otlp is not None:
+        from .ops.otlp import export
+
+        done = export(args.source, args.otlp, **options)
+        print(f"{done.path}: {done.runs} runs, {done.spans} spans (OTLP/JSON, one request a line)")
+        return 0
+    from .ops.otlp_http import send
+
+    headers = {}
+    for pair in args.otlp_header:
+        key, eq, value = pair.partition("=")
+        if not eq or not key.strip():
+            raise HarnessError(f"--otlp-header {pair!r}: give KEY=VALUE")
+        headers[key.strip().lower()] = value.strip()
+    sent = send(
+        args.source, args.otlp_endpoint, protocol=args.otlp_protocol, headers=headers, attempts=args.retries,
+        **options,
+    )  # fmt: skip
+    print(f"{sent.url}: {sent.runs} runs, {sent.spans} spans in {sent.requests} requests ({args.otlp_protocol})")
+    return 0
+
+
+# --- cost: model calls and tokens of runs, live apart from served (issue 38) --------------------------------
+
+
+def _cost_setup(p: argparse.ArgumentParser) -> None:
+    p.add_argument("source", nargs="+", help="traces, or runs folders (paths or URLs)")
+    p.add_argument(
+        "--prices", metavar="PRICES.toml",
+        help='USD per million tokens by model: [models."gpt-4o-mini"] input = 0.15, output = 0.60, '
+        "cached_input = 0.075",
+    )  # fmt: skip
+    p.add_argument("--json", action="store_true", help="print the ledger as JSON")
+    _check_arg(p)
+
+
+@command(
+    "cost",
+    "Count each run's model calls and tokens by model, live apart from served (a rerun's, a fork's reused ones); "
+    "with --prices, in USD.",
+    _cost_setup,
+)
+def _cost(args: argparse.Namespace) -> int:
+    import orjson
+
+    from .review.cost import ledger
+
+    book = ledger(args.source, prices=args.prices, full=args.check)
+    if args.json:
+        sys.stdout.buffer.write(orjson.dumps(book.to_json(), option=orjson.OPT_INDENT_2) + b"\n")
+    else:
+        sys.stdout.write(book.text())
     return 0
 
 

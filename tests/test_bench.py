@@ -144,3 +144,22 @@ def test_count_syncs_counts_only_between_the_markers(tmp_path: Path) -> None:
         '10 fsync(6)                     = 0\n'  # after the end: exit
     )  # fmt: skip
     assert count_syncs(str(log)) == {"run-begin": 1, "run-steady": 3}
+
+
+def test_the_otlp_bench_runs_and_writes_every_figure(tmp_path: Path) -> None:
+    out = tmp_path / "otlp.json"
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "otlp.py"), "--smoke", "--json", str(out), "--dir", str(tmp_path)],
+        capture_output=True, text=True, timeout=300, cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    figures = json.loads(out.read_text())
+    assert figures["spans_per_run"] == 21 and figures["runs"] == 100  # a root, 10 model calls, 10 tool calls
+    for key in (
+        "otlp_export_spans_per_s",
+        "otlp_export_checked_spans_per_s",
+        "cost_runs_per_s",
+        "otlp_export_vs_replay",
+    ):
+        assert figures[key] > 0 and key in done.stdout, key
+    assert [p.name for p in tmp_path.iterdir()] == ["otlp.json"]  # scratch files are cleaned up

@@ -134,6 +134,28 @@ def test_a_workflow_records_the_three_contracts_and_reruns_with_the_server_gone(
     rerun_with_the_server_gone(trace, tmp_path, monkeypatch)
 
 
+def test_the_otlp_export_names_each_mcp_call_and_its_server(tmp_path: Path) -> None:
+    """`harness export --otlp`: an MCP tool's step is `execute_tool {tool}` with `mcp.method.name` and its server,
+    an `isError` result an ERROR span (`tool_error`), the listing a `tools/list` span."""
+    from harness.ops.otlp import spans
+
+    trace = tmp_path / "run.jsonl"
+    resumed(trace, env(tmp_path))
+    found = [s for rs in spans(trace)["resourceSpans"] for ss in rs["scopeSpans"] for s in ss["spans"]]
+    attrs = [{a["key"]: next(iter(a["value"].values())) for a in s["attributes"]} for s in found]
+    assert [s["name"] for s in found] == [
+        "invoke_workflow support", "tools/list", "execute_tool lookup", "execute_tool send_email",
+        "execute_tool refund", "execute_tool nope",
+    ]  # fmt: skip
+    assert attrs[1]["mcp.method.name"] == "tools/list" and attrs[1]["harness.mcp.server"] == "mcp"
+    for a in attrs[2:]:
+        assert (a["mcp.method.name"], a["harness.mcp.server"], a["gen_ai.operation.name"]) == (
+            "tools/call", "mcp", "execute_tool",
+        )  # fmt: skip
+    assert [s["status"].get("code") for s in found[2:]] == [1, 1, 1, 2]  # "nope": the server's isError result
+    assert attrs[5]["error.type"] == "tool_error"
+
+
 @pytest.mark.parametrize("tool", ["lookup", "send_email", "refund"])
 def test_sigkill_in_a_call_then_resume_in_a_new_process(
     tmp_path: Path, tool: str, monkeypatch: pytest.MonkeyPatch

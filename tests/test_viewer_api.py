@@ -151,6 +151,20 @@ def test_fork_roles_come_from_the_child_header_and_reused_marks(client: TestClie
     assert {b["role"] for b in plain} == {None}
 
 
+def test_a_run_page_has_its_ledger_live_apart_from_served(client: TestClient, folder: Any) -> None:
+    """The summary's `cost` is `harness cost`'s ledger of the run: a fork's calls before its branch served."""
+    from harness.review.cost import run_cost
+
+    path, ids = folder
+    done = client.get(f"/api/runs/{ids['done']}/summary").json()["cost"]
+    assert done == run_cost(path / f"{ids['done']}.jsonl").to_json(None)
+    assert done["models"] and {m["how"] for m in done["models"]} == {"live"}
+    fork = client.get(f"/api/runs/{ids['fork']}/summary").json()["cost"]
+    served = sum(m["calls"] for m in fork["models"] if m["how"] == "served")
+    recorded = sum(m["calls"] for m in done["models"])
+    assert 0 < served <= recorded and fork == run_cost(path / f"{ids['fork']}.jsonl").to_json(None)
+
+
 def test_a_paused_run_names_its_operation_and_the_reconcile_commands(folder: Any, tmp_path: Path) -> None:
     path, _ids = folder
     copy = tmp_path / "runs"

@@ -41,6 +41,7 @@ sync_api = pytest.importorskip("playwright.sync_api", reason="browser tests need
 from viewer_runs import AGENT, ROOT, XSS, fork_value, runs_folder, search_seq  # noqa: E402, F401 - runs_folder: the `folder` fixture
 
 import harness  # noqa: E402
+from harness.review.cost import run_cost  # noqa: E402
 from harness.testing import fixed_plan, read_records, steps  # noqa: E402
 
 CHROMIUM = next((p for p in map(shutil.which, ("chromium", "chromium-browser", "google-chrome")) if p), None)
@@ -186,6 +187,10 @@ def test_a_run_page_shows_its_records_and_the_panel_opens_on_click(page: Any, se
     assert page.locator("table.records tr.rec").count() == len(recs)
     assert page.locator(".lane .chip").count() == len(recs)
     assert page.locator(".chip.role-mutated").count() == 1 and page.locator(".chip.role-reused").count() > 0
+    ledger = run_cost(path / f"{ids['fork']}.jsonl").to_json(None)["models"]  # what `harness cost` says
+    live, served = (sum(m["calls"] for m in ledger if m["how"] == how) for how in ("live", "served"))
+    assert live > 0 and served > 0
+    expect(page.locator("#ledger summary")).to_contain_text(f"Model calls: {live} live, {served} served")
     llm = next(r for r in recs if r.get("boundary") == "llm" and r["seq"] > recs[0].get("branch", 0))
     page.click(f'.chip[data-line="{llm["seq"]}"]')
     panel = page.locator("aside.detail")

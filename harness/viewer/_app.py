@@ -62,6 +62,7 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .._errors import HarnessError, TraceCorruption, TraceUnreadable
+from ..review.cost import run_cost
 from ..review.diff import diff as harness_diff
 from ..review.diff import marked_changes
 from ..review.normalize import RULES, Rules, behave, mapped, normalize_record
@@ -327,7 +328,21 @@ def _summary_of(v: Viewer, run: str) -> dict[str, Any]:
         "seal": verdict.seal, "blobs": verdict.blobs,
         "unsealed": verdict.error is None and verdict.seal is None and verdict.state in ("DONE", "FAILED"),
         "seal_command": f"harness seal {shlex.quote(path)}", "verify_command": f"harness verify {shlex.quote(path)}",
+        "cost": _cost(path, idx.end) if verdict.error is None and info.status != "running" else None,
     }  # fmt: skip
+
+
+_COSTS: dict[tuple[str, int], dict[str, Any]] = {}  # (trace, bytes read): its ledger; a run that grew is read again
+
+
+def _cost(path: str, end: int) -> dict[str, Any]:
+    """The run's model calls and tokens by model, live apart from served (`harness cost`); read once per size."""
+    found = _COSTS.get((path, end))
+    if found is None:
+        if len(_COSTS) > 256:
+            _COSTS.clear()
+        found = _COSTS[(path, end)] = run_cost(path).to_json(None)
+    return found
 
 
 def _verify(v: Viewer, run: str) -> dict[str, Any]:

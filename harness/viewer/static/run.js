@@ -168,6 +168,16 @@ function drawBanners(extra) {
           h("td", { class: "key" }, n.key), h("td", {}, h("pre", {}, typeof n.value === "string" ? n.value : pretty(n.value))),
           h("td", { class: "at dim" }, n.at ?? "")))))));
   }
+  if (s.cost && s.cost.models.length) { // `harness cost`: model calls and tokens by model, live apart from served
+    const cols = ["calls", "input", "cached", "output"];
+    const calls = (how) => s.cost.models.filter((m) => m.how === how).reduce((n, m) => n + m.calls, 0);
+    out.push(h("details", { class: "banner info ledger", id: "ledger", open: true },
+      h("summary", {}, h("strong", {}, `Model calls: ${calls("live")} live, ${calls("served")} served`),
+        h("span", { class: "hint" }, " · served: taken from the parent's recording, not billed again (harness cost)")),
+      h("table", { class: "notes" }, h("thead", {}, h("tr", {}, ["model", "", ...cols].map((c) => h("th", {}, c)))),
+        h("tbody", {}, s.cost.models.map((m) => h("tr", { class: `row-${m.how}` }, h("td", { class: "key" }, m.model),
+          h("td", { class: "dim" }, m.how), ...cols.map((c) => h("td", {}, String(m[c])))))))));
+  }
   if (extra) out.push(extra);
   banners.replaceChildren(...out);
 }

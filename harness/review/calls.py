@@ -1,0 +1,532 @@
+"""What a run called, read from its records: model calls (provider, model, tokens, messages) and tool calls.
+
+Each door records a model call its own way: `llm` (whatever request and
+response the caller gave), `http` (an OpenAI, Anthropic or compatible API's
+request and response, streamed or not), `pydantic_ai.model` (Pydantic AI's
+`ModelResponse`), `openai_agents.model` and `.stream` (the Agents SDK's
+`ModelResponse`, or its stream's events). `model_call(rec)` reads any of
+them into one `ModelCall`: the operation, the provider, the models asked
+for and answered by, the `Usage` (input tokens with the cached ones among
+them, output tokens) and the finish reason. `messages_in(rec)` and
+`messages_out(rec)` give the messages in the OpenTelemetry GenAI shape
+(`[{"role", "parts": [{"type": "text", "content"}, {"type": "tool_call",
+"id", "name", "arguments"}, {"type": "tool_call_response", "id",
+"response"}]}]`). `tool_call(rec)` reads a tool call made as a crossing
+(outside a workflow's steps) and `mcp_tool(name, servers)` tells an MCP
+tool's step by its server's name.
+
+`role(rec, header)` says whether a record was served from a parent's
+recording (`served`: every record of a rerun, a fork's records before its
+branch), is a fork's branch answered by hand (`mutated`), or ran `live`.
+`traces(paths)` names the traces of paths that are traces or runs folders,
+and `read(trace, visit)` hands `visit` each record of one, its payloads read
+back from their blobs: by default each line checked against the checksum
+chain (an accident, a torn, edited, swapped, inserted or foreign line, is
+`TraceCorruption` naming the line, as replay() would name it), its seq the
+one before + 1, from a schema-2 header; with `full=True` through replay(),
+every rule of the story checked too, at about two thirds of the speed (the
+export and the ledger read what a run recorded; they resume nothing).
+
+Rules kept here: pure functions of the records (no I/O but those two), and
+a record this module does not read is None, never an exception. Usage is
+counted as the provider billed it: input tokens include the cached ones
+(OpenAI's and Pydantic AI's spelling; Anthropic's three counters are added
+up), and a stream that reported no usage has none.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import zlib
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+import orjson
+
+from .._errors import HarnessError, TraceCorruption, TraceUnreadable
+from ..storage import blobs as _blobs
+from ..storage import is_url, local_copy
+from ..storage.files import open_regular, read_error
+from ..trace.line import SCHEMA, SUFFIX
+from ..trace.reader import replay, replay_url
+from .stream import FRAMEWORK_MODELS, assemble, reply
+
+MODEL_KINDS = frozenset({"llm", "http", *FRAMEWORK_MODELS})  # the boundaries a model call may be recorded as
+UNKNOWN = "unknown"  # the provider or model a record does not name
+
+# the path an API call ends with -> the GenAI operation it is
+_PATHS = (
+    ("/chat/completions", "chat"),
+    ("/responses", "chat"),
+    ("/messages", "chat"),  # Anthropic's
+    ("/completions", "text_completion"),
+    ("/embeddings", "embeddings"),
+)
+# hosts whose provider the GenAI conventions name; any other host speaking these APIs is taken at its API's word
+_HOSTS = (
+    ("api.openai.com", "openai"),
+    (".openai.azure.com", "azure.ai.openai"),
+    ("api.anthropic.com", "anthropic"),
+    ("api.mistral.ai", "mistral_ai"),
+    ("api.groq.com", "groq"),
+    ("api.deepseek.com", "deepseek"),
+    ("api.x.ai", "x_ai"),
+    ("api.perplexity.ai", "perplexity"),
+    ("generativelanguage.googleapis.com", "gcp.gemini"),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """Tokens of one model call as billed: `input` counts every input token, `cached` those of them read from
+    the provider's cache (billed at the cached price)."""
+
+    input: int = 0
+    output: int = 0
+    cached: int = 0
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(self.input + other.input, self.output + other.output, self.cached + other.cached)
+
+
+@dataclass(frozen=True, slots=True)
+class ModelCall:
+    """One model call as a record says it was made."""
+
+    operation: str  # the GenAI operation: chat, text_completion, embeddings
+    provider: str  # as the GenAI conventions name it (openai, anthropic, ...), else what the door says, else unknown
+    request_model: str | None
+    response_model: str | None
+    usage: Usage | None  # None when the record holds no usage (a plain llm() answer, a stream without it)
+    finish_reason: str | None = None
+    error: str | None = None  # why it failed: the crossing's error type, or the HTTP status
+
+    @property
+    def model(self) -> str:
+        """The model to bill: the one that answered, else the one asked for."""
+        return self.response_model or self.request_model or UNKNOWN
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    """A tool call recorded as a crossing (outside a workflow's steps), or an MCP listing."""
+
+    name: str
+    args: Any
+    server: str | None = None  # an MCP tool's server (as named to harness.mcp or the Agents SDK)
+    method: str | None = None  # MCP's method: tools/call, tools/list
+
+
+# --- which records are served --------------------------------------------------------------------------------
+
+
+def role(rec: Mapping[str, Any], header: Mapping[str, Any]) -> str:
+    """`served` (taken from the parent's recording: a rerun's records, a fork's before its branch), `mutated`
+    (a fork's branch) or `live` (made when it was recorded)."""
+    if "parent" not in header or rec.get("kind") == "header":
+        return "live"
+    branch = header.get("branch")
+    if type(branch) is not int:  # a rerun: every record was served from the recording
+        return "served"
+    if rec.get("reused") is True:
+        return "served"
+    if rec.get("mutated") is True:
+        return "mutated"
+    if "vc" in rec:  # a causal fork marks what it reused and its branch: the rest ran live
+        return "live"
+    seq = rec.get("seq")
+    if type(seq) is not int:
+        return "live"
+    return "mutated" if seq == branch else "live" if seq > branch else "served"
+
+
+# --- model calls -----------------------------------------------------------------------------------------------
+
+
+def model_call(rec: Mapping[str, Any]) -> ModelCall | None:
+    """The model call a crossing record holds (its payloads read back from blobs already); None for any other."""
+    kind = rec.get("boundary")
+    if rec.get("kind") != "crossing" or kind not in MODEL_KINDS:
+        return None
+    request, response = rec.get("request"), rec.get("response")
+    error = rec.get("error")
+    failed = str(error.get("type")) if isinstance(error, dict) else None
+    if kind == "http":
+        return _http(request, response, failed)
+    if kind == "pydantic_ai.model":
+        if not isinstance(response, dict):
+            return ModelCall("chat", UNKNOWN, None, None, None, error=failed)
+        model = _str(response.get("model_name"))
+        provider = _str(response.get("provider_name")) or _str(response.get("canonical_system")) or UNKNOWN
+        return ModelCall(
+            "chat", provider, model, model, _usage(response.get("usage")), _str(response.get("finish_reason")), failed
+        )
+    if kind in ("openai_agents.model", "openai_agents.stream"):
+        asked = _str(request.get("model")) if isinstance(request, dict) else None
+        done = _agents_response(response)
+        answered = _agents_model(done) or asked
+        usage = _usage(done.get("usage")) if done is not None else None
+        return ModelCall("chat", "openai", asked, answered, usage, None, failed)
+    # llm: what the caller gave; an OpenAI-like request and response are read as such
+    wanted = _str(request.get("model")) if isinstance(request, dict) else None
+    named = _str(request.get("provider")) if isinstance(request, dict) else None
+    body = response if isinstance(response, dict) else {}
+    got = _str(body.get("model")) or wanted
+    return ModelCall("chat", named or UNKNOWN, wanted, got, _usage(body.get("usage")), _finish(body), failed)
+
+
+def _http(request: Any, response: Any, failed: str | None) -> ModelCall | None:
+    """An http crossing that called a model API (by its path, with a JSON body naming a model); else None."""
+    if not isinstance(request, dict) or not isinstance(request.get("body"), dict):
+        return None
+    url = request.get("url")
+    if not isinstance(url, str):
+        return None
+    parts = urlsplit(url)
+    path = parts.path.rstrip("/")
+    operation = next((op for end, op in _PATHS if path.endswith(end)), None)
+    asked = _str(request["body"].get("model"))
+    if operation is None or asked is None:
+        return None
+    host = (parts.hostname or "").lower()
+    provider = next((p for h, p in _HOSTS if host == h or (h.startswith(".") and host.endswith(h))), None)
+    if provider is None:
+        provider = "anthropic" if path.endswith("/messages") else "openai"  # the API it speaks
+    if not isinstance(response, dict):
+        return ModelCall(operation, provider, asked, None, None, error=failed)
+    status = response.get("status")
+    if type(status) is int and status >= 400:
+        failed = failed or str(status)
+    body = response.get("body")
+    if "chunks" in response:
+        body = assemble(response["chunks"])
+    if not isinstance(body, dict):
+        return ModelCall(operation, provider, asked, None, None, error=failed)
+    answered = _str(body.get("model")) or asked
+    return ModelCall(operation, provider, asked, answered, _usage(body.get("usage")), _finish(body), failed)
+
+
+def _agents_response(response: Any) -> dict[str, Any] | None:
+    """The Agents SDK's response: as recorded, or the one a stream's `response.completed` event carries."""
+    if isinstance(response, list):
+        done = [e for e in response if isinstance(e, dict) and e.get("type") == "response.completed"]
+        found = done[-1].get("response") if done else None
+        return found if isinstance(found, dict) else None
+    return response if isinstance(response, dict) else None
+
+
+def _agents_model(response: dict[str, Any] | None) -> str | None:
+    if response is None:
+        return None
+    model = _str(response.get("model"))
+    for item in response.get("output") or ():
+        data = item.get("provider_data") if isinstance(item, dict) else None
+        if model is None and isinstance(data, dict):
+            model = _str(data.get("model"))
+    return model
+
+
+def _usage(usage: Any) -> Usage | None:
+    """Any door's usage: OpenAI chat (prompt_tokens), responses and Agents SDK (input_tokens + details),
+    Anthropic (input_tokens plus its cache counters), Pydantic AI (input_tokens, cache_read_tokens)."""
+    if not isinstance(usage, dict):
+        return None
+    if "prompt_tokens" in usage or "completion_tokens" in usage:
+        details = usage.get("prompt_tokens_details")
+        cached = _int(details.get("cached_tokens")) if isinstance(details, dict) else 0
+        return Usage(_int(usage.get("prompt_tokens")), _int(usage.get("completion_tokens")), cached)
+    if "input_tokens" not in usage and "output_tokens" not in usage:
+        return None
+    inp, out = _int(usage.get("input_tokens")), _int(usage.get("output_tokens"))
+    if "cache_read_input_tokens" in usage or "cache_creation_input_tokens" in usage:  # Anthropic: apart from input
+        cached = _int(usage.get("cache_read_input_tokens"))
+        return Usage(inp + cached + _int(usage.get("cache_creation_input_tokens")), out, cached)
+    details = usage.get("input_tokens_details")
+    if isinstance(details, dict):
+        return Usage(inp, out, _int(details.get("cached_tokens")))
+    return Usage(inp, out, _int(usage.get("cache_read_tokens")))
+
+
+def _finish(body: Mapping[str, Any]) -> str | None:
+    choices = body.get("choices")
+    if isinstance(choices, list) and choices and isinstance(choices[0], dict):
+        return _str(choices[0].get("finish_reason"))
+    return _str(body.get("finish_reason")) or _str(body.get("stop_reason")) or _str(body.get("status"))
+
+
+def _int(value: Any) -> int:
+    return value if type(value) is int and value > 0 else 0
+
+
+def _str(value: Any) -> str | None:
+    return value if isinstance(value, str) and value else None
+
+
+# --- messages, in the GenAI conventions' shape -----------------------------------------------------------------
+
+
+def messages_in(rec: Mapping[str, Any]) -> list[dict[str, Any]] | None:
+    """The messages a model call sent (the system prompt among them), or None when its request is not read.
+
+    A Pydantic AI request holds only the messages new since the agent run's
+    previous request (`new`): those are what is given here.
+    """
+    kind, request = rec.get("boundary"), rec.get("request")
+    if not isinstance(request, dict):
+        return None
+    if kind == "http":
+        request = request.get("body")
+        if not isinstance(request, dict):
+            return None
+    if kind == "pydantic_ai.model":
+        return _pydantic_messages(request.get("new"))
+    out: list[dict[str, Any]] = []
+    system = request.get("instructions") if kind in FRAMEWORK_MODELS else request.get("system")
+    if isinstance(system, str) and system:
+        out.append({"role": "system", "parts": [_text(system)]})
+    source = request.get("input") if "input" in request else request.get("messages")
+    if isinstance(source, str):
+        return [*out, {"role": "user", "parts": [_text(source)]}]
+    if not isinstance(source, list):
+        prompt = request.get("prompt")
+        return [*out, {"role": "user", "parts": [_text(str(prompt))]}] if isinstance(prompt, str) else out or None
+    for m in source:
+        if isinstance(m, dict):
+            out.append(_message(m))
+    return out
+
+
+def messages_out(rec: Mapping[str, Any]) -> list[dict[str, Any]] | None:
+    """What the model answered, one message per choice (one here), or None when the response is not read."""
+    response = rec.get("response")
+    if rec.get("boundary") == "llm":
+        if isinstance(response, str):
+            return [{"role": "assistant", "parts": [_text(response)], "finish_reason": "stop"}]
+        if isinstance(response, dict) and isinstance(response.get("choices"), list):  # an OpenAI-shaped answer
+            response = {"body": {**response, "object": "chat.completion"}}
+    said = reply(response)
+    if said is None:
+        body = response.get("body") if isinstance(response, dict) else None
+        if isinstance(body, dict) and body.get("type") == "message" and isinstance(body.get("content"), list):
+            m = _message({"role": "assistant", "content": body["content"]})  # Anthropic's
+            return [{**m, "finish_reason": _str(body.get("stop_reason")) or "stop"}]
+        return None
+    message = said["message"]
+    parts = _parts(message.get("content"))
+    for call in message.get("tool_calls") or ():
+        if isinstance(call, dict):
+            parts.append(_call(call.get("id"), call.get("name"), call.get("arguments")))
+    return [{"role": "assistant", "parts": parts, "finish_reason": _str(said.get("finish_reason")) or "stop"}]
+
+
+def asked(rec: Mapping[str, Any]) -> list[tuple[Any, Any, Any]]:
+    """The tool calls a model call's answer asks for, as (name, arguments, id): what tool spans are matched to.
+
+    A chat completion without tool calls (the most common answer) is told at once, without reading it whole.
+    """
+    response = rec.get("response")
+    if rec.get("boundary") in ("llm", "http") and isinstance(response, dict):
+        body = response.get("body", response)
+        choices = body.get("choices") if isinstance(body, dict) else None
+        if isinstance(choices, list) and len(choices) == 1 and isinstance(choices[0], dict):
+            message = choices[0].get("message")
+            if isinstance(message, dict) and not message.get("tool_calls"):
+                return []
+    return [
+        (p.get("name"), p.get("arguments"), p.get("id"))
+        for m in messages_out(rec) or ()
+        for p in m["parts"]
+        if p.get("type") == "tool_call"
+    ]
+
+
+def _text(content: str) -> dict[str, Any]:
+    return {"type": "text", "content": content}
+
+
+def _call(id: Any, name: Any, arguments: Any) -> dict[str, Any]:
+    if isinstance(arguments, str):  # the APIs send arguments as JSON text: the conventions want the object
+        with contextlib.suppress(orjson.JSONDecodeError):
+            arguments = orjson.loads(arguments)
+    return {"type": "tool_call", "id": id if isinstance(id, str) else None, "name": str(name), "arguments": arguments}
+
+
+def _parts(content: Any) -> list[dict[str, Any]]:
+    """Message content (a str, or a list of typed parts of any of the APIs) as GenAI parts."""
+    if isinstance(content, str):
+        return [_text(content)] if content else []
+    out: list[dict[str, Any]] = []
+    for part in content if isinstance(content, list) else ():
+        if not isinstance(part, dict):
+            continue
+        kind = part.get("type")
+        if isinstance(part.get("text"), str):  # text, input_text, output_text
+            out.append(_text(part["text"]))
+        elif kind == "tool_use":  # Anthropic
+            out.append(_call(part.get("id"), part.get("name"), part.get("input")))
+        elif kind == "tool_result":
+            out.append({"type": "tool_call_response", "id": part.get("tool_use_id"), "response": part.get("content")})
+        elif isinstance(kind, str):
+            out.append({"type": kind})  # an image, a file: its kind, not its bytes
+    return out
+
+
+def _message(m: dict[str, Any]) -> dict[str, Any]:
+    """One message or input item of the chat completions, responses or Anthropic APIs."""
+    kind = m.get("type")
+    if kind == "function_call":  # the responses API's items (and the Agents SDK's)
+        return {"role": "assistant", "parts": [_call(m.get("call_id"), m.get("name"), m.get("arguments"))]}
+    if kind == "function_call_output":
+        response = {"type": "tool_call_response", "id": m.get("call_id"), "response": m.get("output")}
+        return {"role": "tool", "parts": [response]}
+    role = m["role"] if isinstance(m.get("role"), str) else "user"
+    if role == "tool":
+        response = {"type": "tool_call_response", "id": m.get("tool_call_id"), "response": m.get("content")}
+        return {"role": "tool", "parts": [response]}
+    parts = _parts(m.get("content"))
+    for call in m.get("tool_calls") or ():
+        fn = call.get("function") if isinstance(call, dict) else None
+        if isinstance(fn, dict):
+            parts.append(_call(call.get("id"), fn.get("name"), fn.get("arguments")))
+    return {"role": "system" if role == "developer" else role, "parts": parts}
+
+
+def _pydantic_messages(new: Any) -> list[dict[str, Any]] | None:
+    """Pydantic AI's messages (requests of system, user and tool-return parts; responses of text and tool calls)."""
+    if not isinstance(new, list):
+        return None
+    out: list[dict[str, Any]] = []
+    for m in new:
+        if not isinstance(m, dict) or not isinstance(m.get("parts"), list):
+            continue
+        by_role: dict[str, list[dict[str, Any]]] = {}
+        for p in m["parts"]:
+            if not isinstance(p, dict):
+                continue
+            kind, content = p.get("part_kind"), p.get("content")
+            if kind == "system-prompt":
+                by_role.setdefault("system", []).append(_text(str(content)))
+            elif kind == "user-prompt":
+                said = [_text(content)] if isinstance(content, str) else _parts(content)
+                by_role.setdefault("user", []).extend(said)
+            elif kind in ("tool-return", "retry-prompt"):
+                response = {"type": "tool_call_response", "id": p.get("tool_call_id"), "response": content}
+                by_role.setdefault("tool", []).append(response)
+            elif kind == "text":
+                by_role.setdefault("assistant", []).append(_text(str(content)))
+            elif kind == "tool-call":
+                call = _call(p.get("tool_call_id"), p.get("tool_name"), p.get("args"))
+                by_role.setdefault("assistant", []).append(call)
+        instructions = m.get("instructions")
+        if isinstance(instructions, str) and instructions:
+            out.append({"role": "system", "parts": [_text(instructions)]})
+        out.extend({"role": r, "parts": parts} for r, parts in by_role.items())
+    return out
+
+
+# --- tool calls made as crossings ------------------------------------------------------------------------------
+
+
+def tool_call(rec: Mapping[str, Any]) -> ToolCall | None:
+    """A tool call (or an MCP tool listing) a crossing record holds; None for any other crossing."""
+    kind, request = rec.get("boundary"), rec.get("request")
+    if rec.get("kind") != "crossing" or not isinstance(request, dict):
+        return None
+    if kind in ("pydantic_ai.tool", "openai_agents.tool") and isinstance(request.get("tool"), str):
+        return ToolCall(request["tool"], request.get("args"))
+    server = request.get("server")
+    if kind == "mcp.call_tool" and isinstance(request.get("tool"), str):
+        return ToolCall(request["tool"], request.get("arguments"), _str(server), "tools/call")
+    if kind == "mcp.list_tools":
+        return ToolCall("", None, _str(server), "tools/list")
+    if kind == "openai_agents.mcp":
+        if request.get("op") == "call_tool" and isinstance(request.get("tool"), str):
+            return ToolCall(request["tool"], request.get("args"), _str(server), "tools/call")
+        return ToolCall("", None, _str(server), "tools/list")
+    return None
+
+
+def mcp_tool(name: str, servers: Iterable[str]) -> tuple[str, str] | None:
+    """(server, tool) when a workflow step's tool `name` is `<server>.<tool>` of an MCP server this run listed."""
+    server, dot, tool = name.partition(".")
+    return (server, tool) if dot and tool and server in servers else None
+
+
+def tool_error(result: Any) -> bool:
+    """Whether an MCP tool's result says it failed (`isError`: the call went through, the tool did not)."""
+    return isinstance(result, dict) and result.get("isError") is True
+
+
+# --- where the traces are --------------------------------------------------------------------------------------
+
+
+def traces(paths: Iterable[str | os.PathLike[str]]) -> list[str]:
+    """The traces `paths` name: each a trace, or a runs folder (every `*.jsonl` in it, by name) or runs URL."""
+    out: list[str] = []
+    for given in paths:
+        path = os.fspath(given)
+        if is_url(path) and not path.rstrip("/").endswith(".jsonl"):
+            from ..storage import open as open_store
+            from ..storage.listing import run_segments
+
+            out.extend(sorted(f"{path.rstrip('/')}/{name}" for name in run_segments(open_store(path))))
+        elif os.path.isdir(path):
+            try:
+                out.extend(sorted(os.path.join(path, n) for n in os.listdir(path) if n.endswith(".jsonl")))
+            except OSError as e:
+                raise HarnessError(f"{path}: cannot list runs: {e.strerror}") from None
+        else:
+            out.append(path)
+    return out
+
+
+def read(trace: str, visit: Callable[[dict[str, Any]], None], *, full: bool = False) -> None:
+    """Hand `visit` each record of the trace, blob-stored payloads read back in place (see the module docstring).
+
+    A trace URL is read from its local copy; its damage is named against the URL. A torn tail (a last line
+    without its newline: a writer died mid-line) is left out, as replay() leaves it.
+    """
+    local = local_copy(trace) if is_url(trace) else trace
+
+    def each(line: bytes, rec: dict[str, Any]) -> None:
+        visit(_blobs.inline(local, rec) if "blobs" in rec else rec)
+
+    if full:
+        if local is trace:
+            replay(trace, on_record=each)
+        else:
+            replay_url(trace, on_record=each)
+        return
+    try:
+        with os.fdopen(open_regular(local), "rb") as f:
+            _chain(trace, f, lambda rec: visit(_blobs.inline(local, rec) if "blobs" in rec else rec))
+    except OSError as e:
+        raise read_error(trace, e) from None
+
+
+def _chain(trace: str, f: Any, each: Callable[[dict[str, Any]], None]) -> None:
+    """Each complete line of f checked against the checksum chain and the seq, then parsed and handed on."""
+    crc, n, cut = 0, 0, -SUFFIX - 1
+    for raw in f:
+        if raw[-1:] != b"\n":
+            return  # a torn tail
+        n += 1
+        crc = zlib.crc32(raw[:cut], crc)  # line_ok(), inline: this loop is the export's hot path
+        if raw[cut:-1] != b',"crc":"%08x"}' % crc:
+            why = "the line's checksum does not chain on the line before (edited, torn, moved, or from another trace)"
+            raise TraceCorruption(trace, n, "crc", f"{why}; `harness replay` says more", None)
+        try:
+            rec = orjson.loads(raw)
+        except orjson.JSONDecodeError as e:
+            raise TraceCorruption(trace, n, "not-json", str(e), None) from None
+        if type(rec) is not dict or rec.get("seq") != n:
+            raise TraceCorruption(trace, n, "seq", f"the record's seq is not {n}, its line number", None)
+        if n == 1 and (rec.get("kind") != "header" or rec.get("schema") != SCHEMA):
+            found = rec.get("schema")
+            raise TraceCorruption(trace, 1, "schema", f"not a schema-{SCHEMA} trace header (schema {found!r})", 1)
+        each(rec)
+    if n == 0:
+        raise TraceUnreadable(trace, "empty: no header line")
