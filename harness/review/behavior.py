@@ -88,6 +88,9 @@ class Behavior:
         if kind == "header":
             self._header = record
             return None
+        if kind == "transition" and record.get("to") == "ACT":  # a step's intent: the tool call it makes
+            origin = self._origin(record)
+            return None if origin is None else {**record, "origin": origin}
         boundary = record.get("boundary")
         if kind != "crossing" or boundary not in BOUNDARIES:
             return None
@@ -103,7 +106,14 @@ class Behavior:
             out.pop("reply", None)
             out.pop("result", None)
             out["error"] = record["error"]
+        origin = self._origin(record)
+        if origin is not None:
+            out["origin"] = origin
         return out
+
+    def _origin(self, record: Mapping[str, Any]) -> str | None:
+        """`served` (from a parent's recording), `answered` (a fork's branch), or None: made live."""
+        return _ORIGIN.get(role(record, self._header)) if "parent" in self._header else None
 
     # --- doors --------------------------------------------------------------------------------------------------
 
@@ -140,9 +150,6 @@ class Behavior:
         if call.returned:
             value, failed = call.outcome()
             out["error" if failed else "result"] = value
-        origin = _ORIGIN.get(role(record, self._header))
-        if origin is not None:
-            out["origin"] = origin
         return out
 
     # --- one model call -----------------------------------------------------------------------------------------
@@ -270,6 +277,8 @@ def tool_calls(view: list[dict[str, Any]]) -> Iterator[dict[str, Any]]:
             if key in open_:
                 yield open_.pop(key)
             open_[key] = {"tool": r.get("tool"), "args": r.get("args"), "step": r.get("step")}
+            if "origin" in r:
+                open_[key]["origin"] = r["origin"]
         elif kind == "transition" and r.get("from") == "ACT":
             call = open_.pop((r.get("agent"), r.get("step")), None)
             if call is not None:

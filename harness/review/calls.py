@@ -92,9 +92,16 @@ class Usage:
     input: int = 0
     output: int = 0
     cached: int = 0
+    total: int = 0  # the provider's own total, when it gives one (0: it gives none)
 
     def __add__(self, other: Usage) -> Usage:
-        return Usage(self.input + other.input, self.output + other.output, self.cached + other.cached)
+        return Usage(self.input + other.input, self.output + other.output, self.cached + other.cached,
+                     self.total + other.total)  # fmt: skip
+
+    @property
+    def tokens(self) -> int:
+        """Every token of the call: the provider's total, else input plus output."""
+        return self.total or self.input + self.output
 
 
 @dataclass(frozen=True, slots=True)
@@ -257,20 +264,21 @@ def _usage(usage: Any) -> Usage | None:
     Anthropic (input_tokens plus its cache counters), Pydantic AI (input_tokens, cache_read_tokens)."""
     if not isinstance(usage, dict):
         return None
+    total = _int(usage.get("total_tokens"))
     if "prompt_tokens" in usage or "completion_tokens" in usage:
         details = usage.get("prompt_tokens_details")
         cached = _int(details.get("cached_tokens")) if isinstance(details, dict) else 0
-        return Usage(_int(usage.get("prompt_tokens")), _int(usage.get("completion_tokens")), cached)
+        return Usage(_int(usage.get("prompt_tokens")), _int(usage.get("completion_tokens")), cached, total)
     if "input_tokens" not in usage and "output_tokens" not in usage:
         return None
     inp, out = _int(usage.get("input_tokens")), _int(usage.get("output_tokens"))
     if "cache_read_input_tokens" in usage or "cache_creation_input_tokens" in usage:  # Anthropic: apart from input
         cached = _int(usage.get("cache_read_input_tokens"))
-        return Usage(inp + cached + _int(usage.get("cache_creation_input_tokens")), out, cached)
+        return Usage(inp + cached + _int(usage.get("cache_creation_input_tokens")), out, cached, total)
     details = usage.get("input_tokens_details")
     if isinstance(details, dict):
-        return Usage(inp, out, _int(details.get("cached_tokens")))
-    return Usage(inp, out, _int(usage.get("cache_read_tokens")))
+        return Usage(inp, out, _int(details.get("cached_tokens")), total)
+    return Usage(inp, out, _int(usage.get("cache_read_tokens")), total)
 
 
 def _finish(body: Mapping[str, Any]) -> str | None:
