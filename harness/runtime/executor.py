@@ -74,13 +74,14 @@ from ..trace.reader import Call, Checkpoint, Replay, replay
 from ..trace.redact import Redaction, Rule
 from ..trace.remote import open_journal
 from ..trace.torn import set_aside
+from ..trace.vault import Vault
 from . import timers as _timers
 from .agents import AgentState
 from .boundary import Session, deactivate
 from .context import _agent, _current, _in_call, _key
 from .environment import environment
 from .interrupt import Interrupted
-from .resume import NO_ANSWER, RESEAL, GoOn, marked, plan, start_over
+from .resume import NO_ANSWER, RESEAL, GoOn, marked, plan, reveal_crossings, start_over
 from .tool import Tool, ToolSpec, spec_of
 
 
@@ -547,7 +548,8 @@ class Executor:
         while planning the step then (rep._tail.planned) served from the trace: none is made live, none written.
         RedactedArgs when it makes another crossing or raises."""
         start, stop = rep._tail.planned
-        session = Session(None, rep.crossings[start:stop], strict=True, redact=self.redact)
+        served = reveal_crossings(Vault(rep.path, self.redact.marker), rep.crossings[start:stop])
+        session = Session(None, served, strict=True, redact=self.redact)
         token = session.activate()
         try:
             view = progress if isinstance(progress, Progress | _index.ResumedProgress) else Progress(progress)

@@ -45,6 +45,7 @@ from ..trace.journal import Journal
 from ..trace.line import canonical
 from ..trace.reader import Crossing, Replay, replay
 from ..trace.redact import DEFAULT, Redaction
+from ..trace.vault import SERVED, Vault
 from .boundary import HOLD_QUIET, Match, Session, _Hold, _may_hold, differences, patiently
 from .context import _current
 from .timers import replaying
@@ -117,15 +118,20 @@ class Recorded:
         self.path = path
         self.crossings: list[Crossing] = []
         self.held: dict[str, list[Item]] = {}
+        # the first served value whose secret could not be read back (vault.py): raised by whoever goes on to
+        # serve (a finished run is reported as it is, without the key)
+        self.unrevealed: HarnessError | None = None
 
     @classmethod
     def read(cls, path: str) -> tuple[Replay, Recorded]:
-        """replay() of the trace at path, and what it recorded, in one pass."""
+        """replay() of the trace at path, and what it recorded, in one pass; each served value (a call's result,
+        a crossing's response) with its secrets kept beside the trace back in place."""
         out = cls(path)
         step: Step | None = None
+        vault: Vault | None = None
 
         def take(line: bytes, rec: dict[str, Any]) -> None:
-            nonlocal step
+            nonlocal step, vault
             kind, seq, agent = rec["kind"], rec["seq"], rec.get("agent", MAIN)
             vc = rec.get("vc") or {MAIN: seq}
             if kind in (SPAWN, EXIT, JOIN):
@@ -134,6 +140,13 @@ class Recorded:
                 return
             if "blobs" in rec:
                 rec = _blobs.inline(path, rec)
+            if kind == "header":
+                vault = Vault(path, Redaction.from_header(rec.get("redact"), path).marker)
+            elif vault is not None and SERVED.get(kind) in rec and out.unrevealed is None:
+                try:
+                    rec = vault.revealed(rec)
+                except HarnessError as e:
+                    out.unrevealed = e
             if kind == "crossing":
                 response, error = rec.get("response"), rec.get("error")
                 out.crossings.append(Crossing(seq, rec["boundary"], rec["request"], response, error, seq, agent, vc))

@@ -1,0 +1,212 @@
+"""Secrets a served value holds: redacted in the trace, kept encrypted beside it, served for real on resume.
+
+A workflow logs in (the result holds an access token) and fetches with the token; it is SIGKILLed inside
+fetch, in a real process, and resumed in another. fetch gets the real token, and the token is nowhere in
+clear in the runs folder. Without the key, with another key, without the sidecar or with a damaged one, or
+without the cipher's extra, the resume refuses before any live call and writes nothing.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import secrets
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from children import ZYGOTE, kill_at
+
+import harness
+from harness._errors import MissingExtra, SecretUnavailable
+from harness.trace.vault import ENV, key_file, sidecar
+
+TESTS = Path(__file__).resolve().parent
+CHILD = f"""
+import json, sys
+sys.path.insert(0, {str(TESTS)!r})
+if "--no-extra" in sys.argv:
+    sys.modules["cryptography"] = None  # as if the extra were not installed
+import secret_agent
+try:
+    out = secret_agent.session.run("alice", trace=sys.argv[1], resume="auto")
+except Exception as e:
+    print(json.dumps({{"error": type(e).__name__, "message": str(e)}}))
+else:
+    print(json.dumps({{"state": out.state, "result": out.result}}))
+"""
+
+
+def env(tmp_path: Path, token: str, **more: str) -> dict[str, str]:
+    return {**os.environ, "SECRET_TOKEN": token, "WF_LEDGER": str(tmp_path / "ledger"), **more}
+
+
+def run_child(trace: Path, environ: dict[str, str], *flags: str) -> dict[str, Any]:
+    done = ZYGOTE.run(
+        [sys.executable, "-c", CHILD, str(trace), *flags],
+        env=environ,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    return dict(json.loads(done.stdout.splitlines()[-1]))
+
+
+def crash_in_fetch(tmp_path: Path, token: str, *flags: str) -> Path:
+    """Run the workflow in a child process, SIGKILL it inside fetch; the trace."""
+    runs, mark = tmp_path / "runs", tmp_path / "mark"
+    runs.mkdir(exist_ok=True)
+    (tmp_path / "ledger").mkdir(exist_ok=True)
+    trace = runs / "run.jsonl"
+    child = ZYGOTE.Popen(
+        [sys.executable, "-c", CHILD, str(trace), *flags],
+        env=env(tmp_path, token, WF_KILL="in-fetch", WF_MARK=str(mark)),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    kill_at(mark, child, "in-fetch")
+    assert child.returncode == -9
+    return trace
+
+
+def ledger(tmp_path: Path, kind: str) -> list[str]:
+    path = tmp_path / "ledger" / kind
+    return path.read_text().splitlines() if path.exists() else []
+
+
+def in_clear(folder: Path, token: str) -> list[str]:
+    """Every file under folder whose bytes hold token, as it is or in base64."""
+    forms = [token.encode(), base64.b64encode(token.encode()), base64.urlsafe_b64encode(token.encode())]
+    return [str(p) for p in folder.rglob("*") if p.is_file() and any(f in p.read_bytes() for f in forms)]
+
+
+def snapshot(folder: Path) -> dict[str, bytes]:
+    return {str(p): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_a_token_a_login_returned_reaches_fetch_after_a_sigkill_and_is_never_in_clear(tmp_path: Path) -> None:
+    token = "tok-" + secrets.token_hex(16)
+    trace = crash_in_fetch(tmp_path, token)
+    assert ledger(tmp_path, "fetch") == [token]
+    held = [json.loads(x) for x in trace.read_text().splitlines()]
+    login = next(r for r in held if r.get("to") == "VERIFY" and r["result"].get("user") == "alice")
+    assert login["result"]["access_token"] == harness.MARKER  # the trace keeps the marker
+    assert Path(sidecar(str(trace))).exists()
+
+    out = run_child(trace, env(tmp_path, token))
+    assert out == {"state": "DONE", "result": {"items": 3, "ok": True}}
+    assert ledger(tmp_path, "login") == ["alice"]  # served, not called again
+    assert ledger(tmp_path, "fetch") == [token, token]  # called again with the real token, never the marker
+    assert in_clear(tmp_path / "runs", token) == []
+    assert in_clear(Path(os.environ["XDG_CONFIG_HOME"]), token) == []
+
+    # a rerun serves it too (zero live calls), and keeps it in its own sidecar, never in clear
+    import secret_agent
+
+    again = harness.rerun(trace, workflow=secret_agent.session, out=tmp_path / "runs" / "rerun.jsonl")
+    assert again.equal
+    assert Path(sidecar(str(tmp_path / "runs" / "rerun.jsonl"))).exists()
+    assert in_clear(tmp_path / "runs", token) == []
+    assert ledger(tmp_path, "fetch") == [token, token]
+
+
+def test_the_key_file_is_made_on_first_use_with_mode_0600(tmp_path: Path) -> None:
+    token = "tok-" + secrets.token_hex(16)
+    config = tmp_path / "config"
+    environ = env(tmp_path, token, XDG_CONFIG_HOME=str(config))
+    (tmp_path / "ledger").mkdir()
+    (tmp_path / "runs").mkdir()
+    out = run_child(tmp_path / "runs" / "run.jsonl", environ)
+    assert out["state"] == "DONE"
+    made = config / "harness" / "secret.key"
+    assert made.stat().st_mode & 0o777 == 0o600
+    assert len(base64.urlsafe_b64decode(made.read_text().strip())) == 32
+
+
+def refused(tmp_path: Path, trace: Path, environ: dict[str, str], *flags: str) -> dict[str, Any]:
+    """Resume in a child that is expected to refuse: nothing written anywhere, fetch not called again."""
+    before, fetched = snapshot(tmp_path / "runs"), ledger(tmp_path, "fetch")
+    out = run_child(trace, environ, *flags)
+    assert "error" in out, out
+    assert snapshot(tmp_path / "runs") == before
+    assert ledger(tmp_path, "fetch") == fetched and ledger(tmp_path, "login") == ["alice"]
+    return out
+
+
+def test_without_the_key_a_resume_refuses_before_any_live_call(tmp_path: Path) -> None:
+    token = "tok-" + secrets.token_hex(16)
+    trace = crash_in_fetch(tmp_path, token)
+    out = refused(tmp_path, trace, env(tmp_path, token, XDG_CONFIG_HOME=str(tmp_path / "elsewhere")))
+    assert out["error"] == "SecretUnavailable"
+    assert ENV in out["message"] and "nothing was written" in out["message"]
+    assert str(tmp_path / "elsewhere" / "harness" / "secret.key") in out["message"]
+    assert not (tmp_path / "elsewhere").exists()  # a resume never makes a key: it could not read a thing with it
+
+
+def test_with_another_key_a_resume_refuses_and_names_both_keys(tmp_path: Path) -> None:
+    token = "tok-" + secrets.token_hex(16)
+    trace = crash_in_fetch(tmp_path, token)
+    other = base64.urlsafe_b64encode(os.urandom(32)).decode()
+    out = refused(tmp_path, trace, env(tmp_path, token, **{ENV: other}))
+    assert out["error"] == "SecretUnavailable" and "encrypted with key" in out["message"]
+
+
+def test_with_the_key_in_the_environment_a_resume_serves_the_secret(tmp_path: Path) -> None:
+    token = "tok-" + secrets.token_hex(16)
+    trace = crash_in_fetch(tmp_path, token)
+    key = Path(key_file()).read_text().strip()  # the same key, given as the variable in a config-less place
+    environ = env(tmp_path, token, XDG_CONFIG_HOME=str(tmp_path / "elsewhere"), **{ENV: key})
+    assert run_child(trace, environ) == {"state": "DONE", "result": {"items": 3, "ok": True}}
+    assert ledger(tmp_path, "fetch") == [token, token]
+
+
+def test_a_bad_key_in_the_environment_is_refused_naming_the_variable(tmp_path: Path) -> None:
+    token = "tok-" + secrets.token_hex(16)
+    trace = crash_in_fetch(tmp_path, token)
+    out = refused(tmp_path, trace, env(tmp_path, token, **{ENV: "not a key"}))
+    assert out["error"] == "HarnessError" and f"${ENV}" in out["message"] and "urandom(32)" in out["message"]
+
+
+@pytest.mark.parametrize("damage", ["missing", "altered", "emptied"])
+def test_a_missing_or_damaged_sidecar_is_refused_before_any_live_call(tmp_path: Path, damage: str) -> None:
+    token = "tok-" + secrets.token_hex(16)
+    trace = crash_in_fetch(tmp_path, token)
+    kept = Path(sidecar(str(trace)))
+    if damage == "missing":
+        kept.unlink()
+    elif damage == "altered":
+        entry = json.loads(kept.read_text().splitlines()[0])
+        box = bytearray(base64.b64decode(entry["box"]))
+        box[-1] ^= 1
+        kept.write_text(json.dumps({**entry, "box": base64.b64encode(bytes(box)).decode()}) + "\n")
+    else:
+        kept.write_text("")
+    out = refused(tmp_path, trace, env(tmp_path, token))
+    assert out["error"] == "SecretUnavailable"
+    assert str(kept) in out["message"]
+    said = {"missing": "does not exist", "altered": "fails authentication", "emptied": "holds no entry"}
+    assert said[damage] in out["message"]
+
+
+def test_without_the_extra_the_secret_is_redacted_only_and_a_resume_refuses_naming_the_pip_command(
+    tmp_path: Path,
+) -> None:
+    token = "tok-" + secrets.token_hex(16)
+    trace = crash_in_fetch(tmp_path, token, "--no-extra")
+    assert not Path(sidecar(str(trace))).exists()
+    assert in_clear(tmp_path / "runs", token) == []
+    out = refused(tmp_path, trace, env(tmp_path, token), "--no-extra")
+    assert out["error"] == "MissingExtra"
+    assert "pip install 'harness-trace[secrets]'" in out["message"]
+    # with the extra installed now, the refusal says the secret was never kept
+    out = refused(tmp_path, trace, env(tmp_path, token))
+    assert out["error"] == "SecretUnavailable" and "does not exist" in out["message"]
+
+
+def test_the_errors_are_harness_errors() -> None:
+    assert issubclass(SecretUnavailable, harness.HarnessError) and issubclass(MissingExtra, harness.HarnessError)
