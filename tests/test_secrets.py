@@ -21,7 +21,7 @@ import pytest
 from children import ZYGOTE, kill_at
 
 import harness
-from harness._errors import MissingExtra, SecretUnavailable
+from harness import MissingExtra, SecretUnavailable
 from harness.trace.vault import ENV, key_file, sidecar
 
 TESTS = Path(__file__).resolve().parent
@@ -210,3 +210,59 @@ def test_without_the_extra_the_secret_is_redacted_only_and_a_resume_refuses_nami
 
 def test_the_errors_are_harness_errors() -> None:
     assert issubclass(SecretUnavailable, harness.HarnessError) and issubclass(MissingExtra, harness.HarnessError)
+
+
+def test_a_bundle_never_carries_the_sidecar_and_an_imported_run_says_what_is_missing(tmp_path: Path) -> None:
+    import zipfile
+
+    from harness import bundle
+
+    token = "tok-" + secrets.token_hex(16)
+    trace = crash_in_fetch(tmp_path, token)
+    out = tmp_path / "runs.zip"
+    bundle.export([trace], out)
+    names = zipfile.ZipFile(out).namelist()
+    assert not [n for n in names if n.endswith(".secrets")] and token.encode() not in out.read_bytes()
+    assert [r.path for r in harness.list_runs(tmp_path / "runs")] == [str(trace)]  # the sidecar is no run
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    bundle.import_bundle(out, elsewhere)
+    (moved,) = elsewhere.glob("*.jsonl")
+    environ = env(tmp_path, token)
+    before, fetched = snapshot(elsewhere), ledger(tmp_path, "fetch")
+    said = run_child(moved, environ)
+    assert said["error"] == "SecretUnavailable" and "does not exist" in said["message"]
+    assert snapshot(elsewhere) == before and ledger(tmp_path, "fetch") == fetched
+    (elsewhere / (moved.name + ".secrets")).write_bytes(Path(sidecar(str(trace))).read_bytes())  # copied by hand
+    assert run_child(moved, environ) == {"state": "DONE", "result": {"items": 3, "ok": True}}
+
+
+class Crash(BaseException):
+    """Stands for the process dying inside a call (the trace stays open in ACT)."""
+
+
+def test_a_secret_in_a_result_stored_as_a_blob_is_kept_and_served(tmp_path: Path) -> None:
+    from harness.storage.blobs import THRESHOLD
+
+    token, seen = "tok-" + secrets.token_hex(16), []
+
+    def big_login() -> dict[str, Any]:
+        return {"access_token": token, "pad": "x" * THRESHOLD}
+
+    def use(access_token: str) -> str:
+        seen.append(access_token)
+        if len(seen) == 1:
+            raise Crash
+        return "ok"
+
+    @harness.workflow
+    def flow() -> str:
+        return harness.call(use, access_token=harness.call(big_login)["access_token"])
+
+    (tmp_path / "runs").mkdir()
+    trace = tmp_path / "runs" / "run.jsonl"
+    with pytest.raises(Crash):
+        flow.run(trace=trace)
+    assert list((tmp_path / "runs" / "blobs").iterdir())  # the result went to a blob, redacted
+    assert flow.run(trace=trace, resume=True).result == "ok"
+    assert seen == [token, token] and in_clear(tmp_path / "runs", token) == []
