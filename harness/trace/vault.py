@@ -42,7 +42,7 @@ from typing import Any
 
 import orjson
 
-from .._errors import HarnessError, MissingExtra, SecretUnavailable
+from .._errors import HarnessError, MissingExtra, SecretUnavailable, internal
 from ..storage.files import open_beside, read_error, why
 from .line import canonical
 
@@ -196,7 +196,8 @@ class Keeper:
             if self.key is None:
                 raise HarnessError(f"{key_file()}: cannot make the harness secret key; set ${ENV}")
             self._cipher = aesgcm(self.key.raw)
-        assert self.key is not None  # (set with the cipher)
+        if self.key is None:
+            raise internal("a cipher without its key", self.path, seq)
         digest = hashlib.sha256(canonical(after)).hexdigest()
         nonce = os.urandom(12)
         box = self._cipher.encrypt(nonce, orjson.dumps(pairs), _AAD % (seq, field.encode(), digest.encode()))
@@ -289,7 +290,8 @@ class Vault:
                 )
                 raise SecretUnavailable(self.trace, seq, field, where, problem)
             self._cipher = aesgcm(self._key.raw)
-        assert self._key is not None  # (set with the cipher)
+        if self._key is None:
+            raise internal("a cipher without its key", self.path, seq)
         if entry.get("key") != self._key.id:
             problem = (
                 f"it was encrypted with key {entry.get('key')!r}, and the key here ({self._key.where}) is "
