@@ -266,3 +266,29 @@ def test_a_secret_in_a_result_stored_as_a_blob_is_kept_and_served(tmp_path: Path
     assert list((tmp_path / "runs" / "blobs").iterdir())  # the result went to a blob, redacted
     assert flow.run(trace=trace, resume=True).result == "ok"
     assert seen == [token, token] and in_clear(tmp_path / "runs", token) == []
+
+
+def test_a_journal_shared_by_agents_keeps_each_secret_under_the_seq_it_writes(tmp_path: Path) -> None:
+    from harness.trace.journal import Journal
+    from harness.trace.redact import DEFAULT
+    from harness.trace.vault import Vault
+
+    path, tokens, clock = tmp_path / "j.jsonl", ["tok-" + secrets.token_hex(8) for _ in range(3)], {"main": 0}
+
+    def stamp(before: Any) -> tuple[str, dict[str, int]]:
+        clock["main"] += 1
+        return "main", dict(clock)
+
+    with Journal.open(path, redact=DEFAULT) as journal:
+        journal.t0 = 0.0
+        journal.append("event", {"data": "before the agents"})
+        journal.share(stamp, lambda vc: None)
+        crossed = [{"boundary": "llm", "request": {}, "hash": "h", "response": {"token": t}} for t in tokens]
+        journal.append_many([("crossing", crossed[0], ("response",)), ("crossing", crossed[1], ("response",))])
+        journal.append("crossing", crossed[2], check=("response",))  # (seqs are taken under the lock, after)
+    held = [json.loads(x) for x in path.read_text().splitlines()]
+    vault = Vault(str(path), harness.MARKER)
+    crossings = [r for r in held if r["kind"] == "crossing"]
+    assert [r["response"] for r in crossings] == [{"token": harness.MARKER}] * 3
+    assert [vault.reveal(r["seq"], "response", r["response"]) for r in crossings] == [{"token": t} for t in tokens]
+    assert in_clear(tmp_path, tokens[0]) == []
