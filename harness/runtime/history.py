@@ -138,11 +138,13 @@ class Recorded:
                 said = {k: v for k, v in rec.items() if k not in _OWN}
                 out.held.setdefault(agent, []).append(Item(kind, said.get("child", agent), said, seq, vc=vc))
                 return
+            # a served value whose line (or blob) holds the marker may hold kept secrets: put back (vault.py)
+            secret = vault is not None and kind in SERVED and ("blobs" in rec or vault.needle in line)
             if "blobs" in rec:
                 rec = _blobs.inline(path, rec)
             if kind == "header":
                 vault = Vault(path, Redaction.from_header(rec.get("redact"), path).marker)
-            elif vault is not None and SERVED.get(kind) in rec and out.unrevealed is None:
+            elif secret and vault is not None and out.unrevealed is None:
                 try:
                     rec = vault.revealed(rec)
                 except HarnessError as e:
