@@ -292,3 +292,23 @@ def test_a_journal_shared_by_agents_keeps_each_secret_under_the_seq_it_writes(tm
     assert [r["response"] for r in crossings] == [{"token": harness.MARKER}] * 3
     assert [vault.reveal(r["seq"], "response", r["response"]) for r in crossings] == [{"token": t} for t in tokens]
     assert in_clear(tmp_path, tokens[0]) == []
+
+
+def test_a_sidecar_line_torn_by_a_kill_is_left_out_and_the_next_entry_starts_its_own_line(tmp_path: Path) -> None:
+    from harness.trace.vault import Keeper, Vault
+
+    token = "tok-" + secrets.token_hex(16)
+    trace = crash_in_fetch(tmp_path, token)
+    kept = Path(sidecar(str(trace)))
+    with kept.open("ab") as f:
+        f.write(b'{"seq":99,"field":"resu')  # a write cut off by a kill
+    assert run_child(trace, env(tmp_path, token)) == {"state": "DONE", "result": {"items": 3, "ok": True}}
+    keeper = Keeper(str(trace))
+    keeper.keep(50, "result", {"token": token}, {"token": harness.MARKER})
+    keeper.close()
+    lines = kept.read_bytes().split(b"\n")
+    assert lines[-2].startswith(b'{"seq":50,') and lines[-1] == b""  # on a line of its own
+    vault = Vault(str(trace), harness.MARKER)
+    assert vault.reveal(50, "result", {"token": harness.MARKER}) == {"token": token}
+    with pytest.raises(SecretUnavailable, match=r"lines \[\d+\] of it are damaged"):
+        vault.reveal(51, "result", {"token": harness.MARKER})  # (the torn line is not the last one any more)

@@ -211,10 +211,16 @@ class Keeper:
     def _write(self, line: bytes) -> None:
         if self._fd < 0:
             fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            self._fd = fd
             size = os.fstat(fd).st_size
             if size and os.pread(fd, 1, size - 1) != b"\n":  # a line torn by a kill: ours starts on a line of its own
                 line = b"\n" + line
-            self._fd = fd
+            if not size:  # (maybe new: its name must survive a power loss as its first entry does)
+                folder = os.open(os.path.dirname(os.path.abspath(self.path)), os.O_RDONLY)
+                try:
+                    os.fsync(folder)
+                finally:
+                    os.close(folder)
         view = memoryview(line)
         while view:
             view = view[os.write(self._fd, view) :]
