@@ -46,6 +46,7 @@ from ..trace.line import canonical
 from ..trace.reader import Crossing, Replay, replay
 from ..trace.redact import DEFAULT, Redaction
 from ..trace.tasks import TASK
+from ..trace.vault import SERVED, Vault
 from .boundary import ANY, HOLD_QUIET, Match, Session, _Hold, _may_hold, differences, marked, patiently
 from .context import _current
 from .tasks import current as current_task
@@ -129,23 +130,37 @@ class Recorded:
         self.crossings: list[Crossing] = []
         self.held: dict[str, list[Item]] = {}
         self.tagged = False  # whether a call of the trace names its task (see Session.whose)
+        # the first served value whose secret could not be read back (vault.py): raised by whoever goes on to
+        # serve (a finished run is reported as it is, without the key)
+        self.unrevealed: HarnessError | None = None
 
     @classmethod
     def read(cls, path: str) -> tuple[Replay, Recorded]:
-        """replay() of the trace at path, and what it recorded, in one pass."""
+        """replay() of the trace at path, and what it recorded, in one pass; each served value (a call's result,
+        a crossing's response) with its secrets kept beside the trace back in place."""
         out = cls(path)
         step: Step | None = None
+        vault: Vault | None = None
 
         def take(line: bytes, rec: dict[str, Any]) -> None:
-            nonlocal step
+            nonlocal step, vault
             kind, seq, agent = rec["kind"], rec["seq"], rec.get("agent", MAIN)
             vc = rec.get("vc") or {MAIN: seq}
             if kind in (SPAWN, EXIT, JOIN):
                 said = {k: v for k, v in rec.items() if k not in _OWN}
                 out.held.setdefault(agent, []).append(Item(kind, said.get("child", agent), said, seq, vc=vc))
                 return
+            # a served value whose line (or blob) holds the marker may hold kept secrets: put back (vault.py)
+            secret = vault is not None and kind in SERVED and ("blobs" in rec or vault.needle in line)
             if "blobs" in rec:
                 rec = _blobs.inline(path, rec)
+            if kind == "header":
+                vault = Vault(path, Redaction.from_header(rec.get("redact"), path).marker)
+            elif secret and vault is not None and out.unrevealed is None:
+                try:
+                    rec = vault.revealed(rec)
+                except HarnessError as e:
+                    out.unrevealed = e
             if kind == "crossing":
                 response, error, task = rec.get("response"), rec.get("error"), rec.get(TASK)
                 out.crossings.append(
