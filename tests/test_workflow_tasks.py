@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import json
 import os
 import subprocess
@@ -217,6 +218,57 @@ def test_tasks_made_inside_a_call_are_not_counted(folder: Path) -> None:
     assert flow.run(trace=trace).state == "DONE"
     assert [r.get("task") for r in records(trace) if r["kind"] == "crossing"] == ["1", "2"]
     assert harness.rerun(trace, workflow=flow).equal  # served, the tool makes no task: the same names
+
+
+async def _paid(request: dict[str, Any]) -> dict[str, Any]:
+    return {"paid": money_agent.OWNER[request["api_key"]]}
+
+
+async def _pay(who: str) -> Any:
+    return await harness.allm({"api_key": money_agent.KEYS[who], "cents": 500}, _paid)
+
+
+async def _slowly(request: Any) -> Any:
+    await asyncio.sleep(0.2)  # live, the task created meanwhile comes first; served at once, after
+    return request
+
+
+@pytest.mark.parametrize("how", ["done callback", "another task in its context"])
+def test_a_task_created_when_something_else_happens_does_not_renumber_its_creators_tasks(
+    folder: Path, how: str
+) -> None:
+    """A task made from a callback, or by another task running a copy of its creator's context (MCP's and Pydantic
+    AI's streams do), comes when a call finishes: live, during the root's slow call; on a rerun (served at once),
+    after. Counted, bob's task was "3" when recorded and "2" on the rerun, which served it alice's refund (task
+    "2" then, equal args as redacted)."""
+    later: list[asyncio.Future[Any]] = []
+
+    @harness.workflow
+    async def flow() -> Any:
+        alice = asyncio.create_task(_pay("alice"))
+        done = asyncio.create_task(asyncio.sleep(0.01))
+        if how == "done callback":
+            done.add_done_callback(lambda _: later.append(asyncio.ensure_future(_pay("alice"))))
+        else:
+            mine = contextvars.copy_context()
+
+            async def pump() -> None:  # a stream's writer: it starts a handler in its sender's context
+                await done
+                later.append(mine.run(asyncio.ensure_future, _pay("alice")))
+
+            later.append(asyncio.ensure_future(pump()))
+        await harness.allm({"quote": 1}, _slowly)
+        bob = asyncio.create_task(_pay("bob"))
+        await done  # (its callback runs first: added first)
+        while later:
+            await later.pop()
+        return [await alice, await bob]
+
+    trace = folder / "run.jsonl"
+    assert flow.run(trace=trace).result == [{"paid": "alice"}, {"paid": "bob"}]
+    again = harness.rerun(trace, workflow=flow, out=folder / "again.jsonl")
+    assert replay(folder / "again.jsonl").returned == [{"paid": "alice"}, {"paid": "bob"}]
+    assert again.equal and again.live_calls == 0
 
 
 def test_a_run_without_concurrent_tasks_writes_no_task_field(folder: Path) -> None:

@@ -13,10 +13,18 @@ agent's task or thread) has no name and its records no field.
 
 What is not counted, so that a resume numbers the tasks as the recording
 did: a task created inside a call (a tool, a crossing: live only, its
-crossings are not recorded), and a task created with a context of its
+crossings are not recorded); a task created with a context of its
 creator's choosing (`context=`: `aspawn()` makes its agent a root of its
-own that way; such a task keeps what that context holds). Threads started
-by `harness.spawn()` are agents, roots of their own (agents.py).
+own that way; such a task keeps what that context holds); and a task
+created outside its creator's own steps: from a callback (a done callback,
+`call_soon`, an async generator's finalizer) or by another task running in
+a copy of its context (MCP's and Pydantic AI's streams do). Those come
+when something else happens (a call finishes, a message arrives), which a
+resume that serves the call at once moves: counted, they would renumber
+the tasks their creator makes after them, and a sibling's recorded result
+could go to the wrong task. Such a task keeps its creator's name (its
+calls are its creator's, as they were before tasks were named). Threads
+started by `harness.spawn()` are agents, roots of their own (agents.py).
 
 Guarantees: outside `numbering()`, or in code that never creates a task,
 nothing is named and nothing is written; the factory that was on the loop
@@ -28,6 +36,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import weakref
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -38,16 +47,30 @@ if TYPE_CHECKING:
 
 
 class Node:
-    """A task of an agent: its name (None for the agent's root task) and how many tasks it has created."""
+    """A task of an agent: its name (None for the agent's root task), how many tasks it has created, and the task
+    it is (`owner`, weakly: its context holds the node; None until known, see mine())."""
 
-    __slots__ = ("made", "name")
+    __slots__ = ("made", "name", "owner")
 
     def __init__(self, name: str | None):
         self.name, self.made = name, 0
+        self.owner: weakref.ref[asyncio.Task[Any]] | None = None
 
     def child(self) -> Node:
         self.made += 1
         return Node(f"{self.name}.{self.made}" if self.name else str(self.made))
+
+    def mine(self, loop: asyncio.AbstractEventLoop) -> bool:
+        """Whether the task running on loop is this node's own (a root's first one to create a task claims it): only
+        a task's own steps count its children, not a callback (no task running) nor another task in its context."""
+        import asyncio
+
+        running = asyncio.current_task(loop)
+        if running is None:
+            return False
+        if self.owner is None:
+            self.owner = weakref.ref(running)
+        return self.owner() is running
 
 
 _node: contextvars.ContextVar[Node | None] = contextvars.ContextVar("harness_task", default=None)
@@ -72,14 +95,16 @@ def _over(previous: Factory | None) -> Factory:
     import asyncio
 
     def factory(loop: asyncio.AbstractEventLoop, coro: Any, **kwargs: Any) -> asyncio.Task[Any]:
-        node = _node.get()
-        if node is not None and kwargs.get("context") is None and not _in_call.get():
+        node, child = _node.get(), None
+        if node is not None and kwargs.get("context") is None and not _in_call.get() and node.mine(loop):
+            child = node.child()
             ctx = contextvars.copy_context()
-            ctx.run(_node.set, node.child())
+            ctx.run(_node.set, child)
             kwargs["context"] = ctx
-        if previous is not None:
-            return previous(loop, coro, **kwargs)
-        return asyncio.Task(coro, loop=loop, **kwargs)
+        task = previous(loop, coro, **kwargs) if previous is not None else asyncio.Task(coro, loop=loop, **kwargs)
+        if child is not None and child.owner is None:  # (an eager task's first step may have claimed it already)
+            child.owner = weakref.ref(task)
+        return task
 
     factory.runs = 0  # type: ignore[attr-defined]  # the runs on this loop that number their tasks
     factory.previous = previous  # type: ignore[attr-defined]
@@ -105,7 +130,10 @@ def numbering() -> Iterator[None]:
     if factory is not found:
         loop.set_task_factory(factory)
     factory.runs += 1
-    token = _node.set(Node(None))
+    top = Node(None)
+    running = asyncio.current_task(loop)
+    top.owner = None if running is None else weakref.ref(running)
+    token = _node.set(top)
     try:
         yield
     finally:
