@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import gc
 import json
 import os
 import subprocess
@@ -268,6 +269,41 @@ def test_a_task_created_when_something_else_happens_does_not_renumber_its_creato
     assert flow.run(trace=trace).result == [{"paid": "alice"}, {"paid": "bob"}]
     again = harness.rerun(trace, workflow=flow, out=folder / "again.jsonl")
     assert replay(folder / "again.jsonl").returned == [{"paid": "alice"}, {"paid": "bob"}]
+    assert again.equal and again.live_calls == 0
+
+
+class _Client:
+    """An HTTP client that closes itself when collected, as openai's async client does (a task from `__del__`);
+    its resources point back at it (a cycle: the garbage collector frees it, when it runs)."""
+
+    def __init__(self) -> None:
+        self.resources = {"client": self}
+
+    async def aclose(self) -> None:
+        pass
+
+    def __del__(self) -> None:
+        asyncio.get_running_loop().create_task(self.aclose())
+
+
+async def _with_client(request: Any) -> Any:
+    _Client()  # made by the live call only, freed later
+    return request
+
+
+def test_a_task_created_by_a_finalizer_does_not_renumber_its_creators_tasks(folder: Path) -> None:
+    @harness.workflow
+    async def flow() -> Any:
+        alice = asyncio.create_task(_pay("alice"))
+        await harness.allm({"quote": 1}, _with_client)
+        gc.collect()  # the collector runs here (in a program: when allocations cross its threshold)
+        bob = asyncio.create_task(_pay("bob"))
+        return [await alice, await bob]
+
+    trace = folder / "run.jsonl"
+    assert flow.run(trace=trace).result == [{"paid": "alice"}, {"paid": "bob"}]
+    assert [r.get("task") for r in records(trace) if r["kind"] == "crossing"] == [None, "1", "2"]
+    again = harness.rerun(trace, workflow=flow, out=folder / "again.jsonl")
     assert again.equal and again.live_calls == 0
 
 

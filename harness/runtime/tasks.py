@@ -17,8 +17,9 @@ crossings are not recorded); a task created with a context of its
 creator's choosing (`context=`: `aspawn()` makes its agent a root of its
 own that way; such a task keeps what that context holds); and a task
 created outside its creator's own steps: from a callback (a done callback,
-`call_soon`, an async generator's finalizer) or by another task running in
-a copy of its context (MCP's and Pydantic AI's streams do). Those come
+`call_soon`, an async generator's finalizer), by a `__del__` (the garbage
+collector's time), or by another task running in a copy of its context
+(MCP's and Pydantic AI's streams do). Those come
 when something else happens (a call finishes, a message arrives), which a
 resume that serves the call at once moves: counted, they would renumber
 the tasks their creator makes after them, and a sibling's recorded result
@@ -36,6 +37,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import sys
 import weakref
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
@@ -44,6 +46,7 @@ from .context import _in_call
 
 if TYPE_CHECKING:
     import asyncio
+    from types import FrameType
 
 
 class Node:
@@ -90,13 +93,28 @@ def root() -> None:
 Factory = Callable[..., "asyncio.Task[Any]"]
 
 
+def _finalizing() -> bool:
+    """Whether a finalizer creates the task (the task factory's caller's callers): a `__del__` runs when the garbage
+    collector frees its object, at a time the code does not choose (openai's async client closes its connections
+    so)."""
+    frame: FrameType | None = sys._getframe(3)  # (_finalizing, the factory, loop.create_task: then its callers)
+    for _ in range(4):
+        if frame is None:
+            return False
+        if frame.f_code.co_name == "__del__":
+            return True
+        frame = frame.f_back
+    return False
+
+
 def _over(previous: Factory | None) -> Factory:
     """A task factory that names each task created from an agent's code, then makes it as `previous` would."""
     import asyncio
 
     def factory(loop: asyncio.AbstractEventLoop, coro: Any, **kwargs: Any) -> asyncio.Task[Any]:
         node, child = _node.get(), None
-        if node is not None and kwargs.get("context") is None and not _in_call.get() and node.mine(loop):
+        free = kwargs.get("context") is None and not _in_call.get()
+        if node is not None and free and node.mine(loop) and not _finalizing():
             child = node.child()
             ctx = contextvars.copy_context()
             ctx.run(_node.set, child)
