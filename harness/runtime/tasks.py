@@ -11,21 +11,27 @@ makes (its crossings and intents) carry the name in their `task` field
 (trace/tasks.py); the agent's root task (the function's own task, an
 agent's task or thread) has no name and its records no field.
 
+A task's children are counted by the task that runs the code creating
+them (its own node: `_nodes`), whatever context that code runs in: a
+library may run a task's steps in a copy of another's context (Pydantic
+AI's agent runs its graph in its scoped task's), and counted there, the
+copy's count would move with timing.
+
 What is not counted, so that a resume numbers the tasks as the recording
 did: a task created inside a call (a tool, a crossing: live only, its
 crossings are not recorded); a task created with a context of its
 creator's choosing (`context=`: `aspawn()` makes its agent a root of its
-own that way; such a task keeps what that context holds); and a task
-created outside its creator's own steps: from a callback (a done callback,
-`call_soon`, an async generator's finalizer), by a `__del__` (the garbage
-collector's time), or by another task running in a copy of its context
-(MCP's and Pydantic AI's streams do). Those come
-when something else happens (a call finishes, a message arrives), which a
-resume that serves the call at once moves: counted, they would renumber
-the tasks their creator makes after them, and a sibling's recorded result
-could go to the wrong task. Such a task keeps its creator's name (its
-calls are its creator's, as they were before tasks were named). Threads
-started by `harness.spawn()` are agents, roots of their own (agents.py).
+own that way; such a task keeps what that context holds, and counts no
+child of a node it does not own); and a task created when something else
+happens rather than by a task's own code: from a callback (a done
+callback, `call_soon`, an async generator's finalizer: no task runs) or
+by a `__del__` (the garbage collector's time). A resume that serves a
+call at once moves those: counted, they would renumber the tasks their
+creator makes after them, and a sibling's recorded result could go to
+the wrong task. Such a task keeps the name of the context it was made in
+(its calls are its creator's, as they were before tasks were named).
+Threads started by `harness.spawn()` are agents, roots of their own
+(agents.py).
 
 Guarantees: outside `numbering()`, or in code that never creates a task,
 nothing is named and nothing is written; the factory that was on the loop
@@ -50,30 +56,44 @@ if TYPE_CHECKING:
 
 
 class Node:
-    """A task of an agent: its name (None for the agent's root task), how many tasks it has created, and the task
-    it is (`owner`, weakly: its context holds the node; None until known, see mine())."""
+    """A task of an agent: its name (None for the agent's root task) and how many tasks it has created."""
 
-    __slots__ = ("made", "name", "owner")
+    __slots__ = ("made", "name", "owned")
 
     def __init__(self, name: str | None):
         self.name, self.made = name, 0
-        self.owner: weakref.ref[asyncio.Task[Any]] | None = None
+        self.owned = False  # whether a task is known to be this one (_nodes): a root's is claimed (counting())
 
     def child(self) -> Node:
         self.made += 1
         return Node(f"{self.name}.{self.made}" if self.name else str(self.made))
 
-    def mine(self, loop: asyncio.AbstractEventLoop) -> bool:
-        """Whether the task running on loop is this node's own (a root's first one to create a task claims it): only
-        a task's own steps count its children, not a callback (no task running) nor another task in its context."""
-        import asyncio
 
-        running = asyncio.current_task(loop)
-        if running is None:
-            return False
-        if self.owner is None:
-            self.owner = weakref.ref(running)
-        return self.owner() is running
+# each numbered task's own node (weakly: a finished task goes); the task running, not its context, counts its children
+_nodes: weakref.WeakKeyDictionary[asyncio.Task[Any], Node] = weakref.WeakKeyDictionary()
+
+
+def _own(task: asyncio.Task[Any], node: Node) -> None:
+    node.owned = True
+    _nodes[task] = node
+
+
+def counting(loop: asyncio.AbstractEventLoop, here: Node) -> Node | None:
+    """The node that counts a task created now on loop, in a context whose node is `here`: the running task's own
+    (a root's first task to create one claims it); None when no task runs (a callback), when the running task
+    has no node of its own (made with a context of its creator's choosing, in a node that another task owns), or
+    when a finalizer creates it (see the module docstring)."""
+    import asyncio
+
+    running = asyncio.current_task(loop)
+    if running is None:
+        return None
+    node = _nodes.get(running)
+    if node is None:
+        if here.owned:
+            return None
+        _own(running, node := here)
+    return None if _finalizing() else node
 
 
 _node: contextvars.ContextVar[Node | None] = contextvars.ContextVar("harness_task", default=None)
@@ -97,7 +117,7 @@ def _finalizing() -> bool:
     """Whether a finalizer creates the task (the task factory's caller's callers): a `__del__` runs when the garbage
     collector frees its object, at a time the code does not choose (openai's async client closes its connections
     so)."""
-    frame: FrameType | None = sys._getframe(3)  # (_finalizing, the factory, loop.create_task: then its callers)
+    frame: FrameType | None = sys._getframe(4)  # (_finalizing, counting, the factory, loop.create_task: its callers)
     for _ in range(4):
         if frame is None:
             return False
@@ -112,16 +132,17 @@ def _over(previous: Factory | None) -> Factory:
     import asyncio
 
     def factory(loop: asyncio.AbstractEventLoop, coro: Any, **kwargs: Any) -> asyncio.Task[Any]:
-        node, child = _node.get(), None
-        free = kwargs.get("context") is None and not _in_call.get()
-        if node is not None and free and node.mine(loop) and not _finalizing():
-            child = node.child()
+        here, child = _node.get(), None
+        free = here is not None and kwargs.get("context") is None and not _in_call.get()
+        counter = counting(loop, here) if free and here is not None else None
+        if counter is not None:
+            child = counter.child()
             ctx = contextvars.copy_context()
             ctx.run(_node.set, child)
             kwargs["context"] = ctx
         task = previous(loop, coro, **kwargs) if previous is not None else asyncio.Task(coro, loop=loop, **kwargs)
-        if child is not None and child.owner is None:  # (an eager task's first step may have claimed it already)
-            child.owner = weakref.ref(task)
+        if child is not None and not child.owned:  # (an eager task's first step may have claimed it already)
+            _own(task, child)
         return task
 
     factory.runs = 0  # type: ignore[attr-defined]  # the runs on this loop that number their tasks
@@ -148,9 +169,9 @@ def numbering() -> Iterator[None]:
     if factory is not found:
         loop.set_task_factory(factory)
     factory.runs += 1
-    top = Node(None)
-    running = asyncio.current_task(loop)
-    top.owner = None if running is None else weakref.ref(running)
+    top, running = Node(None), asyncio.current_task(loop)
+    if running is not None:
+        _own(running, top)
     token = _node.set(top)
     try:
         yield
