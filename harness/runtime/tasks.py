@@ -12,17 +12,18 @@ makes (its crossings and intents) carry the name in their `task` field
 agent's task or thread) has no name and its records no field.
 
 A task's children are counted by the task that runs the code creating
-them (its own node: `_nodes`), whatever context that code runs in: a
-library may run a task's steps in a copy of another's context (Pydantic
-AI's agent runs its graph in its scoped task's), and counted there, the
-copy's count would move with timing.
+them, whatever context that code runs in: a library may run a task's
+steps in a copy of a child's context (Pydantic AI's agent runs its graph
+in its scoped task's), so the count is the nearest node, from the
+context's up through its creators, that the running task owns; counted
+in a node another task owns, the count would move with timing.
 
 What is not counted, so that a resume numbers the tasks as the recording
 did: a task created inside a call (a tool, a crossing: live only, its
 crossings are not recorded); a task created with a context of its
 creator's choosing (`context=`: `aspawn()` makes its agent a root of its
 own that way; such a task keeps what that context holds, and counts no
-child of a node it does not own); and a task created when something else
+child in a node it does not own); and a task created when something else
 happens rather than by a task's own code: from a callback (a done
 callback, `call_soon`, an async generator's finalizer: no task runs) or
 by a `__del__` (the garbage collector's time). A resume that serves a
@@ -56,44 +57,35 @@ if TYPE_CHECKING:
 
 
 class Node:
-    """A task of an agent: its name (None for the agent's root task) and how many tasks it has created."""
+    """A task of an agent: its name (None for the agent's root task), how many tasks it has created, the node of
+    the task that created it, and the task it is (weakly: its context holds the node; None until known)."""
 
-    __slots__ = ("made", "name", "owned")
+    __slots__ = ("made", "name", "owner", "parent")
 
-    def __init__(self, name: str | None):
-        self.name, self.made = name, 0
-        self.owned = False  # whether a task is known to be this one (_nodes): a root's is claimed (counting())
+    def __init__(self, name: str | None, parent: Node | None = None):
+        self.name, self.made, self.parent = name, 0, parent
+        self.owner: weakref.ref[asyncio.Task[Any]] | None = None
 
     def child(self) -> Node:
         self.made += 1
-        return Node(f"{self.name}.{self.made}" if self.name else str(self.made))
+        return Node(f"{self.name}.{self.made}" if self.name else str(self.made), self)
 
 
-# each numbered task's own node (weakly: a finished task goes); the task running, not its context, counts its children
-_nodes: weakref.WeakKeyDictionary[asyncio.Task[Any], Node] = weakref.WeakKeyDictionary()
-
-
-def _own(task: asyncio.Task[Any], node: Node) -> None:
-    node.owned = True
-    _nodes[task] = node
-
-
-def counting(loop: asyncio.AbstractEventLoop, here: Node) -> Node | None:
-    """The node that counts a task created now on loop, in a context whose node is `here`: the running task's own
-    (a root's first task to create one claims it); None when no task runs (a callback), when the running task
-    has no node of its own (made with a context of its creator's choosing, in a node that another task owns), or
-    when a finalizer creates it (see the module docstring)."""
-    import asyncio
-
-    running = asyncio.current_task(loop)
+def counting(running: asyncio.Task[Any] | None, here: Node) -> Node | None:
+    """The node that counts a task created now by `running`, in a context whose node is `here`: the running task's own,
+    `here` or the nearest of its creators (a root's first task to create one claims it); None when no task runs
+    (a callback), when the running task is none of them (it runs a copy of another's context), or when a
+    finalizer creates it (see the module docstring)."""
     if running is None:
         return None
-    node = _nodes.get(running)
-    if node is None:
-        if here.owned:
-            return None
-        _own(running, node := here)
-    return None if _finalizing() else node
+    node: Node | None = here
+    while node is not None:
+        if node.owner is None:
+            node.owner = weakref.ref(running)
+        if node.owner() is running:
+            return None if _finalizing() else node
+        node = node.parent
+    return None
 
 
 _node: contextvars.ContextVar[Node | None] = contextvars.ContextVar("harness_task", default=None)
@@ -134,15 +126,15 @@ def _over(previous: Factory | None) -> Factory:
     def factory(loop: asyncio.AbstractEventLoop, coro: Any, **kwargs: Any) -> asyncio.Task[Any]:
         here, child = _node.get(), None
         free = here is not None and kwargs.get("context") is None and not _in_call.get()
-        counter = counting(loop, here) if free and here is not None else None
+        counter = counting(asyncio.current_task(loop), here) if free and here is not None else None
         if counter is not None:
             child = counter.child()
             ctx = contextvars.copy_context()
             ctx.run(_node.set, child)
             kwargs["context"] = ctx
         task = previous(loop, coro, **kwargs) if previous is not None else asyncio.Task(coro, loop=loop, **kwargs)
-        if child is not None and not child.owned:  # (an eager task's first step may have claimed it already)
-            _own(task, child)
+        if child is not None and child.owner is None:  # (an eager task's first step may have claimed it already)
+            child.owner = weakref.ref(task)
         return task
 
     factory.runs = 0  # type: ignore[attr-defined]  # the runs on this loop that number their tasks
@@ -170,8 +162,7 @@ def numbering() -> Iterator[None]:
         loop.set_task_factory(factory)
     factory.runs += 1
     top, running = Node(None), asyncio.current_task(loop)
-    if running is not None:
-        _own(running, top)
+    top.owner = None if running is None else weakref.ref(running)
     token = _node.set(top)
     try:
         yield
