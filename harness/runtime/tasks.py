@@ -12,11 +12,12 @@ makes (its crossings and intents) carry the name in their `task` field
 agent's task or thread) has no name and its records no field.
 
 A task's children are counted by the task that runs the code creating
-them, whatever context that code runs in: a library may run a task's
-steps in a copy of a child's context (Pydantic AI's agent runs its graph
-in its scoped task's), so the count is the nearest node, from the
-context's up through its creators, that the running task owns; counted
-in a node another task owns, the count would move with timing.
+them: a library may run a task's steps in a copy of a child's context
+(Pydantic AI's agent runs its graph in its scoped task's), so the count
+is the nearest node, from the context's up through its creators, that
+the running task owns, and none when it owns none (a task running a copy
+of an unrelated task's context: the MCP client starts a message's
+handler in its sender's, at a time that moves with timing).
 
 What is not counted, so that a resume numbers the tasks as the recording
 did: a task created inside a call (a tool, a crossing: live only, its
@@ -32,7 +33,10 @@ creator makes after them, and a sibling's recorded result could go to
 the wrong task. Such a task keeps the name of the context it was made in
 (its calls are its creator's, as they were before tasks were named).
 Threads started by `harness.spawn()` are agents, roots of their own
-(agents.py).
+(agents.py); a thread that runs a copy of a task's context
+(`run_in_executor(None, ctx.run, ...)`) writes that task's name, so two
+such threads' concurrent calls are not told apart (`asyncio.to_thread`
+in a gather is: each runs in its own task).
 
 Guarantees: outside `numbering()`, or in code that never creates a task,
 nothing is named and nothing is written; the factory that was on the loop
