@@ -307,6 +307,52 @@ def test_a_task_created_by_a_finalizer_does_not_renumber_its_creators_tasks(fold
     assert again.equal and again.live_calls == 0
 
 
+async def _charged(api_key: str, cents: int) -> dict[str, Any]:
+    return {"charged": money_agent.OWNER[api_key], "cents": cents}
+
+
+async def _pay_by(how: str, who: str) -> dict[str, Any]:
+    """One payment of who's, as a crossing or as a tool call; what was paid and for whom."""
+    if how == "crossing":
+        out = await harness.allm({"api_key": money_agent.KEYS[who], "cents": 500}, _paid)
+    else:
+        out = await harness.acall(_charged, api_key=money_agent.KEYS[who], cents=500)
+    return {"for": who, **out}
+
+
+@pytest.mark.parametrize("how", ["crossing", "tool call"])
+def test_calls_of_tasks_as_completed_makes_from_coroutines_are_refused_not_served_by_name(
+    folder: Path, how: str
+) -> None:
+    """asyncio.as_completed() makes a task of each coroutine in a set's order (by address): alice's payment may be
+    task 1 on one run and task 2 on the next, and a rerun served alice bob's charge. Its tasks' calls whose args
+    hold a secret are refused (AmbiguousCall), naming the seqs; made first, the same tasks are served."""
+
+    @harness.workflow
+    async def loose() -> list[Any]:
+        paid = [await done for done in asyncio.as_completed([_pay_by(how, who) for who in money_agent.PEOPLE])]
+        return sorted(paid, key=lambda p: p["for"])
+
+    @harness.workflow
+    async def made_first() -> list[Any]:
+        tasks = [asyncio.create_task(_pay_by(how, who)) for who in money_agent.PEOPLE]
+        return sorted([await done for done in asyncio.as_completed(tasks)], key=lambda p: p["for"])
+
+    paid = [{"for": who, "paid": who} for who in money_agent.PEOPLE]
+    if how == "tool call":
+        paid = [{"for": who, "charged": who, "cents": 500} for who in money_agent.PEOPLE]
+    for flow, name in ((loose, "loose"), (made_first, "first")):
+        trace = folder / f"{name}.jsonl"
+        assert flow.run(trace=trace).result == paid
+    answers = [r["seq"] for r in records(folder / "loose.jsonl") if r["kind"] == "crossing" or r.get("to") == "VERIFY"]
+    with pytest.raises(AmbiguousCall) as e:
+        harness.rerun(folder / "loose.jsonl", workflow=loose)
+    assert e.value.seqs == answers  # alice's and bob's, both
+    assert "asyncio.as_completed()" in str(e.value)
+    again = harness.rerun(folder / "first.jsonl", workflow=made_first)
+    assert again.equal and again.live_calls == 0
+
+
 def test_a_run_without_concurrent_tasks_writes_no_task_field(folder: Path) -> None:
     @harness.workflow
     async def one_by_one() -> Any:

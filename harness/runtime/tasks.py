@@ -32,6 +32,9 @@ call at once moves those: counted, they would renumber the tasks their
 creator makes after them, and a sibling's recorded result could go to
 the wrong task. Such a task keeps the name of the context it was made in
 (its calls are its creator's, as they were before tasks were named).
+A task asyncio.as_completed() makes of a coroutine is counted, but in a
+set's order (by address): `unordered()` says so, and a resume refuses
+its calls that hold a secret rather than serve them by name.
 Threads started by `harness.spawn()` are agents, roots of their own
 (agents.py); a thread that runs a copy of a task's context
 (`run_in_executor(None, ctx.run, ...)`) writes that task's name, so two
@@ -64,22 +67,22 @@ class Node:
     """A task of an agent: its name (None for the agent's root task), how many tasks it has created, the node of
     the task that created it, and the task it is (weakly: its context holds the node; None until known)."""
 
-    __slots__ = ("made", "name", "owner", "parent")
+    __slots__ = ("loose", "made", "name", "owner", "parent")
 
-    def __init__(self, name: str | None, parent: Node | None = None):
+    def __init__(self, name: str | None, parent: Node | None = None, loose: bool = False):
         self.name, self.made, self.parent = name, 0, parent
         self.owner: weakref.ref[asyncio.Task[Any]] | None = None
+        self.loose = loose  # its number may differ on another run (unordered()); so may its tasks'
 
-    def child(self) -> Node:
+    def child(self, loose: bool = False) -> Node:
         self.made += 1
-        return Node(f"{self.name}.{self.made}" if self.name else str(self.made), self)
+        return Node(f"{self.name}.{self.made}" if self.name else str(self.made), self, loose or self.loose)
 
 
 def counting(running: asyncio.Task[Any] | None, here: Node) -> Node | None:
     """The node that counts a task created now by `running`, in a context whose node is `here`: the running task's own,
     `here` or the nearest of its creators (a root's first task to create one claims it); None when no task runs
-    (a callback), when the running task is none of them (it runs a copy of another's context), or when a
-    finalizer creates it (see the module docstring)."""
+    (a callback), or when the running task is none of them (it runs a copy of another's context)."""
     if running is None:
         return None
     node: Node | None = here
@@ -87,7 +90,7 @@ def counting(running: asyncio.Task[Any] | None, here: Node) -> Node | None:
         if node.owner is None:
             node.owner = weakref.ref(running)
         if node.owner() is running:
-            return None if _finalizing() else node
+            return node
         node = node.parent
     return None
 
@@ -101,6 +104,14 @@ def current() -> str | None:
     return None if node is None else node.name
 
 
+def unordered() -> bool:
+    """Whether the task running here was numbered in an order that may differ on another run (or descends from
+    one): asyncio.as_completed() makes a task of each coroutine it is given in a set's order, by address. Its
+    calls may not take a recorded one on their name alone (Session.whose)."""
+    node = _node.get()
+    return node is not None and node.loose
+
+
 def root() -> None:
     """Make the code running here (in its own context: an agent's thread or task) a root task of its own."""
     _node.set(Node(None))
@@ -109,18 +120,27 @@ def root() -> None:
 Factory = Callable[..., "asyncio.Task[Any]"]
 
 
-def _finalizing() -> bool:
-    """Whether a finalizer creates the task (the task factory's caller's callers): a `__del__` runs when the garbage
-    collector frees its object, at a time the code does not choose (openai's async client closes its connections
-    so)."""
-    frame: FrameType | None = sys._getframe(4)  # (_finalizing, counting, the factory, loop.create_task: its callers)
-    for _ in range(4):
+FINALIZER, UNORDERED = "finalizer", "unordered"
+
+
+def _origin() -> str | None:
+    """What creates the task, from the task factory's caller's callers: FINALIZER for a `__del__` (run when the
+    garbage collector frees its object, at a time the code does not choose: openai's async client closes its
+    connections so), UNORDERED for asyncio's as_completed() (a task of each coroutine in a set's order), else None."""
+    frame: FrameType | None = sys._getframe(3)  # (_origin, the factory, loop.create_task: then its callers)
+    for _ in range(6):
         if frame is None:
-            return False
-        if frame.f_code.co_name == "__del__":
-            return True
+            return None
+        code = frame.f_code
+        if code.co_name == "__del__":
+            return FINALIZER
+        if code.co_name in _AS_COMPLETED and frame.f_globals.get("__name__") == "asyncio.tasks":
+            return UNORDERED
         frame = frame.f_back
-    return False
+    return None
+
+
+_AS_COMPLETED = ("as_completed", "__init__")  # (3.13 on: _AsCompletedIterator.__init__)
 
 
 def _over(previous: Factory | None) -> Factory:
@@ -131,8 +151,9 @@ def _over(previous: Factory | None) -> Factory:
         here, child = _node.get(), None
         free = here is not None and kwargs.get("context") is None and not _in_call.get()
         counter = counting(asyncio.current_task(loop), here) if free and here is not None else None
-        if counter is not None:
-            child = counter.child()
+        origin = _origin() if counter is not None else None
+        if counter is not None and origin != FINALIZER:
+            child = counter.child(origin == UNORDERED)
             ctx = contextvars.copy_context()
             ctx.run(_node.set, child)
             kwargs["context"] = ctx
