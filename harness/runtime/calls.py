@@ -49,7 +49,7 @@ from ..trace.clock import MAIN
 from ..trace.line import canonical, check_value
 from ..trace.reader import replay
 from ..trace.tasks import TASK
-from .boundary import ANY, _Hold, _may_hold, marked, patiently, rebuild
+from .boundary import ANY, _Hold, _may_hold, patiently, rebuild
 from .context import _agent, _current, _in_call
 from .control import Paused, decisive
 from .executor import NOT_SERVED, _Run, _Served, ainvoke, finished, invoke, served
@@ -154,8 +154,8 @@ async def acall(tool: Any, /, **kwargs: Any) -> Any:
         shown = _shown(flow, spec, kwargs)
         item = await flow.serving.atake_held(STEP, spec.name, shown)
         if item is None and session.strict:  # a rerun: this call's intent goes where the recording has it
-            own = session.tagged and marked(session.redact.marker, shown)  # (see Session.whose)
-            mine = _intent_of(spec.name, shown, current_task() if own else ANY)
+            # (its own task's: a sibling's equal call, recorded elsewhere, would move it; see Session.whose)
+            mine = _intent_of(spec.name, shown, current_task() if session.tagged else ANY)
     await _in_turn(flow, item, mine)
     try:
         in_flight = item is not None and item.step is not None and item.step.state == S.ACT

@@ -50,6 +50,7 @@ from ..trace.vault import SERVED, Vault
 from .boundary import ANY, HOLD_QUIET, Match, Session, _Hold, _may_hold, differences, marked, patiently
 from .context import _current
 from .tasks import current as current_task
+from .tasks import unordered
 from .timers import replaying
 
 STEP, ARTIFACT = "tool call", "artifact"  # what a held item is: a drift names it
@@ -242,15 +243,13 @@ class Serving(Session):
 
     def whose_call(self, held: deque[Item], kind: str, request: Any, key: bytes) -> str | object | None:
         """Session.whose() for a tool call: the task whose recorded calls may answer it (ANY in a trace that names
-        no task, after refusing one that matches only as redacted)."""
+        no task, after refusing one that matches only as redacted; and in any, a call of a task unordered() names)."""
         task = current_task()
-        if self.tagged:
-            return task
-        if task is not None and marked(self.redact.marker, request):
+        if (unordered() if self.tagged else task is not None) and marked(self.redact.marker, request):
             alike = [item.seq for item in held if item.space == STEP and item.kind == kind and item.key == key]
             if alike:
-                raise self.ambiguous(alike, f"call of tool {kind!r}", task, self.agent().name)
-        return ANY
+                raise self.ambiguous(alike, f"call of tool {kind!r}", str(task), self.agent().name)
+        return task if self.tagged else ANY
 
     def reached(self, vc: dict[str, int]) -> None:
         """The current agent re-executed its recorded event with clock vc (a resume's clocks follow it)."""
