@@ -267,3 +267,27 @@ class ExpectationFailed(HarnessError, AssertionError):
     def __init__(self, message: str, *, seq: int | None = None, path: str = "", calls: tuple[Any, ...] = ()):
         self.seq, self.path, self.calls = seq, path, calls
         super().__init__(message)
+
+
+class MissingExtra(HarnessError, ImportError):
+    """A feature needs an optional dependency that is not installed; `extra` names it, `install` is the command."""
+
+    def __init__(self, what: str, extra: str, install: str):
+        self.what, self.extra, self.install = what, extra, install
+        super().__init__(f"{what} needs the {extra!r} extra, which is not installed: {install}")
+
+
+class SecretUnavailable(HarnessError):
+    """A resume (rerun, fork) would serve a recorded value that holds a secret, and the secret cannot be read back.
+
+    `path` is the trace, `seq` and `field` name the value (`result`, `response`), `where` the place in it
+    holding the redaction marker, `problem` what is missing (the key, the sidecar, its entry) and how to fix it.
+    Raised before any live call: nothing was written.
+    """
+
+    def __init__(self, path: str, seq: int, field: str, where: str, problem: str):
+        self.path, self.seq, self.field, self.where, self.problem = path, seq, field, where, problem
+        super().__init__(
+            f"{path}: seq {seq}: its {field}{where} holds a secret kept encrypted beside the trace, and {problem}. "
+            "A recorded value is never served with the redaction marker in place of its secret; nothing was written."
+        )

@@ -53,7 +53,7 @@ import orjson
 from ._errors import HarnessError, HttpRecordingError
 from .runtime.boundary import aboundary, active, boundary
 from .trace.line import problem
-from .trace.redact import Redaction, Rule, at, parse_path
+from .trace.redact import Redaction, Rule, at, parse_path, project_rules
 
 try:
     import httpx
@@ -254,6 +254,13 @@ class _Recording:
         self.match = Matcher(_names(match_on), frozenset(_names(ignore_query)), _names(ignore_body), any_local_port)
         self.skip = _skip(_names(skip_headers))
         self.redact = Redaction.of(redact)
+        # a response goes to the run's journal as the server sent it, less what the transport's own rules (not
+        # the defaults: the journal applies those) take out: the journal keeps what its redaction takes out of a
+        # response, encrypted beside the trace, and a rerun serves it (trace/vault.py); the transport's own rules
+        # redact only
+        own = () if redact is None else redact.rules if isinstance(redact, Redaction) else self.redact.rules
+        own = tuple(r for r in own if r not in project_rules())  # (the run's journal applies the project's too)
+        self.own = Redaction(own, defaults=False, marker=self.redact.marker) if own else None
         if type(max_body) is not int or max_body < 1:
             raise HttpRecordingError("max_body", max_body, "a positive int: the most bytes of a response to record")
         self.max_body = max_body
@@ -345,7 +352,7 @@ class RecordingTransport(httpx.BaseTransport):
                 rec.error(e)
                 raise
             real.append(rec.response(response, chunks))
-            return rec.redact(real[0])  # type: ignore[no-any-return]
+            return real[0] if rec.own is None else rec.own(real[0])
 
         try:
             recorded = boundary(KIND, shown, live, match=rec.match)
@@ -385,7 +392,7 @@ class AsyncRecordingTransport(httpx.AsyncBaseTransport):
                 rec.error(e)
                 raise
             real.append(rec.response(response, chunks))
-            return rec.redact(real[0])  # type: ignore[no-any-return]
+            return real[0] if rec.own is None else rec.own(real[0])
 
         try:
             recorded = await aboundary(KIND, shown, live, match=rec.match)

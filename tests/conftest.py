@@ -6,8 +6,11 @@ instead of one finishing a minute-long test alone while the other idles.
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import sys
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -21,6 +24,13 @@ from harness.testing import fixed_plan, steps
 # tests' fresh interpreters, the pytester runs) compiles harness again. Let them cache it: a third less CPU there.
 os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 sys.dont_write_bytecode = False
+
+# Secrets a result holds are kept encrypted with a key from the user's config folder (harness/trace/vault.py),
+# made on first use: the tests (and every child they start) make theirs in a folder of their own, never the user's.
+_CONFIG = tempfile.mkdtemp(prefix="harness-config-")
+atexit.register(shutil.rmtree, _CONFIG, ignore_errors=True)
+os.environ["XDG_CONFIG_HOME"] = _CONFIG
+os.environ.pop("HARNESS_SECRET_KEY", None)
 
 pytest_plugins = ["s3server"]  # the local S3 server and a runs URL in a fresh bucket, for the tests that ask
 

@@ -118,6 +118,31 @@ async def pai_flow(url: str, model: str) -> str:
     return (await agent.run("charge twice")).output
 
 
+def use_key(api_key: str, item: str) -> str:
+    """Look an item up with an API key the model passed in its tool call (at-least-once: made again on resume)."""
+    _counts["tool"] += 1
+    with open(os.environ.get("FRAMEWORK_LOG", os.devnull), "a") as f:
+        f.write(f"use_key {api_key} {item}\n")
+    _stop(f"use_key:{_counts['tool']}")
+    return "found" if api_key == os.environ.get("FRAMEWORK_SECRET") else "refused"
+
+
+def keyed(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+    """The FunctionModel of pai_secret_flow: a call of use_key with the API key in its args, then the text."""
+    returned = [p.content for m in messages for p in m.parts if p.part_kind == "tool-return"]
+    if not returned:
+        return ModelResponse(parts=[ToolCallPart("use_key", {"api_key": os.environ["FRAMEWORK_SECRET"], "item": "x"})])
+    return ModelResponse(parts=[TextPart(f"lookup {returned[0]}")])
+
+
+@harness.workflow
+async def pai_secret_flow(url: str) -> str:
+    """A Pydantic AI agent whose model answers with a tool call holding an `api_key` (tests/test_secrets.py)."""
+    agent = Agent(FunctionModel(keyed), name="keyed", capabilities=[HarnessDurability()])
+    agent.tool_plain(use_key)
+    return (await agent.run("look x up")).output
+
+
 def oa_agent(url: str) -> OAAgent[Any]:
     model = OpenAIChatCompletionsModel(model="stub-model", openai_client=client(url))
     return OAAgent(name="shop", instructions="Charge twice.", model=model, tools=[function_tool(charge)])
@@ -132,7 +157,7 @@ async def oa_flow(url: str) -> str:
 def child(flow: str, args: tuple[Any, ...], trace: str, env: dict[str, str], out: str) -> None:
     """A crash test's process: run (or resume) the workflow, note its outcome's state and result in `out`."""
     os.environ.update(env)
-    workflow = {"pai": pai_flow, "oa": oa_flow}[flow]
+    workflow = {"pai": pai_flow, "oa": oa_flow, "pai-secret": pai_secret_flow}[flow]
     outcome = workflow.run(*args, trace=trace, resume="auto")
     Path(out).write_text(f"{outcome.state} {outcome.result}")
     os._exit(0)  # not the interpreter's exit: it would wait for the frameworks' idle worker threads (seconds)

@@ -341,6 +341,40 @@ def test_an_async_workflow_may_run_two_agents_and_gather_them(tmp_path: Path, fa
     assert os.path.getsize(trace) > 0
 
 
+def test_parallel_tool_calls_of_gathered_agents_each_name_their_own_task(tmp_path: Path, fa: Any) -> None:
+    """Pydantic AI runs a response's tool calls in tasks of its own, its graph in a copy of a scoped task's
+    context: each call must still get a task of its own, the same on a rerun (a shared name would match them by
+    what they carry, issue 34), and a rerun holds each to its own task's recorded place (held to the place of
+    the first equal call of any task, a rerun drifted when the recording had interleaved the two agents' calls)."""
+    from pydantic_ai import Agent
+    from pydantic_ai.messages import ModelResponse, TextPart, ToolCallPart
+    from pydantic_ai.models.function import FunctionModel
+
+    from harness.pydantic_ai import HarnessDurability
+
+    def both_at_once(messages: list[Any], info: Any) -> ModelResponse:
+        if any(p.part_kind == "tool-return" for m in messages for p in m.parts):
+            return ModelResponse(parts=[TextPart("ok")])
+        return ModelResponse(parts=[ToolCallPart("charge", {"a": 1, "b": 1}, tool_call_id=i) for i in ("x", "y")])
+
+    agent = Agent(FunctionModel(both_at_once), name="shop", capabilities=[HarnessDurability()])
+    agent.tool_plain(fa.charge)
+
+    @harness.workflow
+    async def twice() -> list[str]:
+        runs = await asyncio.gather(agent.run("go"), agent.run("go"))
+        return [r.output for r in runs]
+
+    for n in range(3):  # the tools run in threads: the recorded order of the four calls varies, any must rerun
+        trace = tmp_path / f"run{n}.jsonl"
+        assert twice.run(trace=trace).result == ["ok", "ok"]
+        tasks = [r.get("task") for r in records(trace) if r["kind"] == "transition" and r["to"] == "ACT"]
+        assert len(tasks) == 4 and len(set(tasks)) == 4 and None not in tasks  # each its own task
+        again = harness.rerun(trace, workflow=twice, out=tmp_path / f"again{n}.jsonl")
+        assert again.equal and again.live_calls == 0
+        assert [r.get("task") for r in records(tmp_path / f"again{n}.jsonl") if r.get("to") == "ACT"] == tasks
+
+
 def test_an_idempotent_tool_gets_its_step_key_from_harness_idempotency_key(
     server: AgentServer, tmp_path: Path, fa: Any
 ) -> None:

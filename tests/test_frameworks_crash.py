@@ -129,3 +129,26 @@ def test_a_kill_inside_an_unsafe_tool_pauses_for_reconcile(
         assert replies == ["1", "2"]  # the model got the tool's own value as its reply, the reconciled one too
     finally:
         server.stop()
+
+
+def test_a_served_model_answer_calls_its_tool_with_the_real_api_key_never_the_marker(tmp_path: Path) -> None:
+    """The model's tool call holds an api_key: the trace holds the marker, the sidecar the key (encrypted); killed
+    inside the tool and resumed, the served answer calls the tool again with the real key."""
+    secret = "key-" + "0123456789abcdef" * 2
+    trace = tmp_path / "runs" / "run.jsonl"
+    env = {"FRAMEWORK_LOG": str(tmp_path / "tools.log"), "FRAMEWORK_MARKER": str(tmp_path / "marker")}
+    env["FRAMEWORK_SECRET"] = secret
+    trace.parent.mkdir()
+
+    def child(kill: str) -> Forked:
+        (tmp_path / "outcome").unlink(missing_ok=True)
+        request = ["pai-secret", [""], str(trace), {**env, "FRAMEWORK_KILL": kill}, str(tmp_path / "outcome")]
+        return AGENTS.Popen([sys.executable, "-c", CHILD, json.dumps(request)])
+
+    kill_when((tmp_path / "marker").exists, child("use_key:1"))
+    assert effects(tmp_path) == [f"use_key {secret} x"]
+    answer = next(c for c in harness.replay(trace).crossings if c.kind == "pydantic_ai.model")
+    assert answer.response["parts"][0]["args"]["api_key"] == harness.MARKER
+    assert finish(child(""), tmp_path) == "DONE lookup found"
+    assert effects(tmp_path) == [f"use_key {secret} x"] * 2  # called again with the key, never the marker
+    assert [p.name for p in trace.parent.iterdir() if secret.encode() in p.read_bytes()] == []

@@ -85,8 +85,9 @@ def test_the_header_pins_schema_run_goal_tools_and_environment(trace: Path, run:
     assert len(header["run_id"]) == 32 and int(header["run_id"], 16) >= 0
     assert header["goal"] == {"find": ["a", "b"]}
     assert header["tools"] == {"work": {"effect": "at-least-once", "version": None}}
-    assert set(header["env"]) == {"python", "platform", "cwd", "entrypoint", "harness"}
+    assert set(header["env"]) == {"python", "platform", "cwd", "entrypoint", "harness", "code"}
     assert header["env"]["cwd"] == os.getcwd()
+    assert set(header["env"]["code"]) == {"sha256", "files"}  # the fingerprint of the planner's module (this file)
 
 
 def test_version_comes_from_package_metadata_and_the_header_records_it(trace: Path, run: Run) -> None:

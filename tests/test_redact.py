@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 import harness
 from harness import MARKER, Executor, Recorder, Redaction, RedactionRuleError, Step, ToolError, replay, rerun
 from harness.trace.journal import Journal
-from harness.trace.redact import _HEADS, _SHORT, DEFAULT, _has_head, at, parse_path
+from harness.trace.redact import _HEADS, _SHORT, DEFAULT, USERINFO, _has_head, at, parse_path
 
 KEY = "sk-proj-LIVEKEY0123456789abcdefghij"
 OTHER = "sk-proj-NEWKEY9876543210zyxwvutsrq"
@@ -493,6 +493,8 @@ _PIECES = [
     *("api_key", "token", "Cookie", "pass", "word", '"', ":", " ", "x", "7", "Z", "-", "_", "\u00e9", "\n", "\\"),
     *("api_\u212aey", "\u0130", '":'),  # a Kelvin sign lowers to k; a dotted I to two characters
     *("auth", "AUTH", "o", "sig"),  # a four-letter key (looked up with its opening quote), and what surrounds it
+    *("eyJ", "eyJhbGci.", ".", "-----BEGIN ", "PRIVATE KEY-----", "-----END", "://", "@", "u:", "pw@"),  # JWT, PEM, URL
+    *("extra_headers", "extraQuery"),  # every value of these goes
 ]
 _USER = Redaction((re.compile(r"pin=\d"), "x-token", "ssn4"))
 
@@ -511,7 +513,8 @@ def test_the_search_on_json_text_never_clears_a_value_redaction_changes(text: st
             if redaction._apply(value, walk=True) != value:  # the walk itself, not the shortcut
                 assert not redaction.clean_json(orjson.dumps(value)), (redaction, value)
     data = orjson.dumps(long)
-    assert len(data) >= _SHORT and _has_head(data) == (_HEADS.search(data) is not None)
+    heads = _HEADS.search(data) is not None or USERINFO.search(data.decode()) is not None
+    assert len(data) >= _SHORT and _has_head(data) == heads
 
 
 def test_the_spawn_of_a_parallel_call_and_an_agents_exit_error_are_redacted(tmp_path: Path) -> None:

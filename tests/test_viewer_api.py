@@ -265,15 +265,16 @@ def test_a_workflow_stopped_by_ctrl_c_offers_the_command_that_resumes_a_workflow
 
 
 def test_a_workflow_killed_as_a_script_offers_a_command_with_its_module_to_fill_in(tmp_path: Path) -> None:
-    """A workflow run as `python flow.py` is recorded as `__main__:flow`, a name `harness resume --workflow` cannot
-    import (there `__main__` is the CLI): the banner's command names `MODULE:flow`, for the module to fill in."""
+    """A workflow run as a script no import can name (`python killed-flow.py`) is recorded as `__main__:flow`, a name
+    `harness resume --workflow` cannot import (there `__main__` is the CLI): the banner's command names `MODULE:flow`,
+    for the module to fill in. (A script with an importable name records that name: tests/test_workflow.py.)"""
     runs = tmp_path / "runs"
     runs.mkdir()
     script = FLOW.replace("time.sleep(600)  # until the test's SIGINT", "os.kill(os.getpid(), signal.SIGKILL)")
     script = script.replace("import os, time", "import os, signal, time")
-    (tmp_path / "killed_flow.py").write_text(f"{script}\nflow.run(7, trace={str(runs / 'killed.jsonl')!r})\n")
+    (tmp_path / "killed-flow.py").write_text(f"{script}\nflow.run(7, trace={str(runs / 'killed.jsonl')!r})\n")
     environ = {**os.environ, "FLOW_WAIT": str(tmp_path / "in")}
-    child = subprocess.run([sys.executable, str(tmp_path / "killed_flow.py")], env=environ, timeout=120)
+    child = subprocess.run([sys.executable, str(tmp_path / "killed-flow.py")], env=environ, timeout=120)
     assert child.returncode == -signal.SIGKILL
     assert harness.replay(runs / "killed.jsonl").header["workflow"] == "__main__:flow"
     with local(create_app(runs)) as c:

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
+import gc
 import json
 import os
 import subprocess
@@ -217,6 +219,138 @@ def test_tasks_made_inside_a_call_are_not_counted(folder: Path) -> None:
     assert flow.run(trace=trace).state == "DONE"
     assert [r.get("task") for r in records(trace) if r["kind"] == "crossing"] == ["1", "2"]
     assert harness.rerun(trace, workflow=flow).equal  # served, the tool makes no task: the same names
+
+
+async def _paid(request: dict[str, Any]) -> dict[str, Any]:
+    return {"paid": money_agent.OWNER[request["api_key"]]}
+
+
+async def _pay(who: str) -> Any:
+    return await harness.allm({"api_key": money_agent.KEYS[who], "cents": 500}, _paid)
+
+
+async def _slowly(request: Any) -> Any:
+    await asyncio.sleep(0.2)  # live, the task created meanwhile comes first; served at once, after
+    return request
+
+
+@pytest.mark.parametrize("how", ["done callback", "another task in its context"])
+def test_a_task_created_when_something_else_happens_does_not_renumber_its_creators_tasks(
+    folder: Path, how: str
+) -> None:
+    """A task made from a callback, or by another task running a copy of its creator's context (MCP's and Pydantic
+    AI's streams do), comes when a call finishes: live, during the root's slow call; on a rerun (served at once),
+    after. Counted, bob's task was "3" when recorded and "2" on the rerun, which served it alice's refund (task
+    "2" then, equal args as redacted)."""
+    later: list[asyncio.Future[Any]] = []
+
+    @harness.workflow
+    async def flow() -> Any:
+        alice = asyncio.create_task(_pay("alice"))
+        done = asyncio.create_task(asyncio.sleep(0.01))
+        if how == "done callback":
+            done.add_done_callback(lambda _: later.append(asyncio.ensure_future(_pay("alice"))))
+        else:
+            mine = contextvars.copy_context()
+
+            async def pump() -> None:  # a stream's writer: it starts a handler in its sender's context
+                await done
+                later.append(mine.run(asyncio.ensure_future, _pay("alice")))
+
+            later.append(asyncio.ensure_future(pump()))
+        await harness.allm({"quote": 1}, _slowly)
+        bob = asyncio.create_task(_pay("bob"))
+        await done  # (its callback runs first: added first)
+        while later:
+            await later.pop()
+        return [await alice, await bob]
+
+    trace = folder / "run.jsonl"
+    assert flow.run(trace=trace).result == [{"paid": "alice"}, {"paid": "bob"}]
+    again = harness.rerun(trace, workflow=flow, out=folder / "again.jsonl")
+    assert replay(folder / "again.jsonl").returned == [{"paid": "alice"}, {"paid": "bob"}]
+    assert again.equal and again.live_calls == 0
+
+
+class _Client:
+    """An HTTP client that closes itself when collected, as openai's async client does (a task from `__del__`);
+    its resources point back at it (a cycle: the garbage collector frees it, when it runs)."""
+
+    def __init__(self) -> None:
+        self.resources = {"client": self}
+
+    async def aclose(self) -> None:
+        pass
+
+    def __del__(self) -> None:
+        asyncio.get_running_loop().create_task(self.aclose())
+
+
+async def _with_client(request: Any) -> Any:
+    _Client()  # made by the live call only, freed later
+    return request
+
+
+def test_a_task_created_by_a_finalizer_does_not_renumber_its_creators_tasks(folder: Path) -> None:
+    @harness.workflow
+    async def flow() -> Any:
+        alice = asyncio.create_task(_pay("alice"))
+        await harness.allm({"quote": 1}, _with_client)
+        gc.collect()  # the collector runs here (in a program: when allocations cross its threshold)
+        bob = asyncio.create_task(_pay("bob"))
+        return [await alice, await bob]
+
+    trace = folder / "run.jsonl"
+    assert flow.run(trace=trace).result == [{"paid": "alice"}, {"paid": "bob"}]
+    assert [r.get("task") for r in records(trace) if r["kind"] == "crossing"] == [None, "1", "2"]
+    again = harness.rerun(trace, workflow=flow, out=folder / "again.jsonl")
+    assert again.equal and again.live_calls == 0
+
+
+async def _charged(api_key: str, cents: int) -> dict[str, Any]:
+    return {"charged": money_agent.OWNER[api_key], "cents": cents}
+
+
+async def _pay_by(how: str, who: str) -> dict[str, Any]:
+    """One payment of who's, as a crossing or as a tool call; what was paid and for whom."""
+    if how == "crossing":
+        out = await harness.allm({"api_key": money_agent.KEYS[who], "cents": 500}, _paid)
+    else:
+        out = await harness.acall(_charged, api_key=money_agent.KEYS[who], cents=500)
+    return {"for": who, **out}
+
+
+@pytest.mark.parametrize("how", ["crossing", "tool call"])
+def test_calls_of_tasks_as_completed_makes_from_coroutines_are_refused_not_served_by_name(
+    folder: Path, how: str
+) -> None:
+    """asyncio.as_completed() makes a task of each coroutine in a set's order (by address): alice's payment may be
+    task 1 on one run and task 2 on the next, and a rerun served alice bob's charge. Its tasks' calls whose args
+    hold a secret are refused (AmbiguousCall), naming the seqs; made first, the same tasks are served."""
+
+    @harness.workflow
+    async def loose() -> list[Any]:
+        paid = [await done for done in asyncio.as_completed([_pay_by(how, who) for who in money_agent.PEOPLE])]
+        return sorted(paid, key=lambda p: p["for"])
+
+    @harness.workflow
+    async def made_first() -> list[Any]:
+        tasks = [asyncio.create_task(_pay_by(how, who)) for who in money_agent.PEOPLE]
+        return sorted([await done for done in asyncio.as_completed(tasks)], key=lambda p: p["for"])
+
+    paid = [{"for": who, "paid": who} for who in money_agent.PEOPLE]
+    if how == "tool call":
+        paid = [{"for": who, "charged": who, "cents": 500} for who in money_agent.PEOPLE]
+    for flow, name in ((loose, "loose"), (made_first, "first")):
+        trace = folder / f"{name}.jsonl"
+        assert flow.run(trace=trace).result == paid
+    answers = [r["seq"] for r in records(folder / "loose.jsonl") if r["kind"] == "crossing" or r.get("to") == "VERIFY"]
+    with pytest.raises(AmbiguousCall) as e:
+        harness.rerun(folder / "loose.jsonl", workflow=loose)
+    assert e.value.seqs == answers  # alice's and bob's, both
+    assert "asyncio.as_completed()" in str(e.value)
+    again = harness.rerun(folder / "first.jsonl", workflow=made_first)
+    assert again.equal and again.live_calls == 0
 
 
 def test_a_run_without_concurrent_tasks_writes_no_task_field(folder: Path) -> None:

@@ -51,7 +51,7 @@ from typing import Any
 
 import orjson
 
-from .._errors import HarnessError
+from .._errors import HarnessError, internal
 from .._version import VERSION
 from ..review.calls import (
     ModelCall,
@@ -184,7 +184,8 @@ class _Run:
         if kind == "header":
             self._header(rec)
             return
-        assert self.root is not None
+        if self.root is None:  # the reader puts the header first
+            raise internal("a record before the header", str(self.path))
         at = self.t0 + round(rec["ts"] * 1000) * _NS
         if at > self.now:
             self.now = at
@@ -288,11 +289,13 @@ class _Run:
         return orjson.dumps(self.redaction(value)).decode()
 
     def _parent(self, agent: str) -> _Span:
-        assert self.root is not None
+        if self.root is None:  # the reader puts the header first
+            raise internal("a record before the header", str(self.path))
         return self.agents.get(agent, self.root)
 
     def _transition(self, rec: dict[str, Any], agent: str, at: int) -> None:
-        assert self.root is not None
+        if self.root is None:  # the reader puts the header first
+            raise internal("a record before the header", str(self.path))
         to, came = rec["to"], rec["from"]
         open_ = self.tools.get(agent)
         if to == "ACT":
@@ -430,7 +433,8 @@ class _Run:
         self.asked[agent] = asked(rec) if call.error is None else []
 
     def _seam(self, rec: dict[str, Any], at: int) -> None:
-        assert self.root is not None
+        if self.root is None:  # the reader puts the header first
+            raise internal("a record before the header", str(self.path))
         if rec["kind"] == "resume":
             self.resumes += 1
             env = rec["env"] if isinstance(rec.get("env"), dict) else {}
@@ -449,7 +453,8 @@ class _Run:
 
     def request(self, service: str) -> dict[str, Any]:
         """The run as one ExportTraceServiceRequest (OTLP/JSON)."""
-        assert self.root is not None
+        if self.root is None:  # the reader puts the header first
+            raise internal("a record before the header", str(self.path))
         for span in (*self.tools.values(), *self.agents.values()):  # still open where the trace ends
             span.end = self.now
             span.attrs["harness.open"] = True

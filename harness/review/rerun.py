@@ -77,6 +77,7 @@ from ..runtime.environment import environment
 from ..runtime.executor import MAX_STEPS, Executor, RetryPolicy, Step
 from ..runtime.history import Item, Recorded, Serving
 from ..runtime.interrupt import Interrupted
+from ..runtime.resume import reveal_crossings
 from ..runtime.tool import Tool
 from ..runtime.workflow import Workflow, go_on, run_anywhere, same_workflow, start
 from ..storage import FenceLost, exists, is_url, join, local_copy
@@ -90,6 +91,7 @@ from ..trace.reader import Checkpoint, Crossing, Replay, replay, request_hash
 from ..trace.redact import Redaction, Rule
 from ..trace.remote import RemoteJournal
 from ..trace.tasks import TASK
+from ..trace.vault import Vault
 from .fieldpath import put
 from .normalize import normalize, normalize_record
 from .stream import http_unview, http_view
@@ -322,6 +324,9 @@ class _Recording:
             raise ResumeMismatch(path, "workflow", recorded, workflow)
         # a result taken from an operator's reconcile record is not served: resume reads it from the trace
         self.crossings = [c for c in self.rep.crossings if self.records[c.seq - 1].get("from") != S.PAUSED]
+        # served with their secrets: the new trace keeps them again, in its own sidecar (trace/vault.py)
+        marker = Redaction.from_header(self.rep.header.get("redact"), path).marker
+        self.crossings = reveal_crossings(Vault(path, marker), self.crossings)
         self.resumes = [r["seq"] for r in self.records if r["kind"] == "resume"]
         self.crashes = [r["seq"] for r in self.records if r["kind"] == "crash"]  # the process stopped there
         # a workflow with agents resumed after its first spawn is re-executed in one pass from there (its
@@ -477,15 +482,21 @@ class _Rewriting(Journal):
             self.copy_seams()
             return super().append_many(records, sync=sync)
         batch: list[tuple[str, dict[str, Any]]] = []
+        given: list[tuple[dict[str, Any], str, Any]] = []  # served values as given (secrets kept: vault.py)
         for kind, fields, *user in records:
-            self.redacted(fields, user[0] if user else ())  # as it will be written: compared with the parent so
+            before = self.redacted(fields, user[0] if user else ())  # as written: compared with the parent so
             seq = self.seq + len(batch) + 1
             if self.stops and seq == self.stops[0]:  # the recorded process stopped here
                 if batch:
                     super().append_many(batch, sync=sync)
                 raise self.stop(f"tool {fields.get('tool')}" if fields.get("to") == S.ACT else str(kind))
+            kept = self._keep(seq, kind, before, fields) if before is not None else None
+            if kept is not None:
+                given.append((fields, *kept))
             batch.append((kind, self._vet(seq, kind, fields)))
         seq = super().append_many(batch, sync=sync)
+        for fields, name, value in given:  # (written: the caller gets the value as given)
+            fields[name] = value
         if self.replaying is not None:  # a served crossing whose place this write reached goes next
             self.replaying.flush()
         return seq
@@ -496,10 +507,12 @@ class _Rewriting(Journal):
         if self.shared:  # a run with agents: its end is live or rerun as recorded, never before a branch
             self.copy_seams()
             return super().finish(kind, fields, state=state, key=key, user=user)
-        self.redacted(fields, user)  # as it will be written: compared with the parent so
+        before = self.redacted(fields, user)  # as it will be written: compared with the parent so
         seq = self.seq + 1
         if self.stops and seq == self.stops[0]:
             raise self.stop(f"end {state}")
+        if before is not None:
+            self._keep(seq, kind, before, fields)
         if self.replaying is not None:
             self.replaying.ending()
         return super().finish(kind, self._vet(seq, kind, fields), state=state, key=key)
@@ -919,6 +932,8 @@ class _Flowing:
 
     def go_on(self, writer: _Rewriting, session: _Replaying, rep: Replay) -> None:
         rep, written = Recorded.read(writer.path)
+        if written.unrevealed is not None:
+            raise written.unrevealed
         cast(_Rerunning, session).again_from(written)
         flow = go_on(writer, session, rep, fsync=writer.fsync, lazy=False, entrypoint=self.entrypoint)
         run_anywhere(self.w, flow, *_arguments(rep.goal))

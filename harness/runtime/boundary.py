@@ -78,6 +78,7 @@ from ..trace.tasks import TASK
 from .agents import Agents, AgentState
 from .context import _agent, _current, _in_call
 from .tasks import current as current_task
+from .tasks import unordered
 
 if TYPE_CHECKING:
     from ..trace.journal import Journal
@@ -216,27 +217,40 @@ class Session:
         tasks (another task's only when none of its own does and nothing was redacted: take()); ANY in one that
         does not (written before tasks were named), after refusing a crossing of a task other than the root
         whose request the redaction changed and that a recorded one matches: it could be a sibling's, whose
-        secrets differ (AmbiguousCall, nothing served)."""
+        secrets differ (AmbiguousCall, nothing served). A task whose name may differ from run to run (unordered():
+        made by asyncio.as_completed) is refused so in any recording."""
         task = current_task()
-        if self.tagged:
-            return task
-        if task is not None and queue and marked(self.redact.marker, request):
+        if (unordered() if self.tagged else task is not None) and queue and marked(self.redact.marker, request):
             key = request_hash(kind, request if match is None else match(request))
             alike = [c for c in queue if c.seq < horizon and c.kind == kind and _key(c, match) == key]
             if alike:
-                raise self.ambiguous([c.seq for c in alike], f"{kind} crossing", task, alike[0].agent)
-        return ANY
+                raise self.ambiguous([c.seq for c in alike], f"{kind} crossing", str(task), alike[0].agent)
+        return task if self.tagged else ANY
 
     def ambiguous(self, seqs: list[int], what: str, task: str, agent: str) -> AmbiguousCall:
         """The refusal of a call of task that recorded calls at seqs match only as redacted (see whose())."""
         where = self.journal.path if self.journal is not None else "the trace"
         named = " and ".join(f"seq {s}" for s in seqs[:2]) + (f" (and {len(seqs) - 2} more)" if len(seqs) > 2 else "")
         said = "both match" if len(seqs) > 1 else "matches"
+        if unordered():
+            why = (
+                "asyncio.as_completed() made this task (or the task that made it) from a coroutine, and it numbers "
+                "those in the order of a set, by address, which changes from run to run"
+            )
+            fix = (
+                f"{self._left()[0].upper()}{self._left()[1:]}. Make the tasks before as_completed() "
+                "(`[asyncio.create_task(c) for c in coros]`), then record a new run (or reconcile this one by hand)"
+            )
+        else:
+            why = "this trace was written before harness named the task of each call"
+            fix = (
+                f"{self._changed()}. Finish it with the harness version that recorded it (or reconcile by hand), "
+                "or start a new run"
+            )
         error = AmbiguousCall(
             f"{where}: {named}: a {what} of concurrent task {task} whose args, as redacted, the recorded call at "
-            f"{named} {said}; this trace was written before harness named the task of each call, so it cannot tell "
-            f"whether that recording is this call's or a sibling's with other secrets. {self._changed()}. Finish it "
-            "with the harness version that recorded it (or reconcile by hand), or start a new run",
+            f"{named} {said}; {why}, so harness cannot tell whether that recording is this call's or a sibling's "
+            f"with other secrets. {fix}",
             seqs=seqs,
             agent=agent,
         )
@@ -299,14 +313,14 @@ class Session:
 
     def _changed(self) -> str:
         """What a resume's ReplayDrift tells to do, and what it left."""
-        wrote = self.journal is not None and not self.journal.owes
-        left = (
-            "part of the resumed run had gone live before it: the trace keeps what that wrote (a valid trace)"
-            if wrote
-            else "nothing was called live and nothing was written"
-        )
         fix = "resume it with the code that recorded it, or start a new run"
-        return f"The code changed since the run was recorded: {left}; {fix}"
+        return f"The code changed since the run was recorded: {self._left()}; {fix}"
+
+    def _left(self) -> str:
+        """What a re-execution that stops here leaves."""
+        if self.journal is not None and not self.journal.owes:
+            return "part of the resumed run had gone live before it: the trace keeps what that wrote (a valid trace)"
+        return "nothing was called live and nothing was written"
 
     def enter(
         self, kind: str, request: Any, match: Match | None = None, arrived: Arrived | None = None

@@ -8,9 +8,10 @@ are the tool's name, `args`, `key` for an idempotent tool, and the tool's
 call, ACT -> VERIFY (`result`), the checkpoint. An exception the tool raises
 is the step's failed attempt (ACT -> PLAN with its `error`) and is raised at
 the call site: the function may catch it and call again (the next attempt of
-the same step) or move on. What the call returns is the tool's value as the
-trace holds it (a JSON round trip: tuples become lists; secrets redacted),
-so a live run and its re-execution see the same value.
+the same step) or move on. What the call returns is the tool's value as a
+JSON round trip gives it back (tuples become lists), secrets and all: the
+trace holds them redacted, and keeps them encrypted beside it
+(trace/vault.py), so a live run and its re-execution see the same value.
 
 Every rule of an Executor's tool step holds: the intent is on the file
 before the call (and fsynced for an idempotent or unsafe tool, or for every
@@ -48,7 +49,7 @@ from ..trace.clock import MAIN
 from ..trace.line import canonical, check_value
 from ..trace.reader import replay
 from ..trace.tasks import TASK
-from .boundary import ANY, _Hold, _may_hold, marked, patiently, rebuild
+from .boundary import ANY, _Hold, _may_hold, patiently, rebuild
 from .context import _agent, _current, _in_call
 from .control import Paused, decisive
 from .executor import NOT_SERVED, _Run, _Served, ainvoke, finished, invoke, served
@@ -153,8 +154,8 @@ async def acall(tool: Any, /, **kwargs: Any) -> Any:
         shown = _shown(flow, spec, kwargs)
         item = await flow.serving.atake_held(STEP, spec.name, shown)
         if item is None and session.strict:  # a rerun: this call's intent goes where the recording has it
-            own = session.tagged and marked(session.redact.marker, shown)  # (see Session.whose)
-            mine = _intent_of(spec.name, shown, current_task() if own else ANY)
+            # (its own task's: a sibling's equal call, recorded elsewhere, would move it; see Session.whose)
+            mine = _intent_of(spec.name, shown, current_task() if session.tagged else ANY)
     await _in_turn(flow, item, mine)
     try:
         in_flight = item is not None and item.step is not None and item.step.state == S.ACT
@@ -346,7 +347,8 @@ async def _recheck(flow: Flow, recheck: Callable[[], Awaitable[str | None]]) -> 
 
 def _done(flow: Flow, spec: ToolSpec, raw: Any) -> Any:
     """The call returned raw: its result on the file (ACT -> VERIFY), then its checkpoint; the result as the
-    trace holds it (a JSON round trip, redacted), which is what a resumed run is served."""
+    trace gives it back (a JSON round trip; its secrets kept beside the trace), which is what a resumed run is
+    served."""
     run = flow.run
     try:
         run.result = run.move(S.VERIFY, check=("result",), result=raw)["result"]

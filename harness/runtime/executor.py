@@ -74,6 +74,7 @@ from ..trace.reader import Call, Checkpoint, Replay, replay
 from ..trace.redact import Redaction, Rule
 from ..trace.remote import open_journal
 from ..trace.torn import set_aside
+from ..trace.vault import Vault
 from . import timers as _timers
 from .agents import AgentState
 from .boundary import Session, deactivate
@@ -82,7 +83,7 @@ from .control import decisive
 from .environment import environment
 from .fingerprint import code_of
 from .interrupt import Interrupted
-from .resume import NO_ANSWER, RESEAL, GoOn, main_event, marked, plan, start_over
+from .resume import NO_ANSWER, RESEAL, GoOn, main_event, marked, plan, reveal_crossings, start_over
 from .tasks import numbering
 from .tool import Tool, ToolSpec, spec_of
 
@@ -574,7 +575,8 @@ class Executor:
         while planning the step then (rep._tail.planned) served from the trace: none is made live, none written.
         RedactedArgs when it makes another crossing or raises."""
         start, stop = rep._tail.planned
-        session = Session(None, rep.crossings[start:stop], strict=True, redact=self.redact)
+        served = reveal_crossings(Vault(rep.path, self.redact.marker), rep.crossings[start:stop])
+        session = Session(None, served, strict=True, redact=self.redact)
         token = session.activate()
         try:
             view = progress if isinstance(progress, Progress | _index.ResumedProgress) else Progress(progress)

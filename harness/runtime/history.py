@@ -46,9 +46,11 @@ from ..trace.line import canonical
 from ..trace.reader import Crossing, Replay, replay
 from ..trace.redact import DEFAULT, Redaction
 from ..trace.tasks import TASK
+from ..trace.vault import SERVED, Vault
 from .boundary import ANY, HOLD_QUIET, Match, Session, _Hold, _may_hold, differences, marked, patiently
 from .context import _current
 from .tasks import current as current_task
+from .tasks import unordered
 from .timers import replaying
 
 STEP, ARTIFACT = "tool call", "artifact"  # what a held item is: a drift names it
@@ -129,23 +131,37 @@ class Recorded:
         self.crossings: list[Crossing] = []
         self.held: dict[str, list[Item]] = {}
         self.tagged = False  # whether a call of the trace names its task (see Session.whose)
+        # the first served value whose secret could not be read back (vault.py): raised by whoever goes on to
+        # serve (a finished run is reported as it is, without the key)
+        self.unrevealed: HarnessError | None = None
 
     @classmethod
     def read(cls, path: str) -> tuple[Replay, Recorded]:
-        """replay() of the trace at path, and what it recorded, in one pass."""
+        """replay() of the trace at path, and what it recorded, in one pass; each served value (a call's result,
+        a crossing's response) with its secrets kept beside the trace back in place."""
         out = cls(path)
         step: Step | None = None
+        vault: Vault | None = None
 
         def take(line: bytes, rec: dict[str, Any]) -> None:
-            nonlocal step
+            nonlocal step, vault
             kind, seq, agent = rec["kind"], rec["seq"], rec.get("agent", MAIN)
             vc = rec.get("vc") or {MAIN: seq}
             if kind in (SPAWN, EXIT, JOIN):
                 said = {k: v for k, v in rec.items() if k not in _OWN}
                 out.held.setdefault(agent, []).append(Item(kind, said.get("child", agent), said, seq, vc=vc))
                 return
+            # a served value whose line (or blob) holds the marker may hold kept secrets: put back (vault.py)
+            secret = vault is not None and kind in SERVED and ("blobs" in rec or vault.needle in line)
             if "blobs" in rec:
                 rec = _blobs.inline(path, rec)
+            if kind == "header":
+                vault = Vault(path, Redaction.from_header(rec.get("redact"), path).marker)
+            elif secret and vault is not None and out.unrevealed is None:
+                try:
+                    rec = vault.revealed(rec)
+                except HarnessError as e:
+                    out.unrevealed = e
             if kind == "crossing":
                 response, error, task = rec.get("response"), rec.get("error"), rec.get(TASK)
                 out.crossings.append(
@@ -227,15 +243,13 @@ class Serving(Session):
 
     def whose_call(self, held: deque[Item], kind: str, request: Any, key: bytes) -> str | object | None:
         """Session.whose() for a tool call: the task whose recorded calls may answer it (ANY in a trace that names
-        no task, after refusing one that matches only as redacted)."""
+        no task, after refusing one that matches only as redacted; and in any, a call of a task unordered() names)."""
         task = current_task()
-        if self.tagged:
-            return task
-        if task is not None and marked(self.redact.marker, request):
+        if (unordered() if self.tagged else task is not None) and marked(self.redact.marker, request):
             alike = [item.seq for item in held if item.space == STEP and item.kind == kind and item.key == key]
             if alike:
-                raise self.ambiguous(alike, f"call of tool {kind!r}", task, self.agent().name)
-        return ANY
+                raise self.ambiguous(alike, f"call of tool {kind!r}", str(task), self.agent().name)
+        return task if self.tagged else ANY
 
     def reached(self, vc: dict[str, int]) -> None:
         """The current agent re-executed its recorded event with clock vc (a resume's clocks follow it)."""

@@ -40,6 +40,8 @@ from ..trace.line import canonical
 from ..trace.reader import Crossing, Replay
 from ..trace.redact import Redaction
 from ..trace.torn import set_aside, torn_name
+from ..trace.vault import Vault
+from ..trace.vault import marked as marked
 from .environment import environment
 
 NO_ANSWER: Any = object()  # run(goal) without answer=
@@ -73,11 +75,35 @@ def plan(rep: Replay, answer: Any, *, redact: Redaction, entrypoint: str) -> str
     if rep.complete or waits(rep, answer):
         return FINISHED  # a finished run is never appended to
     no_marker_owed(rep, owed, redact.marker)
+    rep, served = revealed(rep, redact.marker)  # (refused here, before anything is written, when it cannot be)
     aside, records, clocks = seam(rep, answer, entrypoint)
     if answer is not NO_ANSWER:
         owed.append(answer)
         rep = replace(rep, _tail=replace(rep._tail, answered=True))  # as replay() reads it after the answer
-    return GoOn(rep, aside, records, clocks, owed, rep.resumable_crossings())
+    return GoOn(rep, aside, records, clocks, owed, served)
+
+
+def revealed(rep: Replay, marker: str) -> tuple[Replay, list[Crossing]]:
+    """rep, and the crossings an Executor's resume serves again, each with its secrets kept beside the trace
+    back in place (trace/vault.py): live code got them so. (Its tool results are not: the planner is handed
+    them as the trace holds them, live as on resume; a tool called again gets its args from the planner.)
+
+    MissingExtra or SecretUnavailable when one holds the marker and cannot be revealed.
+    """
+    return rep, reveal_crossings(Vault(rep.path, marker), rep.resumable_crossings())
+
+
+def reveal_crossings(vault: Vault, crossings: Iterable[Crossing]) -> list[Crossing]:
+    """crossings with their kept secrets in place: a tool call's result (from its VERIFY transition or an operator's
+    reconcile) or a crossing's response."""
+    out = []
+    for c in crossings:
+        if c.error is None:
+            value = vault.reveal(c.seq, "result" if c.kind == "tool" else "response", c.response)
+            if value is not c.response:
+                c = replace(c, response=value)
+        out.append(c)
+    return out
 
 
 def waits(rep: Replay, answer: Any) -> bool:
@@ -191,20 +217,3 @@ def main_event(clocks: dict[str, dict[str, int]]) -> tuple[dict[str, int], dict[
     """One more event of main: its clock, and the agents' last clocks with it."""
     main = {**clocks["main"], "main": clocks["main"]["main"] + 1}
     return main, {**clocks, "main": main}
-
-
-def marked(value: Any, marker: str, where: str = "") -> str | None:
-    """Where in value (`.api_key`, `.items[0]`) a str holds the marker, or None."""
-    if isinstance(value, str):
-        return where if marker in value else None
-    if isinstance(value, dict):
-        items: Iterable[tuple[Any, Any]] = ((f".{k}", v) for k, v in value.items())
-    elif isinstance(value, list):
-        items = ((f"[{i}]", v) for i, v in enumerate(value))
-    else:
-        return None
-    for step, v in items:
-        found = marked(v, marker, where + step)
-        if found is not None:
-            return found
-    return None

@@ -350,6 +350,8 @@ class _Opened:
         if rep.complete or waits(rep, answer):
             self.outcome = finished(rep)  # a finished run (or one waiting for a human) is never appended to
             return
+        if recorded.unrevealed is not None:  # a served value's secret cannot be read back: before any live call
+            raise recorded.unrevealed
         no_marker_owed(rep, owed, self.redact.marker, "the re-executed function is given again")
         for i, live in zip(delivered, owed, strict=False):  # an answer given again is served in its record's place
             recorded.crossings[i] = replace(recorded.crossings[i], response=live)
@@ -419,6 +421,7 @@ def start(
     entrypoint = entrypoint or (sys.argv[0] if sys.argv and sys.argv[0] else "<python>")
     code = code_of_modules((name.partition(":")[0],))
     write_header(journal, run_id, goal, {}, redact, entrypoint, lineage or {}, workflow=name, code=code)
+    journal.give = True  # a tool's result reaches the function with its secrets (kept beside the trace: vault.py)
     run = _Run(journal, session or Session(journal, redact=redact), goal, run_id, [], S.INIT)
     run.move(S.PLAN)
     return Flow(run, fsync=fsync)
@@ -444,6 +447,7 @@ def go_on(
     caller wrote the resume record; a question asked in PLAN is left now.
     """
     entrypoint = entrypoint or (sys.argv[0] if sys.argv and sys.argv[0] else "<python>")
+    journal.give = True  # as start()
     run = _Run(journal, session, rep.goal, rep.run_id, _index.resumed(rep), rep.state)
     run.step, run.attempt = position(rep)
     question = rep._tail.question

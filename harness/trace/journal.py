@@ -50,6 +50,7 @@ from ..storage.files import KINDS, why
 from .line import DUMPS_OPTIONS, check_value, encode, encode_tail, refuse, since, unstorable
 from .redact import Redaction, user_text
 from .torn import set_aside
+from .vault import SERVED, Keeper
 
 _fsync = getattr(os, "fdatasync", os.fsync)  # the data and the size are what we need back
 _dumps, _loads, _crc32 = orjson.dumps, orjson.loads, zlib.crc32  # the hot path's, without attribute lookups
@@ -60,7 +61,8 @@ class Journal:
 
     __slots__ = (
         "_broken", "_clean", "_deferred", "_lead", "_lock", "_stamp", "_tick", "_truncated", "_walk", "blob_threshold",
-        "blocks", "crc", "created", "digests", "dirty", "fd", "fsync", "path", "redact", "seal_key", "seq", "t0",
+        "blocks", "crc", "created", "digests", "dirty", "fd", "fsync", "give", "keeper", "path", "redact", "seal_key",
+        "seq", "t0",
     )  # fmt: skip
 
     def __init__(
@@ -77,6 +79,12 @@ class Journal:
         self.redact = redact  # what the user fields of each record go through (None: nothing is redacted)
         self._clean = redact.clean_json if redact is not None else None  # (the hot path's own references)
         self._walk = redact is not None and redact.paths  # JSON paths apply whatever a search finds
+        # where a served value's secrets are kept, encrypted, before its record is written (vault.py)
+        self.keeper: Keeper | None = Keeper(path) if redact is not None else None
+        # whether a served field's redacted secrets go back to the caller (a workflow's function gets the value its
+        # tool returned, as its resume is served it); else the caller gets what the trace holds (an Executor's
+        # planner sees its progress as the trace holds it, live as on resume)
+        self.give = False
         self.seq = 0
         self.crc = 0
         self.t0: float | None = None  # the header's ts: every other record's ts counts from it
@@ -446,16 +454,21 @@ class Journal:
             if kind not in _blobs.FIELDS:
                 raise
             line = b""  # too long for a line: it may fit once its payloads are blobs
+        given = None  # the served field's value as given, when it was redacted (the caller gets it back)
         if line and user and self.redact is not None:
-            line, out = self._redact(record, line, out, fields, user, crc)
+            line, out, given = self._redact(record, line, out, fields, user, crc)
         if len(line) > self.blob_threshold or not line:
             if not line:
-                self.redacted(fields, user)
+                before = self.redacted(fields, user)
+                if before is not None:
+                    given = self._keep(seq, kind, before, fields)
             stored = self._store(kind, fields)
             if stored is not None:
                 line, out = encode({"seq": seq, "kind": kind, **stored, "ts": ts}, crc)
             elif not line:
                 line, out = encode({"seq": seq, "kind": kind, **fields, "ts": ts}, crc)  # NotSerializable
+        if given is not None:
+            fields[given[0]] = given[1]
         return line, out
 
     def _store(self, kind: str, fields: dict[str, Any]) -> dict[str, Any] | None:
@@ -561,8 +574,9 @@ class Journal:
 
     def _redact(
         self, record: dict[str, Any], line: bytes, out: int, fields: dict[str, Any], user: tuple[str, ...], crc: int
-    ) -> tuple[bytes, int]:
-        """record's line (and its crc), encoded from crc, with its fields `user` redacted; fields gets their values.
+    ) -> tuple[bytes, int, tuple[str, Any] | None]:
+        """record's line (and its crc), encoded from crc, with its fields `user` redacted; fields gets their values;
+        and the served field's value as given, when it was redacted (see `_keep`).
 
         The search runs on the line already encoded; only when it finds
         something are the user fields walked and the record encoded again.
@@ -571,21 +585,43 @@ class Journal:
             raise internal("redacting with no redaction rules", self.path, record.get("seq"))
         redacted = self.redact.record(user_text(line, user), record, user)
         if redacted is None:
-            return line, out
+            return line, out, None
+        given = self._keep(record["seq"], record["kind"], record, redacted)
         for name in user:
             if name in fields:
                 fields[name] = redacted[name]
-        return encode(redacted, crc)
+        return (*encode(redacted, crc), given)
 
-    def redacted(self, fields: dict[str, Any], user: tuple[str, ...]) -> None:
-        """Give fields `user` their redacted values, as they are written (for a writer that compares first)."""
+    def redacted(self, fields: dict[str, Any], user: tuple[str, ...]) -> dict[str, Any] | None:
+        """Give fields `user` their redacted values, as they are written (for a writer that compares first);
+        the fields as they were given when something was redacted (for `_keep`), else None."""
         if not user or self.redact is None:
-            return
+            return None
         try:
             data = orjson.dumps(fields, default=refuse, option=DUMPS_OPTIONS)
         except TypeError:
             data = b"\\"  # not JSON (encoding it will say so): walk it
-        fields.update(self.redact.record(user_text(data, user), fields, user) or ())
+        redacted = self.redact.record(user_text(data, user), fields, user)
+        if redacted is None:
+            return None
+        before = dict(fields)
+        fields.update(redacted)
+        return before
+
+    def _keep(self, seq: int, kind: str, before: dict[str, Any], after: dict[str, Any]) -> tuple[str, Any] | None:
+        """Keep the secrets redaction took out of the served field of record seq (vault.py), before it is written.
+
+        Returns that field and its value as given, with `give`: the live code
+        that made it gets it back, secrets and all (a resume serves it so, from
+        the sidecar, or refuses), never the marker. None when the field was
+        not redacted, or without `give`.
+        """
+        name = SERVED.get(kind)
+        if name is None or name not in before or before[name] is after.get(name):
+            return None
+        if self.keeper is not None:
+            self.keeper.keep(seq, name, before[name], after[name])
+        return (name, before[name]) if self.give else None
 
     def _append_shared(self, records: Iterable[tuple[Any, ...]], sync: bool) -> int:
         """Append for one of several agents: stamp and encode here, in the agent's thread; lock only
@@ -596,12 +632,16 @@ class Journal:
         """
         if self._stamp is None or self._tick is None or self._lock is None:
             raise internal("a shared append on a journal that is not shared", self.path, self.seq + 1)
-        stamp, annotate, tails = self._stamp, type(self).annotate is not Journal.annotate, []
+        stamp, annotate = self._stamp, type(self).annotate is not Journal.annotate
+        tails: list[memoryview] = []
         vc: dict[str, int] | None = None  # the clock of the record before, in this write (not taken yet)
+        kept: list[tuple[int, str, dict[str, Any], dict[str, Any]]] = []  # secrets to keep once seqs are known
         for record in records:  # (kind, fields) or (kind, fields, user)
             kind, fields = record[0], record[1]
             if len(record) > 2 and record[2] and self.redact is not None:
-                self.redacted(fields, record[2])
+                before = self.redacted(fields, record[2])
+                if before is not None and kind in SERVED:
+                    kept.append((len(tails), kind, before, fields))
             agent, vc = stamp(vc)
             head = {"kind": kind} if agent == "main" else {"kind": kind, "agent": agent}
             ts = self.now()
@@ -631,6 +671,10 @@ class Journal:
             if self.fd < 0:  # the run ended (closed its trace) while this agent went on
                 raise JournalError(self.path, "an agent wrote after the run had closed its trace (join your agents)")
             seq, crc = self.seq, self.crc
+            for i, kind, before, after in kept:
+                given = self._keep(seq + 1 + i, kind, before, after)
+                if given is not None:  # (its line is encoded: the caller gets the value as given)
+                    after[given[0]] = given[1]
             parts: list[bytes | memoryview] = []
             for tail in tails:
                 seq += 1
@@ -693,6 +737,8 @@ class Journal:
             finally:
                 fd, self.fd = self.fd, -1
                 os.close(fd)  # also releases the flock
+                if self.keeper is not None:
+                    self.keeper.close()
 
     def __enter__(self) -> Journal:
         return self

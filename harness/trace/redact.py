@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import os
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -124,9 +125,14 @@ def _form_pattern(names: Iterable[str]) -> re.Pattern[str]:
     return re.compile(f"=(?<=[a-z]=)(?:{behind})([\\w.~+/%\\-]+)")
 
 
+# A URL's password (`scheme://user:password@host`: a DSN, `http://admin:pw@host/`): only the password goes. It
+# starts with `://`, which every URL has, so its head is not searched for with the others: a text is searched
+# for it only when it holds an `@` (_has_head).
+USERINFO = re.compile(r"://[^\s/?#@:\"'<>\\]*:([^\s/?#@\"'<>\\]+)@")
+_USERINFO = re.compile(USERINFO.pattern.encode())
 # Each starts with a literal, so that a search skips through text in C; a lookbehind right after the
 # literal stands for \b (a string's ends read the same in the value and in its JSON text: see _clean).
-DEFAULT_PATTERNS = (
+_HEADED = (
     re.compile(r"earer(?<=[Bb]earer)\s+([\w.~+/=\-]+)"),  # Bearer <token>: keeps the word
     # Basic <base64 of user:password>, not a word after it (one with a capital or a digit past its first letter)
     re.compile(r"asic(?<=\bBasic)\s+(?=.[a-z0-9+/]*[A-Z0-9+/])([A-Za-z0-9+/]{6,}={0,2})"),
@@ -138,13 +144,23 @@ DEFAULT_PATTERNS = (
     re.compile(r"xox[abposr]-(?<!\wxox.-)[A-Za-z0-9\-]{10,}"),  # Slack
     re.compile(r"AIza(?<!\wAIza)[0-9A-Za-z_\-]{35}"),  # Google API keys
     _form_pattern(FORM_NAMES),  # api_key=..., ?token=..., &password=...
+    # a JSON Web Token: header and payload are base64url JSON objects (`{"` is `eyJ`); the whole token goes
+    re.compile(r"eyJ(?<![\w\-]eyJ)[A-Za-z0-9_\-]{2,}\.eyJ[A-Za-z0-9_\-]{2,}\.[A-Za-z0-9_\-]*"),
+    # a PEM private key (PKCS#1, PKCS#8, EC, OpenSSH, PGP): its body goes, its BEGIN and END lines stay
+    re.compile(r"-----BEGIN(?:[A-Z0-9 ]{0,40})PRIVATE KEY(?: BLOCK)?-----([\s\S]+?)(?=-----END|\Z)"),
 )
+DEFAULT_PATTERNS = (*_HEADED, USERINFO)
 DEFAULT_RULES: tuple[str | re.Pattern[str], ...] = (*DEFAULT_KEYS, *DEFAULT_PATTERNS)
+# Keys whose object's every value is redacted, whatever its name: the extra headers and query parameters an SDK
+# call adds (OpenAI's and Anthropic's `extra_headers=`, `extra_query=`; Pydantic AI's and the Agents SDK's model
+# settings of those names), where a gateway's or a proxy's credentials go under names no list knows.
+CONTAINERS = frozenset(_spellings("extra_headers", "extra_query"))
+_CONTAINER_KEY = re.compile(rb'"extra[_\-]?(?:headers|query)":')
 # Each default pattern's head (its text before the first group): letters, digits, `-`, `_` and `=` that any
 # match starts with. A JSON text where none is found holds no match of any default pattern: one search instead
 # of ten. JSON escapes none of those characters, so a head in a string stands verbatim in the text, escapes
 # elsewhere or not (a newline in a file's content no longer sends the value to the walk).
-_HEADS = re.compile("|".join(p.pattern.split("(", 1)[0] for p in DEFAULT_PATTERNS).encode())
+_HEADS = re.compile("|".join(p.pattern.split("(", 1)[0] for p in _HEADED).encode())
 
 
 def _spelled(head: str) -> list[bytes]:
@@ -156,22 +172,46 @@ def _spelled(head: str) -> list[bytes]:
 # The same search over a long text, as substring searches (in C, each at memory speed): the regex tries its
 # alternatives at every a, e, s, x... of a text (~15-50 MB/s on prose, slowest on a run of one of those letters),
 # while `in` skips through it. Below _SHORT bytes the one regex call costs less than the many. Each text is
-# looked for only when the text holds its rarer character (- or _) at all.
+# looked for only when the text holds its rarer character (- or _) at all, and the texts of one head (xoxa-,
+# xoxb-, ... of `xox[abposr]-`) only when the text holds what they start with (`xox`): one search, not six.
 _SHORT = 256
-_HEAD_TEXTS = [t for p in DEFAULT_PATTERNS for t in _spelled(p.pattern.split("(", 1)[0])]
 _GATES = (b"-", b"_", b"")  # (b"" is in every text: no gate)
-_GATED = tuple((g, tuple(t for t in _HEAD_TEXTS if next(x for x in _GATES if x in t) == g)) for g in _GATES)
+_BYTE = {b"-": ord("-"), b"_": ord("_")}  # a gate as an int: `45 in data` is a memchr, `b"-" in data` is not
+
+
+def _family(texts: list[bytes]) -> tuple[bytes, tuple[bytes, ...]]:
+    """The texts of one head as (what they all start with, the texts); (text, ()) for a head of one text."""
+    if len(texts) == 1:
+        return texts[0], ()
+    n = 0
+    while all(len(t) > n and t[n] == texts[0][n] for t in texts):
+        n += 1
+    return (texts[0][:n] if n >= 2 else b"", tuple(texts))
+
+
+_FAMILIES = [_family(_spelled(p.pattern.split("(", 1)[0])) for p in _HEADED]
+_GATED = tuple(
+    (_BYTE.get(g), tuple(f for f in _FAMILIES if next(x for x in _GATES if x in (f[1][0] if f[1] else f[0])) == g))
+    for g in _GATES
+)
 
 
 def _has_head(data: bytes) -> bool:
-    """Whether data holds the head of a default pattern (_HEADS), searched as the length makes cheapest."""
+    """Whether data holds the head of a default pattern (_HEADS), searched as the length makes cheapest, or a
+    URL's password (only where an `@` is)."""
+    if 64 in data and _USERINFO.search(data) is not None:  # 64 is `@` (an int: memchr, ten times a b"@" search)
+        return True
     if len(data) < _SHORT:
         return _HEADS.search(data) is not None
-    for gate, texts in _GATED:
-        if gate in data:
-            for t in texts:
-                if t in data:
-                    return True
+    for gate, families in _GATED:
+        if gate is None or gate in data:
+            for start, texts in families:
+                if start in data:
+                    if not texts:
+                        return True
+                    for t in texts:
+                        if t in data:
+                            return True
     return False
 
 
@@ -275,15 +315,18 @@ class Redaction:
 
     @classmethod
     def of(cls, redact: Redaction | Iterable[Rule] | None) -> Redaction:
-        """The Redaction an option `redact=` stands for: None is the defaults, a list adds to them."""
-        if redact is None:
-            return DEFAULT
+        """The Redaction an option `redact=` stands for: None is the defaults, a list adds to them; the
+        project's `[tool.harness] secret_headers` (project_rules()) are added to both. A Redaction is taken as
+        it is (full control)."""
         if isinstance(redact, Redaction):
             return redact
+        project = project_rules()
+        if redact is None:
+            return cls(project) if project else DEFAULT
         if isinstance(redact, str | re.Pattern):
-            return cls((redact,))
+            return cls((redact, *project))
         try:
-            return cls(tuple(redact))
+            return cls((*tuple(redact), *project))
         except TypeError:
             raise RedactionRuleError(redact, "redact= takes a list of rules or a harness.Redaction") from None
 
@@ -393,6 +436,8 @@ class Redaction:
         if self._tails:
             # (a non-ASCII key may lower to a rule's: the Kelvin sign in api_\u212aey lowers to k)
             low = data.lower() if data.isascii() else data.decode().lower().encode()
+            if self.defaults and b'"extra' in low and _CONTAINER_KEY.search(low) is not None:
+                return False
             befores = low.split(b'":')
             del befores[-1]  # (what follows the last key)
             for n, tails in self._tails:
@@ -466,7 +511,14 @@ class Redaction:
         if isinstance(value, dict):
             out = None
             for k, v in value.items():
-                r = self.marker if isinstance(k, str) and k.lower() in self._keys and v is not None else self._walk(v)
+                r: Any
+                if isinstance(k, str) and k.lower() in self._keys and v is not None:
+                    r = self.marker
+                elif self.defaults and type(v) is dict and isinstance(k, str) and k.lower() in CONTAINERS:
+                    every = {n: self.marker if x is not None else x for n, x in v.items()}
+                    r = v if every == v else every
+                else:
+                    r = self._walk(v)
                 if r is not v:
                     if out is None:
                         out = dict(value)
@@ -561,3 +613,40 @@ def _fast(keys: Iterable[str], patterns: Iterable[re.Pattern[str]]) -> bool:
 
 
 DEFAULT = Redaction()
+
+
+def project_rules(start: str | None = None) -> tuple[str, ...]:
+    """The header names `[tool.harness] secret_headers` of the nearest pyproject.toml at or above `start` (the
+    working directory) lists, each a key rule; () when there is none. HarnessError naming the file for a
+    setting that is not a list of names."""
+    here = os.path.abspath(start or os.getcwd())
+    while True:
+        candidate = os.path.join(here, "pyproject.toml")
+        try:
+            changed = os.stat(candidate).st_mtime_ns
+        except OSError:
+            parent = os.path.dirname(here)
+            if parent == here:
+                return ()
+            here = parent
+            continue
+        return _secret_headers(candidate, changed)
+
+
+@functools.lru_cache(maxsize=16)
+def _secret_headers(path: str, changed: int) -> tuple[str, ...]:
+    """pyproject.toml at path's `[tool.harness] secret_headers` (read again when the file changed)."""
+    import tomllib  # only when a project is read
+
+    try:
+        with open(path, "rb") as f:
+            data = tomllib.load(f)
+    except (OSError, tomllib.TOMLDecodeError) as e:
+        raise HarnessError(f"{path}: cannot read it: {e}") from None
+    names = data.get("tool", {}).get("harness", {}).get("secret_headers", [])
+    if not isinstance(names, list) or not all(isinstance(n, str) and n and not n.startswith("$") for n in names):
+        raise HarnessError(
+            f"{path}: [tool.harness] secret_headers must be a list of header names "
+            f'(secret_headers = ["X-Internal-Auth"]), not {names!r}'
+        )
+    return tuple(names)

@@ -75,6 +75,7 @@ class RemoteJournal(Journal):
             remote.close()
             raise
         journal.path, journal.remote = remote.url, remote
+        journal.keeper = None  # (a sidecar beside the spool dies with it: on a bucket a secret is redacted only)
         journal.ship_every = durability == "fsync"
         return journal
 

@@ -1,0 +1,43 @@
+"""A workflow whose tool's result holds a secret, for the tests of kept secrets (tests/test_secrets.py).
+
+`session(user)` logs in (`login` returns an `access_token`: $SECRET_TOKEN) and fetches with that token
+(`fetch` notes the token it was given in $WF_LEDGER/fetch, outside the runs folder, then returns). With
+$WF_KILL=in-fetch the process tells the test ($WF_MARK) inside fetch and waits to be killed there; with
+$WF_KILL=in-login, inside login. The tools note each call in the ledger, so a test sees what went live.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from workflow_agent import note, point
+
+import harness
+
+
+def login(user: str) -> dict[str, Any]:
+    note("login", user)
+    point("in-login")
+    return {"user": user, "access_token": os.environ["SECRET_TOKEN"], "note": "welcome"}
+
+
+def fetch(access_token: str) -> dict[str, Any]:
+    note("fetch", access_token)
+    point("in-fetch")
+    return {"items": 3, "ok": access_token == os.environ["SECRET_TOKEN"]}
+
+
+LOGIN, FETCH = login, fetch  # at-least-once: an open call is made again on resume
+
+
+@harness.workflow
+def session(user: str) -> dict[str, Any]:
+    got = harness.call(LOGIN, user=user)
+    return harness.call(FETCH, access_token=got["access_token"])
+
+
+def ledger(kind: str) -> list[str]:
+    path = Path(os.environ["WF_LEDGER"]) / kind
+    return path.read_text().splitlines() if path.exists() else []

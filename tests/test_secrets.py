@@ -1,0 +1,314 @@
+"""Secrets a served value holds: redacted in the trace, kept encrypted beside it, served for real on resume.
+
+A workflow logs in (the result holds an access token) and fetches with the token; it is SIGKILLed inside
+fetch, in a real process, and resumed in another. fetch gets the real token, and the token is nowhere in
+clear in the runs folder. Without the key, with another key, without the sidecar or with a damaged one, or
+without the cipher's extra, the resume refuses before any live call and writes nothing.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import secrets
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from children import ZYGOTE, kill_at
+
+import harness
+from harness import MissingExtra, SecretUnavailable
+from harness.trace.vault import ENV, key_file, sidecar
+
+TESTS = Path(__file__).resolve().parent
+CHILD = f"""
+import json, sys
+sys.path.insert(0, {str(TESTS)!r})
+if "--no-extra" in sys.argv:
+    sys.modules["cryptography"] = None  # as if the extra were not installed
+import secret_agent
+try:
+    out = secret_agent.session.run("alice", trace=sys.argv[1], resume="auto")
+except Exception as e:
+    print(json.dumps({{"error": type(e).__name__, "message": str(e)}}))
+else:
+    print(json.dumps({{"state": out.state, "result": out.result}}))
+"""
+
+
+def env(tmp_path: Path, token: str, **more: str) -> dict[str, str]:
+    return {**os.environ, "SECRET_TOKEN": token, "WF_LEDGER": str(tmp_path / "ledger"), **more}
+
+
+def run_child(trace: Path, environ: dict[str, str], *flags: str) -> dict[str, Any]:
+    done = ZYGOTE.run(
+        [sys.executable, "-c", CHILD, str(trace), *flags],
+        env=environ,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    return dict(json.loads(done.stdout.splitlines()[-1]))
+
+
+def crash_in_fetch(tmp_path: Path, token: str, *flags: str) -> Path:
+    """Run the workflow in a child process, SIGKILL it inside fetch; the trace."""
+    runs, mark = tmp_path / "runs", tmp_path / "mark"
+    runs.mkdir(exist_ok=True)
+    (tmp_path / "ledger").mkdir(exist_ok=True)
+    trace = runs / "run.jsonl"
+    child = ZYGOTE.Popen(
+        [sys.executable, "-c", CHILD, str(trace), *flags],
+        env=env(tmp_path, token, WF_KILL="in-fetch", WF_MARK=str(mark)),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    kill_at(mark, child, "in-fetch")
+    assert child.returncode == -9
+    return trace
+
+
+def ledger(tmp_path: Path, kind: str) -> list[str]:
+    path = tmp_path / "ledger" / kind
+    return path.read_text().splitlines() if path.exists() else []
+
+
+def in_clear(folder: Path, token: str) -> list[str]:
+    """Every file under folder whose bytes hold token, as it is or in base64."""
+    forms = [token.encode(), base64.b64encode(token.encode()), base64.urlsafe_b64encode(token.encode())]
+    return [str(p) for p in folder.rglob("*") if p.is_file() and any(f in p.read_bytes() for f in forms)]
+
+
+def snapshot(folder: Path) -> dict[str, bytes]:
+    return {str(p): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_a_token_a_login_returned_reaches_fetch_after_a_sigkill_and_is_never_in_clear(tmp_path: Path) -> None:
+    token = "tok-" + secrets.token_hex(16)
+    trace = crash_in_fetch(tmp_path, token)
+    assert ledger(tmp_path, "fetch") == [token]
+    held = [json.loads(x) for x in trace.read_text().splitlines()]
+    login = next(r for r in held if r.get("to") == "VERIFY" and r["result"].get("user") == "alice")
+    assert login["result"]["access_token"] == harness.MARKER  # the trace keeps the marker
+    assert Path(sidecar(str(trace))).exists()
+
+    out = run_child(trace, env(tmp_path, token))
+    assert out == {"state": "DONE", "result": {"items": 3, "ok": True}}
+    assert ledger(tmp_path, "login") == ["alice"]  # served, not called again
+    assert ledger(tmp_path, "fetch") == [token, token]  # called again with the real token, never the marker
+    assert in_clear(tmp_path / "runs", token) == []
+    assert in_clear(Path(os.environ["XDG_CONFIG_HOME"]), token) == []
+
+    # a rerun serves it too (zero live calls), and keeps it in its own sidecar, never in clear
+    import secret_agent
+
+    again = harness.rerun(trace, workflow=secret_agent.session, out=tmp_path / "runs" / "rerun.jsonl")
+    assert again.equal
+    assert Path(sidecar(str(tmp_path / "runs" / "rerun.jsonl"))).exists()
+    assert in_clear(tmp_path / "runs", token) == []
+    assert ledger(tmp_path, "fetch") == [token, token]
+
+
+def test_the_key_file_is_made_on_first_use_with_mode_0600(tmp_path: Path) -> None:
+    token = "tok-" + secrets.token_hex(16)
+    config = tmp_path / "config"
+    environ = env(tmp_path, token, XDG_CONFIG_HOME=str(config))
+    (tmp_path / "ledger").mkdir()
+    (tmp_path / "runs").mkdir()
+    out = run_child(tmp_path / "runs" / "run.jsonl", environ)
+    assert out["state"] == "DONE"
+    made = config / "harness" / "secret.key"
+    assert made.stat().st_mode & 0o777 == 0o600
+    assert len(base64.urlsafe_b64decode(made.read_text().strip())) == 32
+
+
+def refused(tmp_path: Path, trace: Path, environ: dict[str, str], *flags: str) -> dict[str, Any]:
+    """Resume in a child that is expected to refuse: nothing written anywhere, fetch not called again."""
+    before, fetched = snapshot(tmp_path / "runs"), ledger(tmp_path, "fetch")
+    out = run_child(trace, environ, *flags)
+    assert "error" in out, out
+    assert snapshot(tmp_path / "runs") == before
+    assert ledger(tmp_path, "fetch") == fetched and ledger(tmp_path, "login") == ["alice"]
+    return out
+
+
+def test_without_the_key_a_resume_refuses_before_any_live_call(tmp_path: Path) -> None:
+    token = "tok-" + secrets.token_hex(16)
+    trace = crash_in_fetch(tmp_path, token)
+    out = refused(tmp_path, trace, env(tmp_path, token, XDG_CONFIG_HOME=str(tmp_path / "elsewhere")))
+    assert out["error"] == "SecretUnavailable"
+    assert ENV in out["message"] and "nothing was written" in out["message"]
+    assert str(tmp_path / "elsewhere" / "harness" / "secret.key") in out["message"]
+    assert not (tmp_path / "elsewhere").exists()  # a resume never makes a key: it could not read a thing with it
+
+
+def test_with_another_key_a_resume_refuses_and_names_both_keys(tmp_path: Path) -> None:
+    token = "tok-" + secrets.token_hex(16)
+    trace = crash_in_fetch(tmp_path, token)
+    other = base64.urlsafe_b64encode(os.urandom(32)).decode()
+    out = refused(tmp_path, trace, env(tmp_path, token, **{ENV: other}))
+    assert out["error"] == "SecretUnavailable" and "encrypted with key" in out["message"]
+
+
+def test_with_the_key_in_the_environment_a_resume_serves_the_secret(tmp_path: Path) -> None:
+    token = "tok-" + secrets.token_hex(16)
+    trace = crash_in_fetch(tmp_path, token)
+    key = Path(key_file()).read_text().strip()  # the same key, given as the variable in a config-less place
+    environ = env(tmp_path, token, XDG_CONFIG_HOME=str(tmp_path / "elsewhere"), **{ENV: key})
+    assert run_child(trace, environ) == {"state": "DONE", "result": {"items": 3, "ok": True}}
+    assert ledger(tmp_path, "fetch") == [token, token]
+
+
+def test_a_bad_key_in_the_environment_is_refused_naming_the_variable(tmp_path: Path) -> None:
+    token = "tok-" + secrets.token_hex(16)
+    trace = crash_in_fetch(tmp_path, token)
+    out = refused(tmp_path, trace, env(tmp_path, token, **{ENV: "not a key"}))
+    assert out["error"] == "HarnessError" and f"${ENV}" in out["message"] and "urandom(32)" in out["message"]
+
+
+@pytest.mark.parametrize("damage", ["missing", "altered", "emptied"])
+def test_a_missing_or_damaged_sidecar_is_refused_before_any_live_call(tmp_path: Path, damage: str) -> None:
+    token = "tok-" + secrets.token_hex(16)
+    trace = crash_in_fetch(tmp_path, token)
+    kept = Path(sidecar(str(trace)))
+    if damage == "missing":
+        kept.unlink()
+    elif damage == "altered":
+        entry = json.loads(kept.read_text().splitlines()[0])
+        box = bytearray(base64.b64decode(entry["box"]))
+        box[-1] ^= 1
+        kept.write_text(json.dumps({**entry, "box": base64.b64encode(bytes(box)).decode()}) + "\n")
+    else:
+        kept.write_text("")
+    out = refused(tmp_path, trace, env(tmp_path, token))
+    assert out["error"] == "SecretUnavailable"
+    assert str(kept) in out["message"]
+    said = {"missing": "does not exist", "altered": "fails authentication", "emptied": "holds no entry"}
+    assert said[damage] in out["message"]
+
+
+def test_without_the_extra_the_secret_is_redacted_only_and_a_resume_refuses_naming_the_pip_command(
+    tmp_path: Path,
+) -> None:
+    token = "tok-" + secrets.token_hex(16)
+    trace = crash_in_fetch(tmp_path, token, "--no-extra")
+    assert not Path(sidecar(str(trace))).exists()
+    assert in_clear(tmp_path / "runs", token) == []
+    out = refused(tmp_path, trace, env(tmp_path, token), "--no-extra")
+    assert out["error"] == "MissingExtra"
+    assert "pip install 'harness-trace[secrets]'" in out["message"]
+    # with the extra installed now, the refusal says the secret was never kept
+    out = refused(tmp_path, trace, env(tmp_path, token))
+    assert out["error"] == "SecretUnavailable" and "does not exist" in out["message"]
+
+
+def test_the_errors_are_harness_errors() -> None:
+    assert issubclass(SecretUnavailable, harness.HarnessError) and issubclass(MissingExtra, harness.HarnessError)
+
+
+def test_a_bundle_never_carries_the_sidecar_and_an_imported_run_says_what_is_missing(tmp_path: Path) -> None:
+    import zipfile
+
+    from harness import bundle
+
+    token = "tok-" + secrets.token_hex(16)
+    trace = crash_in_fetch(tmp_path, token)
+    out = tmp_path / "runs.zip"
+    bundle.export([trace], out)
+    names = zipfile.ZipFile(out).namelist()
+    assert not [n for n in names if n.endswith(".secrets")] and token.encode() not in out.read_bytes()
+    assert [r.path for r in harness.list_runs(tmp_path / "runs")] == [str(trace)]  # the sidecar is no run
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    bundle.import_bundle(out, elsewhere)
+    (moved,) = elsewhere.glob("*.jsonl")
+    environ = env(tmp_path, token)
+    before, fetched = snapshot(elsewhere), ledger(tmp_path, "fetch")
+    said = run_child(moved, environ)
+    assert said["error"] == "SecretUnavailable" and "does not exist" in said["message"]
+    assert snapshot(elsewhere) == before and ledger(tmp_path, "fetch") == fetched
+    (elsewhere / (moved.name + ".secrets")).write_bytes(Path(sidecar(str(trace))).read_bytes())  # copied by hand
+    assert run_child(moved, environ) == {"state": "DONE", "result": {"items": 3, "ok": True}}
+
+
+class Crash(BaseException):
+    """Stands for the process dying inside a call (the trace stays open in ACT)."""
+
+
+def test_a_secret_in_a_result_stored_as_a_blob_is_kept_and_served(tmp_path: Path) -> None:
+    from harness.storage.blobs import THRESHOLD
+
+    token, seen = "tok-" + secrets.token_hex(16), []
+
+    def big_login() -> dict[str, Any]:
+        return {"access_token": token, "pad": "x" * THRESHOLD}
+
+    def use(access_token: str) -> str:
+        seen.append(access_token)
+        if len(seen) == 1:
+            raise Crash
+        return "ok"
+
+    @harness.workflow
+    def flow() -> str:
+        return harness.call(use, access_token=harness.call(big_login)["access_token"])
+
+    (tmp_path / "runs").mkdir()
+    trace = tmp_path / "runs" / "run.jsonl"
+    with pytest.raises(Crash):
+        flow.run(trace=trace)
+    assert list((tmp_path / "runs" / "blobs").iterdir())  # the result went to a blob, redacted
+    assert flow.run(trace=trace, resume=True).result == "ok"
+    assert seen == [token, token] and in_clear(tmp_path / "runs", token) == []
+
+
+def test_a_journal_shared_by_agents_keeps_each_secret_under_the_seq_it_writes(tmp_path: Path) -> None:
+    from harness.trace.journal import Journal
+    from harness.trace.redact import DEFAULT
+    from harness.trace.vault import Vault
+
+    path, tokens, clock = tmp_path / "j.jsonl", ["tok-" + secrets.token_hex(8) for _ in range(3)], {"main": 0}
+
+    def stamp(before: Any) -> tuple[str, dict[str, int]]:
+        clock["main"] += 1
+        return "main", dict(clock)
+
+    with Journal.open(path, redact=DEFAULT) as journal:
+        journal.t0 = 0.0
+        journal.append("event", {"data": "before the agents"})
+        journal.share(stamp, lambda vc: None)
+        crossed = [{"boundary": "llm", "request": {}, "hash": "h", "response": {"token": t}} for t in tokens]
+        journal.append_many([("crossing", crossed[0], ("response",)), ("crossing", crossed[1], ("response",))])
+        journal.append("crossing", crossed[2], check=("response",))  # (seqs are taken under the lock, after)
+    held = [json.loads(x) for x in path.read_text().splitlines()]
+    vault = Vault(str(path), harness.MARKER)
+    crossings = [r for r in held if r["kind"] == "crossing"]
+    assert [r["response"] for r in crossings] == [{"token": harness.MARKER}] * 3
+    assert [vault.reveal(r["seq"], "response", r["response"]) for r in crossings] == [{"token": t} for t in tokens]
+    assert in_clear(tmp_path, tokens[0]) == []
+
+
+def test_a_sidecar_line_torn_by_a_kill_is_left_out_and_the_next_entry_starts_its_own_line(tmp_path: Path) -> None:
+    from harness.trace.vault import Keeper, Vault
+
+    token = "tok-" + secrets.token_hex(16)
+    trace = crash_in_fetch(tmp_path, token)
+    kept = Path(sidecar(str(trace)))
+    with kept.open("ab") as f:
+        f.write(b'{"seq":99,"field":"resu')  # a write cut off by a kill
+    assert run_child(trace, env(tmp_path, token)) == {"state": "DONE", "result": {"items": 3, "ok": True}}
+    keeper = Keeper(str(trace))
+    keeper.keep(50, "result", {"token": token}, {"token": harness.MARKER})
+    keeper.close()
+    lines = kept.read_bytes().split(b"\n")
+    assert lines[-2].startswith(b'{"seq":50,') and lines[-1] == b""  # on a line of its own
+    vault = Vault(str(trace), harness.MARKER)
+    assert vault.reveal(50, "result", {"token": harness.MARKER}) == {"token": token}
+    with pytest.raises(SecretUnavailable, match=r"lines \[\d+\] of it are damaged"):
+        vault.reveal(51, "result", {"token": harness.MARKER})  # (the torn line is not the last one any more)
