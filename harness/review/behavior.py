@@ -4,15 +4,18 @@ A model call or a tool call reaches a trace through one of several doors,
 each recording it in its own shape: `harness.http` keeps the OpenAI chat
 completions or responses API exchange; `harness.pydantic_ai` Pydantic AI's
 `ModelRequest`/`ModelResponse` as its codec writes them; `harness.openai_agents`
-the Agents SDK's items; `harness.mcp` an MCP `CallToolResult`. `Behavior`
-maps each of those records, read in trace order, to one view record of its
-own shape (`VIEW`, documented field by field in docs/FORMAT.md):
+the Agents SDK's items; `harness.mcp` an MCP `CallToolResult`. `calls.py`
+reads each of those (`exchange()`, `tool_call()`: the one place that knows
+the doors' shapes); `Behavior` maps what it reads, record by record in trace
+order, to one view record of its own shape (`VIEW`, documented field by
+field in docs/FORMAT.md):
 
     {"kind": "model_call", "via": "http" | "pydantic_ai" | "openai_agents",
      "model": ..., "settings": {...}, "tools": [{"name", "description", "parameters"}],
      "output": {...}, "history": n, "messages": [...], "reply": {...}, "finish": ...,
-     "usage": {...}}
-    {"kind": "tool_call", "via": ..., "tool": ..., "args": {...}, "result": ... | "error": ...}
+     "usage": {...}, "origin": "served" | "answered"}
+    {"kind": "tool_call", "via": ..., "tool": ..., "args": {...}, "result": ... | "error": ...,
+     "origin": ...}
 
 A message is `{"role": "system" | "user" | "assistant" | "tool", "text",
 "reasoning", "tool_calls": [{"id", "name", "args"}], "call", "name",
@@ -34,7 +37,12 @@ Rules kept here:
   differ from the conversation's previous call. So a change reads once, where
   it happened, and one call fits on a screen;
 - `usage` (tokens) stays in its own field: goldens mark it ignored by default;
-- pure: `Behavior` holds only the trace's ids and conversations so far, reads
+- in a rerun or a fork, a call taken from the parent's recording says
+  `"origin": "served"`, a fork's branch `"answered"` (a step's `-> ACT`
+  intent too: `calls.role()` on the trace's header); one made live says
+  nothing, so a plain run's view is what view 1 was. The default rules leave
+  `origin` out: served or live, it is the same call;
+- pure: `Behavior` holds only the trace's header, ids and conversations so far, reads
   records, never files; a record that is none of these is not its business
   (`view()` returns None) and bad input is never an exception.
 """

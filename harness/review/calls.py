@@ -1,5 +1,9 @@
 """What a run called, read from its records: model calls (provider, model, tokens, messages) and tool calls.
 
+This module is the one place that knows how each door records a call: the
+behavior view (`behavior.py`), `harness.expect`, the OTLP export and the cost
+ledger read calls through it and keep only their own rules.
+
 Each door records a model call its own way: `llm` (whatever request and
 response the caller gave), `http` (an OpenAI, Anthropic or compatible API's
 request and response, streamed or not), `pydantic_ai.model` (Pydantic AI's
@@ -11,9 +15,13 @@ them, output tokens) and the finish reason. `messages_in(rec)` and
 `messages_out(rec)` give the messages in the OpenTelemetry GenAI shape
 (`[{"role", "parts": [{"type": "text", "content"}, {"type": "tool_call",
 "id", "name", "arguments"}, {"type": "tool_call_response", "id",
-"response"}]}]`). `tool_call(rec)` reads a tool call made as a crossing
-(outside a workflow's steps) and `mcp_tool(name, servers)` tells an MCP
-tool's step by its server's name.
+"response"}]}]`); `exchange(rec)` gives an OpenAI (http), Pydantic AI or
+Agents SDK model call whole in harness's own message shape (`Exchange`:
+model, settings, tools offered, output asked for, messages with their
+provider ids, reply, finish, usage as recorded), what the behavior view is
+made of. `tool_call(rec)` reads a tool call made as a crossing (outside a
+workflow's steps: name, args, server, the response and its `outcome()`) and
+`mcp_tool(name, servers)` tells an MCP tool's step by its server's name.
 
 `role(rec, header)` says whether a record was served from a parent's
 recording (`served`: every record of a rerun, a fork's records before its
