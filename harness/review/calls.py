@@ -881,10 +881,14 @@ def _mcp_result(result: Any) -> tuple[Any, bool]:
     return content, error
 
 
-def mcp_tool(name: str, servers: Iterable[str]) -> tuple[str, str] | None:
-    """(server, tool) when a workflow step's tool `name` is `<server>.<tool>` of an MCP server this run listed."""
+def mcp_tool(name: str, servers: Iterable[str], result: Any = None) -> tuple[str, str] | None:
+    """(server, tool) when a workflow step's tool `name` is `<server>.<tool>` of an MCP server: one this run
+    listed, or one whose `result` is a CallToolResult's wire JSON (a dict with a `content` list)."""
     server, dot, tool = name.partition(".")
-    return (server, tool) if dot and tool and server in servers else None
+    if not dot or not tool:
+        return None
+    answered = isinstance(result, dict) and isinstance(result.get("content"), list)
+    return (server, tool) if answered or server in servers else None
 
 
 def tool_error(result: Any) -> bool:

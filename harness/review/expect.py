@@ -44,7 +44,7 @@ from ..storage import blobs as _blobs
 from ..storage import local_copy
 from ..trace import state as S
 from ..trace.reader import Replay, replay
-from .calls import MODEL_KINDS, TOOL_KINDS, model_call, role, tool_call
+from .calls import MODEL_KINDS, TOOL_KINDS, mcp_tool, model_call, role, tool_call
 
 if TYPE_CHECKING:
     from ..runtime.executor import Outcome
@@ -249,13 +249,9 @@ def _bytes(value: Any) -> bytes:
 
 def _named(tool: str, servers: set[Any], result: Any) -> tuple[str, str, str | None]:
     """(name as the model used it, name as recorded, MCP server): a harness.mcp step `<server>.<tool>` is an MCP
-    tool when its server listed tools in the run, or its result is a CallToolResult's wire JSON."""
-    server, dot, own = tool.partition(".")
-    if dot and own:
-        mcp_result = isinstance(result, dict) and isinstance(result.get("content"), list)
-        if server in servers or mcp_result:
-            return own, tool, server
-    return tool, tool, None
+    tool's (`calls.mcp_tool`)."""
+    found = mcp_tool(tool, servers, result)
+    return (found[1], tool, found[0]) if found is not None else (tool, tool, None)
 
 
 def _tool_crossing(rec: dict[str, Any], served: bool, agent: str) -> ToolCall | None:
