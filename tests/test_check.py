@@ -15,6 +15,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -361,3 +362,68 @@ def test_a_golden_that_holds_no_trace_records_is_a_clear_error(tmp_path: Path) -
     )
     [result] = harness.check([golden], workflow=lambda: None)
     assert result.status == "error" and "a golden holding 'model_call' records, which no trace holds" in result.detail
+
+
+NOISY = """
+import os, time
+import harness
+
+
+@harness.tool
+def look(point: str) -> str:
+    print("tool noise", point)
+    return point
+
+
+@harness.workflow
+def noisy(topic: str) -> str:
+    print("workflow noise", topic)
+    if os.environ.get("BLOCK") == topic:  # a check that takes its time: the test interrupts it here
+        open(os.environ["BLOCKED"], "w").close()
+        time.sleep(600)
+    look(topic)
+    return "ok"
+"""
+
+
+@pytest.fixture
+def noisy(tmp_path: Path) -> Path:
+    """20 finished runs of an agent that prints (to stdout) as it runs."""
+    (tmp_path / "noisy_agent.py").write_text(NOISY)
+    (tmp_path / "runs").mkdir()
+    record = "import noisy_agent\nfor i in range(20): noisy_agent.noisy.run(f't{i}', trace=f'runs/{i:02d}.jsonl')"
+    python("-c", record, cwd=tmp_path)
+    return tmp_path
+
+
+@pytest.mark.parametrize("jobs", ["1", "2"])
+def test_what_the_agent_prints_goes_to_stderr_never_into_the_lines(noisy: Path, jobs: str) -> None:
+    out = harness_cli("check", "runs", "--workflow", "noisy_agent:noisy", "--json", "-j", jobs, cwd=noisy)
+    assert out.returncode == 0, out.stderr
+    rows = [json.loads(line) for line in out.stdout.splitlines()]  # every line a run's object: nothing else
+    assert [r["status"] for r in rows] == ["ok"] * 20
+    assert out.stderr.count("workflow noise") == 20
+    text = harness_cli("check", "runs", "--workflow", "noisy_agent:noisy", "-j", jobs, cwd=noisy)
+    assert text.stdout.splitlines()[-1] == "20 runs: 20 ok" and "noise" not in text.stdout
+
+
+def test_ctrl_c_stops_the_workers_at_once_no_traceback_nothing_left(noisy: Path) -> None:
+    before, left = snapshot(noisy / "runs"), scratch()
+    blocked = noisy / "blocked"
+    env = {**os.environ, "PYTHONPATH": str(noisy), "BLOCK": "t11", "BLOCKED": str(blocked)}
+    cmd = [sys.executable, "-m", "harness", "check", "runs", "--workflow", "noisy_agent:noisy", "-j", "2"]
+    p = subprocess.Popen(cmd, cwd=noisy, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         start_new_session=True)  # fmt: skip
+    try:
+        while not blocked.exists() and p.poll() is None:  # a worker is in the run it sleeps in
+            time.sleep(0.02)
+        os.killpg(p.pid, signal.SIGINT)  # what Ctrl-C on a terminal does: the whole group gets it
+        out, err = p.communicate(timeout=120)  # the sleeping worker would hold a shutdown for 600 s
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+    assert p.returncode == 130, err
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err
+    assert err.splitlines()[-1].startswith("harness check: interrupted after ")
+    assert all(line.endswith(": ok") for line in out.splitlines())  # the lines printed stand, no summary
+    assert snapshot(noisy / "runs") == before and scratch() == left

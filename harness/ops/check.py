@@ -14,14 +14,19 @@ recorded crossing and tool result served, no tool and no model called):
 
 Nothing is written beside the runs: the re-execution's own trace goes to a
 scratch folder outside every folder checked (`/dev/shm` when there is one,
-else the system's temporary folder), one per run, removed as soon as the
-run is checked; the recordings are only read. The recorded `env.code`
+else the system's temporary folder), one per check with one folder per run
+in it, each removed as soon as its run is checked, the whole removed when
+the check ends or is interrupted; the recordings are only read. (A rerun's
+writer is the journal itself, with its fsyncs and index: a file in memory
+keeps the re-execution exactly what a resume runs.) The recorded `env.code`
 fingerprint is compared with that of the code given (`code changed` in the
 line): information, never a failure.
 
 Runs are checked in a process pool (`jobs`, forked: each worker inherits
 the agent already imported) in input order; `on_result` is called with each
-result as it comes, for a progress bar. A run that cannot be read is an
+result as it comes, for a progress bar. Ctrl-C reaches the parent alone
+(the workers ignore SIGINT): it stops the workers at once and raises
+KeyboardInterrupt. A run that cannot be read is an
 `error`; a run of another shape (a Recorder's, another workflow's, an
 Executor's when a workflow was given) is `skipped`. A worker process that
 dies (agent code that exits the process) makes the runs not yet checked
@@ -34,6 +39,7 @@ import contextlib
 import multiprocessing
 import os
 import shutil
+import signal
 import tempfile
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
@@ -151,12 +157,15 @@ def check(
     agent = Agent(w, planner, tools, verifier)
     given = [os.fspath(p) for p in paths]
     runs = runs_of(given)
-    scratch = _scratch_root(given)
+    scratch = tempfile.mkdtemp(prefix="harness-check-", dir=_scratch_root(given))
     results = []
-    for result in _each(runs, agent, scratch, jobs):
-        results.append(result)
-        if on_result is not None:
-            on_result(result)
+    try:
+        for result in _each(runs, agent, scratch, jobs):
+            results.append(result)
+            if on_result is not None:
+                on_result(result)
+    finally:  # (after an interrupt too: a worker stopped mid-run leaves its re-execution here)
+        shutil.rmtree(scratch, ignore_errors=True)
     return results
 
 
@@ -184,6 +193,12 @@ def _each(runs: list[str], agent: Agent, scratch: str, jobs: int) -> Iterator[Ch
                     "a check worker process died while checking this run or one beside "
                     "it (did the agent's code exit the process?); check it alone: harness check PATH",
                 )
+        except BaseException:  # Ctrl-C (the workers ignore it), a consumer that stopped: the workers stop now
+            workers = list((pool._processes or {}).values())  # (public only from Python 3.14: terminate_workers)
+            pool.shutdown(wait=False, cancel_futures=True)
+            for process in workers:
+                process.terminate()
+            raise
 
 
 _worker_agent: tuple[Agent, str] | None = None
@@ -191,6 +206,7 @@ _worker_agent: tuple[Agent, str] | None = None
 
 def _adopt(agent: Agent, scratch: str) -> None:
     global _worker_agent
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group: the parent alone answers it
     _worker_agent = (agent, scratch)
 
 
