@@ -427,3 +427,15 @@ def test_ctrl_c_stops_the_workers_at_once_no_traceback_nothing_left(noisy: Path)
     assert err.splitlines()[-1].startswith("harness check: interrupted after ")
     assert all(line.endswith(": ok") for line in out.splitlines())  # the lines printed stand, no summary
     assert snapshot(noisy / "runs") == before and scratch() == left
+
+
+def test_a_reader_that_stops_reading_stops_the_check_quietly(noisy: Path) -> None:
+    """`harness check runs | head -1`: the pipe closes, the workers stop; no traceback, nothing left behind."""
+    left = scratch()
+    cmd = [sys.executable, "-m", "harness", "check", "runs", "--workflow", "noisy_agent:noisy", "-j", "2"]
+    env = {**os.environ, "PYTHONPATH": str(noisy)}
+    p = subprocess.Popen(cmd, cwd=noisy, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert p.stdout is not None and p.stdout.readline() == "runs/00.jsonl: ok\n"
+    p.stdout.close()
+    err = p.communicate(timeout=120)[1]
+    assert p.returncode == 0 and "Traceback" not in err and scratch() == left

@@ -178,13 +178,18 @@ def _each(runs: list[str], agent: Agent, scratch: str, jobs: int) -> Iterator[Ch
     from concurrent.futures.process import BrokenProcessPool
 
     ctx = multiprocessing.get_context("fork")  # the workers inherit the agent, imported once, and nothing pickled
-    chunk = max(1, min(64, len(runs) // (jobs * 8)))
+    size = max(1, min(64, len(runs) // (jobs * 8)))
+    chunks = [runs[i : i + size] for i in range(0, len(runs), size)]
     done = 0
     with ProcessPoolExecutor(jobs, mp_context=ctx, initializer=_adopt, initargs=(agent, scratch)) as pool:
+        # submitted, not pool.map(): its iterator cancels what is pending when left, and a pool broken after that
+        # (the workers stopped below) fails them again from its own thread, a traceback (CPython 3.11)
+        futures = [pool.submit(_worker, chunk) for chunk in chunks]
         try:
-            for result in pool.map(_worker, runs, chunksize=chunk):
-                done += 1
-                yield result
+            for future in futures:
+                for result in future.result():
+                    done += 1
+                    yield result
         except BrokenProcessPool:  # a worker died (agent code that called os._exit, a kill): said, never a hang
             for path in runs[done:]:
                 yield Checked(
@@ -195,9 +200,10 @@ def _each(runs: list[str], agent: Agent, scratch: str, jobs: int) -> Iterator[Ch
                 )
         except BaseException:  # Ctrl-C (the workers ignore it), a consumer that stopped: the workers stop now
             workers = list((pool._processes or {}).values())  # (public only from Python 3.14: terminate_workers)
-            pool.shutdown(wait=False, cancel_futures=True)
             for process in workers:
                 process.terminate()
+            for process in workers:  # gone before the scratch folder is removed: none writes there after
+                process.join()
             raise
 
 
@@ -210,10 +216,10 @@ def _adopt(agent: Agent, scratch: str) -> None:
     _worker_agent = (agent, scratch)
 
 
-def _worker(path: str) -> Checked:
+def _worker(paths: list[str]) -> list[Checked]:
     if _worker_agent is None:  # (the pool's initializer runs first)
         raise HarnessError("internal error, please report: a check worker started without its agent")
-    return check_one(path, *_worker_agent)
+    return [check_one(path, *_worker_agent) for path in paths]
 
 
 def _scratch_root(given: list[str]) -> str:
