@@ -439,3 +439,16 @@ def test_a_reader_that_stops_reading_stops_the_check_quietly(noisy: Path) -> Non
     p.stdout.close()
     err = p.communicate(timeout=120)[1]
     assert p.returncode == 0 and "Traceback" not in err and scratch() == left
+
+
+def test_a_path_that_is_no_file_nor_folder_is_named_as_such(noisy: Path) -> None:
+    os.mkfifo(noisy / "pipe.jsonl")  # never opened: the check would wait for a writer
+    (noisy / "nowhere.jsonl").symlink_to(noisy / "gone.jsonl")
+    out = harness_cli("check", "pipe.jsonl", "--workflow", "noisy_agent:noisy", cwd=noisy)
+    assert (out.returncode, out.stdout) == (2, "")
+    assert (
+        out.stderr
+        == "harness check: pipe.jsonl: neither a trace file nor a runs folder (a FIFO, a socket or a device)\n"
+    )
+    out = harness_cli("check", "nowhere.jsonl", "--workflow", "noisy_agent:noisy", cwd=noisy)
+    assert out.stderr == "harness check: nowhere.jsonl: no such trace or runs folder\n" and out.returncode == 2

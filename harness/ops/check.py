@@ -133,6 +133,8 @@ def runs_of(paths: Iterable[str | os.PathLike[str]]) -> list[str]:
             out.extend(sorted(_traces(given, recursive=False)))
         elif os.path.isfile(given):
             out.append(given)
+        elif os.path.exists(given):  # (never opened: a FIFO's open would wait for a writer)
+            raise HarnessError(f"{given}: neither a trace file nor a runs folder (a FIFO, a socket or a device)")
         else:
             raise HarnessError(f"{given}: no such trace or runs folder")
     return out
