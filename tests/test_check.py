@@ -209,6 +209,9 @@ def test_a_corrupt_run_is_an_error_the_others_are_still_checked(folder: Path, tm
     assert out.returncode == 2
     assert out.stdout.splitlines()[0] == f"{good}: ok"
     assert out.stdout.splitlines()[1].startswith(f"{tmp_path / 'bad.jsonl'}: error: ")
+    alone = harness_cli("check", str(tmp_path / "bad.jsonl"), "--workflow", "check_agent:research", cwd=folder)
+    assert alone.returncode == 2 and alone.stdout.splitlines()[-1] == "1 run: 0 ok, 1 error"
+    assert alone.stderr == ""  # its line says why: not a word about runs of another agent
 
 
 def test_runs_of_another_workflow_or_shape_are_skipped(folder: Path, tmp_path: Path) -> None:
@@ -452,3 +455,30 @@ def test_a_path_that_is_no_file_nor_folder_is_named_as_such(noisy: Path) -> None
     )
     out = harness_cli("check", "nowhere.jsonl", "--workflow", "noisy_agent:noisy", cwd=noisy)
     assert out.stderr == "harness check: nowhere.jsonl: no such trace or runs folder\n" and out.returncode == 2
+
+
+UNSTORABLE = """
+import os
+import harness
+
+
+@harness.tool
+def look(point) -> str:
+    return "seen"
+
+
+@harness.workflow
+def flow(topic: str) -> str:
+    look(b"a" if os.environ.get("TODAY") else "a")  # today's code hands the tool bytes, which no trace holds
+    return "ok"
+"""
+
+
+def test_code_that_now_hands_a_tool_what_no_trace_holds_drifts(tmp_path: Path) -> None:
+    (tmp_path / "unstorable.py").write_text(UNSTORABLE)
+    python("-c", "import unstorable; unstorable.flow.run('t', trace='run.jsonl')", cwd=tmp_path)
+    env = {**os.environ, "PYTHONPATH": str(tmp_path), "TODAY": "1"}
+    out = subprocess.run([sys.executable, "-m", "harness", "check", "run.jsonl", "--workflow", "unstorable:flow"],
+                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert out.returncode == 1, out.stdout + out.stderr  # a drift: a resume with this code would fail the same way
+    assert out.stdout.startswith("run.jsonl: drift: now raises NotSerializable: args of tool 'look' at step 0: ")

@@ -45,7 +45,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from .._errors import HarnessError, ReplayDrift, ReplayViolation, ResumeMismatch
+from .._errors import HarnessError, NotSerializable, ReplayDrift, ReplayViolation, ResumeMismatch
 from ..review.normalize import describe_record, is_golden_file, normalize
 from ..review.rerun import Rerun, rerun
 from ..review.runs import _traces
@@ -374,6 +374,8 @@ def _verdict(path: str, rep: Replay, agent: Agent, out: str, code: str | None) -
         return Checked(path, "drift", said, e.seq, code=code, finished=finished)
     except ResumeMismatch as e:
         return Checked(path, "skipped", str(e), code=code, finished=finished)
+    except NotSerializable as e:  # the code now hands over what no trace can hold: a resume would fail as well
+        return Checked(path, "drift", f"now raises NotSerializable: {_cut(str(e))}", code=code, finished=finished)
     except HarnessError as e:
         return Checked(path, "error", str(e), code=code, finished=finished)
     except KeyboardInterrupt:
