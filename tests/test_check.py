@@ -381,6 +381,8 @@ def look(point: str) -> str:
 @harness.workflow
 def noisy(topic: str) -> str:
     print("workflow noise", topic)
+    if os.environ.get("EXIT") == topic:  # agent code that ends its process
+        os._exit(9)
     if os.environ.get("BLOCK") == topic:  # a check that takes its time: the test interrupts it here
         open(os.environ["BLOCKED"], "w").close()
         time.sleep(600)
@@ -482,3 +484,16 @@ def test_code_that_now_hands_a_tool_what_no_trace_holds_drifts(tmp_path: Path) -
                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)  # fmt: skip
     assert out.returncode == 1, out.stdout + out.stderr  # a drift: a resume with this code would fail the same way
     assert out.stdout.startswith("run.jsonl: drift: now raises NotSerializable: args of tool 'look' at step 0: ")
+
+
+def test_a_worker_whose_agent_code_exits_is_said_never_a_hang(noisy: Path) -> None:
+    env = {**os.environ, "PYTHONPATH": str(noisy), "EXIT": "t11"}
+    cmd = [sys.executable, "-m", "harness", "check", "runs", "--workflow", "noisy_agent:noisy", "-j", "2"]
+    out = subprocess.run(cmd, cwd=noisy, env=env, capture_output=True, text=True, timeout=300)
+    lines = out.stdout.splitlines()
+    assert out.returncode == 2 and len(lines) == 21, out.stdout + out.stderr
+    died = "error: a check worker process died while checking this run or one beside it"
+    said = {line.partition(": ")[0]: line.partition(": ")[2] for line in lines[:20]}
+    assert said["runs/11.jsonl"].startswith(died) and said["runs/00.jsonl"] == "ok"  # (the other worker's may die too)
+    assert all(said[f"runs/{i:02d}.jsonl"].startswith(died) for i in range(11, 20))
+    assert all(v == "ok" or v.startswith(died) for v in said.values()) and "Traceback" not in out.stderr
