@@ -100,8 +100,13 @@ def snapshot(folder: Path) -> dict[str, str]:
     return {str(p): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
-def scratch() -> set[str]:
-    return {p for root in ("/dev/shm", "/tmp") if os.path.isdir(root) for p in os.listdir(root) if "harness-check" in p}
+@pytest.fixture
+def scratch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The check's scratch folder ($TMPDIR, which the CLI's process inherits): this test's alone, even under xdist."""
+    folder = tmp_path / "tmp"
+    folder.mkdir()
+    monkeypatch.setenv("TMPDIR", str(folder))
+    return folder
 
 
 @pytest.fixture(scope="module")
@@ -132,9 +137,9 @@ def expected(name: str, drifted: bool) -> str:
     return "ok"
 
 
-def test_a_thousand_runs_are_checked_and_nothing_is_written(folder: Path) -> None:
+def test_a_thousand_runs_are_checked_and_nothing_is_written(folder: Path, scratch: Path) -> None:
     runs = folder / "runs"
-    before, left = snapshot(runs), scratch()
+    before = snapshot(runs)
     assert len([p for p in before if p.endswith(".jsonl")]) == 1001
 
     out = harness_cli("check", "runs", "--workflow", "check_agent:research", "-j", "2", cwd=folder)
@@ -145,7 +150,7 @@ def test_a_thousand_runs_are_checked_and_nothing_is_written(folder: Path) -> Non
         path, _, said = line.partition(": ")
         assert said == expected(Path(path).stem, drifted=False), line
     assert lines[-1] == "1001 runs: 1001 ok (101 unfinished, would go on)"
-    assert snapshot(runs) == before and scratch() == left
+    assert snapshot(runs) == before and list(scratch.iterdir()) == []
 
     agent(folder, DRIFTS)  # today's code: runs whose topic ends in 7 look up another point
     try:
@@ -160,7 +165,7 @@ def test_a_thousand_runs_are_checked_and_nothing_is_written(folder: Path) -> Non
     assert lines[-1] == (
         "1001 runs: 901 ok (101 unfinished, would go on), 100 drift; 1001 recorded with code other than today's"
     )
-    assert snapshot(runs) == before and scratch() == left
+    assert snapshot(runs) == before and list(scratch.iterdir()) == []
 
 
 def test_json_gives_one_object_per_run(folder: Path) -> None:
@@ -413,15 +418,17 @@ def test_what_the_agent_prints_goes_to_stderr_never_into_the_lines(noisy: Path, 
 
 
 def test_ctrl_c_stops_the_workers_at_once_no_traceback_nothing_left(noisy: Path) -> None:
-    before, left = snapshot(noisy / "runs"), scratch()
+    before, tmp = snapshot(noisy / "runs"), noisy / "tmp"
+    tmp.mkdir()
     blocked = noisy / "blocked"
-    env = {**os.environ, "PYTHONPATH": str(noisy), "BLOCK": "t11", "BLOCKED": str(blocked)}
+    env = {**os.environ, "PYTHONPATH": str(noisy), "BLOCK": "t11", "BLOCKED": str(blocked), "TMPDIR": str(tmp)}
     cmd = [sys.executable, "-m", "harness", "check", "runs", "--workflow", "noisy_agent:noisy", "-j", "2"]
     p = subprocess.Popen(cmd, cwd=noisy, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                          start_new_session=True)  # fmt: skip
     try:
         while not blocked.exists() and p.poll() is None:  # a worker is in the run it sleeps in
             time.sleep(0.02)
+        assert [d.name[:14] for d in tmp.iterdir()] == ["harness-check-"]  # $TMPDIR holds the check's scratch
         os.killpg(p.pid, signal.SIGINT)  # what Ctrl-C on a terminal does: the whole group gets it
         out, err = p.communicate(timeout=120)  # the sleeping worker would hold a shutdown for 600 s
     finally:
@@ -431,19 +438,20 @@ def test_ctrl_c_stops_the_workers_at_once_no_traceback_nothing_left(noisy: Path)
     assert "Traceback" not in err and "KeyboardInterrupt" not in err
     assert err.splitlines()[-1].startswith("harness check: interrupted after ")
     assert all(line.endswith(": ok") for line in out.splitlines())  # the lines printed stand, no summary
-    assert snapshot(noisy / "runs") == before and scratch() == left
+    assert snapshot(noisy / "runs") == before and list(tmp.iterdir()) == []
 
 
 def test_a_reader_that_stops_reading_stops_the_check_quietly(noisy: Path) -> None:
     """`harness check runs | head -1`: the pipe closes, the workers stop; no traceback, nothing left behind."""
-    left = scratch()
+    tmp = noisy / "tmp"
+    tmp.mkdir()
     cmd = [sys.executable, "-m", "harness", "check", "runs", "--workflow", "noisy_agent:noisy", "-j", "2"]
-    env = {**os.environ, "PYTHONPATH": str(noisy)}
+    env = {**os.environ, "PYTHONPATH": str(noisy), "TMPDIR": str(tmp)}
     p = subprocess.Popen(cmd, cwd=noisy, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert p.stdout is not None and p.stdout.readline() == "runs/00.jsonl: ok\n"
     p.stdout.close()
     err = p.communicate(timeout=120)[1]
-    assert p.returncode == 0 and "Traceback" not in err and scratch() == left
+    assert p.returncode == 0 and "Traceback" not in err and list(tmp.iterdir()) == []
 
 
 def test_a_path_that_is_no_file_nor_folder_is_named_as_such(noisy: Path) -> None:

@@ -13,8 +13,8 @@ recorded crossing and tool result served, no tool and no model called):
   folder) and checked as a finished run.
 
 Nothing is written beside the runs: the re-execution's own trace goes to a
-scratch folder outside every folder checked (`/dev/shm` when there is one,
-else the system's temporary folder), one per check with one folder per run
+scratch folder outside every folder checked (`$TMPDIR` when set, else
+`/dev/shm` when there is one, else the system's temporary folder), one per check with one folder per run
 in it, each removed as soon as its run is checked, the whole removed when
 the check ends or is interrupted; the recordings are only read. (A rerun's
 writer is the journal itself, with its fsyncs and index: a file in memory
@@ -225,10 +225,11 @@ def _worker(paths: list[str]) -> list[Checked]:
 
 
 def _scratch_root(given: list[str]) -> str:
-    """Where re-executions write: /dev/shm (memory) when usable, else the temporary folder; never under a folder
-    being checked."""
+    """Where re-executions write: $TMPDIR when set (the user's choice), else /dev/shm (memory) when usable, else
+    the temporary folder; never under a folder being checked."""
     inside = [os.path.realpath(g) for g in given]
-    for root in ("/dev/shm", tempfile.gettempdir()):
+    chosen = [os.environ["TMPDIR"]] if os.environ.get("TMPDIR") else []
+    for root in (*chosen, "/dev/shm", tempfile.gettempdir()):
         real = os.path.realpath(root)
         if os.path.isdir(root) and os.access(root, os.W_OK) and not any(_under(real, g) for g in inside):
             return root
