@@ -9,6 +9,7 @@ the folder are hashed before and after: nothing is written. Then an Executor's r
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -306,6 +307,13 @@ def test_a_project_may_name_what_the_fingerprint_covers(tmp_path: Path) -> None:
     (tmp_path / "helper.py").write_text("X = 2\n")  # a file the project named: the code changed, the run replays
     out = harness_cli("check", "run.jsonl", "--workflow", "agent.flow:flow", cwd=tmp_path)
     assert out.returncode == 0 and out.stdout.splitlines()[0] == "run.jsonl: ok [code changed since it was recorded]"
+
+
+def test_a_partial_planner_is_fingerprinted_by_its_functions_module(tmp_path: Path) -> None:
+    planner, tools, _ = make_agent()
+    out = harness.Executor(planner=functools.partial(planner), tools=tools, trace=tmp_path / "run.jsonl").run("go")
+    files = harness.replay(out.trace).header["env"]["code"]["files"]
+    assert [Path(f).name for f in files] == ["test_check.py"]  # not functools.py: it would never say the code changed
 
 
 def test_python_dash_m_harness_is_the_command(tmp_path: Path) -> None:
