@@ -802,7 +802,7 @@ def _check(args: argparse.Namespace) -> int:
             results.append(r)
             if bar is not None:
                 bar.clear()
-            out.write(orjson.dumps(r.to_json()) + b"\n" if args.json else r.line().encode() + b"\n")
+            out.write((orjson.dumps(r.to_json()).decode() if args.json else r.line()) + "\n")
             out.flush()
             if bar is not None:
                 bar.step()
@@ -819,21 +819,31 @@ def _check(args: argparse.Namespace) -> int:
         if bar is not None:
             bar.clear()
         if not args.json:
-            out.write(summary(results).encode() + b"\n")
+            out.write(summary(results) + "\n")
     if all(r.status == "skipped" for r in results):  # (an unreadable run says so on its line and in the summary)
         print("harness check: no run was checked: none of them is a run of this agent (see the lines)", file=sys.stderr)
     return exit_code(results)
 
 
 @contextlib.contextmanager
-def _stdout_kept() -> Iterator[IO[bytes]]:
+def _stdout_kept() -> Iterator[IO[str]]:
     """The command's stdout, for its own lines; meanwhile fd 1 (and so sys.stdout) is stderr, so what the agent's
-    code prints, in this process or in a forked worker, cannot mix into them (`--json` lines stay parseable)."""
+    code prints, in this process or in a forked worker, cannot mix into them (`--json` lines stay parseable).
+    A sys.stdout that is not fd 1 (main() called with stdout captured) is used as it is."""
+    try:
+        real = sys.stdout.fileno() == 1
+    except (AttributeError, OSError, ValueError):
+        real = False
+    if not real:  # (what the agent prints there goes to stderr too; a forked worker's fd 1 is left as it is)
+        out = sys.stdout
+        with contextlib.redirect_stdout(sys.stderr):
+            yield out
+        return
     sys.stdout.flush()
     kept = os.dup(1)
     os.dup2(2, 1)
     try:
-        with open(kept, "wb", closefd=False) as out:
+        with open(kept, "w", encoding="utf-8", closefd=False) as out:
             yield out
     finally:
         sys.stdout.flush()  # what the agent printed and Python still buffers goes to stderr too

@@ -513,3 +513,13 @@ def test_a_worker_whose_agent_code_exits_is_said_never_a_hang(noisy: Path) -> No
     assert said["runs/11.jsonl"].startswith(died) and said["runs/00.jsonl"] == "ok"  # (the other worker's may die too)
     assert all(said[f"runs/{i:02d}.jsonl"].startswith(died) for i in range(11, 20))
     assert all(v == "ok" or v.startswith(died) for v in said.values()) and "Traceback" not in out.stderr
+
+
+def test_main_called_in_a_process_whose_stdout_is_captured(noisy: Path, capsys: pytest.CaptureFixture[str],
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    from harness.cli import main
+
+    monkeypatch.chdir(noisy)
+    monkeypatch.syspath_prepend(str(noisy))
+    assert main(["check", "runs/00.jsonl", "--workflow", "noisy_agent:noisy"]) == 0
+    assert capsys.readouterr().out.splitlines() == ["runs/00.jsonl: ok", "1 run: 1 ok"]  # lines where stdout is
