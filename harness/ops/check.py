@@ -14,11 +14,12 @@ recorded crossing and tool result served, no tool and no model called):
 
 Nothing is written beside the runs: the re-execution's own trace goes to a
 scratch folder outside every folder checked (`$TMPDIR` when set, else
-`/dev/shm` when there is one, else the system's temporary folder), one per check with one folder per run
-in it, each removed as soon as its run is checked, the whole removed when
-the check ends or is interrupted; the recordings are only read. (A rerun's
-writer is the journal itself, with its fsyncs and index: a file in memory
-keeps the re-execution exactly what a resume runs.) The recorded `env.code`
+`/dev/shm` when there is one, else the system's temporary folder): one
+folder per check, one per run inside it, each removed as soon as its run is
+checked, the whole when the check ends or is interrupted; the recordings
+are only read. (A folder, not a journal in memory: the re-execution writes
+through the journal itself, its blobs and fsyncs included, so it runs what
+a resume runs; /dev/shm is memory already.) The recorded `env.code`
 fingerprint is compared with that of the code given (`code changed` in the
 line): information, never a failure.
 
