@@ -76,9 +76,8 @@ from ..trace.remote import open_journal
 from ..trace.torn import set_aside
 from ..trace.vault import Vault
 from . import timers as _timers
-from .agents import AgentState
 from .boundary import Session, deactivate
-from .context import _agent, _current, _in_call, _key
+from .context import AgentState, end_call, reset_key, running_agent, set_agent, set_key, set_run, start_call
 from .control import decisive
 from .environment import environment
 from .fingerprint import code_of
@@ -912,9 +911,9 @@ def _within(fn: Callable[..., Any], kwargs: dict[str, Any], timeout: float, name
     ctx = contextvars.copy_context()
 
     def enter() -> None:  # in the worker's context: the calling agent's own state is never touched
-        _current.set(shadow)
-        _agent.set(AgentState((_agent.get() or session.agents.main).name))  # (a lane's name: step-N)
-        _in_call.set(True)
+        set_run(shadow)
+        set_agent(AgentState((running_agent() or session.agents.main).name))  # (a lane's name: step-N)
+        start_call()  # (a worker's own context: never ended)
         shadow.answers = session.answers
 
     ctx.run(enter)
@@ -1006,12 +1005,12 @@ class _InCall:
         self.me = me = session.agent()
         session.agents.enter_call(me)
         session.count_live(me)
-        self.token = _in_call.set(True)
-        self.keyed = _key.set(self.key)
+        self.token = start_call()
+        self.keyed = set_key(self.key)
 
     def __exit__(self, *exc: object) -> None:
-        _key.reset(self.keyed)
-        _in_call.reset(self.token)
+        reset_key(self.keyed)
+        end_call(self.token)
         self.session.agents.leave_call(self.me)
 
 
