@@ -55,7 +55,7 @@ from typing import Any
 
 from .calls import EXCHANGE_KINDS, Exchange, exchange, role, tool_call
 
-VIEW = 2  # the behavior view's version: golden files name it (`"view": 2`); 2: tool calls say `origin`
+VIEW = 2  # the behavior view's version: golden files name it (`"view": 2`); 2: a rerun's calls say `origin`
 
 # the crossings mapped here: model calls (calls.exchange) and tool calls (calls.tool_call)
 TOOL_CALLS = frozenset({"pydantic_ai.tool", "openai_agents.tool", "openai_agents.mcp", "mcp.call_tool"})
@@ -91,7 +91,8 @@ class Behavior:
     # --- records ------------------------------------------------------------------------------------------------
 
     def view(self, record: Mapping[str, Any]) -> dict[str, Any] | None:
-        """The view of a crossing this module maps, else None (the record is shown as it is)."""
+        """The view of a crossing this module maps (or of a rerun's step intent: with its `origin`), else None (the
+        record is shown as it is)."""
         kind = record.get("kind")
         if kind == "header":
             self._header = record
