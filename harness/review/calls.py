@@ -581,11 +581,9 @@ def _agents_exchange(boundary: str, request: Any, response: Any) -> Exchange:
     if handoffs:
         tools = [*(tools or []), *({"handoff": True, **h} for h in handoffs)]
     output = {"schema": request["output"]} if request.get("output") is not None else None
-    if streamed:  # the events: the response the last one completes
-        done = [e for e in response or [] if isinstance(e, dict) and e.get("type") == "response.completed"]
-        response = done[-1].get("response") if done else None
+    response = _agents_response(response)  # a stream's: the one its last event completes
     reply = finish = usage = None
-    if isinstance(response, dict):
+    if response is not None:
         reply = _merge(_items(response.get("output") or []))
         usage = response.get("usage")
         finish = response.get("status") if streamed else None
