@@ -68,15 +68,23 @@ from typing import Any, cast
 
 import orjson
 
-from .._errors import HarnessError, ReplayDrift, ReplayViolation, ResumeMismatch, ToolTimeout, TraceUnreadable, internal
+from .._errors import (
+    Control,
+    HarnessError,
+    Interrupted,
+    ReplayDrift,
+    ReplayViolation,
+    ResumeMismatch,
+    ToolTimeout,
+    TraceUnreadable,
+    internal,
+)
 from ..runtime.agents import Agents
 from ..runtime.boundary import Arrived, Match, Session, _Hold, _may_hold, differences, patiently, same, take
 from ..runtime.bridge import bridging
-from ..runtime.control import Control
 from ..runtime.environment import environment
 from ..runtime.executor import MAX_STEPS, Executor, RetryPolicy, Step
 from ..runtime.history import Item, Recorded, Serving
-from ..runtime.interrupt import Interrupted
 from ..runtime.resume import reveal_crossings
 from ..runtime.tool import Tool
 from ..runtime.workflow import Workflow, go_on, run_anywhere, same_workflow, start

@@ -48,6 +48,7 @@ from typing import Any
 
 from .._errors import (
     HarnessError,
+    Interrupted,
     JournalError,
     NotSerializable,
     RedactedArgs,
@@ -82,7 +83,6 @@ from .context import _agent, _current, _in_call, _key
 from .control import decisive
 from .environment import environment
 from .fingerprint import code_of
-from .interrupt import Interrupted
 from .resume import NO_ANSWER, RESEAL, GoOn, main_event, marked, plan, reveal_crossings, start_over
 from .tasks import numbering
 from .tool import Tool, ToolSpec, spec_of
