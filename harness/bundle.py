@@ -608,7 +608,7 @@ def _place_on_store(
         if name.startswith(_blobs.FOLDER + "/"):
             try:
                 there = blobs.read(f"{blobs.root}/{name.split('/', 1)[1]}")
-            except TraceUnreadable:
+            except TraceUnreadable:  # not there yet: place_blobs writes it
                 continue
             if hashlib.sha256(there).hexdigest() == listed[name]["sha256"]:
                 skipped.append(name)  # an altered blob is replaced by place_blobs: its name says what it holds

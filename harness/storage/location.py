@@ -184,7 +184,7 @@ class Location:
                 continue
             try:
                 data = source.read(f"{source.root}/{name}")
-            except TraceUnreadable:
+            except TraceUnreadable:  # not on the store: the trace's replay names the blob missing, with its seq
                 continue
             os.makedirs(folder, exist_ok=True)
             part = f"{path}.{os.getpid()}.part"
