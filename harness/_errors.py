@@ -113,8 +113,10 @@ class TraceMissing(TraceUnreadable):
 
 
 class ResumeMismatch(HarnessError):
-    """resume=True with a goal or tools other than the ones the trace pins (for a workflow: another workflow,
-    other arguments, or a recorded call's tool with another contract). Nothing was written."""
+    """resume=True with a goal or tools other than the ones the trace pins. Nothing was written.
+
+    For a workflow: another workflow, other arguments, or a recorded call's tool with another contract.
+    """
 
     def __init__(self, path: str, what: str, recorded: Any, given: Any):
         self.path, self.what, self.recorded, self.given = path, what, recorded, given
@@ -239,9 +241,11 @@ class ReplayDrift(HarnessError):
 
 
 class AmbiguousCall(ReplayDrift):
-    """A re-execution cannot tell which recorded call a call of a concurrent task is: recorded calls not served
-    yet match it only as redacted, and the trace names no task (written before harness named them). Nothing is
-    served; `seqs` are the recorded calls it matched."""
+    """A re-execution cannot tell which recorded call a call of a concurrent task is. Nothing is served.
+
+    Recorded calls not served yet match it only as redacted, and the trace names no task (written before
+    harness named them); `seqs` are the recorded calls it matched.
+    """
 
     def __init__(self, message: str, *, seqs: list[int], agent: str = "main"):
         self.seqs = seqs
@@ -291,6 +295,14 @@ class SecretUnavailable(HarnessError):
             f"{path}: seq {seq}: its {field}{where} holds a secret kept encrypted beside the trace, and {problem}. "
             "A recorded value is never served with the redaction marker in place of its secret; nothing was written."
         )
+
+
+class TooLarge(TraceUnreadable):
+    """A file beside a trace that holds more bytes (`size`) than harness reads of such a file (`limit`)."""
+
+    def __init__(self, path: str, size: int, limit: int):
+        self.size, self.limit = size, limit
+        super().__init__(path, f"holds {size} bytes, more than the {limit} harness reads of such a file")
 
 
 class Control(BaseException):  # not an Exception: agent code catching Exception keeps out
@@ -402,10 +414,11 @@ class IndexChanged(HarnessError):
 class EntryPointError(HarnessError):
     """A `module:attr` (an agent's factory, a workflow) that cannot be loaded.
 
-    `spec` is what was given, `module` the module part, `problem` what failed:
-    no such module, no such attribute, importing it raised, or not what was asked for.
+    `flag` is what named it (`--agent`, `--workflow`), `spec` what was given, `module` its module part,
+    `problem` what failed: not `module:attr`, no such module, importing it raised, no such attribute,
+    not what the flag takes, or the factory raised. Nothing was written.
     """
 
-    def __init__(self, spec: str, module: str, problem: str):
-        self.spec, self.module, self.problem = spec, module, problem
-        super().__init__(f"{spec}: {problem}")
+    def __init__(self, flag: str, spec: str, module: str, problem: str):
+        self.flag, self.spec, self.module, self.problem = flag, spec, module, problem
+        super().__init__(f"{flag} {spec!r}: {problem}")

@@ -66,7 +66,7 @@ def tasks(
     if (agent is None) == (workflow is None):
         raise HarnessError("give agent='module:factory' (an Executor's agent) or workflow='module:attr', one of them")
     if workflow is not None:
-        from .review.rerun import load_workflow
+        from .runtime.entry import load_workflow
 
         load_workflow(workflow)  # here, not on every worker: a closure or a lambda cannot be imported there
     spec = agent or workflow or ""
@@ -109,8 +109,8 @@ def read_goals(path: str | os.PathLike[str]) -> list[Any]:
 
 def run_one(task: Task) -> Outcome:
     """Run (or resume) one task's goal in this process: what each Ray task does."""
-    from .review.rerun import load_agent, load_workflow
     from .runtime.bridge import bridging
+    from .runtime.entry import load_agent, load_workflow
     from .runtime.executor import Executor
 
     try:

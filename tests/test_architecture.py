@@ -116,3 +116,27 @@ def test_the_cycle_check_names_the_modules_of_a_cycle() -> None:
     graph.add_import(importer="p.x", imported="p.y")
     graph.add_import(importer="p.y", imported="p.x")
     assert sorted(cycles(graph)) == [["p.a", "p.b", "p.c"], ["p.x", "p.y"]]
+
+
+def test_every_exception_class_of_harness_is_defined_in_errors() -> None:
+    """Errors in one place: a class of harness deriving from an exception lives in harness/_errors.py, unless it is
+    a private signal of one module (an underscore name, or `Paused`, runtime/control.py's own)."""
+    import ast
+
+    import harness
+    import harness._errors as errors
+
+    known = {n for n, c in vars(errors).items() if isinstance(c, type) and issubclass(c, BaseException)}
+    known |= {"Exception", "BaseException", "ValueError", "TypeError"}
+    root = Path(harness.__file__).parent
+    found = [
+        f"{path.relative_to(root.parent)}:{node.lineno} {node.name}"
+        for path in sorted(root.rglob("*.py"))
+        if path.name != "_errors.py"
+        for node in ast.walk(ast.parse(path.read_text(), str(path)))
+        if isinstance(node, ast.ClassDef)
+        and any(ast.unparse(b).rsplit(".", 1)[-1] in known for b in node.bases)
+        and not node.name.startswith("_")
+        and node.name != "Paused"
+    ]
+    assert found == []

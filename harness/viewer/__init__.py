@@ -109,11 +109,11 @@ def create_app(
     if agent is not None and workflow is not None:
         raise HarnessError("give --agent or --workflow to fork from the page, not both")
     if agent is not None:
-        from ..review.rerun import load_agent
+        from ..runtime.entry import load_agent
 
         load_agent(agent)  # a wrong --agent fails now, not at the first fork
     if workflow is not None:
-        from ..review.rerun import load_workflow
+        from ..runtime.entry import load_workflow
 
         load_workflow(workflow)
     if rules is None:

@@ -61,17 +61,17 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from .._errors import HarnessError, IndexChanged, RunNotFound, TraceCorruption, TraceUnreadable
+from .._errors import HarnessError, IndexChanged, RunNotFound, TooLarge, TraceCorruption, TraceUnreadable
 from ..review.cost import run_cost
 from ..review.diff import diff as harness_diff
 from ..review.diff import marked_changes
 from ..review.normalize import RULES, Rules, behave, mapped, normalize_record
 from ..review.rerun import fork as harness_fork
-from ..review.rerun import load_agent, load_workflow
 from ..review.runs import run_info
 from ..review.stream import FRAMEWORK_MODELS, http_view, reply
+from ..runtime.entry import load_agent, load_workflow
 from ..storage.blobs import read as read_blob
-from ..storage.files import TooLarge, read_beside
+from ..storage.files import read_beside
 from ..trace.annotations import VERSION as ANNOTATIONS_VERSION
 from ..trace.annotations import annotations_path
 from ..trace.annotations import parse as parse_annotations
