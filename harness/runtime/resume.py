@@ -28,16 +28,18 @@ each resumes into (the step loop, the function run again) is theirs.
 
 from __future__ import annotations
 
+import mmap
 import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Final
 
 from .._errors import HarnessError, TraceCorruption, internal
+from ..storage import is_url
 from ..trace import state as S
 from ..trace.journal import Journal
 from ..trace.line import canonical
-from ..trace.reader import Crossing, Replay
+from ..trace.reader import Call, Checkpoint, Crossing, Replay
 from ..trace.redact import Redaction
 from ..trace.torn import set_aside, torn_name
 from ..trace.vault import Vault
@@ -85,12 +87,69 @@ def plan(rep: Replay, answer: Any, *, redact: Redaction, entrypoint: str) -> str
 
 def revealed(rep: Replay, marker: str) -> tuple[Replay, list[Crossing]]:
     """rep, and the crossings an Executor's resume serves again, each with its secrets kept beside the trace
-    back in place (trace/vault.py): live code got them so. (Its tool results are not: the planner is handed
-    them as the trace holds them, live as on resume; a tool called again gets its args from the planner.)
+    back in place (trace/vault.py): live code got them so. (Its tool results are `progress()`'s; a tool called
+    again gets its args from the planner.)
 
     MissingExtra or SecretUnavailable when one holds the marker and cannot be revealed.
     """
     return rep, reveal_crossings(Vault(rep.path, marker), rep.resumable_crossings())
+
+
+def progress(rep: Replay, marker: str) -> tuple[Replay, list[Checkpoint] | None]:
+    """What an Executor's resume hands its planner and verifier, with the secrets kept beside the trace back in
+    place: rep with the results it goes on from revealed (the last one, an operator's reconciled one, each open
+    call's), and the progress so far, revealed (None: no result in the trace can hold the marker, and the progress
+    is read from the trace on access as before). Live code got these values so (`Journal.give`).
+
+    Called before anything is written: MissingExtra or SecretUnavailable when one holds the marker and cannot be
+    revealed, so the resume refuses before any live call. A trace whose bytes hold no marker costs one search.
+    """
+    vault = Vault(rep.path, marker)
+    if not _may_hold(rep, vault.needle):
+        return rep, None
+    cks = [_revealed(vault, ck) for ck in rep.checkpoints]
+    t = rep._tail
+    tail = replace(
+        t,
+        result=vault.reveal(t.result_seq, "result", t.result) if rep.state in _GOES_ON_FROM else t.result,
+        reconcile=_reconciled(vault, t.reconcile),
+        group=tuple(_call(vault, c) for c in t.group),
+    )
+    return replace(rep, _tail=tail), cks
+
+
+_GOES_ON_FROM = (S.VERIFY, S.PAUSED)  # where a resume goes on with the last result (a verifier, a question)
+
+
+def _may_hold(rep: Replay, needle: bytes) -> bool:
+    """Whether a result in rep's trace may hold the marker: its bytes do (one search, in C), or it names a blob
+    (a payload stored beside it), or it is on object storage (read whole anyway)."""
+    if is_url(rep.path) or rep._tail.blobs:
+        return True
+    try:
+        with open(rep.path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
+            return m.find(needle) >= 0
+    except (OSError, ValueError):  # (an empty file cannot be mapped): read the checkpoints, which say why
+        return True
+
+
+def _revealed(vault: Vault, ck: Checkpoint) -> Checkpoint:
+    value = vault.reveal(ck.result_seq, "result", ck.result)
+    return ck if value is ck.result else replace(ck, result=value)
+
+
+def _reconciled(vault: Vault, reconcile: dict[str, Any] | None) -> dict[str, Any] | None:
+    if reconcile is None or "result" not in reconcile:
+        return reconcile
+    value = vault.reveal(reconcile["seq"], "result", reconcile["result"])
+    return reconcile if value is reconcile["result"] else {**reconcile, "result": value}
+
+
+def _call(vault: Vault, c: Call) -> Call:
+    """An open call of a parallel step, with the result it goes on from and its checkpoint revealed."""
+    result = vault.reveal(c.result_seq, "result", c.result) if c.state in _GOES_ON_FROM else c.result
+    checkpoint = _revealed(vault, c.checkpoint) if c.checkpoint is not None else None
+    return replace(c, result=result, reconcile=_reconciled(vault, c.reconcile), checkpoint=checkpoint)
 
 
 def reveal_crossings(vault: Vault, crossings: Iterable[Crossing]) -> list[Crossing]:
