@@ -401,3 +401,35 @@ def test_a_parallel_call_checkpointed_before_a_crash_hands_the_planner_its_token
     assert out.state == "DONE" and len(logins) == 3  # the checkpointed call is not made again
     assert used == [[tokens["a"], tokens["b"]]]  # in planner order, each as login returned it
     assert all(in_clear(tmp_path / "runs", t) == [] for t in tokens.values())
+
+
+def test_an_executors_result_stored_as_a_blob_reaches_the_planner_with_its_secret_on_resume(tmp_path: Path) -> None:
+    from harness.storage.blobs import THRESHOLD
+
+    token, seen = "tok-" + secrets.token_hex(16), []
+
+    def big_login() -> dict[str, Any]:
+        return {"access_token": token, "pad": "x" * THRESHOLD}
+
+    def use(access_token: str) -> str:
+        seen.append(access_token)
+        if len(seen) == 1:
+            raise Crash
+        return "ok"
+
+    def planner(goal: str, progress: list[harness.Checkpoint]) -> Any:
+        if not progress:
+            return harness.Step("login", "login", {})
+        if len(progress) == 1:
+            return harness.Step("use", "use", {"access_token": progress[0].result["access_token"]})
+        return None
+
+    (tmp_path / "runs").mkdir()
+    trace = tmp_path / "runs" / "run.jsonl"
+    tools = {"login": big_login, "use": use}
+    with pytest.raises(Crash):
+        harness.Executor(planner=planner, tools=tools, trace=trace).run("g")
+    assert list((tmp_path / "runs" / "blobs").iterdir())  # the result went to a blob (redacted): not searched
+    out = harness.Executor(planner=planner, tools=tools, trace=trace, resume=True).run("g")
+    assert out.state == "DONE" and seen == [token, token]
+    assert in_clear(tmp_path / "runs", token) == []

@@ -30,13 +30,16 @@ from __future__ import annotations
 
 import mmap
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Final
+from typing import Any, Final, overload
+
+import orjson
 
 from .._errors import HarnessError, TraceCorruption, internal
 from ..storage import is_url
 from ..trace import state as S
+from ..trace.index import ResumedProgress
 from ..trace.journal import Journal
 from ..trace.line import canonical
 from ..trace.reader import Call, Checkpoint, Crossing, Replay
@@ -95,20 +98,26 @@ def revealed(rep: Replay, marker: str) -> tuple[Replay, list[Crossing]]:
     return rep, reveal_crossings(Vault(rep.path, marker), rep.resumable_crossings())
 
 
-def progress(rep: Replay, marker: str) -> tuple[Replay, list[Checkpoint] | None]:
+def progress(rep: Replay, marker: str) -> tuple[Replay, list[Checkpoint] | ResumedProgress | None]:
     """What an Executor's resume hands its planner and verifier, with the secrets kept beside the trace back in
     place: rep with the results it goes on from revealed (the last one, an operator's reconciled one, each open
-    call's), and the progress so far, revealed (None: no result in the trace can hold the marker, and the progress
-    is read from the trace on access as before). Live code got these values so (`Journal.give`).
+    call's), and the progress so far (None: no result in the trace holds the marker, and the progress is read from
+    the trace on access as before). Live code got these values so (`Journal.give`).
 
     Called before anything is written: MissingExtra or SecretUnavailable when one holds the marker and cannot be
-    revealed, so the resume refuses before any live call. A trace whose bytes hold no marker costs one search.
+    revealed, so the resume refuses before any live call. Its cost is one search of the trace's bytes for the
+    marker (in C), and a read of each line that holds it: the progress stays read on access. A trace on object
+    storage (read whole anyway) or with blobs (a payload's marker is not in the trace's bytes) is revealed whole.
     """
     vault = Vault(rep.path, marker)
-    if not _may_hold(rep, vault.needle):
-        return rep, None
-    cks = [_revealed(vault, ck) for ck in rep.checkpoints]
     t = rep._tail
+    cks: list[Checkpoint] | ResumedProgress | None = None
+    if is_url(rep.path) or t.blobs:
+        cks = [_revealed(vault, ck) for ck in rep.checkpoints]
+    else:
+        results = _marked_results(rep.path, vault)
+        if results:
+            cks = ResumedProgress(_Revealing(rep.checkpoints, results))
     tail = replace(
         t,
         result=vault.reveal(t.result_seq, "result", t.result) if rep.state in _GOES_ON_FROM else t.result,
@@ -121,16 +130,58 @@ def progress(rep: Replay, marker: str) -> tuple[Replay, list[Checkpoint] | None]
 _GOES_ON_FROM = (S.VERIFY, S.PAUSED)  # where a resume goes on with the last result (a verifier, a question)
 
 
-def _may_hold(rep: Replay, needle: bytes) -> bool:
-    """Whether a result in rep's trace may hold the marker: its bytes do (one search, in C), or it names a blob
-    (a payload stored beside it), or it is on object storage (read whole anyway)."""
-    if is_url(rep.path) or rep._tail.blobs:
-        return True
+def _marked_results(path: str, vault: Vault) -> dict[int, tuple[Any, Any]]:
+    """The tool results in the trace at path that hold the marker, by seq: (as the trace holds it, revealed).
+
+    Only the lines the marker is found in are read (a torn one is not a record: left out); SecretUnavailable or
+    MissingExtra for one that cannot be revealed.
+    """
+    found: dict[int, tuple[Any, Any]] = {}
     try:
-        with open(rep.path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
-            return m.find(needle) >= 0
-    except (OSError, ValueError):  # (an empty file cannot be mapped): read the checkpoints, which say why
-        return True
+        with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
+            at = m.find(vault.needle)
+            while at >= 0:
+                start, end = m.rfind(b"\n", 0, at) + 1, m.find(b"\n", at)
+                end = len(m) if end < 0 else end
+                try:
+                    rec = orjson.loads(m[start:end])
+                except orjson.JSONDecodeError:
+                    rec = None
+                verified = type(rec) is dict and rec.get("kind") == "transition" and rec.get("to") == S.VERIFY
+                if verified and "result" in rec and type(rec.get("seq")) is int:
+                    found[rec["seq"]] = (rec["result"], vault.reveal(rec["seq"], "result", rec["result"]))
+                at = m.find(vault.needle, end)
+    except (OSError, ValueError) as e:  # (replay() read it a moment ago; an empty file cannot be mapped)
+        raise HarnessError(f"{path}: cannot read it again to reveal its secrets: {e}") from None
+    return found
+
+
+class _Revealing(Sequence[Checkpoint]):
+    """A trace's checkpoints, read on access, each whose result holds the marker with its secrets back in place."""
+
+    def __init__(self, before: Sequence[Checkpoint], results: dict[int, tuple[Any, Any]]):
+        self._before, self._results = before, results
+
+    def __len__(self) -> int:
+        return len(self._before)
+
+    @overload
+    def __getitem__(self, i: int) -> Checkpoint: ...
+    @overload
+    def __getitem__(self, i: slice) -> Sequence[Checkpoint]: ...
+    def __getitem__(self, i: int | slice) -> Checkpoint | Sequence[Checkpoint]:
+        if isinstance(i, slice):
+            return [self._put(ck) for ck in self._before[i]]
+        return self._put(self._before[i])
+
+    def __iter__(self) -> Iterator[Checkpoint]:
+        return (self._put(ck) for ck in self._before)
+
+    def _put(self, ck: Checkpoint) -> Checkpoint:
+        held = self._results.get(ck.result_seq)
+        if held is None or held[0] != ck.result:  # (the line searched is the line the checkpoint read: checked)
+            return ck
+        return replace(ck, result=held[1])
 
 
 def _revealed(vault: Vault, ck: Checkpoint) -> Checkpoint:
