@@ -247,10 +247,11 @@ class Crash(BaseException):
     """Stands for the process dying inside a call (the trace stays open in ACT)."""
 
 
-def test_a_secret_in_a_result_stored_as_a_blob_is_kept_and_served(tmp_path: Path) -> None:
+def blob_tools(token: str) -> tuple[Any, Any, list[str]]:
+    """login, whose result (with token) is stored as a blob; use, which crashes the first time; what use got."""
     from harness.storage.blobs import THRESHOLD
 
-    token, seen = "tok-" + secrets.token_hex(16), []
+    seen: list[str] = []
 
     def big_login() -> dict[str, Any]:
         return {"access_token": token, "pad": "x" * THRESHOLD}
@@ -260,6 +261,13 @@ def test_a_secret_in_a_result_stored_as_a_blob_is_kept_and_served(tmp_path: Path
         if len(seen) == 1:
             raise Crash
         return "ok"
+
+    return big_login, use, seen
+
+
+def test_a_secret_in_a_result_stored_as_a_blob_is_kept_and_served(tmp_path: Path) -> None:
+    token = "tok-" + secrets.token_hex(16)
+    big_login, use, seen = blob_tools(token)
 
     @harness.workflow
     def flow() -> str:
@@ -404,18 +412,8 @@ def test_a_parallel_call_checkpointed_before_a_crash_hands_the_planner_its_token
 
 
 def test_an_executors_result_stored_as_a_blob_reaches_the_planner_with_its_secret_on_resume(tmp_path: Path) -> None:
-    from harness.storage.blobs import THRESHOLD
-
-    token, seen = "tok-" + secrets.token_hex(16), []
-
-    def big_login() -> dict[str, Any]:
-        return {"access_token": token, "pad": "x" * THRESHOLD}
-
-    def use(access_token: str) -> str:
-        seen.append(access_token)
-        if len(seen) == 1:
-            raise Crash
-        return "ok"
+    token = "tok-" + secrets.token_hex(16)
+    big_login, use, seen = blob_tools(token)
 
     def planner(goal: str, progress: list[harness.Checkpoint]) -> Any:
         if not progress:
