@@ -431,3 +431,28 @@ def test_an_executors_result_stored_as_a_blob_reaches_the_planner_with_its_secre
     out = harness.Executor(planner=planner, tools=tools, trace=trace, resume=True).run("g")
     assert out.state == "DONE" and seen == [token, token]
     assert in_clear(tmp_path / "runs", token) == []
+
+
+def test_an_executor_resume_whose_results_hold_no_marker_needs_no_key(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    token, calls = "tok-" + secrets.token_hex(16), []
+
+    def work(i: int) -> dict[str, int]:
+        calls.append(i)
+        if calls == [0, 1]:
+            raise Crash
+        return {"i": i}
+
+    def planner(goal: Any, progress: list[harness.Checkpoint]) -> Any:
+        n = len(progress)
+        return None if n == 2 else harness.Step(f"s{n}", "work", {"i": n})
+
+    trace, goal = tmp_path / "run.jsonl", {"access_token": token}  # the marker in the goal, none in a result
+    with pytest.raises(Crash):
+        harness.Executor(planner=planner, tools={"work": work}, trace=trace).run(goal)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "elsewhere"))
+    monkeypatch.delenv(ENV, raising=False)
+    out = harness.Executor(planner=planner, tools={"work": work}, trace=trace, resume=True).run(goal)
+    assert out.state == "DONE" and [c.result for c in out.checkpoints] == [{"i": 0}, {"i": 1}]
+    assert not Path(sidecar(str(trace))).exists() and not (tmp_path / "elsewhere").exists()

@@ -115,7 +115,7 @@ def progress(rep: Replay, marker: str) -> tuple[Replay, list[Checkpoint] | Resum
     if is_url(rep.path) or t.blobs:
         cks = [_revealed(vault, ck) for ck in rep.checkpoints]
     else:
-        results = _marked_results(rep.path, vault)
+        results = _marked_results(rep.path, t.end, vault)
         if results:
             cks = ResumedProgress(_Revealing(rep.checkpoints, results))
     tail = replace(
@@ -130,19 +130,19 @@ def progress(rep: Replay, marker: str) -> tuple[Replay, list[Checkpoint] | Resum
 _GOES_ON_FROM = (S.VERIFY, S.PAUSED)  # where a resume goes on with the last result (a verifier, a question)
 
 
-def _marked_results(path: str, vault: Vault) -> dict[int, tuple[Any, Any]]:
+def _marked_results(path: str, stop: int, vault: Vault) -> dict[int, tuple[Any, Any]]:
     """The tool results in the trace at path that hold the marker, by seq: (as the trace holds it, revealed).
 
-    Only the lines the marker is found in are read (a torn one is not a record: left out); SecretUnavailable or
-    MissingExtra for one that cannot be revealed.
+    Only the lines before byte stop (a torn tail is not the run's) that the marker is found in are read;
+    SecretUnavailable or MissingExtra for one that cannot be revealed.
     """
     found: dict[int, tuple[Any, Any]] = {}
     try:
         with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
-            at = m.find(vault.needle)
+            at = m.find(vault.needle, 0, stop)
             while at >= 0:
-                start, end = m.rfind(b"\n", 0, at) + 1, m.find(b"\n", at)
-                end = len(m) if end < 0 else end
+                start, end = m.rfind(b"\n", 0, at) + 1, m.find(b"\n", at, stop)
+                end = stop if end < 0 else end
                 try:
                     rec = orjson.loads(m[start:end])
                 except orjson.JSONDecodeError:
@@ -150,7 +150,7 @@ def _marked_results(path: str, vault: Vault) -> dict[int, tuple[Any, Any]]:
                 verified = type(rec) is dict and rec.get("kind") == "transition" and rec.get("to") == S.VERIFY
                 if verified and "result" in rec and type(rec.get("seq")) is int:
                     found[rec["seq"]] = (rec["result"], vault.reveal(rec["seq"], "result", rec["result"]))
-                at = m.find(vault.needle, end)
+                at = m.find(vault.needle, end, stop)
     except (OSError, ValueError) as e:  # (replay() read it a moment ago; an empty file cannot be mapped)
         raise HarnessError(f"{path}: cannot read it again to reveal its secrets: {e}") from None
     return found
