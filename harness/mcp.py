@@ -59,7 +59,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 from ._errors import HarnessError, MissingExtra
 from .runtime.boundary import aboundary, active
 from .runtime.calls import acall, stepping
-from .runtime.context import _in_call
+from .runtime.context import in_call
 from .runtime.tool import ToolSpec, relisted
 
 if TYPE_CHECKING:
@@ -170,7 +170,7 @@ class Recorded:
 
     async def call_tool(self, tool: str, arguments: Mapping[str, Any] | None = None, **kwargs: Any) -> Any:
         """The session's `call_tool(tool, arguments, **kwargs)`; in a workflow's code a step with its contract."""
-        if not stepping() and (not active() or _in_call.get()):
+        if not stepping() and (not active() or in_call()):
             return await (await self._live()).call_tool(tool, arguments, **kwargs)
         from mcp.types import CallToolResult
 

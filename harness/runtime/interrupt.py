@@ -28,7 +28,7 @@ from typing import Any
 from .._errors import HarnessError, Interrupted
 from ..trace.line import check_value
 from .boundary import Session
-from .context import _current
+from .context import current_run
 
 
 def interrupt(question: Any) -> Any:
@@ -36,7 +36,7 @@ def interrupt(question: Any) -> Any:
 
     Outside a run it raises HarnessError: there is nobody to record the question for.
     """
-    session = _current.get()
+    session: Session | None = current_run()
     if session is None:
         raise HarnessError(
             "harness.interrupt() was called outside a run; it pauses an Executor run until someone answers, "
