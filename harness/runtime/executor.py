@@ -48,6 +48,7 @@ from typing import Any
 
 from .._errors import (
     HarnessError,
+    Interrupted,
     JournalError,
     NotSerializable,
     RedactedArgs,
@@ -81,7 +82,6 @@ from .context import AgentState, end_call, reset_key, running_agent, set_agent, 
 from .control import decisive
 from .environment import environment
 from .fingerprint import code_of
-from .interrupt import Interrupted
 from .resume import NO_ANSWER, RESEAL, GoOn, main_event, marked, plan, reveal_crossings, start_over
 from .resume import progress as revealed_progress
 from .tasks import numbering
