@@ -61,11 +61,15 @@ from .rules import (
     all_joined,
     contract_ok,
     error_ok,
+    in_flight,
+    left_group,
+    left_pause,
+    paused_on_operation,
     payload,
     planned_call,
-    same_value,
+    rejected,
     stray_field,
-)  # fmt: skip
+)
 from .tasks import TASK, well_formed
 
 _CHUNK = 1 << 16  # 64 KiB: small enough that a chunk's lines are still in the CPU cache when checked
@@ -752,17 +756,7 @@ def _scan(
                         why = f"a transition of agent {rec['agent']!r}, which runs no call of a parallel step"
                         raise _fail(path, n, "bad-transition", why, seq)
                     elif group:  # the run moves on from a parallel step: every call joined, the failure named
-                        if joined < len(group):
-                            why = "the run moved on before it joined every call of its parallel step"
-                            raise _fail(path, n, "bad-transition", why, seq)
-                        failed_call = next((x for x in group if x.state == S.FAILED), None)
-                        if failed_call is not None and failed_call.last is not None:
-                            at_step, at_attempt = failed_call.last["step"], failed_call.last.get("attempt", 1)
-                            if dst != S.FAILED or rec.get("error") != failed_call.last.get("error"):
-                                why = f"call {failed_call.agent} failed: the run must fail with its error"
-                                raise _fail(path, n, "bad-transition", why, seq)
-                        else:
-                            at_step, at_attempt = group[0].at_step + len(group), 1
+                        at_step, at_attempt = left_group(path, n, seq, rec, group, joined)
                         group, joined = [], 0
                     if src != state:
                         raise _fail(path, n, "bad-transition", f"transition from {src} but the run is in {state}", seq)
@@ -784,19 +778,8 @@ def _scan(
                         why = "VERIFY -> CHECKPOINT is written as a checkpoint record, not a transition"
                         raise _fail(path, n, "bad-transition", why, seq)
                     asked = src == S.PAUSED and question is not None  # leaving a pause on interrupt()
-                    if (
-                        resumes > lane.resumes  # (first: false in a run never resumed, and after each intent)
-                        and src == S.ACT
-                        and intent is not None
-                        and (dst != S.PAUSED or "question" in rec or "error" in rec)
-                        and tools[intent["tool"]]["effect"] == "unsafe"
-                    ):
-                        why = (
-                            f"ACT -> {dst} for unsafe tool {intent['tool']!r} whose intent (seq {intent['seq']}) a "
-                            "process before the resume wrote: a resumed process never calls an unsafe tool that was "
-                            "in flight, it pauses the run (ACT -> PAUSED) until an operator reconciles the call"
-                        )
-                        raise _fail(path, n, "bad-transition", why, seq)
+                    if resumes > lane.resumes and src == S.ACT and intent is not None:  # (false unless resumed since)
+                        in_flight(path, n, seq, rec, intent, tools)
                     if dst == S.PAUSED and src != S.ACT and "question" not in rec:
                         why = f"{src} -> PAUSED without the question that interrupt() asked"
                         raise _fail(path, n, "malformed", why, seq)
@@ -809,15 +792,8 @@ def _scan(
                         # (a call in doubt, a ToolTimeout) and the reconciled call's way back into ACT keep them:
                         # the tool called again gets every answer since its intent again
                         answers = []
-                    if (
-                        src == S.VERIFY
-                        and dst == S.PLAN
-                        and intent is not None
-                        and (tools.get(intent["tool"]) or {}).get("effect") == "unsafe"
-                        and not tools[intent["tool"]].get("retry_rejected")
-                    ):
-                        why = f"a rejected result of unsafe tool {intent['tool']!r} re-planned (its effect happened)"
-                        raise _fail(path, n, "bad-transition", why, seq)
+                    if src == S.VERIFY and dst == S.PLAN and intent is not None:
+                        rejected(path, n, seq, intent, tools)
                     if (
                         asked
                         and dst == S.ACT
@@ -841,31 +817,9 @@ def _scan(
                             planned = (crossed - fresh, crossed)  # (a call's plan is its spawn's)
                         lane.resumes = resumes
                     elif dst == S.PAUSED and "question" not in rec:  # only from ACT: an operation of uncertain outcome
-                        if intent is None:  # (ACT is entered with an intent)
-                            raise internal("a pause on an operation with no intent", path, seq)
-                        # written by a process that resumed after the intent (a resume record between them): the
-                        # call was in flight at a crash. Records of sibling tasks (a crossing made while a resume
-                        # listed an MCP server's tools again) and a parallel step's other calls may come in between
-                        resumed = resumes > lane.resumes
-                        timed_out = isinstance(rec.get("error"), dict) and rec["error"].get("type") == "ToolTimeout"
-                        if before != "resume" and not resumed and not timed_out:
-                            why = (
-                                "ACT -> PAUSED with no resume record since its intent and not after a ToolTimeout: "
-                                "only a resuming process, or a call that timed out, pauses a run on an operation"
-                            )
-                            raise _fail(path, n, "bad-transition", why, seq)
-                        effect = tools[intent["tool"]]["effect"]
-                        reason = rec.get("reason")
-                        if "reason" in rec and (type(reason) is not str or not reason or timed_out):
-                            why = "ACT -> PAUSED with a reason that is not a non-empty str, or beside a timeout"
-                            raise _fail(path, n, "malformed", why, seq)
-                        if effect != "unsafe" and reason is None:
-                            why = (
-                                f"ACT -> PAUSED for {intent['tool']!r}, an {effect} tool, with no reason: a resume "
-                                "calls it again; only an unsafe tool's interrupted call is of uncertain outcome, or a "
-                                "call the resume found a reason not to make again (its `reason`)"
-                            )
-                            raise _fail(path, n, "bad-transition", why, seq)
+                        paused_on_operation(
+                            path, n, seq, rec, intent, tools, before == "resume" or resumes > lane.resumes
+                        )
                     elif dst == S.PLAN and src not in (S.INIT, S.PAUSED):  # a failed attempt: planned again
                         at_attempt += 1
                     failed = dst == S.FAILED or (dst == S.PLAN and src in (S.ACT, S.VERIFY))  # a failed attempt
@@ -893,16 +847,8 @@ def _scan(
                     delivered = dst == S.VERIFY and result_seq == seq
                     # what the tool returned (ACT -> VERIFY), as harness.mcp recorded it; a reconcile's result
                     # (PAUSED -> VERIFY) is the operator's, which a resume carries as given: not looked into
-                    mcp_tool = (
-                        _mcp_tool(intent, mcp_servers)
-                        if delivered and src == S.ACT and mcp_servers and "workflow" in header
-                        else None
-                    )
-                    if mcp_tool is not None:
-                        wrong = _mcp_result_problem(result)
-                        if wrong is not None:
-                            why = f"MCP tool {mcp_tool!r}'s result is not a CallToolResult's wire JSON: {wrong}"
-                            raise _fail(path, n, "bad-result", why, seq)
+                    if delivered and src == S.ACT and mcp_servers and "workflow" in header:
+                        _mcp_result(path, n, seq, intent, result, mcp_servers)
                     returned = "result" in rec or "result" in (rec.get("blobs") or ())
                     if "workflow" in header and dst == S.DONE and lane is run_lane:  # what the function returned
                         if not returned:
@@ -913,27 +859,12 @@ def _scan(
                         if dst == S.DONE:
                             why += " (and a workflow's PLAN -> DONE; this trace's header names no workflow)"
                         raise _fail(path, n, "malformed", why, seq)
-                    if asked and question is not None:  # (asked says question is not None)
-                        if not answered:
-                            why = "a run paused on a question moved on before it was answered"
-                            raise _fail(path, n, "bad-transition", why, seq)
-                        if dst != question["from"]:
-                            why = f"PAUSED -> {dst} after an answer, but the question was asked in {question['from']}"
-                            raise _fail(path, n, "bad-transition", why, seq)
-                        question, answered = None, False  # (a later pause, on an operation say, waits for no answer)
-                    elif src == S.PAUSED:
-                        if reconcile is None:
-                            raise _fail(
-                                path, n, "bad-transition", "a paused run moved on before it was reconciled", seq
-                            )
-                        if reconcile["happened"] is not (dst == S.VERIFY) or (
-                            dst == S.VERIFY and not same_value(result, payload(reconcile, "result"))
-                        ):
-                            why = f"PAUSED -> {dst} contradicts the reconcile record (happened={reconcile['happened']})"
-                            if dst == S.VERIFY and reconcile["happened"]:
-                                why += ": its result is not the reconciled one (compared by type and value)"
-                            raise _fail(path, n, "bad-reconcile", why, seq)
-                        reconcile = None
+                    if src == S.PAUSED:  # on the answer to the question it asked, or on an operator's word
+                        left_pause(path, n, seq, dst, question if asked else None, answered, reconcile, result)
+                        if asked:
+                            question, answered = None, False  # (a later pause, on an operation say, waits for none)
+                        else:
+                            reconcile = None
                     state, last = dst, rec
                     if dst in S.TERMINAL and lane is run_lane:
                         ended = True
@@ -1039,15 +970,29 @@ def _scan(
             cr_rows.seal()
         if len(ck_tail) >= ck_full:
             ck_rows.seal()
-    if lane is not run_lane:  # the run's own variables back in the locals
-        lane.state, lane.at_step, lane.at_attempt, lane.last = state, at_step, at_attempt, last
-        lane.result_seq, lane.result_crossing = result_seq, result_crossing
-        lane.intent, lane.intent_pos, lane.result, lane.reconcile = intent, intent_pos, result, reconcile
-        lane = run_lane
-        state, at_step, at_attempt, last = lane.state, lane.at_step, lane.at_attempt, lane.last
-        result_seq, result_crossing = lane.result_seq, lane.result_crossing
-        intent, intent_pos, result, reconcile = lane.intent, lane.intent_pos, lane.result, lane.reconcile
-    calls = tuple(_call(x, i < joined) for i, x in enumerate(group))
+    # the lane the scan ended in keeps its variables: the run's are its lane's (a call's were kept on leaving it)
+    lane.state, lane.at_step, lane.at_attempt, lane.last = state, at_step, at_attempt, last
+    lane.result_seq, lane.result_crossing = result_seq, result_crossing
+    lane.intent, lane.intent_pos, lane.result, lane.reconcile = intent, intent_pos, result, reconcile
+    sc.fresh, sc.planned, sc.group, sc.joined, sc.clocks = fresh, planned, group, joined, clocks
+    sc.question, sc.answered, sc.answers, sc.crash = question, answered, answers, crash
+    end = (n, seq, crc, offset, transitions)
+    return _replay_of(sc, checkpoints, crossings, buf, quiet, origin.mark.end if origin is not None else 0, end)
+
+
+def _replay_of(
+    sc: Scan, checkpoints: _Lines, crossings: _Lines, buf: bytes, quiet: Any, since: int, end: tuple[int, ...]
+) -> Replay:
+    """After the last line: the partial line left (a torn tail, or a lie), then the Replay of the run's lane.
+
+    end: the scan's last (line number, seq, crc, end offset, transitions); since: the byte where it began.
+    """
+    path, run, (n, seq, crc, offset, transitions) = sc.path, sc.run_lane, end
+    state, last, intent, result, result_seq, reconcile = (
+        run.state, run.last, run.intent, run.result, run.result_seq, run.reconcile
+    )  # fmt: skip
+    ck_rows, cr_rows = checkpoints._pos, crossings._pos
+    calls = tuple(_call(x, i < sc.joined) for i, x in enumerate(sc.group))
     if any(c.state == S.PAUSED for c in calls) and state == S.PLAN:
         state = S.PAUSED  # the run waits for an operator's word on a call
     if n == 0:
@@ -1091,13 +1036,13 @@ def _scan(
         reconcile = _blobs.inline(path, reconcile)
     return Replay(
         path=path,
-        header=header,
+        header=sc.header,
         state=state,
         checkpoints=Records(checkpoints),
         crossings=Records(crossings),
         transitions=transitions,
         records=n,
-        resumes=resumes,
+        resumes=sc.resumes,
         torn_tail=bool(buf),
         last_seq=seq,
         _tail=Tail(
@@ -1107,18 +1052,18 @@ def _scan(
             intent=intent,
             result=result,
             reconcile=reconcile,
-            fresh=fresh,
-            planned=planned,
+            fresh=sc.fresh,
+            planned=sc.planned,
             result_seq=result_seq,
-            blobs=blobs,
-            clocks=dict(clocks.last) if clocks is not None else None,
+            blobs=sc.blobs,
+            clocks=dict(sc.clocks.last) if sc.clocks is not None else None,
             group=calls,
-            question=question,
-            answered=answered,
-            answers=tuple(answers),
-            crash=crash,
+            question=sc.question,
+            answered=sc.answered,
+            answers=tuple(sc.answers),
+            crash=sc.crash,
             quiet=quiet,
-            since=origin.mark.end if origin is not None else 0,
+            since=since,
         ),
         artifacts=tuple(Artifact(*a, path) for a in sc.artifacts),
         seal=sc.seal,
@@ -1285,6 +1230,16 @@ _MCP_BLOCKS = {  # a CallToolResult's content block types, and the str fields ea
 
 
 _MCP_OPTIONAL = {"annotations": dict, "_meta": dict, "title": str, "description": str, "size": int, "icons": list}
+
+
+def _mcp_result(path: str, n: int, seq: int, intent: dict[str, Any] | None, result: Any, servers: set[str]) -> None:
+    """TraceCorruption (bad-result) when a workflow's call of an MCP tool delivered what no CallToolResult is."""
+    tool = _mcp_tool(intent, servers)
+    wrong = _mcp_result_problem(result) if tool is not None else None
+    if wrong is not None:
+        raise _fail(
+            path, n, "bad-result", f"MCP tool {tool!r}'s result is not a CallToolResult's wire JSON: {wrong}", seq
+        )
 
 
 def _mcp_tool(intent: dict[str, Any] | None, servers: set[str]) -> str | None:

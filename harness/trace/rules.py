@@ -28,7 +28,7 @@ from typing import Any
 
 import orjson
 
-from .._errors import TraceCorruption
+from .._errors import TraceCorruption, internal
 from ..storage import blobs as _blobs
 from ..storage.blobs import BlobRef
 from . import state as S
@@ -397,6 +397,113 @@ RULES: dict[str, Rule] = {
     "event": event,
     "end": end,
 }
+
+
+# ---------------------------------------------------------------- the rarer edges of a transition
+# The scan checks every transition inline; these are the parts of it only a rare edge reaches (leaving a parallel
+# step, a pause, a resume's call in flight), called by the scan only on that edge. Each raises, or returns what the
+# scan needs to move on; the scan changes its own state.
+
+
+def left_group(path: str, n: int, seq: int, rec: dict[str, Any], group: list[Lane], joined: int) -> tuple[Any, Any]:
+    """The run moves on from a parallel step: every call joined, a failed call's failure the run's. Returns the
+    step and attempt that come next."""
+    if joined < len(group):
+        raise _fail(path, n, "bad-transition", "the run moved on before it joined every call of its parallel step", seq)
+    failed_call = next((x for x in group if x.state == S.FAILED), None)
+    if failed_call is not None and failed_call.last is not None:
+        if rec["to"] != S.FAILED or rec.get("error") != failed_call.last.get("error"):
+            why = f"call {failed_call.agent} failed: the run must fail with its error"
+            raise _fail(path, n, "bad-transition", why, seq)
+        return failed_call.last["step"], failed_call.last.get("attempt", 1)
+    return group[0].at_step + len(group), 1
+
+
+def in_flight(path: str, n: int, seq: int, rec: dict[str, Any], intent: dict[str, Any], tools: dict[str, Any]) -> None:
+    """ACT -> anything but a plain pause, for an unsafe tool whose intent a process before the resume wrote."""
+    dst = rec["to"]
+    if (dst != S.PAUSED or "question" in rec or "error" in rec) and tools[intent["tool"]]["effect"] == "unsafe":
+        why = (
+            f"ACT -> {dst} for unsafe tool {intent['tool']!r} whose intent (seq {intent['seq']}) a "
+            "process before the resume wrote: a resumed process never calls an unsafe tool that was "
+            "in flight, it pauses the run (ACT -> PAUSED) until an operator reconciles the call"
+        )
+        raise _fail(path, n, "bad-transition", why, seq)
+
+
+def rejected(path: str, n: int, seq: int, intent: dict[str, Any], tools: dict[str, Any]) -> None:
+    """VERIFY -> PLAN: an unsafe tool's rejected result is planned again only if its contract says so."""
+    if (tools.get(intent["tool"]) or {}).get("effect") == "unsafe" and not tools[intent["tool"]].get("retry_rejected"):
+        why = f"a rejected result of unsafe tool {intent['tool']!r} re-planned (its effect happened)"
+        raise _fail(path, n, "bad-transition", why, seq)
+
+
+def paused_on_operation(
+    path: str,
+    n: int,
+    seq: int,
+    rec: dict[str, Any],
+    intent: dict[str, Any] | None,
+    tools: dict[str, Any],
+    resumed: bool,
+) -> None:
+    """ACT -> PAUSED without a question: an operation of uncertain outcome.
+
+    Written by a process that resumed after the intent (`resumed`: a resume record between them, or just
+    before): the call was in flight at a crash. Records of sibling tasks (a crossing made while a resume listed
+    an MCP server's tools again) and a parallel step's other calls may come in between. Or after a ToolTimeout.
+    """
+    if intent is None:  # (ACT is entered with an intent)
+        raise internal("a pause on an operation with no intent", path, seq)
+    timed_out = isinstance(rec.get("error"), dict) and rec["error"].get("type") == "ToolTimeout"
+    if not resumed and not timed_out:
+        why = (
+            "ACT -> PAUSED with no resume record since its intent and not after a ToolTimeout: "
+            "only a resuming process, or a call that timed out, pauses a run on an operation"
+        )
+        raise _fail(path, n, "bad-transition", why, seq)
+    effect = tools[intent["tool"]]["effect"]
+    reason = rec.get("reason")
+    if "reason" in rec and (type(reason) is not str or not reason or timed_out):
+        why = "ACT -> PAUSED with a reason that is not a non-empty str, or beside a timeout"
+        raise _fail(path, n, "malformed", why, seq)
+    if effect != "unsafe" and reason is None:
+        why = (
+            f"ACT -> PAUSED for {intent['tool']!r}, an {effect} tool, with no reason: a resume "
+            "calls it again; only an unsafe tool's interrupted call is of uncertain outcome, or a "
+            "call the resume found a reason not to make again (its `reason`)"
+        )
+        raise _fail(path, n, "bad-transition", why, seq)
+
+
+def left_pause(
+    path: str,
+    n: int,
+    seq: int,
+    dst: str,
+    question: dict[str, Any] | None,
+    answered: bool,
+    reconcile: dict[str, Any] | None,
+    result: Any,
+) -> None:
+    """PAUSED -> dst: after the answer to the question the run asked (`question`), or as the operator's reconcile
+    record says (its result, when the operation happened, the one delivered)."""
+    if question is not None:
+        if not answered:
+            raise _fail(path, n, "bad-transition", "a run paused on a question moved on before it was answered", seq)
+        if dst != question["from"]:
+            why = f"PAUSED -> {dst} after an answer, but the question was asked in {question['from']}"
+            raise _fail(path, n, "bad-transition", why, seq)
+        return
+    if reconcile is None:
+        raise _fail(path, n, "bad-transition", "a paused run moved on before it was reconciled", seq)
+    if reconcile["happened"] is not (dst == S.VERIFY) or (
+        dst == S.VERIFY and not same_value(result, payload(reconcile, "result"))
+    ):
+        why = f"PAUSED -> {dst} contradicts the reconcile record (happened={reconcile['happened']})"
+        if dst == S.VERIFY and reconcile["happened"]:
+            why += ": its result is not the reconciled one (compared by type and value)"
+        raise _fail(path, n, "bad-reconcile", why, seq)
 
 
 # ---------------------------------------------------------------- checks the rules and the hot path share
