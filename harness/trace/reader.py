@@ -55,12 +55,16 @@ from .rules import (
     CROSSING_KEYS,
     FIELDS,
     FIELDS_FORK,
+    INTENT,
     RULES,
     Lane,
     Scan,
+    after_crash,
     all_joined,
+    asked_again,
     contract_ok,
     error_ok,
+    fork_marks,
     in_flight,
     left_group,
     left_pause,
@@ -68,7 +72,9 @@ from .rules import (
     payload,
     planned_call,
     rejected,
+    result_placement,
     stray_field,
+    timed_out,
 )
 from .tasks import TASK, well_formed
 
@@ -510,7 +516,6 @@ _fail = TraceCorruption
 # them, asked once here, as the table is fixed (the first move it refuses, or None)
 _CHECKPOINT_ILLEGAL = next(filter(None, map(S.check, (S.VERIFY, *S.CHECKPOINT_MOVES[:-1]), S.CHECKPOINT_MOVES)), None)
 _SORTED = orjson.OPT_SORT_KEYS
-_INTENT = ("name", "tool", "args", "key", "contract", TASK)  # what PAUSED -> ACT repeats of the uncertain intent
 
 
 def _claimed(line: bytes) -> int | None:
@@ -591,23 +596,14 @@ def _scan(
 ) -> Replay:  # one loop on purpose: it is the hot path
     """Check the lines of f from its start, or from the point `origin` describes (a verified index mark, index.py).
 
-    One function on purpose: it runs once per line of every trace read, and the state it carries (the
-    lane's variables, the crc, the seq, the counters) lives in locals, which a split into a framing
-    function and a rules function would turn into attribute loads and a call on every line; the
-    rules of hardening round 3 already spent the 5% of replay()'s time that issue 27 allowed a split.
-    Read it in three parts:
-
-    1. the set-up: empty lists of rows, the state of a run before its header, or the state an index
-       mark restores (`origin`);
-    2. the framing, at the top of the loop: read a chunk, cut it into lines, check each line's
-       checksum against the chain, parse it, check it is exactly the bytes harness writes (canonical),
-       check the seq; then the clocks (ClockRules), switching to the lane of the agent that wrote it;
-    3. the rules, one branch per kind in the order of how often each comes (transition, checkpoint,
-       artifact, crossing, answer, crash, resume, seal, the agents' spawn/exit/join, header, reconcile,
-       event, end): each says what may follow what (the state table in state.py), and which fields
-       its kind carries (`_KIND_FIELDS`, `_EDGE_FIELDS`, "One reading per field" in docs/FORMAT.md).
-
-    After the loop: the partial last line (a torn tail, or a lie), then the Replay.
+    The hot path, in one loop: the state it carries (the lane's variables, the crc, the seq, the counters)
+    lives in locals, not attributes. Read it in three parts: the set-up (a run before its header, or the
+    state an index mark restores); the framing at the top of the loop (a chunk cut into lines, each line's
+    checksum against the chain, its parse, its canonical bytes, its seq, then the clocks, switching to the
+    lane of the agent that wrote it); the rules of the three kinds nearly every line is (transition,
+    checkpoint, crossing) inline, and every other kind's from the table in rules.py (`RULES`), handed the
+    scan's state in a `Scan` and giving back what it changed. The rare edges of a transition are
+    functions there too, called only on their edge. After the loop, `_replay_of` builds the Replay.
     """
     crossings = _Lines(path, _crossing)
     checkpoints = _Checkpoints(path, crossings) if origin is None else origin.checkpoints(path, crossings)
@@ -728,22 +724,10 @@ def _scan(
             if type(rec.get("ts")) is not float:
                 raise _fail(path, n, "malformed", f"a {kind} record without its float ts", seq)
             if dying and kind != "resume" and rec.get("agent", MAIN) == MAIN:
-                why = (
-                    f"a {kind} record after a crash record and before a resume: a process that wrote its crash "
-                    "writes nothing more, the next record of the run is the resuming process's"
-                )
-                raise _fail(path, n, "bad-resume", why, seq)
+                raise after_crash(path, n, seq, kind)
             try:
-                if fork and (rec.get("reused", True) is not True or rec.get("mutated", True) is not True):
-                    raise _fail(path, n, "malformed", "a fork's reused or mutated mark that is not true", seq)
-                if fork and "mutated" in rec:  # the one record a fork answered differently: its branch
-                    if (seq != header["branch"] if clocks is None else mutated_at is not None) or "reused" in rec:
-                        why = (
-                            f"a mutated mark on seq {seq}: a fork answered one record differently, its branch "
-                            f"(seq {header['branch']}), and served none it answered"
-                        )
-                        raise _fail(path, n, "bad-lineage", why, seq)
-                    mutated_at = seq
+                if fork:  # its marks: what it reused, and the one record it answered differently (its branch)
+                    mutated_at = fork_marks(path, n, seq, rec, header, clocks is not None, mutated_at)
                 if "blobs" in rec or kind == "artifact":
                     _check_blobs(path, n, seq, rec, blobs)
                 if kind == "transition":
@@ -794,14 +778,8 @@ def _scan(
                         answers = []
                     if src == S.VERIFY and dst == S.PLAN and intent is not None:
                         rejected(path, n, seq, intent, tools)
-                    if (
-                        asked
-                        and dst == S.ACT
-                        and intent is not None
-                        and any(rec.get(k) != intent.get(k) for k in _INTENT)
-                    ):
-                        why = "the intent after an answer is not the one that asked"
-                        raise _fail(path, n, "bad-transition", why, seq)
+                    if asked and dst == S.ACT and intent is not None:
+                        asked_again(path, n, seq, rec, intent)
                     if dst == S.ACT:
                         again = timed_out_key if timed_out_key and timed_out_key[0] == _call_of(rec) else None
                         _intent(path, n, rec, tools, header, intent if src == S.PAUSED else None, again)
@@ -826,15 +804,14 @@ def _scan(
                     if failed and not error_ok(rec["error"]):
                         why = f'{src} -> {dst} without its error object {{"type": str, "message": str}}'
                         raise _fail(path, n, "malformed", why, seq)
-                    if failed and src == S.ACT and rec["error"]["type"] == "ToolTimeout" and intent is not None:
-                        if tools[intent["tool"]]["effect"] == "unsafe":
-                            why = (
-                                f"ACT -> {dst} after a ToolTimeout of unsafe tool {intent['tool']!r}: the call may "
-                                "have taken effect, so harness pauses the run (ACT -> PAUSED) for a reconcile"
-                            )
-                            raise _fail(path, n, "bad-transition", why, seq)
-                        if dst == S.PLAN and "key" in intent:
-                            timed_out_key = (_call_of(intent), intent["key"])  # the next attempt of this call keeps it
+                    if (
+                        failed
+                        and src == S.ACT
+                        and rec["error"]["type"] == "ToolTimeout"
+                        and intent is not None
+                        and timed_out(path, n, seq, dst, intent, tools)  # (true: its next attempt keeps its key)
+                    ):
+                        timed_out_key = (_call_of(intent), intent["key"])
                     if (src == S.ACT and "question" not in rec) or (src == S.PAUSED and dst == S.VERIFY and not asked):
                         result = None
                         if dst == S.VERIFY:
@@ -850,15 +827,8 @@ def _scan(
                     if delivered and src == S.ACT and mcp_servers and "workflow" in header:
                         _mcp_result(path, n, seq, intent, result, mcp_servers)
                     returned = "result" in rec or "result" in (rec.get("blobs") or ())
-                    if "workflow" in header and dst == S.DONE and lane is run_lane:  # what the function returned
-                        if not returned:
-                            why = "a workflow's PLAN -> DONE without its result (what the function returned)"
-                            raise _fail(path, n, "malformed", why, seq)
-                    elif not delivered and returned:
-                        why = f"a result on {src} -> {dst}: only the transition into VERIFY that delivers one has it"
-                        if dst == S.DONE:
-                            why += " (and a workflow's PLAN -> DONE; this trace's header names no workflow)"
-                        raise _fail(path, n, "malformed", why, seq)
+                    if dst == S.DONE or (returned and not delivered):  # (a workflow's PLAN -> DONE has its result)
+                        result_placement(path, n, seq, rec, returned, "workflow" in header and lane is run_lane)
                     if src == S.PAUSED:  # on the answer to the question it asked, or on an operator's word
                         left_pause(path, n, seq, dst, question if asked else None, answered, reconcile, result)
                         if asked:
@@ -918,21 +888,8 @@ def _scan(
                     ):
                         why = 'a crossing needs either a response or an error object {"type": str, "message": str}'
                         raise _fail(path, n, "malformed", why, seq)
-                    if rec["boundary"] == "agent_msg":  # a message between agents: sent once, received once
-                        wrong = _message(path, rec, mail)
-                        if wrong is not None:
-                            raise _fail(path, n, "bad-message", wrong, seq)
-                    elif rec["boundary"] == "mcp.call_tool" and "response" in rec:
-                        wrong = _mcp_result_problem(rec["response"])
-                        if wrong is not None:
-                            why = (
-                                f"an mcp.call_tool crossing whose response is not a CallToolResult's wire JSON: {wrong}"
-                            )
-                            raise _fail(path, n, "bad-result", why, seq)
-                    elif rec["boundary"] == "mcp.list_tools" and type(rec.get("request")) is dict:
-                        server = rec["request"].get("server")  # harness.mcp lists a server's tools before its steps
-                        if type(server) is str:
-                            mcp_servers.add(server)
+                    if rec["boundary"] in _BOUNDARIES:  # a message between agents, or what harness.mcp recorded
+                        _boundary(path, n, seq, rec, mail, mcp_servers)
                     fresh += 1
                     crossed += 1
                     packed = length << 32 | prev
@@ -1185,7 +1142,7 @@ def _bad_task(value: Any) -> str:
 
 def _repeat(intent: dict[str, Any]) -> bytes:
     """What PAUSED -> ACT must repeat of an intent, as canonical bytes (compared by type and value)."""
-    return orjson.dumps([intent.get(k) for k in _INTENT], option=_SORTED)
+    return orjson.dumps([intent.get(k) for k in INTENT], option=_SORTED)
 
 
 def _contract(path: str, n: int, rec: dict[str, Any], tools: dict[str, Any]) -> None:
@@ -1230,6 +1187,26 @@ _MCP_BLOCKS = {  # a CallToolResult's content block types, and the str fields ea
 
 
 _MCP_OPTIONAL = {"annotations": dict, "_meta": dict, "title": str, "description": str, "size": int, "icons": list}
+
+
+_BOUNDARIES = frozenset({"agent_msg", "mcp.call_tool", "mcp.list_tools"})  # crossings with rules of their own
+
+
+def _boundary(path: str, n: int, seq: int, rec: dict[str, Any], mail: dict[Any, Any], mcp_servers: set[str]) -> None:
+    """A message between agents is sent once and received once; harness.mcp's crossings hold what MCP sent."""
+    if rec["boundary"] == "agent_msg":
+        wrong = _message(path, rec, mail)
+        if wrong is not None:
+            raise _fail(path, n, "bad-message", wrong, seq)
+    elif rec["boundary"] == "mcp.call_tool" and "response" in rec:
+        wrong = _mcp_result_problem(rec["response"])
+        if wrong is not None:
+            why = f"an mcp.call_tool crossing whose response is not a CallToolResult's wire JSON: {wrong}"
+            raise _fail(path, n, "bad-result", why, seq)
+    elif rec["boundary"] == "mcp.list_tools" and type(rec.get("request")) is dict:
+        server = rec["request"].get("server")  # harness.mcp lists a server's tools before its steps
+        if type(server) is str:
+            mcp_servers.add(server)
 
 
 def _mcp_result(path: str, n: int, seq: int, intent: dict[str, Any] | None, result: Any, servers: set[str]) -> None:

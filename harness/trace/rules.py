@@ -118,6 +118,7 @@ FIELDS, FIELDS_FORK = _fields_table(False), _fields_table(True)
 _ERROR_EXTRA = {"ToolTimeout": "timeout", "MaxSteps": "max_steps"}  # the one more field these errors carry
 _EFFECTS = frozenset({"at-least-once", "idempotent", "unsafe"})
 _CALL = frozenset({"name", "tool", "args"})
+INTENT = ("name", "tool", "args", "key", "contract", TASK)  # what PAUSED -> ACT repeats of the uncertain intent
 _ASIDE = re.compile(r"[^/\\\x00]+\.torn-[1-9][0-9]*")  # a sibling's file name, as set_aside() makes it
 _WALL = (-62135596800.0, 253402300800.0)  # the header's ts: a time a date can hold (0001-01-01 to 9999-12-31, UTC)
 
@@ -504,6 +505,69 @@ def left_pause(
         if dst == S.VERIFY and reconcile["happened"]:
             why += ": its result is not the reconciled one (compared by type and value)"
         raise _fail(path, n, "bad-reconcile", why, seq)
+
+
+def asked_again(path: str, n: int, seq: int, rec: dict[str, Any], intent: dict[str, Any]) -> None:
+    """PAUSED -> ACT after an answer: the intent that asked, again."""
+    if any(rec.get(k) != intent.get(k) for k in INTENT):
+        raise _fail(path, n, "bad-transition", "the intent after an answer is not the one that asked", seq)
+
+
+def timed_out(path: str, n: int, seq: int, dst: str, intent: dict[str, Any], tools: dict[str, Any]) -> bool:
+    """ACT -> dst after a ToolTimeout: never for an unsafe tool (its call may have taken effect). Returns whether
+    the call's next attempt keeps its idempotency key (ACT -> PLAN of an intent with a key)."""
+    if tools[intent["tool"]]["effect"] == "unsafe":
+        why = (
+            f"ACT -> {dst} after a ToolTimeout of unsafe tool {intent['tool']!r}: the call may "
+            "have taken effect, so harness pauses the run (ACT -> PAUSED) for a reconcile"
+        )
+        raise _fail(path, n, "bad-transition", why, seq)
+    return dst == S.PLAN and "key" in intent
+
+
+def result_placement(path: str, n: int, seq: int, rec: dict[str, Any], returned: bool, workflow_end: bool) -> None:
+    """A result only on the transition into VERIFY that delivers one, and on a workflow's PLAN -> DONE (there it
+    must be: what the function returned). Called on an end, or on a result anywhere but a delivery."""
+    src, dst = rec["from"], rec["to"]
+    if workflow_end and dst == S.DONE:  # (workflow_end: the header names a workflow; the run's own lane)
+        if not returned:
+            why = "a workflow's PLAN -> DONE without its result (what the function returned)"
+            raise _fail(path, n, "malformed", why, seq)
+    elif returned:
+        why = f"a result on {src} -> {dst}: only the transition into VERIFY that delivers one has it"
+        if dst == S.DONE:
+            why += " (and a workflow's PLAN -> DONE; this trace's header names no workflow)"
+        raise _fail(path, n, "malformed", why, seq)
+
+
+# ---------------------------------------------------------------- the framing's rarer checks
+
+
+def fork_marks(
+    path: str, n: int, seq: int, rec: dict[str, Any], header: dict[str, Any], spawned: bool, mutated_at: int | None
+) -> int | None:
+    """A fork's marks: `reused` and `mutated` are true when present, and one record only is mutated, its branch
+    (with agents: the first one marked). Returns the seq of the mutated record, once seen."""
+    if rec.get("reused", True) is not True or rec.get("mutated", True) is not True:
+        raise _fail(path, n, "malformed", "a fork's reused or mutated mark that is not true", seq)
+    if "mutated" not in rec:
+        return mutated_at
+    if (seq != header["branch"] if not spawned else mutated_at is not None) or "reused" in rec:
+        why = (
+            f"a mutated mark on seq {seq}: a fork answered one record differently, its branch "
+            f"(seq {header['branch']}), and served none it answered"
+        )
+        raise _fail(path, n, "bad-lineage", why, seq)
+    return seq
+
+
+def after_crash(path: str, n: int, seq: int, kind: Any) -> TraceCorruption:
+    """The error for a record of main's between its crash record and the resume."""
+    why = (
+        f"a {kind} record after a crash record and before a resume: a process that wrote its crash "
+        "writes nothing more, the next record of the run is the resuming process's"
+    )
+    return _fail(path, n, "bad-resume", why, seq)
 
 
 # ---------------------------------------------------------------- checks the rules and the hot path share
