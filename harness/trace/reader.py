@@ -5,7 +5,9 @@ is checked in this order: the checksum suffix is where it must be, the
 chained crc matches the bytes, the line parses as an object, the seq is the
 previous one + 1, once the run spawned agents its vector clock is the one
 the rules give (clock.py, ClockRules), and the record is legal in the current
-state (the table in state.py). Each call of a parallel step walks the
+state (the table in state.py): transitions, checkpoints and crossings, nearly
+every line, are checked inline in the loop; every other kind by its function
+in rules.py's table (RULES). Each call of a parallel step walks the
 state table in a lane of its own: the lane's variables are swapped into the
 loop's locals when one of its records comes, so one code path checks every
 lane. The first failure raises TraceCorruption naming the line. A last
