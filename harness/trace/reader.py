@@ -64,15 +64,18 @@ from .rules import (
     after_crash,
     all_joined,
     asked_again,
+    bad_task,
     contract_ok,
+    crossing_fields,
     error_ok,
     fork_marks,
     in_flight,
     left_group,
     left_pause,
+    pause_question,
     paused_on_operation,
     payload,
-    planned_call,
+    planned_intent,
     rejected,
     result_placement,
     stray_field,
@@ -766,13 +769,8 @@ def _scan(
                     asked = src == S.PAUSED and question is not None  # leaving a pause on interrupt()
                     if resumes > lane.resumes and src == S.ACT and intent is not None:  # (false unless resumed since)
                         in_flight(path, n, seq, rec, intent, tools)
-                    if dst == S.PAUSED and src != S.ACT and "question" not in rec:
-                        why = f"{src} -> PAUSED without the question that interrupt() asked"
-                        raise _fail(path, n, "malformed", why, seq)
-                    if dst == S.PAUSED and "question" in rec:
-                        if "error" in rec:
-                            raise _fail(path, n, "malformed", "a pause on a question with an error", seq)
-                        question, answered = rec, False
+                    if dst == S.PAUSED and (src != S.ACT or "question" in rec):  # a pause on interrupt()'s question
+                        question, answered = pause_question(path, n, seq, rec), False
                     elif answers and not asked and dst != S.PAUSED and not (src == S.PAUSED and dst == S.ACT):
                         # the state moved on: what was answered has been delivered. A pause without a question
                         # (a call in doubt, a ToolTimeout) and the reconciled call's way back into ACT keep them:
@@ -785,12 +783,8 @@ def _scan(
                     if dst == S.ACT:
                         again = timed_out_key if timed_out_key and timed_out_key[0] == _call_of(rec) else None
                         _intent(path, n, rec, tools, header, intent if src == S.PAUSED else None, again)
-                        if lane is not run_lane and planned_call(rec) != planned_call(lane.planned):
-                            why = (
-                                f"an intent of {lane.agent} that is not the call its spawn planned (name, tool and "
-                                "args, by type and value): a resume makes the call its spawn names"
-                            )
-                            raise _fail(path, n, "bad-intent", why, seq)
+                        if lane is not run_lane:  # a call's intent: the call its spawn planned
+                            planned_intent(path, n, seq, rec, lane)
                         timed_out_key = None
                         intent, intent_pos = rec, (offset, length << 32 | prev)
                         if src != S.PAUSED and lane is run_lane:  # PAUSED -> ACT repeats the intent planned before
@@ -873,11 +867,8 @@ def _scan(
                         lane.ck_rec = Checkpoint(step, intent["name"], result, seq)
                 elif kind == "crossing":
                     named = rec.get("blobs") or {}
-                    if named or len(rec) != CROSSING_KEYS:
-                        if not kind_fields[kind].issuperset(rec):
-                            raise stray_field(path, n, seq, rec, kind_fields[kind], "a crossing record")
-                        if TASK in rec and not well_formed(rec[TASK]):
-                            raise _fail(path, n, "malformed", _bad_task(rec[TASK]), seq)
+                    if named or len(rec) != CROSSING_KEYS:  # (a clock, an agent, a task, blobs; or another field)
+                        crossing_fields(path, n, seq, rec, kind_fields[kind])
                     if (
                         type(rec["boundary"]) is not str
                         or ("request" not in rec and "request" not in named)
@@ -1131,15 +1122,11 @@ def _intent(
         why = f"an intent with a key for {tool!r}, an {contract['effect']} tool that is never given one"
         raise _fail(path, n, "bad-intent", why, seq)
     if TASK in rec and not well_formed(rec[TASK]):
-        raise _fail(path, n, "malformed", _bad_task(rec[TASK]), seq)
+        raise _fail(path, n, "malformed", bad_task(rec[TASK]), seq)
     if paused is not None and _repeat(rec) != _repeat(paused):
         why = f"PAUSED -> ACT does not repeat the uncertain intent (seq {paused['seq']}) exactly"
         why += " (name, tool, args, key, a workflow's contract and the task, compared by type and value)"
         raise _fail(path, n, "bad-intent", why, seq)
-
-
-def _bad_task(value: Any) -> str:
-    return f'a task {value!r:.80} that is not a str of dot-separated positive ints ("1", "2.1"): see FORMAT.md "Tasks"'
 
 
 def _repeat(intent: dict[str, Any]) -> bytes:

@@ -34,7 +34,7 @@ from ..storage.blobs import BlobRef
 from . import state as S
 from .clock import ClockRules
 from .line import SCHEMA
-from .tasks import TASK
+from .tasks import TASK, well_formed
 
 _fail = TraceCorruption
 SORTED = orjson.OPT_SORT_KEYS
@@ -505,6 +505,39 @@ def left_pause(
         if dst == S.VERIFY and reconcile["happened"]:
             why += ": its result is not the reconciled one (compared by type and value)"
         raise _fail(path, n, "bad-reconcile", why, seq)
+
+
+def pause_question(path: str, n: int, seq: int, rec: dict[str, Any]) -> dict[str, Any]:
+    """PLAN or VERIFY -> PAUSED, or ACT -> PAUSED with a question: a pause on the question interrupt() asked,
+    without an error. Returns the question's record."""
+    if "question" not in rec:
+        why = f"{rec['from']} -> PAUSED without the question that interrupt() asked"
+        raise _fail(path, n, "malformed", why, seq)
+    if "error" in rec:
+        raise _fail(path, n, "malformed", "a pause on a question with an error", seq)
+    return rec
+
+
+def planned_intent(path: str, n: int, seq: int, rec: dict[str, Any], lane: Lane) -> None:
+    """A parallel call's intent is the call its spawn planned: name, tool and args, by type and value."""
+    if planned_call(rec) != planned_call(lane.planned):
+        why = (
+            f"an intent of {lane.agent} that is not the call its spawn planned (name, tool and "
+            "args, by type and value): a resume makes the call its spawn names"
+        )
+        raise _fail(path, n, "bad-intent", why, seq)
+
+
+def crossing_fields(path: str, n: int, seq: int, rec: dict[str, Any], allowed: frozenset[str]) -> None:
+    """A crossing with more than its minimal fields: each one a crossing carries, its task well formed."""
+    if not allowed.issuperset(rec):
+        raise stray_field(path, n, seq, rec, allowed, "a crossing record")
+    if TASK in rec and not well_formed(rec[TASK]):
+        raise _fail(path, n, "malformed", bad_task(rec[TASK]), seq)
+
+
+def bad_task(value: Any) -> str:
+    return f'a task {value!r:.80} that is not a str of dot-separated positive ints ("1", "2.1"): see FORMAT.md "Tasks"'
 
 
 def asked_again(path: str, n: int, seq: int, rec: dict[str, Any], intent: dict[str, Any]) -> None:
