@@ -13,10 +13,13 @@ takes the changes back into its locals. A kind missing from the table is
 `unknown-kind`.
 
 Here too: which fields each kind (and each transition edge) carries, and
-no other ("One reading per field" in docs/FORMAT.md), and the small checks
-the hot path shares with these rules. Everything that decides whether a
-rarer record may stand where it stands lives here; what may follow what is
-state.py's table, the clocks are clock.py's.
+no other ("One reading per field" in docs/FORMAT.md); the rare edges of a
+transition (leaving a parallel step or a pause, an unsafe call in flight at
+a resume, a timeout) and the framing's rarer checks (a fork's marks, a
+record after a crash), each a function the scan calls only on its edge or
+record, where its check stands in the order (so a line with two faults gets
+the same reason); and the small checks the hot path shares with them. What
+may follow what is state.py's table, the clocks are clock.py's.
 """
 
 from __future__ import annotations
