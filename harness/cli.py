@@ -9,10 +9,11 @@ stderr and exit non-zero: never a traceback.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterator
+from typing import IO, TYPE_CHECKING, Any
 
 from ._errors import HarnessError
 
@@ -322,7 +323,7 @@ def _agent_or_workflow(p: argparse.ArgumentParser, *, required: bool, fork: bool
 
 def _agent_of(args: argparse.Namespace) -> dict[str, Any]:
     """The agent the command re-executes or resumes, as keyword arguments: planner/tools/verifier, or workflow."""
-    from .review.rerun import load_agent, load_workflow
+    from .runtime.entry import load_agent, load_workflow
 
     if args.workflow is not None:
         return {"workflow": load_workflow(args.workflow)}
@@ -924,39 +925,69 @@ def _check_setup(p: argparse.ArgumentParser) -> None:
 def _check(args: argparse.Namespace) -> int:
     import orjson
 
-    from .ops.check import check, exit_code, summary
+    from .ops.check import check, exit_code, runs_of, summary
 
     jobs = args.jobs if args.jobs > 0 else (os.cpu_count() or 1)
     if args.jobs < 0:
         raise HarnessError(f"--jobs {args.jobs}: give 1 or more (0: one per CPU)")
     bar = _Progress() if sys.stderr.isatty() else None
-
-    def each(r: Any) -> None:
-        if bar is not None:
-            bar.clear()
-        if args.json:
-            sys.stdout.buffer.write(orjson.dumps(r.to_json()) + b"\n")
-        else:
-            print(r.line())
-        sys.stdout.flush()
-        if bar is not None:
-            bar.step()
-
-    from .ops.check import runs_of
-
     runs = runs_of(args.paths)
-    if bar is not None:
-        bar.total = len(runs)
     if not runs:
         raise HarnessError(f"no trace in {', '.join(args.paths)}")
-    results = check(runs, **_agent_of(args), jobs=jobs, on_result=each)
-    if bar is not None:
-        bar.clear()
-    if not args.json:
-        print(summary(results))
-    if not any(r.status in ("ok", "drift") for r in results):
+    with _stdout_kept() as out:
+        results: list[Any] = []
+
+        def each(r: Any) -> None:
+            results.append(r)
+            if bar is not None:
+                bar.clear()
+            out.write((orjson.dumps(r.to_json()).decode() if args.json else r.line()) + "\n")
+            out.flush()
+            if bar is not None:
+                bar.step()
+
+        if bar is not None:
+            bar.total = len(runs)
+        try:
+            check(runs, **_agent_of(args), jobs=jobs, on_result=each)
+        except KeyboardInterrupt:  # Ctrl-C: the lines printed stand; no traceback, the workers stopped
+            if bar is not None:
+                bar.clear()
+            print(f"harness check: interrupted after {len(results)} of {len(runs)} runs", file=sys.stderr)
+            return 130
+        if bar is not None:
+            bar.clear()
+        if not args.json:
+            out.write(summary(results) + "\n")
+    if all(r.status == "skipped" for r in results):  # (an unreadable run says so on its line and in the summary)
         print("harness check: no run was checked: none of them is a run of this agent (see the lines)", file=sys.stderr)
     return exit_code(results)
+
+
+@contextlib.contextmanager
+def _stdout_kept() -> Iterator[IO[str]]:
+    """The command's stdout, for its own lines; meanwhile fd 1 (and so sys.stdout) is stderr, so what the agent's
+    code prints, in this process or in a forked worker, cannot mix into them (`--json` lines stay parseable).
+    A sys.stdout that is not fd 1 (main() called with stdout captured) is used as it is."""
+    try:
+        real = sys.stdout.fileno() == 1
+    except (AttributeError, OSError, ValueError):
+        real = False
+    if not real:  # (what the agent prints there goes to stderr too; a forked worker's fd 1 is left as it is)
+        out = sys.stdout
+        with contextlib.redirect_stdout(sys.stderr):
+            yield out
+        return
+    sys.stdout.flush()
+    kept = os.dup(1)
+    os.dup2(2, 1)
+    try:
+        with open(kept, "w", encoding="utf-8", closefd=False) as out:
+            yield out
+    finally:
+        sys.stdout.flush()  # what the agent printed and Python still buffers goes to stderr too
+        os.dup2(kept, 1)
+        os.close(kept)
 
 
 class _Progress:

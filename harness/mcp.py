@@ -56,10 +56,10 @@ import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, TextIO
 
-from ._errors import HarnessError
+from ._errors import HarnessError, MissingExtra
 from .runtime.boundary import aboundary, active
 from .runtime.calls import acall, stepping
-from .runtime.context import _in_call
+from .runtime.context import in_call
 from .runtime.tool import ToolSpec, relisted
 
 if TYPE_CHECKING:
@@ -100,8 +100,11 @@ async def stdio(
 ) -> AsyncIterator[Recorded]:
     """`async with harness.mcp.stdio(StdioServerParameters(...)) as s`: record() on a stdio session, started (and
     initialized) at the first call that must reach the server, closed when the block ends."""
-    from mcp import ClientSession
-    from mcp.client.stdio import stdio_client
+    try:
+        from mcp import ClientSession
+        from mcp.client.stdio import stdio_client
+    except ImportError:
+        raise MissingExtra("harness.mcp.stdio", "mcp", "pip install 'harness-trace[mcp]'") from None
 
     async def connect(stack: contextlib.AsyncExitStack) -> Any:
         read, write = await stack.enter_async_context(stdio_client(params, errlog=errlog or sys.stderr))
@@ -167,7 +170,7 @@ class Recorded:
 
     async def call_tool(self, tool: str, arguments: Mapping[str, Any] | None = None, **kwargs: Any) -> Any:
         """The session's `call_tool(tool, arguments, **kwargs)`; in a workflow's code a step with its contract."""
-        if not stepping() and (not active() or _in_call.get()):
+        if not stepping() and (not active() or in_call()):
             return await (await self._live()).call_tool(tool, arguments, **kwargs)
         from mcp.types import CallToolResult
 

@@ -91,7 +91,7 @@ from pydantic_ai.toolsets.function import FunctionToolsetTool  # noqa: E402
 
 from .runtime.boundary import Session, aboundary, now  # noqa: E402
 from .runtime.calls import acall, stepping  # noqa: E402
-from .runtime.context import _current, _in_call, _key  # noqa: E402
+from .runtime.context import call_key, current_run, in_call  # noqa: E402
 from .runtime.tool import PLAIN, ToolSpec, relisted  # noqa: E402
 
 MODEL, TOOL, OTHER = "pydantic_ai.model", "pydantic_ai.tool", "pydantic_ai"  # the crossings' kinds
@@ -130,7 +130,7 @@ _runs: weakref.WeakKeyDictionary[Session, _RunState] = weakref.WeakKeyDictionary
 
 
 def _state() -> _RunState:
-    session = _current.get()
+    session: Session | None = current_run()
     if session is None:
         raise HarnessError("internal error, please report: harness.pydantic_ai asked for a run outside one")
     state = _runs.get(session)
@@ -195,7 +195,7 @@ MCP_KEY = "harness/idempotency_key"  # the request _meta field an idempotent MCP
 async def mcp_meta(ctx: Any, call_tool: Any, name: str, tool_args: dict[str, Any]) -> Any:
     """A `MCPToolset(process_tool_call=mcp_meta)`: an idempotent MCP tool call's key sent in the request's `_meta`
     as `{"harness/idempotency_key": key}`, so the server can dedupe a call made again after a crash."""
-    key = _key.get()
+    key = call_key()
     return await call_tool(name, tool_args, metadata={MCP_KEY: key} if key is not None else None)
 
 
@@ -329,7 +329,7 @@ class HarnessDurability(BaseDurabilityCapability[Any]):
 
     @property
     def in_durable_context(self) -> bool:
-        return _current.get() is not None and not _in_call.get()
+        return current_run() is not None and not in_call()
 
     def get_durable_operation_backend(self) -> _Backend:
         backend: _Backend | None = self.__dict__.get("_harness_backend")

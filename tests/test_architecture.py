@@ -9,6 +9,7 @@ functions, and fails naming the modules of every cycle.
 
 from __future__ import annotations
 
+import ast
 import os
 import subprocess
 import sys
@@ -94,13 +95,14 @@ def test_lint_imports_fails_on_an_import_up_a_layer(tmp_path: Path) -> None:
 
 
 def test_no_import_cycle_anywhere_in_harness() -> None:
-    """No module of harness reaches itself through its imports, those inside functions included.
+    """No module of harness reaches itself through its imports, those inside functions and those under
+    `if TYPE_CHECKING:` included.
 
-    Imports under `if TYPE_CHECKING:` are left out: they never run, so they
-    order no loading; Session and Agents, which hold each other, are typed
-    so. The layers contracts above count them: no type points up a layer.
+    A type-only import orders no loading, but a circle of them is still two
+    modules that cannot be read apart: a type one needs from a module above
+    it goes down as a Protocol (agents.Run, what Agents use of a Session).
     """
-    graph = grimp.build_graph("harness", cache_dir=None, exclude_type_checking_imports=True)
+    graph = grimp.build_graph("harness", cache_dir=None, exclude_type_checking_imports=False)
     # an import inside a function counts (Executor.arun imports the bridge only when it runs)
     assert graph.direct_import_exists(importer="harness.runtime.executor", imported="harness.runtime.bridge")
     found = cycles(graph)
@@ -116,3 +118,46 @@ def test_the_cycle_check_names_the_modules_of_a_cycle() -> None:
     graph.add_import(importer="p.x", imported="p.y")
     graph.add_import(importer="p.y", imported="p.x")
     assert sorted(cycles(graph)) == [["p.a", "p.b", "p.c"], ["p.x", "p.y"]]
+
+
+def test_no_module_but_context_touches_a_context_variable() -> None:
+    """runtime/context.py's variables are read and set through its functions only (current_run(), in_call(), ...).
+
+    Any name starting with an underscore imported from it, or read off it as
+    an attribute, outside it is a reach into its private state.
+    """
+    reaches = []
+    for path in sorted((ROOT / "harness").rglob("*.py")):
+        if path == ROOT / "harness" / "runtime" / "context.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[-1] == "context":
+                reaches += [f"{path.relative_to(ROOT)}:{node.lineno} {a.name}" for a in node.names if a.name[0] == "_"]
+            elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "context":
+                private = node.attr[0] == "_" and not node.attr.startswith("__")
+                reaches += [f"{path.relative_to(ROOT)}:{node.lineno} context.{node.attr}"] if private else []
+    assert not reaches, "context variables used outside runtime/context.py:\n" + "\n".join(reaches)
+
+
+def test_every_exception_class_of_harness_is_defined_in_errors() -> None:
+    """Errors in one place: a class of harness deriving from an exception lives in harness/_errors.py, unless it is
+    a private signal of one module (an underscore name, or `Paused`, runtime/control.py's own)."""
+    import ast
+
+    import harness
+    import harness._errors as errors
+
+    known = {n for n, c in vars(errors).items() if isinstance(c, type) and issubclass(c, BaseException)}
+    known |= {"Exception", "BaseException", "ValueError", "TypeError"}
+    root = Path(harness.__file__).parent
+    found = [
+        f"{path.relative_to(root.parent)}:{node.lineno} {node.name}"
+        for path in sorted(root.rglob("*.py"))
+        if path.name != "_errors.py"
+        for node in ast.walk(ast.parse(path.read_text(), str(path)))
+        if isinstance(node, ast.ClassDef)
+        and any(ast.unparse(b).rsplit(".", 1)[-1] in known for b in node.bases)
+        and not node.name.startswith("_")
+        and node.name != "Paused"
+    ]
+    assert found == []

@@ -9,12 +9,14 @@ the folder are hashed before and after: nothing is written. Then an Executor's r
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -99,8 +101,13 @@ def snapshot(folder: Path) -> dict[str, str]:
     return {str(p): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
-def scratch() -> set[str]:
-    return {p for root in ("/dev/shm", "/tmp") if os.path.isdir(root) for p in os.listdir(root) if "harness-check" in p}
+@pytest.fixture
+def scratch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The check's scratch folder ($TMPDIR, which the CLI's process inherits): this test's alone, even under xdist."""
+    folder = tmp_path / "tmp"
+    folder.mkdir()
+    monkeypatch.setenv("TMPDIR", str(folder))
+    return folder
 
 
 @pytest.fixture(scope="module")
@@ -131,9 +138,9 @@ def expected(name: str, drifted: bool) -> str:
     return "ok"
 
 
-def test_a_thousand_runs_are_checked_and_nothing_is_written(folder: Path) -> None:
+def test_a_thousand_runs_are_checked_and_nothing_is_written(folder: Path, scratch: Path) -> None:
     runs = folder / "runs"
-    before, left = snapshot(runs), scratch()
+    before = snapshot(runs)
     assert len([p for p in before if p.endswith(".jsonl")]) == 1001
 
     out = harness_cli("check", "runs", "--workflow", "check_agent:research", "-j", "2", cwd=folder)
@@ -144,7 +151,7 @@ def test_a_thousand_runs_are_checked_and_nothing_is_written(folder: Path) -> Non
         path, _, said = line.partition(": ")
         assert said == expected(Path(path).stem, drifted=False), line
     assert lines[-1] == "1001 runs: 1001 ok (101 unfinished, would go on)"
-    assert snapshot(runs) == before and scratch() == left
+    assert snapshot(runs) == before and list(scratch.iterdir()) == []
 
     agent(folder, DRIFTS)  # today's code: runs whose topic ends in 7 look up another point
     try:
@@ -159,7 +166,7 @@ def test_a_thousand_runs_are_checked_and_nothing_is_written(folder: Path) -> Non
     assert lines[-1] == (
         "1001 runs: 901 ok (101 unfinished, would go on), 100 drift; 1001 recorded with code other than today's"
     )
-    assert snapshot(runs) == before and scratch() == left
+    assert snapshot(runs) == before and list(scratch.iterdir()) == []
 
 
 def test_json_gives_one_object_per_run(folder: Path) -> None:
@@ -208,6 +215,9 @@ def test_a_corrupt_run_is_an_error_the_others_are_still_checked(folder: Path, tm
     assert out.returncode == 2
     assert out.stdout.splitlines()[0] == f"{good}: ok"
     assert out.stdout.splitlines()[1].startswith(f"{tmp_path / 'bad.jsonl'}: error: ")
+    alone = harness_cli("check", str(tmp_path / "bad.jsonl"), "--workflow", "check_agent:research", cwd=folder)
+    assert alone.returncode == 2 and alone.stdout.splitlines()[-1] == "1 run: 0 ok, 1 error"
+    assert alone.stderr == ""  # its line says why: not a word about runs of another agent
 
 
 def test_runs_of_another_workflow_or_shape_are_skipped(folder: Path, tmp_path: Path) -> None:
@@ -299,6 +309,13 @@ def test_a_project_may_name_what_the_fingerprint_covers(tmp_path: Path) -> None:
     assert out.returncode == 0 and out.stdout.splitlines()[0] == "run.jsonl: ok [code changed since it was recorded]"
 
 
+def test_a_partial_planner_is_fingerprinted_by_its_functions_module(tmp_path: Path) -> None:
+    planner, tools, _ = make_agent()
+    out = harness.Executor(planner=functools.partial(planner), tools=tools, trace=tmp_path / "run.jsonl").run("go")
+    files = harness.replay(out.trace).header["env"]["code"]["files"]
+    assert [Path(f).name for f in files] == ["test_check.py"]  # not functools.py: it would never say the code changed
+
+
 def test_python_dash_m_harness_is_the_command(tmp_path: Path) -> None:
     out = harness_cli("--version", cwd=tmp_path)
     assert out.returncode == 0 and out.stdout.startswith("harness ")
@@ -361,3 +378,148 @@ def test_a_golden_that_holds_no_trace_records_is_a_clear_error(tmp_path: Path) -
     )
     [result] = harness.check([golden], workflow=lambda: None)
     assert result.status == "error" and "a golden holding 'model_call' records, which no trace holds" in result.detail
+
+
+NOISY = """
+import os, time
+import harness
+
+
+@harness.tool
+def look(point: str) -> str:
+    print("tool noise", point)
+    return point
+
+
+@harness.workflow
+def noisy(topic: str) -> str:
+    print("workflow noise", topic)
+    if os.environ.get("EXIT") == topic:  # agent code that ends its process
+        os._exit(9)
+    if os.environ.get("BLOCK") == topic:  # a check that takes its time: the test interrupts it here
+        open(os.environ["BLOCKED"], "w").close()
+        time.sleep(600)
+    look(topic)
+    return "ok"
+"""
+
+
+@pytest.fixture
+def noisy(tmp_path: Path) -> Path:
+    """20 finished runs of an agent that prints (to stdout) as it runs."""
+    (tmp_path / "noisy_agent.py").write_text(NOISY)
+    (tmp_path / "runs").mkdir()
+    record = "import noisy_agent\nfor i in range(20): noisy_agent.noisy.run(f't{i}', trace=f'runs/{i:02d}.jsonl')"
+    python("-c", record, cwd=tmp_path)
+    return tmp_path
+
+
+@pytest.mark.parametrize("jobs", ["1", "2"])
+def test_what_the_agent_prints_goes_to_stderr_never_into_the_lines(noisy: Path, jobs: str) -> None:
+    out = harness_cli("check", "runs", "--workflow", "noisy_agent:noisy", "--json", "-j", jobs, cwd=noisy)
+    assert out.returncode == 0, out.stderr
+    rows = [json.loads(line) for line in out.stdout.splitlines()]  # every line a run's object: nothing else
+    assert [r["status"] for r in rows] == ["ok"] * 20
+    assert out.stderr.count("workflow noise") == 20
+    text = harness_cli("check", "runs", "--workflow", "noisy_agent:noisy", "-j", jobs, cwd=noisy)
+    assert text.stdout.splitlines()[-1] == "20 runs: 20 ok" and "noise" not in text.stdout
+
+
+def test_ctrl_c_stops_the_workers_at_once_no_traceback_nothing_left(noisy: Path) -> None:
+    before, tmp = snapshot(noisy / "runs"), noisy / "tmp"
+    tmp.mkdir()
+    blocked = noisy / "blocked"
+    env = {**os.environ, "PYTHONPATH": str(noisy), "BLOCK": "t11", "BLOCKED": str(blocked), "TMPDIR": str(tmp)}
+    cmd = [sys.executable, "-m", "harness", "check", "runs", "--workflow", "noisy_agent:noisy", "-j", "2"]
+    p = subprocess.Popen(cmd, cwd=noisy, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         start_new_session=True)  # fmt: skip
+    try:
+        while not blocked.exists() and p.poll() is None:  # a worker is in the run it sleeps in
+            time.sleep(0.02)
+        assert [d.name[:14] for d in tmp.iterdir()] == ["harness-check-"]  # $TMPDIR holds the check's scratch
+        os.killpg(p.pid, signal.SIGINT)  # what Ctrl-C on a terminal does: the whole group gets it
+        out, err = p.communicate(timeout=120)  # the sleeping worker would hold a shutdown for 600 s
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+    assert p.returncode == 130, err
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err
+    assert err.splitlines()[-1].startswith("harness check: interrupted after ")
+    assert all(line.endswith(": ok") for line in out.splitlines())  # the lines printed stand, no summary
+    assert snapshot(noisy / "runs") == before and list(tmp.iterdir()) == []
+
+
+def test_a_reader_that_stops_reading_stops_the_check_quietly(noisy: Path) -> None:
+    """`harness check runs | head -1`: the pipe closes, the workers stop; no traceback, nothing left behind."""
+    tmp = noisy / "tmp"
+    tmp.mkdir()
+    cmd = [sys.executable, "-m", "harness", "check", "runs", "--workflow", "noisy_agent:noisy", "-j", "2"]
+    env = {**os.environ, "PYTHONPATH": str(noisy), "TMPDIR": str(tmp)}
+    p = subprocess.Popen(cmd, cwd=noisy, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert p.stdout is not None and p.stdout.readline() == "runs/00.jsonl: ok\n"
+    p.stdout.close()
+    err = p.communicate(timeout=120)[1]
+    assert p.returncode == 0 and "Traceback" not in err and list(tmp.iterdir()) == []
+
+
+def test_a_path_that_is_no_file_nor_folder_is_named_as_such(noisy: Path) -> None:
+    os.mkfifo(noisy / "pipe.jsonl")  # never opened: the check would wait for a writer
+    (noisy / "nowhere.jsonl").symlink_to(noisy / "gone.jsonl")
+    out = harness_cli("check", "pipe.jsonl", "--workflow", "noisy_agent:noisy", cwd=noisy)
+    assert (out.returncode, out.stdout) == (2, "")
+    assert (
+        out.stderr
+        == "harness check: pipe.jsonl: neither a trace file nor a runs folder (a FIFO, a socket or a device)\n"
+    )
+    out = harness_cli("check", "nowhere.jsonl", "--workflow", "noisy_agent:noisy", cwd=noisy)
+    assert out.stderr == "harness check: nowhere.jsonl: no such trace or runs folder\n" and out.returncode == 2
+
+
+UNSTORABLE = """
+import os
+import harness
+
+
+@harness.tool
+def look(point) -> str:
+    return "seen"
+
+
+@harness.workflow
+def flow(topic: str) -> str:
+    look(b"a" if os.environ.get("TODAY") else "a")  # today's code hands the tool bytes, which no trace holds
+    return "ok"
+"""
+
+
+def test_code_that_now_hands_a_tool_what_no_trace_holds_drifts(tmp_path: Path) -> None:
+    (tmp_path / "unstorable.py").write_text(UNSTORABLE)
+    python("-c", "import unstorable; unstorable.flow.run('t', trace='run.jsonl')", cwd=tmp_path)
+    env = {**os.environ, "PYTHONPATH": str(tmp_path), "TODAY": "1"}
+    out = subprocess.run([sys.executable, "-m", "harness", "check", "run.jsonl", "--workflow", "unstorable:flow"],
+                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert out.returncode == 1, out.stdout + out.stderr  # a drift: a resume with this code would fail the same way
+    assert out.stdout.startswith("run.jsonl: drift: now raises NotSerializable: args of tool 'look' at step 0: ")
+
+
+def test_a_worker_whose_agent_code_exits_is_said_never_a_hang(noisy: Path) -> None:
+    env = {**os.environ, "PYTHONPATH": str(noisy), "EXIT": "t11"}
+    cmd = [sys.executable, "-m", "harness", "check", "runs", "--workflow", "noisy_agent:noisy", "-j", "2"]
+    out = subprocess.run(cmd, cwd=noisy, env=env, capture_output=True, text=True, timeout=300)
+    lines = out.stdout.splitlines()
+    assert out.returncode == 2 and len(lines) == 21, out.stdout + out.stderr
+    died = "error: a check worker process died while checking this run or one beside it"
+    said = {line.partition(": ")[0]: line.partition(": ")[2] for line in lines[:20]}
+    assert said["runs/11.jsonl"].startswith(died) and said["runs/00.jsonl"] == "ok"  # (the other worker's may die too)
+    assert all(said[f"runs/{i:02d}.jsonl"].startswith(died) for i in range(11, 20))
+    assert all(v == "ok" or v.startswith(died) for v in said.values()) and "Traceback" not in out.stderr
+
+
+def test_main_called_in_a_process_whose_stdout_is_captured(noisy: Path, capsys: pytest.CaptureFixture[str],
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    from harness.cli import main
+
+    monkeypatch.chdir(noisy)
+    monkeypatch.syspath_prepend(str(noisy))
+    assert main(["check", "runs/00.jsonl", "--workflow", "noisy_agent:noisy"]) == 0
+    assert capsys.readouterr().out.splitlines() == ["runs/00.jsonl: ok", "1 run: 1 ok"]  # lines where stdout is

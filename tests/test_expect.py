@@ -126,7 +126,10 @@ def test_called_matches_equal_a_callable_a_type_and_any(shop: Any) -> None:
     e.called("search", q=str, limit=int).called("search", q=ANY).called("search", times=2)
     e.called("search", q="x", times=1).called("refund", times=0)
     assert "args.limit is 5: <lambda>() is false" in str(failure(lambda: e.called("search", limit=lambda n: n > 5)))
-    assert "args.q is 'tide pools', not a int" in str(failure(lambda: e.called("search", q=int)))
+    f = failure(lambda: e.called("search", q=int))
+    assert str(f).startswith("expect(run.jsonl).called('search', q=int) failed at seq ")  # a matcher by its name
+    assert "args.q is 'tide pools', not an instance of int" in str(f)
+    assert "called('search', limit=small)" in str(failure(lambda: e.called("search", limit=small)))
     assert "args.limit is absent" in str(failure(lambda: e.called("send_email", limit=ANY)))
     assert "no call of 'refund'" in str(failure(lambda: e.called("refund")))
     f = failure(lambda: e.called("search", times=1))
@@ -150,10 +153,18 @@ def test_never_and_at_most(shop: Any) -> None:
     assert f.seq == e.model_calls[2].seq and "40 tokens used, at most 25" in str(f)
 
 
+def small(n: int) -> bool:
+    return n < 3
+
+
 def test_state_and_result(shop: Any, tmp_path: Path) -> None:
     e = expect(shop).state("DONE").result({"ok": True, "q": "x"}).result(lambda r: r["ok"])
     assert "the run is DONE, expected FAILED" in str(failure(lambda: e.state("FAILED")))
     assert "field result" in str(failure(lambda: e.result(3)))
+    e.result(dict).result({"ok": ANY, "q": "x"})  # a type as in called(): an instance of it; ANY nested in a value
+    assert "result is {'ok': True, 'q': 'x'}, not an instance of list" in str(failure(lambda: e.result(list)))
+    f = failure(lambda: e.result(lambda r: r["missing"]))  # a predicate that raises: a failure saying so
+    assert "expect(run.jsonl).result(<lambda>) failed at seq" in str(f) and "raised KeyError('missing')" in str(f)
 
 
 def test_bad_arguments_are_clear_errors(shop: Any, tmp_path: Path) -> None:
@@ -163,6 +174,9 @@ def test_bad_arguments_are_clear_errors(shop: Any, tmp_path: Path) -> None:
         expect(shop).tools("search", mode="sorted")
     with pytest.raises(harness.HarnessError, match="times is an int"):
         expect(shop).called("search", times=-1)
+    for limit in ({"tokens": -1}, {"tool_calls": "3"}, {"model_calls": 2.5}):
+        with pytest.raises(harness.HarnessError, match=r"at_most\(\w+=.*\): a limit is an int >= 0"):
+            expect(shop).at_most(**limit)
     with pytest.raises(harness.TraceUnreadable, match=r"nope\.jsonl: no such file"):
         expect(tmp_path / "nope.jsonl")
     (tmp_path / "bad.jsonl").write_text("not a trace\n")

@@ -13,15 +13,21 @@ recorded crossing and tool result served, no tool and no model called):
   folder) and checked as a finished run.
 
 Nothing is written beside the runs: the re-execution's own trace goes to a
-scratch folder outside every folder checked (`/dev/shm` when there is one,
-else the system's temporary folder), one per run, removed as soon as the
-run is checked; the recordings are only read. The recorded `env.code`
+scratch folder outside every folder checked (`$TMPDIR` when set, else
+`/dev/shm` when there is one, else the system's temporary folder): one
+folder per check, one per run inside it, each removed as soon as its run is
+checked, the whole when the check ends or is interrupted; the recordings
+are only read. (A folder, not a journal in memory: the re-execution writes
+through the journal itself, its blobs and fsyncs included, so it runs what
+a resume runs; /dev/shm is memory already.) The recorded `env.code`
 fingerprint is compared with that of the code given (`code changed` in the
 line): information, never a failure.
 
 Runs are checked in a process pool (`jobs`, forked: each worker inherits
 the agent already imported) in input order; `on_result` is called with each
-result as it comes, for a progress bar. A run that cannot be read is an
+result as it comes, for a progress bar. Ctrl-C reaches the parent alone
+(the workers ignore SIGINT): it stops the workers at once and raises
+KeyboardInterrupt. A run that cannot be read is an
 `error`; a run of another shape (a Recorder's, another workflow's, an
 Executor's when a workflow was given) is `skipped`. A worker process that
 dies (agent code that exits the process) makes the runs not yet checked
@@ -34,12 +40,13 @@ import contextlib
 import multiprocessing
 import os
 import shutil
+import signal
 import tempfile
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from .._errors import HarnessError, ReplayDrift, ReplayViolation, ResumeMismatch
+from .._errors import HarnessError, NotSerializable, ReplayDrift, ReplayViolation, ResumeMismatch
 from ..review.normalize import describe_record, is_golden_file, normalize
 from ..review.rerun import Rerun, rerun
 from ..review.runs import _traces
@@ -127,6 +134,8 @@ def runs_of(paths: Iterable[str | os.PathLike[str]]) -> list[str]:
             out.extend(sorted(_traces(given, recursive=False)))
         elif os.path.isfile(given):
             out.append(given)
+        elif os.path.exists(given):  # (never opened: a FIFO's open would wait for a writer)
+            raise HarnessError(f"{given}: neither a trace file nor a runs folder (a FIFO, a socket or a device)")
         else:
             raise HarnessError(f"{given}: no such trace or runs folder")
     return out
@@ -151,12 +160,15 @@ def check(
     agent = Agent(w, planner, tools, verifier)
     given = [os.fspath(p) for p in paths]
     runs = runs_of(given)
-    scratch = _scratch_root(given)
+    scratch = tempfile.mkdtemp(prefix="harness-check-", dir=_scratch_root(given))
     results = []
-    for result in _each(runs, agent, scratch, jobs):
-        results.append(result)
-        if on_result is not None:
-            on_result(result)
+    try:
+        for result in _each(runs, agent, scratch, jobs):
+            results.append(result)
+            if on_result is not None:
+                on_result(result)
+    finally:  # (after an interrupt too: a worker stopped mid-run leaves its re-execution here)
+        shutil.rmtree(scratch, ignore_errors=True)
     return results
 
 
@@ -169,13 +181,18 @@ def _each(runs: list[str], agent: Agent, scratch: str, jobs: int) -> Iterator[Ch
     from concurrent.futures.process import BrokenProcessPool
 
     ctx = multiprocessing.get_context("fork")  # the workers inherit the agent, imported once, and nothing pickled
-    chunk = max(1, min(64, len(runs) // (jobs * 8)))
+    size = max(1, min(64, len(runs) // (jobs * 8)))
+    chunks = [runs[i : i + size] for i in range(0, len(runs), size)]
     done = 0
     with ProcessPoolExecutor(jobs, mp_context=ctx, initializer=_adopt, initargs=(agent, scratch)) as pool:
+        # submitted, not pool.map(): its iterator cancels what is pending when left, and a pool broken after that
+        # (the workers stopped below) fails them again from its own thread, a traceback (CPython 3.11)
+        futures = [pool.submit(_worker, chunk) for chunk in chunks]
         try:
-            for result in pool.map(_worker, runs, chunksize=chunk):
-                done += 1
-                yield result
+            for future in futures:
+                for result in future.result():
+                    done += 1
+                    yield result
         except BrokenProcessPool:  # a worker died (agent code that called os._exit, a kill): said, never a hang
             for path in runs[done:]:
                 yield Checked(
@@ -184,6 +201,13 @@ def _each(runs: list[str], agent: Agent, scratch: str, jobs: int) -> Iterator[Ch
                     "a check worker process died while checking this run or one beside "
                     "it (did the agent's code exit the process?); check it alone: harness check PATH",
                 )
+        except BaseException:  # Ctrl-C (the workers ignore it), a consumer that stopped: the workers stop now
+            workers = list((pool._processes or {}).values())  # (public only from Python 3.14: terminate_workers)
+            for process in workers:
+                process.terminate()
+            for process in workers:  # gone before the scratch folder is removed: none writes there after
+                process.join()
+            raise
 
 
 _worker_agent: tuple[Agent, str] | None = None
@@ -191,20 +215,22 @@ _worker_agent: tuple[Agent, str] | None = None
 
 def _adopt(agent: Agent, scratch: str) -> None:
     global _worker_agent
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group: the parent alone answers it
     _worker_agent = (agent, scratch)
 
 
-def _worker(path: str) -> Checked:
+def _worker(paths: list[str]) -> list[Checked]:
     if _worker_agent is None:  # (the pool's initializer runs first)
         raise HarnessError("internal error, please report: a check worker started without its agent")
-    return check_one(path, *_worker_agent)
+    return [check_one(path, *_worker_agent) for path in paths]
 
 
 def _scratch_root(given: list[str]) -> str:
-    """Where re-executions write: /dev/shm (memory) when usable, else the temporary folder; never under a folder
-    being checked."""
+    """Where re-executions write: $TMPDIR when set (the user's choice), else /dev/shm (memory) when usable, else
+    the temporary folder; never under a folder being checked."""
     inside = [os.path.realpath(g) for g in given]
-    for root in ("/dev/shm", tempfile.gettempdir()):
+    chosen = [os.environ["TMPDIR"]] if os.environ.get("TMPDIR") else []
+    for root in (*chosen, "/dev/shm", tempfile.gettempdir()):
         real = os.path.realpath(root)
         if os.path.isdir(root) and os.access(root, os.W_OK) and not any(_under(real, g) for g in inside):
             return root
@@ -350,6 +376,8 @@ def _verdict(path: str, rep: Replay, agent: Agent, out: str, code: str | None) -
         return Checked(path, "drift", said, e.seq, code=code, finished=finished)
     except ResumeMismatch as e:
         return Checked(path, "skipped", str(e), code=code, finished=finished)
+    except NotSerializable as e:  # the code now hands over what no trace can hold: a resume would fail as well
+        return Checked(path, "drift", f"now raises NotSerializable: {_cut(str(e))}", code=code, finished=finished)
     except HarnessError as e:
         return Checked(path, "error", str(e), code=code, finished=finished)
     except KeyboardInterrupt:

@@ -391,7 +391,7 @@ class Expectation:
         key = self._canonical(name)
         mine = [c for c in self.tool_calls if c.name == key]
         matching = [c for c in mine if _mismatch(c.args, args) is None]
-        shown = f"called({_listed([name])}{''.join(f', {k}={v!r}' for k, v in args.items())}"
+        shown = f"called({_listed([name])}{''.join(f', {k}={_matcher(v)}' for k, v in args.items())}"
         shown += f", times={times})" if times is not None else ")"
         if times is None and matching:
             return self
@@ -426,6 +426,9 @@ class Expectation:
             f"{k}={v}" for k, v in (("model_calls", model_calls), ("tool_calls", tool_calls), ("tokens", tokens))
             if v is not None
         ) + ")"  # fmt: skip
+        for what, limit in (("model_calls", model_calls), ("tool_calls", tool_calls), ("tokens", tokens)):
+            if limit is not None and (type(limit) is not int or limit < 0):
+                raise HarnessError(f"at_most({what}={limit!r}): a limit is an int >= 0")
         for what, limit, made in (("model_calls", model_calls, self.model_calls), ("tool_calls", tool_calls,
                                                                                   self.tool_calls)):  # fmt: skip
             if limit is not None and len(made) > limit:
@@ -443,14 +446,11 @@ class Expectation:
         return self
 
     def result(self, expected: Any) -> Expectation:
-        """What the run returned (a workflow's return value; an Executor's last verified result) equals `expected`,
-        or `expected(result)` is true for a callable."""
-        got = self._calls.result
-        ok = bool(expected(got)) if callable(expected) and not isinstance(expected, type) else got == expected
-        if not ok:
-            want = getattr(expected, "__name__", None) if callable(expected) else None
-            said = f"{want}(result) is false for {got!r:.200}" if want else f"{got!r:.200}, expected {expected!r:.200}"
-            self._fail(f"result({want or repr(expected):.80})", self._calls.result_seq, "result", said)
+        """What the run returned (a workflow's return value; an Executor's last verified result) matches `expected`
+        as an argument of `called()` does: equal, an instance of a type, `expected(result)` true for a callable."""
+        why = _unmatched("result", expected, self._calls.result)
+        if why is not None:
+            self._fail(f"result({_matcher(expected)})", self._calls.result_seq, "result", why)
         return self
 
     def state(self, expected: str) -> Expectation:
@@ -541,21 +541,34 @@ def _mismatch(actual: Any, expected: Mapping[str, Any]) -> tuple[str, str] | Non
         path = f"args.{key}"
         if got is _MISSING:
             return path, f"{path} is absent"
-        if want is ANY:
-            continue
-        if isinstance(want, type):
-            if not isinstance(got, want):
-                return path, f"{path} is {got!r:.120}, not a {want.__name__}"
-        elif callable(want):
-            try:
-                ok = bool(want(got))
-            except Exception as e:  # a predicate that cannot read the value: no match, said so
-                return path, f"{path} is {got!r:.120}: {getattr(want, '__name__', 'the check')} raised {e!r:.80}"
-            if not ok:
-                return path, f"{path} is {got!r:.120}: {getattr(want, '__name__', 'the check')}() is false"
-        elif got != want:
-            return path, f"{path} is {got!r:.120}, expected {want!r:.120}"
+        why = _unmatched(path, want, got)
+        if why is not None:
+            return path, why
     return None
+
+
+def _unmatched(path: str, want: Any, got: Any) -> str | None:
+    """Why `got` (at path) does not match `want`: equal, ANY, a type (an instance of it) or a callable returning
+    true (one that raises: no match, said so); None when it matches."""
+    if want is ANY:
+        return None
+    if isinstance(want, type):
+        return None if isinstance(got, want) else f"{path} is {got!r:.120}, not an instance of {want.__name__}"
+    if callable(want):
+        name = getattr(want, "__name__", "the check")
+        try:
+            ok = bool(want(got))
+        except Exception as e:  # a predicate that cannot read the value: no match, said so
+            return f"{path} is {got!r:.120}: {name} raised {e!r:.80}"
+        return None if ok else f"{path} is {got!r:.120}: {name}() is false"
+    return None if got == want else f"{path} is {got!r:.120}, expected {want!r:.120}"
+
+
+def _matcher(value: Any) -> str:
+    """A matcher as a message shows it: ANY, a type's or a function's name, else its repr."""
+    if value is ANY or not callable(value):
+        return f"{value!r:.80}"
+    return str(getattr(value, "__name__", None) or f"{value!r:.80}")
 
 
 def _listed(names: Iterable[str]) -> str:

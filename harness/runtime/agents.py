@@ -35,51 +35,35 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 from .._errors import HarnessError, ReplayDrift, error_of, internal
 from ..trace.clock import MAIN, merged
-from .context import _agent, _current, _in_call
+from .context import AgentState, current_run, in_call, running_agent, set_agent
 from .control import decisive
 from .tasks import root
 
 if TYPE_CHECKING:
     from ..trace.journal import Journal
-    from .boundary import Session
 
 T = TypeVar("T")
 
 
-class AgentState:
-    """One agent's own view: its name, its clock, and how many of its calls are in flight (and on which thread).
+class Run(Protocol):
+    """What the agents use of their run: boundary.Session is one (typed so, agents need not import boundary)."""
 
-    Whether code runs *inside* a call (so its crossings belong to the call) is
-    not the agent's but the call's: the context variable `_in_call`, set in the
-    call's own context, so two concurrent calls of one agent (tasks of
-    asyncio.gather) are each recorded.
-    """
+    journal: Journal | None
+    checking: bool  # whether every recorded crossing must be made again (a resume's, a re-execution's)
+    failure: HarnessError | None
+    agents: Agents
 
-    __slots__ = ("calls", "finished", "merge", "name", "thread", "ticket", "vc", "waiting", "written")
+    def event_served(self, space: str, name: str, fields: dict[str, Any]) -> bool: ...
 
-    def __init__(self, name: str, vc: dict[str, int] | None = None):
-        self.name = name
-        self.vc: dict[str, int] = dict(sorted(vc.items())) if vc else {}  # keys sorted, as records hold them
-        self.calls = 0  # calls of this agent in flight (a helper thread's crossings then belong to one)
-        self.thread: int | None = None  # the thread they run on: one agent's calls never overlap across threads
-        self.merge: dict[str, int] | None = None  # a clock to merge into the next event (join, receive)
-        self.ticket = self.written = 0  # async crossings: taken in order of start, written in that order
-        self.waiting: dict[int, Any] = {}  # ticket -> the future of a finished crossing waiting for its turn
-        self.finished: set[int] = set()  # tickets done while an earlier one is still in flight
+    def unsettled(self, agent: str) -> ReplayDrift | None: ...
 
-    def next_vc(self) -> dict[str, int]:
-        """The clock the agent's next event will carry (without taking it)."""
-        vc = dict(self.vc)
-        if self.merge:
-            for k, v in self.merge.items():
-                if vc.get(k, 0) < v:
-                    vc[k] = v
-        vc[self.name] = vc.get(self.name, 0) + 1
-        return vc
+    def cross(
+        self, kind: str, request: Any, call: Callable[[], T], *, arrived: Callable[[Any, bool], None] | None = None
+    ) -> T: ...
 
 
 def exit_fields(error: BaseException | None) -> dict[str, Any]:
@@ -111,9 +95,9 @@ class _Mail:
 
 
 class Agents:
-    """The agents of one run: names, clocks, mailboxes. One per Session."""
+    """The agents of one run: names, clocks, mailboxes. One per run (a Session)."""
 
-    def __init__(self, session: Session):
+    def __init__(self, session: Run):
         self.session = session
         self.cond = threading.Condition()
         self.spawned = False  # once True, every record carries a clock
@@ -183,7 +167,7 @@ class Agents:
 
         `after`: the clock of the agent's record just before it in the same write, not taken either.
         """
-        agent = _agent.get() or self.main
+        agent = running_agent() or self.main
         if self.seam is not None and agent is self.main:  # main's first live record follows the resume's records
             agent.vc, self.seam = dict(sorted(merged(agent.vc, self.seam).items())), None
         if after is not None:  # (any merge went into that one)
@@ -202,16 +186,16 @@ class Agents:
         Only then: a record that cannot be encoded (NotSerializable) takes no event,
         or the next record would skip a count and replay() would refuse the trace.
         """
-        agent = _agent.get() or self.main
+        agent = running_agent() or self.main
         agent.vc, agent.merge = dict(vc), None
 
     def current(self) -> str:
-        return (_agent.get() or self.main).name
+        return (running_agent() or self.main).name
 
     def next_vc(self, journal: Journal) -> dict[str, int]:
         if not self.spawned:
             return {MAIN: journal.seq + 1}
-        return (_agent.get() or self.main).next_vc()
+        return (running_agent() or self.main).next_vc()
 
     # --- spawn and join ------------------------------------------------------------------------------
 
@@ -256,7 +240,7 @@ class Agents:
         except BaseException:
             self.forget(handle)
             raise
-        parent = _agent.get() or self.main
+        parent = running_agent() or self.main
         child = self.states[name] = AgentState(name, merged(self.last.get(name, {}), parent.vc))
         return child
 
@@ -274,7 +258,7 @@ class Agents:
         ctx = contextvars.copy_context()
 
         def body() -> None:
-            _agent.set(child)
+            set_agent(child)
             root()  # its tasks are numbered from its own thread on
             error: BaseException | None = None
             try:
@@ -324,7 +308,7 @@ class Agents:
             if self.live.get(handle.name) is not handle:
                 return  # joined already
             del self.live[handle.name]
-        me = _agent.get() or self.main
+        me = running_agent() or self.main
         me.merge = merged(me.merge or {}, handle._vc or {})
         if not self.session.event_served("join", handle.name, {"child": handle.name}):
             journal.append("join", {"child": handle.name})
@@ -521,8 +505,9 @@ class Handle(Generic[T]):
 # --- the public functions ----------------------------------------------------------------------------
 
 
-def _session() -> Session | None:
-    return _current.get()
+def _session() -> Run | None:
+    session: Run | None = current_run()
+    return session
 
 
 def current_agent() -> str | None:
@@ -530,7 +515,7 @@ def current_agent() -> str | None:
     session = _session()
     if session is None:
         return None
-    agent = _agent.get()
+    agent = running_agent()
     return agent.name if agent is not None else MAIN
 
 
@@ -542,7 +527,7 @@ def spawn(name: str, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> Hand
     if type(name) is not str or not name or name == MAIN:
         raise HarnessError(f"an agent needs a non-empty str name other than 'main', not {name!r}")
     session = _session()
-    if session is None or session.journal is None or _in_call.get():
+    if session is None or session.journal is None or in_call():
         return _plain(name, fn, args, kwargs)
     return session.agents.spawn(name, fn, args, kwargs)
 
@@ -583,12 +568,12 @@ def join(*handles: Handle[Any], timeout: float | None = None) -> list[Any]:
 
 def send(to: str, message: Any) -> None:
     """Send `message` (a JSON value) to agent `to`: a recorded crossing, delivered once it is written."""
-    session = _current.get()
+    session = _session()
     if session is None:
         raise HarnessError("harness.send() works between the agents of a run; call it inside a run")
     if type(to) is not str or not to:
         raise HarnessError(f"send() needs the name of an agent, not {to!r}")
-    agent = _agent.get() or session.agents.main
+    agent = running_agent() or session.agents.main
     session.cross("agent_msg", {"send": to, "message": message}, _none)
     agents = session.agents
     agents.deliver(to, message, dict(agent.vc) if agents.spawned else None, agent.name)
@@ -605,11 +590,11 @@ def receive(sender: str | None = None, *, timeout: float | None = None) -> Messa
     message is served (after its send was made again); none recorded is a
     ReplayViolation. A timeout raises TimeoutError, recorded too.
     """
-    session = _current.get()
+    session = _session()
     if session is None:
         raise HarnessError("harness.receive() works between the agents of a run; call it inside a run")
     agents = session.agents
-    me = (_agent.get() or agents.main).name
+    me = (running_agent() or agents.main).name
 
     def call() -> dict[str, Any]:
         m = agents.take(me, sender, timeout)
@@ -622,7 +607,7 @@ def receive(sender: str | None = None, *, timeout: float | None = None) -> Messa
         if served:
             agents.claim(me, response["from"], vc)
         if vc:
-            agent = _agent.get() or agents.main
+            agent = running_agent() or agents.main
             agent.merge = merged(agent.merge or {}, vc)
 
     got = session.cross("agent_msg", {"receive": sender}, call, arrived=arrived)

@@ -75,8 +75,8 @@ from ..trace.line import check_value
 from ..trace.reader import Crossing, request_hash
 from ..trace.redact import DEFAULT, Redaction
 from ..trace.tasks import TASK
-from .agents import Agents, AgentState
-from .context import _agent, _current, _in_call
+from .agents import Agents
+from .context import AgentState, current_run, end_call, enter_run, exit_run, in_call, running_agent, start_call
 from .tasks import current as current_task
 from .tasks import unordered
 
@@ -143,7 +143,7 @@ class Session:
     @property
     def nested(self) -> bool:
         """Whether the code runs inside a call (a tool, a crossing): its crossings belong to that call."""
-        return _in_call.get()
+        return in_call()
 
     @property
     def live_calls(self) -> int:
@@ -151,7 +151,7 @@ class Session:
 
     def agent(self) -> AgentState:
         """The state of the agent whose code is running."""
-        return _agent.get() or self.agents.main
+        return running_agent() or self.agents.main
 
     def count_live(self, me: AgentState) -> None:
         """One live call by agent me, the current one (only its own thread writes its count)."""
@@ -163,7 +163,7 @@ class Session:
 
     def queue(self) -> deque[Crossing]:
         """The current agent's recorded crossings, in its own order."""
-        name = (_agent.get() or self.agents.main).name
+        name = (running_agent() or self.agents.main).name
         q = self.recorded.get(name)
         if q is None:
             q = self.recorded[name] = deque()
@@ -206,7 +206,7 @@ class Session:
             raise ReplayViolation(
                 f"a live {kind} call with request {request!r} during a re-execution: the recording "
                 "has no crossing left here. Route it through harness, or record the run again.",
-                agent=(_agent.get() or self.agents.main).name,
+                agent=(running_agent() or self.agents.main).name,
             )
         return None
 
@@ -345,7 +345,7 @@ class Session:
         *,
         arrived: Arrived | None = None,
     ) -> T:
-        if _in_call.get():
+        if in_call():
             return call()
         request, rec = self.enter(kind, request, match, arrived)
         if rec is not None:
@@ -353,14 +353,14 @@ class Session:
         me = self.agent()
         self.agents.enter_call(me)
         self.count_live(me)
-        token = _in_call.set(True)  # in this call's context only: a concurrent call of the agent has its own
+        token = start_call()  # in this call's context only: a concurrent call of the agent has its own
         try:
             response = call()
         except Exception as e:
             self._record(kind, request, "error", error_of(e), match)
             raise
         finally:  # also after a KeyboardInterrupt: later crossings must still be recorded
-            _in_call.reset(token)
+            end_call(token)
             self.agents.leave_call(me)
         if arrived is not None:
             arrived(response, False)
@@ -375,7 +375,7 @@ class Session:
         finish in; a resume or a rerun serves each its own by what it is,
         whatever order they start in there (see the module docstring).
         """
-        if _in_call.get():
+        if in_call():
             return await acall()
         try:
             request, rec = self._enter_or_hold(kind, request, match)
@@ -387,7 +387,7 @@ class Session:
         self.agents.enter_call(me)
         self.count_live(me)
         ticket, me.ticket = me.ticket, me.ticket + 1
-        token = _in_call.set(True)
+        token = start_call()
         try:
             try:
                 response = await acall()
@@ -399,7 +399,7 @@ class Session:
             self._record(kind, request, "response", response, match)
             return response
         finally:
-            _in_call.reset(token)
+            end_call(token)
             self.agents.leave_call(me)
             _done(me, ticket)
 
@@ -424,7 +424,7 @@ class Session:
     def activate(self) -> Any:
         with _active_lock:
             _active.append(self)
-        return (self, _current.set(self))
+        return (self, enter_run(self))
 
     def stray(self, kind: str) -> HarnessError:
         """The error for a crossing made on a thread this run did not start; the run fails with it too."""
@@ -512,7 +512,7 @@ _active_lock = threading.Lock()
 
 def deactivate(token: Any) -> None:
     session, var_token = token
-    _current.reset(var_token)
+    exit_run(var_token)
     with _active_lock:
         _active.remove(session)
 
@@ -631,7 +631,7 @@ def boundary(kind: str, request: Any, call: Callable[[], T], *, match: Match | N
 
     `match(request)` (optional) is the part of a request a recorded one must equal to be served.
     """
-    session = _current.get()
+    session: Session | None = current_run()
     if session is None:
         if _active:  # a run is in progress: is this a thread it did not start?
             stray = _stray(kind)
@@ -643,7 +643,7 @@ def boundary(kind: str, request: Any, call: Callable[[], T], *, match: Match | N
 
 async def aboundary(kind: str, request: Any, acall: Callable[[], Awaitable[T]], *, match: Match | None = None) -> T:
     """boundary() for async code: `await acall()` is recorded (or served) for `request`."""
-    session = _current.get()
+    session: Session | None = current_run()
     if session is None:
         if _active:  # a run is in progress: is this a thread it did not start?
             stray = _stray(kind)
@@ -655,7 +655,7 @@ async def aboundary(kind: str, request: Any, acall: Callable[[], Awaitable[T]], 
 
 def active() -> bool:
     """Whether a run (an Executor or a Recorder) is recording or serving crossings here."""
-    return _current.get() is not None
+    return current_run() is not None
 
 
 def _stray(kind: str) -> Session | None:
@@ -712,7 +712,7 @@ def artifact(name: str, data: bytes | str | os.PathLike[str]) -> str:
     Inside a run only, and from the agent's own code: a rerun does not call
     tools, so an artifact made inside one could not be recorded again.
     """
-    session = _current.get()
+    session: Session | None = current_run()
     if session is None or session.journal is None:
         raise HarnessError(f"artifact({name!r}): outside a run; call it inside Executor.run() or a Recorder")
     if session.nested:

@@ -34,13 +34,15 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 from .._errors import HarnessError, internal
 from ..trace.clock import MAIN
 from .agents import Agents
-from .context import _agent, _current, _in_call
+from .context import current_run, in_call, set_agent
 from .tasks import number_tasks, root
 from .tool import Tool, ToolSpec, spec_of
 
 if TYPE_CHECKING:
     import asyncio
     import concurrent.futures
+
+    from .boundary import Session
 
 T = TypeVar("T")
 
@@ -179,8 +181,8 @@ def aspawn(name: str, coro_fn: Callable[..., Coroutine[Any, Any, T]], /, *args: 
     import asyncio
 
     loop = asyncio.get_running_loop()
-    session = _current.get()
-    if session is None or session.journal is None or _in_call.get():
+    session: Session | None = current_run()
+    if session is None or session.journal is None or in_call():
         handle: AsyncHandle[T] = AsyncHandle(name, None)
 
         async def plain() -> None:
@@ -195,7 +197,7 @@ def aspawn(name: str, coro_fn: Callable[..., Coroutine[Any, Any, T]], /, *args: 
     handle = AsyncHandle(name, agents)
     child = agents.begin(handle)  # one code path with spawn(): the record, the clock, the end
     ctx = contextvars.copy_context()
-    ctx.run(_agent.set, child)
+    ctx.run(set_agent, child)
     ctx.run(root)  # its tasks are numbered from its own on (a task made with its own context is not numbered)
 
     async def body() -> None:

@@ -50,7 +50,7 @@ from ..trace.line import canonical, check_value
 from ..trace.reader import replay
 from ..trace.tasks import TASK
 from .boundary import ANY, _Hold, _may_hold, patiently, rebuild
-from .context import _agent, _current, _in_call
+from .context import current_run, in_call, running_agent
 from .control import Paused, decisive
 from .executor import NOT_SERVED, _Run, _Served, ainvoke, finished, invoke, served
 from .history import STEP, Item, Serving, Step
@@ -97,9 +97,9 @@ class _Given:
 def _here(spec: ToolSpec) -> Flow | None:
     """The workflow run this call is a step of; None when it is a plain call (no run, or inside another call)."""
     flow = _flow.get()
-    if flow is None or _current.get() is not flow.run.session or _in_call.get():
+    if flow is None or current_run() is not flow.run.session or in_call():
         return None
-    agent = _agent.get()
+    agent = running_agent()
     if agent is not None and agent.name != MAIN:
         raise HarnessError(
             f"harness.call({spec.name}) from agent {agent.name!r}: a workflow's tool calls are its steps, made from "
@@ -111,7 +111,7 @@ def _here(spec: ToolSpec) -> Flow | None:
 def stepping() -> bool:
     """Whether a harness.call made here would be a step of a workflow run (not a plain call)."""
     flow = _flow.get()
-    return flow is not None and _current.get() is flow.run.session and not _in_call.get()
+    return flow is not None and current_run() is flow.run.session and not in_call()
 
 
 def call(tool: Any, /, **kwargs: Any) -> Any:

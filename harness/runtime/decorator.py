@@ -44,7 +44,7 @@ from typing import Any, TypeVar, overload
 
 from .._errors import HarnessError
 from .calls import acall, call, stepping
-from .context import _in_call, _key
+from .context import call_key, in_call, reset_key, set_key
 from .tool import ToolSpec, is_async_fn, name_of
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -80,7 +80,7 @@ def tool(
 
 def idempotency_key() -> str:
     """The key of the idempotent tool call running here: the same in every process that makes the call again."""
-    key = _key.get()
+    key = call_key()
     if key is None:
         raise HarnessError(
             "harness.idempotency_key() was called outside an idempotent tool call: call it inside a function "
@@ -117,11 +117,11 @@ def _decorate(fn: Any, idempotent: bool | None, name: str | None, version: str |
         async def atool(*args: Any, **kwargs: Any) -> Any:
             if stepping():
                 return await acall(spec, **_named(spec, sig, star, args, kwargs))
-            token = _key.set(_inherited() if keyed else None)
+            token = set_key(_inherited() if keyed else None)
             try:
                 return await fn(*args, **kwargs)
             finally:
-                _key.reset(token)
+                reset_key(token)
 
         wrapper: Any = atool
     else:
@@ -130,11 +130,11 @@ def _decorate(fn: Any, idempotent: bool | None, name: str | None, version: str |
         def stool(*args: Any, **kwargs: Any) -> Any:
             if stepping():
                 return call(spec, **_named(spec, sig, star, args, kwargs))
-            token = _key.set(_inherited() if keyed else None)
+            token = set_key(_inherited() if keyed else None)
             try:
                 return fn(*args, **kwargs)
             finally:
-                _key.reset(token)
+                reset_key(token)
 
         wrapper = stool
     wrapper.__harness_tool__ = spec
@@ -145,7 +145,7 @@ def _inherited() -> str:
     """The key of a plain call of an idempotent tool: the key of the call it runs in, when that call has one (a
     framework's tool call made a workflow step by harness.pydantic_ai or .openai_agents, whose body calls this
     function), else a fresh one (nothing will make this call again)."""
-    return (_key.get() if _in_call.get() else None) or uuid.uuid4().hex
+    return (call_key() if in_call() else None) or uuid.uuid4().hex
 
 
 def _named(
@@ -175,21 +175,21 @@ def _body(fn: Callable[..., Any], sig: inspect.Signature, is_async: bool) -> Cal
 
         async def abody(**named: Any) -> Any:
             key, args, kwargs = split(named)
-            token = _key.set(key)
+            token = set_key(key)
             try:
                 return await fn(*args, **kwargs)
             finally:
-                _key.reset(token)
+                reset_key(token)
 
         return functools.wraps(fn)(abody)
 
     def body(**named: Any) -> Any:
         key, args, kwargs = split(named)
-        token = _key.set(key)
+        token = set_key(key)
         try:
             return fn(*args, **kwargs)
         finally:
-            _key.reset(token)
+            reset_key(token)
 
     return functools.wraps(fn)(body)
 

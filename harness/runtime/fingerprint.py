@@ -35,9 +35,16 @@ _GLOB = frozenset("*?[")
 
 def code_of(objects: Iterable[Any]) -> dict[str, Any] | None:
     """The fingerprint of the code of `objects` (functions, callables: their modules), or of the project's list."""
-    modules = tuple(sorted({m for m in (getattr(o, "__module__", None) for o in objects) if isinstance(m, str)}))
+    modules = tuple(sorted({m for m in map(_module_of, objects) if isinstance(m, str)}))
     root, named = _project(os.getcwd())
     return _hashed(root, named or (), modules if named is None else ())
+
+
+def _module_of(obj: Any) -> Any:
+    """The module of a function or a callable object; a partial's is its function's (functools' own is no agent)."""
+    while isinstance(obj, functools.partial):
+        obj = obj.func
+    return getattr(obj, "__module__", None)
 
 
 def code_of_modules(modules: Iterable[str]) -> dict[str, Any] | None:

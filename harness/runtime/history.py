@@ -48,7 +48,7 @@ from ..trace.redact import DEFAULT, Redaction
 from ..trace.tasks import TASK
 from ..trace.vault import SERVED, Vault
 from .boundary import ANY, HOLD_QUIET, Match, Session, _Hold, _may_hold, differences, marked, patiently
-from .context import _current
+from .context import current_run
 from .tasks import current as current_task
 from .tasks import unordered
 from .timers import replaying
@@ -473,7 +473,7 @@ def patched(change_id: str) -> bool:
     """
     if type(change_id) is not str or not change_id:
         raise HarnessError(f"harness.patched() needs a non-empty str change id, not {change_id!r}")
-    session = _current.get()
+    session: Session | None = current_run()
     if session is None or session.nested:  # outside a run, or inside a call: the code as it is now
         return True
     known = session.patches.get(change_id)

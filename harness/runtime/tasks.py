@@ -56,7 +56,7 @@ import weakref
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from .context import _in_call
+from .context import in_call
 
 if TYPE_CHECKING:
     import asyncio
@@ -149,7 +149,7 @@ def _over(previous: Factory | None) -> Factory:
 
     def factory(loop: asyncio.AbstractEventLoop, coro: Any, **kwargs: Any) -> asyncio.Task[Any]:
         here, child = _node.get(), None
-        free = here is not None and kwargs.get("context") is None and not _in_call.get()
+        free = here is not None and kwargs.get("context") is None and not in_call()
         counter = counting(asyncio.current_task(loop), here) if free and here is not None else None
         origin = _origin() if counter is not None else None
         if counter is not None and origin != FINALIZER:

@@ -20,7 +20,7 @@ import time
 from typing import Any
 
 from .boundary import Session
-from .context import _current
+from .context import current_run
 
 pause = time.sleep  # the one place a timer waits
 
@@ -29,7 +29,7 @@ def sleep(seconds: float) -> None:
     """Sleep durably: the wake-up time is recorded, a resume sleeps what is left, a rerun not at all."""
     if isinstance(seconds, bool) or not isinstance(seconds, int | float) or not math.isfinite(seconds) or seconds < 0:
         raise ValueError(f"harness.sleep() needs a finite number of seconds >= 0, not {seconds!r}")
-    session = _current.get()
+    session: Session | None = current_run()
     if session is None or session.nested:  # outside a run, or inside a tool: a plain sleep
         if seconds:
             pause(seconds)

@@ -57,7 +57,7 @@ from ..storage.location import is_url
 from . import rules
 from . import state as S
 from .line import MAX_LINE, SUFFIX, line_ok
-from .reader import Checkpoint, Records, Replay, _Checkpoints, _Lines, _scan
+from .reader import Checkpoint, Replay, _Checkpoints, _Lines, _scan
 from .reader import replay as _replay
 from .seal import BLOCK, content_hash_of
 
@@ -778,7 +778,7 @@ class ResumedProgress(Sequence[Checkpoint]):
 
     __slots__ = ("_before", "_cache", "_tail")
 
-    def __init__(self, before: Records, tail: list[Checkpoint] | tuple[Checkpoint, ...] | None = None):
+    def __init__(self, before: Sequence[Checkpoint], tail: list[Checkpoint] | tuple[Checkpoint, ...] | None = None):
         self._before = before
         self._cache: dict[int, Checkpoint] = {}
         self._tail: list[Checkpoint] | tuple[Checkpoint, ...] = [] if tail is None else tail

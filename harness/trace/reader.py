@@ -88,12 +88,14 @@ _CHUNK = 1 << 16  # 64 KiB: small enough that a chunk's lines are still in the C
 
 @dataclass(frozen=True, slots=True)
 class Checkpoint:
-    """A verified step result. `seq` is the checkpoint record's seq."""
+    """A verified step result. `seq` is the checkpoint record's seq; `result_seq` the record holding `result`
+    (its transition into VERIFY: where a resume finds its kept secrets, trace/vault.py)."""
 
     step: int
     name: str
     result: Any
     seq: int = 0
+    result_seq: int = field(default=0, compare=False, repr=False)  # where the value is, not what it is
 
 
 @dataclass(frozen=True, slots=True)
@@ -310,7 +312,7 @@ class Records(Sequence[Any]):
 
 
 def _checkpoint(rec: dict[str, Any], intent: dict[str, Any], verified: dict[str, Any]) -> Checkpoint:
-    return Checkpoint(rec["step"], intent["name"], verified["result"], rec["seq"])
+    return Checkpoint(rec["step"], intent["name"], verified["result"], rec["seq"], verified["seq"])
 
 
 @dataclass(frozen=True, slots=True)
@@ -864,7 +866,7 @@ def _scan(
                         lane.ck, lane.done = (offset, length << 32 | prev, result_crossing), True
                         if intent is None:  # (VERIFY is entered after an intent)
                             raise internal(f"a checkpoint of {lane.agent} with no intent", path, seq)
-                        lane.ck_rec = Checkpoint(step, intent["name"], result, seq)
+                        lane.ck_rec = Checkpoint(step, intent["name"], result, seq, result_seq)
                 elif kind == "crossing":
                     named = rec.get("blobs") or {}
                     if named or len(rec) != CROSSING_KEYS:  # (a clock, an agent, a task, blobs; or another field)
