@@ -902,9 +902,9 @@ def _scan(
                     sc.question, sc.answered, sc.answers, sc.crash, sc.ended = question, answered, answers, crash, ended
                     sc.offset, sc.size, sc.prev = offset, length, prev
                     rule(sc, rec, n, seq)
-                    state, reconcile, planned, joined, answered, crash, ended, dying, resumes = (
+                    state, reconcile, planned, joined, answered, crash, ended, dying, resumes, at_step = (
                         sc.state, sc.reconcile, sc.planned, sc.joined, sc.answered, sc.crash, sc.ended, sc.dying,
-                        sc.resumes,
+                        sc.resumes, sc.at_step,
                     )  # fmt: skip
                     header, tools, fork, kind_fields, edge_fields = (
                         sc.header, sc.tools, sc.fork, sc.kind_fields, sc.edge_fields

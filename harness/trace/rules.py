@@ -317,6 +317,15 @@ def spawn(sc: Scan, rec: Any, n: int, seq: int) -> None:
             raise _fail(path, n, "malformed", why, seq)
         return
     # a call of a parallel step
+    if sc.group and sc.joined == len(sc.group) and child not in sc.lanes:
+        # a parallel step right after another (the planner returned a list again): the one before is over, as a
+        # transition would have left it (left_group), and this one's calls number on from its last
+        if any(x.state == S.FAILED for x in sc.group):
+            why = f"call {child!r} after a parallel step whose call failed: the run must fail with its error"
+            raise _fail(path, n, "bad-transition", why, seq)
+        sc.at_step = sc.group[0].at_step + len(sc.group)
+        sc.group.clear()
+        sc.joined = 0
     call, group = sc.lanes.get(child), sc.group
     if sc.lane is not sc.run_lane or sc.state != S.PLAN:
         raise _fail(path, n, "bad-transition", "a parallel call started outside PLAN", seq)
