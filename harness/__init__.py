@@ -23,14 +23,21 @@ from typing import TYPE_CHECKING, Any
 from ._errors import (
     AmbiguousCall,
     BadResult,
+    BundleError,
+    EntryPointError,
     ExpectationFailed,
+    FenceLost,
+    FieldPathError,
     HarnessError,
     HttpRecordingError,
+    Interrupted,
     JournalError,
     MissingExtra,
+    NotATool,
     NotSerializable,
     OtlpUndelivered,
     RedactedArgs,
+    RedactionRuleError,
     ReplayDrift,
     ReplayViolation,
     ResumeMismatch,
@@ -47,7 +54,7 @@ from ._errors import (
 from ._version import VERSION as __version__
 
 if TYPE_CHECKING:  # the same names, as type checkers and editors see them; at run time, _LAZY below
-    from .bundle import Bundled, BundleError, export, import_bundle
+    from .bundle import Bundled, export, import_bundle
     from .ops.check import Checked, check
     from .ops.otlp import export as export_otlp
     from .ops.otlp_http import send as send_otlp
@@ -66,21 +73,20 @@ if TYPE_CHECKING:  # the same names, as type checkers and editors see them; at r
     from .runtime.decorator import idempotency_key, tool
     from .runtime.executor import Executor, Outcome, RetryPolicy, Step
     from .runtime.history import patched
-    from .runtime.interrupt import Interrupted, interrupt
+    from .runtime.interrupt import interrupt
     from .runtime.recorder import Recorder
     from .runtime.timers import sleep
     from .runtime.tool import Tool
     from .runtime.workflow import Workflow, workflow
-    from .store import FenceLost
     from .trace.annotations import annotate, annotations
     from .trace.migrate import Migrated, migrate
     from .trace.reader import Artifact, Checkpoint, Crossing, Replay, replay
-    from .trace.redact import MARKER, Redaction, RedactionRuleError
+    from .trace.redact import MARKER, Redaction
     from .trace.verify import Sealed, Verification, seal, verify
 
 # what the imports above name, imported on first use (module -> names); tests/test_cli.py checks they match
 _LAZY = {
-    ".bundle": "Bundled, BundleError, export, import_bundle",
+    ".bundle": "Bundled, export, import_bundle",
     ".ops.check": "Checked, check",
     ".ops.otlp": "export as export_otlp",
     ".ops.otlp_http": "send as send_otlp",
@@ -99,16 +105,15 @@ _LAZY = {
     ".runtime.decorator": "idempotency_key, tool",
     ".runtime.executor": "Executor, Outcome, RetryPolicy, Step",
     ".runtime.history": "patched",
-    ".runtime.interrupt": "Interrupted, interrupt",
+    ".runtime.interrupt": "interrupt",
     ".runtime.recorder": "Recorder",
     ".runtime.timers": "sleep",
     ".runtime.tool": "Tool",
     ".runtime.workflow": "Workflow, workflow",
-    ".store": "FenceLost",
     ".trace.annotations": "annotate, annotations",
     ".trace.migrate": "Migrated, migrate",
     ".trace.reader": "Artifact, Checkpoint, Crossing, Replay, replay",
-    ".trace.redact": "MARKER, Redaction, RedactionRuleError",
+    ".trace.redact": "MARKER, Redaction",
     ".trace.verify": "Sealed, Verification, seal, verify",
 }
 _WHERE = {
@@ -152,10 +157,12 @@ __all__ = [
     "Checkpoint",
     "Crossing",
     "Diff",
+    "EntryPointError",
     "Executor",
     "Expectation",
     "ExpectationFailed",
     "FenceLost",
+    "FieldPathError",
     "Handle",
     "HarnessError",
     "HttpRecordingError",
@@ -166,6 +173,7 @@ __all__ = [
     "Migrated",
     "MissingExtra",
     "ModelCall",
+    "NotATool",
     "NotSerializable",
     "OtlpUndelivered",
     "Outcome",

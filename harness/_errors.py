@@ -113,8 +113,10 @@ class TraceMissing(TraceUnreadable):
 
 
 class ResumeMismatch(HarnessError):
-    """resume=True with a goal or tools other than the ones the trace pins (for a workflow: another workflow,
-    other arguments, or a recorded call's tool with another contract). Nothing was written."""
+    """resume=True with a goal or tools other than the ones the trace pins. Nothing was written.
+
+    For a workflow: another workflow, other arguments, or a recorded call's tool with another contract.
+    """
 
     def __init__(self, path: str, what: str, recorded: Any, given: Any):
         self.path, self.what, self.recorded, self.given = path, what, recorded, given
@@ -239,9 +241,11 @@ class ReplayDrift(HarnessError):
 
 
 class AmbiguousCall(ReplayDrift):
-    """A re-execution cannot tell which recorded call a call of a concurrent task is: recorded calls not served
-    yet match it only as redacted, and the trace names no task (written before harness named them). Nothing is
-    served; `seqs` are the recorded calls it matched."""
+    """A re-execution cannot tell which recorded call a call of a concurrent task is. Nothing is served.
+
+    Recorded calls not served yet match it only as redacted, and the trace names no task (written before
+    harness named them); `seqs` are the recorded calls it matched.
+    """
 
     def __init__(self, message: str, *, seqs: list[int], agent: str = "main"):
         self.seqs = seqs
@@ -291,3 +295,130 @@ class SecretUnavailable(HarnessError):
             f"{path}: seq {seq}: its {field}{where} holds a secret kept encrypted beside the trace, and {problem}. "
             "A recorded value is never served with the redaction marker in place of its secret; nothing was written."
         )
+
+
+class TooLarge(TraceUnreadable):
+    """A file beside a trace that holds more bytes (`size`) than harness reads of such a file (`limit`)."""
+
+    def __init__(self, path: str, size: int, limit: int):
+        self.size, self.limit = size, limit
+        super().__init__(path, f"holds {size} bytes, more than the {limit} harness reads of such a file")
+
+
+class Control(BaseException):  # not an Exception: agent code catching Exception keeps out
+    """A control-flow signal of harness: a pause, a question, a rerun's seam (runtime/control.py decides them)."""
+
+
+class Interrupted(Control):  # a control-flow signal (like KeyboardInterrupt), not an Exception
+    """Raised by interrupt() to pause the run; the executor turns it into PAUSED. `question` is what was asked."""
+
+    def __init__(self, question: Any):
+        self.question = question
+        super().__init__(f"waiting for an answer to {question!r:.200}")
+
+
+class RedactionRuleError(HarnessError, ValueError):
+    """A redaction rule that cannot be used; `rule` is the rule, the message says what is wrong."""
+
+    def __init__(self, rule: Any, problem: str):
+        self.rule, self.problem = rule, problem
+        super().__init__(
+            f"redaction rule {rule!r}: {problem}. A rule is a key name ('x-api-key'), a JSON path "
+            "('$.body.user.token', '$.items[*].secret') or a compiled regular expression (re.compile(...))."
+        )
+
+
+class FieldPathError(HarnessError, ValueError):
+    """A field path that cannot be read, or that names no field of the value; `path` and `problem` say which."""
+
+    def __init__(self, path: str, problem: str):
+        self.path, self.problem = path, problem
+        super().__init__(f"field path {path!r}: {problem}")
+
+
+class FenceLost(HarnessError):
+    """Another writer created the segment this writer was about to create: it advanced the run meanwhile.
+
+    `url` is the trace, `segment` the number both wanted. This writer stopped
+    and ships nothing more; the bucket holds the other writer's story.
+    """
+
+    def __init__(self, url: str, segment: int):
+        self.url, self.segment = url, segment
+        super().__init__(
+            f"{url}: segment {segment:06d}.seg already exists: another writer advanced this run since "
+            "this one read it (two writers on one run). This writer stopped; nothing more of it was shipped. "
+            "Resume the run (resume=True) from the bucket once its other writer is gone."
+        )
+
+
+class BundleError(HarnessError):
+    """A bundle that cannot be exported or imported; `path` is the bundle, `problem` says why."""
+
+    def __init__(self, path: str, problem: str):
+        self.path, self.problem = path, problem
+        super().__init__(f"{path}: {problem}; nothing was written")
+
+
+class FleetError(HarnessError):
+    """Some tasks of harness.ray's run_many() ended in an error rather than an outcome.
+
+    `outcomes` holds every goal's Outcome in goal order (None where it
+    failed), `errors` the failed goals' index -> (trace, what went wrong).
+    The traces of failed tasks stay where they are: run the batch again
+    (same `batch`) to resume them.
+    """
+
+    def __init__(self, outcomes: list[Any], errors: dict[int, tuple[str, str]]):
+        self.outcomes, self.errors = outcomes, errors
+        first = min(errors)
+        trace, why = errors[first]
+        super().__init__(
+            f"{len(errors)} of {len(outcomes)} runs ended in an error; the first, goal {first} ({trace}): {why}. "
+            "Fix the cause and run the batch again with the same batch= to resume them."
+        )
+
+
+class TaskFailed(HarnessError):
+    """A task of harness.ray's run_many() raised; the message names the exception and says what it said."""
+
+
+class RemoteForkRefused(HarnessError):
+    """`harness serve --agent` on an address other machines can reach, without `--allow-remote-fork`."""
+
+    def __init__(self, host: str, port: int):
+        super().__init__(
+            f"--agent with --host {host}: anyone who can reach {host}:{port} could fork runs from the page, "
+            "running the agent live after the branch (real tool calls, paid model calls), with no login. "
+            "Serve on 127.0.0.1, or add --allow-remote-fork if every machine that can reach it is trusted"
+        )
+        self.host, self.port = host, port
+
+
+class RunNotFound(HarnessError):
+    """No run has this address in the viewer's runs folder (or the address tries to leave it)."""
+
+    def __init__(self, run: str, why: str):
+        super().__init__(f"no run {run!r} in the runs folder: {why}")
+        self.run, self.why = run, why
+
+
+class IndexChanged(HarnessError):
+    """The trace changed under the viewer's index (rewritten, or edited in place) while a line was read back."""
+
+    def __init__(self, path: str):
+        self.path = path
+        super().__init__(f"{path}: the trace was rewritten or edited since it was read; load the run again")
+
+
+class EntryPointError(HarnessError):
+    """A `module:attr` (an agent's factory, a workflow) that cannot be loaded.
+
+    `flag` is what named it (`--agent`, `--workflow`), `spec` what was given, `module` its module part,
+    `problem` what failed: not `module:attr`, no such module, importing it raised, no such attribute,
+    not what the flag takes, or the factory raised. Nothing was written.
+    """
+
+    def __init__(self, flag: str, spec: str, module: str, problem: str):
+        self.flag, self.spec, self.module, self.problem = flag, spec, module, problem
+        super().__init__(f"{flag} {spec!r}: {problem}")

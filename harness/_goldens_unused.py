@@ -228,7 +228,7 @@ def _orphans(full: list[str], provided: dict[str, list[str]], dirname: str) -> l
         root = Path(d) / dirname
         try:
             folders = sorted(p for p in root.iterdir() if p.is_dir())
-        except OSError:
+        except OSError:  # no goldens folder here (or one that cannot be listed): none of its goldens is unused
             continue
         out += [f for f in folders if not any(Path(d).glob(f"{f.name}.*"))]
     return out

@@ -57,7 +57,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from ._errors import HarnessError, TraceCorruption, TraceUnreadable
+from ._errors import BundleError, HarnessError, TraceCorruption, TraceUnreadable
 from .storage import blobs as _blobs
 from .storage import is_url, scratch
 from .storage.files import open_beside, open_regular, read_beside
@@ -77,14 +77,6 @@ LOCK_WAIT = 60.0  # seconds an import waits for another one into the same folder
 MAX_BYTES = 1 << 30  # unpacked bytes an import accepts by default
 MAX_RATIO = 200  # unpacked / compressed size of one entry beyond which it is refused as a zip bomb
 _DATE = (1980, 1, 1, 0, 0, 0)  # every entry's time: a bundle of the same files is the same bytes
-
-
-class BundleError(HarnessError):
-    """A bundle that cannot be exported or imported; `path` is the bundle, `problem` says why."""
-
-    def __init__(self, path: str, problem: str):
-        self.path, self.problem = path, problem
-        super().__init__(f"{path}: {problem}; nothing was written")
 
 
 @dataclass(frozen=True, slots=True)
@@ -616,7 +608,7 @@ def _place_on_store(
         if name.startswith(_blobs.FOLDER + "/"):
             try:
                 there = blobs.read(f"{blobs.root}/{name.split('/', 1)[1]}")
-            except TraceUnreadable:
+            except TraceUnreadable:  # not there yet: place_blobs writes it
                 continue
             if hashlib.sha256(there).hexdigest() == listed[name]["sha256"]:
                 skipped.append(name)  # an altered blob is replaced by place_blobs: its name says what it holds

@@ -323,7 +323,7 @@ def _agent_or_workflow(p: argparse.ArgumentParser, *, required: bool, fork: bool
 
 def _agent_of(args: argparse.Namespace) -> dict[str, Any]:
     """The agent the command re-executes or resumes, as keyword arguments: planner/tools/verifier, or workflow."""
-    from .review.rerun import load_agent, load_workflow
+    from .runtime.entry import load_agent, load_workflow
 
     if args.workflow is not None:
         return {"workflow": load_workflow(args.workflow)}

@@ -50,15 +50,15 @@ from typing import Any
 
 import orjson
 
-from ._errors import HarnessError, HttpRecordingError
+from ._errors import HttpRecordingError, MissingExtra
 from .runtime.boundary import aboundary, active, boundary
 from .trace.line import problem
 from .trace.redact import Redaction, Rule, at, parse_path, project_rules
 
 try:
     import httpx
-except ImportError:  # pragma: no cover - exercised where httpx is absent
-    raise HarnessError("harness.http needs httpx: pip install 'harness-trace[http]' (or pip install httpx)") from None
+except ImportError:  # tests/test_extras.py imports it where httpx is absent
+    raise MissingExtra("harness.http", "http", "pip install 'harness-trace[http]' (or pip install httpx)") from None
 
 __all__ = ["MATCH_ON", "MAX_BODY", "VOLATILE_HEADERS", "AsyncRecordingTransport", "HttpRecordingError", "Matcher",
            "RecordingTransport", "async_transport", "transport"]  # fmt: skip

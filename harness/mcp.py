@@ -56,7 +56,7 @@ import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, TextIO
 
-from ._errors import HarnessError
+from ._errors import HarnessError, MissingExtra
 from .runtime.boundary import aboundary, active
 from .runtime.calls import acall, stepping
 from .runtime.context import in_call
@@ -100,8 +100,11 @@ async def stdio(
 ) -> AsyncIterator[Recorded]:
     """`async with harness.mcp.stdio(StdioServerParameters(...)) as s`: record() on a stdio session, started (and
     initialized) at the first call that must reach the server, closed when the block ends."""
-    from mcp import ClientSession
-    from mcp.client.stdio import stdio_client
+    try:
+        from mcp import ClientSession
+        from mcp.client.stdio import stdio_client
+    except ImportError:
+        raise MissingExtra("harness.mcp.stdio", "mcp", "pip install 'harness-trace[mcp]'") from None
 
     async def connect(stack: contextlib.AsyncExitStack) -> Any:
         read, write = await stack.enter_async_context(stdio_client(params, errlog=errlog or sys.stderr))

@@ -58,7 +58,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import pytest
 
-from ._errors import HarnessError
+from ._errors import HarnessError, MissingExtra
 from ._goldens_unused import Outcomes, holding, unused_goldens, visible, writable, write_passed
 from .review.diff import diff_with
 from .review.normalize import (
@@ -218,7 +218,10 @@ def golden_trace(request: pytest.FixtureRequest) -> Any:
     behavior view, with `view="raw"` (or `golden_view = "raw"`).
     """
     if not HAVE_SYRUPY:
-        pytest.fail("golden_trace needs syrupy: pip install 'syrupy>=6' (or 'harness-trace[pytest]')", pytrace=False)
+        missing = MissingExtra(
+            "golden_trace", "pytest", "pip install 'harness-trace[pytest]' (or pip install 'syrupy>=6')"
+        )
+        pytest.fail(str(missing), pytrace=False)
     snapshot: SnapshotAssertion = request.getfixturevalue("snapshot")
     config = request.config
     if _RULES not in config.stash:

@@ -30,7 +30,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ._errors import HarnessError
+from ._errors import FleetError, HarnessError, MissingExtra, TaskFailed
 from .runtime.executor import Outcome
 from .storage import is_url, join
 from .trace.line import canonical, check_value
@@ -46,25 +46,6 @@ class Task:
     trace: str
     options: dict[str, Any]
     workflow: bool = False  # agent names a workflow
-
-
-class FleetError(HarnessError):
-    """Some tasks of run_many() ended in an error rather than an outcome.
-
-    `outcomes` holds every goal's Outcome in goal order (None where it
-    failed), `errors` the failed goals' index -> (trace, what went wrong).
-    The traces of failed tasks stay where they are: run the batch again
-    (same `batch`) to resume them.
-    """
-
-    def __init__(self, outcomes: list[Outcome | None], errors: dict[int, tuple[str, str]]):
-        self.outcomes, self.errors = outcomes, errors
-        first = min(errors)
-        trace, why = errors[first]
-        super().__init__(
-            f"{len(errors)} of {len(outcomes)} runs ended in an error; the first, goal {first} ({trace}): {why}. "
-            "Fix the cause and run the batch again with the same batch= to resume them."
-        )
 
 
 def batch_id(agent: str, goals: Sequence[Any]) -> str:
@@ -85,7 +66,7 @@ def tasks(
     if (agent is None) == (workflow is None):
         raise HarnessError("give agent='module:factory' (an Executor's agent) or workflow='module:attr', one of them")
     if workflow is not None:
-        from .review.rerun import load_workflow
+        from .runtime.entry import load_workflow
 
         load_workflow(workflow)  # here, not on every worker: a closure or a lambda cannot be imported there
     spec = agent or workflow or ""
@@ -128,8 +109,8 @@ def read_goals(path: str | os.PathLike[str]) -> list[Any]:
 
 def run_one(task: Task) -> Outcome:
     """Run (or resume) one task's goal in this process: what each Ray task does."""
-    from .review.rerun import load_agent, load_workflow
     from .runtime.bridge import bridging
+    from .runtime.entry import load_agent, load_workflow
     from .runtime.executor import Executor
 
     try:
@@ -142,10 +123,6 @@ def run_one(task: Task) -> Outcome:
             return ex.run(task.goal)
     except Exception as e:  # what went wrong, as one line that survives pickling (HarnessError's fields may not)
         raise TaskFailed(f"{type(e).__name__}: {' '.join(str(e).split())}") from None
-
-
-class TaskFailed(HarnessError):
-    """A task's run raised; the message names the exception and says what it said."""
 
 
 def run_many(
@@ -174,7 +151,7 @@ def run_many(
     try:
         import ray
     except ImportError:
-        raise HarnessError("run_many needs Ray: pip install 'harness-trace[ray]'") from None
+        raise MissingExtra("harness.ray.run_many", "ray", "pip install 'harness-trace[ray]'") from None
     todo = tasks(goals, agent=agent, workflow=workflow, runs=runs, batch=batch, **options)
     if not is_url(runs):  # a local folder (one machine, or a shared file system): made once, here
         os.makedirs(runs, exist_ok=True)

@@ -92,3 +92,22 @@ def run(trace: Path) -> Callable[..., Outcome]:
         return ex.run(goal)
 
     return run
+
+
+@pytest.fixture(scope="session")
+def core_only(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """The environment of a child Python that has harness and orjson only, no extra (run it with `-S`).
+
+    `-S` leaves site-packages out; PYTHONPATH is a folder with links to the two packages. The import of a
+    framework fails for real there, and importlib.metadata finds no distribution of it either.
+    """
+    import orjson
+
+    import harness
+
+    folder = tmp_path_factory.mktemp("core-only")
+    for module in (harness, orjson):
+        source = Path(module.__file__ or "").parent
+        (folder / source.name).symlink_to(source, target_is_directory=True)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
+    return {**env, "PYTHONPATH": str(folder)}

@@ -4,6 +4,9 @@
 (`fetch` notes the token it was given in $WF_LEDGER/fetch, outside the runs folder, then returns). With
 $WF_KILL=in-fetch the process tells the test ($WF_MARK) inside fetch and waits to be killed there; with
 $WF_KILL=in-login, inside login. The tools note each call in the ledger, so a test sees what went live.
+
+`executor(trace)` is the same two steps as an Executor's: its planner copies the token out of login's result
+(its progress) into fetch's args.
 """
 
 from __future__ import annotations
@@ -36,6 +39,18 @@ LOGIN, FETCH = login, fetch  # at-least-once: an open call is made again on resu
 def session(user: str) -> dict[str, Any]:
     got = harness.call(LOGIN, user=user)
     return harness.call(FETCH, access_token=got["access_token"])
+
+
+def planner(user: str, progress: list[harness.Checkpoint]) -> harness.Step | None:
+    if not progress:
+        return harness.Step("login", "login", {"user": user})
+    if len(progress) == 1:
+        return harness.Step("fetch", "fetch", {"access_token": progress[0].result["access_token"]})
+    return None
+
+
+def executor(trace: str) -> harness.Executor:
+    return harness.Executor(planner=planner, tools={"login": LOGIN, "fetch": FETCH}, trace=trace, resume="auto")
 
 
 def ledger(kind: str) -> list[str]:

@@ -137,3 +137,27 @@ def test_no_module_but_context_touches_a_context_variable() -> None:
                 private = node.attr[0] == "_" and not node.attr.startswith("__")
                 reaches += [f"{path.relative_to(ROOT)}:{node.lineno} context.{node.attr}"] if private else []
     assert not reaches, "context variables used outside runtime/context.py:\n" + "\n".join(reaches)
+
+
+def test_every_exception_class_of_harness_is_defined_in_errors() -> None:
+    """Errors in one place: a class of harness deriving from an exception lives in harness/_errors.py, unless it is
+    a private signal of one module (an underscore name, or `Paused`, runtime/control.py's own)."""
+    import ast
+
+    import harness
+    import harness._errors as errors
+
+    known = {n for n, c in vars(errors).items() if isinstance(c, type) and issubclass(c, BaseException)}
+    known |= {"Exception", "BaseException", "ValueError", "TypeError"}
+    root = Path(harness.__file__).parent
+    found = [
+        f"{path.relative_to(root.parent)}:{node.lineno} {node.name}"
+        for path in sorted(root.rglob("*.py"))
+        if path.name != "_errors.py"
+        for node in ast.walk(ast.parse(path.read_text(), str(path)))
+        if isinstance(node, ast.ClassDef)
+        and any(ast.unparse(b).rsplit(".", 1)[-1] in known for b in node.bases)
+        and not node.name.startswith("_")
+        and node.name != "Paused"
+    ]
+    assert found == []

@@ -113,3 +113,34 @@ def test_every_cli_command_is_in_the_cli_reference() -> None:
     page = (ROOT / "docs" / "reference" / "cli.md").read_text(encoding="utf-8")
     missing = [name for name in COMMANDS if f"| `harness {name}` |" not in page]
     assert not missing, f"docs/reference/cli.md has no row for: {missing}"
+
+
+def test_every_public_error_is_listed_in_the_api_reference_with_its_one_line() -> None:
+    """docs/reference/api.md's Errors section names each exception of harness/_errors.py that a public module
+    exports, with the first line of its docstring; the others are the internal ones named here."""
+    import inspect
+
+    import harness
+    import harness._errors as errors
+    import harness.ray
+    import harness.viewer
+
+    internal = {
+        "Control",
+        "RunNotFound",
+        "IndexChanged",
+        "TooLarge",
+    }  # a base of signals; the viewer's 404 and 409; a TraceUnreadable
+    public = {
+        name
+        for module in (harness, harness.ray, harness.viewer)
+        for name in getattr(module, "__all__", dir(module))
+        if getattr(getattr(module, name), "__module__", None) == "harness._errors"
+    }
+    text = (ROOT / "docs" / "reference" / "api.md").read_text()
+    section = text[text.index("## Errors") :]
+    defined = {n: c for n, c in vars(errors).items() if inspect.isclass(c) and c.__module__ == errors.__name__}
+    assert set(defined) == public | internal and not public & internal
+    for name in sorted(public):
+        line = (defined[name].__doc__ or "").strip().splitlines()[0]
+        assert re.search(rf"^- `{name}`( \(`harness\.\w+`\))?: {re.escape(line)}$", section, re.M), name

@@ -279,7 +279,7 @@ def test_a_pause_inside_the_mcp_clients_own_task_groups_ends_the_run_paused(tmp_
 
 
 def test_reconcile_takes_what_the_tool_returned_and_refuses_what_an_mcp_call_cannot_return(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], core_only: dict[str, str]
 ) -> None:
     """`harness show` and the refusal name the shape a paused MCP call's result takes, with a command line; a
     value of another shape is refused (exit 2) and nothing is written; one that fits is what the function gets."""
@@ -295,6 +295,13 @@ def test_reconcile_takes_what_the_tool_returned_and_refuses_what_an_mcp_call_can
     assert shown.startswith("        PAUSED on an uncertain call: reconcile it: harness reconcile ")
     assert """--result '{"content": [{"type": "text", "text": "done"}]}'""" in shown and "CallToolResult" in shown
     before = trace.read_bytes()
+    without = subprocess.run(  # where the MCP SDK is not installed: the door that checks the result says so
+        [sys.executable, "-S", "-m", "harness", "reconcile", str(trace), "--happened", "--result", '"done"'],
+        capture_output=True, text=True, env=core_only, timeout=60,
+    )  # fmt: skip
+    assert without.returncode == 2 and "Traceback" not in without.stderr, without.stderr
+    assert "needs the 'mcp' extra, which is not installed: pip install 'harness-trace[mcp]'" in without.stderr
+    assert trace.read_bytes() == before
     for bad in ("2", '{"text": "refunded 7"}', "[]"):
         assert main(["reconcile", str(trace), "--happened", "--result", bad]) == 2
         said = capsys.readouterr().err

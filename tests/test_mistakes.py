@@ -314,6 +314,35 @@ def test_copies_of_progress_are_the_planners_own_lists(trace: Path) -> None:
     assert len(copies) == 6 and len(out.checkpoints) == 2
 
 
+def test_no_exception_is_swallowed_without_a_reason() -> None:
+    """No silent `except`: a handler that does nothing with what it caught (its body only `pass`, `continue` or
+    `...`), and a `contextlib.suppress` of Exception or BaseException, carries a comment saying why ignoring it
+    is right (on its line or in its body). Any other handler logs, re-raises, returns or records the error."""
+    import ast
+
+    root = Path(harness.__file__).parent
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        lines = path.read_text().splitlines()
+        for node in ast.walk(ast.parse("\n".join(lines), str(path))):
+            if isinstance(node, ast.ExceptHandler) and all(
+                isinstance(s, ast.Pass | ast.Continue) or (isinstance(s, ast.Expr) and ast.unparse(s) == "...")
+                for s in node.body
+            ):
+                said = lines[node.lineno - 1 : node.body[-1].end_lineno or node.lineno]
+            elif (
+                isinstance(node, ast.Call)
+                and ast.unparse(node.func).endswith("suppress")
+                and any(ast.unparse(a) in ("Exception", "BaseException") for a in node.args)
+            ):
+                said = [lines[node.lineno - 1]]
+            else:
+                continue
+            if not any("#" in line for line in said):
+                found.append(f"{path.relative_to(root.parent)}:{node.lineno}")
+    assert found == []
+
+
 def test_no_assert_in_the_library_decides_what_happens_to_a_run() -> None:
     """`python -O` strips asserts, and an AssertionError tells a user nothing: a state harness believes
     impossible raises HarnessError("internal error, please report: ...") naming the trace and the seq."""

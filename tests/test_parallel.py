@@ -356,3 +356,57 @@ def test_a_secret_in_a_step_or_artifact_name_is_redacted_as_its_args_are(tmp_pat
     again = tmp_path / "again.jsonl"  # (a run with agents reruns when it went from start to end in one process)
     assert Executor(planner=planner, tools={"work": work}, trace=again).run("g").state == "DONE"
     assert harness.rerun(again, planner=planner, tools={"work": refuse}).equal
+
+
+TWICE = """
+import os, sys, time
+from pathlib import Path
+from harness import Executor, Step
+
+trace, log, marker = sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3])
+
+def planner(goal, done):  # two parallel steps back to back, with no step between them
+    return [Step(f"call{len(done) + i}", "work", {"i": len(done) + i}) for i in range(2)] if len(done) < 4 else None
+
+def work(i):
+    with open(log, "a") as f:
+        f.write(f"{i}\\n")
+    if i == 3 and sys.argv[4] == "kill":  # the second step's call 3, once call 2 is checkpointed: the process dies
+        while sum(1 for line in open(sys.argv[1]) if '"kind":"checkpoint"' in line) < 3:
+            time.sleep(0.005)
+        marker.write_text(str(os.getpid()))
+        time.sleep(600)
+    return {"i": i}
+
+Executor(planner=planner, tools={"work": work}, trace=trace).run("g")
+"""
+
+
+def test_two_parallel_steps_back_to_back_read_resume_and_rerun(tmp_path: Path) -> None:
+    """Before: the second list's spawns followed the first list's joins with no transition between them (the
+    executor's way), and the reader refused the trace it had just written (bad-transition: `call 'step-2' of step
+    2; step 2 comes next`): no replay, show, rerun or resume of a planner that returns a list twice in a row."""
+    trace, log, marker = tmp_path / "t.jsonl", tmp_path / "calls.log", tmp_path / "inside"
+    child = subprocess.Popen([sys.executable, "-c", TWICE, str(trace), str(log), str(marker), "kill"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
+    kill_at(marker, child, "call 3")
+    rep = harness.replay(trace)
+    assert [c.step for c in rep.checkpoints] == [0, 1] and [(c.agent, c.done) for c in rep._tail.group] == [
+        ("step-2", True), ("step-3", False)
+    ]  # fmt: skip
+    calls: list[int] = []
+
+    def work(i: int) -> Any:
+        calls.append(i)
+        return {"i": i}
+
+    def planner(goal: Any, done: list[Any]) -> Any:
+        return [Step(f"call{len(done) + i}", "work", {"i": len(done) + i}) for i in range(2)] if len(done) < 4 else None
+
+    out = Executor(planner=planner, tools={"work": work}, trace=trace, resume=True).run("g")
+    assert out.state == "DONE" and calls == [3]  # only the call in flight at the kill again
+    rep = harness.replay(trace)
+    assert [c.result for c in rep.checkpoints] == [{"i": i} for i in range(4)] and rep.resumes == 1
+    whole = tmp_path / "whole.jsonl"  # (a resumed run with agents is not re-executed yet: one run in one process)
+    subprocess.run([sys.executable, "-c", TWICE, str(whole), str(log), str(marker), "run"], check=True, timeout=120)
+    assert harness.rerun(whole, planner=planner, tools={"work": refuse}).equal

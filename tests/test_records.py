@@ -632,7 +632,11 @@ def test_two_imports_racing_into_one_folder_never_lose_a_run(tmp_path: Path) -> 
         a = importing(tmp_path / "a.zip", into)
         if not first_blob(into, a):
             continue  # A ended before its first blob was seen: not this time
-        os.kill(a.pid, signal.SIGSTOP)  # A has checked the folder and placed a blob; its trace comes last
+        try:
+            os.kill(a.pid, signal.SIGSTOP)  # A has checked the folder and placed a blob; its trace comes last
+        except ProcessLookupError:  # A ended (and its zygote reaped it) before it could be stopped: not this time
+            a.wait(timeout=60)
+            continue
         try:
             if (into / "run.jsonl").exists():
                 continue  # A got through before it could be stopped there: not this time
@@ -642,7 +646,8 @@ def test_two_imports_racing_into_one_folder_never_lose_a_run(tmp_path: Path) -> 
             with contextlib.suppress(subprocess.TimeoutExpired):
                 b.wait(timeout=2)  # before: B placed its run meanwhile and ended; now it waits for A
         finally:
-            os.kill(a.pid, signal.SIGCONT)
+            with contextlib.suppress(ProcessLookupError):  # (it cannot end while stopped; this is only a guard)
+                os.kill(a.pid, signal.SIGCONT)
         done = {"a": (a.wait(timeout=60), a.communicate()[1]), "b": (b.wait(timeout=60), b.communicate()[1])}
         assert done["a"][0] == 0, done
         assert done["b"][0] != 0 and "run.jsonl" in done["b"][1] and "other bytes" in done["b"][1], done

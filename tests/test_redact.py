@@ -180,12 +180,14 @@ def test_an_executor_writes_no_secret_and_a_rerun_with_another_key_still_matches
     (first, _) = [c for c in rep.crossings if c.kind == "llm"]
     assert first.request["headers"]["authorization"] == MARKER and first.request["ssn"] == MARKER
     assert first.response["set-cookie"] == MARKER and first.response["echo"] == f"Bearer {MARKER}"
-    # what the planner is handed is what the trace holds, live as on resume
-    assert seen[1] == [{"done": "step 0", "api_key": MARKER, "said": f"used {MARKER}"}]
+    # the planner is handed each result as the tool returned it (the trace holds the marker, the sidecar the rest)
+    assert seen[1] == [{"done": "step 0", "api_key": KEY, "said": f"used {KEY}"}]
 
-    planner2, tools2 = agent(OTHER, [])
+    seen2: list[Any] = []
+    planner2, tools2 = agent(OTHER, seen2)
     again = rerun(trace, planner=planner2, tools=tools2, redact=["$.ssn", "$.args.ssn"], out=tmp_path / "again.jsonl")
     assert again.equal and again.live_calls == 0
+    assert seen2[1] == seen[1]  # a rerun serves the recorded result, its secrets read back from the sidecar
     assert OTHER.encode() not in all_bytes(tmp_path)
 
 
@@ -315,7 +317,10 @@ def test_an_operators_reconcile_is_redacted_too(tmp_path: Path) -> None:
     assert Executor(planner=plan, tools=tools, trace=trace, resume=True).run("g").state == "PAUSED"
     harness.reconcile(trace, happened=True, result={"receipt": 1, "token": KEY}, evidence=f"checked with {KEY}")
     out = Executor(planner=plan, tools=tools, trace=trace, resume=True).run("g")
-    assert out.state == "DONE" and out.checkpoints[0].result == {"receipt": 1, "token": MARKER}
+    # the planner's progress holds the result as the operator gave it (read back from the sidecar); the trace, the
+    # marker
+    assert out.state == "DONE" and out.checkpoints[0].result == {"receipt": 1, "token": KEY}
+    assert replay(trace).checkpoints[0].result == {"receipt": 1, "token": MARKER}
     assert KEY.encode() not in trace.read_bytes()
 
 

@@ -2,7 +2,8 @@
 
 A workflow logs in (the result holds an access token) and fetches with the token; it is SIGKILLed inside
 fetch, in a real process, and resumed in another. fetch gets the real token, and the token is nowhere in
-clear in the runs folder. Without the key, with another key, without the sidecar or with a damaged one, or
+clear in the runs folder. The same for an Executor whose planner copies the token out of its progress into
+fetch's args. Without the key, with another key, without the sidecar or with a damaged one, or
 without the cipher's extra, the resume refuses before any live call and writes nothing.
 """
 
@@ -32,11 +33,16 @@ if "--no-extra" in sys.argv:
     sys.modules["cryptography"] = None  # as if the extra were not installed
 import secret_agent
 try:
-    out = secret_agent.session.run("alice", trace=sys.argv[1], resume="auto")
+    if "--executor" in sys.argv:  # the Executor's run: what its last step (fetch) returned
+        out = secret_agent.executor(sys.argv[1]).run("alice")
+        result = out.checkpoints[-1].result if out.checkpoints else None
+    else:
+        out = secret_agent.session.run("alice", trace=sys.argv[1], resume="auto")
+        result = out.result
 except Exception as e:
     print(json.dumps({{"error": type(e).__name__, "message": str(e)}}))
 else:
-    print(json.dumps({{"state": out.state, "result": out.result}}))
+    print(json.dumps({{"state": out.state, "result": result}}))
 """
 
 
@@ -241,10 +247,11 @@ class Crash(BaseException):
     """Stands for the process dying inside a call (the trace stays open in ACT)."""
 
 
-def test_a_secret_in_a_result_stored_as_a_blob_is_kept_and_served(tmp_path: Path) -> None:
+def blob_tools(token: str) -> tuple[Any, Any, list[str]]:
+    """login, whose result (with token) is stored as a blob; use, which crashes the first time; what use got."""
     from harness.storage.blobs import THRESHOLD
 
-    token, seen = "tok-" + secrets.token_hex(16), []
+    seen: list[str] = []
 
     def big_login() -> dict[str, Any]:
         return {"access_token": token, "pad": "x" * THRESHOLD}
@@ -254,6 +261,13 @@ def test_a_secret_in_a_result_stored_as_a_blob_is_kept_and_served(tmp_path: Path
         if len(seen) == 1:
             raise Crash
         return "ok"
+
+    return big_login, use, seen
+
+
+def test_a_secret_in_a_result_stored_as_a_blob_is_kept_and_served(tmp_path: Path) -> None:
+    token = "tok-" + secrets.token_hex(16)
+    big_login, use, seen = blob_tools(token)
 
     @harness.workflow
     def flow() -> str:
@@ -312,3 +326,133 @@ def test_a_sidecar_line_torn_by_a_kill_is_left_out_and_the_next_entry_starts_its
     assert vault.reveal(50, "result", {"token": harness.MARKER}) == {"token": token}
     with pytest.raises(SecretUnavailable, match=r"lines \[\d+\] of it are damaged"):
         vault.reveal(51, "result", {"token": harness.MARKER})  # (the torn line is not the last one any more)
+
+
+def test_an_executors_planner_copies_a_token_from_its_progress_to_fetch_live_and_after_a_sigkill(
+    tmp_path: Path,
+) -> None:
+    token = "tok-" + secrets.token_hex(16)
+    trace = crash_in_fetch(tmp_path, token, "--executor")
+    assert ledger(tmp_path, "fetch") == [token]  # live: the planner's progress held the token login returned
+    held = [json.loads(x) for x in trace.read_text().splitlines()]
+    login = next(r for r in held if r.get("to") == "VERIFY")
+    assert login["result"]["access_token"] == harness.MARKER  # the trace keeps the marker, in the result
+    fetch = next(r for r in held if r.get("to") == "ACT" and r.get("tool") == "fetch")
+    assert fetch["args"]["access_token"] == harness.MARKER  # and in the args
+
+    out = run_child(trace, env(tmp_path, token), "--executor")
+    assert out == {"state": "DONE", "result": {"items": 3, "ok": True}}
+    assert ledger(tmp_path, "login") == ["alice"]  # checkpointed, not called again
+    assert ledger(tmp_path, "fetch") == [token, token]  # the planner, asked again, gave the real token back
+    assert in_clear(tmp_path / "runs", token) == []
+    # what is read, shown and compared keeps the marker
+    assert harness.replay(trace).checkpoints[0].result["access_token"] == harness.MARKER
+    from harness.review.show import show_trace
+
+    shown: list[str] = []
+    show_trace(trace, shown.append, view="json")
+    assert token not in "".join(shown) and harness.MARKER in "".join(shown)
+
+
+@pytest.mark.parametrize("missing", ["key", "sidecar", "extra"])
+def test_an_executor_resume_that_cannot_reveal_its_progress_refuses_before_any_live_call(
+    tmp_path: Path, missing: str
+) -> None:
+    token = "tok-" + secrets.token_hex(16)
+    trace = crash_in_fetch(tmp_path, token, "--executor", *(["--no-extra"] if missing == "extra" else []))
+    environ = env(tmp_path, token)
+    if missing == "key":
+        environ["XDG_CONFIG_HOME"] = str(tmp_path / "elsewhere")
+    elif missing == "sidecar":
+        Path(sidecar(str(trace))).unlink()
+    out = refused(tmp_path, trace, environ, "--executor", *(["--no-extra"] if missing == "extra" else []))
+    assert out["error"] == ("MissingExtra" if missing == "extra" else "SecretUnavailable"), out
+    said = {"key": ENV, "sidecar": "does not exist", "extra": "pip install 'harness-trace[secrets]'"}
+    assert said[missing] in out["message"]
+
+
+def test_a_parallel_call_checkpointed_before_a_crash_hands_the_planner_its_token_on_resume(tmp_path: Path) -> None:
+    tokens = {u: "tok-" + secrets.token_hex(16) for u in "ab"}
+    logins: list[str] = []
+    used: list[Any] = []
+    crash = True
+
+    def login(user: str) -> dict[str, Any]:
+        logins.append(user)
+        if len(logins) == 2 and crash:  # the second call, once the first has checkpointed (max_parallel=1)
+            raise Crash
+        return {"user": user, "access_token": tokens[user]}
+
+    def use(access_token: list[str]) -> dict[str, Any]:
+        used.append(access_token)
+        return {"ok": True}
+
+    def planner(goal: str, progress: list[harness.Checkpoint]) -> Any:
+        if not progress:
+            return [harness.Step(u, "login", {"user": u}) for u in "ab"]
+        if len(progress) == 2:
+            return harness.Step("use", "use", {"access_token": [ck.result["access_token"] for ck in progress]})
+        return None
+
+    trace = tmp_path / "runs" / "run.jsonl"
+    trace.parent.mkdir()
+
+    def executor(resume: bool) -> harness.Executor:
+        tools = {"login": login, "use": use}
+        return harness.Executor(planner=planner, tools=tools, trace=trace, max_parallel=1, resume=resume)
+
+    with pytest.raises(Crash):
+        executor(False).run("g")
+    assert [json.loads(x)["kind"] for x in trace.read_text().splitlines()].count("checkpoint") == 1
+    crash = False
+    out = executor(True).run("g")
+    assert out.state == "DONE" and len(logins) == 3  # the checkpointed call is not made again
+    assert used == [[tokens["a"], tokens["b"]]]  # in planner order, each as login returned it
+    assert all(in_clear(tmp_path / "runs", t) == [] for t in tokens.values())
+
+
+def test_an_executors_result_stored_as_a_blob_reaches_the_planner_with_its_secret_on_resume(tmp_path: Path) -> None:
+    token = "tok-" + secrets.token_hex(16)
+    big_login, use, seen = blob_tools(token)
+
+    def planner(goal: str, progress: list[harness.Checkpoint]) -> Any:
+        if not progress:
+            return harness.Step("login", "login", {})
+        if len(progress) == 1:
+            return harness.Step("use", "use", {"access_token": progress[0].result["access_token"]})
+        return None
+
+    (tmp_path / "runs").mkdir()
+    trace = tmp_path / "runs" / "run.jsonl"
+    tools = {"login": big_login, "use": use}
+    with pytest.raises(Crash):
+        harness.Executor(planner=planner, tools=tools, trace=trace).run("g")
+    assert list((tmp_path / "runs" / "blobs").iterdir())  # the result went to a blob (redacted): not searched
+    out = harness.Executor(planner=planner, tools=tools, trace=trace, resume=True).run("g")
+    assert out.state == "DONE" and seen == [token, token]
+    assert in_clear(tmp_path / "runs", token) == []
+
+
+def test_an_executor_resume_whose_results_hold_no_marker_needs_no_key(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    token, calls = "tok-" + secrets.token_hex(16), []
+
+    def work(i: int) -> dict[str, int]:
+        calls.append(i)
+        if calls == [0, 1]:
+            raise Crash
+        return {"i": i}
+
+    def planner(goal: Any, progress: list[harness.Checkpoint]) -> Any:
+        n = len(progress)
+        return None if n == 2 else harness.Step(f"s{n}", "work", {"i": n})
+
+    trace, goal = tmp_path / "run.jsonl", {"access_token": token}  # the marker in the goal, none in a result
+    with pytest.raises(Crash):
+        harness.Executor(planner=planner, tools={"work": work}, trace=trace).run(goal)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "elsewhere"))
+    monkeypatch.delenv(ENV, raising=False)
+    out = harness.Executor(planner=planner, tools={"work": work}, trace=trace, resume=True).run(goal)
+    assert out.state == "DONE" and [c.result for c in out.checkpoints] == [{"i": 0}, {"i": 1}]
+    assert not Path(sidecar(str(trace))).exists() and not (tmp_path / "elsewhere").exists()

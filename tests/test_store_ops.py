@@ -522,6 +522,29 @@ def test_a_reader_that_listed_before_a_compaction_reads_the_same_bytes_after_it(
     assert buffer.getvalue() == before and size == len(before) and last == len(listed)
 
 
+def test_a_mirror_that_cannot_sync_logs_why_once_and_keeps_trying(
+    runs: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A failed sync on the follow thread is not swallowed: it is logged (once while it stays the same)."""
+    from harness.storage.mirror import Mirror
+
+    executor(runs_dir=runs).run(goal(tmp_path, steps=1))
+    gone = tmp_path / "gone"  # the mirror's folder, removed under it: every sync fails to write its copy
+    mirror = Mirror(harness.store.open(runs), str(gone))
+    with caplog.at_level("WARNING", logger="harness.storage.mirror"):
+        mirror.follow(interval=0.01)
+        deadline = time.monotonic() + 60  # a hang guard, not a timed assertion
+        while len(caplog.records) < 1 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        gone.mkdir()  # the cause fixed: the next sync copies the run
+        while not list(gone.glob("*.jsonl")) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        mirror.stop()
+    assert len(caplog.records) == 1, [r.getMessage() for r in caplog.records]
+    said = caplog.records[0].getMessage()
+    assert said.startswith(f"{runs}: following it failed") and "FileNotFoundError" in said and str(gone) in said
+
+
 def test_a_mirror_that_copied_part_of_a_run_reads_only_the_rest_of_its_compacted_span(
     runs: str, tmp_path: Path
 ) -> None:

@@ -216,6 +216,16 @@ def test_an_unknown_kind(done: Path) -> None:
     refused(done, 5, "unknown-kind")
 
 
+@pytest.mark.parametrize("kind", [["transition"], {"kind": "seal"}, 5, None, True], ids=repr)
+def test_a_kind_that_is_no_str_is_an_unknown_kind(done: Path, kind: Any) -> None:
+    """Not a `malformed` from a lookup that cannot hash it: the rules are a table by kind (trace/rules.py)."""
+    records = read_records(done)
+    records[4]["kind"] = kind
+    write_trace(done, records)
+    e = refused(done, 5, "unknown-kind")
+    assert f"unknown record kind {kind!r}" in str(e)
+
+
 def test_a_schema_this_version_does_not_read_names_both_versions(done: Path) -> None:
     records = read_records(done)
     records[0]["schema"] = 3

@@ -33,7 +33,7 @@ from urllib.parse import unquote, urlsplit
 
 import orjson
 
-from .._errors import HarnessError, OtlpUndelivered
+from .._errors import HarnessError, MissingExtra, OtlpUndelivered
 from ..trace.redact import Rule
 from .otlp import count, requests
 
@@ -101,9 +101,11 @@ def encode(request: dict[str, Any], protocol: str) -> tuple[bytes, str]:
         from google.protobuf import json_format  # type: ignore[import-untyped]  # no stubs: the optional extra
         from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
     except ImportError:
-        raise HarnessError(
-            "sending http/protobuf needs opentelemetry-proto: pip install 'harness-trace[otel]' "
-            "(or send OTLP/JSON with --otlp-protocol http/json, which needs nothing more)"
+        raise MissingExtra(
+            "sending http/protobuf (opentelemetry-proto)",
+            "otel",
+            "pip install 'harness-trace[otel]' "
+            "(or send OTLP/JSON with --otlp-protocol http/json, which needs nothing more)",
         ) from None
     message = json_format.ParseDict(to_proto_json(request), ExportTraceServiceRequest())
     return message.SerializeToString(), "application/x-protobuf"

@@ -31,7 +31,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .._errors import HarnessError
+from .._errors import FieldPathError
 
 MARKER = "<ignored>"  # what an ignored field reads in a golden and a diff
 
@@ -74,14 +74,6 @@ class Glob:
                 return False
             pos = found + len(part)
         return True
-
-
-class FieldPathError(HarnessError, ValueError):
-    """A field path that cannot be read, or that names no field of the value; `path` and `problem` say which."""
-
-    def __init__(self, path: str, problem: str):
-        self.path, self.problem = path, problem
-        super().__init__(f"field path {path!r}: {problem}")
 
 
 def parse(path: str) -> Path:

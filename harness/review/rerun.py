@@ -68,15 +68,23 @@ from typing import Any, cast
 
 import orjson
 
-from .._errors import HarnessError, ReplayDrift, ReplayViolation, ResumeMismatch, ToolTimeout, TraceUnreadable, internal
+from .._errors import (
+    Control,
+    HarnessError,
+    Interrupted,
+    ReplayDrift,
+    ReplayViolation,
+    ResumeMismatch,
+    ToolTimeout,
+    TraceUnreadable,
+    internal,
+)
 from ..runtime.agents import Agents
 from ..runtime.boundary import Arrived, Match, Session, _Hold, _may_hold, differences, patiently, same, take
 from ..runtime.bridge import bridging
-from ..runtime.control import Control
 from ..runtime.environment import environment
 from ..runtime.executor import MAX_STEPS, Executor, RetryPolicy, Step
 from ..runtime.history import Item, Recorded, Serving
-from ..runtime.interrupt import Interrupted
 from ..runtime.resume import reveal_crossings
 from ..runtime.tool import Tool
 from ..runtime.workflow import Workflow, go_on, run_anywhere, same_workflow, start
@@ -1104,63 +1112,3 @@ _COPIED = frozenset({"reconcile", "crash"})  # records a re-execution copies fro
 def _copy(record: dict[str, Any]) -> dict[str, Any]:
     """A recorded record's own fields, to write again (the journal adds seq, ts and crc; a fork marks reuse)."""
     return {k: v for k, v in record.items() if k not in ("seq", "kind", "ts", "crc", "reused")}
-
-
-def import_attr(spec: str, flag: str, shape: str) -> Any:
-    """What `module:attr` names (attr may be dotted), the module imported with the current directory on
-    sys.path (the `uvicorn module:app` convention); HarnessError naming flag and spec when it cannot be."""
-    import importlib
-    import sys
-
-    module, sep, name = spec.partition(":")
-    if not sep or not module or not name:
-        raise HarnessError(f"{flag} {spec!r}: expected {shape}")
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
-    try:
-        found: Any = importlib.import_module(module)
-    except ImportError as e:
-        raise HarnessError(f"{flag} {spec!r}: cannot import {module}: {e}") from None
-    for part in name.split("."):
-        found = getattr(found, part, None)
-        if found is None:
-            what = "callable" if flag == "--agent" else "workflow or function"
-            raise HarnessError(f"{flag} {spec!r}: {module} has no {what} {name}")
-    return found
-
-
-def load_agent(spec: str) -> tuple[Planner, Mapping[str, Callable[..., Any] | Tool], Verifier | None]:
-    """Call the factory named by `module:factory` and return its (planner, tools, verifier).
-
-    The module is imported with the current directory on sys.path (the
-    `uvicorn module:app` convention).
-    """
-    factory = import_attr(spec, "--agent", "module:factory, e.g. my_agent:make_agent")
-    name = spec.partition(":")[2]
-    if not callable(factory):
-        raise HarnessError(f"--agent {spec!r}: {spec.partition(':')[0]} has no callable {name}")
-    try:
-        made = factory()
-    except Exception as e:
-        raise HarnessError(f"--agent {spec!r}: {name}() raised {type(e).__name__}: {e}") from None
-    if not (isinstance(made, tuple | list) and len(made) == 3 and callable(made[0]) and isinstance(made[1], Mapping)):
-        raise HarnessError(f"--agent {spec!r}: {name}() must return (planner, tools, verifier), not {made!r:.200}")
-    return made[0], made[1], made[2]
-
-
-def load_workflow(spec: str) -> Workflow[Any, Any]:
-    """The workflow named by `module:attr` (an `@harness.workflow`, or a plain function made one).
-
-    HarnessError when it cannot be imported by the name its traces record
-    (a lambda, a closure or a nested function: define it at module level).
-    """
-    found = import_attr(spec, "--workflow", "module:attr, e.g. my_agent:research")
-    if not callable(found):
-        raise HarnessError(f"--workflow {spec!r}: {found!r:.80} is not a workflow or a function")
-    w = found if isinstance(found, Workflow) else Workflow(found)
-    if w.importable is not None:
-        raise HarnessError(
-            f"--workflow {spec!r}: workflow {w.name} cannot be imported by that name: {w.importable}. Define it "
-            "at the top level of a module (its traces name it module:qualname)"
-        )
-    return w

@@ -20,7 +20,7 @@ name starts with (`mcp.refund`). `shape_of()` says which, `recorded()`
 converts a value and validates it with the door's framework (the door
 module is imported by name only then: a plugin lookup, so nothing here
 depends on a framework) and raises `BadResult`, before anything is written,
-for a value that does not fit (or a HarnessError naming the extra to install
+for a value that does not fit (or a MissingExtra naming the extra to install
 when the door's framework is not installed where the reconcile runs).
 `command()` is the command line a message shows.
 """
@@ -32,7 +32,7 @@ import shlex
 from dataclasses import dataclass
 from typing import Any
 
-from .._errors import BadResult, HarnessError
+from .._errors import BadResult, MissingExtra
 from ..trace.reader import Replay
 
 
@@ -97,10 +97,9 @@ def recorded(path: str, tool: str, shape: Shape, value: Any) -> Any:
     except ValueError as e:
         raise BadResult(path, tool, shape.takes, command(path, shape), str(e)) from None
     except ImportError as e:  # reconciled on a machine without the framework the run used (the door imports it)
-        raise HarnessError(
-            f"{path}: the result of {tool!r} is checked by harness.{shape.door}, which needs {e.name or 'a module'} "
-            f"and it is not installed here: pip install 'harness-trace[{shape.extra}]'; nothing was written"
-        ) from None
+        what = f"{path}: checking the result of {tool!r} (harness.{shape.door}, which imports {e.name or 'its SDK'})"
+        install = f"pip install 'harness-trace[{shape.extra}]'; nothing was written"
+        raise MissingExtra(what, shape.extra, install) from None
 
 
 def command(path: str, shape: Shape) -> str:

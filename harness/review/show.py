@@ -75,7 +75,7 @@ def _time(value: Any) -> str:
     if type(value) in (int, float):
         try:
             return datetime.fromtimestamp(value, UTC).isoformat()
-        except (OverflowError, OSError, ValueError):
+        except (OverflowError, OSError, ValueError):  # not a time the platform can show: the number as it is
             pass
     return _json(value)
 

@@ -37,6 +37,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from .._errors import (
+    Control,
     HarnessError,
     JournalError,
     NotATool,
@@ -49,10 +50,6 @@ from .._errors import (
 
 # harness's own verdicts: a run that meets one stops with it raised (a plain HarnessError is harness's own too)
 VERDICTS = (JournalError, ReplayDrift, ReplayViolation, NotSerializable, NotATool, ResumeMismatch, TraceCorruption)
-
-
-class Control(BaseException):  # not an Exception: agent code catching Exception keeps out
-    """A control-flow signal of harness: a pause, a question, a rerun's seam."""
 
 
 class Paused(Control):

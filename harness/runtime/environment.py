@@ -13,7 +13,7 @@ import platform
 import re
 from typing import Any
 
-from .._errors import HarnessError
+from .._errors import HarnessError, MissingExtra
 from .._version import VERSION
 
 
@@ -49,10 +49,8 @@ def require(dist: str, needs: tuple[int, int], extra: str) -> None:
     try:
         found = version(dist)
     except PackageNotFoundError:
-        raise HarnessError(
-            f"harness's {extra} integration needs {dist} {wanted} or newer, which is not installed: "
-            f"pip install 'harness-trace[{extra}]'"
-        ) from None
+        raise MissingExtra(f"harness's {extra} integration ({dist} {wanted} or newer)", extra,
+                           f"pip install 'harness-trace[{extra}]'") from None  # fmt: skip
     parts = tuple(int(p) for p in re.findall(r"\d+", found)[:2])
     if parts < needs:
         raise HarnessError(

@@ -48,6 +48,7 @@ from typing import Any
 
 from .._errors import (
     HarnessError,
+    Interrupted,
     JournalError,
     NotSerializable,
     RedactedArgs,
@@ -81,8 +82,8 @@ from .context import AgentState, end_call, reset_key, running_agent, set_agent, 
 from .control import decisive
 from .environment import environment
 from .fingerprint import code_of
-from .interrupt import Interrupted
 from .resume import NO_ANSWER, RESEAL, GoOn, main_event, marked, plan, reveal_crossings, start_over
+from .resume import progress as revealed_progress
 from .tasks import numbering
 from .tool import Tool, ToolSpec, spec_of
 
@@ -373,6 +374,7 @@ class Executor:
         self, journal: Journal, goal: Any, run_id: str, *, session: Session | None = None, **lineage: Any
     ) -> Outcome:
         code = code_of((self.planner,))
+        journal.give = True  # the planner's progress holds each result as the tool returned it (see _continue)
         write_header(journal, run_id, goal, self.contracts, self.redact, self.entrypoint, lineage, code=code)
         run = _Run(journal, session or Session(journal, redact=self.redact), goal, run_id, [], S.INIT)
         run.index = (
@@ -428,9 +430,14 @@ class Executor:
         VERIFY), owed with the resume's seam (`_way_back`): the planner or verifier is run again before anything
         is written, so one that drifts, is refused or asks again with nothing new leaves the trace as it was.
         """
+        # the planner and verifier get each result as the tool returned it, secrets and all (kept beside the
+        # trace, vault.py), live as on resume: never the marker, which a planner would copy into the next args.
+        # Revealed before anything is written: a resume that cannot refuses here, with nothing written
+        rep, revealed = revealed_progress(rep, self.redact.marker)
+        journal.give = True
         last, intent = rep._tail.last or {}, rep._tail.intent
         goal = rep.goal if goal is _RECORDED else goal
-        run = _Run(journal, session, goal, rep.run_id, _index.resumed(rep), rep.state)
+        run = _Run(journal, session, goal, rep.run_id, _index.resumed(rep) if revealed is None else revealed, rep.state)
         run.index = _index.Writer.after(journal.path, journal.fd, journal.digests, journal.blocks, rep)
         if rep._tail.group:  # a parallel step was open: its calls go on, each from where its lane stands
             run.state, run.step = S.PLAN, rep._tail.group[0].step
@@ -454,6 +461,7 @@ class Executor:
             if intent is None:
                 raise internal(f"a question asked in {back} with no intent before it", rep.path, rep.last_seq)
             run.intent, run.result, run.shown = intent, rep._tail.result, check_value("result", rep._tail.result)
+            run.result_seq = rep._tail.result_seq
             if back == S.ACT:  # the tool is called again, with its live args (see _live_intent)
                 run.intent = self._live_intent(run, rep)
                 run.move(S.ACT, sync=True, user=("args",), **{k: run.intent[k] for k in _INTENT if k in run.intent})
@@ -485,6 +493,7 @@ class Executor:
             intent,
             rep._tail.result,
         )
+        run.result_seq = rep._tail.result_seq
         run.shown = check_value("result", rep._tail.result)
         if run.state == S.PAUSED:
             if rep._tail.reconcile is None:  # (_resume returns a PAUSED run that waits for a reconcile as it is)
@@ -649,8 +658,8 @@ class Executor:
                         if self._retry_or_fail(run, error, backoff=True):
                             return run.outcome(error)  # the live error; the trace has it redacted
                         continue
-                    run.shown = raw  # the tool's own value, for the verifier; the checkpoint keeps the trace's copy
-                    try:  # checked, redacted as written (what a resumed run reads back); synced with the next
+                    run.shown = raw  # the tool's own value, for the verifier; the checkpoint keeps a JSON copy
+                    try:  # checked, redacted as written, given back whole (give); synced with the next
                         # call's intent or the run's end
                         run.result = run.move(S.VERIFY, check=("result",), result=raw)["result"]
                     except NotSerializable as e:
@@ -787,7 +796,7 @@ class Executor:
             return self._lane(call, slots)
         if c.intent is None or call.planned is None:
             raise internal(f"call {c.agent} resumed in {c.state} with no intent", call.journal.path)
-        call.attempt, call.result = c.intent.get("attempt", 1), c.result
+        call.attempt, call.result, call.result_seq = c.intent.get("attempt", 1), c.result, c.result_seq
         call.intent = {**c.intent, "args": call.planned.args}  # the live args (see _live_calls), as a run's resume
         call.shown = check_value("result", c.result)
         if c.state == S.PAUSED:
@@ -1070,6 +1079,7 @@ class _Run:
         "planned",
         "progress",
         "result",
+        "result_seq",
         "reuse",
         "session",
         "shown",
@@ -1101,6 +1111,7 @@ class _Run:
         self.intent: dict[str, Any] = {}
         self.planned: Step | None = None
         self.result: Any = None
+        self.result_seq = 0  # the record holding result (its transition into VERIFY), which a checkpoint names
         self.wrote = 0  # the seq of the last record this (sub-)run wrote
         self.shown: Any = None
         self.reuse: tuple[tuple[str, bytes], str] | None = None  # a timed-out idempotent call and its key
@@ -1135,6 +1146,8 @@ class _Run:
             self.wrote = self.journal.finish("transition", written, state=to, key=self.journal.seal_key, user=user)
         else:
             self.wrote = self.journal.append("transition", written, sync=sync, check=check, user=user)
+            if to == S.VERIFY and "result" in fields:
+                self.result_seq = self.wrote
         self.state = to
         return written
 
@@ -1168,8 +1181,10 @@ class _Run:
         """Write the checkpoint record: the moves VERIFY -> CHECKPOINT -> PLAN, vouching for the result.
 
         Neither the result nor the step's name is copied: the result is the
-        record just written before the verifier ran (as the journal wrote it,
-        redacted), which follows the intent naming the step.
+        record just written before the verifier ran (result_seq), which
+        follows the intent naming the step. The checkpoint the planner gets
+        holds the result as the tool returned it (a JSON copy), secrets and
+        all: the trace holds it redacted, its secrets kept beside it.
         """
         if self.state != S.VERIFY:  # the table allows the moves from VERIFY (_CHECKPOINT_FROM_VERIFY)
             raise internal(f"a checkpoint in state {self.state}", self.journal.path, self.journal.seq + 1)
@@ -1177,7 +1192,7 @@ class _Run:
             self.session.settled()
         seq = self.journal.append("checkpoint", {"step": self.step})
         self.state = S.CHECKPOINT_MOVES[-1]
-        list.append(self.tail, Checkpoint(self.step, self.intent["name"], self.result, seq))
+        list.append(self.tail, Checkpoint(self.step, self.intent["name"], self.result, seq, self.result_seq))
         if self.lane:  # a call ends with its checkpoint: back in PLAN, done
             return
         self.step, self.attempt, self.planned = self.step + 1, 1, None

@@ -25,19 +25,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from .._errors import HarnessError
+from .._errors import HarnessError, Interrupted
 from ..trace.line import check_value
 from .boundary import Session
 from .context import current_run
-from .control import Control
-
-
-class Interrupted(Control):  # a control-flow signal (like KeyboardInterrupt), not an Exception
-    """Raised by interrupt() to pause the run; the executor turns it into PAUSED. `question` is what was asked."""
-
-    def __init__(self, question: Any):
-        self.question = question
-        super().__init__(f"waiting for an answer to {question!r:.200}")
 
 
 def interrupt(question: Any) -> Any:

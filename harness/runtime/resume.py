@@ -28,16 +28,21 @@ each resumes into (the step loop, the function run again) is theirs.
 
 from __future__ import annotations
 
+import mmap
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Final
+from typing import Any, Final, overload
+
+import orjson
 
 from .._errors import HarnessError, TraceCorruption, internal
+from ..storage import is_url
 from ..trace import state as S
+from ..trace.index import ResumedProgress
 from ..trace.journal import Journal
 from ..trace.line import canonical
-from ..trace.reader import Crossing, Replay
+from ..trace.reader import Call, Checkpoint, Crossing, Replay
 from ..trace.redact import Redaction
 from ..trace.torn import set_aside, torn_name
 from ..trace.vault import Vault
@@ -85,12 +90,117 @@ def plan(rep: Replay, answer: Any, *, redact: Redaction, entrypoint: str) -> str
 
 def revealed(rep: Replay, marker: str) -> tuple[Replay, list[Crossing]]:
     """rep, and the crossings an Executor's resume serves again, each with its secrets kept beside the trace
-    back in place (trace/vault.py): live code got them so. (Its tool results are not: the planner is handed
-    them as the trace holds them, live as on resume; a tool called again gets its args from the planner.)
+    back in place (trace/vault.py): live code got them so. (Its tool results are `progress()`'s; a tool called
+    again gets its args from the planner.)
 
     MissingExtra or SecretUnavailable when one holds the marker and cannot be revealed.
     """
     return rep, reveal_crossings(Vault(rep.path, marker), rep.resumable_crossings())
+
+
+def progress(rep: Replay, marker: str) -> tuple[Replay, list[Checkpoint] | ResumedProgress | None]:
+    """What an Executor's resume hands its planner and verifier, with the secrets kept beside the trace back in
+    place: rep with the results it goes on from revealed (the last one, an operator's reconciled one, each open
+    call's), and the progress so far (None: no result in the trace holds the marker, and the progress is read from
+    the trace on access as before). Live code got these values so (`Journal.give`).
+
+    Called before anything is written: MissingExtra or SecretUnavailable when one holds the marker and cannot be
+    revealed, so the resume refuses before any live call. Its cost is one search of the trace's bytes for the
+    marker (in C), and a read of each line that holds it: the progress stays read on access. A trace on object
+    storage (read whole anyway) or with blobs (a payload's marker is not in the trace's bytes) is revealed whole.
+    """
+    vault = Vault(rep.path, marker)
+    t = rep._tail
+    cks: list[Checkpoint] | ResumedProgress | None = None
+    if is_url(rep.path) or t.blobs:
+        cks = [_revealed(vault, ck) for ck in rep.checkpoints]
+    else:
+        results = _marked_results(rep.path, t.end, vault)
+        if results:
+            cks = ResumedProgress(_Revealing(rep.checkpoints, results))
+    tail = replace(
+        t,
+        result=vault.reveal(t.result_seq, "result", t.result) if rep.state in _GOES_ON_FROM else t.result,
+        reconcile=_reconciled(vault, t.reconcile),
+        group=tuple(_call(vault, c) for c in t.group),
+    )
+    return replace(rep, _tail=tail), cks
+
+
+_GOES_ON_FROM = (S.VERIFY, S.PAUSED)  # where a resume goes on with the last result (a verifier, a question)
+
+
+def _marked_results(path: str, stop: int, vault: Vault) -> dict[int, tuple[Any, Any]]:
+    """The tool results in the trace at path that hold the marker, by seq: (as the trace holds it, revealed).
+
+    Only the lines before byte stop (a torn tail is not the run's) that the marker is found in are read;
+    SecretUnavailable or MissingExtra for one that cannot be revealed.
+    """
+    found: dict[int, tuple[Any, Any]] = {}
+    try:
+        with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
+            at = m.find(vault.needle, 0, stop)
+            while at >= 0:
+                start, end = m.rfind(b"\n", 0, at) + 1, m.find(b"\n", at, stop)
+                end = stop if end < 0 else end
+                try:
+                    rec = orjson.loads(m[start:end])
+                except orjson.JSONDecodeError:
+                    rec = None
+                verified = type(rec) is dict and rec.get("kind") == "transition" and rec.get("to") == S.VERIFY
+                if verified and "result" in rec and type(rec.get("seq")) is int:
+                    found[rec["seq"]] = (rec["result"], vault.reveal(rec["seq"], "result", rec["result"]))
+                at = m.find(vault.needle, end, stop)
+    except (OSError, ValueError) as e:  # (replay() read it a moment ago; an empty file cannot be mapped)
+        raise HarnessError(f"{path}: cannot read it again to reveal its secrets: {e}") from None
+    return found
+
+
+class _Revealing(Sequence[Checkpoint]):
+    """A trace's checkpoints, read on access, each whose result holds the marker with its secrets back in place."""
+
+    def __init__(self, before: Sequence[Checkpoint], results: dict[int, tuple[Any, Any]]):
+        self._before, self._results = before, results
+
+    def __len__(self) -> int:
+        return len(self._before)
+
+    @overload
+    def __getitem__(self, i: int) -> Checkpoint: ...
+    @overload
+    def __getitem__(self, i: slice) -> Sequence[Checkpoint]: ...
+    def __getitem__(self, i: int | slice) -> Checkpoint | Sequence[Checkpoint]:
+        if isinstance(i, slice):
+            return [self._put(ck) for ck in self._before[i]]
+        return self._put(self._before[i])
+
+    def __iter__(self) -> Iterator[Checkpoint]:
+        return (self._put(ck) for ck in self._before)
+
+    def _put(self, ck: Checkpoint) -> Checkpoint:
+        held = self._results.get(ck.result_seq)
+        if held is None or held[0] != ck.result:  # (the line searched is the line the checkpoint read: checked)
+            return ck
+        return replace(ck, result=held[1])
+
+
+def _revealed(vault: Vault, ck: Checkpoint) -> Checkpoint:
+    value = vault.reveal(ck.result_seq, "result", ck.result)
+    return ck if value is ck.result else replace(ck, result=value)
+
+
+def _reconciled(vault: Vault, reconcile: dict[str, Any] | None) -> dict[str, Any] | None:
+    if reconcile is None or "result" not in reconcile:
+        return reconcile
+    value = vault.reveal(reconcile["seq"], "result", reconcile["result"])
+    return reconcile if value is reconcile["result"] else {**reconcile, "result": value}
+
+
+def _call(vault: Vault, c: Call) -> Call:
+    """An open call of a parallel step, with the result it goes on from and its checkpoint revealed."""
+    result = vault.reveal(c.result_seq, "result", c.result) if c.state in _GOES_ON_FROM else c.result
+    checkpoint = _revealed(vault, c.checkpoint) if c.checkpoint is not None else None
+    return replace(c, result=result, reconcile=_reconciled(vault, c.reconcile), checkpoint=checkpoint)
 
 
 def reveal_crossings(vault: Vault, crossings: Iterable[Crossing]) -> list[Crossing]:

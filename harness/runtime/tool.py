@@ -171,7 +171,7 @@ def spec_of(tool: Any) -> ToolSpec:
         if len(_SPECS) >= _KEPT:
             _SPECS.clear()
         _SPECS[tool] = spec
-    except TypeError:
+    except TypeError:  # unhashable: not kept, made again the next time (as the lookup above says)
         pass
     return spec
 

@@ -49,6 +49,7 @@ from typing import Any, Generic, ParamSpec, TypeVar, cast
 
 from .._errors import (
     HarnessError,
+    Interrupted,
     JournalError,
     NotATool,
     NotSerializable,
@@ -79,7 +80,6 @@ from .control import Paused, decisive, verdict
 from .executor import Outcome, _crash, _Run, ask, finished, reseal, write_header
 from .fingerprint import code_of_modules
 from .history import Recorded, Resumed
-from .interrupt import Interrupted
 from .resume import NO_ANSWER, main_event, no_marker_owed, owed_answers, seam, start_over, waits
 from .tasks import numbering
 from .tool import is_async_fn

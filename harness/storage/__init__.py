@@ -25,7 +25,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from .location import FenceLost, Location, is_url, open_location, segment_name
+from .._errors import FenceLost
+from .location import Location, is_url, open_location, segment_name
 
 __all__ = [
     "FenceLost",

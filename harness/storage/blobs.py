@@ -37,7 +37,7 @@ from typing import Any
 
 import orjson
 
-from .._errors import TraceCorruption, TraceUnreadable
+from .._errors import TooLarge, TraceCorruption, TraceUnreadable
 from . import files as _files
 
 THRESHOLD = 64 * 1024  # bytes of JSON above which a payload goes to a blob (Executor(blob_threshold=...))
@@ -178,7 +178,7 @@ def read(trace: str, line: int, name: str, size: int) -> bytes:
     folder = folder_of(trace)
     try:
         data = _files.read_beside(os.path.join(folder, name), os.path.dirname(folder), size)
-    except _files.TooLarge as e:
+    except TooLarge as e:
         why = f"blob {name} was altered: it holds {e.size} bytes, the record says {size}"
         raise TraceCorruption(trace, line, "blob", why, line) from None
     except TraceUnreadable as e:

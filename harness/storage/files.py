@@ -17,7 +17,7 @@ import errno
 import os
 import stat
 
-from .._errors import TraceUnreadable
+from .._errors import TooLarge, TraceUnreadable
 
 
 def why(e: OSError) -> str:
@@ -91,14 +91,6 @@ def _within(path: str, folder: str) -> str:
 
 class _Missing(TraceUnreadable):
     """open_regular() found nothing at the path (open_beside() answers None for it)."""
-
-
-class TooLarge(TraceUnreadable):
-    """read_beside() refused a file that holds more bytes (`size`) than the reader takes (`limit`)."""
-
-    def __init__(self, path: str, size: int, limit: int):
-        self.size, self.limit = size, limit
-        super().__init__(path, f"holds {size} bytes, more than the {limit} harness reads of such a file")
 
 
 def open_beside(path: str, folder: str) -> int | None:

@@ -85,7 +85,7 @@ class Lease:
     def renew(self) -> None:
         """Write the lease now (errors ignored: a lease is advisory; the run's own writes say if the store is down)."""
         body = {"writer": self.writer, "host": socket.gethostname(), "pid": os.getpid(), "renewed": time.time()}
-        with contextlib.suppress(Exception):
+        with contextlib.suppress(Exception):  # advisory: the run's own writes say if the store is down
             self.location.fs.pipe_file(f"{self.location.root}/{NAME}", orjson.dumps({**body, "every": self.interval}))
             self.written = True
         self.last = time.monotonic()
@@ -112,5 +112,5 @@ class Lease:
         if self._thread is not None:
             self._thread.join()
         if delete and self.written:
-            with contextlib.suppress(Exception):
+            with contextlib.suppress(Exception):  # a lease left behind goes stale: readers see a run not live
                 self.location.fs.rm_file(f"{self.location.root}/{NAME}")

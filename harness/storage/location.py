@@ -23,7 +23,7 @@ from typing import Any
 
 import orjson
 
-from .._errors import HarnessError, TraceCorruption, TraceUnreadable, internal
+from .._errors import HarnessError, MissingExtra, TraceCorruption, TraceUnreadable, internal
 
 _URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 _SEGMENT = re.compile(r"^(\d{6,})(?:-(\d{6,}))?\.seg$")  # NNNNNN.seg, or a compacted span FFFFFF-LLLLLL.seg
@@ -126,22 +126,6 @@ def object_name(path: str) -> str:
     return path.rstrip("/").rsplit("/", 1)[-1]
 
 
-class FenceLost(HarnessError):
-    """Another writer created the segment this writer was about to create: it advanced the run meanwhile.
-
-    `url` is the trace, `segment` the number both wanted. This writer stopped
-    and ships nothing more; the bucket holds the other writer's story.
-    """
-
-    def __init__(self, url: str, segment: int):
-        self.url, self.segment = url, segment
-        super().__init__(
-            f"{url}: segment {segment_name(segment)} already exists: another writer advanced this run since "
-            "this one read it (two writers on one run). This writer stopped; nothing more of it was shipped. "
-            "Resume the run (resume=True) from the bucket once its other writer is gone."
-        )
-
-
 def blob_names(trace_file: str) -> list[str]:
     """The sha256 names of the blobs and artifacts the lines of a local trace file name, sorted."""
     from . import blobs as _blobs
@@ -200,7 +184,7 @@ class Location:
                 continue
             try:
                 data = source.read(f"{source.root}/{name}")
-            except TraceUnreadable:
+            except TraceUnreadable:  # not on the store: the trace's replay names the blob missing, with its seq
                 continue
             os.makedirs(folder, exist_ok=True)
             part = f"{path}.{os.getpid()}.part"
@@ -332,15 +316,15 @@ def open_location(url: str, storage_options: dict[str, Any] | None = None) -> Lo
     try:
         import fsspec  # type: ignore[import-untyped]  # the `s3` extra (fsspec, s3fs); fsspec ships no type hints
     except ImportError:
-        raise HarnessError(
-            f"{url}: traces on object storage need fsspec (and s3fs for s3://): pip install 'harness-trace[s3]'"
+        raise MissingExtra(
+            f"{url}: traces on object storage (fsspec, s3fs)", "s3", "pip install 'harness-trace[s3]'"
         ) from None
     options = storage_options if storage_options is not None else storage_options_from_env()
     url = url.rstrip("/")
     try:
         fs, root = fsspec.core.url_to_fs(url, **options)
-    except ImportError as e:
-        raise HarnessError(f"{url}: {e}; for s3:// pip install 'harness-trace[s3]'") from None
+    except ImportError as e:  # fsspec is there, not the protocol's package (s3fs for s3://)
+        raise MissingExtra(f"{url}: {e};", "s3", "pip install 'harness-trace[s3]'") from None
     except ValueError as e:
         raise HarnessError(f"{url}: not a URL fsspec can open ({e})") from None
     return Location(url, fs, str(root).rstrip("/"))

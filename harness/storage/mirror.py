@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import atexit
 import fcntl
+import logging
 import os
 import shutil
 import tempfile
@@ -31,6 +32,8 @@ from typing import Any
 from .._errors import internal
 from .listing import live_runs
 from .location import Location, object_name, open_location, segment_span, span_problem
+
+log = logging.getLogger(__name__)
 
 
 class Mirror:
@@ -111,11 +114,17 @@ class Mirror:
         """Sync every `interval` seconds on a daemon thread, until stop()."""
 
         def loop() -> None:
+            said = ""  # the failure logged last: a store that stays down is said once, not every tick
             while not self._stop.wait(interval):
                 try:
                     self.sync()
-                except Exception:  # the store did not answer (or a run is odd): try again at the next tick
-                    continue
+                    said = ""
+                except Exception as e:  # the store did not answer (or a run is odd): logged, tried again next tick
+                    what = f"{type(e).__name__}: {e}"
+                    if what != said:
+                        url = self.location.url
+                        log.warning("%s: following it failed, trying again every %g s: %s", url, interval, what)
+                    said = what
 
         thread = threading.Thread(target=loop, daemon=True, name="harness-mirror")
         thread.start()

@@ -102,7 +102,7 @@ def sweep(folder: str) -> list[str]:
             else:
                 os.unlink(path)
             gone.append(name)
-        except OSError:
+        except OSError:  # gone meanwhile, or not ours to remove: the next clean-up looks again
             continue
         finally:
             os.close(fd)  # after the removal: a maker that opened it meanwhile finds its name gone and makes another

@@ -29,10 +29,10 @@ import tempfile
 import threading
 from typing import Any
 
-from .._errors import JournalError
+from .._errors import FenceLost, JournalError
 from . import blobs as _blobs
 from .lease import Lease
-from .location import FenceLost, Location, open_location, segment_name
+from .location import Location, open_location, segment_name
 
 SPOOLS: dict[str, str] = {}  # url -> spool of the writer this process holds: its readers see what it wrote
 

@@ -54,9 +54,10 @@ from .._errors import HarnessError, internal
 from ..storage import blobs as _blobs
 from ..storage.files import open_beside, open_regular, read_error
 from ..storage.location import is_url
+from . import rules
 from . import state as S
 from .line import MAX_LINE, SUFFIX, line_ok
-from .reader import Checkpoint, Records, Replay, _Checkpoints, _header_problem, _Lines, _payload, _scan
+from .reader import Checkpoint, Replay, _Checkpoints, _Lines, _scan
 from .reader import replay as _replay
 from .seal import BLOCK, content_hash_of
 
@@ -404,12 +405,12 @@ def _verify(f: Any, mark: Mark) -> Start | None:
     last_pos, last, intent_pos, intent, result_pos, result = found
     if last.get("seq") != mark.seq or (last_pos, intent_pos, result_pos) != (mark.last, mark.intent, mark.result):
         return None
-    if header.get("kind") != "header" or header.get("run_id") != mark.run_id or _header_problem("", header):
+    if header.get("kind") != "header" or header.get("run_id") != mark.run_id or rules.header_problem("", header):
         return None
     if not _names_blobs(_file_reader(f), mark):
         return None
     try:
-        payload = _payload(result, "result")
+        payload = rules.payload(result, "result")
     except (KeyError, TypeError):
         return None
     return Start(mark, header, last, intent, payload, result["seq"])
@@ -777,7 +778,7 @@ class ResumedProgress(Sequence[Checkpoint]):
 
     __slots__ = ("_before", "_cache", "_tail")
 
-    def __init__(self, before: Records, tail: list[Checkpoint] | tuple[Checkpoint, ...] | None = None):
+    def __init__(self, before: Sequence[Checkpoint], tail: list[Checkpoint] | tuple[Checkpoint, ...] | None = None):
         self._before = before
         self._cache: dict[int, Checkpoint] = {}
         self._tail: list[Checkpoint] | tuple[Checkpoint, ...] = [] if tail is None else tail

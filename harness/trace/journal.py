@@ -81,9 +81,9 @@ class Journal:
         self._walk = redact is not None and redact.paths  # JSON paths apply whatever a search finds
         # where a served value's secrets are kept, encrypted, before its record is written (vault.py)
         self.keeper: Keeper | None = Keeper(path) if redact is not None else None
-        # whether a served field's redacted secrets go back to the caller (a workflow's function gets the value its
-        # tool returned, as its resume is served it); else the caller gets what the trace holds (an Executor's
-        # planner sees its progress as the trace holds it, live as on resume)
+        # whether a served field's redacted secrets go back to the caller (a workflow's function, an Executor's
+        # planner get the value its tool returned, as its resume is served it); else the caller gets what the
+        # trace holds
         self.give = False
         self.seq = 0
         self.crc = 0

@@ -111,7 +111,7 @@ def check_value(field: str, value: Any, *, tool: str | None = None, step: int | 
         back = orjson.loads(orjson.dumps([value], default=refuse, option=DUMPS_OPTIONS))[0]
         if back == value:
             return back
-    except TypeError:
+    except TypeError:  # not JSON: the walk below finds where, and says what
         pass
     where, what = problem(value) or ("", "a value that does not come back equal from JSON")
     raise NotSerializable(field, where, what, tool=tool, step=step)

@@ -5,7 +5,9 @@ is checked in this order: the checksum suffix is where it must be, the
 chained crc matches the bytes, the line parses as an object, the seq is the
 previous one + 1, once the run spawned agents its vector clock is the one
 the rules give (clock.py, ClockRules), and the record is legal in the current
-state (the table in state.py). Each call of a parallel step walks the
+state (the table in state.py): transitions, checkpoints and crossings, nearly
+every line, are checked inline in the loop; every other kind by its function
+in rules.py's table (RULES). Each call of a parallel step walks the
 state table in a lane of its own: the lane's variables are swapped into the
 loop's locals when one of its records comes, so one code path checks every
 lane. The first failure raises TraceCorruption naming the line. A last
@@ -49,7 +51,36 @@ from . import state as S
 from .clock import MAIN, ClockRules
 from .line import HEADER_START as _HEADER_START
 from .line import MARK as _MARK
-from .line import MAX_DEPTH, MAX_LINE, SCHEMA, SUFFIX, canonical, line_ok
+from .line import MAX_DEPTH, MAX_LINE, SUFFIX, canonical, line_ok
+from .rules import (
+    CHECKPOINT_KEYS,
+    CROSSING_KEYS,
+    FIELDS,
+    FIELDS_FORK,
+    INTENT,
+    RULES,
+    Lane,
+    Scan,
+    after_crash,
+    all_joined,
+    asked_again,
+    bad_task,
+    contract_ok,
+    crossing_fields,
+    error_ok,
+    fork_marks,
+    in_flight,
+    left_group,
+    left_pause,
+    pause_question,
+    paused_on_operation,
+    payload,
+    planned_intent,
+    rejected,
+    result_placement,
+    stray_field,
+    timed_out,
+)
 from .tasks import TASK, well_formed
 
 _CHUNK = 1 << 16  # 64 KiB: small enough that a chunk's lines are still in the CPU cache when checked
@@ -57,12 +88,14 @@ _CHUNK = 1 << 16  # 64 KiB: small enough that a chunk's lines are still in the C
 
 @dataclass(frozen=True, slots=True)
 class Checkpoint:
-    """A verified step result. `seq` is the checkpoint record's seq."""
+    """A verified step result. `seq` is the checkpoint record's seq; `result_seq` the record holding `result`
+    (its transition into VERIFY: where a resume finds its kept secrets, trace/vault.py)."""
 
     step: int
     name: str
     result: Any
     seq: int = 0
+    result_seq: int = field(default=0, compare=False, repr=False)  # where the value is, not what it is
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,37 +122,6 @@ class Crossing:
     @property
     def hash(self) -> str:
         return request_hash(self.kind, self.request)
-
-
-class Lane:
-    """The state-machine position of one sub-run: the run itself ("main"), or one call of a parallel step.
-
-    A call's lane starts in PLAN at its step, walks the same table as the run,
-    and ends at its checkpoint (`done`), in FAILED, or PAUSED.
-    """
-
-    __slots__ = (
-        "agent", "at_attempt", "at_step", "ck", "ck_rec", "done", "intent", "intent_pos", "last", "planned",
-        "reconcile", "result", "result_crossing", "result_seq", "resumes", "state",
-    )  # fmt: skip
-
-    def __init__(self, agent: str, state: str, step: int):
-        self.agent, self.state, self.at_step, self.at_attempt = agent, state, step, 1
-        self.result_seq = self.result_crossing = 0  # the record holding its result, and that crossing's index
-        self.last: dict[str, Any] | None = None
-        self.intent: dict[str, Any] | None = None
-        self.intent_pos = (0, 0)  # its line: offset, length << 32 | crc before
-        self.result: Any = None
-        self.reconcile: dict[str, Any] | None = None
-        self.ck: tuple[int, int, int] | None = None  # where its checkpoint is (and its result's crossing), packed
-        self.ck_rec: Checkpoint | None = None
-        self.planned: dict[str, Any] = {}  # name, tool, args, as the spawn record gives them
-        self.done = False
-        self.resumes = 0  # resume records before its last intent
-
-    @property
-    def step(self) -> int:
-        return self.at_step
 
 
 @dataclass(frozen=True, slots=True)
@@ -310,7 +312,7 @@ class Records(Sequence[Any]):
 
 
 def _checkpoint(rec: dict[str, Any], intent: dict[str, Any], verified: dict[str, Any]) -> Checkpoint:
-    return Checkpoint(rec["step"], intent["name"], verified["result"], rec["seq"])
+    return Checkpoint(rec["step"], intent["name"], verified["result"], rec["seq"], verified["seq"])
 
 
 @dataclass(frozen=True, slots=True)
@@ -463,14 +465,6 @@ class Replay:
         return {"seq": i["seq"], "step": i["step"], "tool": i["tool"], "args": i["args"]}
 
 
-def _all_joined(path: str, n: int, seq: int, clocks: ClockRules | None) -> None:
-    """A run ends only once every agent it started has exited and been joined (bad-transition if not)."""
-    left = clocks.unjoined() if clocks is not None else []
-    if left:
-        why = f"the run ended while agent(s) {', '.join(map(repr, left))} had not exited and been joined"
-        raise _fail(path, n, "bad-transition", why, seq)
-
-
 def _call(x: Lane, joined: bool) -> Call:
     checkpoint = x.ck_rec
     return Call(
@@ -529,108 +523,6 @@ _fail = TraceCorruption
 # them, asked once here, as the table is fixed (the first move it refuses, or None)
 _CHECKPOINT_ILLEGAL = next(filter(None, map(S.check, (S.VERIFY, *S.CHECKPOINT_MOVES[:-1]), S.CHECKPOINT_MOVES)), None)
 _SORTED = orjson.OPT_SORT_KEYS
-_EFFECTS = frozenset({"at-least-once", "idempotent", "unsafe"})
-_INTENT = ("name", "tool", "args", "key", "contract", TASK)  # what PAUSED -> ACT repeats of the uncertain intent
-_ASIDE = re.compile(r"[^/\\\x00]+\.torn-[1-9][0-9]*")  # a sibling's file name, as set_aside() makes it
-
-# One reading per field: the fields each kind of record carries (a transition: each edge), and no other. A field
-# that means something on one kind (a result, a key, an error) is refused on any other, as is a field no kind has:
-# two readers must never tell two stories from one line (replay() ignoring what `harness show` prints, say).
-_LINE = frozenset({"seq", "kind", "ts", "crc"})
-_AGENT = frozenset({"agent", "vc"})  # who wrote it, and its clock (checked by clock.ClockRules)
-_LINEAGE = frozenset({"reused", "mutated"})  # a fork's marks, in a fork only (a header with `branch`)
-_STEP = frozenset({"from", "to", "step", "attempt"})
-_INTENT_FIELDS = frozenset({"name", "tool", "args", "key", "contract", TASK})  # contract: a workflow's only
-_EDGE_FIELDS: dict[tuple[str, str], frozenset[str]] = {
-    (S.PLAN, S.ACT): _INTENT_FIELDS,
-    (S.PAUSED, S.ACT): _INTENT_FIELDS,
-    (S.ACT, S.VERIFY): frozenset({"result", "blobs"}),
-    (S.PAUSED, S.VERIFY): frozenset({"result", "blobs"}),  # a reconciled result (none after an answer)
-    (S.PLAN, S.DONE): frozenset({"result", "blobs"}),  # a workflow's return value (refused on other runs)
-    (S.PLAN, S.FAILED): frozenset({"error"}),
-    (S.ACT, S.PLAN): frozenset({"error"}),
-    (S.ACT, S.FAILED): frozenset({"error"}),
-    (S.VERIFY, S.PLAN): frozenset({"error"}),
-    (S.VERIFY, S.FAILED): frozenset({"error"}),
-    # a timeout's error, interrupt()'s question, or why a call in flight was not made again (harness.mcp)
-    (S.ACT, S.PAUSED): frozenset({"error", "question", "reason"}),
-    (S.PLAN, S.PAUSED): frozenset({"question"}),
-    (S.VERIFY, S.PAUSED): frozenset({"question"}),
-}
-_KIND_FIELDS: dict[str, frozenset[str]] = {
-    "header": frozenset({"schema", "run_id", "goal", "tools", "workflow", "redact", "parent", "branch", "env"}),
-    "seal": frozenset({"state", "content_hash", "digests", "hmac", "set_aside"}),
-    # main's own records: a clock once the run spawned, never another agent's name
-    "resume": frozenset({"set_aside", "env", "vc"}),
-    "reconcile": frozenset({"op", "happened", "result", "evidence", "set_aside", "blobs", "vc"}),
-    "answer": frozenset({"op", "answer", "vc"}),
-    "crash": frozenset({"state", "step", "attempt", "error", "traceback", "vc"}),
-    # any agent's
-    "checkpoint": frozenset({"step"}) | _AGENT,
-    "artifact": frozenset({"name", "sha256", "size"}) | _AGENT,
-    "crossing": frozenset({"boundary", "request", "hash", "response", "error", "blobs", TASK}) | _AGENT,
-    "event": frozenset({"type", "data", "blobs"}) | _AGENT,
-    "end": frozenset({"status", "error"}) | _AGENT,
-    "spawn": frozenset({"child", "step", "name", "tool", "args"}) | _AGENT,
-    "exit": frozenset({"status", "error"}) | _AGENT,
-    "join": frozenset({"child"}) | _AGENT,
-}
-
-
-# The fields a transition of each edge must have besides seq, kind, from, to, step, ts and crc (the scan reads each,
-# so a line missing one is refused): a transition with exactly these has no room for another, and is not looked at
-# further (the fast path; set operations on every line would cost replay() a tenth of its time).
-_EDGE_REQUIRED = {
-    (S.PLAN, S.ACT): 3, (S.PAUSED, S.ACT): 3,  # name, tool, args
-    (S.ACT, S.VERIFY): 1,  # result (or the blobs holding it)
-    (S.PLAN, S.FAILED): 1, (S.ACT, S.PLAN): 1, (S.ACT, S.FAILED): 1, (S.VERIFY, S.PLAN): 1, (S.VERIFY, S.FAILED): 1,
-    (S.PLAN, S.PAUSED): 1, (S.VERIFY, S.PAUSED): 1,  # error; question
-}  # fmt: skip
-_CHECKPOINT_KEYS = len(_LINE) + 1  # step
-_CROSSING_KEYS = len(_LINE) + 4  # boundary, request, hash, response or error (inline)
-
-Fields = tuple[dict[str, frozenset[str]], dict[str, dict[str, tuple[int, frozenset[str]]]]]
-
-
-def _fields_table(fork: bool) -> Fields:
-    """(fields by kind, (size of the minimal record, fields) by transition edge `[from][to]`), a fork's marks too
-    when `fork`."""
-    lineage = _LINEAGE if fork else frozenset()
-    kinds = {k: _LINE | v | (lineage if k not in ("header", "seal") else frozenset()) for k, v in _KIND_FIELDS.items()}
-    base = _LINE | _AGENT | lineage | _STEP
-    edges = {
-        src: {
-            dst: (len(_LINE) + 3 + _EDGE_REQUIRED.get((src, dst), 0), base | _EDGE_FIELDS.get((src, dst), frozenset()))
-            for dst in S.EDGES[src]  # the legal edges only: the scan asks this table whether an edge is one
-        }
-        for src in S.EDGES
-    }
-    return kinds, edges
-
-
-_FIELDS, _FIELDS_FORK = _fields_table(False), _fields_table(True)
-_ERROR_EXTRA = {"ToolTimeout": "timeout", "MaxSteps": "max_steps"}  # the one more field these errors carry
-
-
-def _fields_of(path: str, n: int, seq: int, rec: dict[str, Any], allowed: frozenset[str]) -> None:
-    """TraceCorruption (malformed) when rec carries a field its kind does not: on the rarer kinds' lines."""
-    if not allowed.issuperset(rec):
-        raise _stray_field(path, n, seq, rec, allowed, f"a {rec['kind']} record")
-
-
-def _stray_field(
-    path: str, n: int, seq: int, rec: dict[str, Any], allowed: frozenset[str], what: str
-) -> TraceCorruption:
-    """The malformed error for a record carrying a field its kind (or edge) does not: the slow path."""
-    stray = sorted(set(rec) - allowed)
-    if set(stray) <= _LINEAGE:
-        why = f"{stray[0]!r} on a record of a trace that is not a fork (only a fork marks what it reused)"
-    else:
-        why = (
-            f"field {stray[0]!r} on {what}, which does not carry it: harness writes it on no such record, and a "
-            "reader must not tell another story from it than replay() does"
-        )
-    return _fail(path, n, "malformed", why, seq)
 
 
 def _claimed(line: bytes) -> int | None:
@@ -706,124 +598,19 @@ def _first_difference(a: bytes, b: bytes) -> int:
     return next((i for i in range(start, stop) if a[i] != b[i]), stop)
 
 
-def _error_ok(error: Any) -> bool:
-    """Whether error is an `{"type": str, "message": str}` object, as every error field is.
-
-    Nothing more, but a ToolTimeout's `timeout` (a number) and a MaxSteps' `max_steps` (an int).
-    """
-    if type(error) is not dict or type(error.get("type")) is not str or type(error.get("message")) is not str:
-        return False
-    if len(error) == 2:
-        return True
-    extra = _ERROR_EXTRA.get(error["type"])
-    return len(error) == 3 and extra in error and type(error[extra]) in ((int, float) if extra == "timeout" else (int,))
-
-
-def _aside_problem(path: str, header: dict[str, Any], name: Any, named: set[str]) -> str | None:
-    """Why a `set_aside` value cannot name a sibling of the trace that holds a torn tail; None if it can.
-
-    named: the names set aside before in the trace, which it joins (each torn tail goes to a new file).
-    """
-    if type(name) is not str or not _ASIDE.fullmatch(name):
-        return f"set_aside {name!r} is not the file name of a sibling `<trace>.torn-N` (no folder, no path)"
-    if name in named:
-        return f"set_aside {name!r} names a file an earlier record set a torn tail aside in: each goes to a new one"
-    named.add(name)
-    if "parent" in header:  # a rerun or fork repeats its recording's seam: the file is beside the recording
-        return None
-    if not os.path.isfile(os.path.join(os.path.dirname(path), name)):
-        return (
-            f"set_aside names {name!r}, which is not beside the trace: the torn bytes it kept were moved or "
-            "deleted. Put the file back (its content is not checked), or keep traces with their .torn-N files"
-        )
-    return None
-
-
-def _header_problem(path: str, rec: dict[str, Any]) -> tuple[str, str] | None:
-    """(reason, why) when a header record cannot start a run; None when it can."""
-    schema = rec.get("schema")
-    if type(schema) is not int or schema != SCHEMA:
-        return "schema", _schema_advice(path, schema)
-    if type(rec.get("run_id")) is not str or "goal" not in rec:
-        return "malformed", "a header without its str run_id and its goal"
-    tools = rec.get("tools")
-    if type(tools) is not dict or not all(_contract_ok(c) for c in tools.values()):
-        why = 'a header whose tools is not an object of {"effect": at-least-once|idempotent|unsafe, "version"}'
-        return "malformed", why
-    for name, c in tools.items():
-        # `retry_rejected: true` on an unsafe tool only, and nothing else: "no" must not read as true
-        if not c.keys() <= {"effect", "version", "retry_rejected"} or (
-            "retry_rejected" in c and (c["retry_rejected"] is not True or c["effect"] != "unsafe")
-        ):
-            why = (
-                f"a header whose contract for tool {name!r} is not one harness writes: {c!r:.200} (fields effect, "
-                'version, and "retry_rejected": true on an unsafe tool only)'
-            )
-            return "malformed", why
-    if "env" in rec and type(rec["env"]) is not dict:
-        return "malformed", "a header whose env is not an object"
-    if "redact" in rec and _redact_problem(rec["redact"]):
-        why = (
-            'a header whose redact is not {"rules": [str], "patterns": [[str, int]], "defaults": bool} '
-            '(and "marker": str): a rerun reads these rules back'
-        )
-        return "malformed", why
-    if ("parent" in rec and type(rec["parent"]) is not str) or ("branch" in rec and type(rec["branch"]) is not int):
-        return "malformed", "a header whose parent is not a str or whose branch is not an int"
-    if "branch" in rec and ("parent" not in rec or rec["branch"] < 2):
-        why = (
-            f"a fork's header with branch {rec['branch']!r} and {'no parent' if 'parent' not in rec else 'a parent'}: "
-            "a fork names the run it came from (parent) and the seq it answered, after the header (2 or more)"
-        )
-        return "bad-lineage", why
-    if "workflow" in rec and (type(rec["workflow"]) is not str or not rec["workflow"] or tools):
-        why = "a workflow's header needs its name (a non-empty str) and tools {} (its calls carry their contracts)"
-        return "malformed", why
-    ts = rec.get("ts")
-    if type(ts) is float and not _WALL[0] <= ts < _WALL[1]:
-        return "malformed", f"a header whose ts {ts!r} is no wall-clock time (seconds since the epoch, years 1-9999)"
-    return None
-
-
-_WALL = (-62135596800.0, 253402300800.0)  # the header's ts: a time a date can hold (0001-01-01 to 9999-12-31, UTC)
-
-
-def _redact_problem(redact: Any) -> bool:
-    """Whether a header's `redact` is not the rules object harness writes (which a rerun or fork reads back)."""
-    return not (
-        type(redact) is dict
-        and redact.keys() - {"marker"} == {"rules", "patterns", "defaults"}
-        and type(redact["rules"]) is list
-        and all(type(r) is str for r in redact["rules"])
-        and type(redact["patterns"]) is list
-        and all(type(p) is list and len(p) == 2 and type(p[0]) is str and type(p[1]) is int for p in redact["patterns"])
-        and type(redact["defaults"]) is bool
-        and type(redact.get("marker", "")) is str
-    )
-
-
 def _scan(
     path: str, f: Any, on_record: Callable[[bytes, dict[str, Any]], None] | None = None, origin: Any = None
 ) -> Replay:  # one loop on purpose: it is the hot path
     """Check the lines of f from its start, or from the point `origin` describes (a verified index mark, index.py).
 
-    One function on purpose: it runs once per line of every trace read, and the state it carries (the
-    lane's variables, the crc, the seq, the counters) lives in locals, which a split into a framing
-    function and a rules function would turn into attribute loads and a call on every line; the
-    rules of hardening round 3 already spent the 5% of replay()'s time that issue 27 allowed a split.
-    Read it in three parts:
-
-    1. the set-up: empty lists of rows, the state of a run before its header, or the state an index
-       mark restores (`origin`);
-    2. the framing, at the top of the loop: read a chunk, cut it into lines, check each line's
-       checksum against the chain, parse it, check it is exactly the bytes harness writes (canonical),
-       check the seq; then the clocks (ClockRules), switching to the lane of the agent that wrote it;
-    3. the rules, one branch per kind in the order of how often each comes (transition, checkpoint,
-       artifact, crossing, answer, crash, resume, seal, the agents' spawn/exit/join, header, reconcile,
-       event, end): each says what may follow what (the state table in state.py), and which fields
-       its kind carries (`_KIND_FIELDS`, `_EDGE_FIELDS`, "One reading per field" in docs/FORMAT.md).
-
-    After the loop: the partial last line (a torn tail, or a lie), then the Replay.
+    The hot path, in one loop: the state it carries (the lane's variables, the crc, the seq, the counters)
+    lives in locals, not attributes. Read it in three parts: the set-up (a run before its header, or the
+    state an index mark restores); the framing at the top of the loop (a chunk cut into lines, each line's
+    checksum against the chain, its parse, its canonical bytes, its seq, then the clocks, switching to the
+    lane of the agent that wrote it); the rules of the three kinds nearly every line is (transition,
+    checkpoint, crossing) inline, and every other kind's from the table in rules.py (`RULES`), handed the
+    scan's state in a `Scan` and giving back what it changed. The rare edges of a transition are
+    functions there too, called only on their edge. After the loop, `_replay_of` builds the Replay.
     """
     crossings = _Lines(path, _crossing)
     checkpoints = _Checkpoints(path, crossings) if origin is None else origin.checkpoints(path, crossings)
@@ -831,10 +618,10 @@ def _scan(
     ck_add, cr_add = ck_rows.tail.extend, cr_rows.tail.extend  # rows go to the tail; seal() moves full blocks out
     ck_tail, cr_tail, ck_full, cr_full = ck_rows.tail, cr_rows.tail, _ROWS * 3, _ROWS * 4
     crossed = 0  # crossings so far (rows of cr_rows)
-    edges = S.EDGES
     loads, dumps, crc32 = orjson.loads, orjson.dumps, zlib.crc32  # locals: looked up once, not on every line
-    header: dict[str, Any] = {}
-    tools: dict[str, Any] = {}  # the header's contracts: an intent must name one of them
+    run_lane = lane = Lane(MAIN, S.INIT, 0)  # the lane whose variables are loaded in the locals below
+    sc = Scan(path, run_lane, ck_add)  # what the rarer kinds' rules (rules.py) share with this loop
+    lanes, blobs = sc.lanes, sc.blobs  # (shared, changed in place)
     state = S.INIT
     n = seq = crc = transitions = resumes = offset = 0
     last: dict[str, Any] | None = None
@@ -843,9 +630,6 @@ def _scan(
     result: Any = None  # the result being verified (a BlobRef while its blob is not read)
     result_seq, result_crossing = 0, 0  # the record holding it, and its tool crossing's index
     reconcile: dict[str, Any] | None = None
-    blobs: dict[str, tuple[int, int]] = {}
-    artifacts: list[Artifact] = []
-    seal: dict[str, Any] | None = None
     question: dict[str, Any] | None = None  # the pause on interrupt() the run is in
     answered = False
     timed_out_key: tuple[bytes, str] | None = None  # an idempotent call that timed out, and its key: reused
@@ -856,31 +640,28 @@ def _scan(
     at_step, at_attempt = 0, 1  # what the next transition must name
     before = ""  # the previous record's kind
     clocks: ClockRules | None = None  # once the run spawned an agent
-    run_lane = lane = Lane(MAIN, S.INIT, 0)  # the lane whose variables are loaded in the locals above
-    lanes: dict[str, Lane] = {}  # the calls of parallel steps, by agent
     group: list[Lane] = []  # the open parallel step's calls, in planner order
     joined = 0  # how many of them the run joined (in that order)
     ended = False  # the run reached DONE or FAILED
     quiet: tuple[Any, ...] | None = None  # the last point a resume may start from (index.py), once resolved
-    header_pos = (0, 0, 0)
-    kind_fields, edge_fields = _FIELDS  # the fields each kind (and each edge) carries: a fork's add its marks
-    fork = False
     mutated_at: int | None = None  # a fork's record marked mutated (with agents its seq is the child's own)
     mcp_servers: set[str] = set()  # the `server` of each mcp.list_tools crossing: its steps are `<server>.<tool>`
     dying = False  # main wrote a crash record: its next record is the resuming process's `resume`
     mail: dict[tuple[str, str], list[tuple[Any, bytes]]] = {}  # (sender, to) -> messages sent, not yet received
-    asides: set[str] = set()  # the .torn-N files named so far
     if origin is not None:  # right after a quiet checkpoint: the state is these few values
         m = origin.mark
-        header, tools, last, intent = origin.header, dict(origin.header["tools"]), origin.last, origin.intent
-        fork = "branch" in header
-        kind_fields, edge_fields = _FIELDS_FORK if fork else _FIELDS
+        sc.header, sc.tools, last, intent = origin.header, dict(origin.header["tools"]), origin.last, origin.intent
+        sc.fork = "branch" in sc.header
+        sc.kind_fields, sc.edge_fields = FIELDS_FORK if sc.fork else FIELDS
         intent_pos = (m.intent[0], m.intent[1] << 32 | m.intent[2])
-        result, result_seq, header_pos, quiet = origin.result, origin.result_seq, m.header, origin.quiet
+        result, result_seq, sc.header_pos, quiet = origin.result, origin.result_seq, m.header, origin.quiet
         state, n, seq, crc, offset, at_step, before = S.PLAN, m.seq, m.seq, m.crc, m.end, m.step + 1, "checkpoint"
         # transitions and resumes count from here: what a resume needs of them is relative
         blobs.update((name, (0, 0)) for name in m.blobs)  # (size and first line: not known)
         f.seek(offset)
+    # the header's (set by its rule): tools holds the contracts an intent must name; the fields each kind (and
+    # each edge) carries, a fork's with its marks
+    header, tools, fork, kind_fields, edge_fields = sc.header, sc.tools, sc.fork, sc.kind_fields, sc.edge_fields
     buf = b""
     while True:
         # a long partial line doubles the read, so copying stays linear; the cap keeps any line longer
@@ -944,28 +725,16 @@ def _scan(
                     state, at_step, at_attempt, last = lane.state, lane.at_step, lane.at_attempt, lane.last
                     result_seq, result_crossing = lane.result_seq, lane.result_crossing
                     intent, intent_pos, result, reconcile = lane.intent, lane.intent_pos, lane.result, lane.reconcile
-            if ended and (kind != "seal" or seal is not None):
-                what = " and was sealed" if seal is not None else ""
+            if ended and (kind != "seal" or sc.seal is not None):
+                what = " and was sealed" if sc.seal is not None else ""
                 raise _fail(path, n, "after-terminal", f"a {kind} record after the run ended in {state}{what}", seq)
             if type(rec.get("ts")) is not float:
                 raise _fail(path, n, "malformed", f"a {kind} record without its float ts", seq)
             if dying and kind != "resume" and rec.get("agent", MAIN) == MAIN:
-                why = (
-                    f"a {kind} record after a crash record and before a resume: a process that wrote its crash "
-                    "writes nothing more, the next record of the run is the resuming process's"
-                )
-                raise _fail(path, n, "bad-resume", why, seq)
+                raise after_crash(path, n, seq, kind)
             try:
-                if fork and (rec.get("reused", True) is not True or rec.get("mutated", True) is not True):
-                    raise _fail(path, n, "malformed", "a fork's reused or mutated mark that is not true", seq)
-                if fork and "mutated" in rec:  # the one record a fork answered differently: its branch
-                    if (seq != header["branch"] if clocks is None else mutated_at is not None) or "reused" in rec:
-                        why = (
-                            f"a mutated mark on seq {seq}: a fork answered one record differently, its branch "
-                            f"(seq {header['branch']}), and served none it answered"
-                        )
-                        raise _fail(path, n, "bad-lineage", why, seq)
-                    mutated_at = seq
+                if fork:  # its marks: what it reused, and the one record it answered differently (its branch)
+                    mutated_at = fork_marks(path, n, seq, rec, header, clocks is not None, mutated_at)
                 if "blobs" in rec or kind == "artifact":
                     _check_blobs(path, n, seq, rec, blobs)
                 if kind == "transition":
@@ -978,17 +747,7 @@ def _scan(
                         why = f"a transition of agent {rec['agent']!r}, which runs no call of a parallel step"
                         raise _fail(path, n, "bad-transition", why, seq)
                     elif group:  # the run moves on from a parallel step: every call joined, the failure named
-                        if joined < len(group):
-                            why = "the run moved on before it joined every call of its parallel step"
-                            raise _fail(path, n, "bad-transition", why, seq)
-                        failed_call = next((x for x in group if x.state == S.FAILED), None)
-                        if failed_call is not None and failed_call.last is not None:
-                            at_step, at_attempt = failed_call.last["step"], failed_call.last.get("attempt", 1)
-                            if dst != S.FAILED or rec.get("error") != failed_call.last.get("error"):
-                                why = f"call {failed_call.agent} failed: the run must fail with its error"
-                                raise _fail(path, n, "bad-transition", why, seq)
-                        else:
-                            at_step, at_attempt = group[0].at_step + len(group), 1
+                        at_step, at_attempt = left_group(path, n, seq, rec, group, joined)
                         group, joined = [], 0
                     if src != state:
                         raise _fail(path, n, "bad-transition", f"transition from {src} but the run is in {state}", seq)
@@ -997,7 +756,7 @@ def _scan(
                         raise _fail(path, n, "bad-transition", S.check(state, dst) or "", seq)
                     size, allowed = legal[dst]
                     if len(rec) != size and not allowed.issuperset(rec):
-                        raise _stray_field(path, n, seq, rec, allowed, f"a {src} -> {dst} transition")
+                        raise stray_field(path, n, seq, rec, allowed, f"a {src} -> {dst} transition")
                     if step != at_step or attempt != at_attempt or type(step) is not int or type(attempt) is not int:
                         why = (
                             f"step {step!r}, attempt {attempt!r} where step {at_step}, attempt {at_attempt} comes next"
@@ -1010,107 +769,51 @@ def _scan(
                         why = "VERIFY -> CHECKPOINT is written as a checkpoint record, not a transition"
                         raise _fail(path, n, "bad-transition", why, seq)
                     asked = src == S.PAUSED and question is not None  # leaving a pause on interrupt()
-                    if (
-                        resumes > lane.resumes  # (first: false in a run never resumed, and after each intent)
-                        and src == S.ACT
-                        and intent is not None
-                        and (dst != S.PAUSED or "question" in rec or "error" in rec)
-                        and tools[intent["tool"]]["effect"] == "unsafe"
-                    ):
-                        why = (
-                            f"ACT -> {dst} for unsafe tool {intent['tool']!r} whose intent (seq {intent['seq']}) a "
-                            "process before the resume wrote: a resumed process never calls an unsafe tool that was "
-                            "in flight, it pauses the run (ACT -> PAUSED) until an operator reconciles the call"
-                        )
-                        raise _fail(path, n, "bad-transition", why, seq)
-                    if dst == S.PAUSED and src != S.ACT and "question" not in rec:
-                        why = f"{src} -> PAUSED without the question that interrupt() asked"
-                        raise _fail(path, n, "malformed", why, seq)
-                    if dst == S.PAUSED and "question" in rec:
-                        if "error" in rec:
-                            raise _fail(path, n, "malformed", "a pause on a question with an error", seq)
-                        question, answered = rec, False
+                    if resumes > lane.resumes and src == S.ACT and intent is not None:  # (false unless resumed since)
+                        in_flight(path, n, seq, rec, intent, tools)
+                    if dst == S.PAUSED and (src != S.ACT or "question" in rec):  # a pause on interrupt()'s question
+                        question, answered = pause_question(path, n, seq, rec), False
                     elif answers and not asked and dst != S.PAUSED and not (src == S.PAUSED and dst == S.ACT):
                         # the state moved on: what was answered has been delivered. A pause without a question
                         # (a call in doubt, a ToolTimeout) and the reconciled call's way back into ACT keep them:
                         # the tool called again gets every answer since its intent again
                         answers = []
-                    if (
-                        src == S.VERIFY
-                        and dst == S.PLAN
-                        and intent is not None
-                        and (tools.get(intent["tool"]) or {}).get("effect") == "unsafe"
-                        and not tools[intent["tool"]].get("retry_rejected")
-                    ):
-                        why = f"a rejected result of unsafe tool {intent['tool']!r} re-planned (its effect happened)"
-                        raise _fail(path, n, "bad-transition", why, seq)
-                    if (
-                        asked
-                        and dst == S.ACT
-                        and intent is not None
-                        and any(rec.get(k) != intent.get(k) for k in _INTENT)
-                    ):
-                        why = "the intent after an answer is not the one that asked"
-                        raise _fail(path, n, "bad-transition", why, seq)
+                    if src == S.VERIFY and dst == S.PLAN and intent is not None:
+                        rejected(path, n, seq, intent, tools)
+                    if asked and dst == S.ACT and intent is not None:
+                        asked_again(path, n, seq, rec, intent)
                     if dst == S.ACT:
                         again = timed_out_key if timed_out_key and timed_out_key[0] == _call_of(rec) else None
                         _intent(path, n, rec, tools, header, intent if src == S.PAUSED else None, again)
-                        if lane is not run_lane and _planned_call(rec) != _planned_call(lane.planned):
-                            why = (
-                                f"an intent of {lane.agent} that is not the call its spawn planned (name, tool and "
-                                "args, by type and value): a resume makes the call its spawn names"
-                            )
-                            raise _fail(path, n, "bad-intent", why, seq)
+                        if lane is not run_lane:  # a call's intent: the call its spawn planned
+                            planned_intent(path, n, seq, rec, lane)
                         timed_out_key = None
                         intent, intent_pos = rec, (offset, length << 32 | prev)
                         if src != S.PAUSED and lane is run_lane:  # PAUSED -> ACT repeats the intent planned before
                             planned = (crossed - fresh, crossed)  # (a call's plan is its spawn's)
                         lane.resumes = resumes
                     elif dst == S.PAUSED and "question" not in rec:  # only from ACT: an operation of uncertain outcome
-                        if intent is None:  # (ACT is entered with an intent)
-                            raise internal("a pause on an operation with no intent", path, seq)
-                        # written by a process that resumed after the intent (a resume record between them): the
-                        # call was in flight at a crash. Records of sibling tasks (a crossing made while a resume
-                        # listed an MCP server's tools again) and a parallel step's other calls may come in between
-                        resumed = resumes > lane.resumes
-                        timed_out = isinstance(rec.get("error"), dict) and rec["error"].get("type") == "ToolTimeout"
-                        if before != "resume" and not resumed and not timed_out:
-                            why = (
-                                "ACT -> PAUSED with no resume record since its intent and not after a ToolTimeout: "
-                                "only a resuming process, or a call that timed out, pauses a run on an operation"
-                            )
-                            raise _fail(path, n, "bad-transition", why, seq)
-                        effect = tools[intent["tool"]]["effect"]
-                        reason = rec.get("reason")
-                        if "reason" in rec and (type(reason) is not str or not reason or timed_out):
-                            why = "ACT -> PAUSED with a reason that is not a non-empty str, or beside a timeout"
-                            raise _fail(path, n, "malformed", why, seq)
-                        if effect != "unsafe" and reason is None:
-                            why = (
-                                f"ACT -> PAUSED for {intent['tool']!r}, an {effect} tool, with no reason: a resume "
-                                "calls it again; only an unsafe tool's interrupted call is of uncertain outcome, or a "
-                                "call the resume found a reason not to make again (its `reason`)"
-                            )
-                            raise _fail(path, n, "bad-transition", why, seq)
+                        paused_on_operation(
+                            path, n, seq, rec, intent, tools, before == "resume" or resumes > lane.resumes
+                        )
                     elif dst == S.PLAN and src not in (S.INIT, S.PAUSED):  # a failed attempt: planned again
                         at_attempt += 1
                     failed = dst == S.FAILED or (dst == S.PLAN and src in (S.ACT, S.VERIFY))  # a failed attempt
-                    if failed and not _error_ok(rec["error"]):
+                    if failed and not error_ok(rec["error"]):
                         why = f'{src} -> {dst} without its error object {{"type": str, "message": str}}'
                         raise _fail(path, n, "malformed", why, seq)
-                    if failed and src == S.ACT and rec["error"]["type"] == "ToolTimeout" and intent is not None:
-                        if tools[intent["tool"]]["effect"] == "unsafe":
-                            why = (
-                                f"ACT -> {dst} after a ToolTimeout of unsafe tool {intent['tool']!r}: the call may "
-                                "have taken effect, so harness pauses the run (ACT -> PAUSED) for a reconcile"
-                            )
-                            raise _fail(path, n, "bad-transition", why, seq)
-                        if dst == S.PLAN and "key" in intent:
-                            timed_out_key = (_call_of(intent), intent["key"])  # the next attempt of this call keeps it
+                    if (
+                        failed
+                        and src == S.ACT
+                        and rec["error"]["type"] == "ToolTimeout"
+                        and intent is not None
+                        and timed_out(path, n, seq, dst, intent, tools)  # (true: its next attempt keeps its key)
+                    ):
+                        timed_out_key = (_call_of(intent), intent["key"])
                     if (src == S.ACT and "question" not in rec) or (src == S.PAUSED and dst == S.VERIFY and not asked):
                         result = None
                         if dst == S.VERIFY:
-                            result = rec["result"] if "result" in rec else _payload(rec, "result")
+                            result = rec["result"] if "result" in rec else payload(rec, "result")
                         if dst != S.PAUSED:
                             cr_add((*intent_pos, offset, length << 32 | prev))
                             crossed += 1
@@ -1119,63 +822,33 @@ def _scan(
                     delivered = dst == S.VERIFY and result_seq == seq
                     # what the tool returned (ACT -> VERIFY), as harness.mcp recorded it; a reconcile's result
                     # (PAUSED -> VERIFY) is the operator's, which a resume carries as given: not looked into
-                    mcp_tool = (
-                        _mcp_tool(intent, mcp_servers)
-                        if delivered and src == S.ACT and mcp_servers and "workflow" in header
-                        else None
-                    )
-                    if mcp_tool is not None:
-                        wrong = _mcp_result_problem(result)
-                        if wrong is not None:
-                            why = f"MCP tool {mcp_tool!r}'s result is not a CallToolResult's wire JSON: {wrong}"
-                            raise _fail(path, n, "bad-result", why, seq)
+                    if delivered and src == S.ACT and mcp_servers and "workflow" in header:
+                        _mcp_result(path, n, seq, intent, result, mcp_servers)
                     returned = "result" in rec or "result" in (rec.get("blobs") or ())
-                    if "workflow" in header and dst == S.DONE and lane is run_lane:  # what the function returned
-                        if not returned:
-                            why = "a workflow's PLAN -> DONE without its result (what the function returned)"
-                            raise _fail(path, n, "malformed", why, seq)
-                    elif not delivered and returned:
-                        why = f"a result on {src} -> {dst}: only the transition into VERIFY that delivers one has it"
-                        if dst == S.DONE:
-                            why += " (and a workflow's PLAN -> DONE; this trace's header names no workflow)"
-                        raise _fail(path, n, "malformed", why, seq)
-                    if asked and question is not None:  # (asked says question is not None)
-                        if not answered:
-                            why = "a run paused on a question moved on before it was answered"
-                            raise _fail(path, n, "bad-transition", why, seq)
-                        if dst != question["from"]:
-                            why = f"PAUSED -> {dst} after an answer, but the question was asked in {question['from']}"
-                            raise _fail(path, n, "bad-transition", why, seq)
-                        question, answered = None, False  # (a later pause, on an operation say, waits for no answer)
-                    elif src == S.PAUSED:
-                        if reconcile is None:
-                            raise _fail(
-                                path, n, "bad-transition", "a paused run moved on before it was reconciled", seq
-                            )
-                        if reconcile["happened"] is not (dst == S.VERIFY) or (
-                            dst == S.VERIFY and not _same(result, _payload(reconcile, "result"))
-                        ):
-                            why = f"PAUSED -> {dst} contradicts the reconcile record (happened={reconcile['happened']})"
-                            if dst == S.VERIFY and reconcile["happened"]:
-                                why += ": its result is not the reconciled one (compared by type and value)"
-                            raise _fail(path, n, "bad-reconcile", why, seq)
-                        reconcile = None
+                    if dst == S.DONE or (returned and not delivered):  # (a workflow's PLAN -> DONE has its result)
+                        result_placement(path, n, seq, rec, returned, "workflow" in header and lane is run_lane)
+                    if src == S.PAUSED:  # on the answer to the question it asked, or on an operator's word
+                        left_pause(path, n, seq, dst, question if asked else None, answered, reconcile, result)
+                        if asked:
+                            question, answered = None, False  # (a later pause, on an operation say, waits for none)
+                        else:
+                            reconcile = None
                     state, last = dst, rec
                     if dst in S.TERMINAL and lane is run_lane:
                         ended = True
-                        _all_joined(path, n, seq, clocks)
+                        all_joined(path, n, seq, clocks)
                     transitions += 1
                     crash = None
                     if not asked and question is not rec:  # crossings made before a question are served again
                         fresh = 0
                 elif kind == "checkpoint":  # the moves VERIFY -> CHECKPOINT -> PLAN, in one line
                     step = rec["step"]  # it vouches for the result of its lane's last transition into VERIFY
-                    if len(rec) != _CHECKPOINT_KEYS:  # (a clock, an agent, a fork's mark; or more)
+                    if len(rec) != CHECKPOINT_KEYS:  # (a clock, an agent, a fork's mark; or more)
                         if "verified" in rec:  # one spelling: the result it vouches for is fixed by where it stands
                             why = "a checkpoint naming its result's seq (verified), as 0.2.0 development builds wrote"
                             raise _fail(path, n, "non-canonical", why, seq)
                         if not kind_fields[kind].issuperset(rec):
-                            raise _stray_field(path, n, seq, rec, kind_fields[kind], "a checkpoint record")
+                            raise stray_field(path, n, seq, rec, kind_fields[kind], "a checkpoint record")
                     if state != S.VERIFY or type(step) is not int or step != at_step:
                         why = f"a checkpoint of step {step!r} in state {state}, step {at_step}: nothing verified"
                         raise _fail(path, n, "unvouched-checkpoint", why, seq)
@@ -1193,19 +866,11 @@ def _scan(
                         lane.ck, lane.done = (offset, length << 32 | prev, result_crossing), True
                         if intent is None:  # (VERIFY is entered after an intent)
                             raise internal(f"a checkpoint of {lane.agent} with no intent", path, seq)
-                        lane.ck_rec = Checkpoint(step, intent["name"], result, seq)
-                elif kind == "artifact":
-                    _fields_of(path, n, seq, rec, kind_fields[kind])
-                    if type(rec["name"]) is not str:
-                        raise _fail(path, n, "malformed", "an artifact record whose name is not a str", seq)
-                    artifacts.append(Artifact(seq, rec["name"], rec["sha256"], rec["size"], path))
+                        lane.ck_rec = Checkpoint(step, intent["name"], result, seq, result_seq)
                 elif kind == "crossing":
                     named = rec.get("blobs") or {}
-                    if named or len(rec) != _CROSSING_KEYS:
-                        if not kind_fields[kind].issuperset(rec):
-                            raise _stray_field(path, n, seq, rec, kind_fields[kind], "a crossing record")
-                        if TASK in rec and not well_formed(rec[TASK]):
-                            raise _fail(path, n, "malformed", _bad_task(rec[TASK]), seq)
+                    if named or len(rec) != CROSSING_KEYS:  # (a clock, an agent, a task, blobs; or another field)
+                        crossing_fields(path, n, seq, rec, kind_fields[kind])
                     if (
                         type(rec["boundary"]) is not str
                         or ("request" not in rec and "request" not in named)
@@ -1214,175 +879,36 @@ def _scan(
                         why = "a crossing needs a str boundary, a request and a str hash"
                         raise _fail(path, n, "malformed", why, seq)
                     if ("response" in rec or "response" in named) is ("error" in rec) or (
-                        "error" in rec and not _error_ok(rec["error"])
+                        "error" in rec and not error_ok(rec["error"])
                     ):
                         why = 'a crossing needs either a response or an error object {"type": str, "message": str}'
                         raise _fail(path, n, "malformed", why, seq)
-                    if rec["boundary"] == "agent_msg":  # a message between agents: sent once, received once
-                        wrong = _message(path, rec, mail)
-                        if wrong is not None:
-                            raise _fail(path, n, "bad-message", wrong, seq)
-                    elif rec["boundary"] == "mcp.call_tool" and "response" in rec:
-                        wrong = _mcp_result_problem(rec["response"])
-                        if wrong is not None:
-                            why = (
-                                f"an mcp.call_tool crossing whose response is not a CallToolResult's wire JSON: {wrong}"
-                            )
-                            raise _fail(path, n, "bad-result", why, seq)
-                    elif rec["boundary"] == "mcp.list_tools" and type(rec.get("request")) is dict:
-                        server = rec["request"].get("server")  # harness.mcp lists a server's tools before its steps
-                        if type(server) is str:
-                            mcp_servers.add(server)
+                    if rec["boundary"] in _BOUNDARIES:  # a message between agents, or what harness.mcp recorded
+                        _boundary(path, n, seq, rec, mail, mcp_servers)
                     fresh += 1
                     crossed += 1
                     packed = length << 32 | prev
                     cr_add((offset, packed, offset, packed))
                     if rec["boundary"] == "interrupt" and answers:
                         answers.pop(0)  # delivered, and recorded: a resume serves the crossing
-                elif kind == "answer":
-                    _fields_of(path, n, seq, rec, kind_fields[kind])
-                    if state != S.PAUSED or question is None or answered:
-                        why = "an answer record with no question waiting for it"
-                        raise _fail(path, n, "bad-answer", why, seq)
-                    if rec["op"] != question["seq"] or "answer" not in rec:
-                        raise _fail(path, n, "bad-answer", "the answer record does not name the question's seq", seq)
-                    answered = True
-                    answers.append(rec["answer"])
-                elif kind == "crash":
-                    _fields_of(path, n, seq, rec, kind_fields[kind])
-                    # where the process was, in words: not part of the run's story (a signal can land between a
-                    # state change and its record), so only its types are checked, never its agreement with the run
-                    if (
-                        not _error_ok(rec["error"])
-                        or type(rec["traceback"]) is not str
-                        or rec["state"] not in edges
-                        or type(rec["step"]) is not int
-                        or type(rec["attempt"]) is not int
-                    ):
-                        why = "a crash record needs a state, int step and attempt, error {type, message}, traceback"
-                        raise _fail(path, n, "malformed", why, seq)
-                    crash, dying = rec, True
-                elif kind == "resume":
-                    _fields_of(path, n, seq, rec, kind_fields[kind])
-                    aside = rec["set_aside"]
-                    bad = _aside_problem(path, header, aside, asides) if aside is not None else None
-                    if bad is None and type(rec["env"]) is not dict:
-                        bad = "a resume record whose env is not an object"
-                    if bad is not None:
-                        raise _fail(path, n, "bad-resume", bad, seq)
-                    resumes += 1
-                    dying = False
-                elif kind == "seal":
-                    _fields_of(path, n, seq, rec, kind_fields[kind])
-                    if state not in S.TERMINAL:
-                        raise _fail(path, n, "seal", f"a seal in state {state}: only a run that ended is sealed", seq)
-                    unsealed = _seal_mismatch(path, offset, rec, blobs, state)
-                    if unsealed is None and "set_aside" in rec:  # a resume completed a torn seal: where it went
-                        unsealed = _aside_problem(path, header, rec["set_aside"], asides)
-                    if unsealed:
-                        raise _fail(path, n, "seal", unsealed, seq)
-                    seal = rec
-                elif kind in ("spawn", "exit", "join"):  # an agent's life: its rules are the clock's (above)
-                    _fields_of(path, n, seq, rec, kind_fields[kind])
-                    if clocks is None:
-                        raise _fail(path, n, "vector-clock", f"a {kind} record without its clock", seq)
-                    child = rec.get("child")
-                    if kind == "exit" and (
-                        (rec["status"] != "ok" or "error" in rec)
-                        and (rec["status"] != "error" or not _error_ok(rec.get("error")))
-                    ):
-                        why = 'an exit whose status is not "ok" (and no error) or "error" (with its error object)'
-                        raise _fail(path, n, "malformed", why, seq)
-                    if kind == "spawn" and "step" not in rec and not _CALL.isdisjoint(rec):
-                        why = "a spawn with a call's name, tool or args but no step: only a parallel call has them"
-                        raise _fail(path, n, "malformed", why, seq)
-                    if kind == "spawn" and "step" in rec:  # a call of a parallel step
-                        call = lanes.get(child)
-                        if lane is not run_lane or state != S.PLAN:
-                            raise _fail(path, n, "bad-transition", "a parallel call started outside PLAN", seq)
-                        if call is None or call not in group[joined:] or call.at_step != rec["step"]:
-                            if rec["step"] != at_step + len(group) or joined or call is not None:
-                                why = f"call {child!r} of step {rec['step']!r}; step {at_step + len(group)} comes next"
-                                raise _fail(path, n, "bad-transition", why, seq)
-                            call = lanes[child] = Lane(child, S.PLAN, rec["step"])
-                            name, tool, args = rec["name"], rec["tool"], rec["args"]
-                            if type(name) is not str or type(tool) is not str or type(args) is not dict:
-                                why = "a parallel call needs a str name, a str tool, a dict of args"
-                                raise _fail(path, n, "malformed", why, seq)
-                            call.planned = {"name": name, "tool": tool, "args": args}
-                            if not group:  # the planner's crossings that planned the list: a resume asks it again
-                                planned = (crossed - fresh, crossed)
-                            group.append(call)
-                        elif _planned_call(rec) != _planned_call(call.planned):  # spawned again after a resume
-                            why = f"call {child!r} spawned again with another name, tool or args than it was planned"
-                            raise _fail(path, n, "bad-intent", why, seq)
-                    elif kind == "join" and child in lanes and lanes[child] in group:
-                        if group[joined] is not lanes[child]:
-                            why = f"call {child!r} joined out of planner order ({group[joined].agent} comes first)"
-                            raise _fail(path, n, "bad-transition", why, seq)
-                        if not lanes[child].done and lanes[child].state != S.FAILED:
-                            why = (
-                                f"call {child!r} joined in state {lanes[child].state} without its checkpoint: the run "
-                                "joins a call once it checkpointed or failed for good"
-                            )
-                            raise _fail(path, n, "bad-transition", why, seq)
-                        joined += 1
-                        ck = lanes[child].ck
-                        if ck is not None:
-                            ck_add(ck)
-                elif kind == "header":
-                    _fields_of(path, n, seq, rec, kind_fields[kind])
-                    if n != 1:
-                        raise _fail(path, n, "bad-header", "a header after the first line", seq)
-                    found = _header_problem(path, rec)
-                    if found is not None:
-                        raise _fail(path, n, found[0], found[1], seq)
-                    header, tools, header_pos = rec, dict(rec["tools"]), (offset, length, prev)
-                    fork = "branch" in rec
-                    kind_fields, edge_fields = _FIELDS_FORK if fork else _FIELDS
-                elif kind == "reconcile":
-                    _fields_of(path, n, seq, rec, kind_fields[kind])
-                    if state != S.PAUSED or reconcile is not None or question is not None:
-                        raise _fail(
-                            path, n, "bad-reconcile", "a reconcile record with no uncertain operation before it", seq
-                        )
-                    op, happened = rec["op"], rec["happened"]
-                    if intent is None or type(op) is not int or op != intent["seq"] or type(happened) is not bool:
-                        why = (
-                            "the reconcile record does not name the paused operation's seq with happened true or false"
-                        )
-                        raise _fail(path, n, "bad-reconcile", why, seq)
-                    if not happened and _payload(rec, "result") is not None:
-                        why = "a reconcile record with a result for an operation that did not happen"
-                        raise _fail(path, n, "bad-reconcile", why, seq)
-                    if type(rec["evidence"]) is not str:
-                        raise _fail(path, n, "malformed", "a reconcile record whose evidence is not a str", seq)
-                    if "set_aside" in rec:
-                        bad = _aside_problem(path, header, rec["set_aside"], asides)
-                        if bad is not None:
-                            raise _fail(path, n, "bad-reconcile", bad, seq)
-                    reconcile = rec
-                elif kind == "event":  # a Recorder's: its runs stay in INIT until their end record
-                    _fields_of(path, n, seq, rec, kind_fields[kind])
-                    if state != S.INIT:
-                        raise _fail(path, n, "bad-transition", f"an event record in state {state}", seq)
-                    if type(rec["type"]) is not str or not _has(rec, rec.get("blobs") or {}, "data"):
-                        raise _fail(path, n, "malformed", "an event record needs a str type and its data", seq)
-                elif kind == "end":
-                    _fields_of(path, n, seq, rec, kind_fields[kind])
-                    if state != S.INIT:
-                        raise _fail(path, n, "bad-transition", f"an end record in state {state}", seq)
-                    if rec["status"] not in ("success", "failure", "error"):
-                        why = f"end status {rec['status']!r} is not success, failure or error"
-                        raise _fail(path, n, "malformed", why, seq)
-                    if "error" in rec and not _error_ok(rec["error"]):
-                        why = 'an end record whose error is not {"type": str, "message": str}'
-                        raise _fail(path, n, "malformed", why, seq)
-                    state = S.DONE if rec["status"] == "success" else S.FAILED
-                    ended = True
-                    _all_joined(path, n, seq, clocks)
-                else:
-                    raise _fail(path, n, "unknown-kind", f"unknown record kind {kind!r}", seq)
+                else:  # a rarer kind: its rule is rules.py's, on the scan's state handed over in sc and taken back
+                    rule = RULES.get(kind) if type(kind) is str else None  # (a list or dict kind is unhashable)
+                    if rule is None:
+                        raise _fail(path, n, "unknown-kind", f"unknown record kind {kind!r}", seq)
+                    sc.state, sc.intent, sc.reconcile, sc.at_step, sc.lane, sc.clocks = (
+                        state, intent, reconcile, at_step, lane, clocks
+                    )  # fmt: skip
+                    sc.crossed, sc.fresh, sc.planned, sc.group, sc.joined = crossed, fresh, planned, group, joined
+                    sc.question, sc.answered, sc.answers, sc.crash, sc.ended = question, answered, answers, crash, ended
+                    sc.offset, sc.size, sc.prev = offset, length, prev
+                    rule(sc, rec, n, seq)
+                    state, reconcile, planned, joined, answered, crash, ended, dying, resumes, at_step = (
+                        sc.state, sc.reconcile, sc.planned, sc.joined, sc.answered, sc.crash, sc.ended, sc.dying,
+                        sc.resumes, sc.at_step,
+                    )  # fmt: skip
+                    header, tools, fork, kind_fields, edge_fields = (
+                        sc.header, sc.tools, sc.fork, sc.kind_fields, sc.edge_fields
+                    )  # fmt: skip
             except (KeyError, TypeError) as e:
                 raise _fail(path, n, "malformed", f"a {kind} record without a valid {e} field", seq) from None
             if n == 1 and kind != "header":
@@ -1396,15 +922,29 @@ def _scan(
             cr_rows.seal()
         if len(ck_tail) >= ck_full:
             ck_rows.seal()
-    if lane is not run_lane:  # the run's own variables back in the locals
-        lane.state, lane.at_step, lane.at_attempt, lane.last = state, at_step, at_attempt, last
-        lane.result_seq, lane.result_crossing = result_seq, result_crossing
-        lane.intent, lane.intent_pos, lane.result, lane.reconcile = intent, intent_pos, result, reconcile
-        lane = run_lane
-        state, at_step, at_attempt, last = lane.state, lane.at_step, lane.at_attempt, lane.last
-        result_seq, result_crossing = lane.result_seq, lane.result_crossing
-        intent, intent_pos, result, reconcile = lane.intent, lane.intent_pos, lane.result, lane.reconcile
-    calls = tuple(_call(x, i < joined) for i, x in enumerate(group))
+    # the lane the scan ended in keeps its variables: the run's are its lane's (a call's were kept on leaving it)
+    lane.state, lane.at_step, lane.at_attempt, lane.last = state, at_step, at_attempt, last
+    lane.result_seq, lane.result_crossing = result_seq, result_crossing
+    lane.intent, lane.intent_pos, lane.result, lane.reconcile = intent, intent_pos, result, reconcile
+    sc.fresh, sc.planned, sc.group, sc.joined, sc.clocks = fresh, planned, group, joined, clocks
+    sc.question, sc.answered, sc.answers, sc.crash = question, answered, answers, crash
+    end = (n, seq, crc, offset, transitions)
+    return _replay_of(sc, checkpoints, crossings, buf, quiet, origin.mark.end if origin is not None else 0, end)
+
+
+def _replay_of(
+    sc: Scan, checkpoints: _Lines, crossings: _Lines, buf: bytes, quiet: Any, since: int, end: tuple[int, ...]
+) -> Replay:
+    """After the last line: the partial line left (a torn tail, or a lie), then the Replay of the run's lane.
+
+    end: the scan's last (line number, seq, crc, end offset, transitions); since: the byte where it began.
+    """
+    path, run, (n, seq, crc, offset, transitions) = sc.path, sc.run_lane, end
+    state, last, intent, result, result_seq, reconcile = (
+        run.state, run.last, run.intent, run.result, run.result_seq, run.reconcile
+    )  # fmt: skip
+    ck_rows, cr_rows = checkpoints._pos, crossings._pos
+    calls = tuple(_call(x, i < sc.joined) for i, x in enumerate(sc.group))
     if any(c.state == S.PAUSED for c in calls) and state == S.PLAN:
         state = S.PAUSED  # the run waits for an operator's word on a call
     if n == 0:
@@ -1416,7 +956,7 @@ def _scan(
             raise unreadable(path, "is empty, not a trace")
         raise _fail(path, 1, "not-a-trace", "no complete line; this is not a harness trace")
     if buf and state in S.TERMINAL:  # the end and its seal go out in one write: only a torn seal can follow the end
-        if seal is not None:
+        if sc.seal is not None:
             raise _fail(path, n + 1, "after-terminal", f"{len(buf)} bytes after the seal: a sealed trace is immutable")
         start = b'{"seq":%d,"kind":"seal",' % (seq + 1)
         if not (buf.startswith(start) or start.startswith(buf)):
@@ -1432,18 +972,29 @@ def _scan(
         done = len(checkpoints) - (len(ck_rows) - _count_to(ck_rows, off))
         row = cr_rows[c]
         intent_at, result_at = _unpack(row[0], row[1]), _unpack(row[2], row[3])
-        quiet = (off + length, q_seq, q_crc, step, (off, length, prev), intent_at, result_at, q_blobs, done, header_pos)
+        quiet = (
+            off + length,
+            q_seq,
+            q_crc,
+            step,
+            (off, length, prev),
+            intent_at,
+            result_at,
+            q_blobs,
+            done,
+            sc.header_pos,
+        )
     if reconcile is not None and "result" not in reconcile:
         reconcile = _blobs.inline(path, reconcile)
     return Replay(
         path=path,
-        header=header,
+        header=sc.header,
         state=state,
         checkpoints=Records(checkpoints),
         crossings=Records(crossings),
         transitions=transitions,
         records=n,
-        resumes=resumes,
+        resumes=sc.resumes,
         torn_tail=bool(buf),
         last_seq=seq,
         _tail=Tail(
@@ -1453,21 +1004,21 @@ def _scan(
             intent=intent,
             result=result,
             reconcile=reconcile,
-            fresh=fresh,
-            planned=planned,
+            fresh=sc.fresh,
+            planned=sc.planned,
             result_seq=result_seq,
-            blobs=blobs,
-            clocks=dict(clocks.last) if clocks is not None else None,
+            blobs=sc.blobs,
+            clocks=dict(sc.clocks.last) if sc.clocks is not None else None,
             group=calls,
-            question=question,
-            answered=answered,
-            answers=tuple(answers),
-            crash=crash,
+            question=sc.question,
+            answered=sc.answered,
+            answers=tuple(sc.answers),
+            crash=sc.crash,
             quiet=quiet,
-            since=origin.mark.end if origin is not None else 0,
+            since=since,
         ),
-        artifacts=tuple(artifacts),
-        seal=seal,
+        artifacts=tuple(Artifact(*a, path) for a in sc.artifacts),
+        seal=sc.seal,
     )
 
 
@@ -1482,14 +1033,6 @@ def _count_to(ck_rows: _Rows, off: int) -> int:
         if off in offsets:
             return b * _ROWS + offsets.index(off) + 1
     return 0
-
-
-_CALL = frozenset({"name", "tool", "args"})
-
-
-def _planned_call(rec: dict[str, Any]) -> bytes:
-    """A call as planned (name, tool and args, canonical): a parallel call's spawn and each of its intents."""
-    return orjson.dumps([rec.get("name"), rec.get("tool"), rec.get("args")], option=_SORTED)
 
 
 def _message(path: str, rec: dict[str, Any], mail: dict[tuple[str, str], list[tuple[Any, bytes]]]) -> str | None:
@@ -1581,26 +1124,22 @@ def _intent(
         why = f"an intent with a key for {tool!r}, an {contract['effect']} tool that is never given one"
         raise _fail(path, n, "bad-intent", why, seq)
     if TASK in rec and not well_formed(rec[TASK]):
-        raise _fail(path, n, "malformed", _bad_task(rec[TASK]), seq)
+        raise _fail(path, n, "malformed", bad_task(rec[TASK]), seq)
     if paused is not None and _repeat(rec) != _repeat(paused):
         why = f"PAUSED -> ACT does not repeat the uncertain intent (seq {paused['seq']}) exactly"
         why += " (name, tool, args, key, a workflow's contract and the task, compared by type and value)"
         raise _fail(path, n, "bad-intent", why, seq)
 
 
-def _bad_task(value: Any) -> str:
-    return f'a task {value!r:.80} that is not a str of dot-separated positive ints ("1", "2.1"): see FORMAT.md "Tasks"'
-
-
 def _repeat(intent: dict[str, Any]) -> bytes:
     """What PAUSED -> ACT must repeat of an intent, as canonical bytes (compared by type and value)."""
-    return orjson.dumps([intent.get(k) for k in _INTENT], option=_SORTED)
+    return orjson.dumps([intent.get(k) for k in INTENT], option=_SORTED)
 
 
 def _contract(path: str, n: int, rec: dict[str, Any], tools: dict[str, Any]) -> None:
     """A workflow's intent names its tool's contract; within a run a tool keeps the one it first had (in tools)."""
     seq, tool, contract = rec["seq"], rec["tool"], rec.get("contract")
-    if not _contract_ok(contract):
+    if not contract_ok(contract):
         why = (
             f'a workflow\'s intent for {tool!r} without its contract {{"effect": at-least-once|idempotent|unsafe, '
             f'"version": str or null}} (it has {contract!r:.200})'
@@ -1610,28 +1149,6 @@ def _contract(path: str, n: int, rec: dict[str, Any], tools: dict[str, Any]) -> 
     if known is not contract and orjson.dumps(known, option=_SORTED) != orjson.dumps(contract, option=_SORTED):
         why = f"tool {tool!r} with contract {contract!r}, after {known!r} earlier in the run: a tool keeps one contract"
         raise _fail(path, n, "bad-intent", why, seq)
-
-
-def _contract_ok(c: Any) -> bool:
-    """Whether c is an effect contract harness writes: {"effect": one of the three, "version": str or null}, and
-    `"retry_rejected": true` on an unsafe tool only (`"no"` must not read as true)."""
-    return (
-        type(c) is dict
-        and c.get("effect") in _EFFECTS
-        and "version" in c
-        and (c["version"] is None or type(c["version"]) is str)
-        and c.keys() <= {"effect", "version", "retry_rejected"}
-        and ("retry_rejected" not in c or (c["retry_rejected"] is True and c["effect"] == "unsafe"))
-    )
-
-
-def _schema_advice(path: str, found: Any) -> str:
-    if type(found) is int and found < SCHEMA:
-        return (
-            f"trace schema version {found}; this harness reads version {SCHEMA}. Run `harness migrate {path}` "
-            "to upgrade it in place (a backup of the original is kept beside it)"
-        )
-    return f"trace schema version {found!r}; this harness reads version {SCHEMA} (a newer harness wrote it?)"
 
 
 def _check_blobs(path: str, n: int, seq: int, rec: dict[str, Any], seen: dict[str, tuple[int, int]]) -> None:
@@ -1654,18 +1171,6 @@ def _check_blobs(path: str, n: int, seq: int, rec: dict[str, Any], seen: dict[st
         seen[name] = (size, n)
 
 
-def _has(rec: dict[str, Any], named: dict[str, Any], field: str) -> bool:
-    """Whether the record holds field, inline or in a blob."""
-    return field in rec or field in named
-
-
-def _payload(rec: dict[str, Any], field: str) -> Any:
-    """The record's field, or a BlobRef when it is stored in a blob (KeyError when it has neither)."""
-    if field in rec:
-        return rec[field]
-    return BlobRef(**rec["blobs"][field])
-
-
 _MCP_BLOCKS = {  # a CallToolResult's content block types, and the str fields each needs (`resource`: an object)
     "text": ("text",), "image": ("data", "mimeType"), "audio": ("data", "mimeType"),
     "resource_link": ("name", "uri"), "resource": (),
@@ -1673,6 +1178,36 @@ _MCP_BLOCKS = {  # a CallToolResult's content block types, and the str fields ea
 
 
 _MCP_OPTIONAL = {"annotations": dict, "_meta": dict, "title": str, "description": str, "size": int, "icons": list}
+
+
+_BOUNDARIES = frozenset({"agent_msg", "mcp.call_tool", "mcp.list_tools"})  # crossings with rules of their own
+
+
+def _boundary(path: str, n: int, seq: int, rec: dict[str, Any], mail: dict[Any, Any], mcp_servers: set[str]) -> None:
+    """A message between agents is sent once and received once; harness.mcp's crossings hold what MCP sent."""
+    if rec["boundary"] == "agent_msg":
+        wrong = _message(path, rec, mail)
+        if wrong is not None:
+            raise _fail(path, n, "bad-message", wrong, seq)
+    elif rec["boundary"] == "mcp.call_tool" and "response" in rec:
+        wrong = _mcp_result_problem(rec["response"])
+        if wrong is not None:
+            why = f"an mcp.call_tool crossing whose response is not a CallToolResult's wire JSON: {wrong}"
+            raise _fail(path, n, "bad-result", why, seq)
+    elif rec["boundary"] == "mcp.list_tools" and type(rec.get("request")) is dict:
+        server = rec["request"].get("server")  # harness.mcp lists a server's tools before its steps
+        if type(server) is str:
+            mcp_servers.add(server)
+
+
+def _mcp_result(path: str, n: int, seq: int, intent: dict[str, Any] | None, result: Any, servers: set[str]) -> None:
+    """TraceCorruption (bad-result) when a workflow's call of an MCP tool delivered what no CallToolResult is."""
+    tool = _mcp_tool(intent, servers)
+    wrong = _mcp_result_problem(result) if tool is not None else None
+    if wrong is not None:
+        raise _fail(
+            path, n, "bad-result", f"MCP tool {tool!r}'s result is not a CallToolResult's wire JSON: {wrong}", seq
+        )
 
 
 def _mcp_tool(intent: dict[str, Any] | None, servers: set[str]) -> str | None:
@@ -1721,18 +1256,3 @@ def _mcp_result_problem(value: Any) -> str | None:
         if key in value and type(value[key]) is not dict:
             return f'"{key}" is not an object'
     return None
-
-
-def _same(a: Any, b: Any) -> bool:
-    """Whether two results are the same value, compared by type and value; either may be a blob not read."""
-    if isinstance(a, BlobRef) or isinstance(b, BlobRef):
-        return _blobs.value_digest(a) == _blobs.value_digest(b)
-    return bool(orjson.dumps(a, option=_SORTED) == orjson.dumps(b, option=_SORTED))
-
-
-def _seal_mismatch(path: str, offset: int, rec: dict[str, Any], blobs: dict[str, Any], state: str) -> str | None:
-    from .seal import content_hash, mismatch
-
-    if type(rec.get("content_hash")) is not str or type(rec.get("digests")) is not list:
-        return "a seal without its content_hash and digests"
-    return mismatch(rec, content_hash(path, offset), blobs, state)

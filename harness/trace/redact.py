@@ -43,7 +43,7 @@ from typing import Any, Union
 
 import orjson
 
-from .._errors import HarnessError
+from .._errors import HarnessError, RedactionRuleError
 
 MARKER = "[REDACTED]"
 """What a secret is replaced with in the trace (`Redaction(marker=...)` sets another)."""
@@ -216,17 +216,6 @@ def _has_head(data: bytes) -> bool:
 
 
 Rule = Union[str, "re.Pattern[str]"]
-
-
-class RedactionRuleError(HarnessError, ValueError):
-    """A redaction rule that cannot be used; `rule` is the rule, the message says what is wrong."""
-
-    def __init__(self, rule: Any, problem: str):
-        self.rule, self.problem = rule, problem
-        super().__init__(
-            f"redaction rule {rule!r}: {problem}. A rule is a key name ('x-api-key'), a JSON path "
-            "('$.body.user.token', '$.items[*].secret') or a compiled regular expression (re.compile(...))."
-        )
 
 
 _STEP = re.compile(r"\.([^.\[\]]+)|\[(\d+|\*|'[^']*'|\"[^\"]*\")\]")

@@ -254,7 +254,7 @@ class Vault:
         try:  # one search of the value's JSON text (in C) clears most values: no walk in Python
             if self.needle not in orjson.dumps(value):
                 return value
-        except TypeError:
+        except TypeError:  # not JSON text (a value to be refused elsewhere): the walk below looks anyway
             pass
         where = marked(value, self.marker)
         if where is None:

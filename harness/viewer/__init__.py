@@ -27,7 +27,7 @@ import sys
 import threading
 from typing import TYPE_CHECKING, TextIO
 
-from .._errors import HarnessError, TraceUnreadable
+from .._errors import HarnessError, MissingExtra, RemoteForkRefused, TraceUnreadable
 from ..storage import is_url
 
 if TYPE_CHECKING:
@@ -38,26 +38,6 @@ if TYPE_CHECKING:
 __all__ = ["MissingExtra", "RemoteForkRefused", "create_app", "serve"]
 
 INSTALL = "pip install 'harness-trace[web]'"
-
-
-class MissingExtra(HarnessError):
-    """A feature needs an optional dependency that is not installed."""
-
-    def __init__(self, what: str, missing: str, install: str = INSTALL):
-        super().__init__(f"{what} needs {missing}, which is not installed: {install}")
-        self.what, self.missing, self.install = what, missing, install
-
-
-class RemoteForkRefused(HarnessError):
-    """`harness serve --agent` on an address other machines can reach, without `--allow-remote-fork`."""
-
-    def __init__(self, host: str, port: int):
-        super().__init__(
-            f"--agent with --host {host}: anyone who can reach {host}:{port} could fork runs from the page, "
-            "running the agent live after the branch (real tool calls, paid model calls), with no login. "
-            "Serve on 127.0.0.1, or add --allow-remote-fork if every machine that can reach it is trusted"
-        )
-        self.host, self.port = host, port
 
 
 WILDCARD = ("0.0.0.0", "::", "")  # every address of this machine
@@ -96,7 +76,7 @@ def _require() -> None:
         try:
             __import__(module)
         except ImportError:
-            raise MissingExtra("harness serve", module) from None
+            raise MissingExtra(f"harness serve (it imports {module})", "web", INSTALL) from None
 
 
 def create_app(
@@ -129,11 +109,11 @@ def create_app(
     if agent is not None and workflow is not None:
         raise HarnessError("give --agent or --workflow to fork from the page, not both")
     if agent is not None:
-        from ..review.rerun import load_agent
+        from ..runtime.entry import load_agent
 
         load_agent(agent)  # a wrong --agent fails now, not at the first fork
     if workflow is not None:
-        from ..review.rerun import load_workflow
+        from ..runtime.entry import load_workflow
 
         load_workflow(workflow)
     if rules is None:

@@ -61,25 +61,25 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from .._errors import HarnessError, TraceCorruption, TraceUnreadable
+from .._errors import HarnessError, IndexChanged, RunNotFound, TooLarge, TraceCorruption, TraceUnreadable
 from ..review.cost import run_cost
 from ..review.diff import diff as harness_diff
 from ..review.diff import marked_changes
 from ..review.normalize import RULES, Rules, behave, mapped, normalize_record
 from ..review.rerun import fork as harness_fork
-from ..review.rerun import load_agent, load_workflow
 from ..review.runs import run_info
 from ..review.stream import FRAMEWORK_MODELS, http_view, reply
+from ..runtime.entry import load_agent, load_workflow
 from ..storage.blobs import read as read_blob
-from ..storage.files import TooLarge, read_beside
+from ..storage.files import read_beside
 from ..trace.annotations import VERSION as ANNOTATIONS_VERSION
 from ..trace.annotations import annotations_path
 from ..trace.annotations import parse as parse_annotations
 from ..trace.reader import wall_clock
 from ..trace.verify import verify
-from ._index import CLASSES, READ, Changed, Index, Indexes
+from ._index import CLASSES, READ, Index, Indexes
 from ._listing import Listing
-from ._paths import RunNotFound, address, trace_path, well_formed
+from ._paths import address, trace_path, well_formed
 
 T = TypeVar("T")
 STATIC = str(resources.files("harness.viewer") / "static")
@@ -215,7 +215,7 @@ def _json(data: Any, status: int = 200, headers: dict[str, str] | None = None) -
 
 
 async def _harness_error(request: Request, exc: Exception) -> Response:
-    status = 404 if isinstance(exc, RunNotFound) else 409 if isinstance(exc, Changed) else 400
+    status = 404 if isinstance(exc, RunNotFound) else 409 if isinstance(exc, IndexChanged) else 400
     if request.url.path.startswith("/api/"):
         return _json({"error": type(exc).__name__, "message": str(exc)}, status)
     return Response(f"{status}: {exc}\n", status, media_type="text/plain")
@@ -269,13 +269,13 @@ def _index(v: Viewer, run: str) -> Index:
 
 
 def _read_lines(v: Viewer, run: str, read: Callable[[Index], T]) -> T:
-    """read(index of the run); once more on the file indexed afresh if it changed under the index (Changed)."""
+    """read(index of the run); once more on the file indexed afresh if it changed under the index (IndexChanged)."""
     idx = _index(v, run)
     try:
         return read(idx)
-    except Changed:
+    except IndexChanged:
         idx.invalidate()
-        return read(idx.extend())  # a second change at once: Changed, a 409 that says to load the run again
+        return read(idx.extend())  # a second change at once: IndexChanged, a 409 that says to load the run again
 
 
 def _how(header: dict[str, Any]) -> str:
@@ -577,7 +577,7 @@ async def _stream(v: Viewer, idx: Index, path: str, i: int, request: Request) ->
         if i < n:
             try:
                 data, i = await run_in_threadpool(_batch, idx, i, min(n, i + BATCH))
-            except Changed:
+            except IndexChanged:
                 idx.invalidate()
                 continue  # (a reset event, above)
             yield data

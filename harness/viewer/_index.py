@@ -48,7 +48,7 @@ from typing import Any
 
 import orjson
 
-from .._errors import HarnessError, TraceCorruption, TraceUnreadable
+from .._errors import HarnessError, IndexChanged, TraceCorruption, TraceUnreadable
 from ..review.stream import FRAMEWORK_MODELS, reply, said
 from ..trace.line import MAX_LINE, line_ok
 from ..trace.reader import Replay, attempt_of, replay
@@ -218,14 +218,6 @@ class Verdict:
     settled: bool = False  # PAUSED, and what it waits for was given (a reconcile, an answer): a resume goes on
 
 
-class Changed(HarnessError):
-    """The trace changed under the index (rewritten, or edited in place) while a line was read back."""
-
-    def __init__(self, path: str):
-        self.path = path
-        super().__init__(f"{path}: the trace was rewritten or edited since it was read; load the run again")
-
-
 def _verdict_of(exc: HarnessError) -> Verdict:
     if isinstance(exc, TraceCorruption):
         error = {"line": exc.line, "seq": exc.seq, "reason": exc.reason, "detail": exc.detail, "message": str(exc)}
@@ -327,7 +319,7 @@ class Index:
         return self
 
     def invalidate(self) -> None:
-        """Forget the file (Changed was raised reading it): the next extend() indexes it from the start."""
+        """Forget the file (IndexChanged was raised reading it): the next extend() indexes it from the start."""
         with self._lock:
             self.generation += 1
             self._reset(None)
@@ -498,7 +490,7 @@ class Index:
 
         Each line is checked as it is read: the header line still ends with the crc it was indexed with,
         and each line chains on the crc ending the line before it, read from the file too. A line that
-        does not raises Changed: the file was rewritten or edited since it was indexed, and no line of
+        does not raises IndexChanged: the file was rewritten or edited since it was indexed, and no line of
         another file is ever given as this one's.
         """
         offsets, end_of_all, head = self.offsets, self.end, self._head_crc  # as now: another thread may reset them
@@ -510,7 +502,7 @@ class Index:
         with open(self.path, "rb") as f:
             if start < stop:
                 if len(offsets) > 1 and self._crc_in(f, offsets[1]) != head:
-                    raise Changed(self.path)
+                    raise IndexChanged(self.path)
                 prev = self._crc_in(f, offsets[start]) if start else 0
             i = start
             while i < stop:
@@ -525,7 +517,7 @@ class Index:
                     end = after(k) - first - 1
                     line = data[pos:end]
                     if not line_ok(line, prev):
-                        raise Changed(self.path)
+                        raise IndexChanged(self.path)
                     prev = int(bytes(line[-10:-2]), 16)
                     yield k, line
                     pos = end + 1

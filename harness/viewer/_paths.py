@@ -14,15 +14,7 @@ from __future__ import annotations
 
 import os
 
-from .._errors import HarnessError
-
-
-class RunNotFound(HarnessError):
-    """No run has this address in the runs folder (or the address tries to leave it)."""
-
-    def __init__(self, run: str, why: str):
-        super().__init__(f"no run {run!r} in the runs folder: {why}")
-        self.run, self.why = run, why
+from .._errors import RunNotFound
 
 
 def well_formed(run: str) -> bool:
