@@ -390,3 +390,63 @@ def test_reasoning_text_stays_and_its_signature_and_ids_go() -> None:
     }  # fmt: skip
     assert view["settings"] == {"reasoning": {"effort": "low"}} and view["finish"] == "completed"
     assert b"gAAAA" not in orjson.dumps(view) and b"rs_" not in orjson.dumps(view)
+
+
+# --- served, answered or live -----------------------------------------------------------------------------------
+
+
+def origins(trace: Path) -> list[tuple[str, Any]]:
+    """Each model call and each tool call (a step's intent) of a trace's view, with its origin (None: live)."""
+    return [
+        (r["kind"], r.get("origin"))
+        for r in harness.normalize(trace, defaults=False)  # the default rules leave it out
+        if r["kind"] == "model_call" or (r["kind"] == "transition" and r.get("to") == "ACT")
+    ]
+
+
+def test_a_fork_and_a_rerun_say_which_calls_were_served_answered_or_made_live(tmp_path: Path) -> None:
+    import framework_agent
+
+    trace, fork, rerun = tmp_path / "run.jsonl", tmp_path / "fork.jsonl", tmp_path / "rerun.jsonl"
+    assert framework_agent.pai_flow.run("", "function", trace=trace).state == "DONE"
+    models = [c for c in harness.replay(trace).crossings if c.kind == "pydantic_ai.model"]
+    harness.fork(trace, at=models[1].seq, set={"parts[0].args.a": 40}, workflow=framework_agent.pai_flow, out=fork)
+    harness.rerun(trace, workflow=framework_agent.pai_flow, out=rerun)
+    plain = origins(trace)
+    assert plain and all(o is None for _, o in plain)  # a run made live: the field is not written
+    assert origins(fork) == [
+        ("model_call", "served"), ("transition", "served"),  # before the branch: from the recording
+        ("model_call", "answered"),  # the branch: answered by hand
+        ("transition", None), ("model_call", None),  # after it: made live
+    ]  # fmt: skip
+    assert [o for _, o in origins(rerun)] == ["served"] * len(plain)
+    assert [c.get("origin") for c in tool_calls(harness.normalize(fork, defaults=False))] == ["served", None]
+    assert harness.diff(trace, rerun).equal  # by default a served call is the same call: a rerun equals its recording
+    told = harness.diff(trace, rerun, defaults=False)
+    assert not told.equal and "origin" in "\n".join(told.lines())  # compared when asked
+    assert all("origin" not in r for r in harness.normalize(fork))
+
+
+def test_a_golden_of_the_first_view_still_reads_and_says_why_a_served_call_differs(tmp_path: Path) -> None:
+    import framework_agent
+
+    from harness.review.normalize import GOLDEN_HEAD, Loaded, Rules, render
+
+    trace, rerun = tmp_path / "run.jsonl", tmp_path / "rerun.jsonl"
+    assert framework_agent.pai_flow.run("", "function", trace=trace).state == "DONE"
+    harness.rerun(trace, workflow=framework_agent.pai_flow, out=rerun)
+    old_head = GOLDEN_HEAD.replace('"view":2', '"view":1')
+    assert old_head != GOLDEN_HEAD
+    everything = Rules.of(defaults=False)
+    served = render(harness.normalize(rerun, defaults=False), everything).split("\n", 1)[1]
+    assert ',"origin":"served"' in served
+    served = served.replace(',"origin":"served"', "")
+    golden = tmp_path / "old.golden.jsonl"
+    golden.write_text(old_head + "\n" + served)
+    assert Loaded.golden(golden.read_text(), "old").note is not None
+    lines = "\n".join(harness.diff(golden, rerun, defaults=False).lines())
+    assert "behavior view v1" in lines and "origin" in lines
+    assert harness.diff(golden, rerun).equal  # under the default rules `origin` is not compared
+    plain = render(harness.normalize(trace, defaults=False), everything).split("\n", 1)[1]
+    golden.write_text(old_head + "\n" + plain)
+    assert harness.diff(golden, trace, defaults=False).equal  # a run made live: its view 1 golden still holds

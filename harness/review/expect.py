@@ -16,8 +16,11 @@ by a crash, reads as far as it got) and gathers its calls (`calls()` below):
   that call (`attempts`), with the last attempt's outcome;
 - a **model call** is a crossing of `llm()`, of a framework's model
   (`pydantic_ai.model`, `openai_agents.model`, `openai_agents.stream`), or
-  an `http` one with a model's request or reply; its `tokens` are the usage
-  its response records (`total_tokens`, else input plus output).
+  an `http` one to a model's API that names a model; its `tokens` are the
+  usage its response records (`total_tokens`, else input plus output).
+
+Both are read by `calls.py`, the one place that knows each door's records
+(the export and the ledger read them there too).
 
 Each method checks one rule and returns the object, so they chain; the
 first rule broken raises `ExpectationFailed` (an AssertionError) whose
@@ -30,7 +33,7 @@ from __future__ import annotations
 import fnmatch
 import os
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -41,7 +44,7 @@ from ..storage import blobs as _blobs
 from ..storage import local_copy
 from ..trace import state as S
 from ..trace.reader import Replay, replay
-from .stream import FRAMEWORK_MODELS, http_view, reply
+from .calls import MODEL_KINDS, TOOL_KINDS, mcp_tool, model_call, role, tool_call
 
 if TYPE_CHECKING:
     from ..runtime.executor import Outcome
@@ -127,16 +130,6 @@ class Calls:
     last_seq: int = 0
 
 
-# crossings a framework writes for a tool call made outside a workflow: boundary -> where its name and args are
-_TOOL_CROSSINGS = {
-    "pydantic_ai.tool": ("tool", "args"),
-    "openai_agents.tool": ("tool", "args"),
-    "openai_agents.mcp": ("tool", "args"),  # (op "call_tool"; a list_tools is not a call)
-    "mcp.call_tool": ("tool", "arguments"),
-}
-_MODELS = FRAMEWORK_MODELS | {"llm"}
-
-
 def calls(trace: str | os.PathLike[str] | Replay | Outcome) -> Calls:
     """The tool calls and model calls of a trace (see the module docstring), read once with replay()."""
     path = _path_of(trace)
@@ -165,7 +158,6 @@ def _path_of(trace: Any) -> str:
 def _gather(rep: Replay, records: list[dict[str, Any]]) -> Calls:
     local = local_copy(rep.path)
     header = records[0] if records else {}
-    rerun = "parent" in header and "branch" not in header  # a rerun serves every call; a fork marks what it reused
     servers = {
         r["request"].get("server")
         for r in records
@@ -182,15 +174,15 @@ def _gather(rep: Replay, records: list[dict[str, Any]]) -> Calls:
 
     for rec in records:
         kind, agent = rec["kind"], rec.get("agent", "main")
-        served = rerun or rec.get("reused") is True
+        served = role(rec, header) == "served"  # a rerun serves every call; a fork what it reused
         if kind == "crossing":
             boundary = rec["boundary"]
-            if boundary in _TOOL_CROSSINGS:
-                call = _tool_crossing(inline(rec), boundary, served, agent)
+            if boundary in TOOL_KINDS:
+                call = _tool_crossing(inline(rec), served, agent)
                 if call is not None:
                     tools.append(call)
-            elif boundary in _MODELS or boundary == "http":
-                model = _model_call(inline(rec), boundary, served, agent)
+            elif boundary in MODEL_KINDS:
+                model = _model_call(inline(rec), served, agent)
                 if model is not None:
                     models.append(model)
             continue
@@ -257,93 +249,28 @@ def _bytes(value: Any) -> bytes:
 
 def _named(tool: str, servers: set[Any], result: Any) -> tuple[str, str, str | None]:
     """(name as the model used it, name as recorded, MCP server): a harness.mcp step `<server>.<tool>` is an MCP
-    tool when its server listed tools in the run, or its result is a CallToolResult's wire JSON."""
-    server, dot, own = tool.partition(".")
-    if dot and own:
-        mcp_result = isinstance(result, dict) and isinstance(result.get("content"), list)
-        if server in servers or mcp_result:
-            return own, tool, server
-    return tool, tool, None
+    tool's (`calls.mcp_tool`)."""
+    found = mcp_tool(tool, servers, result)
+    return (found[1], tool, found[0]) if found is not None else (tool, tool, None)
 
 
-def _tool_crossing(rec: dict[str, Any], boundary: str, served: bool, agent: str) -> ToolCall | None:
-    request = rec.get("request")
-    if not isinstance(request, dict):
+def _tool_crossing(rec: dict[str, Any], served: bool, agent: str) -> ToolCall | None:
+    call = tool_call(rec)
+    if call is None or call.method == "tools/list":
         return None
-    if boundary == "openai_agents.mcp" and request.get("op") != "call_tool":
+    return ToolCall(call.name, call.args, call.response, rec["seq"], served, call.tool, call.error, True, 1, agent,
+                    call.server)  # fmt: skip
+
+
+def _model_call(rec: dict[str, Any], served: bool, agent: str) -> ModelCall | None:
+    call = model_call(rec)
+    if call is None:  # an http call to no model's API
         return None
-    name_key, args_key = _TOOL_CROSSINGS[boundary]
-    name = request.get(name_key)
-    if not isinstance(name, str):
-        return None
-    server = request.get("server") if boundary in ("openai_agents.mcp", "mcp.call_tool") else None
-    tool = f"{server}.{name}" if isinstance(server, str) else name
-    return ToolCall(name, request.get(args_key), rec.get("response"), rec["seq"], served, tool, rec.get("error"), True,
-                    1, agent, server if isinstance(server, str) else None)  # fmt: skip
-
-
-def _model_call(rec: dict[str, Any], boundary: str, served: bool, agent: str) -> ModelCall | None:
-    request, response = rec.get("request"), rec.get("response")
-    if boundary == "http" and not _is_model(request, response):
-        return None
-    name = _model_name(boundary, request, response) or boundary
-    return ModelCall(name, request, response, rec["seq"], served, boundary, rec.get("error"), _tokens(response), agent)
-
-
-def _is_model(request: Any, response: Any) -> bool:
-    """An http exchange with a model: a reply the viewer reads as a model's, or a request naming a model and its
-    messages (chat completions) or input (responses API)."""
-    if reply(response) is not None:
-        return True
-    body = request.get("body") if isinstance(request, dict) else None
-    return isinstance(body, dict) and "model" in body and ("messages" in body or "input" in body)
-
-
-def _model_name(boundary: str, request: Any, response: Any) -> str | None:
-    """The model's name where its request or response says it."""
-    for value in (request, response):
-        if not isinstance(value, dict):
-            continue
-        for holder in (value, value.get("body")):
-            if isinstance(holder, dict):
-                for key in ("model", "model_name"):
-                    if isinstance(holder.get(key), str) and holder[key]:
-                        return str(holder[key])
-    return None
-
-
-def _tokens(response: Any) -> int | None:
-    """The tokens a model response records: its usage's total, else its input plus output (None without usage)."""
-    for usage in _usages(response):
-        if not isinstance(usage, dict):
-            continue
-        total = usage.get("total_tokens")
-        if type(total) is int:
-            return total
-        parts = [usage.get(k) for k in ("input_tokens", "output_tokens", "prompt_tokens", "completion_tokens")]
-        counted = [p for p in parts if type(p) is int]
-        if counted:
-            return sum(counted)
-    return None
-
-
-def _usages(response: Any) -> Iterator[Any]:
-    if isinstance(response, list):  # an Agents SDK stream: its response.completed event holds the usage
-        for event in response:
-            if isinstance(event, dict) and isinstance(event.get("response"), dict):
-                yield event["response"].get("usage")
-        return
-    if not isinstance(response, dict):
-        return
-    yield response.get("usage")
-    body = response.get("body")
-    if isinstance(body, dict):
-        yield body.get("usage")
-    if "chunks" in response:
-        view = http_view(response)
-        stream = view.get("stream") if isinstance(view, dict) else None
-        if isinstance(stream, dict):
-            yield stream.get("usage")
+    boundary = rec["boundary"]
+    name = call.request_model or call.response_model or boundary
+    tokens = call.usage.tokens if call.usage is not None else None
+    return ModelCall(name, rec.get("request"), rec.get("response"), rec["seq"], served, boundary, rec.get("error"),
+                     tokens, agent)  # fmt: skip
 
 
 class Expectation:

@@ -94,6 +94,9 @@ if TYPE_CHECKING:  # (at run time: _trace_of; `harness show` need not load the r
 FORMAT, VERSION = "harness-golden", 3  # 2: trace schema 2 (one checkpoint record per step, seals); 3: the behavior view
 GOLDEN_HEAD = orjson.dumps({"format": FORMAT, "version": VERSION, "view": VIEW}).decode()
 OLDER = frozenset({2})  # golden versions still read (version 2: the raw view, before the behavior view)
+# behavior views a golden of this version may name, and what today's view adds to them (their records still read:
+# a golden of a run made live holds the same records in both)
+OLDER_VIEWS = {1: "it did not say which calls a rerun or a fork served (`origin`: served, answered)"}
 RERECORD = "re-record it with `pytest --snapshot-update` (or `harness show --golden TRACE`)"
 IGNORED = MARKER
 
@@ -110,7 +113,7 @@ _RANK = {k: i for i, k in enumerate(ORDER)}
 # a behavior view's model and tool calls (review/behavior.py): their fields in this order, the rest after, sorted
 VIEW_ORDER = (
     "kind", "via", "model", "settings", "tools", "output", "history", "messages", "reply", "finish",
-    "tool", "args", "result", "error", "usage",
+    "tool", "args", "result", "error", "origin", "usage",
 )  # fmt: skip
 _VIEW_RANK = {k: i for i, k in enumerate(VIEW_ORDER)}
 VIEWS = ("behavior", "raw")
@@ -319,6 +322,8 @@ def normalize_record(record: Mapping[str, Any], *, nested: bool = True, rules: R
         out["set_aside"] = "torn-" + aside.rpartition(".torn-")[2]
     elif kind == "model_call" and rules.defaults and "usage" in out:
         out["usage"] = IGNORED  # tokens: kept apart, for `harness cost`; a golden does not compare them
+    if rules.defaults and "origin" in out:  # served or made live: the same call (a rerun equals its recording)
+        del out["origin"]
     for path in rules.paths:
         out = mark(out, path)
     if rules.defaults and kind == "crossing" and out.get("boundary") in _EXCHANGES:
@@ -411,9 +416,15 @@ def behave(records: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
     return out
 
 
-def mapped(record: Mapping[str, Any]) -> bool:
-    """Whether the behavior view may change this record or its place (a call through a door; a task's call)."""
-    return TASK in record or (record.get("kind") == "crossing" and record.get("boundary") in BOUNDARIES)
+def mapped(record: Mapping[str, Any], *, origin: bool = True) -> bool:
+    """Whether the behavior view may change this record or its place (a call through a door; a task's call), or
+    with `origin`, the records after it (a rerun's or a fork's header: its calls say which were served)."""
+    kind = record.get("kind")
+    return (
+        TASK in record
+        or (kind == "crossing" and record.get("boundary") in BOUNDARIES)
+        or (origin and kind == "header" and "parent" in record)
+    )
 
 
 def by_task(records: Sequence[Mapping[str, Any]]) -> list[int]:
@@ -554,7 +565,12 @@ def stale(first_line: str | bytes) -> str | None:
 def older(first_line: str | bytes) -> str | None:
     """Why a golden of an older format this harness still reads may differ (it reads, and is compared); else None."""
     version = golden_version(first_line)
-    if version is None or version == VERSION or version not in OLDER:
+    if version == VERSION:
+        view = orjson.loads(first_line).get("view")
+        if view in OLDER_VIEWS:
+            return f"golden written with behavior view v{view}: {OLDER_VIEWS[view]}; {RERECORD}"
+        return None
+    if version is None or version not in OLDER:
         return None
     return (
         f"golden written in format version {version} (the raw view: each framework's records as they were); "
@@ -703,7 +719,7 @@ class Loaded:
             if any("vc" in r for r in records):
                 order = sorted(range(len(records)), key=lambda i: causal_key(records[i], seqs[i]))
                 records, seqs = [records[i] for i in order], [seqs[i] for i in order]
-            if rules.behavior and any(mapped(r) for r in records):
+            if rules.behavior and any(mapped(r, origin=not rules.defaults) for r in records):
                 order = by_task(records)
                 records, seqs = behave([records[i] for i in order]), [seqs[i] for i in order]
             return cls("<records>", records=records, seqs=seqs, rules=rules)
@@ -715,7 +731,7 @@ class Loaded:
         calls: list[bool] = []  # whether the behavior view maps a record of it (then it is held, as a whole)
 
         def note(line: bytes, rec: dict[str, Any]) -> None:
-            if not calls and mapped(rec):
+            if not calls and mapped(rec, origin=not rules.defaults):  # the default rules leave `origin` out
                 calls.append(True)
 
         # raises on a corrupt or foreign file, naming line and reason
