@@ -41,11 +41,11 @@ from ..trace.reader import Replay, replay
 from .behavior import Behavior
 from .fieldpath import mark
 from .normalize import (
-    GOLDEN_HEAD,
     RULES,
     Rules,
     behave,
     describe_record,
+    golden_head,
     is_golden_file,
     mapped,
     normalize_record,
@@ -251,7 +251,7 @@ def show_trace(
         except OSError as e:
             raise TraceUnreadable(path, f"cannot read: {e.strerror}") from None
         if view == "golden":
-            write(GOLDEN_HEAD + "\n")
+            write(golden_head(rules) + "\n")
             for rec in behave(records) if rules.behavior else records:
                 write(_json(normalize_record(rec, rules=rules)) + "\n")
             return None
@@ -260,7 +260,7 @@ def show_trace(
         rep, held = None, len(records)
     elif view == "golden":  # the textconv: refuse a corrupt trace before writing a byte
         normalized = normalize_with(path, rules)
-        write(GOLDEN_HEAD + "\n")
+        write(golden_head(rules) + "\n")
         for rec in normalized:
             write(_json(rec) + "\n")
         return replay(path)
