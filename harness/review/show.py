@@ -113,6 +113,24 @@ def _said(message: Mapping[str, Any]) -> str:
     return said({"message": shown})
 
 
+
+def role(seq: int, rec: Mapping[str, Any], branch: int | None, rerun: bool) -> str | None:
+    """How a record of a rerun or fork came to be: `served` (from the recording: a fork's `reused` record, every
+    record of a rerun), `answered` (a fork's branch, `mutated`) or `live` (after the branch; in a causal fork, what
+    it did not mark). None for a header and for a run that is neither. `branch`/`rerun`: from the run's header."""
+    if rec.get("kind") == "header":
+        return None
+    if rec.get("reused") is True or rerun:
+        return "served"
+    if branch is None:
+        return None
+    if rec.get("mutated") is True or (seq == branch and "vc" not in rec):
+        return "answered"
+    if "vc" in rec:  # a causal fork marks what it reused and the branch: the rest ran live
+        return "live"
+    return "answered" if seq == branch else "live" if seq > branch else "served"
+
+
 class Timeline:
     """Formats records as timeline lines; knows the trace's fork lineage from its header."""
 
@@ -152,17 +170,9 @@ class Timeline:
     def notes(self, seq: int, rec: Mapping[str, Any]) -> list[str]:
         kind = rec.get("kind")
         notes = []
-        # served (from the recording: a fork's `reused`, every record of a rerun), answered (a fork's branch), live
-        if rec.get("reused") is True or (self.rerun and kind != "header"):
-            notes.append("served")
-        elif rec.get("mutated") is True or (self.branch is not None and seq == self.branch and "vc" not in rec):
-            notes.append("answered")
-        elif self.branch is not None and "vc" in rec:  # a causal fork marks what it reused: the rest ran live
-            notes.append("live")
-        elif self.branch is not None and seq == self.branch:
-            notes.append("answered")
-        elif self.branch is not None and seq > self.branch:
-            notes.append("live")
+        how = role(seq, rec, self.branch, self.rerun)
+        if how is not None:
+            notes.append(how)
         fields = {k: v for k, v in rec.items() if k not in _HIDDEN}
         if kind == "checkpoint":
             fields.pop("name", None)  # already in `what`
