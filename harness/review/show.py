@@ -51,6 +51,7 @@ from .normalize import (
     normalize_record,
     normalize_with,
     parse_golden,
+    raw_golden,
 )  # fmt: skip
 from .results import hint
 from .stream import FRAMEWORK_MODELS, http_view, reply, said
@@ -260,7 +261,8 @@ def show_trace(
                 records = parse_golden(f.read(), path)
         except OSError as e:
             raise TraceUnreadable(path, f"cannot read: {e.strerror}") from None
-        if view == "golden":
+        if view == "golden":  # (the textconv of a golden: in the view it was written in)
+            rules = Rules.of(rules.ignore, rules.defaults, "raw") if raw_golden(path) else rules
             write(golden_head(rules) + "\n")
             for rec in behave(records) if rules.behavior else records:
                 write(_json(normalize_record(rec, rules=rules)) + "\n")
