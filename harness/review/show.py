@@ -114,7 +114,6 @@ def _said(message: Mapping[str, Any]) -> str:
     return said({"message": shown})
 
 
-
 def role(seq: int, rec: Mapping[str, Any], branch: int | None, rerun: bool) -> str | None:
     """How a record of a rerun or fork came to be: `served` (from the recording: a fork's `reused` record, every
     record of a rerun), `answered` (a fork's branch, `mutated`) or `live` (after the branch; in a causal fork, what
