@@ -377,7 +377,33 @@ def test_a_golden_that_holds_no_trace_records_is_a_clear_error(tmp_path: Path) -
         '{"kind":"model_call","via":"http","model":"m"}\n'
     )
     [result] = harness.check([golden], workflow=lambda: None)
-    assert result.status == "error" and "a golden holding 'model_call' records, which no trace holds" in result.detail
+    assert result.status == "error" and "a golden of the behavior view ('model_call' records)" in result.detail
+
+
+def golden_of(trace: Path, view: str) -> Path:
+    """The golden file a test with `golden_view = view` writes of trace (the plugin's render)."""
+    from harness.review.normalize import Rules, normalize_with, render
+
+    rules = Rules.of((), True, view)
+    golden = trace.with_name(f"{view}.golden.jsonl")
+    golden.write_text(render(normalize_with(str(trace), rules), rules))
+    return golden
+
+
+def test_a_golden_of_a_pydantic_ai_run_is_checked_raw_and_explained_in_the_behavior_view(tmp_path: Path) -> None:
+    """A raw golden of a Pydantic AI run reruns clean: what it left out (the reply's timestamp, the tool call ids
+    the framework made up) is made up again as the framework would. Before, it read as a drift (ModelResponse
+    refused the `<ignored>` timestamp). A behavior-view golden says why it cannot be rerun and what to do."""
+    import framework_agent
+
+    trace = tmp_path / "run.jsonl"
+    assert framework_agent.pai_flow.run("", "function", trace=trace).state == "DONE"
+    raw, behavior = golden_of(trace, "raw"), golden_of(trace, "behavior")
+    ok, explained = harness.check([raw, behavior], workflow=framework_agent.pai_flow)
+    assert (ok.path, ok.status) == (str(raw), "ok"), ok.line()
+    assert explained.status == "error"
+    for said in ("cannot be rerun", "harness check TRACE", "rerun its test", 'golden_view = "raw"'):
+        assert said in explained.detail
 
 
 NOISY = """

@@ -456,3 +456,28 @@ def test_a_run_with_agents_compares_its_blob_stored_payloads_not_their_reference
     work2 = lambda i: {"i": i, "pad": "y" * 5000}  # noqa: E731
     Executor(planner=_two_calls, tools={"work": work2}, trace=other, blob_threshold=1024).run("g")
     assert not diff(trace, other).equal  # other payloads: a difference, found in the blobs
+
+
+def test_a_golden_of_the_raw_view_is_compared_in_the_raw_view(tmp_path: Path) -> None:
+    """A golden written with `golden_view = "raw"` says so in its first line, and `harness diff GOLDEN TRACE` (the
+    behavior view by default, in a folder without that project's rules) compares it in the view it was written in.
+    Before, its first line claimed the behavior view and the diff read a Pydantic AI run's raw golden as changed
+    (its made-up tool call ids all read `pyd_ai_<id>`, so the view could not pair calls with their results), and
+    `harness show --golden` (git's textconv) printed it in the behavior view under a behavior head."""
+    import framework_agent
+
+    from harness.review.normalize import Rules, normalize_with
+    from harness.review.show import show_trace
+
+    trace = tmp_path / "run.jsonl"
+    assert framework_agent.pai_flow.run("", "function", trace=trace).state == "DONE"
+    for view in ("raw", "behavior"):
+        rules = Rules.of((), True, view)
+        golden = tmp_path / f"{view}.jsonl"
+        golden.write_text(render(normalize_with(str(trace), rules), rules))
+        assert orjson.loads(golden.read_text().split("\n")[0])["view"] == ("raw" if view == "raw" else 1)
+        assert diff(golden, trace).equal, diff(golden, trace).text()
+        assert diff(trace, golden).equal
+        shown: list[str] = []  # the textconv (`harness show --golden`) of a golden: itself, in its own view
+        show_trace(str(golden), shown.append, view="golden")
+        assert "".join(shown) == golden.read_text()

@@ -144,3 +144,32 @@ def test_every_public_error_is_listed_in_the_api_reference_with_its_one_line() -
     for name in sorted(public):
         line = (defined[name].__doc__ or "").strip().splitlines()[0]
         assert re.search(rf"^- `{name}`( \(`harness\.\w+`\))?: {re.escape(line)}$", section, re.M), name
+
+
+def test_each_cli_row_names_exactly_the_flags_of_its_command() -> None:
+    """The flags a row of docs/reference/cli.md names are those the command's argparse takes: none missing (the
+    OTLP export's eight flags were), none the command does not know."""
+    import argparse
+
+    from harness.cli import COMMANDS
+
+    page = (ROOT / "docs" / "reference" / "cli.md").read_text(encoding="utf-8")
+    wrong = {}
+    for name, (_, setup, _) in COMMANDS.items():
+        p = argparse.ArgumentParser(prog=f"harness {name}")
+        setup(p)
+        flags = {s for a in p._actions for s in a.option_strings if s.startswith("--") and s != "--help"}
+        row = next(line for line in page.splitlines() if line.startswith(f"| `harness {name}` |"))
+        named = set(re.findall(r"`(--[a-z][a-z0-9-]*)", row))
+        if flags != named:
+            wrong[name] = {"not in the row": sorted(flags - named), "not a flag": sorted(named - flags)}
+    assert not wrong, f"docs/reference/cli.md disagrees with `harness COMMAND --help`: {wrong}"
+
+
+def test_every_page_is_in_the_nav() -> None:
+    """A page of docs/ the nav leaves out is built but reached by no menu (mkdocs only logs it)."""
+    config = (ROOT / "mkdocs.yml").read_text(encoding="utf-8")
+    docs = ROOT / "docs"
+    pages = {p.relative_to(docs).as_posix() for p in docs.rglob("*.md")}
+    missing = sorted(p for p in pages if f": {p}" not in config)
+    assert not missing, f"mkdocs.yml's nav leaves out: {missing}"

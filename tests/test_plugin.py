@@ -583,3 +583,19 @@ def test_project_rules_in_pyproject_and_an_assertion_s_own(
     wrong = at_port(project, monkeypatch, first)
     assert wrong.ret == 1
     wrong.stdout.fnmatch_lines(["*golden_trace: *pyproject.toml: [[]tool.harness[]] golden_ignore must be a list*"])
+
+
+def test_a_golden_of_the_raw_view_names_it_and_one_written_before_still_passes(project: pytest.Pytester) -> None:
+    """`golden_view = "raw"` writes `"view":"raw"` in the first line (what `harness diff` reads to compare it in
+    that view); a raw golden whose first line says `"view":1` (written before) still passes, and an update
+    rewrites its first line."""
+    write_agent(project, bump=0, second=False)
+    (project.path / "pyproject.toml").write_text('[tool.harness]\ngolden_view = "raw"\n')
+    golden = project.path / "tests" / "golden" / "test_agent" / "test_run.jsonl"
+    assert run(project, "alone", "--snapshot-update").ret == 0
+    head, *records = golden.read_text().splitlines()
+    assert head == '{"format":"harness-golden","version":3,"view":"raw"}'
+    golden.write_text("\n".join(['{"format":"harness-golden","version":3,"view":1}', *records]) + "\n")
+    assert run(project, "alone").ret == 0
+    assert run(project, "alone", "--snapshot-update").ret == 0
+    assert golden.read_text().splitlines()[0] == head

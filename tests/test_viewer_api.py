@@ -145,8 +145,8 @@ def test_fork_roles_come_from_the_child_header_and_reused_marks(client: TestClie
     branch = s["branch"]
     assert s["parent_id"] == ids["done"] and branch == search_seq(path / f"{ids['done']}.jsonl")
     roles = {b["seq"]: b["role"] for b in client.get(f"/api/runs/{ids['fork']}/records?count=100").json()["records"]}
-    assert roles[1] is None and roles[branch] == "mutated" and roles[branch + 1] == "live"
-    assert {roles[q] for q in range(2, branch)} == {"reused"}
+    assert roles[1] is None and roles[branch] == "answered" and roles[branch + 1] == "live"
+    assert {roles[q] for q in range(2, branch)} == {"served"}  # harness show's words
     plain = client.get(f"/api/runs/{ids['done']}/records").json()["records"]
     assert {b["role"] for b in plain} == {None}
 
@@ -1208,3 +1208,25 @@ def test_serve_diffs_with_the_rules_of_the_project_holding_the_folder_or_config_
         finally:
             proc.send_signal(signal.SIGINT)
             proc.communicate(timeout=20)
+
+
+@pytest.mark.parametrize("run", ["fork", "agents_fork"])
+def test_the_viewer_and_harness_show_give_each_record_of_a_fork_the_same_word(
+    client: TestClient, folder: Any, run: str
+) -> None:
+    """One vocabulary: the viewer's role of each record is the word `harness show` prints beside it (served,
+    answered, live). Before, the viewer said reused and mutated where show said served and answered."""
+    import re
+
+    from harness.review.show import show_trace
+
+    path, ids = folder
+    out: list[str] = []
+    show_trace(str(path / f"{ids[run]}.jsonl"), out.append, view="timeline", width=200)
+    blocks = re.split(r"(?m)^\s*(\d+)  ", "".join(out))[1:]
+    words = ("served", "answered", "live")
+    said = {int(seq): next((w for w in words if re.search(rf"\b{w}\b", text)), None) for seq, text in
+            zip(blocks[::2], blocks[1::2], strict=True)}  # fmt: skip
+    records = client.get(f"/api/runs/{ids[run]}/records?count=1000").json()["records"]
+    assert {b["seq"]: b["role"] for b in records} == said
+    assert {"served", "answered", "live"} <= set(said.values())

@@ -186,7 +186,7 @@ def test_a_run_page_shows_its_records_and_the_panel_opens_on_click(page: Any, se
     open_page(page, f"{server}runs/{ids['fork']}")
     assert page.locator("table.records tr.rec").count() == len(recs)
     assert page.locator(".lane .chip").count() == len(recs)
-    assert page.locator(".chip.role-mutated").count() == 1 and page.locator(".chip.role-reused").count() > 0
+    assert page.locator(".chip.role-answered").count() == 1 and page.locator(".chip.role-served").count() > 0
     ledger = run_cost(path / f"{ids['fork']}.jsonl").to_json(None)["models"]  # what `harness cost` says
     live, served = (sum(m["calls"] for m in ledger if m["how"] == how) for how in ("live", "served"))
     assert live > 0 and served > 0
@@ -232,14 +232,14 @@ def test_a_causal_fork_of_a_concurrent_run_marks_what_it_reused_and_what_ran_liv
     recs = read_records(path / f"{ids['agents_fork']}.jsonl")  # forked at worker_a's search
     open_page(page, f"{server}runs/{ids['agents_fork']}")
     for rec in recs[1:]:
-        want = "reused" if rec.get("reused") else "mutated" if rec.get("mutated") else "live"
+        want = "served" if rec.get("reused") else "answered" if rec.get("mutated") else "live"
         chip = page.locator(f'.chip[data-line="{rec["seq"]}"]')
         assert f"role-{want}" in (chip.get_attribute("class") or ""), (rec["seq"], want)
     worker_b = page.locator('.lane[data-agent="worker_b"] .chip')
-    assert worker_b.count() > 0 and page.locator('.lane[data-agent="worker_b"] .chip.role-reused').count() == (
+    assert worker_b.count() > 0 and page.locator('.lane[data-agent="worker_b"] .chip.role-served').count() == (
         worker_b.count()
     )  # concurrent with the branch: served, never re-run
-    mutated = page.locator(".chip.role-mutated")
+    mutated = page.locator(".chip.role-answered")
     assert mutated.count() == 1 and mutated.get_attribute("title").startswith("seq")
     mutated.click()
     panel = page.locator("aside.detail")

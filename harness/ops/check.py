@@ -47,7 +47,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from .._errors import HarnessError, NotSerializable, ReplayDrift, ReplayViolation, ResumeMismatch
-from ..review.normalize import describe_record, is_golden_file, normalize
+from ..review.normalize import IGNORED, describe_record, is_golden_file, normalize
 from ..review.rerun import Rerun, rerun
 from ..review.runs import _traces
 from ..runtime.boundary import differences
@@ -279,6 +279,25 @@ _CLOCK = {"now", "sleep", "backoff"}  # crossings whose response a golden leaves
 _SERVABLE = frozenset({"header", "transition", "checkpoint", "crossing", "artifact", "resume", "crash", "seal"})
 
 
+def _pai_response(response: dict[str, Any], start: float) -> dict[str, Any]:
+    """A Pydantic AI reply as a golden holds it made servable: what the golden left out made up, as the framework
+    would (a timestamp ModelResponse requires; a tool call id of its own for each call, which the door renames to
+    `<tool-call-N>` in the next request as it did when recording)."""
+    import datetime
+    import uuid
+
+    import orjson
+
+    if response.get("timestamp") == IGNORED:
+        response = {**response, "timestamp": datetime.datetime.fromtimestamp(start, datetime.UTC).isoformat()}
+    data = orjson.dumps(response)
+    if b"pyd_ai_<id>" not in data:
+        return response
+    fresh = b"".join(part + (b"pyd_ai_" + uuid.uuid4().hex.encode()) for part in data.split(b"pyd_ai_<id>")[:-1])
+    out: dict[str, Any] = orjson.loads(fresh + data.split(b"pyd_ai_<id>")[-1])
+    return out
+
+
 def _golden_trace(path: str, folder: str) -> str:
     """A golden file's records as a trace in folder, served as the run it pins: a run id, timestamps, request
     hashes and idempotency keys made up, a clock reading the golden left out read as its start, a streamed model
@@ -298,8 +317,10 @@ def _golden_trace(path: str, folder: str) -> str:
     other = next((r["kind"] for r in records if r["kind"] not in _SERVABLE), None)
     if other is not None:  # (a golden of the behavior view holds a call as it reads, not as it was served)
         raise HarnessError(
-            f"{path}: a golden holding {other!r} records, which no trace holds: it pins what the calls read as, "
-            "not what was served; check the runs it came from, or rerun its test"
+            f"{path}: a golden of the behavior view ({other!r} records) cannot be rerun: it holds each call as it "
+            "reads (messages and reply), not the exchange a rerun serves, and no run id to find its trace by. "
+            "Check the trace it was written from (harness check TRACE), or rerun its test; to check goldens "
+            'themselves, write them with golden_view = "raw" in [tool.harness] (pytest --snapshot-update)'
         )
     if any("vc" in r or r["kind"] in ("answer", "reconcile", "spawn") for r in records):
         raise HarnessError(
@@ -337,6 +358,8 @@ def _golden_trace(path: str, folder: str) -> str:
                 if chunks is None:
                     raise HarnessError(f"{path}: record {seq}: a streamed reply that cannot be written as a stream")
                 r["response"] = {**{k: v for k, v in response.items() if k != "stream"}, "chunks": chunks}
+            if kind == "pydantic_ai.model" and isinstance(response, dict):
+                r["response"] = _pai_response(response, start)
             r["hash"] = request_hash(str(kind), r.get("request"))
         out.append(dict(sorted(r.items(), key=lambda kv: _RANK.get(kv[0], len(_RANK)))))
     trace, crc = os.path.join(folder, "golden.jsonl"), 0

@@ -46,7 +46,7 @@ import orjson
 
 from .._errors import internal
 from ..trace.reader import attempt_of
-from .normalize import Item, Loaded, Rules, Source, compact, describe_record, normalize_record, quick, view
+from .normalize import Item, Loaded, Rules, Source, compact, describe_record, normalize_record, quick, raw_golden, view
 
 _SMALL = 250_000  # product of stretch lengths up to which difflib aligns an anchorless stretch
 _EDITS = 300  # beyond it, Myers gives up on a long anchorless stretch (its records are then all reported)
@@ -248,6 +248,8 @@ def diff(
     Raises HarnessError (TraceCorruption for a corrupt trace) naming the file.
     """
     rules = Rules.of(ignore, defaults, view)
+    if rules.behavior and (raw_golden(a) or raw_golden(b)):  # a golden is compared in the view it was written in
+        rules = Rules.of(ignore, defaults, "raw")
     return diff_with(Loaded.load(a, rules), Loaded.load(b, rules))
 
 

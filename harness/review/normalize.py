@@ -93,6 +93,7 @@ if TYPE_CHECKING:  # (at run time: _trace_of; `harness show` need not load the r
 
 FORMAT, VERSION = "harness-golden", 3  # 2: trace schema 2 (one checkpoint record per step, seals); 3: the behavior view
 GOLDEN_HEAD = orjson.dumps({"format": FORMAT, "version": VERSION, "view": VIEW}).decode()
+RAW_HEAD = orjson.dumps({"format": FORMAT, "version": VERSION, "view": "raw"}).decode()  # golden_view = "raw"
 OLDER = frozenset({2})  # golden versions still read (version 2: the raw view, before the behavior view)
 # behavior views a golden of this version may name, and what today's view adds to them (their records still read:
 # a golden of a run made live holds the same records in both)
@@ -538,7 +539,24 @@ def normalize_with(trace: Source, rules: Rules) -> list[dict[str, Any]]:
 def render(records: Sequence[Mapping[str, Any]], rules: Rules = RULES) -> str:
     """A golden file's text: the format line, then one normalized record per line."""
     body = b"\n".join(orjson.dumps(normalize_record(r, rules=rules)) for r in records)
-    return GOLDEN_HEAD + "\n" + (body.decode() + "\n" if records else "")
+    return golden_head(rules) + "\n" + (body.decode() + "\n" if records else "")
+
+
+def golden_head(rules: Rules = RULES) -> str:
+    """A golden file's first line: its format and the view its records are in (so a diff compares it in that view)."""
+    return GOLDEN_HEAD if rules.behavior else RAW_HEAD
+
+
+def raw_golden(source: object) -> bool:
+    """Whether source is a golden file whose first line says its records are in the raw view."""
+    if not isinstance(source, str | os.PathLike) or not is_golden_file(path := os.fspath(source)):
+        return False
+    try:
+        with open(path, "rb") as f:
+            head = orjson.loads(f.readline())
+    except (OSError, orjson.JSONDecodeError):
+        return False  # read again, and refused with its reason, by whoever loads it
+    return isinstance(head, dict) and head.get("view") == "raw"
 
 
 def golden_version(first_line: str | bytes) -> int | None:

@@ -41,16 +41,17 @@ from ..trace.reader import Replay, replay
 from .behavior import Behavior
 from .fieldpath import mark
 from .normalize import (
-    GOLDEN_HEAD,
     RULES,
     Rules,
     behave,
     describe_record,
+    golden_head,
     is_golden_file,
     mapped,
     normalize_record,
     normalize_with,
     parse_golden,
+    raw_golden,
 )  # fmt: skip
 from .results import hint
 from .stream import FRAMEWORK_MODELS, http_view, reply, said
@@ -113,6 +114,23 @@ def _said(message: Mapping[str, Any]) -> str:
     return said({"message": shown})
 
 
+def role(seq: int, rec: Mapping[str, Any], branch: int | None, rerun: bool) -> str | None:
+    """How a record of a rerun or fork came to be: `served` (from the recording: a fork's `reused` record, every
+    record of a rerun), `answered` (a fork's branch, `mutated`) or `live` (after the branch; in a causal fork, what
+    it did not mark). None for a header and for a run that is neither. `branch`/`rerun`: from the run's header."""
+    if rec.get("kind") == "header":
+        return None
+    if rec.get("reused") is True or rerun:
+        return "served"
+    if branch is None:
+        return None
+    if rec.get("mutated") is True or (seq == branch and "vc" not in rec):
+        return "answered"
+    if "vc" in rec:  # a causal fork marks what it reused and the branch: the rest ran live
+        return "live"
+    return "answered" if seq == branch else "live" if seq > branch else "served"
+
+
 class Timeline:
     """Formats records as timeline lines; knows the trace's fork lineage from its header."""
 
@@ -152,17 +170,9 @@ class Timeline:
     def notes(self, seq: int, rec: Mapping[str, Any]) -> list[str]:
         kind = rec.get("kind")
         notes = []
-        # served (from the recording: a fork's `reused`, every record of a rerun), answered (a fork's branch), live
-        if rec.get("reused") is True or (self.rerun and kind != "header"):
-            notes.append("served")
-        elif rec.get("mutated") is True or (self.branch is not None and seq == self.branch and "vc" not in rec):
-            notes.append("answered")
-        elif self.branch is not None and "vc" in rec:  # a causal fork marks what it reused: the rest ran live
-            notes.append("live")
-        elif self.branch is not None and seq == self.branch:
-            notes.append("answered")
-        elif self.branch is not None and seq > self.branch:
-            notes.append("live")
+        how = role(seq, rec, self.branch, self.rerun)
+        if how is not None:
+            notes.append(how)
         fields = {k: v for k, v in rec.items() if k not in _HIDDEN}
         if kind == "checkpoint":
             fields.pop("name", None)  # already in `what`
@@ -250,8 +260,9 @@ def show_trace(
                 records = parse_golden(f.read(), path)
         except OSError as e:
             raise TraceUnreadable(path, f"cannot read: {e.strerror}") from None
-        if view == "golden":
-            write(GOLDEN_HEAD + "\n")
+        if view == "golden":  # (the textconv of a golden: in the view it was written in)
+            rules = Rules.of(rules.ignore, rules.defaults, "raw") if raw_golden(path) else rules
+            write(golden_head(rules) + "\n")
             for rec in behave(records) if rules.behavior else records:
                 write(_json(normalize_record(rec, rules=rules)) + "\n")
             return None
@@ -260,7 +271,7 @@ def show_trace(
         rep, held = None, len(records)
     elif view == "golden":  # the textconv: refuse a corrupt trace before writing a byte
         normalized = normalize_with(path, rules)
-        write(GOLDEN_HEAD + "\n")
+        write(golden_head(rules) + "\n")
         for rec in normalized:
             write(_json(rec) + "\n")
         return replay(path)

@@ -49,6 +49,7 @@ from typing import Any
 import orjson
 
 from .._errors import HarnessError, IndexChanged, TraceCorruption, TraceUnreadable
+from ..review.show import role as show_role
 from ..review.stream import FRAMEWORK_MODELS, reply, said
 from ..trace.line import MAX_LINE, line_ok
 from ..trace.reader import Replay, attempt_of, replay
@@ -111,23 +112,14 @@ def link(rec: dict[str, Any]) -> dict[str, Any] | None:
 
 
 def role(rec: dict[str, Any], header: dict[str, Any] | None) -> str | None:
-    """A fork's record is reused (served from the parent), mutated (the branch) or live (after it).
-
-    None outside a fork and for the header.
-    """
+    """A rerun's or fork's record is served (from the recording), answered (the branch) or live: harness show's
+    words (`review.show.role`). None for the header and outside a rerun or fork."""
     branch = header.get("branch") if header else None
-    if type(branch) is not int or rec.get("kind") == "header":
-        return None
-    if rec.get("reused") is True:
-        return "reused"
-    if rec.get("mutated") is True:
-        return "mutated"
-    if "vc" in rec:  # a causal fork marks what it reused and the branch: the rest ran live
-        return "live"
     seq = rec.get("seq")
     if type(seq) is not int:
         return None
-    return "mutated" if seq == branch else "live" if seq > branch else "reused"
+    rerun = header is not None and "parent" in header and type(branch) is not int
+    return show_role(seq, rec, branch if type(branch) is int else None, rerun)
 
 
 def label(rec: dict[str, Any]) -> str:

@@ -51,8 +51,8 @@ function drawLegend() {
   const used = new Set(st.codes);
   const items = Object.keys(NAMES).filter((c) => used.has(c)).map((c) =>
     h("span", { class: "key" }, h("span", { class: `chip-mini cls-${c}` }, GLYPH[c]), NAMES[c]));
-  if (st.summary && st.summary.branch != null) {
-    for (const r of ["reused", "mutated", "live"]) items.push(h("span", { class: "key" }, h("span", { class: `chip-mini role-${r}` }, ""), r));
+  if (st.summary && (st.summary.branch != null || st.summary.parent != null)) {
+    for (const r of ["served", "answered", "live"]) items.push(h("span", { class: "key" }, h("span", { class: `chip-mini role-${r}` }, ""), r));
   }
   if (used.has("S") || used.has("J")) items.push(h("span", { class: "key" }, h("span", { class: "arrow-key life" }, ""), "spawn / join"));
   if (used.has("G")) items.push(h("span", { class: "key" }, h("span", { class: "arrow-key message" }, ""), "message"));
