@@ -11,6 +11,7 @@ $WF_KILL=in-login, inside login. The tools note each call in the ledger, so a te
 
 from __future__ import annotations
 
+import asyncio
 import os
 from pathlib import Path
 from typing import Any
@@ -56,3 +57,35 @@ def executor(trace: str) -> harness.Executor:
 def ledger(kind: str) -> list[str]:
     path = Path(os.environ["WF_LEDGER"]) / kind
     return path.read_text().splitlines() if path.exists() else []
+
+
+# Two tasks gathered, each logging in as its own user: the two login results and the two fetch calls are equal
+# once redacted (only the secret tells them apart), so a resume must serve each task its own token.
+
+
+def token_of(user: str) -> str:
+    return f"{os.environ['SECRET_TOKEN']}-{user}"
+
+
+async def alogin(user: str) -> dict[str, Any]:
+    note("login", user)
+    return {"access_token": token_of(user)}
+
+
+async def afetch(access_token: str) -> dict[str, Any]:
+    note("fetch", access_token)
+    point("in-fetch-" + access_token.rpartition("-")[2])
+    return {"ok": access_token in (token_of("alice"), token_of("bob"))}
+
+
+ALOGIN, AFETCH = alogin, afetch
+
+
+async def _one(user: str) -> dict[str, Any]:
+    got = await harness.acall(ALOGIN, user=user)
+    return await harness.acall(AFETCH, access_token=got["access_token"])
+
+
+@harness.workflow
+async def pair() -> list[dict[str, Any]]:
+    return list(await asyncio.gather(_one("alice"), _one("bob")))

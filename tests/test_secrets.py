@@ -33,7 +33,10 @@ if "--no-extra" in sys.argv:
     sys.modules["cryptography"] = None  # as if the extra were not installed
 import secret_agent
 try:
-    if "--executor" in sys.argv:  # the Executor's run: what its last step (fetch) returned
+    if "--pair" in sys.argv:  # two gathered tasks, each its own token
+        out = secret_agent.pair.run(trace=sys.argv[1], resume="auto")
+        result = out.result
+    elif "--executor" in sys.argv:  # the Executor's run: what its last step (fetch) returned
         out = secret_agent.executor(sys.argv[1]).run("alice")
         result = out.checkpoints[-1].result if out.checkpoints else None
     else:
@@ -63,7 +66,7 @@ def run_child(trace: Path, environ: dict[str, str], *flags: str) -> dict[str, An
     return dict(json.loads(done.stdout.splitlines()[-1]))
 
 
-def crash_in_fetch(tmp_path: Path, token: str, *flags: str) -> Path:
+def crash_in_fetch(tmp_path: Path, token: str, *flags: str, at: str = "in-fetch") -> Path:
     """Run the workflow in a child process, SIGKILL it inside fetch; the trace."""
     runs, mark = tmp_path / "runs", tmp_path / "mark"
     runs.mkdir(exist_ok=True)
@@ -71,11 +74,11 @@ def crash_in_fetch(tmp_path: Path, token: str, *flags: str) -> Path:
     trace = runs / "run.jsonl"
     child = ZYGOTE.Popen(
         [sys.executable, "-c", CHILD, str(trace), *flags],
-        env=env(tmp_path, token, WF_KILL="in-fetch", WF_MARK=str(mark)),
+        env=env(tmp_path, token, WF_KILL=at, WF_MARK=str(mark)),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
     )
-    kill_at(mark, child, "in-fetch")
+    kill_at(mark, child, at)
     assert child.returncode == -9
     return trace
 
@@ -456,3 +459,67 @@ def test_an_executor_resume_whose_results_hold_no_marker_needs_no_key(
     out = harness.Executor(planner=planner, tools={"work": work}, trace=trace, resume=True).run(goal)
     assert out.state == "DONE" and [c.result for c in out.checkpoints] == [{"i": 0}, {"i": 1}]
     assert not Path(sidecar(str(trace))).exists() and not (tmp_path / "elsewhere").exists()
+
+
+@pytest.mark.parametrize("at", ["in-fetch-alice", "in-fetch-bob"])
+def test_two_gathered_tasks_whose_results_differ_only_by_their_secret_each_get_their_own_after_a_sigkill(
+    tmp_path: Path, at: str
+) -> None:
+    # the seam of task names and kept secrets: the two login results (and the two fetch calls) are equal once
+    # redacted, so only the task names tell them apart, and only the sidecar holds what each must be given
+    token = "tok-" + secrets.token_hex(16)
+    alice, bob = f"{token}-alice", f"{token}-bob"
+    trace = crash_in_fetch(tmp_path, token, "--pair", at=at)
+    killed = [alice] if at == "in-fetch-alice" else [alice, bob]
+    assert ledger(tmp_path, "fetch") == killed
+    held = [json.loads(x) for x in trace.read_text().splitlines()]
+    assert {r["task"] for r in held if r.get("name") == "afetch"} <= {"1", "2"}
+
+    out = run_child(trace, env(tmp_path, token), "--pair")
+    assert out == {"state": "DONE", "result": [{"ok": True}, {"ok": True}]}
+    assert ledger(tmp_path, "login") == ["alice", "bob"]  # each login served, never made again
+    fetched = ledger(tmp_path, "fetch")
+    assert fetched[: len(killed)] == killed and sorted(fetched[len(killed) :]) == sorted(
+        [alice, bob][len(killed) - 1 :]
+    )  # the call in flight made again with its own task's token; alice's done one served (when it was done)
+    assert in_clear(tmp_path / "runs", token) == []
+
+    # a rerun of the resumed run: zero live calls, each token served where it was, kept in the rerun's own sidecar
+    import secret_agent
+
+    again = harness.rerun(trace, workflow=secret_agent.pair, out=tmp_path / "runs" / "rerun.jsonl")
+    assert again.equal
+    assert ledger(tmp_path, "fetch") == fetched
+    assert Path(sidecar(str(tmp_path / "runs" / "rerun.jsonl"))).exists()
+    assert in_clear(tmp_path / "runs", token) == []
+
+
+def test_check_serves_a_runs_kept_secrets_and_without_the_key_says_so_writing_no_key_and_no_sidecar(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # check re-executes into a scratch folder through the journal, which keeps secrets: the kept ones are read
+    # with the key the run was recorded with, and a machine without it (CI) gets a clear error, never a new key
+    token = "tok-" + secrets.token_hex(16)
+    trace = crash_in_fetch(tmp_path, token)
+    assert run_child(trace, env(tmp_path, token))["state"] == "DONE"
+    scratch, bare = tmp_path / "scratch", tmp_path / "ci-config"
+    scratch.mkdir()
+    bare.mkdir()
+    monkeypatch.setenv("TMPDIR", str(scratch))
+    monkeypatch.setenv("SECRET_TOKEN", token)
+    monkeypatch.setenv("WF_LEDGER", str(tmp_path / "ledger"))
+    import secret_agent
+
+    runs, config = tmp_path / "runs", Path(os.environ["XDG_CONFIG_HOME"])
+    before, keys = snapshot(runs), snapshot(config)
+    [done] = harness.check([runs], workflow=secret_agent.session)
+    assert (done.status, done.finished) == ("ok", True), done.line()
+    assert ledger(tmp_path, "fetch") == [token, token]  # nothing called
+    assert snapshot(runs) == before and snapshot(config) == keys and list(scratch.iterdir()) == []
+
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(bare))  # a machine that never had the key
+    [done] = harness.check([runs], workflow=secret_agent.session)
+    assert done.status == "error" and ENV in done.detail and "nothing was written" in done.detail, done.line()
+    assert list(bare.rglob("*")) == [] and not Path(key_file()).exists()  # no key made for it
+    assert snapshot(runs) == before and list(scratch.iterdir()) == []
+    assert ledger(tmp_path, "fetch") == [token, token]
