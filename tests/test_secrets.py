@@ -523,3 +523,119 @@ def test_check_serves_a_runs_kept_secrets_and_without_the_key_says_so_writing_no
     assert list(bare.rglob("*")) == [] and not Path(key_file()).exists()  # no key made for it
     assert snapshot(runs) == before and list(scratch.iterdir()) == []
     assert ledger(tmp_path, "fetch") == [token, token]
+
+
+def crash_in_planner(trace: Path, token: str) -> dict[str, Any]:
+    """An Executor run whose step 0 (login) returns token and whose planner dies planning step 2 (the trace stays
+    in PLAN, nothing of the crash written); the tools, whose calls are counted in "calls"."""
+    calls: list[str] = []
+
+    def login() -> dict[str, Any]:
+        calls.append("login")
+        return {"access_token": token}
+
+    def work(i: int) -> dict[str, int]:
+        calls.append("work")
+        return {"i": i}
+
+    def planner(goal: str, progress: list[harness.Checkpoint]) -> Any:
+        if not progress:
+            return harness.Step("login", "login", {})
+        if len(progress) == 2:
+            raise Crash
+        return harness.Step("s1", "work", {"i": 1})
+
+    tools = {"login": login, "work": work}
+    with pytest.raises(Crash):
+        harness.Executor(planner=planner, tools=tools, trace=trace).run("g")
+    assert harness.replay(trace).state == "PLAN" and calls == ["login", "work"]
+    assert harness.replay(trace).checkpoints[0].result["access_token"] == harness.MARKER
+    calls.clear()
+    return {"tools": tools, "calls": calls}
+
+
+def without_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    """As if the `secrets` extra were not installed (in this process, its modules already imported)."""
+    for name in ("cryptography", "cryptography.hazmat.primitives.ciphers.aead"):
+        monkeypatch.setitem(sys.modules, name, None)
+
+
+def test_an_executor_resume_reveals_only_the_checkpoints_its_planner_reads(tmp_path: Path) -> None:
+    token = "tok-" + secrets.token_hex(16)
+    trace = tmp_path / "run.jsonl"
+    run = crash_in_planner(trace, token)
+    Path(sidecar(str(trace))).unlink()  # step 0's secret is gone: only a planner that reads step 0 needs it
+    seen: list[Any] = []
+
+    def planner(goal: str, progress: Any) -> Any:  # reads the last checkpoint only
+        seen.append(progress[-1].result)
+        return None if len(progress) == 3 else harness.Step("s2", "work", {"i": 2})
+
+    out = harness.Executor(planner=planner, tools=run["tools"], trace=trace, resume=True).run("g")
+    assert out.state == "DONE" and run["calls"] == ["work"] and seen == [{"i": 1}, {"i": 2}]
+    with pytest.raises(SecretUnavailable, match="does not exist"):  # read, it is refused: never the marker
+        out.checkpoints[0].result  # noqa: B018
+
+
+@pytest.mark.parametrize("missing", ["sidecar", "extra"])
+def test_an_executor_planner_that_reads_a_checkpoint_it_cannot_reveal_stops_the_resume_writing_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, missing: str
+) -> None:
+    token = "tok-" + secrets.token_hex(16)
+    trace = tmp_path / "run.jsonl"
+    if missing == "extra":  # recorded and resumed without it: the trace holds the marker, nothing is kept
+        without_the_extra(monkeypatch)
+    run = crash_in_planner(trace, token)
+    if missing == "sidecar":
+        Path(sidecar(str(trace))).unlink()
+    assert not Path(sidecar(str(trace))).exists()  # so nothing up front can tell: the planner's read refuses
+    before, asked = snapshot(tmp_path), []
+
+    def planner(goal: str, progress: Any) -> Any:
+        asked.append(len(progress))
+        return harness.Step("use", "work", {"i": progress[0].result["access_token"]})
+
+    error = MissingExtra if missing == "extra" else SecretUnavailable
+    with pytest.raises(error):
+        harness.Executor(planner=planner, tools=run["tools"], trace=trace, resume=True).run("g")
+    assert asked == [2] and run["calls"] == []  # refused as the planner read it, no tool called
+    assert snapshot(tmp_path) == before  # no resume record, no crash record: nothing written
+
+
+def test_a_missing_extra_an_executors_planner_raises_itself_is_recorded_as_a_crash(tmp_path: Path) -> None:
+    token = "tok-" + secrets.token_hex(16)
+    trace = tmp_path / "run.jsonl"
+    run = crash_in_planner(trace, token)
+
+    def planner(goal: str, progress: Any) -> Any:  # its own reason, not the vault's
+        raise MissingExtra("the planner's model client", "llm", "pip install llm")
+
+    with pytest.raises(MissingExtra, match="pip install llm"):
+        harness.Executor(planner=planner, tools=run["tools"], trace=trace, resume=True).run("g")
+    kinds = [json.loads(x)["kind"] for x in trace.read_text().splitlines()]
+    assert kinds[-2:] == ["resume", "crash"]
+
+
+@pytest.mark.parametrize("missing", ["key", "another key", "extra"])
+def test_an_executor_resume_without_the_key_refuses_before_its_planner_is_asked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, missing: str
+) -> None:
+    token = "tok-" + secrets.token_hex(16)
+    trace = tmp_path / "run.jsonl"
+    run = crash_in_planner(trace, token)
+    if missing == "key":
+        monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "elsewhere"))
+    elif missing == "another key":
+        monkeypatch.setenv(ENV, base64.urlsafe_b64encode(os.urandom(32)).decode())
+    else:
+        without_the_extra(monkeypatch)
+    before, asked = snapshot(tmp_path), []
+
+    def planner(goal: str, progress: Any) -> Any:  # would read none of step 0: the sidecar's entries tell
+        asked.append(len(progress))
+        return None
+
+    error = MissingExtra if missing == "extra" else SecretUnavailable
+    with pytest.raises(error):
+        harness.Executor(planner=planner, tools=run["tools"], trace=trace, resume=True).run("g")
+    assert asked == [] and snapshot(tmp_path) == before

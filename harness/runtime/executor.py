@@ -75,7 +75,7 @@ from ..trace.reader import Call, Checkpoint, Replay, replay
 from ..trace.redact import Redaction, Rule
 from ..trace.remote import open_journal
 from ..trace.torn import set_aside
-from ..trace.vault import Vault
+from ..trace.vault import Vault, refused
 from . import timers as _timers
 from .boundary import Session, deactivate
 from .context import AgentState, end_call, reset_key, running_agent, set_agent, set_key, set_run, start_call
@@ -432,12 +432,13 @@ class Executor:
         """
         # the planner and verifier get each result as the tool returned it, secrets and all (kept beside the
         # trace, vault.py), live as on resume: never the marker, which a planner would copy into the next args.
-        # Revealed before anything is written: a resume that cannot refuses here, with nothing written
+        # The key and what the run goes on from are checked before anything is written, the checkpoints as the
+        # planner reads them: a refusal there is the vault's (`refused`), and writes nothing the resume owes
         rep, revealed = revealed_progress(rep, self.redact.marker)
         journal.give = True
         last, intent = rep._tail.last or {}, rep._tail.intent
         goal = rep.goal if goal is _RECORDED else goal
-        run = _Run(journal, session, goal, rep.run_id, _index.resumed(rep) if revealed is None else revealed, rep.state)
+        run = _Run(journal, session, goal, rep.run_id, revealed, rep.state)
         run.index = _index.Writer.after(journal.path, journal.fd, journal.digests, journal.blocks, rep)
         if rep._tail.group:  # a parallel step was open: its calls go on, each from where its lane stands
             run.state, run.step = S.PLAN, rep._tail.group[0].step
@@ -593,6 +594,8 @@ class Executor:
             why = f"the planner, asked again, made another model or boundary call than it did then ({e})"
             raise RedactedArgs(rep.path, step, tool, where, why) from None
         except Exception as e:
+            if refused(e, rep.path):  # the progress it read cannot be revealed: the vault's refusal, as it is
+                raise
             why = f"the planner, asked again, raised {type(e).__name__}: {e}"
             raise RedactedArgs(rep.path, step, tool, where, why) from e
         finally:
@@ -697,9 +700,10 @@ class Executor:
                         "the step alone"
                     ) from None
                 return self._ask(run, stop.question)
-            # the journal's own failure and a re-execution's verdict have no crash record; a call's failure
-            # propagates to the run, which records the crash
-            own = isinstance(stop, JournalError | ReplayDrift | ReplayViolation)
+            # the journal's own failure, a re-execution's verdict and the vault's refusal to reveal a checkpoint the
+            # planner read have no crash record (a resume refused so writes nothing); a call's failure propagates
+            # to the run, which records the crash
+            own = isinstance(stop, JournalError | ReplayDrift | ReplayViolation) or refused(stop, run.journal.path)
             if not own and not run.lane and isinstance(stop, Exception | KeyboardInterrupt):
                 _crash(run, stop)
             if stop is raised:

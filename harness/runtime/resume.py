@@ -28,13 +28,10 @@ each resumes into (the step loop, the function run again) is theirs.
 
 from __future__ import annotations
 
-import mmap
 import os
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Final, overload
-
-import orjson
 
 from .._errors import HarnessError, TraceCorruption, internal
 from ..storage import is_url
@@ -98,26 +95,28 @@ def revealed(rep: Replay, marker: str) -> tuple[Replay, list[Crossing]]:
     return rep, reveal_crossings(Vault(rep.path, marker), rep.resumable_crossings())
 
 
-def progress(rep: Replay, marker: str) -> tuple[Replay, list[Checkpoint] | ResumedProgress | None]:
+def progress(rep: Replay, marker: str) -> tuple[Replay, list[Checkpoint] | ResumedProgress]:
     """What an Executor's resume hands its planner and verifier, with the secrets kept beside the trace back in
     place: rep with the results it goes on from revealed (the last one, an operator's reconciled one, each open
-    call's), and the progress so far (None: no result in the trace holds the marker, and the progress is read from
-    the trace on access as before). Live code got these values so (`Journal.give`).
+    call's), and the progress so far, read from the trace on access, each checkpoint's result revealed then. Live
+    code got these values so (`Journal.give`).
 
-    Called before anything is written: MissingExtra or SecretUnavailable when one holds the marker and cannot be
-    revealed, so the resume refuses before any live call. Its cost is one search of the trace's bytes for the
-    marker (in C), and a read of each line that holds it: the progress stays read on access. A trace on object
-    storage (read whole anyway) or with blobs (a payload's marker is not in the trace's bytes) is revealed whole.
+    Called before anything is written, and O(secrets), never O(trace): the sidecar's entries are checked for the
+    extra and the key (`Vault.check`), and the results it goes on from revealed, so MissingExtra or
+    SecretUnavailable refuses there. A checkpoint whose result holds the marker and has no entry (a trace copied
+    without its sidecar, or recorded without the extra) is refused when the planner reads it: `refused()` tells
+    that error from the planner's own, and the executor stops the run as for a drift, with no crash record (the
+    resume's records are owed until its first new one: refused at the planner's first read, nothing is written).
+    A trace on object storage (read whole anyway) is revealed whole.
     """
     vault = Vault(rep.path, marker)
+    vault.check(rep.last_seq)
     t = rep._tail
-    cks: list[Checkpoint] | ResumedProgress | None = None
-    if is_url(rep.path) or t.blobs:
+    cks: list[Checkpoint] | ResumedProgress
+    if is_url(rep.path):
         cks = [_revealed(vault, ck) for ck in rep.checkpoints]
     else:
-        results = _marked_results(rep.path, t.end, vault)
-        if results:
-            cks = ResumedProgress(_Revealing(rep.checkpoints, results))
+        cks = ResumedProgress(_Revealing(rep.checkpoints, vault))
     tail = replace(
         t,
         result=vault.reveal(t.result_seq, "result", t.result) if rep.state in _GOES_ON_FROM else t.result,
@@ -130,37 +129,12 @@ def progress(rep: Replay, marker: str) -> tuple[Replay, list[Checkpoint] | Resum
 _GOES_ON_FROM = (S.VERIFY, S.PAUSED)  # where a resume goes on with the last result (a verifier, a question)
 
 
-def _marked_results(path: str, stop: int, vault: Vault) -> dict[int, tuple[Any, Any]]:
-    """The tool results in the trace at path that hold the marker, by seq: (as the trace holds it, revealed).
-
-    Only the lines before byte stop (a torn tail is not the run's) that the marker is found in are read;
-    SecretUnavailable or MissingExtra for one that cannot be revealed.
-    """
-    found: dict[int, tuple[Any, Any]] = {}
-    try:
-        with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
-            at = m.find(vault.needle, 0, stop)
-            while at >= 0:
-                start, end = m.rfind(b"\n", 0, at) + 1, m.find(b"\n", at, stop)
-                end = stop if end < 0 else end
-                try:
-                    rec = orjson.loads(m[start:end])
-                except orjson.JSONDecodeError:
-                    rec = None
-                verified = type(rec) is dict and rec.get("kind") == "transition" and rec.get("to") == S.VERIFY
-                if verified and "result" in rec and type(rec.get("seq")) is int:
-                    found[rec["seq"]] = (rec["result"], vault.reveal(rec["seq"], "result", rec["result"]))
-                at = m.find(vault.needle, end, stop)
-    except (OSError, ValueError) as e:  # (replay() read it a moment ago; an empty file cannot be mapped)
-        raise HarnessError(f"{path}: cannot read it again to reveal its secrets: {e}") from None
-    return found
-
-
 class _Revealing(Sequence[Checkpoint]):
-    """A trace's checkpoints, read on access, each whose result holds the marker with its secrets back in place."""
+    """A trace's checkpoints, read on access, each with its result's secrets back in place (Vault.reveal: one
+    search of the result's JSON text when it holds no marker)."""
 
-    def __init__(self, before: Sequence[Checkpoint], results: dict[int, tuple[Any, Any]]):
-        self._before, self._results = before, results
+    def __init__(self, before: Sequence[Checkpoint], vault: Vault):
+        self._before, self._vault = before, vault
 
     def __len__(self) -> int:
         return len(self._before)
@@ -171,17 +145,11 @@ class _Revealing(Sequence[Checkpoint]):
     def __getitem__(self, i: slice) -> Sequence[Checkpoint]: ...
     def __getitem__(self, i: int | slice) -> Checkpoint | Sequence[Checkpoint]:
         if isinstance(i, slice):
-            return [self._put(ck) for ck in self._before[i]]
-        return self._put(self._before[i])
+            return [_revealed(self._vault, ck) for ck in self._before[i]]
+        return _revealed(self._vault, self._before[i])
 
     def __iter__(self) -> Iterator[Checkpoint]:
-        return (self._put(ck) for ck in self._before)
-
-    def _put(self, ck: Checkpoint) -> Checkpoint:
-        held = self._results.get(ck.result_seq)
-        if held is None or held[0] != ck.result:  # (the line searched is the line the checkpoint read: checked)
-            return ck
-        return replace(ck, result=held[1])
+        return (_revealed(self._vault, ck) for ck in self._before)
 
 
 def _revealed(vault: Vault, ck: Checkpoint) -> Checkpoint:

@@ -28,8 +28,11 @@ process killed before its record was written, or a seq written again by a
 resume, matches no record or is followed by the right one, the last entry
 wins); a value holding the marker that cannot be revealed (no extra, no key,
 another key, no sidecar, no entry, an entry that fails authentication) is
-SecretUnavailable or MissingExtra naming what is missing, raised while the
-resume reads its trace, before anything is written or called.
+SecretUnavailable or MissingExtra naming what is missing, never the marker,
+and `refused()` tells it from a MissingExtra code raised for its own reasons.
+A resume reads values as it serves them: `Vault.check` refuses up front,
+reading the sidecar only, what would refuse any kept value (no extra, no
+key, another key), so the rest (no sidecar, no entry) is refused on access.
 """
 
 from __future__ import annotations
@@ -51,6 +54,12 @@ SERVED = {"transition": "result", "crossing": "response", "reconcile": "result"}
 ENV = "HARNESS_SECRET_KEY"
 EXTRA, INSTALL = "secrets", "pip install 'harness-trace[secrets]'"
 _AAD = b"harness-secrets-1|%d|%s|%s"
+_BY = "_harness_vault"  # set on the errors a Vault raises: the trace whose value it refused to reveal
+
+
+def refused(error: BaseException, trace: str) -> bool:
+    """Whether error is a Vault's refusal to reveal a value of `trace` (not one code raised for its own reasons)."""
+    return getattr(error, _BY, None) == trace
 
 
 def sidecar(trace: str) -> str:
@@ -247,10 +256,33 @@ class Vault:
         """value (record seq's field, as the trace holds it) with its kept secrets back in place.
 
         value itself when it holds no marker; MissingExtra or
-        SecretUnavailable when it does and they cannot be read back.
+        SecretUnavailable when it does and they cannot be read back (`refused`).
         """
         if value is None or type(value) in (bool, int, float):
             return value
+        try:
+            return self._reveal(seq, field, value)
+        except (MissingExtra, SecretUnavailable) as e:
+            setattr(e, _BY, self.trace)
+            raise
+
+    def check(self, last: int) -> None:
+        """Refuse now, before anything is written, what would refuse every kept `result` up to seq `last`
+        (MissingExtra: no extra; SecretUnavailable: no key, another key): a read of the sidecar, none of the trace.
+
+        What only the trace can tell (a value holding the marker with no sidecar or no entry) is refused when
+        that value is revealed.
+        """
+        for (seq, field), entries in self._read().items():
+            if field == "result" and seq <= last:
+                for entry in entries:
+                    try:
+                        self._open(seq, field, "", entry)
+                    except (MissingExtra, SecretUnavailable) as e:
+                        setattr(e, _BY, self.trace)
+                        raise
+
+    def _reveal(self, seq: int, field: str, value: Any) -> Any:
         try:  # one search of the value's JSON text (in C) clears most values: no walk in Python
             if self.needle not in orjson.dumps(value):
                 return value
