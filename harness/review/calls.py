@@ -162,8 +162,8 @@ class ToolCall:
 
 
 def role(rec: Mapping[str, Any], header: Mapping[str, Any]) -> str:
-    """`served` (taken from the parent's recording: a rerun's records, a fork's before its branch), `mutated`
-    (a fork's branch) or `live` (made when it was recorded)."""
+    """`served` (taken from the parent's recording: a rerun's records, a fork's before its branch), `answered`
+    (a fork's branch: the value the fork set) or `live` (made when it was recorded): `harness show`'s words."""
     if "parent" not in header or rec.get("kind") == "header":
         return "live"
     branch = header.get("branch")
@@ -172,13 +172,13 @@ def role(rec: Mapping[str, Any], header: Mapping[str, Any]) -> str:
     if rec.get("reused") is True:
         return "served"
     if rec.get("mutated") is True:
-        return "mutated"
+        return "answered"
     if "vc" in rec:  # a causal fork marks what it reused and its branch: the rest ran live
         return "live"
     seq = rec.get("seq")
     if type(seq) is not int:
         return "live"
-    return "mutated" if seq == branch else "live" if seq > branch else "served"
+    return "answered" if seq == branch else "live" if seq > branch else "served"
 
 
 # --- model calls -----------------------------------------------------------------------------------------------
