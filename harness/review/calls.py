@@ -278,7 +278,7 @@ def _usage(usage: Any) -> Usage | None:
         cached = _int(details.get("cached_tokens")) if isinstance(details, dict) else 0
         return Usage(_int(usage.get("prompt_tokens")), _int(usage.get("completion_tokens")), cached, total)
     if "input_tokens" not in usage and "output_tokens" not in usage:
-        return None
+        return Usage(0, 0, 0, total) if total else None  # (a total alone, as a fake or a thin client gives)
     inp, out = _int(usage.get("input_tokens")), _int(usage.get("output_tokens"))
     if "cache_read_input_tokens" in usage or "cache_creation_input_tokens" in usage:  # Anthropic: apart from input
         cached = _int(usage.get("cache_read_input_tokens"))
