@@ -21,7 +21,7 @@ from in_process import harness
 import harness as package  # (`harness` below runs the console script)
 from harness import Executor, ToolError, diff, normalize, replay
 from harness.cli import main
-from harness.review.normalize import render
+from harness.review.normalize import GOLDEN_HEAD, render
 from harness.testing import ScriptedTool, counter, fixed_plan, read_records, steps, write_trace
 
 HARNESS = shutil.which("harness") or str(Path(sys.executable).parent / "harness")
@@ -69,7 +69,7 @@ def test_show_golden_prints_the_normalized_view_and_is_stable_on_its_own_output(
     out = harness("show", "--golden", trace)
     assert out.returncode == 0
     assert out.stdout == render(normalize(trace))
-    assert out.stdout.splitlines()[0] == '{"format":"harness-golden","version":3,"view":1}'
+    assert out.stdout.splitlines()[0] == GOLDEN_HEAD
     golden = tmp_path / "golden.jsonl"
     golden.write_text(out.stdout)
     assert harness("show", "--golden", golden).stdout == out.stdout

@@ -172,7 +172,10 @@ def test_a_fork_and_a_rerun_link_to_their_parent_and_mark_what_they_served(
     served = {s["name"] + f"@{attrs(s)['harness.seq']}": attrs(s)["harness.served"] for s in forked[1:]}
     chats = [s for s in forked if s["name"].startswith("chat")]
     assert [attrs(c)["harness.served"] for c in chats] == [True, False]  # the first served, the branch not
-    assert attrs(chats[1]).get("harness.mutated") is True
+    assert attrs(chats[1]).get("harness.answered") is True
+    # no served or answered call is billed again: its recorded tokens are harness's, not gen_ai.usage
+    assert not any("gen_ai.usage.input_tokens" in attrs(c) for c in chats)
+    assert all("harness.recorded_usage.input_tokens" in attrs(c) for c in chats)
     ship = next(s for s in forked if s["name"] == "execute_tool ship")
     assert attrs(ship)["harness.served"] is False, served  # after the branch: ran live
     assert all(attrs(s)["harness.served"] for s in rerun_spans[1:])  # a rerun serves everything

@@ -32,6 +32,8 @@ with contextlib.suppress(ImportError):
 import syrupy
 from syrupy.extensions.base import SnapshotCollectionStorage
 
+from harness.review.normalize import GOLDEN_HEAD
+
 AGENT = """
 from harness import Executor
 from harness.testing import fixed_plan, read_records, steps
@@ -116,7 +118,7 @@ def test_record_pass_change_fail_update_pass_and_unused(project: pytest.Pytester
     recorded.stdout.fnmatch_lines(["*2 snapshots generated*"])
     assert sorted(p.name for p in golden.iterdir()) == ["test_records.jsonl", "test_run.jsonl"]
     before = (golden / "test_run.jsonl").read_text()
-    assert before.splitlines()[0] == '{"format":"harness-golden","version":3,"view":1}'
+    assert before.splitlines()[0] == GOLDEN_HEAD
 
     passed = run(project, mode)
     assert passed.ret == 0
@@ -168,7 +170,7 @@ def test_a_golden_from_another_format_version_is_stale_with_how_to_re_record(pro
     assert "Traceback" not in stale.stdout.str()
 
     assert run(project, "alone", "--snapshot-update").ret == 0
-    assert golden.read_text().splitlines()[0] == '{"format":"harness-golden","version":3,"view":1}'
+    assert golden.read_text().splitlines()[0] == GOLDEN_HEAD
     assert run(project, "alone").ret == 0
 
 

@@ -267,8 +267,8 @@ class _Run:
         attrs["harness.seq"] = seq
         how = role(rec, self.header) if self.forked else "live"
         attrs["harness.served"] = how == "served"
-        if how == "mutated":
-            attrs["harness.mutated"] = True
+        if how == "answered":  # a fork's branch: the value the fork set, no call made
+            attrs["harness.answered"] = True
         agent = rec.get("agent")
         if agent is not None:
             attrs.setdefault("harness.agent", agent)
@@ -417,10 +417,13 @@ class _Run:
             "gen_ai.request.model": call.request_model, "gen_ai.response.model": call.response_model,
             "harness.boundary": rec["boundary"],
         }  # fmt: skip
-        if call.usage is not None:
-            attrs["gen_ai.usage.input_tokens"] = call.usage.input
-            attrs["gen_ai.usage.output_tokens"] = call.usage.output
-            attrs["gen_ai.usage.cache_read.input_tokens"] = call.usage.cached
+        if call.usage is not None:  # billed by this run only when made live: a backend that sums gen_ai.usage
+            # must not bill a rerun's or fork's served call again (`harness cost` counts the same way)
+            billed = not self.forked or role(rec, self.header) == "live"
+            usage = "gen_ai.usage" if billed else "harness.recorded_usage"
+            attrs[f"{usage}.input_tokens"] = call.usage.input
+            attrs[f"{usage}.output_tokens"] = call.usage.output
+            attrs[f"{usage}.cache_read.input_tokens"] = call.usage.cached
         if call.finish_reason is not None:
             attrs["gen_ai.response.finish_reasons"] = [call.finish_reason]
         if self.content:

@@ -62,7 +62,7 @@ TOOL_CALLS = frozenset({"pydantic_ai.tool", "openai_agents.tool", "openai_agents
 BOUNDARIES = EXCHANGE_KINDS | TOOL_CALLS
 _VIA = {"http": "http", "pydantic_ai.model": "pydantic_ai", "openai_agents.model": "openai_agents",
         "openai_agents.stream": "openai_agents"}  # fmt: skip
-_ORIGIN = {"served": "served", "mutated": "answered"}  # calls.role() -> the view's `origin` (live: not written)
+_ORIGIN = {"served": "served", "answered": "answered"}  # calls.role() -> the view's `origin` (live: not written)
 
 
 @dataclass

@@ -162,8 +162,8 @@ class ToolCall:
 
 
 def role(rec: Mapping[str, Any], header: Mapping[str, Any]) -> str:
-    """`served` (taken from the parent's recording: a rerun's records, a fork's before its branch), `mutated`
-    (a fork's branch) or `live` (made when it was recorded)."""
+    """`served` (taken from the parent's recording: a rerun's records, a fork's before its branch), `answered`
+    (a fork's branch: the value the fork set) or `live` (made when it was recorded): `harness show`'s words."""
     if "parent" not in header or rec.get("kind") == "header":
         return "live"
     branch = header.get("branch")
@@ -172,13 +172,13 @@ def role(rec: Mapping[str, Any], header: Mapping[str, Any]) -> str:
     if rec.get("reused") is True:
         return "served"
     if rec.get("mutated") is True:
-        return "mutated"
+        return "answered"
     if "vc" in rec:  # a causal fork marks what it reused and its branch: the rest ran live
         return "live"
     seq = rec.get("seq")
     if type(seq) is not int:
         return "live"
-    return "mutated" if seq == branch else "live" if seq > branch else "served"
+    return "answered" if seq == branch else "live" if seq > branch else "served"
 
 
 # --- model calls -----------------------------------------------------------------------------------------------
@@ -278,7 +278,7 @@ def _usage(usage: Any) -> Usage | None:
         cached = _int(details.get("cached_tokens")) if isinstance(details, dict) else 0
         return Usage(_int(usage.get("prompt_tokens")), _int(usage.get("completion_tokens")), cached, total)
     if "input_tokens" not in usage and "output_tokens" not in usage:
-        return None
+        return Usage(0, 0, 0, total) if total else None  # (a total alone, as a fake or a thin client gives)
     inp, out = _int(usage.get("input_tokens")), _int(usage.get("output_tokens"))
     if "cache_read_input_tokens" in usage or "cache_creation_input_tokens" in usage:  # Anthropic: apart from input
         cached = _int(usage.get("cache_read_input_tokens"))
