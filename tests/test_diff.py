@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 import harness
 from harness import Executor, HarnessError, Tool, ToolError, TraceCorruption, diff, normalize
+from harness.review.behavior import VIEW
 from harness.review.normalize import render
 from harness.testing import ScriptedTool, counter, fixed_plan, read_records, steps, write_trace
 
@@ -475,7 +476,7 @@ def test_a_golden_of_the_raw_view_is_compared_in_the_raw_view(tmp_path: Path) ->
         rules = Rules.of((), True, view)
         golden = tmp_path / f"{view}.jsonl"
         golden.write_text(render(normalize_with(str(trace), rules), rules))
-        assert orjson.loads(golden.read_text().split("\n")[0])["view"] == ("raw" if view == "raw" else 1)
+        assert orjson.loads(golden.read_text().split("\n")[0])["view"] == ("raw" if view == "raw" else VIEW)
         assert diff(golden, trace).equal, diff(golden, trace).text()
         assert diff(trace, golden).equal
         shown: list[str] = []  # the textconv (`harness show --golden`) of a golden: itself, in its own view
