@@ -122,9 +122,10 @@ _WHERE = {
     for name in names.split(", ")
 }
 # the public modules besides the package: `harness.store.open(...)` works after `import harness` alone
-_MODULES = frozenset(
-    {"bundle", "http", "mcp", "openai_agents", "pydantic_ai", "pytest_plugin", "ray", "store", "testing", "viewer"}
-)
+_MODULES = frozenset({
+    "bundle", "http", "mcp", "openai_agents", "otel", "pydantic_ai", "pytest_plugin", "ray", "store", "testing",
+    "viewer",
+})  # fmt: skip
 
 
 def __getattr__(name: str) -> Any:

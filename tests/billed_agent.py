@@ -4,7 +4,8 @@
 `harness.http`, so each call is an `http` crossing with its usage), reserves the item with an idempotent
 tool, asks again, and ships it with another idempotent tool. `BilledServer` answers every request with a
 usage of its own (cached tokens among the input) and counts the requests it answered: what a provider bills.
-`point(name)`: when $BILLED_KILL is that name, the process says so ($BILLED_MARK) and waits to be killed.
+`point(name)`: when $BILLED_KILL is that name, the process says so ($BILLED_MARK) and waits to be killed
+(with live spans on, once the spans written so far are sent: what reached the endpoint before the kill is known).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import httpx
 
 import harness
 import harness.http
+import harness.otel
 import harness.testing
 
 MODEL = "gpt-4o-mini"
@@ -32,6 +34,8 @@ ANSWERED_BY = "gpt-4o-mini-2024-07-18"
 def point(name: str) -> None:
     if os.environ.get("BILLED_KILL") != name:
         return
+    if harness.otel.enabled():
+        harness.otel.flush()
     mark = Path(os.environ["BILLED_MARK"])
     mark.with_suffix(".tmp").write_text(str(os.getpid()))
     os.replace(mark.with_suffix(".tmp"), mark)
@@ -139,14 +143,20 @@ def one_run(trace: Path, steps: int = 1) -> Path:
 CHILD = """
 import json, sys
 sys.path.insert(0, {tests!r})
-import billed_agent
+import billed_agent, harness.otel
+live = {live!r}
+if live is not None:
+    harness.otel.enable(live, protocol="http/json")
 out = billed_agent.shop.run("widgets", trace=sys.argv[1], resume="auto")
 print(json.dumps({{"state": out.state, "result": out.result}}))
 """
 
 
-def run_child(trace: Path, server: BilledServer, kill: str | None = None) -> dict[str, Any] | None:
-    """Run (or resume) shop in a new process; with `kill`, SIGKILL it at that point (None), else its outcome."""
+def run_child(
+    trace: Path, server: BilledServer, kill: str | None = None, live: str | None = None
+) -> dict[str, Any] | None:
+    """Run (or resume) shop in a new process; with `kill`, SIGKILL it at that point (None), else its outcome.
+    With `live` (an OTLP/HTTP endpoint), the child sends its spans there live (`harness.otel`)."""
     import subprocess
     import sys
 
@@ -154,12 +164,12 @@ def run_child(trace: Path, server: BilledServer, kill: str | None = None) -> dic
 
     env = {**os.environ, "BILLED_MODEL": server.url, "BILLED_MARK": str(trace) + ".mark"}
     env.pop("BILLED_KILL", None)
-    script = CHILD.format(tests=str(Path(__file__).resolve().parent))
+    script = CHILD.format(tests=str(Path(__file__).resolve().parent), live=live)
     if kill is None:
         done = ZYGOTE.run([sys.executable, "-c", script, str(trace)], env=env, capture_output=True, text=True,
                           timeout=120, check=False)  # fmt: skip
         assert done.returncode == 0, done.stderr
-        return dict(json.loads(done.stdout.splitlines()[-1]))
+        return {**json.loads(done.stdout.splitlines()[-1]), "stderr": done.stderr}
     Path(env["BILLED_MARK"]).unlink(missing_ok=True)
     child = ZYGOTE.Popen([sys.executable, "-c", script, str(trace)], env={**env, "BILLED_KILL": kill},
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
@@ -167,13 +177,14 @@ def run_child(trace: Path, server: BilledServer, kill: str | None = None) -> dic
     return None
 
 
-def crash_twice(trace: Path, server: BilledServer) -> list[bytes]:
-    """shop SIGKILLed after its first model call, resumed and SIGKILLed inside its last tool, resumed to the end.
+def crash_twice(trace: Path, server: BilledServer, live: str | None = None) -> list[bytes]:
+    """shop SIGKILLed after its first model call, resumed and SIGKILLed inside its last tool, resumed to the end
+    (each process sending its spans to `live`, if given).
 
     Returns the trace's bytes after each process (three snapshots)."""
     snapshots = []
     for kill in ("after-chat-1", "in-ship", None):
-        out = run_child(trace, server, kill)
+        out = run_child(trace, server, kill, live)
         snapshots.append(trace.read_bytes())
         if kill is None:
             assert out is not None and out["state"] == "DONE", out

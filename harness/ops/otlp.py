@@ -45,7 +45,7 @@ import hashlib
 import math
 import os
 import tempfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -178,6 +178,7 @@ class _Run:
         self.redaction: Redaction | None = None
         self.now = 0
         self.forked = False
+        self.done: Callable[[_Span], None] | None = None  # told of each span but the root once it is whole (live)
 
     def visit(self, rec: dict[str, Any]) -> None:
         kind = rec["kind"]
@@ -209,6 +210,8 @@ class _Run:
                     span.fail(rec["error"])
                 else:
                     span.status = OK
+                if self.done is not None:
+                    self.done(span)
         elif kind in ("resume", "crash"):
             self._seam(rec, at)
         elif kind == "answer":
@@ -316,6 +319,8 @@ class _Run:
                 open_.fail(rec["error"])
             elif to == "PAUSED" and "question" not in rec:  # in flight at a crash: whether it happened is unknown
                 open_.attrs["harness.uncertain"] = True
+            if self.done is not None:
+                self.done(open_)
         if to == "PAUSED":
             why = "question" if "question" in rec else "timeout" if "error" in rec else "uncertain"
             said = self._seqs(rec, reason=why, step=rec["step"], question=self._shown(rec.get("question")))
@@ -409,6 +414,8 @@ class _Run:
         span.end = at
         if "error" in rec:
             span.fail(rec["error"])
+        if self.done is not None:
+            self.done(span)
 
     def _chat(self, rec: dict[str, Any], call: ModelCall, start: int, at: int, parent: _Span, agent: str) -> None:
         model = call.request_model or call.response_model
@@ -433,6 +440,8 @@ class _Run:
         span.end = at
         if call.error is not None:
             span.fail(rec.get("error") or call.error)
+        if self.done is not None:
+            self.done(span)
         self.asked[agent] = asked(rec) if call.error is None else []
 
     def _seam(self, rec: dict[str, Any], at: int) -> None:
@@ -454,25 +463,33 @@ class _Run:
         for span in self.tools.values():  # a call in flight across the seam
             span.event(at, name, said)
 
-    def request(self, service: str) -> dict[str, Any]:
-        """The run as one ExportTraceServiceRequest (OTLP/JSON)."""
+    def root_span(self) -> dict[str, Any]:
+        """The root span as the records so far make it: from the header to the last record (harness.otel sends
+        it when a run's writer closes)."""
         if self.root is None:  # the reader puts the header first
             raise internal("a record before the header", str(self.path))
+        self.root.end = self.now
+        self.root.attrs["harness.resumes"] = self.resumes
+        return self.root.json(trace_id(self.run_id))
+
+    def request(self, service: str) -> dict[str, Any]:
+        """The run as one ExportTraceServiceRequest (OTLP/JSON)."""
         for span in (*self.tools.values(), *self.agents.values()):  # still open where the trace ends
             span.end = self.now
             span.attrs["harness.open"] = True
-        self.root.end = self.now
-        self.root.attrs["harness.resumes"] = self.resumes
+        root = self.root_span()
         trace = trace_id(self.run_id)
-        return {
-            "resourceSpans": [{
-                "resource": {"attributes": _attrs({"service.name": service})},
-                "scopeSpans": [{
-                    "scope": {"name": "harness", "version": VERSION},
-                    "spans": [s.json(trace) for s in self.spans],
-                }],
-            }]
-        }  # fmt: skip
+        return as_request(service, [root, *(s.json(trace) for s in self.spans[1:])])
+
+
+def as_request(service: str, spans: list[dict[str, Any]]) -> dict[str, Any]:
+    """An ExportTraceServiceRequest (OTLP/JSON) holding spans, under harness's resource and scope."""
+    return {
+        "resourceSpans": [{
+            "resource": {"attributes": _attrs({"service.name": service})},
+            "scopeSpans": [{"scope": {"name": "harness", "version": VERSION}, "spans": spans}],
+        }]
+    }  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)

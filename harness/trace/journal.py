@@ -27,7 +27,10 @@ Rules kept here:
   its seal (seal.py) go out in one write, so no torn seal follows a finished run.
 - once a run has several agents (`share()`), each agent's thread stamps and
   encodes its own records and only the seq, the crc chain and the write are
-  under a lock; until then the single-thread path takes no lock at all.
+  under a lock; until then the single-thread path takes no lock at all;
+- a journal opened while a watcher factory is set (`watch()`: harness.otel's
+  live spans) tells its `Watcher` the bytes of each write once they are
+  written, and its close; with none set, a write costs one check more.
 """
 
 from __future__ import annotations
@@ -40,7 +43,7 @@ import threading
 import time
 import zlib
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 
@@ -56,13 +59,33 @@ _fsync = getattr(os, "fdatasync", os.fsync)  # the data and the size are what we
 _dumps, _loads, _crc32 = orjson.dumps, orjson.loads, zlib.crc32  # the hot path's, without attribute lookups
 
 
+class Watcher(Protocol):
+    """What is told of one journal's writes (harness.otel's live spans). Neither call may block or raise."""
+
+    def wrote(self, data: bytes) -> None:
+        """data (whole lines, but for a short write's parts) is in the file now."""
+
+    def closed(self, seq: int) -> None:
+        """The journal closed after record seq."""
+
+
+_watch: Callable[[str], Watcher | None] | None = None  # the factory every journal opened now is handed to
+
+
+def watch(factory: Callable[[str], Watcher | None] | None) -> None:
+    """Hand every journal opened from now on to factory(its local file), which gives its Watcher or None;
+    watch(None) stops. Journals already open keep the watcher they have."""
+    global _watch
+    _watch = factory
+
+
 class Journal:
     """The single writer of one trace. Open with `Journal.open()`; use as a context manager."""
 
     __slots__ = (
         "_broken", "_clean", "_deferred", "_lead", "_lock", "_stamp", "_tick", "_truncated", "_walk", "blob_threshold",
         "blocks", "crc", "created", "digests", "dirty", "fd", "fsync", "give", "keeper", "path", "redact", "seal_key",
-        "seq", "t0",
+        "seq", "t0", "watcher",
     )  # fmt: skip
 
     def __init__(
@@ -105,6 +128,7 @@ class Journal:
         self._lock: threading.Lock | None = None  # set once several agents write (share())
         self._stamp: Callable[[dict[str, int] | None], tuple[str, dict[str, int]]] | None = None
         self._tick: Callable[[dict[str, int]], None] | None = None
+        self.watcher = _watch(path) if _watch is not None else None
 
     def share(
         self,
@@ -327,6 +351,8 @@ class Journal:
             self._broken = "write"
             over = " over its torn tail" if size != end else ""
             raise JournalError(self.path, f"write of seq {first}{over} failed: {why(e)}") from None
+        if self.watcher is not None:
+            self.watcher.wrote(data)
         if size > end + len(data):
             self._guard(lambda: os.ftruncate(self.fd, end + len(data)), "truncate")
         self._guard(lambda: _fsync(self.fd), "fsync")
@@ -381,9 +407,13 @@ class Journal:
         except OSError as e:
             raise self._failed(e, seq) from None
         if written < len(line):  # a short write: _write sends the rest
+            if self.watcher is not None:
+                self.watcher.wrote(line[:written])
             self._write(line[written:], seq, crc, sync)
             return seq
         self.dirty, self.seq, self.crc = True, seq, crc
+        if self.watcher is not None:
+            self.watcher.wrote(line)
         return seq
 
     def _encode(
@@ -695,6 +725,7 @@ class Journal:
         if self._lead is not None:  # the first write after owe(): the owed records go with it
             self._pay(data, seq, crc)
             return
+        whole = data
         try:
             written = os.write(self.fd, data)
             while written < len(data):  # a short write: send the rest
@@ -703,6 +734,8 @@ class Journal:
         except OSError as e:
             raise self._failed(e, seq) from None
         self.dirty = True
+        if self.watcher is not None:
+            self.watcher.wrote(whole)
         if sync or self._truncated:  # a truncation is made durable with the record that follows it
             self._guard(lambda: _fsync(self.fd), "fsync")
             self._truncated = self.dirty = False
@@ -731,6 +764,8 @@ class Journal:
 
     def _close(self) -> None:
         if self.fd >= 0:
+            if self.watcher is not None:
+                self.watcher.closed(self.seq)
             try:
                 if self.fsync and self.dirty and not self._broken:
                     self._sync()
