@@ -216,7 +216,7 @@ def recover(
         if w is None and rep.workflow is not None:
             return row("skipped", rep.state, f"a run of workflow {rep.workflow}: recover it with --workflow")
         if waits(rep, NO_ANSWER):  # a human's word is missing: the rule a resume follows (a parallel step's too)
-            asked = rep._tail.question is not None
+            asked = rep.tail.question is not None
             return row("left", S.PAUSED, _asked(path, rep.pending, how) if asked else _uncertain(path, rep))
         try:
             agent_of: dict[str, Any] = (

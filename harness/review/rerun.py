@@ -314,7 +314,7 @@ class _Recording:
     def __init__(self, path: str, workflow: str | None = None):
         self.path = path
         self.rep: Replay = replay(path)
-        self.records = _records(local_copy(path), self.rep._tail.end)  # a URL: the copy replay() just checked
+        self.records = _records(local_copy(path), self.rep.tail.end)  # a URL: the copy replay() just checked
         if any(r["kind"] in ("event", "end") for r in self.records):
             raise HarnessError(f"{path}: written by a Recorder, not an Executor; there is no agent loop to re-execute")
         recorded = self.rep.workflow
@@ -342,7 +342,7 @@ class _Recording:
         # crash records again when it reaches its place in main's own sequence (_Rewriting.copy_seams)
         self.spawned = next((r["seq"] for r in self.records if r["kind"] == "spawn"), math.inf)
         self.copies: dict[int, dict[str, Any]] = {}
-        if self.rep._tail.clocks is not None and (self.resumes or not self.rep.complete):
+        if self.rep.tail.agents and (self.resumes or not self.rep.complete):
             later = [r for r in self.records if r["seq"] > self.spawned and r["kind"] in _COPIED | {"resume", "answer"}]
             why = None
             if recorded is None:
@@ -370,13 +370,13 @@ class _Recording:
 
     def max_steps(self) -> int | None:
         """The step limit the recording shows it ran under: the one it hit, else the default."""
-        last = self.rep._tail.last or {}
+        last = self.rep.tail.last or {}
         error = last.get("error") if self.rep.state == S.FAILED and last.get("from") == S.PLAN else None
         return error["max_steps"] if isinstance(error, dict) and type(error.get("max_steps")) is int else MAX_STEPS
 
     def retry(self) -> RetryPolicy:
         """The policy the recording shows: the last attempt of a FAILED run, else at least the default."""
-        last = self.rep._tail.last
+        last = self.rep.tail.last
         step_limit = last is not None and last["from"] == S.PLAN and "max_steps" in (last.get("error") or {})
         if self.rep.state == S.FAILED and last is not None and not step_limit:  # (a parallel call's last attempt too)
             return RetryPolicy(last.get("attempt", 1), **self.backoff())

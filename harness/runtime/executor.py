@@ -401,7 +401,7 @@ class Executor:
         if rep.header.get("tools") != self.contracts:
             raise ResumeMismatch(path, "tools", rep.header.get("tools"), self.contracts)
         todo = plan(rep, answer, redact=self.redact, entrypoint=self.entrypoint)
-        journal.digests.update(rep._tail.blobs)
+        journal.digests.update(rep.tail.blobs)
         journal.blocks[:] = _index.trusted_blocks(path, rep)  # what the mark's writer hashed: the seal takes them
         if not isinstance(todo, GoOn):  # RESEAL: only the missing seal is written; FINISHED: nothing is
             return reseal(journal, rep) if todo == RESEAL else finished(rep)
@@ -413,7 +413,7 @@ class Executor:
             if clocks is not None:  # one more event of main
                 back["vc"], clocks = main_event(clocks)
             seam = [*seam, ("transition", back, ())]
-        owed = journal.owe(rep.last_seq, rep._tail.crc, rep._tail.end, seam, start=rep.header["ts"], aside=todo.aside)
+        owed = journal.owe(rep.last_seq, rep.tail.crc, rep.tail.end, seam, start=rep.header["ts"], aside=todo.aside)
         session = Session(journal, todo.served, redact=self.redact)
         if clocks is not None:  # every record from here on carries its clock
             session.agents.share(journal, clocks)
@@ -436,23 +436,23 @@ class Executor:
         # planner reads them: a refusal there is the vault's (`refused`), and writes nothing the resume owes
         rep, revealed = revealed_progress(rep, self.redact.marker)
         journal.give = True
-        last, intent = rep._tail.last or {}, rep._tail.intent
+        last, intent = rep.tail.last or {}, rep.tail.intent
         goal = rep.goal if goal is _RECORDED else goal
         run = _Run(journal, session, goal, rep.run_id, revealed, rep.state)
         run.index = _index.Writer.after(journal.path, journal.fd, journal.digests, journal.blocks, rep)
-        if rep._tail.group:  # a parallel step was open: its calls go on, each from where its lane stands
-            run.state, run.step = S.PLAN, rep._tail.group[0].step
+        if rep.tail.open_calls:  # a parallel step was open: its calls go on, each from where its lane stands
+            run.state, run.step = S.PLAN, rep.tail.open_calls[0].step
             token = session.activate()
             try:
                 done = self._resume_group(run, rep)
             finally:
                 deactivate(token)
             return done or self._drive(run)
-        if run.state == S.PAUSED and rep._tail.answered:  # back to where the question was asked, to ask it again
-            if rep._tail.question is None:
+        if run.state == S.PAUSED and rep.tail.answered:  # back to where the question was asked, to ask it again
+            if rep.tail.question is None:
                 raise internal("an answered run with no question", rep.path, rep.last_seq)
-            run.step, run.attempt = rep._tail.question["step"], rep._tail.question.get("attempt", 1)
-            back = rep._tail.question["from"]
+            run.step, run.attempt = rep.tail.question["step"], rep.tail.question.get("attempt", 1)
+            back = rep.tail.question["from"]
             if back == S.PLAN:
                 if owed:
                     run.state, run.wrote = S.PLAN, owed
@@ -461,8 +461,8 @@ class Executor:
                 return self._drive(run)
             if intent is None:
                 raise internal(f"a question asked in {back} with no intent before it", rep.path, rep.last_seq)
-            run.intent, run.result, run.shown = intent, rep._tail.result, check_value("result", rep._tail.result)
-            run.result_seq = rep._tail.result_seq
+            run.intent, run.result, run.shown = intent, rep.tail.result, check_value("result", rep.tail.result)
+            run.result_seq = rep.tail.result_seq
             if back == S.ACT:  # the tool is called again, with its live args (see _live_intent)
                 run.intent = self._live_intent(run, rep)
                 run.move(S.ACT, sync=True, user=("args",), **{k: run.intent[k] for k in _INTENT if k in run.intent})
@@ -492,18 +492,16 @@ class Executor:
             intent["step"],
             intent.get("attempt", 1),
             intent,
-            rep._tail.result,
+            rep.tail.result,
         )
-        run.result_seq = rep._tail.result_seq
-        run.shown = check_value("result", rep._tail.result)
+        run.result_seq = rep.tail.result_seq
+        run.shown = check_value("result", rep.tail.result)
         if run.state == S.PAUSED:
-            if rep._tail.reconcile is None:  # (_resume returns a PAUSED run that waits for a reconcile as it is)
+            reconcile = rep.tail.reconcile
+            if reconcile is None:  # (_resume returns a PAUSED run that waits for a reconcile as it is)
                 raise internal("a paused run resumed with no reconcile and no answer", rep.path, rep.last_seq)
-            if rep._tail.reconcile["happened"]:
-                run.result, run.shown = (
-                    rep._tail.reconcile["result"],
-                    check_value("result", rep._tail.reconcile["result"]),
-                )
+            if reconcile["happened"]:
+                run.result, run.shown = reconcile["result"], check_value("result", reconcile["result"])
                 run.result = run.move(S.VERIFY, sync=True, user=("result",), result=run.result)["result"]
             else:
                 run.intent = self._live_intent(run, rep)
@@ -524,7 +522,7 @@ class Executor:
         RedactedArgs: a tool is never called with the marker. A rerun serves
         every call from its recording and needs none of this.
         """
-        intent = rep._tail.intent
+        intent = rep.tail.intent
         if intent is None:
             raise internal("a tool called again with no intent", rep.path, rep.last_seq)
         where = marked(intent["args"], self.redact.marker)
@@ -546,10 +544,10 @@ class Executor:
         A call is made again when its lane is in PLAN, in ACT (an idempotent or
         pure tool), or PAUSED and reconciled as not happened.
         """
-        marker, first = self.redact.marker, rep._tail.group[0].step
+        marker, first = self.redact.marker, rep.tail.open_calls[0].step
         again = [
             c
-            for c in rep._tail.group
+            for c in rep.tail.open_calls
             if not c.joined
             and not c.done
             and (
@@ -565,7 +563,7 @@ class Executor:
         tool = c.planned["tool"]
         progress = [ck for ck in run.progress if ck.step < first]  # what the planner had when it planned the list
         planned = self._plan_again(run, rep, progress, c.step, tool, where)
-        names = [(x.planned["name"], x.planned["tool"]) for x in rep._tail.group]
+        names = [(x.planned["name"], x.planned["tool"]) for x in rep.tail.open_calls]
         if (
             not isinstance(planned, list | tuple)
             or not all(type(p) is Step for p in planned)
@@ -573,17 +571,17 @@ class Executor:
         ):
             why = f"the planner, asked again, planned {planned!r:.200} instead of the calls {names}"
             raise RedactedArgs(rep.path, c.step, tool, where, why)
-        for x, p in zip(rep._tail.group, planned, strict=True):
+        for x, p in zip(rep.tail.open_calls, planned, strict=True):
             self._same_args(rep, x.step, x.planned["tool"], p, x.planned["args"])
-        return {x.step: p for x, p in zip(rep._tail.group, planned, strict=True)}
+        return {x.step: p for x, p in zip(rep.tail.open_calls, planned, strict=True)}
 
     def _plan_again(
         self, run: _Run, rep: Replay, progress: Sequence[Checkpoint], step: int, tool: str, where: str
     ) -> Any:
         """What the planner plans when asked again with the same goal and progress, the crossings it made
-        while planning the step then (rep._tail.planned) served from the trace: none is made live, none written.
+        while planning the step then (rep.tail.planned) served from the trace: none is made live, none written.
         RedactedArgs when it makes another crossing or raises."""
-        start, stop = rep._tail.planned
+        start, stop = rep.tail.planned
         served = reveal_crossings(Vault(rep.path, self.redact.marker), rep.crossings[start:stop])
         session = Session(None, served, strict=True, redact=self.redact)
         token = session.activate()
@@ -771,7 +769,7 @@ class Executor:
         live = self._live_calls(run, rep)  # the recorded args may hold the marker: the planner gives them back
         slots = threading.BoundedSemaphore(self.max_parallel)
         calls = []
-        for c in rep._tail.group:
+        for c in rep.tail.open_calls:
             if c.joined:
                 continue
             planned = live.get(c.step) or Step(c.planned["name"], c.planned["tool"], c.planned["args"])
@@ -779,7 +777,7 @@ class Executor:
             extra = {"step": c.step, **c.planned}
             calls.append((c.agent, self._resume_lane, (call, c, slots), extra))
         handles = run.session.agents.start_all(calls)  # every spawn on the file before any call starts
-        return self._close(run, handles, rep._tail.group[0].step + len(rep._tail.group))
+        return self._close(run, handles, rep.tail.open_calls[0].step + len(rep.tail.open_calls))
 
     def _resume_lane(self, call: _Run, c: Call, slots: threading.BoundedSemaphore) -> Outcome:
         """One call of a parallel step, from where its lane stood (as _continue does for the run)."""
@@ -955,8 +953,8 @@ NOT_SERVED: Any = object()  # served(): the call is not in the recording, make i
 def _way_back(rep: Replay) -> dict[str, Any] | None:
     """The transition out of PAUSED back to where an answered question was asked, when that is PLAN or VERIFY
     (the planner or verifier is asked again; into ACT the tool is called again, live, right after it)."""
-    question = rep._tail.question
-    if rep.state != S.PAUSED or not rep._tail.answered or question is None or question["from"] == S.ACT:
+    question = rep.tail.question
+    if rep.state != S.PAUSED or not rep.tail.answered or question is None or question["from"] == S.ACT:
         return None
     back: dict[str, Any] = {"from": S.PAUSED, "to": question["from"], "step": question["step"]}
     if question.get("attempt", 1) != 1:
@@ -1214,18 +1212,18 @@ class _Run:
 
 def reseal(journal: Journal, rep: Replay) -> Outcome:
     """Write the seal of a run that ended but whose writer died writing its seal (a torn one is set aside)."""
-    aside = set_aside(rep.path, rep._tail.end) if rep.torn_tail else None
-    seal = journal.seal_fields(rep._tail.end, state=rep.state, key=journal.seal_key)
+    aside = set_aside(rep.path, rep.tail.end) if rep.torn_tail else None
+    seal = journal.seal_fields(rep.tail.end, state=rep.state, key=journal.seal_key)
     if aside:
         seal["set_aside"] = os.path.basename(aside)
     start = rep.header["ts"]  # (written over the torn seal)
-    journal.continue_after(rep.last_seq, rep._tail.crc, rep._tail.end, ("seal", seal), start=start, sync=True)
+    journal.continue_after(rep.last_seq, rep.tail.crc, rep.tail.end, ("seal", seal), start=start, sync=True)
     return finished(replay(rep.path))
 
 
 def finished(rep: Replay) -> Outcome:
     """The outcome a trace records, for a run that needs nothing more done."""
-    error = (rep._tail.last or {}).get("error") if rep.state == S.FAILED else None
+    error = (rep.tail.last or {}).get("error") if rep.state == S.FAILED else None
     checkpoints = tuple(rep.checkpoints) if is_url(rep.path) else _index.ResumedProgress(rep.checkpoints, ())
     result = rep.returned if rep.state == S.DONE else None
     return Outcome(rep.state, checkpoints, rep.run_id, rep.path, pending=rep.pending, error=error, result=result)

@@ -335,15 +335,15 @@ class _Opened:
             raise ResumeMismatch(path, "workflow", rep.workflow, w.name)
         if canonical(rep.goal) != canonical(self.redact(self.goal)):
             raise ResumeMismatch(path, "arguments", rep.goal, self.goal)
-        asked = rep._tail.question is not None and not rep._tail.answered
+        asked = rep.tail.asking is not None
         # the function run again is owed every answer it was given: those its interrupt() crossings delivered
         # (served again), then those the trace holds and no crossing delivered yet. An answer given while no
         # question waits is taken only as one of them given again, in place of its redacted record (before the
         # seal's repair: a refusal writes nothing).
         delivered = [i for i, c in enumerate(recorded.crossings) if c.kind == "interrupt" and c.error is None]
-        given = [recorded.crossings[i].response for i in delivered] + list(rep._tail.answers)
+        given = [recorded.crossings[i].response for i in delivered] + list(rep.tail.pending_answers)
         owed, answer = owed_answers(rep, answer, asked, self.redact, given)
-        journal.digests.update(rep._tail.blobs)
+        journal.digests.update(rep.tail.blobs)
         if rep.complete and rep.seal is None:  # its writer died writing the end: the seal is all that is missing
             self.outcome = reseal(journal, rep)
             return
@@ -355,7 +355,7 @@ class _Opened:
         no_marker_owed(rep, owed, self.redact.marker, "the re-executed function is given again")
         for i, live in zip(delivered, owed, strict=False):  # an answer given again is served in its record's place
             recorded.crossings[i] = replace(recorded.crossings[i], response=live)
-        question = rep._tail.question if rep.state == S.PAUSED else None  # asked in PLAN: the function asks it again
+        question = rep.tail.question if rep.state == S.PAUSED else None  # asked in PLAN: the function asks it again
         again = question if question is not None and question["from"] == S.PLAN else None
         session = Resumed(journal, recorded, redact=self.redact, asked=again)
         self.flow = go_on(
@@ -450,7 +450,7 @@ def go_on(
     journal.give = True  # as start()
     run = _Run(journal, session, rep.goal, rep.run_id, _index.resumed(rep), rep.state)
     run.step, run.attempt = position(rep)
-    question = rep._tail.question
+    question = rep.tail.question
     back = rep.state == S.PAUSED and question is not None and question["from"] == S.PLAN
     if back and question is not None:  # where it was asked: the function asks it again there
         run.step, run.attempt = question["step"], question.get("attempt", 1)
@@ -469,11 +469,11 @@ def go_on(
             run.state = S.PLAN
         if clocks is not None:  # a run with agents: main's first new record follows the resume's own
             session.agents.seam = clocks[MAIN]
-        journal.owe(rep.last_seq, rep._tail.crc, rep._tail.end, owed, start=rep.header["ts"], aside=aside)
+        journal.owe(rep.last_seq, rep.tail.crc, rep.tail.end, owed, start=rep.header["ts"], aside=aside)
     elif back or rep.state == S.INIT:
         run.move(S.PLAN, sync=back)
     session.patches.clear()  # the function starts again: it asks again, and the history answers
-    session.answers.extend(rep._tail.answers if answers is None else answers)  # (a resume's: as given again)
+    session.answers.extend(rep.tail.pending_answers if answers is None else answers)  # (a resume's: as given again)
     if answer is not NO_ANSWER:
         session.answers.append(answer)
     return Flow(run, fsync=fsync)
@@ -481,7 +481,7 @@ def go_on(
 
 def position(rep: Replay) -> tuple[int, int]:
     """The step and attempt the run is at, at the end of its trace."""
-    last = rep._tail.last or {}
+    last = rep.tail.last or {}
     if last.get("kind") == "checkpoint":
         return last["step"] + 1, 1
     step, attempt = last.get("step", 0), last.get("attempt", 1)
