@@ -43,8 +43,9 @@ from ..review.results import hint
 from ..review.runs import _header as _runs_header
 from ..review.runs import list_runs
 from ..runtime.bridge import bridging
-from ..runtime.executor import Executor, Outcome, RetryPolicy, Step
+from ..runtime.executor import Executor
 from ..runtime.resume import NO_ANSWER, waits
+from ..runtime.step import Outcome, RetryPolicy, Step
 from ..runtime.tool import Tool
 from ..runtime.workflow import Workflow, same_workflow
 from ..storage import exists, is_url, runs_dir, scratch

@@ -89,7 +89,7 @@ from .fieldpath import MARKER, Path, mark, parse
 from .stream import http_view
 
 if TYPE_CHECKING:  # (at run time: _trace_of; `harness show` need not load the runtime to read a trace)
-    from ..runtime.executor import Outcome
+    from ..runtime.step import Outcome
 
 FORMAT, VERSION = "harness-golden", 3  # 2: trace schema 2 (one checkpoint record per step, seals); 3: the behavior view
 GOLDEN_HEAD = orjson.dumps({"format": FORMAT, "version": VERSION, "view": VIEW}).decode()

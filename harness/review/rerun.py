@@ -83,9 +83,10 @@ from ..runtime.agents import Agents
 from ..runtime.boundary import Arrived, Match, Session, _Hold, _may_hold, differences, patiently, same, take
 from ..runtime.bridge import bridging
 from ..runtime.environment import environment
-from ..runtime.executor import MAX_STEPS, Executor, RetryPolicy, Step
+from ..runtime.executor import MAX_STEPS, Executor
 from ..runtime.history import Item, Recorded, Serving
 from ..runtime.resume import reveal_crossings
+from ..runtime.step import RetryPolicy, Step
 from ..runtime.tool import Tool
 from ..runtime.workflow import Workflow, go_on, run_anywhere, same_workflow, start
 from ..storage import FenceLost, exists, is_url, join, local_copy
@@ -905,11 +906,11 @@ class _Agent:
         return self.ex
 
     def start(self, writer: _Rewriting, session: _Replaying, goal: Any, run_id: str, lineage: dict[str, Any]) -> None:
-        self.executor()._start(writer, goal, run_id, session=session, **lineage)
+        self.executor().start(writer, goal, run_id, session=session, **lineage)
 
     def go_on(self, writer: _Rewriting, session: _Replaying, rep: Replay) -> None:
         session.again = deque(rep.resumable_crossings())  # what Executor resume serves again
-        self.executor()._continue(writer, session, rep)
+        self.executor().go_on(writer, session, rep)
 
 
 class _Flowing:

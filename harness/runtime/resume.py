@@ -295,3 +295,15 @@ def main_event(clocks: dict[str, dict[str, int]]) -> tuple[dict[str, int], dict[
     """One more event of main: its clock, and the agents' last clocks with it."""
     main = {**clocks["main"], "main": clocks["main"]["main"] + 1}
     return main, {**clocks, "main": main}
+
+
+def way_back(rep: Replay) -> dict[str, Any] | None:
+    """The transition out of PAUSED back to where an answered question was asked, when that is PLAN or VERIFY
+    (the planner or verifier is asked again; into ACT the tool is called again, live, right after it)."""
+    question = rep.tail.question
+    if rep.state != S.PAUSED or not rep.tail.answered or question is None or question["from"] == S.ACT:
+        return None
+    back: dict[str, Any] = {"from": S.PAUSED, "to": question["from"], "step": question["step"]}
+    if question.get("attempt", 1) != 1:
+        back["attempt"] = question["attempt"]
+    return back

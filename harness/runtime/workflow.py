@@ -57,15 +57,10 @@ from .._errors import (
     ReplayViolation,
     ResumeMismatch,
     TraceCorruption,
-    TraceExists,
-    TraceMissing,
-    TraceUnreadable,
     error_of,
     internal,
 )
-from ..storage import FenceLost, exists, is_url, join
-from ..storage import runs_dir as default_runs_dir
-from ..storage.blobs import THRESHOLD
+from ..storage import FenceLost
 from ..trace import index as _index
 from ..trace import state as S
 from ..trace.clock import MAIN
@@ -73,14 +68,14 @@ from ..trace.journal import Journal
 from ..trace.line import canonical, check_value
 from ..trace.reader import Replay
 from ..trace.redact import Redaction, Rule
-from ..trace.remote import open_journal
 from .boundary import Session, deactivate
 from .calls import Flow, _flow
 from .control import Paused, decisive, verdict
-from .executor import Outcome, _crash, _Run, ask, finished, reseal, write_header
 from .fingerprint import code_of_modules
 from .history import Recorded, Resumed
+from .opener import Opened, check
 from .resume import NO_ANSWER, main_event, no_marker_owed, owed_answers, seam, start_over, waits
+from .step import Outcome, Run, ask, crash, finished, reseal, write_header
 from .tasks import numbering
 from .tool import is_async_fn
 
@@ -262,17 +257,11 @@ class _Options:
 
 
 class _Opened:
-    """The trace of one W.run, open and locked: a new run started, a resume ready, or a finished run's outcome."""
+    """The trace of one W.run, open and locked (opener.Opened): a new run started, a resume ready, or a finished
+    run's outcome."""
 
     def __init__(self, w: Workflow[Any, Any], args: tuple[Any, ...], kwargs: dict[str, Any], options: _Options):
-        if options.durability not in ("flush", "fsync"):
-            raise ValueError(f"durability must be 'flush' or 'fsync', not {options.durability!r}")
-        if options.resume not in (True, False, "auto"):
-            raise ValueError(
-                f'resume must be True, False or "auto" (resume if the trace exists, else start), not {options.resume!r}'
-            )
-        if options.resume and options.trace is None:
-            raise ValueError("resume=True needs the trace= of the run to resume")
+        check(durability=options.durability, resume=options.resume, trace=options.trace)
         self.w, self.options = w, options
         self.goal = goal_of(args, kwargs)
         if options.answer is not NO_ANSWER:
@@ -280,48 +269,28 @@ class _Opened:
         self.redact = Redaction.of(options.redact)
         self.outcome: Outcome | None = None
         self.flow: Flow = cast(Flow, None)
-        self.journal: Journal | None = None
-
-    def __enter__(self) -> _Opened:
-        from ..trace.seal import key_of
-
-        options = self.options
-        run_id = uuid.uuid4().hex
-        path = os.fspath(options.trace) if options.trace is not None else None
-        if path is None:
-            folder = default_runs_dir(options.runs_dir)
-            try:
-                if not is_url(folder):
-                    os.makedirs(folder, exist_ok=True)
-            except OSError as e:
-                raise TraceUnreadable(folder, f"cannot hold runs: {e.strerror}") from None
-            path = join(folder, f"{run_id}.jsonl")
-        answered = options.answer is not NO_ANSWER
-        if (options.resume is True or answered) and not exists(path, storage_options=options.storage_options):
-            raise TraceMissing(path)
-        key = key_of(options.seal_key)  # a bad key fails before anything is written
-        journal = self.journal = open_journal(
-            path, durability=options.durability, redact=self.redact, blob_threshold=THRESHOLD,
+        self.opened = Opened(
+            options.trace, options.runs_dir, resume=options.resume, answer=options.answer,
+            durability=options.durability, redact=self.redact, seal_key=options.seal_key,
             storage_options=options.storage_options,
         )  # fmt: skip
+
+    def __enter__(self) -> _Opened:
+        journal = self.opened.__enter__().journal
         try:
-            journal.seal_key = key
-            if journal.size():
-                if not options.resume:
-                    raise TraceExists(path)
+            if self.opened.run_id is None:
                 self._resume(journal)
             else:
-                if answered:
-                    raise HarnessError(f"{path}: an answer was given, but the trace holds no run that asked a question")
-                self.flow = start(journal, self.w.name, self.goal, run_id, redact=self.redact, fsync=journal.fsync)
+                self.flow = start(
+                    journal, self.w.name, self.goal, self.opened.run_id, redact=self.redact, fsync=journal.fsync
+                )
         except BaseException:
             journal.close()
             raise
         return self
 
     def __exit__(self, kind: type[BaseException] | None, *exc: object) -> None:
-        if self.journal is not None:
-            self.journal.__exit__(kind, *exc)
+        self.opened.__exit__(kind, *exc)
 
     def _resume(self, journal: Journal) -> None:
         path, w, answer = journal.path, self.w, self.options.answer
@@ -422,7 +391,7 @@ def start(
     code = code_of_modules((name.partition(":")[0],))
     write_header(journal, run_id, goal, {}, redact, entrypoint, lineage or {}, workflow=name, code=code)
     journal.give = True  # a tool's result reaches the function with its secrets (kept beside the trace: vault.py)
-    run = _Run(journal, session or Session(journal, redact=redact), goal, run_id, [], S.INIT)
+    run = Run(journal, session or Session(journal, redact=redact), goal, run_id, [], S.INIT)
     run.move(S.PLAN)
     return Flow(run, fsync=fsync)
 
@@ -448,7 +417,7 @@ def go_on(
     """
     entrypoint = entrypoint or (sys.argv[0] if sys.argv and sys.argv[0] else "<python>")
     journal.give = True  # as start()
-    run = _Run(journal, session, rep.goal, rep.run_id, _index.resumed(rep), rep.state)
+    run = Run(journal, session, rep.goal, rep.run_id, _index.resumed(rep), rep.state)
     run.step, run.attempt = position(rep)
     question = rep.tail.question
     back = rep.state == S.PAUSED and question is not None and question["from"] == S.PLAN
@@ -531,7 +500,7 @@ def _raised(flow: Flow, e: BaseException) -> Outcome:
         raise
 
 
-def _at_plan(run: _Run) -> None:
+def _at_plan(run: Run) -> None:
     """Before the run's end: a re-executed function that stopped where its trace goes on is a ReplayDrift
     (settled()); a function that ends does so in PLAN."""
     if run.session.checking:
@@ -540,9 +509,9 @@ def _at_plan(run: _Run) -> None:
         raise internal(f"the workflow ended in state {run.state} at step {run.step}", run.journal.path)
 
 
-def _stopped(run: _Run, e: BaseException) -> None:
+def _stopped(run: Run, e: BaseException) -> None:
     """Record why the run stopped (a crash record), when it wrote anything and the journal is not the problem."""
     if isinstance(e, _UNRECORDED) or run.journal.owes:
         return
     if isinstance(e, Exception | KeyboardInterrupt):
-        _crash(run, e)
+        crash(run, e)
