@@ -1136,7 +1136,7 @@ def _intent(
         why = f"an intent naming tool {tool!r}, which the header does not list (it lists: {listed})"
         raise _fail(path, n, "bad-intent", why, seq)
     if contract["effect"] == "idempotent":
-        key = again[1] if again is not None else f"{header['run_id']}-{rec['step']}-{rec.get('attempt', 1)}"
+        key = again[1] if again is not None else S.key_of(header["run_id"], rec["step"], rec.get("attempt", 1))
         if rec.get("key") != key:
             found = f"key {rec['key']!r}" if "key" in rec else "no key"
             why = f"an intent for idempotent tool {tool!r} with {found}; its idempotency key is {key!r}"
