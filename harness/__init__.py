@@ -71,16 +71,17 @@ if TYPE_CHECKING:  # the same names, as type checkers and editors see them; at r
     from .runtime.bridge import AsyncHandle, aspawn
     from .runtime.calls import acall, call
     from .runtime.decorator import idempotency_key, tool
-    from .runtime.executor import Executor, Outcome, RetryPolicy, Step
+    from .runtime.executor import Executor
     from .runtime.history import patched
     from .runtime.interrupt import interrupt
     from .runtime.recorder import Recorder
+    from .runtime.step import Outcome, RetryPolicy, Step
     from .runtime.timers import sleep
     from .runtime.tool import Tool
     from .runtime.workflow import Workflow, workflow
     from .trace.annotations import annotate, annotations
     from .trace.migrate import Migrated, migrate
-    from .trace.reader import Artifact, Checkpoint, Crossing, Replay, replay
+    from .trace.reader import Artifact, Checkpoint, Crossing, Replay, Tail, replay
     from .trace.redact import MARKER, Redaction
     from .trace.verify import Sealed, Verification, seal, verify
 
@@ -103,7 +104,8 @@ _LAZY = {
     ".runtime.bridge": "AsyncHandle, aspawn",
     ".runtime.calls": "acall, call",
     ".runtime.decorator": "idempotency_key, tool",
-    ".runtime.executor": "Executor, Outcome, RetryPolicy, Step",
+    ".runtime.executor": "Executor",
+    ".runtime.step": "Outcome, RetryPolicy, Step",
     ".runtime.history": "patched",
     ".runtime.interrupt": "interrupt",
     ".runtime.recorder": "Recorder",
@@ -112,7 +114,7 @@ _LAZY = {
     ".runtime.workflow": "Workflow, workflow",
     ".trace.annotations": "annotate, annotations",
     ".trace.migrate": "Migrated, migrate",
-    ".trace.reader": "Artifact, Checkpoint, Crossing, Replay, replay",
+    ".trace.reader": "Artifact, Checkpoint, Crossing, Replay, Tail, replay",
     ".trace.redact": "MARKER, Redaction",
     ".trace.verify": "Sealed, Verification, seal, verify",
 }
@@ -193,6 +195,7 @@ __all__ = [
     "Sealed",
     "SecretUnavailable",
     "Step",
+    "Tail",
     "Tool",
     "ToolCall",
     "ToolError",

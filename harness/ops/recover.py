@@ -43,8 +43,9 @@ from ..review.results import hint
 from ..review.runs import _header as _runs_header
 from ..review.runs import list_runs
 from ..runtime.bridge import bridging
-from ..runtime.executor import Executor, Outcome, RetryPolicy, Step
+from ..runtime.executor import Executor
 from ..runtime.resume import NO_ANSWER, waits
+from ..runtime.step import Outcome, RetryPolicy, Step
 from ..runtime.tool import Tool
 from ..runtime.workflow import Workflow, same_workflow
 from ..storage import exists, is_url, runs_dir, scratch
@@ -216,7 +217,7 @@ def recover(
         if w is None and rep.workflow is not None:
             return row("skipped", rep.state, f"a run of workflow {rep.workflow}: recover it with --workflow")
         if waits(rep, NO_ANSWER):  # a human's word is missing: the rule a resume follows (a parallel step's too)
-            asked = rep._tail.question is not None
+            asked = rep.tail.question is not None
             return row("left", S.PAUSED, _asked(path, rep.pending, how) if asked else _uncertain(path, rep))
         try:
             agent_of: dict[str, Any] = (
