@@ -175,7 +175,10 @@ class _Watch:
 
     def wrote(self, data: bytes) -> None:
         if not self.first:  # (every write starts a line: `{"seq":N,`)
-            self.first = int(data[7 : data.index(b",", 7)])
+            try:
+                self.first = int(data[7 : data.index(b",", 7)])
+            except ValueError:  # (no line: nothing was written)
+                return
         sender = self.sender
         if not sender.on or sender.pushed - sender.taken > QUEUED:
             return  # left in the file: the thread reads it back from there (catch_up)
@@ -215,6 +218,8 @@ class _Watch:
             if seq != self.next or self.run is None:
                 self.catch_up(seq)
             self.visit(rec)
+        if self.run is not None:  # the spans sent are not needed again (the root and the open ones are kept apart)
+            self.run.spans.clear()
 
     def catch_up(self, seq: int) -> None:
         """Visit the trace's records before seq that the visitor missed, read from the file: their spans sent
@@ -281,8 +286,8 @@ def enable(
     (the `otel` extra) or `http/json`; by default
     $OTEL_EXPORTER_OTLP_TRACES_PROTOCOL or $OTEL_EXPORTER_OTLP_PROTOCOL, else
     http/protobuf. `content=True` adds the messages, arguments and results,
-    redacted as the trace is. Calling it again replaces the settings; the runs
-    already writing keep theirs.
+    redacted as the trace is. Calling it again replaces the settings: the runs
+    already writing send what they wrote so far, and nothing more.
     """
     global _sender
     url = _url(endpoint)
