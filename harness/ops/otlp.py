@@ -97,8 +97,9 @@ def _value(v: Any) -> dict[str, Any]:
     return {"stringValue": v if isinstance(v, str) else orjson.dumps(v).decode()}
 
 
-_MADE: dict[tuple[str, type, Any], dict[str, Any]] = {}  # (key, type, str, int or bool value) -> its KeyValue
-_SCALARS = frozenset({str, int, bool})
+_MADE: dict[str, dict[Any, dict[str, Any]]] = {}  # key -> a str, int or tuple value -> its KeyValue
+_FLAGS: dict[tuple[str, bool], dict[str, Any]] = {}  # (key, a bool value) -> its KeyValue (True == 1: kept apart)
+_SHARED = frozenset({str, int, tuple})  # (the only tuples here are the export's own, of strings)
 
 
 def _attrs(pairs: dict[str, Any]) -> list[dict[str, Any]]:
@@ -107,12 +108,20 @@ def _attrs(pairs: dict[str, Any]) -> list[dict[str, Any]]:
     out = []
     for k, v in pairs.items():
         t = type(v)
-        if t in _SCALARS:  # the type is part of the key: True == 1, and they are not the same attribute
-            made = _MADE.get((k, t, v))
+        if t in _SHARED:
+            by = _MADE.get(k)
+            if by is None:
+                by = _MADE[k] = {}
+            made = by.get(v)
             if made is None:
-                if len(_MADE) >= 8192:
-                    _MADE.clear()
-                made = _MADE[(k, t, v)] = {"key": k, "value": _value(v)}
+                if len(by) >= 4096:
+                    by.clear()
+                made = by[v] = {"key": k, "value": _value(v)}
+            out.append(made)
+        elif t is bool:
+            made = _FLAGS.get((k, v))
+            if made is None:
+                made = _FLAGS[(k, v)] = {"key": k, "value": {"boolValue": v}}
             out.append(made)
         elif v is not None:
             out.append({"key": k, "value": _value(v)})
@@ -143,12 +152,18 @@ class _Span:
         self.events.append({"timeUnixNano": str(at), "name": name, "attributes": _attrs(attrs)})
 
     def json(self, trace: str) -> dict[str, Any]:
-        out: dict[str, Any] = {"traceId": trace, "spanId": self.id}
-        if self.parent is not None:
-            out["parentSpanId"] = self.parent.id
-        out["name"], out["kind"] = self.name, self.kind
-        out["startTimeUnixNano"], out["endTimeUnixNano"] = str(self.start), str(self.end)
-        out["attributes"] = _attrs(self.attrs)
+        start, end, attrs = str(self.start), str(self.end), _attrs(self.attrs)
+        out: dict[str, Any]
+        if self.parent is not None:  # (one literal each: faster than a key at a time)
+            out = {
+                "traceId": trace, "spanId": self.id, "parentSpanId": self.parent.id, "name": self.name,
+                "kind": self.kind, "startTimeUnixNano": start, "endTimeUnixNano": end, "attributes": attrs,
+            }  # fmt: skip
+        else:
+            out = {
+                "traceId": trace, "spanId": self.id, "name": self.name, "kind": self.kind,
+                "startTimeUnixNano": start, "endTimeUnixNano": end, "attributes": attrs,
+            }  # fmt: skip
         if self.events:
             out["events"] = self.events
         if self.links:
@@ -167,6 +182,7 @@ class _Run:
         self.path, self.content, self.extra = path, content, redact
         self.header: dict[str, Any] = {}
         self.run_id, self.t0 = "", 0
+        self.ids = hashlib.sha256()  # sha256 of "run id:", copied for each span id (span_id(), faster)
         self.spans: list[_Span] = []
         self.root: _Span | None = None
         self.last: dict[str, int] = {}  # agent -> the time of its last record (its next span starts there)
@@ -195,6 +211,8 @@ class _Run:
             self._transition(rec, agent, at)
         elif kind == "crossing":
             self._crossing(rec, agent, at)
+        elif kind == "checkpoint":  # (the third kind nearly every line is: no span, nothing to say)
+            pass
         elif kind == "spawn":
             parent = self.agents.get(agent, self.root)
             child = str(rec["child"])
@@ -239,6 +257,7 @@ class _Run:
         self.header = rec
         self.forked = "parent" in rec  # a rerun or fork: some records were served
         self.run_id = str(rec["run_id"])
+        self.ids = hashlib.sha256(f"{self.run_id}:".encode())
         self.t0 = round(rec["ts"] * 1000) * _NS
         self.now = self.t0
         self.last[MAIN] = self.t0
@@ -268,14 +287,19 @@ class _Run:
         seq = rec["seq"]
         attrs["harness.run_id"] = self.run_id
         attrs["harness.seq"] = seq
-        how = role(rec, self.header) if self.forked else "live"
-        attrs["harness.served"] = how == "served"
-        if how == "answered":  # a fork's branch: the value the fork set, no call made
-            attrs["harness.answered"] = True
+        if self.forked:
+            how = role(rec, self.header)
+            attrs["harness.served"] = how == "served"
+            if how == "answered":  # a fork's branch: the value the fork set, no call made
+                attrs["harness.answered"] = True
+        else:
+            attrs["harness.served"] = False
         agent = rec.get("agent")
         if agent is not None:
             attrs.setdefault("harness.agent", agent)
-        span = _Span(span_id(self.run_id, seq), name, kind, start, parent, attrs)
+        h = self.ids.copy()
+        h.update(b"%d" % seq)
+        span = _Span(h.hexdigest()[:16], name, kind, start, parent, attrs)
         self.spans.append(span)
         return span
 
@@ -432,7 +456,7 @@ class _Run:
             attrs[f"{usage}.output_tokens"] = call.usage.output
             attrs[f"{usage}.cache_read.input_tokens"] = call.usage.cached
         if call.finish_reason is not None:
-            attrs["gen_ai.response.finish_reasons"] = [call.finish_reason]
+            attrs["gen_ai.response.finish_reasons"] = (call.finish_reason,)  # (a tuple: its KeyValue is shared)
         if self.content:
             attrs["gen_ai.input.messages"] = self._shown(messages_in(rec))
             attrs["gen_ai.output.messages"] = self._shown(messages_out(rec) if call.error is None else None)

@@ -936,13 +936,14 @@ def read(trace: str, visit: Callable[[dict[str, Any]], None], *, full: bool = Fa
         return
     try:
         with os.fdopen(open_regular(local), "rb") as f:
-            _chain(trace, f, lambda rec: visit(_blobs.inline(local, rec) if "blobs" in rec else rec))
+            _chain(trace, f, visit, local)
     except OSError as e:
         raise read_error(trace, e) from None
 
 
-def _chain(trace: str, f: Any, each: Callable[[dict[str, Any]], None]) -> None:
-    """Each complete line of f checked against the checksum chain and the seq, then parsed and handed on."""
+def _chain(trace: str, f: Any, visit: Callable[[dict[str, Any]], None], local: str) -> None:
+    """Each complete line of f checked against the checksum chain and the seq, then parsed, its blob-stored
+    payloads read back from beside `local`, and handed to visit."""
     crc, n, cut = 0, 0, -SUFFIX - 1
     for raw in f:
         if raw[-1:] != b"\n":
@@ -961,6 +962,6 @@ def _chain(trace: str, f: Any, each: Callable[[dict[str, Any]], None]) -> None:
         if n == 1 and (rec.get("kind") != "header" or rec.get("schema") != SCHEMA):
             found = rec.get("schema")
             raise TraceCorruption(trace, 1, "schema", f"not a schema-{SCHEMA} trace header (schema {found!r})", 1)
-        each(rec)
+        visit(_blobs.inline(local, rec) if "blobs" in rec else rec)
     if n == 0:
         raise TraceUnreadable(trace, "empty: no header line")
