@@ -35,7 +35,7 @@ def point(name: str) -> None:
     if os.environ.get("BILLED_KILL") != name:
         return
     if harness.otel.enabled():
-        harness.otel.flush()
+        harness.otel.flush(60)
     mark = Path(os.environ["BILLED_MARK"])
     mark.with_suffix(".tmp").write_text(str(os.getpid()))
     os.replace(mark.with_suffix(".tmp"), mark)

@@ -52,12 +52,10 @@ def received(r: Receiver) -> list[dict[str, Any]]:
     return [json_format.MessageToDict(s) for s in r.spans()]
 
 
-def exported(trace: Path) -> dict[str, dict[str, Any]]:
+def exported(trace: Path, content: bool = False) -> dict[str, dict[str, Any]]:
     """The spans `harness export --otlp` gives for trace, by span id, as received() has them."""
-    request = parsed(spans(trace))
-    return {
-        s["spanId"]: s for s in (json_format.MessageToDict(x) for x in request.resource_spans[0].scope_spans[0].spans)
-    }
+    found = parsed(spans(trace, content=content)).resource_spans[0].scope_spans[0].spans
+    return {s["spanId"]: s for s in (json_format.MessageToDict(x) for x in found)}
 
 
 def attrs(span: dict[str, Any]) -> dict[str, Any]:
@@ -145,6 +143,19 @@ def test_writes_a_full_queue_left_in_the_file_are_read_back(
     assert [s["name"] for s in got] == ["execute_tool work"] * 3 + [got[-1]["name"]] and len(want) == 4
     for span in got:
         assert span == want[span["spanId"]]
+
+
+def test_content_is_sent_as_the_export_gives_it(tmp_path: Path, receiver: Receiver) -> None:
+    harness.otel.enable(receiver.url, protocol="http/json", content=True)
+    try:
+        trace = billed_agent.one_run(tmp_path / "r.jsonl", steps=2)
+    finally:
+        harness.otel.disable()
+    got, want = received(receiver), exported(trace, content=True)
+    assert len(got) == len(want) == 3
+    for span in got:
+        assert span == want[span["spanId"]]
+    assert "gen_ai.tool.call.arguments" in attrs(got[0]) and "gen_ai.tool.call.result" in attrs(got[0])
 
 
 def test_a_resume_that_writes_nothing_sends_nothing(tmp_path: Path, live: Receiver) -> None:
