@@ -20,8 +20,9 @@ It never slows or breaks a run: the writes wait in a queue of at most
 there when the thread catches up); a span that cannot be delivered (the
 endpoint down, refusing, too slow) is dropped and counted, and said once
 (logging, `harness.otel`; on stderr unless logging is configured). Spans
-are flushed when a run's writer closes and at exit (for at most
-`EXIT_WAIT` seconds). `flush()` waits for what is queued and says what was
+go out in requests of at most `BATCH`, a span waiting at most `LINGER`
+seconds for others; they are flushed when a run's writer closes and at exit
+(for at most `EXIT_WAIT` seconds). `flush()` waits for what is queued and says what was
 sent and dropped.
 """
 
@@ -31,6 +32,7 @@ import atexit
 import logging
 import os
 import threading
+import time
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -50,6 +52,7 @@ __all__ = ["Delivery", "disable", "enable", "enabled", "flush"]
 
 QUEUED = 64 << 20  # bytes of writes waiting for the sending thread, at most
 BATCH = 512  # spans a request, at most
+LINGER = 0.5  # seconds a span may wait for others to share its request (a run's end sends at once)
 EXIT_WAIT = 5.0  # seconds the process waits at exit for its last spans to go out
 ATTEMPTS, BACKOFF, TIMEOUT = 3, 0.5, 5.0  # a request's tries (one while the endpoint fails), their waits
 
@@ -95,9 +98,11 @@ class _Sender:
             self.wake.set()
 
     def _work(self) -> None:
+        since = 0.0  # when the oldest span not sent yet was made (0: none waits)
         while True:
-            self.wake.wait()
+            self.wake.wait(max(0.0, since + LINGER - time.monotonic()) if since else None)
             self.wake.clear()
+            now = not self.on  # whether what waits goes out now: at a run's end, a flush, a stop
             while self.queue:
                 watch, item = self.queue.popleft()
                 if isinstance(item, threading.Event):  # flush(): everything before it goes out first
@@ -106,8 +111,15 @@ class _Sender:
                 elif watch is not None:
                     if isinstance(item, bytes):
                         self.taken += len(item)
+                    else:
+                        now = True  # a writer closed: its run's spans go out now
                     watch.handle(item)
-            self._send()
+            if self.pending and not since:
+                since = time.monotonic()
+            if self.pending and (now or len(self.pending) >= BATCH or time.monotonic() - since >= LINGER):
+                self._send()
+            if not self.pending:
+                since = 0.0
             if not self.on:
                 return
 
