@@ -352,7 +352,7 @@ function blobField(name, value, ref) {
   return h("section", { class: "field blob" }, h("h3", {}, name), where, h("pre", {}, typeof value === "string" ? value : pretty(value)));
 }
 
-// a model call's answer, streamed or not, as the server assembled it (harness.review.stream.reply): its text, the
+// a model call's answer, streamed or not, as the server assembled it (harness.trace.stream.reply): its text, the
 // tools it called and why it stopped, above the raw request and response
 function replyField(rep) {
   const m = rep.message || {};
