@@ -20,9 +20,8 @@ made of. `tool_call(rec)` reads a tool call made as a crossing (outside a
 workflow's steps: name, args, server, the response and its `outcome()`) and
 `mcp_tool(name, servers)` tells an MCP tool's step by its server's name.
 
-`role(rec, header)` says whether a record was served from a parent's
-recording (`served`: every record of a rerun, a fork's records before its
-branch), is a fork's branch answered by hand (`mutated`), or ran `live`.
+`role(rec, header)` (trace/usage.py's too) says whether a record was served
+from a parent's recording, is a fork's branch, or ran `live`.
 `traces(paths)` names the traces of paths that are traces or runs folders,
 and `read(trace, visit)` hands `visit` each record of one, its payloads read
 back from their blobs: by default each line checked against the checksum
@@ -55,9 +54,10 @@ from ..storage.files import open_regular, read_error
 from ..trace.line import SCHEMA, SUFFIX
 from ..trace.reader import replay, replay_url
 from ..trace.stream import FRAMEWORK_MODELS, assemble, reply
-from ..trace.usage import MODEL_KINDS, UNKNOWN, ModelCall, Usage, _agents_response, _str, model_call
+from ..trace.usage import MODEL_KINDS, UNKNOWN, ModelCall, Usage, _agents_response, _str, model_call, role
 
-__all__ = ["MODEL_KINDS", "UNKNOWN", "ModelCall", "Usage", "model_call"]  # (read here: trace/usage.py, one reader)
+# read in trace/usage.py (one reader, which the runtime's budget gate uses too), re-exported here
+__all__ = ["MODEL_KINDS", "UNKNOWN", "ModelCall", "Usage", "model_call", "role"]
 
 # the boundaries a tool call (or an MCP listing) may be recorded as, outside a workflow's steps
 TOOL_KINDS = frozenset(
@@ -91,29 +91,6 @@ class ToolCall:
         if isinstance(response, dict) and response.get("kind") == "tool_return" and "result" in response:
             return response["result"], False
         return response, False
-
-
-# --- which records are served --------------------------------------------------------------------------------
-
-
-def role(rec: Mapping[str, Any], header: Mapping[str, Any]) -> str:
-    """`served` (taken from the parent's recording: a rerun's records, a fork's before its branch), `answered`
-    (a fork's branch: the value the fork set) or `live` (made when it was recorded): `harness show`'s words."""
-    if "parent" not in header or rec.get("kind") == "header":
-        return "live"
-    branch = header.get("branch")
-    if type(branch) is not int:  # a rerun: every record was served from the recording
-        return "served"
-    if rec.get("reused") is True:
-        return "served"
-    if rec.get("mutated") is True:
-        return "answered"
-    if "vc" in rec:  # a causal fork marks what it reused and its branch: the rest ran live
-        return "live"
-    seq = rec.get("seq")
-    if type(seq) is not int:
-        return "live"
-    return "answered" if seq == branch else "live" if seq > branch else "served"
 
 
 # --- messages, in the GenAI conventions' shape -----------------------------------------------------------------

@@ -47,6 +47,7 @@ from dataclasses import KW_ONLY, dataclass, field
 from typing import Any
 
 from .._errors import (
+    BudgetExceeded,
     HarnessError,
     Interrupted,
     JournalError,
@@ -78,6 +79,7 @@ from ..trace.torn import set_aside
 from ..trace.vault import Vault, refused
 from . import timers as _timers
 from .boundary import Session, deactivate
+from .budget import Budget
 from .context import AgentState, end_call, reset_key, running_agent, set_agent, set_key, set_run, start_call
 from .control import decisive
 from .environment import environment
@@ -213,6 +215,27 @@ def ask(run: _Run, question: Any) -> Outcome:
     return Outcome(S.PAUSED, run.snapshot(), run.id, run.journal.path, pending=pending)
 
 
+def over_budget(run: _Run, stop: BudgetExceeded) -> Outcome:
+    """A live model call would pass the run's budget (runtime/budget.py): PAUSE before it, `reason` budget. A
+    resume of a run paused on its budget that meets it again before writing anything writes nothing: the trace
+    stays as it was, PAUSED (the outcome names this budget)."""
+    gate = run.session.gate
+    if run.journal.owes and gate is not None and gate.paused is not None:
+        paused = gate.paused
+        pending = {"seq": paused["seq"], "step": paused["step"], "state": paused["from"], "reason": "budget"}
+        return Outcome(S.PAUSED, run.snapshot(), run.id, run.journal.path, pending={**pending, "budget": stop.budget})
+    if run.lane or run.state not in (S.PLAN, S.VERIFY):
+        raise HarnessError(
+            f"a model call past the run's budget in {run.state} of step {run.step}, inside a call of a parallel "
+            "step or while a step runs: a budget pauses a run only in its planner, verifier or workflow function; "
+            "give it room for the parallel step's calls"
+        ) from None
+    paused_in = run.state
+    run.move(S.PAUSED, sync=True, reason="budget", budget=stop.budget)
+    pending = {"seq": run.wrote, "step": run.step, "state": paused_in, "reason": "budget", "budget": stop.budget}
+    return Outcome(S.PAUSED, run.snapshot(), run.id, run.journal.path, pending=pending)
+
+
 class Executor:
     """Runs a goal to DONE or FAILED, streaming every step to one trace file.
 
@@ -304,12 +327,14 @@ class Executor:
         synced = [n for n, s in specs.items() if durability == "fsync" or s.contract["effect"] != "at-least-once"]
         self.synced = frozenset(synced)
 
-    def run(self, goal: Any, *, answer: Any = NO_ANSWER) -> Outcome:
+    def run(self, goal: Any, *, answer: Any = NO_ANSWER, budget: Budget | None = None) -> Outcome:
         """Run (or, with resume=True, finish) the goal. Returns DONE, FAILED or PAUSED.
 
         resume=True refuses a trace path with no file (TraceMissing);
         resume="auto" starts a new run there. `answer`: the human's answer
         to the question a run PAUSED on with interrupt() (any JSON value).
+        `budget`: what the run's live model calls may spend, across resumes
+        (`harness.Budget`); a call that would pass it PAUSES the run first.
         """
         self._refuse_async()
         check_value("goal", goal)
@@ -341,10 +366,10 @@ class Executor:
             if journal.size():
                 if not self.resume:
                     raise TraceExists(path)
-                return self._resume(journal, goal, answer)
+                return self._resume(journal, goal, answer, budget)
             if answer is not NO_ANSWER:
                 raise HarnessError(f"{path}: an answer was given, but the trace holds no run that asked a question")
-            return self._start(journal, goal, run_id)
+            return self._start(journal, goal, run_id, budget=budget)
 
     def _refuse_async(self) -> None:
         """HarnessError before anything is written when run() was given an async planner, verifier or tool."""
@@ -354,7 +379,7 @@ class Executor:
             if inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(type(fn).__call__):
                 raise _async(what)
 
-    async def arun(self, goal: Any, *, answer: Any = NO_ANSWER) -> Outcome:
+    async def arun(self, goal: Any, *, answer: Any = NO_ANSWER, budget: Budget | None = None) -> Outcome:
         """run() for async agents: planners, tools and verifiers may be `async def` (plain ones still work).
 
         The executor waits in a worker thread; each awaitable runs as a task on
@@ -368,29 +393,39 @@ class Executor:
         ex = copy.copy(self)
         ex.planner, ex.tools, ex.verifier = bridged(bridge, self.planner, self.tools, self.verifier)
         with numbering():  # the tasks each planner, tool or verifier call creates are named (tasks.py)
-            return await asyncio.to_thread(functools.partial(ex.run, goal, answer=answer))
+            return await asyncio.to_thread(functools.partial(ex.run, goal, answer=answer, budget=budget))
 
     def _start(
-        self, journal: Journal, goal: Any, run_id: str, *, session: Session | None = None, **lineage: Any
+        self,
+        journal: Journal,
+        goal: Any,
+        run_id: str,
+        *,
+        session: Session | None = None,
+        budget: Budget | None = None,
+        **lineage: Any,
     ) -> Outcome:
         code = code_of((self.planner,))
         journal.give = True  # the planner's progress holds each result as the tool returned it (see _continue)
         write_header(journal, run_id, goal, self.contracts, self.redact, self.entrypoint, lineage, code=code)
-        run = _Run(journal, session or Session(journal, redact=self.redact), goal, run_id, [], S.INIT)
+        session = session or Session(journal, redact=self.redact)
+        if budget is not None:  # budget hook: the run's ledger (runtime/budget.py)
+            session.limit(budget)
+        run = _Run(journal, session, goal, run_id, [], S.INIT)
         run.index = (
             None if is_url(journal.path) else _index.Writer(journal.path, journal.fd, journal.digests, journal.blocks)
         )
         run.move(S.PLAN)
         return self._drive(run)
 
-    def _resume(self, journal: Journal, goal: Any, answer: Any = NO_ANSWER) -> Outcome:
+    def _resume(self, journal: Journal, goal: Any, answer: Any = NO_ANSWER, budget: Budget | None = None) -> Outcome:
         """Go on with the run in journal's file, as resume.plan() decides (a refusal, before it, writes nothing)."""
         path = journal.path
         try:
             rep = _index.resume_point(path)  # reads only what follows the index's mark, when it has a usable one
         except TraceCorruption as e:
             start_over(journal, e, answer)  # a torn header: no run began, a new one starts in the emptied file
-            return self._start(journal, goal, uuid.uuid4().hex)
+            return self._start(journal, goal, uuid.uuid4().hex, budget=budget)
         if rep.workflow is not None:
             raise HarnessError(
                 f"{path}: the run of workflow {rep.workflow}, not an Executor's: resume it with its workflow "
@@ -415,6 +450,7 @@ class Executor:
             seam = [*seam, ("transition", back, ())]
         owed = journal.owe(rep.last_seq, rep._tail.crc, rep._tail.end, seam, start=rep.header["ts"], aside=todo.aside)
         session = Session(journal, todo.served, redact=self.redact)
+        session.limit(budget)  # budget hook: its ledger counts the trace's live model calls (runtime/budget.py)
         if clocks is not None:  # every record from here on carries its clock
             session.agents.share(journal, clocks)
         session.answers.extend(todo.answers)  # answers as given: the trace holds them redacted
@@ -700,6 +736,8 @@ class Executor:
                         "the step alone"
                     ) from None
                 return self._ask(run, stop.question)
+            if isinstance(stop, BudgetExceeded):  # budget hook: PAUSED before the call (runtime/budget.py)
+                return over_budget(run, stop)
             # the journal's own failure, a re-execution's verdict and the vault's refusal to reveal a checkpoint the
             # planner read have no crash record (a resume refused so writes nothing); a call's failure propagates
             # to the run, which records the crash

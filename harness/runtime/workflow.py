@@ -48,6 +48,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Generic, ParamSpec, TypeVar, cast
 
 from .._errors import (
+    BudgetExceeded,
     HarnessError,
     Interrupted,
     JournalError,
@@ -75,12 +76,13 @@ from ..trace.reader import Replay
 from ..trace.redact import Redaction, Rule
 from ..trace.remote import open_journal
 from .boundary import Session, deactivate
+from .budget import Budget
 from .calls import Flow, _flow
 from .control import Paused, decisive, verdict
-from .executor import Outcome, _crash, _Run, ask, finished, reseal, write_header
+from .executor import Outcome, _crash, _Run, ask, finished, over_budget, reseal, write_header
 from .fingerprint import code_of_modules
 from .history import Recorded, Resumed
-from .resume import NO_ANSWER, main_event, no_marker_owed, owed_answers, seam, start_over, waits
+from .resume import NO_ANSWER, asking, main_event, no_marker_owed, owed_answers, seam, start_over, waits
 from .tasks import numbering
 from .tool import is_async_fn
 
@@ -132,17 +134,20 @@ class Workflow(Generic[P, R]):
         seal_key: str | bytes | None = None,
         storage_options: dict[str, Any] | None = None,
         answer: Any = NO_ANSWER,
+        budget: Budget | None = None,
         **kwargs: Any,
     ) -> Outcome:
         """Run the function with args and kwargs as a durable run; returns DONE (`.result`), FAILED or PAUSED.
 
         `resume=True` finishes the run `trace` holds (TraceMissing when there
         is none), `"auto"` resumes it if it exists, else starts it; `answer`
-        answers the question the run paused on. An async function is run with
+        answers the question the run paused on; `budget` (`harness.Budget`)
+        limits what its live model calls spend across resumes, pausing the
+        run before a call that would pass it. An async function is run with
         asyncio.run (from code that is not on an event loop; else `await
         W.arun(...)`).
         """
-        options = _Options(trace, runs_dir, resume, durability, redact, seal_key, storage_options, answer)
+        options = _Options(trace, runs_dir, resume, durability, redact, seal_key, storage_options, answer, budget)
         if self.is_async:
             import asyncio  # (only async code loads asyncio, and ssl with it)
 
@@ -165,10 +170,11 @@ class Workflow(Generic[P, R]):
         seal_key: str | bytes | None = None,
         storage_options: dict[str, Any] | None = None,
         answer: Any = NO_ANSWER,
+        budget: Budget | None = None,
         **kwargs: Any,
     ) -> Outcome:
         """run() as a coroutine on the running loop: an async function is awaited there (a plain one is called)."""
-        options = _Options(trace, runs_dir, resume, durability, redact, seal_key, storage_options, answer)
+        options = _Options(trace, runs_dir, resume, durability, redact, seal_key, storage_options, answer, budget)
         return await self._arun(args, kwargs, options)
 
     async def _arun(self, args: tuple[Any, ...], kwargs: dict[str, Any], options: _Options) -> Outcome:
@@ -259,6 +265,7 @@ class _Options:
     seal_key: str | bytes | None
     storage_options: dict[str, Any] | None
     answer: Any
+    budget: Budget | None
 
 
 class _Opened:
@@ -314,6 +321,8 @@ class _Opened:
                 if answered:
                     raise HarnessError(f"{path}: an answer was given, but the trace holds no run that asked a question")
                 self.flow = start(journal, self.w.name, self.goal, run_id, redact=self.redact, fsync=journal.fsync)
+            if self.outcome is None and options.budget is not None:  # budget hook: the run's ledger (budget.py)
+                self.flow.run.session.limit(options.budget)
         except BaseException:
             journal.close()
             raise
@@ -335,7 +344,7 @@ class _Opened:
             raise ResumeMismatch(path, "workflow", rep.workflow, w.name)
         if canonical(rep.goal) != canonical(self.redact(self.goal)):
             raise ResumeMismatch(path, "arguments", rep.goal, self.goal)
-        asked = rep._tail.question is not None and not rep._tail.answered
+        asked = asking(rep)
         # the function run again is owed every answer it was given: those its interrupt() crossings delivered
         # (served again), then those the trace holds and no crossing delivered yet. An answer given while no
         # question waits is taken only as one of them given again, in place of its redacted record (before the
@@ -513,10 +522,14 @@ def _raised(flow: Flow, e: BaseException) -> Outcome:
     if run.state == S.PAUSED:  # a pause beside real errors: PAUSED is on the file (and the last word), the errors
         raise e from None  # are the caller's
     try:
-        if verdict(e) or not isinstance(e, Exception | Interrupted):
+        if verdict(e) or not isinstance(e, Exception | Interrupted | BudgetExceeded):
             if e is not raised:
                 raise e from None  # the group it came in: its other members are in e's note, or dropped
             raise e
+        if isinstance(e, BudgetExceeded):  # budget hook: PAUSED before the call (runtime/budget.py)
+            if run.session.checking:
+                run.session.settled()
+            return over_budget(run, e)
         if isinstance(e, Interrupted):  # asked in PLAN, or by a tool in ACT
             if run.session.checking:
                 run.session.settled()

@@ -63,8 +63,9 @@ _EDGE_FIELDS: dict[tuple[str, str], frozenset[str]] = {
     (S.VERIFY, S.FAILED): frozenset({"error"}),
     # a timeout's error, interrupt()'s question, or why a call in flight was not made again (harness.mcp)
     (S.ACT, S.PAUSED): frozenset({"error", "question", "reason"}),
-    (S.PLAN, S.PAUSED): frozenset({"question"}),
-    (S.VERIFY, S.PAUSED): frozenset({"question"}),
+    # interrupt()'s question, or a budget's pause (reason "budget", and what: the limit, what was spent, the call)
+    (S.PLAN, S.PAUSED): frozenset({"question", "reason", "budget"}),
+    (S.VERIFY, S.PAUSED): frozenset({"question", "reason", "budget"}),
 }
 _KIND_FIELDS: dict[str, frozenset[str]] = {
     "header": frozenset({"schema", "run_id", "goal", "tools", "workflow", "redact", "parent", "branch", "env"}),
@@ -93,7 +94,7 @@ _EDGE_REQUIRED = {
     (S.PLAN, S.ACT): 3, (S.PAUSED, S.ACT): 3,  # name, tool, args
     (S.ACT, S.VERIFY): 1,  # result (or the blobs holding it)
     (S.PLAN, S.FAILED): 1, (S.ACT, S.PLAN): 1, (S.ACT, S.FAILED): 1, (S.VERIFY, S.PLAN): 1, (S.VERIFY, S.FAILED): 1,
-    (S.PLAN, S.PAUSED): 1, (S.VERIFY, S.PAUSED): 1,  # error; question
+    (S.PLAN, S.PAUSED): 1, (S.VERIFY, S.PAUSED): 1,  # error; question (or reason and budget)
 }  # fmt: skip
 CHECKPOINT_KEYS = len(_LINE) + 1  # step
 CROSSING_KEYS = len(_LINE) + 4  # boundary, request, hash, response or error (inline)
@@ -269,7 +270,7 @@ def reconcile(sc: Scan, rec: dict[str, Any], n: int, seq: int) -> None:
 
 def answer(sc: Scan, rec: dict[str, Any], n: int, seq: int) -> None:
     fields_of(sc.path, n, seq, rec, sc.kind_fields["answer"])
-    if sc.state != S.PAUSED or sc.question is None or sc.answered:
+    if sc.state != S.PAUSED or sc.question is None or sc.answered or "question" not in sc.question:
         raise _fail(sc.path, n, "bad-answer", "an answer record with no question waiting for it", seq)
     if rec["op"] != sc.question["seq"] or "answer" not in rec:
         raise _fail(sc.path, n, "bad-answer", "the answer record does not name the question's seq", seq)
@@ -501,11 +502,11 @@ def left_pause(
 ) -> None:
     """PAUSED -> dst: after the answer to the question the run asked (`question`), or as the operator's reconcile
     record says (its result, when the operation happened, the one delivered)."""
-    if question is not None:
-        if not answered:
+    if question is not None:  # (a pause on its budget waits for no answer: a resume goes back where it paused)
+        if not answered and "question" in question:
             raise _fail(path, n, "bad-transition", "a run paused on a question moved on before it was answered", seq)
         if dst != question["from"]:
-            why = f"PAUSED -> {dst} after an answer, but the question was asked in {question['from']}"
+            why = f"PAUSED -> {dst}, but the run paused in {question['from']}"
             raise _fail(path, n, "bad-transition", why, seq)
         return
     if reconcile is None:
@@ -521,7 +522,21 @@ def left_pause(
 
 def pause_question(path: str, n: int, seq: int, rec: dict[str, Any]) -> dict[str, Any]:
     """PLAN or VERIFY -> PAUSED, or ACT -> PAUSED with a question: a pause on the question interrupt() asked,
-    without an error. Returns the question's record."""
+    without an error; or PLAN or VERIFY -> PAUSED on the run's budget (`reason` "budget" and `budget`, an object
+    with the `limit` and what was `spent`), which a resume leaves with no answer. Returns the pause's record."""
+    if rec["from"] != S.ACT and rec.get("reason") == "budget" and "question" not in rec:
+        said = rec.get("budget")
+        if (
+            not isinstance(said, dict)
+            or not isinstance(said.get("limit"), dict)
+            or not isinstance(said.get("spent"), dict)
+        ):
+            why = f"{rec['from']} -> PAUSED on its budget without the budget object (its limit, what was spent)"
+            raise _fail(path, n, "malformed", why, seq)
+        return rec
+    if "reason" in rec or "budget" in rec:
+        why = f'{rec["from"]} -> PAUSED with a reason other than "budget", or a budget beside a question'
+        raise _fail(path, n, "malformed", why, seq)
     if "question" not in rec:
         why = f"{rec['from']} -> PAUSED without the question that interrupt() asked"
         raise _fail(path, n, "malformed", why, seq)

@@ -11,7 +11,10 @@ them, output tokens) and the finish reason. `review/calls.py` (the behavior
 view, `expect()`, the OTLP export, the cost ledger) and the runtime's budget
 gate (runtime/budget.py) both read calls through it.
 
-`bound(kind, request)` reads a request before it is sent: whether it is a
+`role(rec, header)` says whether a record was served from a parent's
+recording (`served`: every record of a rerun, a fork's records before its
+branch), is a fork's branch answered by hand (`answered`), or ran `live`:
+only a live call was billed. `bound(kind, request)` reads a request before it is sent: whether it is a
 model call at all (an `http` crossing is one only when it calls a model
 API), the model asked for, its `max_tokens` (each API's spelling) and the
 size of its prompt in tokens, estimated from its JSON (`PROMPT_BYTES` bytes
@@ -222,6 +225,29 @@ def _int(value: Any) -> int:
 
 def _str(value: Any) -> str | None:
     return value if isinstance(value, str) and value else None
+
+
+# --- which records are served --------------------------------------------------------------------------------
+
+
+def role(rec: Mapping[str, Any], header: Mapping[str, Any]) -> str:
+    """`served` (taken from the parent's recording: a rerun's records, a fork's before its branch), `answered`
+    (a fork's branch: the value the fork set) or `live` (made when it was recorded): `harness show`'s words."""
+    if "parent" not in header or rec.get("kind") == "header":
+        return "live"
+    branch = header.get("branch")
+    if type(branch) is not int:  # a rerun: every record was served from the recording
+        return "served"
+    if rec.get("reused") is True:
+        return "served"
+    if rec.get("mutated") is True:
+        return "answered"
+    if "vc" in rec:  # a causal fork marks what it reused and its branch: the rest ran live
+        return "live"
+    seq = rec.get("seq")
+    if type(seq) is not int:
+        return "live"
+    return "answered" if seq == branch else "live" if seq > branch else "served"
 
 
 # --- a request, before it is sent ------------------------------------------------------------------------------

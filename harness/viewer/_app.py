@@ -304,6 +304,10 @@ def _summary_of(v: Viewer, run: str) -> dict[str, Any]:
     how = _how(header)
     if pending is not None and verdict.settled:  # reconciled or answered already: what is left is to resume it
         resume = f"harness resume {shlex.quote(path)} {how}"
+    elif pending is not None and "budget" in pending:  # paused on its budget: a resume with a larger one goes on
+        resume = (
+            f"harness resume {shlex.quote(path)} {how} --budget-{pending['budget']['exceeded'].replace('_', '-')} N"
+        )
     elif pending is not None and "question" in pending:  # interrupt(): a human answers, no reconcile
         answer = f"harness resume {shlex.quote(path)} {how} --answer 'ANSWER_AS_JSON'"
     elif pending is not None:
