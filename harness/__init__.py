@@ -73,10 +73,11 @@ if TYPE_CHECKING:  # the same names, as type checkers and editors see them; at r
     from .runtime.budget import Budget
     from .runtime.calls import acall, call
     from .runtime.decorator import idempotency_key, tool
-    from .runtime.executor import Executor, Outcome, RetryPolicy, Step
+    from .runtime.executor import Executor
     from .runtime.history import patched
     from .runtime.interrupt import interrupt
     from .runtime.recorder import Recorder
+    from .runtime.step import Outcome, RetryPolicy, Step
     from .runtime.timers import sleep
     from .runtime.tool import Tool
     from .runtime.workflow import Workflow, workflow

@@ -119,7 +119,7 @@ def _exportable(trace: str) -> _Run | str:
         rep, torn = _replayed(trace)
     except HarnessError as e:
         return f"{trace}: cannot be exported: {e}"
-    for name, (size, line) in rep._tail.blobs.items():
+    for name, (size, line) in rep.tail.blobs.items():
         try:
             _blobs.read(trace, line, name, size)
         except TraceCorruption as e:
@@ -129,7 +129,7 @@ def _exportable(trace: str) -> _Run | str:
     kept = tuple(
         dict.fromkeys(n for n in torn if "parent" not in rep.header or os.path.lexists(os.path.join(folder, n)))
     )
-    return _Run(tuple(rep._tail.blobs), kept, rep.seal is not None)
+    return _Run(tuple(rep.tail.blobs), kept, rep.seal is not None)
 
 
 def export(traces: Iterable[str | os.PathLike[str]], out: str | os.PathLike[str]) -> Bundled:

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ._errors import FleetError, HarnessError, MissingExtra, TaskFailed
-from .runtime.executor import Outcome
+from .runtime.step import Outcome
 from .storage import is_url, join
 from .trace.line import canonical, check_value
 

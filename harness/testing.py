@@ -24,7 +24,7 @@ from typing import Any
 import orjson
 
 from ._errors import ToolError
-from .runtime.executor import Step
+from .runtime.step import Step
 from .trace.line import encode
 
 __all__ = [

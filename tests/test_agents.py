@@ -133,7 +133,7 @@ def test_a_run_that_never_spawns_writes_no_clock(tmp_path: Path) -> None:
     trace = tmp_path / "t.jsonl"
     Executor(planner=_one("noop"), tools={"noop": noop}, trace=trace).run("g")
     assert not any("vc" in r or "agent" in r for r in read_records(trace))
-    assert harness.replay(trace)._tail.clocks is None
+    assert harness.replay(trace).tail.clocks is None
 
 
 def test_current_agent_and_spawn_outside_a_run() -> None:

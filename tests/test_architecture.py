@@ -10,6 +10,7 @@ functions, and fails naming the modules of every cycle.
 from __future__ import annotations
 
 import ast
+import dataclasses
 import os
 import subprocess
 import sys
@@ -137,6 +138,24 @@ def test_no_module_but_context_touches_a_context_variable() -> None:
                 private = node.attr[0] == "_" and not node.attr.startswith("__")
                 reaches += [f"{path.relative_to(ROOT)}:{node.lineno} context.{node.attr}"] if private else []
     assert not reaches, "context variables used outside runtime/context.py:\n" + "\n".join(reaches)
+
+
+def test_no_module_above_the_trace_reads_a_private_field_of_a_replay() -> None:
+    """A resuming writer reads where a run stands through `Replay.tail` (a `Tail`, its named fields and questions):
+    no module outside trace/ reads an underscore field of a Replay or a Tail."""
+    from harness.trace.reader import Replay, Tail
+
+    private = {
+        f.name for cls in (Replay, Tail) for f in dataclasses.fields(cls) if f.name.startswith("_")
+    } | {"_tail"}
+    reaches = [
+        f"{path.relative_to(ROOT)}:{node.lineno} .{node.attr}"
+        for path in sorted((ROOT / "harness").rglob("*.py"))
+        if "trace" not in path.relative_to(ROOT / "harness").parts[:1]
+        for node in ast.walk(ast.parse(path.read_text(), str(path)))
+        if isinstance(node, ast.Attribute) and node.attr in private
+    ]
+    assert not reaches, "private fields of Replay read outside harness/trace:\n" + "\n".join(reaches)
 
 
 def test_every_exception_class_of_harness_is_defined_in_errors() -> None:

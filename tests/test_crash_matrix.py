@@ -59,7 +59,7 @@ def test_the_crash_matrix(tmp_path: Path) -> None:
         ((row_id, key, receipt),) = ledger(work / case)
         assert rep.checkpoints[-1].result == {"receipt": receipt, "row": row_id}, case
         if "idempotent" in case:
-            assert rep._tail.intent is not None and key == rep._tail.intent["key"] == f"{rep.run_id}-0-1", case
+            assert rep.tail.intent is not None and key == rep.tail.intent["key"] == f"{rep.run_id}-0-1", case
         else:
             assert key is None
         resumes = {"control": 0, "unsafe-after-effect": 2, "answered-idempotent-after-effect": 2,
@@ -73,7 +73,7 @@ def test_the_crash_matrix(tmp_path: Path) -> None:
         ], case
     for case in ("unsafe-after-intent", "answered-unsafe-after-intent"):
         paused = harness.replay(work / case / "trace.jsonl")
-        assert paused.state == "PAUSED" and not paused.complete and paused._tail.question is None, case
+        assert paused.state == "PAUSED" and not paused.complete and paused.tail.question is None, case
         assert paused.pending is not None and paused.pending["args"] == {"op": "order-1", "amount": 5}, case
     recs = [orjson.loads(line) for line in (work / "unsafe-after-effect" / "trace.jsonl").read_bytes().splitlines()]
     (rec,) = [r for r in recs if r["kind"] == "reconcile"]

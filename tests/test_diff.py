@@ -440,7 +440,7 @@ def test_a_trace_url_of_a_run_with_agents_is_read_from_its_local_copy(tmp_path: 
     pytest.importorskip("fsspec")
     done = Executor(planner=_two_calls, tools={"work": lambda i: {"i": i}}, runs_dir=f"file://{tmp_path}/runs").run("g")
     assert done.state == "DONE" and str(done.trace).startswith("file://")
-    assert harness.replay(done.trace)._tail.clocks is not None  # a run with agents, on a trace URL
+    assert harness.replay(done.trace).tail.clocks is not None  # a run with agents, on a trace URL
     assert diff(done.trace, done.trace).equal  # the same trace twice: equal (it was opened as a file name)
 
 

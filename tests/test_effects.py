@@ -97,10 +97,10 @@ def test_an_interrupted_idempotent_call_is_made_again_with_its_key(tmp_path: Pat
     with pytest.raises(Crash):
         executor(path, tools, PAY).run("g")
     rep = harness.replay(path)
-    assert rep.state == "ACT" and rep._tail.intent is not None
+    assert rep.state == "ACT" and rep.tail.intent is not None
     out = executor(path, tools, PAY, resume=True).run("g")
     assert out.state == "DONE"
-    assert [c["idempotency_key"] for c in ledger.calls] == [rep._tail.intent["key"]] * 2
+    assert [c["idempotency_key"] for c in ledger.calls] == [rep.tail.intent["key"]] * 2
     assert len(ledger.effects) == 1  # the tool deduped on the key it was given again
     assert out.checkpoints[0].result == {"receipt": "r1", "amount": 5}
 
@@ -369,7 +369,7 @@ def write(path: Path, recs: list[dict[str, Any]]) -> Path:
 
 def test_replay_accepts_reconciled_traces(tmp_path: Path) -> None:
     rep = harness.replay(write(tmp_path / "a.jsonl", [*BEFORE_PAUSE, PAUSE, YES]))
-    assert rep.state == "PAUSED" and rep._tail.reconcile is not None and rep.pending is not None
+    assert rep.state == "PAUSED" and rep.tail.reconcile is not None and rep.pending is not None
     rep = harness.replay(write(tmp_path / "b.jsonl", [*BEFORE_PAUSE, PAUSE, YES, ON, *FINISH]))
     assert rep.complete and [c.result for c in rep.checkpoints] == [7]
     rep = harness.replay(write(tmp_path / "c.jsonl", [*BEFORE_PAUSE, PAUSE, NO, AGAIN]))

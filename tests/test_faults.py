@@ -127,11 +127,11 @@ class World:
         if self.faults is not None:
             assert not self.faults.fired, f"{tool} was called after a failed {self.faults.op}"
         rep = harness.replay(self.trace)
-        assert rep.state == "ACT" and rep._tail.intent is not None, f"{tool} called in state {rep.state}"
+        assert rep.state == "ACT" and rep.tail.intent is not None, f"{tool} called in state {rep.state}"
         if self.faults is not None and (tool in ("send", "charge") or self.durability == "fsync"):
-            assert self.faults.durable(rep._tail.intent["seq"]), f"{tool} was called before its intent was synced"
+            assert self.faults.durable(rep.tail.intent["seq"]), f"{tool} was called before its intent was synced"
             assert self.faults.synced == os.path.getsize(self.trace), f"{tool} was called before all was synced"
-        assert (rep._tail.intent["tool"], rep._tail.intent["args"], rep._tail.intent.get("key")) == (tool, args, key)
+        assert (rep.tail.intent["tool"], rep.tail.intent["args"], rep.tail.intent.get("key")) == (tool, args, key)
 
     def tools(self) -> dict[str, Any]:
         def read(*, q: str) -> dict[str, str]:
@@ -173,7 +173,7 @@ class World:
         if self.faults is not None:
             assert not self.faults.fired, "verified after a failed write"
         rep = harness.replay(self.trace)
-        assert rep.state == "VERIFY" and rep._tail.last is not None
+        assert rep.state == "VERIFY" and rep.tail.last is not None
         return True
 
     def executor(self, *, resume: bool = False, durability: str | None = None) -> Executor:

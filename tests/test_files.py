@@ -177,7 +177,7 @@ def test_a_reconcile_names_the_torn_tail_it_sets_aside(tmp_path: Path) -> None:
     said = read_records(trace)[-1]
     assert (said["kind"], said["set_aside"]) == ("reconcile", "run.jsonl.torn-1")
     assert (tmp_path / "run.jsonl.torn-1").read_bytes() == torn
-    assert harness.replay(trace)._tail.reconcile is not None
+    assert harness.replay(trace).tail.reconcile is not None
     out = Executor(planner=fixed_plan(steps(1, tool="pay")), tools=calm, trace=trace, resume=True).run("g")
     assert out.state == "DONE"
 
@@ -199,13 +199,13 @@ def test_a_resume_killed_after_its_record_before_the_cut_leaves_a_torn_tail(tmp_
     trace = tmp_path / "run.jsonl"
     tail = crashed_with_tail(trace, b'{"seq":7,"kind":"transition","from":"ACT","to":"VERIFY",' + b'"x"' * 200)
     rep = harness.replay(trace)
-    aside = harness.trace.torn.set_aside(str(trace), rep._tail.end)
+    aside = harness.trace.torn.set_aside(str(trace), rep.tail.end)
     assert aside is not None
     seam, _ = harness.trace.line.encode(
         {"seq": rep.last_seq + 1, "kind": "resume", "set_aside": "run.jsonl.torn-1", "env": {}, "ts": 1.5},
-        rep._tail.crc,
+        rep.tail.crc,
     )
-    trace.write_bytes(trace.read_bytes()[: rep._tail.end] + seam + tail[len(seam) :])  # the pwrite done, the cut not
+    trace.write_bytes(trace.read_bytes()[: rep.tail.end] + seam + tail[len(seam) :])  # the pwrite done, the cut not
     rest = harness.replay(trace)
     assert rest.torn_tail and rest.resumes == 1
     assert run(trace, resume=True).state == "DONE"

@@ -408,7 +408,7 @@ def test_a_reconcile_must_name_an_existing_sibling(tmp_path: Path) -> None:
     trace = forge(tmp_path / "run.jsonl", [*PAUSED, {**YES, "set_aside": "run.jsonl.torn-1"}])
     refused(trace, 6, "bad-reconcile")
     (tmp_path / "run.jsonl.torn-1").write_bytes(b"{")
-    assert harness.replay(trace)._tail.reconcile is not None
+    assert harness.replay(trace).tail.reconcile is not None
 
 
 def test_a_rerun_repeats_its_recordings_seam_without_the_file(tmp_path: Path) -> None:
@@ -847,7 +847,7 @@ def test_a_blob_reference_is_its_sha256_and_size(tmp_path: Path) -> None:
     name = harness.storage.blobs.put(str(tmp_path / "blobs"), data, sync_dir=False)
     ref = {"sha256": name, "size": len(data)}
     stored = [*START, intent("work"), T("ACT", "VERIFY", blobs={"result": ref})]
-    assert harness.replay(forge(tmp_path / "ok.jsonl", stored))._tail.result == "a result stored beside the trace"
+    assert harness.replay(forge(tmp_path / "ok.jsonl", stored)).tail.result == "a result stored beside the trace"
     forged = [*START, intent("work"), T("ACT", "VERIFY", blobs={"result": {**ref, "mime": "text/plain"}})]
     refused(forge(tmp_path / "forged.jsonl", forged), 4, "malformed")
 

@@ -71,7 +71,7 @@ def finish(trace: Path, n: int, **options: Any) -> harness.Outcome:
 
 def state(rep: harness.Replay) -> tuple[Any, ...]:
     """What a resume uses of a Replay (counts of transitions and resumes start at the mark: not compared)."""
-    t = rep._tail
+    t = rep.tail
     return (
         rep.state, t.last, t.intent, t.result, t.result_seq, rep.last_seq, t.end, t.crc, rep.records,
         rep.torn_tail, t.fresh, t.reconcile, rep.header, list(rep.checkpoints), rep.resumable_crossings(),
@@ -85,7 +85,7 @@ def test_a_long_run_leaves_a_mark_and_resume_reads_only_what_follows_it(trace: P
     assert mark is not None and INTERVAL <= mark.end < trace.stat().st_size
     assert mark.checkpoints == 250 and mark.step == 249  # the crash (an exception) wrote the last quiet point
     point = resume_point(str(trace))
-    assert point._tail.since == mark.end and state(point) == state(replay(trace))
+    assert point.tail.since == mark.end and state(point) == state(replay(trace))
     seen: list[Any] = []
 
     def plan(goal: Any, progress: Any) -> Step | list[Step] | None:
@@ -110,7 +110,7 @@ def test_a_mark_is_used_and_a_missing_one_is_left_behind(trace: Path) -> None:
     crashed(trace, 300, 250)
     os.unlink(path_of(str(trace)))
     point = resume_point(str(trace))
-    assert point._tail.since == 0 and state(point) == state(replay(trace))  # no mark: the whole trace is read
+    assert point.tail.since == 0 and state(point) == state(replay(trace))  # no mark: the whole trace is read
     out = finish(trace, 251 + 0)  # finishes with the step that crashed
     assert out.state == "DONE"
     mark = load(str(trace))
@@ -131,7 +131,7 @@ def test_resume_point_equals_replay_at_every_cut(tmp_path: Path, stop: int) -> N
         cut.write_bytes(data[:at])
         shutil.copy(path_of(str(trace)), path_of(str(cut)))
         point = resume_point(str(cut))
-        assert point._tail.since == mark.end, at
+        assert point.tail.since == mark.end, at
         assert state(point) == state(replay(cut)), at
 
 
@@ -175,9 +175,9 @@ def test_a_damaged_index_is_ignored_or_routed_around(trace: Path, spoil: Any) ->
     mark = load(str(trace))
     point = resume_point(str(trace))
     if mark is None:  # ignored: resume read the whole trace
-        assert point._tail.since == 0 and state(point) == state(replay(trace))
+        assert point.tail.since == 0 and state(point) == state(replay(trace))
     else:  # an entry points elsewhere: its lines do not check, the positions come from a full read
-        assert point._tail.since == mark.end
+        assert point.tail.since == mark.end
         assert list(point.checkpoints) == list(replay(trace).checkpoints)
         again = resume_point(str(trace))
         assert [again.checkpoints[i].step for i in (0, 1, 2, -1)] == [0, 1, 2, len(again.checkpoints) - 1]
@@ -193,7 +193,7 @@ def test_a_mark_that_does_not_match_the_trace_is_ignored(tmp_path: Path) -> None
     crashed(a, 200, 150)
     crashed(b, 200, 160)
     shutil.copy(path_of(str(a)), path_of(str(b)))  # another run's index: its lines are not where it says
-    assert resume_point(str(b))._tail.since == 0 and state(resume_point(str(b))) == state(replay(b))
+    assert resume_point(str(b)).tail.since == 0 and state(resume_point(str(b))) == state(replay(b))
     mark = load(str(a))
     assert mark is not None
     damage(a, mark.end - 30)  # the marked line itself edited: its crc no longer matches, so the whole file is read
@@ -203,7 +203,7 @@ def test_a_mark_that_does_not_match_the_trace_is_ignored(tmp_path: Path) -> None
     c = tmp_path / "c.jsonl"
     crashed(c, 200, 150)
     os.truncate(c, load(str(c)).end - 100)  # type: ignore[union-attr]  # stale: the marked line is gone
-    assert resume_point(str(c))._tail.since == 0
+    assert resume_point(str(c)).tail.since == 0
 
 
 def test_a_mark_naming_a_rejected_attempts_lines_is_not_trusted(trace: Path) -> None:
@@ -238,9 +238,9 @@ def test_a_mark_naming_a_rejected_attempts_lines_is_not_trusted(trace: Path) -> 
     idx.write_bytes(idx.read_bytes()[: mark.checkpoints * ENTRY] + forged.encode())  # its trailer's crc is right
     point = resume_point(str(trace))
     assert (
-        point._tail.since == 0 and point._tail.intent is not None and point._tail.intent["attempt"] == 2
+        point.tail.since == 0 and point.tail.intent is not None and point.tail.intent["attempt"] == 2
     )  # read whole, not trusted
-    assert point._tail.result_seq == records[result]["seq"] + 3
+    assert point.tail.result_seq == records[result]["seq"] + 3
 
 
 def test_what_resume_trusts_and_what_catches_an_edit_behind_its_back(trace: Path) -> None:
@@ -252,7 +252,7 @@ def test_what_resume_trusts_and_what_catches_an_edit_behind_its_back(trace: Path
     result_5 = data.index(b'"to":"VERIFY","step":5,')
     damage(trace, data.index(b'"pad":"', result_5) + 20)  # inside step 5's result: same length, one bit
     point = resume_point(str(trace))
-    assert point._tail.since == mark.end  # trusted: the prefix is not read again
+    assert point.tail.since == mark.end  # trusted: the prefix is not read again
     assert point.checkpoints[6].step == 6
     with pytest.raises(TraceCorruption) as at:
         point.checkpoints[5]  # decoded on access: its result's line does not check, and a full read says why
@@ -272,12 +272,12 @@ def test_a_blob_result_before_the_mark_is_read_and_checked_on_access(trace: Path
     mark = load(str(trace))
     assert mark is not None and len(mark.blobs) == 150
     point = resume_point(str(trace))
-    assert point._tail.since == mark.end and state(point) == state(replay(trace))
+    assert point.tail.since == mark.end and state(point) == state(replay(trace))
     assert point.checkpoints[7].result == {"i": 7, "pad": PAD}
     out = finish(trace, 200, blob_threshold=500)
     assert out.state == "DONE" and replay(trace).sealed  # the seal lists the blobs named before the mark too
     assert len(harness.verify(trace).problems) == 0
-    digest = next(name for name, (_, line) in replay(trace)._tail.blobs.items() if line < 30)
+    digest = next(name for name, (_, line) in replay(trace).tail.blobs.items() if line < 30)
     blob = trace.parent / "blobs" / digest
     blob.write_bytes(blob.read_bytes().replace(b'"i":', b'"j":'))  # same size, other bytes
     fresh = resume_point(str(trace))
@@ -334,7 +334,7 @@ def test_a_sigkilled_run_is_resumed_from_its_index(tmp_path: Path, trace: Path) 
     assert mark is not None and 200 < mark.checkpoints < 300
     assert trace.stat().st_size - mark.end < 3 * INTERVAL
     point = resume_point(str(trace))
-    assert point._tail.since == mark.end and point.state == "ACT" and state(point) == state(replay(trace))
+    assert point.tail.since == mark.end and point.state == "ACT" and state(point) == state(replay(trace))
 
     def plan(goal: Any, progress: Any) -> Step | None:
         return None if len(progress) >= 400 else Step(f"s{len(progress)}", "work", {"i": len(progress)})
@@ -390,7 +390,7 @@ def test_a_run_paused_on_a_question_is_answered_from_its_mark(trace: Path) -> No
     assert ex.run("g").state == "PAUSED"
     mark = load(str(trace))
     assert mark is not None and mark.checkpoints == 150
-    assert resume_point(str(trace))._tail.since == mark.end and state(resume_point(str(trace))) == state(replay(trace))
+    assert resume_point(str(trace)).tail.since == mark.end and state(resume_point(str(trace))) == state(replay(trace))
     out = Executor(planner=plan, tools={"work": work_until(None)}, trace=trace, resume=True).run("g", answer="yes")
     assert out.state == "DONE" and [c.result["i"] for c in out.checkpoints] == list(range(200))
     assert replay(trace).sealed
@@ -477,7 +477,7 @@ def test_a_mark_whose_checkpoint_count_is_not_its_step_is_ignored(trace: Path, d
     mark = load(str(trace))
     assert mark is not None and mark.checkpoints == mark.step + 1
     refit(trace, dataclasses.replace(mark, checkpoints=mark.checkpoints + delta))
-    assert load(str(trace)) is None and resume_point(str(trace))._tail.since == 0  # the whole trace is read
+    assert load(str(trace)) is None and resume_point(str(trace)).tail.since == 0  # the whole trace is read
     made, out = calls_on_resume(trace, 300)
     assert made == list(range(250, 300))  # the call that crashed, then the steps left: none repeated or skipped
     assert out.state == "DONE" and [c.step for c in out.checkpoints] == list(range(300))
@@ -494,10 +494,10 @@ def test_a_mark_listing_a_blob_no_line_names_is_ignored_and_the_seal_holds(trace
     forged = dataclasses.replace(mark, blobs=(*mark.blobs, extra), named=(*mark.named, mark.named[0]))
     refit(trace, forged, Path(path_of(str(trace))).read_bytes()[: mark.checkpoints * ENTRY])
     assert load(str(trace)) is not None  # it loads: the line it names does not name that blob
-    assert resume_point(str(trace))._tail.since == 0
+    assert resume_point(str(trace)).tail.since == 0
     swapped = dataclasses.replace(mark, named=(mark.named[1], mark.named[0], *mark.named[2:]))  # lines of others
     refit(trace, swapped, Path(path_of(str(trace))).read_bytes()[: mark.checkpoints * ENTRY])
-    assert resume_point(str(trace))._tail.since == 0
+    assert resume_point(str(trace)).tail.since == 0
     made, out = calls_on_resume(trace, 200, blob_threshold=500)
     assert made == list(range(150, 200)) and out.state == "DONE"
     rep = replay(trace)
@@ -512,4 +512,4 @@ def test_a_mark_from_before_blob_lines_were_named_is_ignored(trace: Path) -> Non
     refit(
         trace, dataclasses.replace(mark, named=()), Path(path_of(str(trace))).read_bytes()[: mark.checkpoints * ENTRY]
     )
-    assert load(str(trace)) is None and resume_point(str(trace))._tail.since == 0
+    assert load(str(trace)) is None and resume_point(str(trace)).tail.since == 0

@@ -645,13 +645,13 @@ def test_an_answer_survives_a_reconcile_of_the_unsafe_call_that_asked(tmp_path: 
     ex = Executor(planner=_pay_plan, tools={"pay": harness.Tool(pay, idempotent=False)}, trace=trace, resume=True)
     out = ex.run("g")
     assert out.state == "PAUSED" and "question" not in out.pending  # in doubt: waits for a reconcile
-    assert replay(trace)._tail.answers == ("yes",)  # the pause without a question keeps what was answered
+    assert replay(trace).tail.answers == ("yes",)  # the pause without a question keeps what was answered
     harness.reconcile(trace, happened=False, evidence="no charge at the bank")
-    assert replay(trace)._tail.answers == ("yes",)
+    assert replay(trace).tail.answers == ("yes",)
     out = ex.run("g")
     assert calls == ["yes"], (calls, out.state, out.pending)  # every answer since its intent, again; none asked
     assert out.state == "DONE"
-    assert replay(trace)._tail.answers == ()
+    assert replay(trace).tail.answers == ()
 
 
 def test_an_answer_to_a_torn_header_is_refused_and_nothing_is_written(tmp_path: Path) -> None:
@@ -717,7 +717,7 @@ def test_a_tool_called_again_after_a_crash_is_never_given_a_redacted_answer(tmp_
         stdout=subprocess.PIPE, stderr=subprocess.PIPE,
     )  # fmt: skip
     kill_at(marker, child, "the tool called after its answer")
-    assert replay(trace)._tail.answers == ({"user": "ann", "api_key": "[REDACTED]"},)  # the trace holds it redacted
+    assert replay(trace).tail.answers == ({"user": "ann", "api_key": "[REDACTED]"},)  # the trace holds it redacted
     got: list[object] = []
 
     def login() -> dict[str, object]:

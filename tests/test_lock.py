@@ -114,7 +114,7 @@ def test_a_second_writer_in_another_thread_fails_at_once(tmp_path: Path, held: H
 def test_readers_need_no_lock(tmp_path: Path, held: Held) -> None:
     path = tmp_path / "run.jsonl"
     rep = harness.replay(path)
-    assert rep.state == "ACT" and rep._tail.intent is not None and rep._tail.intent["args"] == {"n": 1}
+    assert rep.state == "ACT" and rep.tail.intent is not None and rep.tail.intent["args"] == {"n": 1}
     assert held.finish().state == "DONE"
 
 

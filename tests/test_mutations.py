@@ -328,7 +328,7 @@ def judge(path: Path, data: bytes, original: bytes) -> str | None:
         return None
     except Exception as e:  # any other exception is the failure this test looks for
         return f"raised {type(e).__name__}: {e}"
-    if rep.torn_tail and not data.endswith(b"\n") and original.startswith(data[: rep._tail.end]):
+    if rep.torn_tail and not data.endswith(b"\n") and original.startswith(data[: rep.tail.end]):
         return None  # a last line without its newline, after the trace's own complete lines
     return f"accepted ({rep.state}, {rep.records} records)"
 

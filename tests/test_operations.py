@@ -90,7 +90,7 @@ def test_a_crash_record_says_why_and_resume_goes_on_as_before(tmp_path: Path) ->
     assert (crash["kind"], crash["state"], crash["step"], crash["error"]["type"]) == (
         "crash", "ACT", 0, "builtins.KeyError",
     )  # fmt: skip
-    assert "KeyError: 'no such account'" in crash["traceback"] and replay(trace)._tail.crash == crash
+    assert "KeyError: 'no such account'" in crash["traceback"] and replay(trace).tail.crash == crash
     listed = orjson.loads(cli(tmp_path, "runs", trace.parent, "--json").stdout)
     assert listed[0]["status"] == "interrupted"
     assert listed[0]["detail"] == "crashed in ACT: builtins.KeyError: 'no such account'"

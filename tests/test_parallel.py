@@ -158,7 +158,7 @@ def test_a_sigkill_in_a_parallel_step_resumes_without_running_a_finished_call(tm
     kill_at(marker, child, "call 1")
     assert sorted(log.read_text().split()) == ["0", "1", "2"]
     rep = harness.replay(trace)
-    assert [(c.agent, c.state, c.done) for c in rep._tail.group] == [
+    assert [(c.agent, c.state, c.done) for c in rep.tail.group] == [
         ("step-0", "PLAN", True), ("step-1", "ACT", False), ("step-2", "PLAN", True)
     ]  # fmt: skip
 
@@ -295,7 +295,7 @@ def test_every_spawn_of_a_parallel_step_is_on_the_file_before_any_call_starts(tm
     spawns = [n for n, r in enumerate(records) if r["kind"] == "spawn"]
     first_of_a_call = min(n for n, r in enumerate(records) if r.get("agent", "main") != "main")
     assert len(spawns) == 2 and max(spawns) < first_of_a_call
-    assert [c.agent for c in harness.replay(trace)._tail.group] == ["step-0", "step-1"]
+    assert [c.agent for c in harness.replay(trace).tail.group] == ["step-0", "step-1"]
     calls: list[int] = []
 
     def work(n: int, idempotency_key: str) -> int:
@@ -391,7 +391,7 @@ def test_two_parallel_steps_back_to_back_read_resume_and_rerun(tmp_path: Path) -
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
     kill_at(marker, child, "call 3")
     rep = harness.replay(trace)
-    assert [c.step for c in rep.checkpoints] == [0, 1] and [(c.agent, c.done) for c in rep._tail.group] == [
+    assert [c.step for c in rep.checkpoints] == [0, 1] and [(c.agent, c.done) for c in rep.tail.group] == [
         ("step-2", True), ("step-3", False)
     ]  # fmt: skip
     calls: list[int] = []

@@ -223,7 +223,7 @@ def test_a_tool_error_message_is_redacted(tmp_path: Path) -> None:
         planner=lambda g, p: Step(name="x", tool="t", args={}), tools={"t": failing}, trace=tmp_path / "r.jsonl"
     ).run("g")
     assert out.state == "FAILED" and out.error == {"type": "ToolError", "message": f"401 for key {KEY}"}  # live
-    assert replay(tmp_path / "r.jsonl")._tail.last["error"] == {"type": "ToolError", "message": f"401 for key {MARKER}"}
+    assert replay(tmp_path / "r.jsonl").tail.last["error"] == {"type": "ToolError", "message": f"401 for key {MARKER}"}
     assert KEY.encode() not in (tmp_path / "r.jsonl").read_bytes()
 
 
@@ -379,7 +379,7 @@ def test_a_resume_calls_the_tool_with_the_live_args_not_the_marker(tmp_path: Pat
     tools = {"pay": harness.Tool(tools["pay"], idempotent=True)}
     with pytest.raises(RuntimeError):
         Executor(planner=planner, tools=tools, trace=trace).run("g")
-    assert replay(trace)._tail.intent["args"]["api_key"] == MARKER
+    assert replay(trace).tail.intent["args"]["api_key"] == MARKER
     out = Executor(planner=planner, tools=tools, trace=trace, resume=True).run("g")
     assert out.state == "DONE" and calls == [KEY, KEY]  # never the marker
     assert asked == [1]  # asked again, the planner's model call was served from the trace
@@ -577,7 +577,7 @@ def test_a_resumed_parallel_call_is_called_with_the_live_args_not_the_marker(tmp
     planner, tools = paying_in_parallel(calls, asked)
     with pytest.raises(RuntimeError):
         Executor(planner=planner, tools=tools, trace=trace).run("g")
-    assert [c.state for c in replay(trace)._tail.group] == ["ACT", "ACT"] and sorted(calls) == sorted([KEY, OTHER])
+    assert [c.state for c in replay(trace).tail.group] == ["ACT", "ACT"] and sorted(calls) == sorted([KEY, OTHER])
     out = Executor(planner=planner, tools=tools, trace=trace, resume=True).run("g")
     assert out.state == "DONE" and [c.result for c in out.checkpoints] == [{"paid": 5}, {"paid": 2}]
     assert sorted(calls[2:]) == sorted([KEY, OTHER]) and MARKER not in calls

@@ -141,7 +141,7 @@ def test_a_run_resumed_from_its_mark_seals_with_the_recorded_digests_and_verifie
     mark = load(str(trace))
     assert mark is not None and mark.end // BLOCK >= 2
     assert mark.block_digests() == blocks_of(trace.read_bytes(), mark.end)
-    assert resume_point(str(trace))._tail.since == mark.end  # the resume trusts the mark, and so its digests
+    assert resume_point(str(trace)).tail.since == mark.end  # the resume trusts the mark, and so its digests
     assert finish(trace, 200).state == "DONE"
     intact(trace)
     again = load(str(trace))
@@ -151,7 +151,7 @@ def test_a_run_resumed_from_its_mark_seals_with_the_recorded_digests_and_verifie
 def test_a_run_resumed_without_its_index_hashes_every_block_and_leaves_them_in_a_fresh_one(trace: Path) -> None:
     crashed(trace, 200, 150)
     os.unlink(path_of(str(trace)))
-    assert resume_point(str(trace))._tail.since == 0
+    assert resume_point(str(trace)).tail.since == 0
     assert finish(trace, 200).state == "DONE"
     intact(trace)
     mark = load(str(trace))
@@ -183,7 +183,7 @@ def test_a_prefix_changed_behind_the_resume_is_caught_by_the_seal(trace: Path) -
     at = original.index(b'"pad":"', original.index(b'"to":"VERIFY","step":5,')) + 100
     trace.write_bytes(rechain(original[:at] + b"y" + original[at + 1 :]))
     forge_mark(trace)
-    assert resume_point(str(trace))._tail.since == mark.end  # trusted: the mark fits the edited file
+    assert resume_point(str(trace)).tail.since == mark.end  # trusted: the mark fits the edited file
     assert finish(trace, 200).state == "DONE"
     before, seal = the_seal(trace)
     recorded = blocks_of(original, mark.end)  # the original bytes' digests, then the rest as it is now
@@ -209,7 +209,7 @@ def test_a_wrong_block_digest_in_the_index_is_refused_or_caught_by_verify(trace:
     damaged = bytearray(idx.read_bytes())
     damaged[mark.checkpoints * ENTRY + 40] ^= 1  # inside the second digest
     idx.write_bytes(bytes(damaged))
-    assert load(str(trace)) is None and resume_point(str(trace))._tail.since == 0
+    assert load(str(trace)) is None and resume_point(str(trace)).tail.since == 0
     assert finish(trace, 200).state == "DONE"
     intact(trace)
 
@@ -217,7 +217,7 @@ def test_a_wrong_block_digest_in_the_index_is_refused_or_caught_by_verify(trace:
         p.write_bytes(data)
     wrong = mark.blocks[:32] + hashlib.sha256(b"other bytes").digest() + mark.blocks[64:]
     forge_mark(trace, blocks=wrong)
-    assert resume_point(str(trace))._tail.since == mark.end
+    assert resume_point(str(trace)).tail.since == mark.end
     assert finish(trace, 200).state == "DONE"
     with pytest.raises(TraceCorruption) as e:
         replay(trace)
@@ -228,7 +228,7 @@ def test_a_wrong_block_digest_in_the_index_is_refused_or_caught_by_verify(trace:
     for p, data in saved.items():  # a digest missing (the crc made to fit): not a mark of that end
         p.write_bytes(data)
     forge_mark(trace, blocks=mark.blocks[:-32])
-    assert load(str(trace)) is None and resume_point(str(trace))._tail.since == 0
+    assert load(str(trace)) is None and resume_point(str(trace)).tail.since == 0
 
 
 def test_the_recipe_in_format_md_checks_a_seal_by_hand(tmp_path: Path) -> None:
@@ -283,7 +283,7 @@ def test_after_a_power_loss_any_index_left_gives_a_seal_that_verifies(
         left = left[: rng.randrange(len(left))]  # torn
     idx.write_bytes(left)
     if seed % 4 == 0:  # its mark is trusted, and its digests with it
-        assert resume_point(str(trace))._tail.since > BLOCK
+        assert resume_point(str(trace)).tail.since > BLOCK
     elif seed % 4 == 2:
         idx.unlink()
     out = finish(trace, 200, durability="fsync")
@@ -311,7 +311,7 @@ def test_a_torn_seal_is_completed_by_a_resume_with_the_recorded_digests(trace: P
     size = trace.stat().st_size
     os.truncate(trace, len(before) + (size - len(before)) // 2)  # the writer died writing its seal
     mark = load(str(trace))
-    assert mark is not None and mark.end // BLOCK >= 2 and resume_point(str(trace))._tail.since == mark.end
+    assert mark is not None and mark.end // BLOCK >= 2 and resume_point(str(trace)).tail.since == mark.end
     assert finish(trace, 150).state == "DONE"
     intact(trace)
 
@@ -322,6 +322,6 @@ def test_a_sigkilled_multi_block_run_resumes_and_its_seal_verifies(tmp_path: Pat
     mark = load(str(trace))  # written as the run went, its digests read back from the page cache
     assert mark is not None and mark.end // BLOCK >= 2
     assert mark.block_digests() == blocks_of(trace.read_bytes(), mark.end)
-    assert resume_point(str(trace))._tail.since == mark.end
+    assert resume_point(str(trace)).tail.since == mark.end
     assert finish(trace, 200).state == "DONE"
     intact(trace)

@@ -116,7 +116,7 @@ def test_a_declared_intent_is_in_the_bucket_before_the_tool_runs(runs: str, tmp_
 
     def spy(**kwargs: Any) -> Any:  # what a resume on another machine would find, read while the tool runs
         rep = in_bucket(trace, tmp_path)
-        seen.append((rep.state, rep._tail.intent["key"] if rep._tail.intent else None, kwargs["idempotency_key"]))
+        seen.append((rep.state, rep.tail.intent["key"] if rep.tail.intent else None, kwargs["idempotency_key"]))
         return charge.fn(**kwargs)
 
     ex.tools["charge"] = harness.Tool(spy, idempotent=True)
@@ -137,7 +137,7 @@ def test_sigkill_then_resume_in_another_process_from_the_bucket_alone(runs: str,
         child.communicate()
     assert child.returncode == -signal.SIGKILL
     before = harness.replay(trace)
-    assert before.state == "ACT" and before._tail.intent is not None and before._tail.intent["step"] == 3
+    assert before.state == "ACT" and before.tail.intent is not None and before.tail.intent["step"] == 3
     segments = [p for p in objects(trace) if p.endswith(".seg")]
     # the dead writer left no lock behind: its segments, and its lease, which only a lister reads (it goes stale)
     assert [p.rsplit("/", 1)[1] for p in objects(trace) if not p.endswith(".seg")] == ["lease"]

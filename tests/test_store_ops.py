@@ -440,7 +440,7 @@ def test_a_run_with_agents_on_a_url_killed_mid_run_resumes_from_the_bucket_and_v
     assert sorted(first[1:]) == ["0", "1", "2"]  # step 0's tool, then the three calls, the process killed in call 1
     rep = harness.replay(trace)  # the bucket alone: the agents' step and two calls, call 1 in flight
     assert {"synthesizer", "worker_a", "worker_b"} <= set(rep.agents)
-    assert [(c.agent, c.state, c.done) for c in rep._tail.group] == [
+    assert [(c.agent, c.state, c.done) for c in rep.tail.group] == [
         ("step-1", "PLAN", True),
         ("step-2", "ACT", False),
         ("step-3", "PLAN", True),

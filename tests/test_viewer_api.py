@@ -179,7 +179,7 @@ def test_a_paused_run_names_its_operation_and_the_reconcile_commands(folder: Any
     assert "--happened --result" in s["reconcile"]["happened"]
     done = subprocess.run(shlex.split(cmd), capture_output=True, text=True, cwd=tmp_path)  # the exact command
     assert done.returncode == 0, done.stderr
-    assert harness.replay(copy / "paused.jsonl")._tail.reconcile is not None
+    assert harness.replay(copy / "paused.jsonl").tail.reconcile is not None
     with local(create_app(copy)) as c:  # reconciled: the page offers the resume, never the reconcile again
         s = c.get("/api/runs/paused/summary").json()
     assert s["state"] == "PAUSED" and s["reconcile"] is None and s["answer"] is None

@@ -817,7 +817,7 @@ def test_a_workflow_run_on_object_storage_resumes_there(runs: str) -> None:
     STOP[0] = True
     with pytest.raises(harness.HarnessError, match="stopped here"):
         stops_once.run("eels", trace=stopped)
-    assert harness.replay(stopped)._tail.crash is not None
+    assert harness.replay(stopped).tail.crash is not None
     STOP[0] = False
     CALLS.clear()
     out = stops_once.run("eels", trace=stopped, resume=True)

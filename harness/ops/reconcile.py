@@ -57,19 +57,19 @@ def reconcile(
         if is_url(path) and not journal.size():
             raise TraceUnreadable(path, "no such trace on the store; nothing was written")
         rep = replay(path)
-        if rep._tail.question is not None:
+        if rep.tail.question is not None:
             raise HarnessError(
-                f"{path}: the run waits for an answer to {rep._tail.question['question']!r:.200}, not for a reconcile; "
+                f"{path}: the run waits for an answer to {rep.tail.question['question']!r:.200}, not for a reconcile; "
                 "answer it with `harness resume TRACE --agent MODULE:FACTORY --answer JSON`; nothing was written"
             )
-        if rep.state != S.PAUSED or rep._tail.reconcile is not None or rep.pending is None:
-            why = "it is already reconciled" if rep._tail.reconcile is not None else f"its state is {rep.state}"
+        if rep.state != S.PAUSED or rep.tail.reconciled or rep.pending is None:
+            why = "it is already reconciled" if rep.tail.reconciled else f"its state is {rep.state}"
             if rep.state == S.ACT:  # a crashed run: the resume decides whether its last call is uncertain
                 why += "; resume it first, and it pauses if its last tool call is of uncertain outcome"
             raise HarnessError(f"{path}: no uncertain operation to reconcile ({why}); nothing was written")
         if happened:  # the tool's own value, as its door records it (checked by the door's framework: BadResult)
             result = recorded(path, rep.pending["tool"], shape_of(rep, rep.pending), result)
-        aside = set_aside(path, rep._tail.end) if rep.torn_tail else None
+        aside = set_aside(path, rep.tail.end) if rep.torn_tail else None
         fields = {
             "op": rep.pending["seq"],
             "happened": bool(happened),
@@ -78,14 +78,15 @@ def reconcile(
         }
         if aside is not None:  # as a resume record does: every .torn-N is named in its trace
             fields["set_aside"] = os.path.basename(aside)
-        if rep._tail.clocks is not None:  # a run with agents: the operator's word is one more event of main
-            vc = dict(rep._tail.clocks["main"])
+        clocks = rep.tail.clocks
+        if clocks is not None:  # a run with agents: the operator's word is one more event of main
+            vc = dict(clocks["main"])
             fields["vc"] = {**vc, "main": vc["main"] + 1}
         record = ("reconcile", fields)
         return journal.continue_after(
             rep.last_seq,
-            rep._tail.crc,
-            rep._tail.end,
+            rep.tail.crc,
+            rep.tail.end,
             record,
             start=rep.header["ts"],
             sync=True,

@@ -46,8 +46,9 @@ from ..review.runs import _header as _runs_header
 from ..review.runs import list_runs
 from ..runtime.bridge import bridging
 from ..runtime.budget import Budget
-from ..runtime.executor import Executor, Outcome, RetryPolicy, Step
+from ..runtime.executor import Executor
 from ..runtime.resume import NO_ANSWER, on_budget, waits
+from ..runtime.step import Outcome, RetryPolicy, Step
 from ..runtime.tool import Tool
 from ..runtime.workflow import Workflow, same_workflow
 from ..storage import exists, is_url, runs_dir, scratch
@@ -224,7 +225,7 @@ def recover(
         if on_budget(rep):  # it waits for a larger budget, which only its owner can give (recover takes none)
             return row("left", S.PAUSED, _budget(path, rep.pending, how))
         if waits(rep, NO_ANSWER):  # a human's word is missing: the rule a resume follows (a parallel step's too)
-            asked = rep._tail.question is not None
+            asked = rep.tail.question is not None
             return row("left", S.PAUSED, _asked(path, rep.pending, how) if asked else _uncertain(path, rep))
         try:
             agent_of: dict[str, Any] = (

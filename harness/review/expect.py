@@ -47,7 +47,7 @@ from ..trace.reader import Replay, replay
 from .calls import MODEL_KINDS, TOOL_KINDS, mcp_tool, model_call, role, tool_call
 
 if TYPE_CHECKING:
-    from ..runtime.executor import Outcome
+    from ..runtime.step import Outcome
 
 
 class _Any:

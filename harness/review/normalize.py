@@ -89,7 +89,7 @@ from .behavior import BOUNDARIES, VIEW, Behavior
 from .fieldpath import MARKER, Path, mark, parse
 
 if TYPE_CHECKING:  # (at run time: _trace_of; `harness show` need not load the runtime to read a trace)
-    from ..runtime.executor import Outcome
+    from ..runtime.step import Outcome
 
 FORMAT, VERSION = "harness-golden", 3  # 2: trace schema 2 (one checkpoint record per step, seals); 3: the behavior view
 GOLDEN_HEAD = orjson.dumps({"format": FORMAT, "version": VERSION, "view": VIEW}).decode()
@@ -755,10 +755,10 @@ class Loaded:
         # raises on a corrupt or foreign file, naming line and reason
         rep = replay(path, on_record=note) if rules.behavior else replay(path)
         local = local_copy(path)  # a URL: the copy replay() just checked
-        if rep._tail.clocks is not None or calls:  # its records in the view's order, held
+        if rep.tail.agents or calls:  # its records in the view's order, held
             try:
                 with open(local, "rb") as f:
-                    data = f.read(rep._tail.end)
+                    data = f.read(rep.tail.end)
             except OSError as e:
                 raise TraceUnreadable(path, f"cannot read: {e.strerror}") from None
             # blob-stored payloads read back in place: records compare by what they hold, not by reference
@@ -770,10 +770,10 @@ class Loaded:
                 tasks = by_task(ordered)
                 ordered, seqs = behave([ordered[i] for i in tasks]), [seqs[i] for i in tasks]
             loaded = cls(path, records=ordered, seqs=seqs, torn_tail=rep.torn_tail, rules=rules)
-            loaded.causal, loaded.held = rep._tail.clocks is not None, True
+            loaded.causal, loaded.held = rep.tail.agents, True
             return loaded
         # complete lines only: a torn tail is not part of the run
-        return cls(path, path=local, end=rep._tail.end, count=rep.records, torn_tail=rep.torn_tail, rules=rules)
+        return cls(path, path=local, end=rep.tail.end, count=rep.records, torn_tail=rep.torn_tail, rules=rules)
 
     @classmethod
     def golden(cls, text: str | bytes, name: str, rules: Rules = RULES) -> Loaded:

@@ -83,9 +83,10 @@ from ..runtime.agents import Agents
 from ..runtime.boundary import Arrived, Match, Session, _Hold, _may_hold, differences, patiently, same, take
 from ..runtime.bridge import bridging
 from ..runtime.environment import environment
-from ..runtime.executor import MAX_STEPS, Executor, RetryPolicy, Step
+from ..runtime.executor import MAX_STEPS, Executor
 from ..runtime.history import Item, Recorded, Serving
 from ..runtime.resume import reveal_crossings
+from ..runtime.step import RetryPolicy, Step
 from ..runtime.tool import Tool
 from ..runtime.workflow import Workflow, go_on, run_anywhere, same_workflow, start
 from ..storage import FenceLost, exists, is_url, join, local_copy
@@ -314,7 +315,7 @@ class _Recording:
     def __init__(self, path: str, workflow: str | None = None):
         self.path = path
         self.rep: Replay = replay(path)
-        self.records = _records(local_copy(path), self.rep._tail.end)  # a URL: the copy replay() just checked
+        self.records = _records(local_copy(path), self.rep.tail.end)  # a URL: the copy replay() just checked
         if any(r["kind"] in ("event", "end") for r in self.records):
             raise HarnessError(f"{path}: written by a Recorder, not an Executor; there is no agent loop to re-execute")
         recorded = self.rep.workflow
@@ -342,7 +343,7 @@ class _Recording:
         # crash records again when it reaches its place in main's own sequence (_Rewriting.copy_seams)
         self.spawned = next((r["seq"] for r in self.records if r["kind"] == "spawn"), math.inf)
         self.copies: dict[int, dict[str, Any]] = {}
-        if self.rep._tail.clocks is not None and (self.resumes or not self.rep.complete):
+        if self.rep.tail.agents and (self.resumes or not self.rep.complete):
             later = [r for r in self.records if r["seq"] > self.spawned and r["kind"] in _COPIED | {"resume", "answer"}]
             why = None
             if recorded is None:
@@ -370,13 +371,13 @@ class _Recording:
 
     def max_steps(self) -> int | None:
         """The step limit the recording shows it ran under: the one it hit, else the default."""
-        last = self.rep._tail.last or {}
+        last = self.rep.tail.last or {}
         error = last.get("error") if self.rep.state == S.FAILED and last.get("from") == S.PLAN else None
         return error["max_steps"] if isinstance(error, dict) and type(error.get("max_steps")) is int else MAX_STEPS
 
     def retry(self) -> RetryPolicy:
         """The policy the recording shows: the last attempt of a FAILED run, else at least the default."""
-        last = self.rep._tail.last
+        last = self.rep.tail.last
         step_limit = last is not None and last["from"] == S.PLAN and "max_steps" in (last.get("error") or {})
         if self.rep.state == S.FAILED and last is not None and not step_limit:  # (a parallel call's last attempt too)
             return RetryPolicy(last.get("attempt", 1), **self.backoff())
@@ -905,11 +906,11 @@ class _Agent:
         return self.ex
 
     def start(self, writer: _Rewriting, session: _Replaying, goal: Any, run_id: str, lineage: dict[str, Any]) -> None:
-        self.executor()._start(writer, goal, run_id, session=session, **lineage)
+        self.executor().start(writer, goal, run_id, session=session, **lineage)
 
     def go_on(self, writer: _Rewriting, session: _Replaying, rep: Replay) -> None:
         session.again = deque(rep.resumable_crossings())  # what Executor resume serves again
-        self.executor()._continue(writer, session, rep)
+        self.executor().go_on(writer, session, rep)
 
 
 class _Flowing:

@@ -114,7 +114,7 @@ def hint(path: str, rep: Replay) -> str | None:
     """For a run paused on an operation of uncertain outcome, not reconciled yet: how to reconcile it, its shape
     named; else None."""
     pending = rep.pending
-    if pending is None or "tool" not in pending or rep._tail.reconcile is not None:
+    if pending is None or "tool" not in pending or rep.tail.reconciled:
         return None
     shape = shape_of(rep, pending)
     return (

@@ -132,9 +132,8 @@ class Gate:
                 self._count(_blobs.inline(local, rec) if "blobs" in rec else rec)
 
         rep = replay(local, on_record=visit)
-        question = rep._tail.question
-        if rep.state == S.PAUSED and question is not None and question.get("reason") == "budget":
-            self.paused = question
+        if rep.state == S.PAUSED:
+            self.paused = rep.tail.over_budget
 
     def _count(self, rec: dict[str, Any]) -> None:
         found = bound(rec["boundary"], rec.get("request"))

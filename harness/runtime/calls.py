@@ -1,8 +1,8 @@
 """Tool calls with effects inside a workflow: `harness.call(tool, **kwargs)` and `await harness.acall(...)`.
 
 Inside a workflow run (`@harness.workflow`) each call is one step of the
-state machine, written through the Executor's own pieces (`_Run.move`,
-`_Run.checkpoint`, `invoke`): PLAN -> ACT (the intent: `name` and `tool`
+state machine, written through the Executor's own pieces (`Run.move`,
+`Run.checkpoint`, `invoke`): PLAN -> ACT (the intent: `name` and `tool`
 are the tool's name, `args`, `key` for an idempotent tool, and the tool's
 `contract`, since a workflow's tools are not known when it starts), the
 call, ACT -> VERIFY (`result`), the checkpoint. An exception the tool raises
@@ -39,21 +39,21 @@ from __future__ import annotations
 import contextvars
 import inspect
 import threading
-import uuid
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, cast
 
-from .._errors import HarnessError, NotSerializable, ResumeMismatch, error_of, internal
+from .._errors import HarnessError, ResumeMismatch, error_of, internal
 from ..trace import state as S
 from ..trace.clock import MAIN
 from ..trace.line import canonical, check_value
 from ..trace.reader import replay
 from ..trace.tasks import TASK
+from . import step
 from .boundary import ANY, _Hold, _may_hold, patiently, rebuild
 from .context import current_run, in_call, running_agent
 from .control import Paused, decisive
-from .executor import NOT_SERVED, _Run, _Served, ainvoke, finished, invoke, served
 from .history import STEP, Item, Serving, Step
+from .step import NOT_SERVED, Run, _Served, ainvoke, finished, invoke, served
 from .tasks import current as current_task
 from .tool import ToolSpec, spec_of
 
@@ -68,7 +68,7 @@ class Flow:
 
     __slots__ = ("alock", "contracts", "fsync", "lock", "run", "serving")
 
-    def __init__(self, run: _Run, *, fsync: bool):
+    def __init__(self, run: Run, *, fsync: bool):
         self.run, self.fsync = run, fsync
         self.serving = run.session if isinstance(run.session, Serving) else None
         self.contracts: dict[str, dict[str, Any]] = {}
@@ -76,7 +76,6 @@ class Flow:
         self.alock: asyncio.Lock | None = None
 
 
-_REPEATED = (TASK, "name", "tool", "args", "key", "contract")  # what a call made again repeats of its intent
 _flow: contextvars.ContextVar[Flow | None] = contextvars.ContextVar("harness_workflow", default=None)
 
 
@@ -238,7 +237,7 @@ def _outcome(record: dict[str, Any]) -> bool:
 def _plain(spec: ToolSpec, kwargs: dict[str, Any]) -> dict[str, Any]:
     """A plain call's arguments: an idempotent tool gets a key of its own (no run will make the call again)."""
     if spec.contract["effect"] == "idempotent":
-        return {**kwargs, "idempotency_key": uuid.uuid4().hex}
+        return {**kwargs, "idempotency_key": step.plain_key()}
     return kwargs
 
 
@@ -262,27 +261,21 @@ def _begin(flow: Flow, spec: ToolSpec, kwargs: dict[str, Any], item: Item | None
             "nothing was written"
         )
     if item is not None:
-        step = item.step
-        if step is None:
+        held = item.step
+        if held is None:
             raise internal(f"a served {item.space} is no call", run.journal.path, item.seq)
-        if canonical(step.contract) != canonical(contract):
+        if canonical(held.contract) != canonical(contract):
             what = f"contract of tool {spec.name!r} (the call at seq {item.seq})"
-            raise ResumeMismatch(run.journal.path, what, step.contract, contract)
-        return _reopen(flow, spec, step, kwargs)
+            raise ResumeMismatch(run.journal.path, what, held.contract, contract)
+        return _reopen(flow, spec, held, kwargs)
     if run.state != S.PLAN:
         raise internal(f"a tool call in state {run.state} at step {run.step}", run.journal.path, run.journal.seq)
     effect = contract["effect"]
     task = current_task() if run.session.naming else None  # a task other than the root: named (trace/tasks.py)
-    intent: dict[str, Any] = {"name": spec.name} if task is None else {TASK: task, "name": spec.name}
-    intent["tool"], intent["args"] = spec.name, kwargs
-    if effect == "idempotent":
-        intent["key"] = f"{run.id}-{run.step}-{run.attempt}"
-    intent["contract"] = contract
-    run.intent, run.planned = intent, None
-    # the trace gets the args checked (NotSerializable, nothing written) and redacted, on its own copy; the call,
-    # the caller's (this call's own dict)
-    run.move(S.ACT, sync=flow.fsync or effect != "at-least-once", check=("args",), **intent)
-    return intent
+    made = step.intent(run, spec.name, kwargs, effect, task=task, contract=contract)
+    run.planned = None
+    step.open(run, made, sync=flow.fsync or effect != "at-least-once")
+    return made
 
 
 def _recorded(flow: Flow, spec: ToolSpec, intent: dict[str, Any]) -> dict[str, Any] | _Given:
@@ -300,39 +293,31 @@ def _recorded(flow: Flow, spec: ToolSpec, intent: dict[str, Any]) -> dict[str, A
     return intent
 
 
-def _reopen(flow: Flow, spec: ToolSpec, step: Step, args: dict[str, Any]) -> dict[str, Any] | _Given:
-    """A call the history holds: its recorded outcome, or the call the trace left open, gone on with."""
+def _reopen(flow: Flow, spec: ToolSpec, held: Step, args: dict[str, Any]) -> dict[str, Any] | _Given:
+    """A call the history holds: its recorded outcome, or the call the trace left open, gone on with (step.reopen)."""
     run = flow.run
-    if step.state == "done":
-        return _Given(check_value("result", step.result))
-    if step.state == "failed":
-        return _Given(error=rebuild(step.error or {"type": "ToolError", "message": "(no error recorded)"}))
-    recorded = step.intent
-    intent: dict[str, Any] = {k: recorded[k] for k in _REPEATED if k in recorded}
-    intent["args"] = args  # the live args (they redact to the recorded ones: matched so)
-    run.intent, run.planned = intent, None
-    if step.state == S.VERIFY:  # the result is on the file: only the checkpoint is missing
-        run.result = step.result
+    if held.state == "done":
+        return _Given(check_value("result", held.result))
+    if held.state == "failed":
+        return _Given(error=rebuild(held.error or {"type": "ToolError", "message": "(no error recorded)"}))
+    recorded = held.intent
+    made: dict[str, Any] = {k: recorded[k] for k in step.REPEATED if k in recorded}
+    made["args"] = args  # the live args (they redact to the recorded ones: matched so)
+    run.intent, run.planned, run.result = made, None, held.result
+    asked = held.state == S.PAUSED and held.question is not None
+    if held.state == S.ACT and held.contract["effect"] != "unsafe":
+        run.session.settled()  # the call is made again: only once the function did all it did before it
+    todo = step.reopen(run, held.state, held.contract, held.reconcile, asked=asked)
+    if todo == step.CHECK:  # its result is on the file (or the operator's): only the checkpoint is missing
+        result = held.reconcile["result"] if held.reconcile is not None and held.state == S.PAUSED else held.result
         run.checkpoint()
-        return _Given(check_value("result", step.result))
-    if step.state == S.PAUSED:
-        if step.question is None and step.reconcile is not None and step.reconcile["happened"]:
-            result = step.reconcile["result"]
-            run.result = run.move(S.VERIFY, sync=True, user=("result",), result=result)["result"]
-            run.checkpoint()
-            return _Given(check_value("result", result))
-        if step.question is None and step.reconcile is None:
+        return _Given(check_value("result", result))
+    if todo == step.WAIT:
+        if held.state == S.PAUSED:
             raise internal("a call paused and not reconciled was resumed", run.journal.path, run.journal.seq)
-        # reconciled as not happened, or its question answered: made again, its intent repeated exactly
-        run.move(S.ACT, sync=True, user=("args",), **intent)
-        return intent
-    if step.contract["effect"] == "unsafe":  # in flight at the crash: never made again blindly
-        run.move(S.PAUSED, sync=True)
-        raise Paused(finished(replay(run.journal.path)))
-    run.session.settled()  # the call is made again: only once the function did all it did before it
-    if (run.journal.dirty or run.journal.owes) and (flow.fsync or step.contract["effect"] != "at-least-once"):
-        run.journal.sync()  # a resumed call of a declared tool: everything before it (the resume's seam) durable
-    return intent  # made again (an idempotent tool with the same key)
+        raise Paused(finished(replay(run.journal.path)))  # in flight at the crash, unsafe: never made again blindly
+    step.durable(run, flow.fsync or held.contract["effect"] != "at-least-once")  # the resume's seam before the call
+    return made  # made again (an idempotent tool with the same key)
 
 
 async def _recheck(flow: Flow, recheck: Callable[[], Awaitable[str | None]]) -> None:
@@ -350,16 +335,8 @@ def _done(flow: Flow, spec: ToolSpec, raw: Any) -> Any:
     trace gives it back (a JSON round trip; its secrets kept beside the trace), which is what a resumed run is
     served."""
     run = flow.run
-    try:
-        run.result = run.move(S.VERIFY, check=("result",), result=raw)["result"]
-    except NotSerializable as e:  # nothing written: the call stays open, and a resume decides by its contract
-        if inspect.isawaitable(raw):
-            if inspect.iscoroutine(raw):
-                raw.close()  # no "never awaited" warning on top of this error
-            raise HarnessError(
-                f"tool {spec.name!r} returned an awaitable: call it with `await harness.acall(...)`"
-            ) from None
-        raise NotSerializable(e.field, e.where, e.problem, tool=spec.name, step=run.step) from None
+    awaitable = f"tool {spec.name!r} returned an awaitable: call it with `await harness.acall(...)`"
+    step.record(run, raw, lambda: HarnessError(awaitable))
     run.checkpoint()
     return run.result
 
@@ -374,7 +351,4 @@ def _raised(flow: Flow, e: BaseException) -> None:
 
 def _failed(flow: Flow, error: dict[str, Any]) -> None:
     """The call raised: the step's failed attempt (ACT -> PLAN with its error); the caller raises it."""
-    run = flow.run
-    error = {**error, "message": str(error["message"])[:2000]}
-    run.move(S.PLAN, user=("error",), error=error)
-    run.attempt += 1
+    step.failed(flow.run, error)

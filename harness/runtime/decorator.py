@@ -38,17 +38,17 @@ from __future__ import annotations
 
 import functools
 import inspect
-import uuid
 from collections.abc import Callable
 from typing import Any, TypeVar, overload
 
 from .._errors import HarnessError
 from .calls import acall, call, stepping
 from .context import call_key, in_call, reset_key, set_key
+from .step import plain_key
 from .tool import ToolSpec, is_async_fn, name_of
 
 F = TypeVar("F", bound=Callable[..., Any])
-KEY = "idempotency_key"  # the keyword an idempotent tool's key comes in (executor.invoke, calls._plain)
+KEY = "idempotency_key"  # the keyword an idempotent tool's key comes in (step.invoke, calls._plain)
 
 
 @overload
@@ -145,7 +145,7 @@ def _inherited() -> str:
     """The key of a plain call of an idempotent tool: the key of the call it runs in, when that call has one (a
     framework's tool call made a workflow step by harness.pydantic_ai or .openai_agents, whose body calls this
     function), else a fresh one (nothing will make this call again)."""
-    return (call_key() if in_call() else None) or uuid.uuid4().hex
+    return (call_key() if in_call() else None) or plain_key()
 
 
 def _named(

@@ -71,7 +71,8 @@ def plan(rep: Replay, answer: Any, *, redact: Redaction, entrypoint: str) -> str
 
     HarnessError for an answer the run cannot take; nothing is written.
     """
-    owed, answer = owed_answers(rep, answer, asking(rep), redact)
+    asked = rep.tail.asking is not None  # a question waits for its answer
+    owed, answer = owed_answers(rep, answer, asked, redact)
     if rep.complete and rep.seal is None:  # its writer died writing the end: the seal is all that is missing
         return RESEAL
     if rep.complete or waits(rep, answer):
@@ -81,23 +82,16 @@ def plan(rep: Replay, answer: Any, *, redact: Redaction, entrypoint: str) -> str
     aside, records, clocks = seam(rep, answer, entrypoint)
     if answer is not NO_ANSWER:
         owed.append(answer)
-        rep = replace(rep, _tail=replace(rep._tail, answered=True))  # as replay() reads it after the answer
+        rep = replace(rep, tail=replace(rep.tail, answered=True))  # as replay() reads it after the answer
     elif on_budget(rep):  # back where it paused, as after an answer (it needs none): the Executor's way out of PAUSED
-        rep = replace(rep, _tail=replace(rep._tail, answered=True))
+        rep = replace(rep, tail=replace(rep.tail, answered=True))
     return GoOn(rep, aside, records, clocks, owed, served)
-
-
-def asking(rep: Replay) -> bool:
-    """Whether the run is PAUSED on a question that waits for its answer."""
-    question = rep._tail.question
-    return question is not None and not rep._tail.answered and "question" in question
 
 
 def on_budget(rep: Replay) -> bool:
     """Whether the run is PAUSED on its budget: a resume goes back where it paused (PLAN or VERIFY), no answer taken;
     its gate (budget.py) pauses it again, writing nothing, when the budget it is given is still too small."""
-    question = rep._tail.question
-    return rep.state == S.PAUSED and question is not None and question.get("reason") == "budget"
+    return rep.state == S.PAUSED and rep.tail.over_budget is not None
 
 
 def revealed(rep: Replay, marker: str) -> tuple[Replay, list[Crossing]]:
@@ -126,7 +120,7 @@ def progress(rep: Replay, marker: str) -> tuple[Replay, list[Checkpoint] | Resum
     """
     vault = Vault(rep.path, marker)
     vault.check(rep.last_seq)
-    t = rep._tail
+    t = rep.tail
     cks: list[Checkpoint] | ResumedProgress
     if is_url(rep.path):
         cks = [_revealed(vault, ck) for ck in rep.checkpoints]
@@ -138,7 +132,7 @@ def progress(rep: Replay, marker: str) -> tuple[Replay, list[Checkpoint] | Resum
         reconcile=_reconciled(vault, t.reconcile),
         group=tuple(_call(vault, c) for c in t.group),
     )
-    return replace(rep, _tail=tail), cks
+    return replace(rep, tail=tail), cks
 
 
 _GOES_ON_FROM = (S.VERIFY, S.PAUSED)  # where a resume goes on with the last result (a verifier, a question)
@@ -203,17 +197,17 @@ def waits(rep: Replay, answer: Any) -> bool:
     """Whether a PAUSED run waits for a human still: no answer to its question was given (or recorded), or a
     call of uncertain outcome (of the run, or of an open parallel step) has no operator's reconcile. A run paused
     on its budget waits for none: a resume goes on (and pauses again, writing nothing, if its budget is too small)."""
-    if rep.state != S.PAUSED or rep._tail.answered or answer is not NO_ANSWER or on_budget(rep):
+    if rep.state != S.PAUSED or rep.tail.answered or answer is not NO_ANSWER or on_budget(rep):
         return False
-    group = rep._tail.group
+    group = rep.tail.open_calls
     if group:
         return any(c.state == S.PAUSED and c.reconcile is None for c in group)
-    return rep._tail.reconcile is None
+    return not rep.tail.reconciled
 
 
 def refuse_answer(rep: Replay) -> HarnessError:
     """The refusal of an answer given to a run that waits for none."""
-    why = "it is already answered" if rep._tail.question is not None else f"its state is {rep.state}"
+    why = "it is already answered" if rep.tail.question is not None else f"its state is {rep.state}"
     return HarnessError(
         f"{rep.path}: an answer was given, but the run waits for none ({why}); nothing was written. "
         "Resume without an answer."
@@ -231,7 +225,7 @@ def owed_answers(
     marker (see no_marker_owed), and nothing new is recorded. Any other
     answer is a HarnessError, before anything is written.
     """
-    owed = list(rep._tail.answers if owed is None else owed)
+    owed = list(rep.tail.pending_answers if owed is None else owed)
     if answer is NO_ANSWER or asked:
         return owed, answer
     given = canonical(redact(answer))
@@ -270,14 +264,14 @@ def seam(rep: Replay, answer: Any, entrypoint: str) -> tuple[str | None, Seam, d
 
     Returns where the torn tail goes, the records, and the agents' last clocks after them.
     """
-    aside = torn_name(rep.path, rep._tail.end) if rep.torn_tail else None
+    aside = torn_name(rep.path, rep.tail.end) if rep.torn_tail else None
     resumed = {"set_aside": os.path.basename(aside) if aside else None, "env": environment(entrypoint)}
     records: Seam = [("resume", resumed, ())]
-    clocks = rep._tail.clocks
+    clocks = rep.tail.clocks
     if clocks is not None:  # the run had spawned: the resume is one more event of main, with its clock
         resumed["vc"], clocks = main_event(clocks)
     if answer is not NO_ANSWER:  # after the resume record, which names where a torn tail went
-        question = rep._tail.question
+        question = rep.tail.question
         if question is None:
             raise internal("an answer for a run with no question", rep.path, rep.last_seq)
         said: dict[str, Any] = {"op": question["seq"], "answer": answer}
@@ -311,3 +305,15 @@ def main_event(clocks: dict[str, dict[str, int]]) -> tuple[dict[str, int], dict[
     """One more event of main: its clock, and the agents' last clocks with it."""
     main = {**clocks["main"], "main": clocks["main"]["main"] + 1}
     return main, {**clocks, "main": main}
+
+
+def way_back(rep: Replay) -> dict[str, Any] | None:
+    """The transition out of PAUSED back to where an answered question was asked, when that is PLAN or VERIFY
+    (the planner or verifier is asked again; into ACT the tool is called again, live, right after it)."""
+    question = rep.tail.question
+    if rep.state != S.PAUSED or not rep.tail.answered or question is None or question["from"] == S.ACT:
+        return None
+    back: dict[str, Any] = {"from": S.PAUSED, "to": question["from"], "step": question["step"]}
+    if question.get("attempt", 1) != 1:
+        back["attempt"] = question["attempt"]
+    return back

@@ -58,15 +58,10 @@ from .._errors import (
     ReplayViolation,
     ResumeMismatch,
     TraceCorruption,
-    TraceExists,
-    TraceMissing,
-    TraceUnreadable,
     error_of,
     internal,
 )
-from ..storage import FenceLost, exists, is_url, join
-from ..storage import runs_dir as default_runs_dir
-from ..storage.blobs import THRESHOLD
+from ..storage import FenceLost
 from ..trace import index as _index
 from ..trace import state as S
 from ..trace.clock import MAIN
@@ -74,15 +69,15 @@ from ..trace.journal import Journal
 from ..trace.line import canonical, check_value
 from ..trace.reader import Replay
 from ..trace.redact import Redaction, Rule
-from ..trace.remote import open_journal
 from .boundary import Session, deactivate
 from .budget import Budget
 from .calls import Flow, _flow
 from .control import Paused, decisive, verdict
-from .executor import Outcome, _crash, _Run, ask, finished, over_budget, reseal, write_header
 from .fingerprint import code_of_modules
 from .history import Recorded, Resumed
-from .resume import NO_ANSWER, asking, main_event, no_marker_owed, owed_answers, seam, start_over, waits
+from .opener import Opened, check
+from .resume import NO_ANSWER, main_event, no_marker_owed, owed_answers, seam, start_over, waits
+from .step import Outcome, Run, ask, crash, finished, over_budget, reseal, write_header
 from .tasks import numbering
 from .tool import is_async_fn
 
@@ -269,17 +264,11 @@ class _Options:
 
 
 class _Opened:
-    """The trace of one W.run, open and locked: a new run started, a resume ready, or a finished run's outcome."""
+    """The trace of one W.run, open and locked (opener.Opened): a new run started, a resume ready, or a finished
+    run's outcome."""
 
     def __init__(self, w: Workflow[Any, Any], args: tuple[Any, ...], kwargs: dict[str, Any], options: _Options):
-        if options.durability not in ("flush", "fsync"):
-            raise ValueError(f"durability must be 'flush' or 'fsync', not {options.durability!r}")
-        if options.resume not in (True, False, "auto"):
-            raise ValueError(
-                f'resume must be True, False or "auto" (resume if the trace exists, else start), not {options.resume!r}'
-            )
-        if options.resume and options.trace is None:
-            raise ValueError("resume=True needs the trace= of the run to resume")
+        check(durability=options.durability, resume=options.resume, trace=options.trace)
         self.w, self.options = w, options
         self.goal = goal_of(args, kwargs)
         if options.answer is not NO_ANSWER:
@@ -287,50 +276,30 @@ class _Opened:
         self.redact = Redaction.of(options.redact)
         self.outcome: Outcome | None = None
         self.flow: Flow = cast(Flow, None)
-        self.journal: Journal | None = None
-
-    def __enter__(self) -> _Opened:
-        from ..trace.seal import key_of
-
-        options = self.options
-        run_id = uuid.uuid4().hex
-        path = os.fspath(options.trace) if options.trace is not None else None
-        if path is None:
-            folder = default_runs_dir(options.runs_dir)
-            try:
-                if not is_url(folder):
-                    os.makedirs(folder, exist_ok=True)
-            except OSError as e:
-                raise TraceUnreadable(folder, f"cannot hold runs: {e.strerror}") from None
-            path = join(folder, f"{run_id}.jsonl")
-        answered = options.answer is not NO_ANSWER
-        if (options.resume is True or answered) and not exists(path, storage_options=options.storage_options):
-            raise TraceMissing(path)
-        key = key_of(options.seal_key)  # a bad key fails before anything is written
-        journal = self.journal = open_journal(
-            path, durability=options.durability, redact=self.redact, blob_threshold=THRESHOLD,
+        self.opened = Opened(
+            options.trace, options.runs_dir, resume=options.resume, answer=options.answer,
+            durability=options.durability, redact=self.redact, seal_key=options.seal_key,
             storage_options=options.storage_options,
         )  # fmt: skip
+
+    def __enter__(self) -> _Opened:
+        journal = self.opened.__enter__().journal
         try:
-            journal.seal_key = key
-            if journal.size():
-                if not options.resume:
-                    raise TraceExists(path)
+            if self.opened.run_id is None:
                 self._resume(journal)
             else:
-                if answered:
-                    raise HarnessError(f"{path}: an answer was given, but the trace holds no run that asked a question")
-                self.flow = start(journal, self.w.name, self.goal, run_id, redact=self.redact, fsync=journal.fsync)
-            if self.outcome is None and options.budget is not None:  # budget hook: the run's ledger (budget.py)
-                self.flow.run.session.limit(options.budget)
+                self.flow = start(
+                    journal, self.w.name, self.goal, self.opened.run_id, redact=self.redact, fsync=journal.fsync
+                )
+            if self.outcome is None and self.options.budget is not None:  # budget hook: the run's ledger (budget.py)
+                self.flow.run.session.limit(self.options.budget)
         except BaseException:
             journal.close()
             raise
         return self
 
     def __exit__(self, kind: type[BaseException] | None, *exc: object) -> None:
-        if self.journal is not None:
-            self.journal.__exit__(kind, *exc)
+        self.opened.__exit__(kind, *exc)
 
     def _resume(self, journal: Journal) -> None:
         path, w, answer = journal.path, self.w, self.options.answer
@@ -344,15 +313,15 @@ class _Opened:
             raise ResumeMismatch(path, "workflow", rep.workflow, w.name)
         if canonical(rep.goal) != canonical(self.redact(self.goal)):
             raise ResumeMismatch(path, "arguments", rep.goal, self.goal)
-        asked = asking(rep)
+        asked = rep.tail.asking is not None
         # the function run again is owed every answer it was given: those its interrupt() crossings delivered
         # (served again), then those the trace holds and no crossing delivered yet. An answer given while no
         # question waits is taken only as one of them given again, in place of its redacted record (before the
         # seal's repair: a refusal writes nothing).
         delivered = [i for i, c in enumerate(recorded.crossings) if c.kind == "interrupt" and c.error is None]
-        given = [recorded.crossings[i].response for i in delivered] + list(rep._tail.answers)
+        given = [recorded.crossings[i].response for i in delivered] + list(rep.tail.pending_answers)
         owed, answer = owed_answers(rep, answer, asked, self.redact, given)
-        journal.digests.update(rep._tail.blobs)
+        journal.digests.update(rep.tail.blobs)
         if rep.complete and rep.seal is None:  # its writer died writing the end: the seal is all that is missing
             self.outcome = reseal(journal, rep)
             return
@@ -364,7 +333,7 @@ class _Opened:
         no_marker_owed(rep, owed, self.redact.marker, "the re-executed function is given again")
         for i, live in zip(delivered, owed, strict=False):  # an answer given again is served in its record's place
             recorded.crossings[i] = replace(recorded.crossings[i], response=live)
-        question = rep._tail.question if rep.state == S.PAUSED else None  # asked in PLAN: the function asks it again
+        question = rep.tail.question if rep.state == S.PAUSED else None  # asked in PLAN: the function asks it again
         again = question if question is not None and question["from"] == S.PLAN else None
         session = Resumed(journal, recorded, redact=self.redact, asked=again)
         self.flow = go_on(
@@ -431,7 +400,7 @@ def start(
     code = code_of_modules((name.partition(":")[0],))
     write_header(journal, run_id, goal, {}, redact, entrypoint, lineage or {}, workflow=name, code=code)
     journal.give = True  # a tool's result reaches the function with its secrets (kept beside the trace: vault.py)
-    run = _Run(journal, session or Session(journal, redact=redact), goal, run_id, [], S.INIT)
+    run = Run(journal, session or Session(journal, redact=redact), goal, run_id, [], S.INIT)
     run.move(S.PLAN)
     return Flow(run, fsync=fsync)
 
@@ -457,9 +426,9 @@ def go_on(
     """
     entrypoint = entrypoint or (sys.argv[0] if sys.argv and sys.argv[0] else "<python>")
     journal.give = True  # as start()
-    run = _Run(journal, session, rep.goal, rep.run_id, _index.resumed(rep), rep.state)
+    run = Run(journal, session, rep.goal, rep.run_id, _index.resumed(rep), rep.state)
     run.step, run.attempt = position(rep)
-    question = rep._tail.question
+    question = rep.tail.question
     back = rep.state == S.PAUSED and question is not None and question["from"] == S.PLAN
     if back and question is not None:  # where it was asked: the function asks it again there
         run.step, run.attempt = question["step"], question.get("attempt", 1)
@@ -478,11 +447,11 @@ def go_on(
             run.state = S.PLAN
         if clocks is not None:  # a run with agents: main's first new record follows the resume's own
             session.agents.seam = clocks[MAIN]
-        journal.owe(rep.last_seq, rep._tail.crc, rep._tail.end, owed, start=rep.header["ts"], aside=aside)
+        journal.owe(rep.last_seq, rep.tail.crc, rep.tail.end, owed, start=rep.header["ts"], aside=aside)
     elif back or rep.state == S.INIT:
         run.move(S.PLAN, sync=back)
     session.patches.clear()  # the function starts again: it asks again, and the history answers
-    session.answers.extend(rep._tail.answers if answers is None else answers)  # (a resume's: as given again)
+    session.answers.extend(rep.tail.pending_answers if answers is None else answers)  # (a resume's: as given again)
     if answer is not NO_ANSWER:
         session.answers.append(answer)
     return Flow(run, fsync=fsync)
@@ -490,7 +459,7 @@ def go_on(
 
 def position(rep: Replay) -> tuple[int, int]:
     """The step and attempt the run is at, at the end of its trace."""
-    last = rep._tail.last or {}
+    last = rep.tail.last or {}
     if last.get("kind") == "checkpoint":
         return last["step"] + 1, 1
     step, attempt = last.get("step", 0), last.get("attempt", 1)
@@ -544,7 +513,7 @@ def _raised(flow: Flow, e: BaseException) -> Outcome:
         raise
 
 
-def _at_plan(run: _Run) -> None:
+def _at_plan(run: Run) -> None:
     """Before the run's end: a re-executed function that stopped where its trace goes on is a ReplayDrift
     (settled()); a function that ends does so in PLAN."""
     if run.session.checking:
@@ -553,9 +522,9 @@ def _at_plan(run: _Run) -> None:
         raise internal(f"the workflow ended in state {run.state} at step {run.step}", run.journal.path)
 
 
-def _stopped(run: _Run, e: BaseException) -> None:
+def _stopped(run: Run, e: BaseException) -> None:
     """Record why the run stopped (a crash record), when it wrote anything and the journal is not the problem."""
     if isinstance(e, _UNRECORDED) or run.journal.owes:
         return
     if isinstance(e, Exception | KeyboardInterrupt):
-        _crash(run, e)
+        crash(run, e)

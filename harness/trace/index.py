@@ -171,10 +171,10 @@ def trusted_blocks(trace: str, rep: Replay) -> list[bytes]:
     (who holds its lock, as the caller does) writes it, so it is the mark
     resume_point checked.
     """
-    if rep._tail.since == 0 or is_url(trace):
+    if rep.tail.since == 0 or is_url(trace):
         return []
     mark = load(trace)
-    if mark is None or mark.end != rep._tail.since or mark.run_id != rep.run_id:
+    if mark is None or mark.end != rep.tail.since or mark.run_id != rep.run_id:
         return []
     return mark.block_digests()
 
@@ -577,7 +577,7 @@ class Writer:
         `blocks` holds what trusted_blocks() gave (none when the run was read
         from its first line: the first mark written hashes the blocks before it).
         """
-        if is_url(trace) or rep._tail.clocks is not None or rep._tail.group:
+        if is_url(trace) or rep.tail.clocks is not None or rep.tail.group:
             return None
         w = cls(trace, fd, digests, blocks)
         lines = rep.checkpoints._lines
@@ -585,17 +585,17 @@ class Writer:
             raise internal(f"a resume read the checkpoints as {type(lines).__name__}", trace)
         w.count = lines._base if isinstance(lines, Prefixed) else 0
         w.pending = lines._pos.column(0)
-        w.pos, w.run_id = rep._tail.end, rep.run_id
-        q = rep._tail.quiet
+        w.pos, w.run_id = rep.tail.end, rep.run_id
+        q = rep.tail.quiet
         if q is not None:
             end, seq, crc, step, last, intent, result, nblobs, count, header = q
             w.header = header
-            blobs = tuple(list(rep._tail.blobs)[:nblobs])
+            blobs = tuple(list(rep.tail.blobs)[:nblobs])
             w.quiet = Mark(rep.run_id, end, seq, crc, step, header, intent, result, last, count, blobs)
-            if isinstance(lines, Prefixed) and rep._tail.since == end:  # the mark on file is this very point
+            if isinstance(lines, Prefixed) and rep.tail.since == end:  # the mark on file is this very point
                 w.written_at = end
-        mark = load(trace) if rep._tail.since else None
-        if mark is not None and mark.end == rep._tail.since:  # the mark the resume checked: its blobs' lines too
+        mark = load(trace) if rep.tail.since else None
+        if mark is not None and mark.end == rep.tail.since:  # the mark the resume checked: its blobs' lines too
             w.named, w.scanned = dict(zip(mark.blobs, mark.named, strict=True)), mark.end
         return w
 

@@ -344,7 +344,9 @@ def _crossing(req: dict[str, Any], resp: dict[str, Any]) -> Crossing:
 class Tail:
     """Where a run stands at the end of its trace: what a resuming writer needs and a reader of the story does not.
 
-    Built once by `replay()` (and by `index.resume_point()`, from a mark), held as `Replay._tail`; not public API.
+    `Replay.tail`, built once by `replay()` (and by `index.resume_point()`, from a mark). The fields are what the
+    reader found; the properties name the questions a resume, a reconcile and the viewer ask of them (read those:
+    a field may change meaning when the format grows, a question keeps its answer).
     """
 
     end: int  # the byte after the last complete line: a resuming writer appends there
@@ -373,13 +375,46 @@ class Tail:
     quiet: tuple[Any, ...] | None = None
     since: int = 0
 
+    @property
+    def open_calls(self) -> tuple[Call, ...]:
+        """The calls of a parallel step that is not closed yet (each from where its lane stands), else ()."""
+        return self.group
+
+    @property
+    def asking(self) -> dict[str, Any] | None:
+        """The transition into PAUSED whose `question` (interrupt()) waits for its answer, else None."""
+        q = self.question
+        return q if q is not None and not self.answered and "question" in q else None
+
+    @property
+    def over_budget(self) -> dict[str, Any] | None:
+        """The transition into PAUSED on the run's budget (`reason` budget) the run is paused on, else None: it
+        waits for no answer (a resume goes back where it paused)."""
+        q = self.question
+        return q if q is not None and q.get("reason") == "budget" else None
+
+    @property
+    def reconciled(self) -> bool:
+        """Whether an operator's reconcile record answers the pause the run ends in."""
+        return self.reconcile is not None
+
+    @property
+    def pending_answers(self) -> tuple[Any, ...]:
+        """The answers the trace holds that no agent code took yet: a resume delivers them first."""
+        return self.answers
+
+    @property
+    def agents(self) -> bool:
+        """Whether the run spawned agents: its records from here on carry vector clocks (`clocks`)."""
+        return self.clocks is not None
+
 
 @dataclass(frozen=True, slots=True)
 class Replay:
     """What a trace says happened. Built by `replay()`.
 
-    `seal` is the seal record, when the run is sealed. Where a resuming writer continues is `_tail` (a `Tail`):
-    private, read only inside harness.
+    `seal` is the seal record, when the run is sealed. `tail` (a `Tail`) is where a resuming writer continues:
+    what resume, reconcile and the tools that append to a trace read, not part of the run's story.
     """
 
     path: str
@@ -392,7 +427,7 @@ class Replay:
     resumes: int
     torn_tail: bool
     last_seq: int
-    _tail: Tail = field(repr=False)
+    tail: Tail = field(repr=False)
     artifacts: tuple[Artifact, ...] = ()
     seal: dict[str, Any] | None = field(repr=False, default=None)  # the seal record, when sealed
 
@@ -403,7 +438,7 @@ class Replay:
     @property
     def blobs(self) -> dict[str, tuple[int, int]]:
         """Every blob the trace names (payloads and artifacts): sha256 -> (size, the first line naming it)."""
-        return dict(self._tail.blobs)
+        return dict(self.tail.blobs)
 
     @property
     def agents(self) -> dict[str, list[Crossing]]:
@@ -426,7 +461,7 @@ class Replay:
     @property
     def returned(self) -> Any:
         """What a workflow that ended DONE returned (its PLAN -> DONE's result, a blob read back); else None."""
-        last = self._tail.last
+        last = self.tail.last
         if self.state != S.DONE or self.workflow is None or last is None:
             return None
         return _blobs.inline(self.path, last)["result"] if "result" not in last else last["result"]
@@ -443,7 +478,7 @@ class Replay:
         """The crossings since the last transition, each agent's up to its first that failed: a resume serves
         them again."""
         served, failed = [], set()
-        for c in self.crossings[len(self.crossings) - self._tail.fresh :]:
+        for c in self.crossings[len(self.crossings) - self.tail.fresh :]:
             if c.error is not None:
                 failed.add(c.agent)
             if c.agent not in failed:
@@ -456,7 +491,7 @@ class Replay:
         larger budget (`reason` "budget", and `budget`: the limit, what was spent, the call it would have made)."""
         if self.state != S.PAUSED:
             return None
-        tail = self._tail
+        tail = self.tail
         if tail.question is not None:
             q = tail.question
             if "question" not in q:  # a pause on the run's budget
@@ -1007,7 +1042,7 @@ def _replay_of(
         resumes=sc.resumes,
         torn_tail=bool(buf),
         last_seq=seq,
-        _tail=Tail(
+        tail=Tail(
             end=offset,
             crc=crc,
             last=last,

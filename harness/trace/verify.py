@@ -55,12 +55,12 @@ def seal(trace: str | os.PathLike[str], *, seal_key: str | bytes | None = None) 
         if rep.torn_tail:
             raise HarnessError(f"{path}: bytes after the run's end; nothing was written")
         with open(path, "rb") as f:
-            data = f.read(rep._tail.end)
+            data = f.read(rep.tail.end)
         content = ContentHash()
         content.update(data)
-        sealed = fields(content.hexdigest(), rep._tail.blobs, rep.state, key)
+        sealed = fields(content.hexdigest(), rep.tail.blobs, rep.state, key)
         line, _ = encode(
-            {"seq": rep.last_seq + 1, "kind": "seal", **sealed, "ts": since(rep.header["ts"])}, rep._tail.crc
+            {"seq": rep.last_seq + 1, "kind": "seal", **sealed, "ts": since(rep.header["ts"])}, rep.tail.crc
         )
         try:
             _blobs.write_atomically(path, data + line)
@@ -102,9 +102,9 @@ def _seal_url(url: str, key: bytes | None) -> Sealed:
         rep = replay(url)  # the spool: the bytes the seal will vouch for
         if _sealed_already(url, rep):
             return Sealed(url, rep.last_seq, "hmac" in (rep.seal or {}), True)
-        sealed = fields(content_hash(local_copy(url), rep._tail.end), rep._tail.blobs, rep.state, key)
+        sealed = fields(content_hash(local_copy(url), rep.tail.end), rep.tail.blobs, rep.state, key)
         start = rep.header["ts"]  # (the seal is shipped at once)
-        journal.continue_after(rep.last_seq, rep._tail.crc, rep._tail.end, ("seal", sealed), start=start)
+        journal.continue_after(rep.last_seq, rep.tail.crc, rep.tail.end, ("seal", sealed), start=start)
     replay(url)  # the sealed trace reads back from the bucket
     return Sealed(url, rep.last_seq + 1, key is not None, False)
 
@@ -172,7 +172,7 @@ def verify(trace: str | os.PathLike[str], *, seal_key: str | bytes | None = None
     except HarnessError as e:
         return Verification(path, 0, 0, False, False, None, (str(e),), unreadable=True)
     problems = []
-    for name, (size, line) in sorted(rep._tail.blobs.items()):
+    for name, (size, line) in sorted(rep.tail.blobs.items()):
         try:
             _blobs.read(local_copy(path), line, name, size)  # a URL: the copy replay() read, blobs beside it
         except TraceCorruption as e:
@@ -194,6 +194,6 @@ def verify(trace: str | os.PathLike[str], *, seal_key: str | bytes | None = None
             problems.append("a key was given but the seal has no HMAC: anyone could have written this seal")
     state = rep.state if rep.state in S.TERMINAL else None
     return Verification(
-        path, rep.records, len(rep._tail.blobs), seal is not None, keyed, state, tuple(problems),
+        path, rep.records, len(rep.tail.blobs), seal is not None, keyed, state, tuple(problems),
         ended=ended, run_state=rep.state, torn_tail=rep.torn_tail and not ended,
     )  # fmt: skip

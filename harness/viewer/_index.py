@@ -226,13 +226,13 @@ def _verdict_ok(rep: Replay) -> Verdict:
             "line": rep.records, "state": rep.seal.get("state"), "keyed": "hmac" in rep.seal,
             "digests": len(digests) if isinstance(digests, list) else 0,
         }  # fmt: skip
-    paused = [c for c in rep._tail.group if c.state == "PAUSED"]  # the calls of a parallel step waiting on an operator
+    paused = [c for c in rep.tail.open_calls if c.state == "PAUSED"]  # a parallel step's calls waiting on an operator
     settled = rep.pending is not None and (
-        rep._tail.answered if rep._tail.question is not None
+        rep.tail.answered if rep.tail.question is not None
         else all(c.reconcile is not None for c in paused) if paused
-        else rep._tail.reconcile is not None
+        else rep.tail.reconciled
     )  # fmt: skip
-    return Verdict(None, rep.state, rep.pending, rep.torn_tail, rep.records, seal, len(rep._tail.blobs), settled)
+    return Verdict(None, rep.state, rep.pending, rep.torn_tail, rep.records, seal, len(rep.tail.blobs), settled)
 
 
 class Index:
@@ -340,7 +340,7 @@ class Index:
                 self.broken = {"line": e.line, "reason": e.reason, "detail": e.detail}
         else:
             verdict = _verdict_ok(rep)
-            self.crc = rep._tail.crc
+            self.crc = rep.tail.crc
         self._head_crc = self._crc_at(1)
         return verdict
 
