@@ -83,7 +83,7 @@ if TYPE_CHECKING:  # the same names, as type checkers and editors see them; at r
     from .runtime.workflow import Workflow, workflow
     from .trace.annotations import annotate, annotations
     from .trace.migrate import Migrated, migrate
-    from .trace.reader import Artifact, Checkpoint, Crossing, Replay, replay
+    from .trace.reader import Artifact, Checkpoint, Crossing, Replay, Tail, replay
     from .trace.redact import MARKER, Redaction
     from .trace.verify import Sealed, Verification, seal, verify
 
@@ -107,7 +107,8 @@ _LAZY = {
     ".runtime.budget": "Budget",
     ".runtime.calls": "acall, call",
     ".runtime.decorator": "idempotency_key, tool",
-    ".runtime.executor": "Executor, Outcome, RetryPolicy, Step",
+    ".runtime.executor": "Executor",
+    ".runtime.step": "Outcome, RetryPolicy, Step",
     ".runtime.history": "patched",
     ".runtime.interrupt": "interrupt",
     ".runtime.recorder": "Recorder",
@@ -116,7 +117,7 @@ _LAZY = {
     ".runtime.workflow": "Workflow, workflow",
     ".trace.annotations": "annotate, annotations",
     ".trace.migrate": "Migrated, migrate",
-    ".trace.reader": "Artifact, Checkpoint, Crossing, Replay, replay",
+    ".trace.reader": "Artifact, Checkpoint, Crossing, Replay, Tail, replay",
     ".trace.redact": "MARKER, Redaction",
     ".trace.verify": "Sealed, Verification, seal, verify",
 }
@@ -198,6 +199,7 @@ __all__ = [
     "Sealed",
     "SecretUnavailable",
     "Step",
+    "Tail",
     "Tool",
     "ToolCall",
     "ToolError",

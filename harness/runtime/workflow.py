@@ -82,6 +82,7 @@ from .tasks import numbering
 from .tool import is_async_fn
 
 P = ParamSpec("P")
+NO_BUDGET: Any = object()  # W.run() without budget=
 R = TypeVar("R")
 # no crash record: the journal failed, the run drifted, or a bad value was refused before anything was written
 _UNRECORDED = (JournalError, ReplayDrift, ReplayViolation, FenceLost, NotSerializable, NotATool)
@@ -129,7 +130,7 @@ class Workflow(Generic[P, R]):
         seal_key: str | bytes | None = None,
         storage_options: dict[str, Any] | None = None,
         answer: Any = NO_ANSWER,
-        budget: Budget | None = None,
+        budget: Budget | Any = NO_BUDGET,
         **kwargs: Any,
     ) -> Outcome:
         """Run the function with args and kwargs as a durable run; returns DONE (`.result`), FAILED or PAUSED.
@@ -138,10 +139,12 @@ class Workflow(Generic[P, R]):
         is none), `"auto"` resumes it if it exists, else starts it; `answer`
         answers the question the run paused on; `budget` (`harness.Budget`)
         limits what its live model calls spend across resumes, pausing the
-        run before a call that would pass it. An async function is run with
+        run before a call that would pass it (None: no limit; any other
+        value is the function's own `budget` argument). An async function is run with
         asyncio.run (from code that is not on an event loop; else `await
         W.arun(...)`).
         """
+        budget = _budget(budget, kwargs)
         options = _Options(trace, runs_dir, resume, durability, redact, seal_key, storage_options, answer, budget)
         if self.is_async:
             import asyncio  # (only async code loads asyncio, and ssl with it)
@@ -165,16 +168,28 @@ class Workflow(Generic[P, R]):
         seal_key: str | bytes | None = None,
         storage_options: dict[str, Any] | None = None,
         answer: Any = NO_ANSWER,
-        budget: Budget | None = None,
+        budget: Budget | Any = NO_BUDGET,
         **kwargs: Any,
     ) -> Outcome:
         """run() as a coroutine on the running loop: an async function is awaited there (a plain one is called)."""
+        budget = _budget(budget, kwargs)
         options = _Options(trace, runs_dir, resume, durability, redact, seal_key, storage_options, answer, budget)
         return await self._arun(args, kwargs, options)
 
     async def _arun(self, args: tuple[Any, ...], kwargs: dict[str, Any], options: _Options) -> Outcome:
         with _Opened(self, args, kwargs, options) as opened:
             return opened.outcome or await aexecute(self, opened.flow, args, kwargs)
+
+
+def _budget(given: Any, kwargs: dict[str, Any]) -> Budget | None:
+    """W.run's `budget=`: a harness.Budget (or None: no limit) is the run's; any other value is the function's own
+    `budget` argument (a workflow may have one, as it had before runs had budgets), put back among its kwargs."""
+    if given is NO_BUDGET or given is None:
+        return None
+    if isinstance(given, Budget):
+        return given
+    kwargs["budget"] = given
+    return None
 
 
 def execute(w: Workflow[Any, Any], flow: Flow, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Outcome:

@@ -506,7 +506,8 @@ def left_pause(
         if not answered and "question" in question:
             raise _fail(path, n, "bad-transition", "a run paused on a question moved on before it was answered", seq)
         if dst != question["from"]:
-            why = f"PAUSED -> {dst}, but the run paused in {question['from']}"
+            said = "the question was asked" if "question" in question else "the run paused on its budget"
+            why = f"PAUSED -> {dst}, but {said} in {question['from']}"
             raise _fail(path, n, "bad-transition", why, seq)
         return
     if reconcile is None:
