@@ -158,6 +158,23 @@ def test_no_module_above_the_trace_reads_a_private_field_of_a_replay() -> None:
     assert not reaches, "private fields of Replay read outside harness/trace:\n" + "\n".join(reaches)
 
 
+def test_one_step_implementation_writes_every_tool_call() -> None:
+    """Every door's tool call is a step of runtime/step.py: no other module writes a transition into ACT (an intent)
+    or a tool's result (into VERIFY with `result`), nor makes an idempotency key (trace/state.py defines it, step.py makes it)."""
+    found = []
+    for path in sorted((ROOT / "harness").rglob("*.py")):
+        if path in (ROOT / "harness" / "runtime" / "step.py", ROOT / "harness" / "trace" / "state.py"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "move":
+                into = ast.unparse(node.args[0]) if node.args else ""
+                if into == "S.ACT" or (into == "S.VERIFY" and any(k.arg == "result" for k in node.keywords)):
+                    found.append(f"{path.relative_to(ROOT)}:{node.lineno} move({into}, ...)")
+            elif isinstance(node, ast.JoinedStr) and ast.unparse(node).count("}-{") == 2:
+                found.append(f"{path.relative_to(ROOT)}:{node.lineno} {ast.unparse(node)} (a key made here)")
+    assert not found, "tool steps written outside runtime/step.py:\n" + "\n".join(found)
+
+
 def test_every_exception_class_of_harness_is_defined_in_errors() -> None:
     """Errors in one place: a class of harness deriving from an exception lives in harness/_errors.py, unless it is
     a private signal of one module (an underscore name, or `Paused`, runtime/control.py's own)."""

@@ -52,9 +52,9 @@ from ..review.rerun import Rerun, rerun
 from ..review.runs import _traces
 from ..runtime.boundary import differences
 from ..runtime.fingerprint import code_of, code_of_modules
-from ..runtime.step import key_of
 from ..runtime.workflow import Workflow, same_workflow
 from ..storage import is_url
+from ..trace import state as S
 from ..trace.reader import Replay, replay, request_hash
 
 STATUSES = ("ok", "drift", "skipped", "error")
@@ -348,7 +348,7 @@ def _golden_trace(path: str, folder: str) -> str:
             and isinstance(r.get("contract"), dict)
             and r["contract"].get("effect") == ("idempotent")
         ):
-            r["key"] = key_of(run_id, r["step"], r.get("attempt", 1))
+            r["key"] = S.key_of(run_id, r["step"], r.get("attempt", 1))
         if r["kind"] == "crossing":
             kind = r.get("boundary")
             if kind in _CLOCK and "response" not in r and "error" not in r:

@@ -79,6 +79,7 @@ from .._errors import (
     TraceUnreadable,
     internal,
 )
+from ..runtime import executor as running
 from ..runtime.agents import Agents
 from ..runtime.boundary import Arrived, Match, Session, _Hold, _may_hold, differences, patiently, same, take
 from ..runtime.bridge import bridging
@@ -906,11 +907,11 @@ class _Agent:
         return self.ex
 
     def start(self, writer: _Rewriting, session: _Replaying, goal: Any, run_id: str, lineage: dict[str, Any]) -> None:
-        self.executor().start(writer, goal, run_id, session=session, **lineage)
+        running.start(self.executor(), writer, goal, run_id, session=session, **lineage)
 
     def go_on(self, writer: _Rewriting, session: _Replaying, rep: Replay) -> None:
         session.again = deque(rep.resumable_crossings())  # what Executor resume serves again
-        self.executor().go_on(writer, session, rep)
+        running.go_on(self.executor(), writer, session, rep)
 
 
 class _Flowing:

@@ -1,8 +1,7 @@
 """Tool calls with effects inside a workflow: `harness.call(tool, **kwargs)` and `await harness.acall(...)`.
 
 Inside a workflow run (`@harness.workflow`) each call is one step of the
-state machine, written through the Executor's own pieces (`Run.move`,
-`Run.checkpoint`, `invoke`): PLAN -> ACT (the intent: `name` and `tool`
+state machine, written by step.py as an Executor's step is: PLAN -> ACT (the intent: `name` and `tool`
 are the tool's name, `args`, `key` for an idempotent tool, and the tool's
 `contract`, since a workflow's tools are not known when it starts), the
 call, ACT -> VERIFY (`result`), the checkpoint. An exception the tool raises

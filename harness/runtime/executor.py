@@ -39,7 +39,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from .._errors import (
@@ -47,7 +47,6 @@ from .._errors import (
     HarnessError,
     Interrupted,
     JournalError,
-    RedactedArgs,
     ReplayDrift,
     ReplayViolation,
     ResumeMismatch,
@@ -65,7 +64,7 @@ from ..trace.journal import Journal
 from ..trace.line import a, canonical, check_value
 from ..trace.reader import Call, Checkpoint, Replay, replay
 from ..trace.redact import Redaction, Rule
-from ..trace.vault import Vault, refused
+from ..trace.vault import refused
 from . import step
 from . import timers as _timers
 from .boundary import Session, deactivate
@@ -73,12 +72,12 @@ from .budget import Budget
 from .control import decisive
 from .fingerprint import code_of
 from .opener import Opened, check
-from .resume import NO_ANSWER, RESEAL, GoOn, main_event, marked, plan, reveal_crossings, start_over, way_back
+from .replan import live_calls, live_intent
+from .resume import NO_ANSWER, RESEAL, GoOn, main_event, plan, start_over, way_back
 from .resume import progress as revealed_progress
 from .step import (
     NOT_SERVED,
     Outcome,
-    Progress,
     RetryPolicy,
     Run,
     Step,
@@ -98,7 +97,7 @@ from .tasks import numbering
 from .tool import Tool, ToolSpec, spec_of
 
 MAX_STEPS = 10_000  # the default step limit: a planner that never says DONE ends FAILED, not with a full disk
-_RECORDED: Any = object()  # go_on(): the goal as the trace has it
+_RECORDED: Any = object()  # _go_on(): the goal as the trace has it
 
 
 class Executor:
@@ -205,7 +204,7 @@ class Executor:
         ) as opened:  # fmt: skip
             if opened.run_id is None:
                 return self._resume(opened.journal, goal, answer, budget)
-            return self.start(opened.journal, goal, opened.run_id, budget=budget)
+            return self._start(opened.journal, goal, opened.run_id, budget=budget)
 
     def _refuse_async(self) -> None:
         """HarnessError before anything is written when run() was given an async planner, verifier or tool."""
@@ -231,7 +230,7 @@ class Executor:
         with numbering():  # the tasks each planner, tool or verifier call creates are named (tasks.py)
             return await asyncio.to_thread(functools.partial(ex.run, goal, answer=answer, budget=budget))
 
-    def start(
+    def _start(
         self,
         journal: Journal,
         goal: Any,
@@ -242,7 +241,7 @@ class Executor:
         **lineage: Any,
     ) -> Outcome:
         code = code_of((self.planner,))
-        journal.give = True  # the planner's progress holds each result as the tool returned it (see go_on)
+        journal.give = True  # the planner's progress holds each result as the tool returned it (see _go_on)
         write_header(journal, run_id, goal, self.contracts, self.redact, self.entrypoint, lineage, code=code)
         session = session or Session(journal, redact=self.redact)
         if budget is not None:  # budget hook: the run's ledger (runtime/budget.py)
@@ -261,7 +260,7 @@ class Executor:
             rep = _index.resume_point(path)  # reads only what follows the index's mark, when it has a usable one
         except TraceCorruption as e:
             start_over(journal, e, answer)  # a torn header: no run began, a new one starts in the emptied file
-            return self.start(journal, goal, uuid.uuid4().hex, budget=budget)
+            return self._start(journal, goal, uuid.uuid4().hex, budget=budget)
         if rep.workflow is not None:
             raise HarnessError(
                 f"{path}: the run of workflow {rep.workflow}, not an Executor's: resume it with its workflow "
@@ -280,7 +279,7 @@ class Executor:
         # (a resume that pauses again, drifts or is refused writes nothing)
         rep, seam, clocks = todo.rep, todo.seam, todo.clocks
         back = way_back(rep)
-        if back is not None:  # out of PAUSED to where the answered question was asked: owed too (see go_on)
+        if back is not None:  # out of PAUSED to where the answered question was asked: owed too (see _go_on)
             if clocks is not None:  # one more event of main
                 back["vc"], clocks = main_event(clocks)
             seam = [*seam, ("transition", back, ())]
@@ -291,9 +290,9 @@ class Executor:
             session.agents.share(journal, clocks)
         session.answers.extend(todo.answers)  # answers as given: the trace holds them redacted
         # the caller's goal: the trace's may be redacted
-        return self.go_on(journal, session, rep, goal, owed=owed if back is not None else 0)
+        return self._go_on(journal, session, rep, goal, owed=owed if back is not None else 0)
 
-    def go_on(
+    def _go_on(
         self, journal: Journal, session: Session, rep: Replay, goal: Any = _RECORDED, *, owed: int = 0
     ) -> Outcome:
         """Drive a run on from the state a replay rebuilt.
@@ -335,8 +334,8 @@ class Executor:
                 raise internal(f"a question asked in {back} with no intent before it", rep.path, rep.last_seq)
             run.intent, run.result, run.shown = intent, rep.tail.result, check_value("result", rep.tail.result)
             run.result_seq = rep.tail.result_seq
-            if back == S.ACT:  # the tool is called again, with its live args (see _live_intent)
-                step.reopen(run, S.PAUSED, {}, None, asked=True, live=lambda: self._live_intent(run, rep))
+            if back == S.ACT:  # the tool is called again, with its live args (see replan.py)
+                step.reopen(run, S.PAUSED, {}, None, asked=True, live=lambda: live_intent(self, run, rep))
             elif owed:
                 run.state, run.wrote = S.VERIFY, owed
             else:
@@ -371,105 +370,12 @@ class Executor:
         if run.state == S.PAUSED and reconcile is None:  # (_resume returns a run that waits for a reconcile as it is)
             raise internal("a paused run resumed with no reconcile and no answer", rep.path, rep.last_seq)
         was, contract = run.state, self.contracts[intent["tool"]]
-        todo = step.reopen(run, was, contract, reconcile, live=lambda: self._live_intent(run, rep))
+        todo = step.reopen(run, was, contract, reconcile, live=lambda: live_intent(self, run, rep))
         if todo == step.WAIT:
             return finished(replay(journal.path))
         if was == S.PAUSED and todo == step.CHECK and reconcile is not None:  # shown what the operator gave
             run.shown = check_value("result", reconcile["result"])
         return self._drive(run)
-
-    def _live_intent(self, run: Run, rep: Replay) -> dict[str, Any]:
-        """The intent a resume calls again: the recorded one, unless redaction put the marker in its args.
-
-        Then the planner is asked again (see _plan_again), and the args of the
-        Step it gives are used once they redact to the recorded ones
-        (ResumeMismatch if not). A planner that cannot give them back is a
-        RedactedArgs: a tool is never called with the marker. A rerun serves
-        every call from its recording and needs none of this.
-        """
-        intent = rep.tail.intent
-        if intent is None:
-            raise internal("a tool called again with no intent", rep.path, rep.last_seq)
-        where = marked(intent["args"], self.redact.marker)
-        if where is None or run.session.strict:
-            return intent
-        tool, step = intent["tool"], intent["step"]
-        planned = self._plan_again(run, rep, run.progress, step, tool, where)
-        if not isinstance(planned, Step) or planned.tool != tool or self.redact.name(planned.name) != intent["name"]:
-            why = f"the planner, asked again, planned {planned!r:.200} instead of step {intent['name']!r}"
-            raise RedactedArgs(rep.path, step, tool, where, why)
-        self._same_args(rep, step, tool, planned, intent["args"])
-        run.planned = planned  # the verifier is shown the live Step
-        return {**intent, "args": planned.args}
-
-    def _live_calls(self, run: Run, rep: Replay) -> dict[int, Step]:
-        """The live Step of each call of an open parallel step, when a call the resume makes again holds the
-        marker in its recorded args ({} when none does): _live_intent, for the whole list the planner gave.
-
-        A call is made again when its lane is in PLAN, in ACT (an idempotent or
-        pure tool), or PAUSED and reconciled as not happened.
-        """
-        marker, first = self.redact.marker, rep.tail.open_calls[0].step
-        again = [
-            c
-            for c in rep.tail.open_calls
-            if not c.joined
-            and not c.done
-            and (
-                c.state == S.PLAN
-                or (c.state == S.ACT and self.contracts[c.planned["tool"]]["effect"] != "unsafe")
-                or (c.state == S.PAUSED and c.reconcile is not None and not c.reconcile["happened"])
-            )
-        ]
-        found = next(((c, w) for c in again if (w := marked(c.planned["args"], marker)) is not None), None)
-        if found is None or run.session.strict:
-            return {}
-        c, where = found
-        tool = c.planned["tool"]
-        progress = [ck for ck in run.progress if ck.step < first]  # what the planner had when it planned the list
-        planned = self._plan_again(run, rep, progress, c.step, tool, where)
-        names = [(x.planned["name"], x.planned["tool"]) for x in rep.tail.open_calls]
-        if (
-            not isinstance(planned, list | tuple)
-            or not all(type(p) is Step for p in planned)
-            or [(self.redact.name(p.name), p.tool) for p in planned] != names  # (names are redacted as written)
-        ):
-            why = f"the planner, asked again, planned {planned!r:.200} instead of the calls {names}"
-            raise RedactedArgs(rep.path, c.step, tool, where, why)
-        for x, p in zip(rep.tail.open_calls, planned, strict=True):
-            self._same_args(rep, x.step, x.planned["tool"], p, x.planned["args"])
-        return {x.step: p for x, p in zip(rep.tail.open_calls, planned, strict=True)}
-
-    def _plan_again(
-        self, run: Run, rep: Replay, progress: Sequence[Checkpoint], step: int, tool: str, where: str
-    ) -> Any:
-        """What the planner plans when asked again with the same goal and progress, the crossings it made
-        while planning the step then (rep.tail.planned) served from the trace: none is made live, none written.
-        RedactedArgs when it makes another crossing or raises."""
-        start, stop = rep.tail.planned
-        served = reveal_crossings(Vault(rep.path, self.redact.marker), rep.crossings[start:stop])
-        session = Session(None, served, strict=True, redact=self.redact)
-        token = session.activate()
-        try:
-            view = progress if isinstance(progress, Progress | _index.ResumedProgress) else Progress(progress)
-            return self.planner(run.goal, view)  # type: ignore[arg-type]  # after a resume, a read-only Sequence
-        except (ReplayDrift, ReplayViolation) as e:
-            why = f"the planner, asked again, made another model or boundary call than it did then ({e})"
-            raise RedactedArgs(rep.path, step, tool, where, why) from None
-        except Exception as e:
-            if refused(e, rep.path):  # the progress it read cannot be revealed: the vault's refusal, as it is
-                raise
-            why = f"the planner, asked again, raised {type(e).__name__}: {e}"
-            raise RedactedArgs(rep.path, step, tool, where, why) from e
-        finally:
-            deactivate(token)
-
-    def _same_args(self, rep: Replay, step: int, tool: str, planned: Step, recorded: Any) -> None:
-        """ResumeMismatch unless the live args, redacted, are the recorded ones."""
-        check_value("args", planned.args, tool=tool, step=step)
-        shown = self.redact(planned.args)
-        if canonical(shown) != canonical(recorded):
-            raise ResumeMismatch(rep.path, f"args of step {step} (tool {tool!r})", recorded, shown)
 
     def _drive(self, run: Run) -> Outcome:
         """The loop: one state at a time, each transition on the file before it is acted on.
@@ -621,7 +527,7 @@ class Executor:
 
     def _resume_group(self, run: Run, rep: Replay) -> Outcome | None:
         """Go on with an open parallel step after a crash: a call that checkpointed is not run again."""
-        live = self._live_calls(run, rep)  # the recorded args may hold the marker: the planner gives them back
+        live = live_calls(self, run, rep)  # the recorded args may hold the marker: the planner gives them back
         slots = threading.BoundedSemaphore(self.max_parallel)
         calls = []
         for c in rep.tail.open_calls:
@@ -635,7 +541,7 @@ class Executor:
         return self._close(run, handles, rep.tail.open_calls[0].step + len(rep.tail.open_calls))
 
     def _resume_lane(self, call: Run, c: Call, slots: threading.BoundedSemaphore) -> Outcome:
-        """One call of a parallel step, from where its lane stood (as go_on does for the run)."""
+        """One call of a parallel step, from where its lane stood (as _go_on does for the run)."""
         if c.done and c.checkpoint is not None:
             list.append(call.tail, c.checkpoint)
             return call.outcome()  # (in PLAN, done)
@@ -647,14 +553,14 @@ class Executor:
         if c.state == S.PLAN:
             if c.last is not None and c.last.get("from") in (S.ACT, S.VERIFY):  # a retry was decided
                 call.attempt = c.last.get("attempt", 1) + 1
-                if c.last["from"] == S.ACT and c.intent is not None:  # as go_on: the same key, what is left of
+                if c.last["from"] == S.ACT and c.intent is not None:  # as _go_on: the same key, what is left of
                     call.reuse = reused_key(c.last, c.intent)  # the wait (its recorded crossing served again)
                     self._backoff(call)
             return self._lane(call, slots)
         if c.intent is None or call.planned is None:
             raise internal(f"call {c.agent} resumed in {c.state} with no intent", call.journal.path)
         call.attempt, call.result, call.result_seq = c.intent.get("attempt", 1), c.result, c.result_seq
-        call.intent = {**c.intent, "args": call.planned.args}  # the live args (see _live_calls), as a run's resume
+        call.intent = {**c.intent, "args": call.planned.args}  # the live args (see replan.py), as a run's resume
         call.shown = check_value("result", c.result)
         if step.reopen(call, c.state, self.contracts[c.intent["tool"]], c.reconcile) == step.WAIT:
             return call.outcome()
@@ -729,3 +635,13 @@ class Executor:
             "and False are answers (a forgotten `return` gives None). Return True or False, or raise "
             "VerificationFailed. The run stopped as a crash would: fix the verifier and resume."
         )
+
+
+def start(ex: Executor, journal: Journal, goal: Any, run_id: str, *, session: Session, **lineage: Any) -> Outcome:
+    """Start ex's run of goal in journal (empty) with session: a rerun's or fork's run, on its rewriting journal."""
+    return ex._start(journal, goal, run_id, session=session, **lineage)
+
+
+def go_on(ex: Executor, journal: Journal, session: Session, rep: Replay) -> Outcome:
+    """Drive ex's run that rep read on from where it stands: a fork past its seam, on its rewriting journal."""
+    return ex._go_on(journal, session, rep)

@@ -27,16 +27,17 @@ from collections.abc import Iterable
 from types import TracebackType
 from typing import Any
 
-from .._errors import HarnessError, TraceExists, error_of
+from .._errors import HarnessError, error_of
 from ..storage.blobs import THRESHOLD
 from ..trace.journal import Journal
-from ..trace.line import SCHEMA, check_value
+from ..trace.line import check_value
 from ..trace.redact import Redaction, Rule
-from ..trace.remote import open_journal
 from ..trace.seal import key_of
 from ..trace.state import DONE, FAILED
 from .boundary import Session, deactivate
-from .environment import environment
+from .opener import Opened, check
+from .resume import NO_ANSWER
+from .step import write_header
 
 STATUSES = ("success", "failure", "error")
 
@@ -60,15 +61,15 @@ class Recorder:
         seal_key: str | bytes | None = None,
     ):
         check_value("goal", goal)
-        if durability not in ("flush", "fsync"):
-            raise ValueError(f"durability must be 'flush' or 'fsync', not {durability!r}")
+        check(durability=durability, resume=False, trace=path)
         self.path = os.fspath(path)
         self.entrypoint = str(entrypoint)
         self.goal = goal
         self.durability = durability
         self.redact = Redaction.of(redact)
         self.blob_threshold = blob_threshold
-        self.seal_key = key_of(seal_key)
+        self.seal_key = seal_key
+        key_of(seal_key)  # a bad key fails here, at once
         self.run_id = uuid.uuid4().hex
         self.status: str | None = None
         self._journal: Journal | None = None
@@ -77,18 +78,13 @@ class Recorder:
     def __enter__(self) -> Recorder:
         if self._journal is not None or self.status is not None:
             raise HarnessError(f"{self.path}: this Recorder was already used; make a new one for another run")
-        journal = open_journal(  # a URL: a trace on object storage
-            self.path, durability=self.durability, redact=self.redact, blob_threshold=self.blob_threshold
-        )
-        journal.seal_key = self.seal_key
+        opened = Opened(  # (a URL: a trace on object storage)
+            self.path, None, resume=False, answer=NO_ANSWER, durability=self.durability, redact=self.redact,
+            seal_key=self.seal_key, storage_options=None, blob_threshold=self.blob_threshold,
+        ).__enter__()  # fmt: skip
+        journal = opened.journal
         try:
-            if journal.size():
-                raise TraceExists(self.path)
-            header = {"schema": SCHEMA, "run_id": self.run_id, "goal": self.goal, "tools": {}}
-            if (rules := self.redact.header()) is not None:  # the user's rules, as an Executor records them
-                header["redact"] = rules
-            header["env"] = environment(self.entrypoint)
-            journal.append("header", header, sync=True, user=("goal",))
+            write_header(journal, self.run_id, self.goal, {}, self.redact, self.entrypoint, {})
         except BaseException:
             journal.close()
             raise
@@ -115,7 +111,7 @@ class Recorder:
         if self._token is not None:  # the agents it spawned end (and are joined) before the run does
             self._token[0].agents.settle()
         seq = journal.finish(
-            "end", fields, state=DONE if status == "success" else FAILED, key=self.seal_key, user=("error",)
+            "end", fields, state=DONE if status == "success" else FAILED, key=journal.seal_key, user=("error",)
         )
         self.status = status
         self._stop_recording()  # a crossing after the end would break the trace

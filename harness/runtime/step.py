@@ -57,12 +57,7 @@ CALL, CHECK, WAIT = "call", "check", "wait"  # reopen(): make the call (again), 
 
 def key(run: Run) -> str:
     """The idempotency key of the call the run's step makes now: the same in every process that makes it again."""
-    return key_of(run.id, run.step, run.attempt)
-
-
-def key_of(run_id: str, step: int, attempt: int) -> str:
-    """The key of attempt `attempt` of step `step` of run `run_id` (FORMAT.md: `<run_id>-<step>-<attempt>`)."""
-    return f"{run_id}-{step}-{attempt}"
+    return S.key_of(run.id, run.step, run.attempt)
 
 
 def plain_key() -> str:

@@ -65,6 +65,7 @@ from .rules import (
     all_joined,
     asked_again,
     bad_task,
+    checkpoint_fields,
     contract_ok,
     crossing_fields,
     error_ok,
@@ -72,6 +73,8 @@ from .rules import (
     in_flight,
     left_group,
     left_pause,
+    malformed_crossing,
+    misplaced,
     pause_question,
     paused_on_operation,
     payload,
@@ -83,6 +86,7 @@ from .rules import (
 )
 from .tasks import TASK, well_formed
 
+_ERROR_OBJECT = 'error object {"type": str, "message": str}'
 _CHUNK = 1 << 16  # 64 KiB: small enough that a chunk's lines are still in the CPU cache when checked
 
 
@@ -648,14 +652,9 @@ def _scan(
 ) -> Replay:  # one loop on purpose: it is the hot path
     """Check the lines of f from its start, or from the point `origin` describes (a verified index mark, index.py).
 
-    The hot path, in one loop: the state it carries (the lane's variables, the crc, the seq, the counters)
-    lives in locals, not attributes. Read it in three parts: the set-up (a run before its header, or the
-    state an index mark restores); the framing at the top of the loop (a chunk cut into lines, each line's
-    checksum against the chain, its parse, its canonical bytes, its seq, then the clocks, switching to the
-    lane of the agent that wrote it); the rules of the three kinds nearly every line is (transition,
-    checkpoint, crossing) inline, and every other kind's from the table in rules.py (`RULES`), handed the
-    scan's state in a `Scan` and giving back what it changed. The rare edges of a transition are
-    functions there too, called only on their edge. After the loop, `_replay_of` builds the Replay.
+    One loop, its state in locals: the set-up; the framing (crc chain, parse, canonical bytes, seq, clocks,
+    the writer's lane); the three kinds nearly every line is, inline; every other kind, and each rare edge or
+    error, a function of rules.py (`RULES`: handed the state in a `Scan`, giving back what it changed).
     """
     crossings = _Lines(path, _crossing)
     checkpoints = _Checkpoints(path, crossings) if origin is None else origin.checkpoints(path, crossings)
@@ -693,17 +692,9 @@ def _scan(
     mcp_servers: set[str] = set()  # the `server` of each mcp.list_tools crossing: its steps are `<server>.<tool>`
     dying = False  # main wrote a crash record: its next record is the resuming process's `resume`
     mail: dict[tuple[str, str], list[tuple[Any, bytes]]] = {}  # (sender, to) -> messages sent, not yet received
-    if origin is not None:  # right after a quiet checkpoint: the state is these few values
-        m = origin.mark
-        sc.header, sc.tools, last, intent = origin.header, dict(origin.header["tools"]), origin.last, origin.intent
-        sc.fork = "branch" in sc.header
-        sc.kind_fields, sc.edge_fields = FIELDS_FORK if sc.fork else FIELDS
-        intent_pos = (m.intent[0], m.intent[1] << 32 | m.intent[2])
-        result, result_seq, sc.header_pos, quiet = origin.result, origin.result_seq, m.header, origin.quiet
-        state, n, seq, crc, offset, at_step, before = S.PLAN, m.seq, m.seq, m.crc, m.end, m.step + 1, "checkpoint"
-        # transitions and resumes count from here: what a resume needs of them is relative
-        blobs.update((name, (0, 0)) for name in m.blobs)  # (size and first line: not known)
-        f.seek(offset)
+    if origin is not None:  # right after a quiet checkpoint: the state is these few values (transitions and
+        last, intent, intent_pos, result, result_seq, quiet, n, offset, at_step = _restored(sc, origin, f)
+        state, seq, crc, before = S.PLAN, n, origin.mark.crc, "checkpoint"  # resumes count from here)
     # the header's (set by its rule): tools holds the contracts an intent must name; the fields each kind (and
     # each edge) carries, a fork's with its marks
     header, tools, fork, kind_fields, edge_fields = sc.header, sc.tools, sc.fork, sc.kind_fields, sc.edge_fields
@@ -802,27 +793,17 @@ def _scan(
                     size, allowed = legal[dst]
                     if len(rec) != size and not allowed.issuperset(rec):
                         raise stray_field(path, n, seq, rec, allowed, f"a {src} -> {dst} transition")
-                    if step != at_step or attempt != at_attempt or type(step) is not int or type(attempt) is not int:
-                        why = (
-                            f"step {step!r}, attempt {attempt!r} where step {at_step}, attempt {at_attempt} comes next"
-                        )
-                        raise _fail(path, n, "bad-transition", why, seq)
-                    if attempt == 1 and "attempt" in rec:  # one spelling: the first attempt leaves `attempt` out
-                        why = "attempt 1 written out (the first attempt omits it; 0.2.0 development builds wrote it)"
-                        raise _fail(path, n, "non-canonical", why, seq)
-                    if dst == S.CHECKPOINT:
-                        why = "VERIFY -> CHECKPOINT is written as a checkpoint record, not a transition"
-                        raise _fail(path, n, "bad-transition", why, seq)
+                    if (step != at_step or type(step) is not int or attempt != at_attempt) or (
+                        "attempt" in rec or dst == S.CHECKPOINT  # (an attempt written out: its type is checked there)
+                    ):
+                        misplaced(path, n, seq, rec, at_step, at_attempt)  # (raises, unless a retry's attempt)
                     asked = src == S.PAUSED and question is not None  # leaving a pause on interrupt()
                     if resumes > lane.resumes and src == S.ACT and intent is not None:  # (false unless resumed since)
                         in_flight(path, n, seq, rec, intent, tools)
                     if dst == S.PAUSED and (src != S.ACT or "question" in rec):  # a pause on interrupt()'s question
                         question, answered = pause_question(path, n, seq, rec), False
                     elif answers and not asked and dst != S.PAUSED and not (src == S.PAUSED and dst == S.ACT):
-                        # the state moved on: what was answered has been delivered. A pause without a question
-                        # (a call in doubt, a ToolTimeout) and the reconciled call's way back into ACT keep them:
-                        # the tool called again gets every answer since its intent again
-                        answers = []
+                        answers = []  # delivered, as the state moved on (a call in doubt, and its way back, keep them)
                     if src == S.VERIFY and dst == S.PLAN and intent is not None:
                         rejected(path, n, seq, intent, tools)
                     if asked and dst == S.ACT and intent is not None:
@@ -845,8 +826,7 @@ def _scan(
                         at_attempt += 1
                     failed = dst == S.FAILED or (dst == S.PLAN and src in (S.ACT, S.VERIFY))  # a failed attempt
                     if failed and not error_ok(rec["error"]):
-                        why = f'{src} -> {dst} without its error object {{"type": str, "message": str}}'
-                        raise _fail(path, n, "malformed", why, seq)
+                        raise _fail(path, n, "malformed", f"{src} -> {dst} without its {_ERROR_OBJECT}", seq)
                     if (
                         failed
                         and src == S.ACT
@@ -889,11 +869,7 @@ def _scan(
                 elif kind == "checkpoint":  # the moves VERIFY -> CHECKPOINT -> PLAN, in one line
                     step = rec["step"]  # it vouches for the result of its lane's last transition into VERIFY
                     if len(rec) != CHECKPOINT_KEYS:  # (a clock, an agent, a fork's mark; or more)
-                        if "verified" in rec:  # one spelling: the result it vouches for is fixed by where it stands
-                            why = "a checkpoint naming its result's seq (verified), as 0.2.0 development builds wrote"
-                            raise _fail(path, n, "non-canonical", why, seq)
-                        if not kind_fields[kind].issuperset(rec):
-                            raise stray_field(path, n, seq, rec, kind_fields[kind], "a checkpoint record")
+                        checkpoint_fields(path, n, seq, rec, kind_fields[kind])
                     if state != S.VERIFY or type(step) is not int or step != at_step:
                         why = f"a checkpoint of step {step!r} in state {state}, step {at_step}: nothing verified"
                         raise _fail(path, n, "unvouched-checkpoint", why, seq)
@@ -920,14 +896,10 @@ def _scan(
                         type(rec["boundary"]) is not str
                         or ("request" not in rec and "request" not in named)
                         or type(rec["hash"]) is not str
+                        or ("response" in rec or "response" in named) is ("error" in rec)
+                        or ("error" in rec and not error_ok(rec["error"]))
                     ):
-                        why = "a crossing needs a str boundary, a request and a str hash"
-                        raise _fail(path, n, "malformed", why, seq)
-                    if ("response" in rec or "response" in named) is ("error" in rec) or (
-                        "error" in rec and not error_ok(rec["error"])
-                    ):
-                        why = 'a crossing needs either a response or an error object {"type": str, "message": str}'
-                        raise _fail(path, n, "malformed", why, seq)
+                        raise malformed_crossing(path, n, seq, rec, named)
                     if rec["boundary"] in _BOUNDARIES:  # a message between agents, or what harness.mcp recorded
                         _boundary(path, n, seq, rec, mail, mcp_servers)
                     fresh += 1
@@ -975,6 +947,28 @@ def _scan(
     sc.question, sc.answered, sc.answers, sc.crash = question, answered, answers, crash
     end = (n, seq, crc, offset, transitions)
     return _replay_of(sc, checkpoints, crossings, buf, quiet, origin.mark.end if origin is not None else 0, end)
+
+
+def _restored(sc: Scan, origin: Any, f: Any) -> tuple[Any, ...]:
+    """The scan's state at an index mark (index.py): sc's header and what the locals start from; f at its end."""
+    m = origin.mark
+    sc.header, sc.tools, sc.header_pos = origin.header, dict(origin.header["tools"]), m.header
+    sc.fork = "branch" in sc.header
+    sc.kind_fields, sc.edge_fields = FIELDS_FORK if sc.fork else FIELDS
+    sc.blobs.update((name, (0, 0)) for name in m.blobs)  # (size and first line: not known)
+    f.seek(m.end)
+    intent_pos = (m.intent[0], m.intent[1] << 32 | m.intent[2])
+    return (
+        origin.last,
+        origin.intent,
+        intent_pos,
+        origin.result,
+        origin.result_seq,
+        origin.quiet,
+        m.seq,
+        m.end,
+        m.step + 1,
+    )
 
 
 def _replay_of(
@@ -1160,7 +1154,7 @@ def _intent(
         why = f"an intent naming tool {tool!r}, which the header does not list (it lists: {listed})"
         raise _fail(path, n, "bad-intent", why, seq)
     if contract["effect"] == "idempotent":
-        key = again[1] if again is not None else f"{header['run_id']}-{rec['step']}-{rec.get('attempt', 1)}"
+        key = again[1] if again is not None else S.key_of(header["run_id"], rec["step"], rec.get("attempt", 1))
         if rec.get("key") != key:
             found = f"key {rec['key']!r}" if "key" in rec else "no key"
             why = f"an intent for idempotent tool {tool!r} with {found}; its idempotency key is {key!r}"

@@ -663,6 +663,41 @@ def all_joined(path: str, n: int, seq: int, clocks: ClockRules | None) -> None:
         raise _fail(path, n, "bad-transition", why, seq)
 
 
+def misplaced(path: str, n: int, seq: int, rec: dict[str, Any], at_step: int, at_attempt: int) -> None:
+    """A transition at another step or attempt than the one that comes next, spelled so that it cannot be, or
+    into CHECKPOINT; a retry's transition (`attempt` written, > 1) where it comes next passes."""
+    step, attempt = rec["step"], rec.get("attempt", 1)
+    if step != at_step or attempt != at_attempt or type(step) is not int or type(attempt) is not int:
+        why = f"step {step!r}, attempt {attempt!r} where step {at_step}, attempt {at_attempt} comes next"
+        raise _fail(path, n, "bad-transition", why, seq)
+    if attempt == 1 and "attempt" in rec:  # one spelling: the first attempt leaves `attempt` out
+        why = "attempt 1 written out (the first attempt omits it; 0.2.0 development builds wrote it)"
+        raise _fail(path, n, "non-canonical", why, seq)
+    if rec["to"] == S.CHECKPOINT:
+        raise _fail(
+            path, n, "bad-transition", "VERIFY -> CHECKPOINT is written as a checkpoint record, not a transition", seq
+        )
+
+
+def checkpoint_fields(path: str, n: int, seq: int, rec: dict[str, Any], allowed: frozenset[str]) -> None:
+    """A checkpoint with more than its step: a clock, an agent, a fork's mark; anything else is refused."""
+    if "verified" in rec:  # one spelling: the result it vouches for is fixed by where it stands
+        why = "a checkpoint naming its result's seq (verified), as 0.2.0 development builds wrote"
+        raise _fail(path, n, "non-canonical", why, seq)
+    if not allowed.issuperset(rec):
+        raise stray_field(path, n, seq, rec, allowed, "a checkpoint record")
+
+
+def malformed_crossing(path: str, n: int, seq: int, rec: dict[str, Any], named: dict[str, Any]) -> TraceCorruption:
+    """A crossing without a str boundary, a request and a str hash, or without exactly one of response and error."""
+    if type(rec["boundary"]) is not str or ("request" not in rec and "request" not in named):
+        return _fail(path, n, "malformed", "a crossing needs a str boundary, a request and a str hash", seq)
+    if type(rec["hash"]) is not str:
+        return _fail(path, n, "malformed", "a crossing needs a str boundary, a request and a str hash", seq)
+    why = 'a crossing needs either a response or an error object {"type": str, "message": str}'
+    return _fail(path, n, "malformed", why, seq)
+
+
 def error_ok(error: Any) -> bool:
     """Whether error is an `{"type": str, "message": str}` object, as every error field is.
 

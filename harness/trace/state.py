@@ -89,3 +89,9 @@ def mermaid() -> str:
             lines.append(f"    {src} --> {dst}: {label}")
     lines += [f"    {t} --> [*]" for t in sorted(TERMINAL)]
     return "\n".join(lines)
+
+
+def key_of(run_id: str, step: int, attempt: int) -> str:
+    """The idempotency key an idempotent tool's intent carries (FORMAT.md): `<run_id>-<step>-<attempt>`, the same in
+    every process that makes the call again; the reader checks it, runtime/step.py writes it."""
+    return f"{run_id}-{step}-{attempt}"
