@@ -318,8 +318,10 @@ class Interrupted(Control):  # a control-flow signal (like KeyboardInterrupt), n
 
 
 class BudgetExceeded(Control):  # a control-flow signal, as Interrupted: the run pauses on it
-    """A live model call would pass the run's `harness.Budget`: raised before the call is made; the executor and the
-    workflow turn it into PAUSED with reason `budget`. `budget` says what: the limit, what was spent, the call."""
+    """A live model call would pass the run's `harness.Budget`: raised before the call, the run pauses on it.
+
+    The executor and the workflow turn it into PAUSED with reason `budget`; `budget` says why (the limit passed,
+    what was spent, the call not made). Agent code does not catch it (not an Exception)."""
 
     def __init__(self, budget: dict[str, Any]):
         self.budget = budget
