@@ -498,6 +498,9 @@ def _budget_of(args: argparse.Namespace) -> Any:
         if args.prices is not None:
             raise HarnessError("--prices is for --budget-usd: give it too; nothing was written")
         return None
+    if args.budget_usd is not None and args.prices is None:
+        raise HarnessError("--budget-usd needs --prices PRICES.toml (the price list `harness cost --prices` reads, USD "
+                           "per million tokens); nothing was written")  # fmt: skip
     try:
         return Budget(**limits, prices=args.prices)
     except ValueError as e:

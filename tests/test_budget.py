@@ -213,4 +213,76 @@ def test_a_bad_budget_is_refused_before_anything_is_written(tmp_path: Path, caps
     trace = billed_agent.one_run(tmp_path / "run.jsonl")
     before = trace.read_bytes()
     assert main(["resume", str(trace), "--agent", "x:y", "--budget-usd", "1"]) == 2
-    assert "needs prices=" in capsys.readouterr().err and trace.read_bytes() == before
+    assert "--budget-usd needs --prices" in capsys.readouterr().err and trace.read_bytes() == before
+    assert main(["resume", str(trace), "--agent", "x:y", "--budget-tokens", "-1"]) == 2
+    assert "int >= 0" in capsys.readouterr().err and trace.read_bytes() == before
+
+
+def test_the_viewer_and_recover_say_it_waits_for_a_larger_budget(tmp_path: Path, server: BilledServer) -> None:
+    from starlette.testclient import TestClient
+
+    from harness.viewer import create_app
+
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    out = budget_agent.loop.run(3, trace=runs / "run.jsonl", budget=harness.Budget(model_calls=1))
+    assert out.state == "PAUSED" and server.billed == 1
+    with TestClient(create_app(runs), base_url="http://127.0.0.1") as c:
+        s = c.get("/api/runs/run/summary").json()
+    assert s["status"] == "paused" and s["pending"]["reason"] == "budget" and s["reconcile"] is None
+    assert s["resume"] == f"harness resume {runs / 'run.jsonl'} --workflow budget_agent:loop --budget-model-calls N"
+    before = files(runs)
+    (row,) = harness.recover(runs, workflow=budget_agent.loop)  # recover gives no budget: it leaves the run alone
+    assert row.action == "left" and "--budget-model-calls N" in row.detail
+    assert files(runs) == before and server.billed == 1
+
+
+def paused_records(tmp_path: Path) -> list[dict[str, Any]]:
+    """A run paused on its budget, then resumed with a larger one to its end: its records."""
+    from harness.testing import read_records
+
+    def model(request: Any) -> dict[str, Any]:
+        return {"model": "m", "usage": {"prompt_tokens": 3, "completion_tokens": 2}}
+
+    @harness.workflow
+    def twice() -> int:
+        harness.llm({"model": "m", "messages": ["a"]}, model)
+        harness.llm({"model": "m", "messages": ["b"]}, model)
+        return 2
+
+    trace = tmp_path / "paused.jsonl"
+    assert twice.run(trace=trace, budget=harness.Budget(model_calls=1)).state == "PAUSED"
+    assert twice.run(trace=trace, resume=True, budget=harness.Budget(model_calls=2)).state == "DONE"
+    return [r for r in read_records(trace) if r["kind"] != "seal"]
+
+
+def forged(tmp_path: Path, records: list[dict[str, Any]]) -> harness.TraceCorruption:
+    from harness.testing import write_trace
+
+    path = tmp_path / "forged.jsonl"
+    write_trace(path, [{**r, "seq": i} for i, r in enumerate(records, start=1)])
+    with pytest.raises(harness.TraceCorruption) as info:
+        harness.replay(path)
+    return info.value
+
+
+def test_the_reader_takes_a_budget_pause_only_as_the_format_says(tmp_path: Path) -> None:
+    records = paused_records(tmp_path)
+    pause = next(r for r in records if r.get("to") == "PAUSED")
+    assert pause["from"] == "PLAN" and pause["reason"] == "budget" and pause["budget"]["exceeded"] == "model_calls"
+    back = next(r for r in records if r.get("from") == "PAUSED")
+    assert back["to"] == "PLAN"  # after the resume record, no answer
+    for bad, why in [
+        ({"budget": None}, "without the budget object"),
+        ({"budget": {"limit": {}}}, "without the budget object"),
+        ({"reason": "tired"}, 'reason other than "budget"'),
+        ({"question": "why?"}, "budget beside a question"),
+    ]:
+        changed = [dict(r, **bad) if r is pause else r for r in records]
+        e = forged(tmp_path, changed)
+        assert e.reason == "malformed" and why in e.detail, (bad, e)
+    answered = [*records[: records.index(back)], {"kind": "answer", "op": pause["seq"], "answer": 1, "ts": back["ts"]}, back]
+    assert forged(tmp_path, answered).reason == "bad-answer"  # a budget's pause takes no answer
+    elsewhere = [dict(r, to="VERIFY") if r is back else r for r in records]
+    e = forged(tmp_path, elsewhere)
+    assert e.reason == "bad-transition" and "paused on its budget in PLAN" in e.detail
