@@ -281,7 +281,8 @@ def test_the_reader_takes_a_budget_pause_only_as_the_format_says(tmp_path: Path)
         changed = [dict(r, **bad) if r is pause else r for r in records]
         e = forged(tmp_path, changed)
         assert e.reason == "malformed" and why in e.detail, (bad, e)
-    answered = [*records[: records.index(back)], {"kind": "answer", "op": pause["seq"], "answer": 1, "ts": back["ts"]}, back]
+    answer = {"kind": "answer", "op": pause["seq"], "answer": 1, "ts": back["ts"]}
+    answered = [*records[: records.index(back)], answer, back]
     assert forged(tmp_path, answered).reason == "bad-answer"  # a budget's pause takes no answer
     elsewhere = [dict(r, to="VERIFY") if r is back else r for r in records]
     e = forged(tmp_path, elsewhere)
