@@ -263,7 +263,7 @@ class Bound:
 
     model: str | None  # the model asked for (None: the request does not name it, as Pydantic AI's)
     max_tokens: int | None  # the most tokens it may answer with, when the request sets it
-    prompt: int  # its prompt's size in tokens, estimated from its JSON (PROMPT_BYTES a token)
+    prompt: int  # its prompt's size in tokens, estimated from its JSON (PROMPT_BYTES a token); 0 with max_tokens
 
 
 def bound(kind: str, request: Any) -> Bound | None:
@@ -283,8 +283,9 @@ def bound(kind: str, request: Any) -> Bound | None:
     limit = None
     if isinstance(settings, dict):
         limit = next((v for k in _MAX_TOKENS if type(v := settings.get(k)) is int and v > 0), None)
-    size = len(orjson.dumps(body, default=str))
-    return Bound(model, limit, math.ceil(size / PROMPT_BYTES))
+    if limit is not None:
+        return Bound(model, limit, 0)  # (its prompt is not measured: max_tokens is what a budget counts)
+    return Bound(model, None, math.ceil(len(orjson.dumps(body, default=str)) / PROMPT_BYTES))
 
 
 # --- prices -----------------------------------------------------------------------------------------------------
