@@ -167,6 +167,29 @@ def test_an_executor_pauses_in_its_planner_and_takes_no_answer(tmp_path: Path, s
     assert out.state == "DONE" and [c.result for c in out.checkpoints] == [1, 2, 3, 4] and server.billed == 4
 
 
+def test_a_verifier_that_asks_a_model_pauses_in_verify_and_is_asked_again(tmp_path: Path) -> None:
+    from harness.testing import counter, fixed_plan, steps
+
+    judged: list[int] = []
+
+    def verifier(step: harness.Step, result: Any) -> bool:
+        harness.llm({"model": "judge", "messages": [step.name]}, lambda r: judged.append(1) or {"ok": True})
+        return True
+
+    tool = counter()
+    trace = tmp_path / "run.jsonl"
+
+    def executor() -> harness.Executor:
+        return harness.Executor(planner=fixed_plan(steps(2)), tools={"work": tool}, verifier=verifier, trace=trace,
+                                resume="auto")  # fmt: skip
+
+    out = executor().run("g", budget=harness.Budget(model_calls=1))
+    assert out.state == "PAUSED" and out.pending is not None and out.pending["state"] == "VERIFY"
+    assert len(judged) == 1 and len(tool.calls) == 2 and len(out.checkpoints) == 1  # step 1's result is kept
+    out = executor().run("g", budget=harness.Budget(model_calls=2))
+    assert out.state == "DONE" and len(judged) == 2 and len(tool.calls) == 2  # the tool is not called again
+
+
 def test_a_pydantic_ai_agent_is_gated_at_its_model(tmp_path: Path) -> None:
     from pydantic_ai import Agent
     from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
