@@ -98,7 +98,6 @@ class Budget:
 class Ticket:
     """A live model call admitted: what it was reserved at until it is answered."""
 
-    bound: Bound
     tokens: int
     usd: float
 
@@ -185,7 +184,7 @@ class Gate:
             self.calls += 1
             self.tokens += tokens
             self.usd += usd
-        return Ticket(found, tokens, usd)
+        return Ticket(tokens, usd)
 
     def answered(self, ticket: Ticket, rec: dict[str, Any]) -> None:
         """A call admitted was answered (or failed): its reservation becomes its cost as recorded (`rec`: its

@@ -6,9 +6,9 @@ one of three things:
 
 - `FINISHED`: the run ended, or it is PAUSED waiting for a human (a
   question no answer was given for; a call of uncertain outcome, or a call
-  of a parallel step, no operator has reconciled). A run PAUSED on its
-  budget waits for no one: it goes on, back where it paused. Its outcome is what the
-  trace records; nothing is appended.
+  of a parallel step, no operator has reconciled). Its outcome is what the
+  trace records; nothing is appended. (A run PAUSED on its budget waits for
+  no one: it goes on, back where it paused.)
 - `RESEAL`: the run ended but its writer died writing the seal (the end and
   its seal are one write): only the seal is written (a torn one set aside).
 - a `GoOn`: the run goes on. It names the seam the resume owes (a `resume`

@@ -323,7 +323,7 @@ def over_budget(run: Run, stop: BudgetExceeded) -> Outcome:
             f"a model call past the run's budget in {run.state} of step {run.step}, inside a call of a parallel "
             "step or while a step runs: a budget pauses a run only in its planner, verifier or workflow function; "
             "give it room for the parallel step's calls"
-        )
+        ) from None
     paused_in = run.state
     run.move(S.PAUSED, sync=True, reason="budget", budget=stop.budget)
     pending = {"seq": run.wrote, "step": run.step, "state": paused_in, "reason": "budget", "budget": stop.budget}

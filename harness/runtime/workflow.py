@@ -82,8 +82,8 @@ from .tasks import numbering
 from .tool import is_async_fn
 
 P = ParamSpec("P")
-NO_BUDGET: Any = object()  # W.run() without budget=
 R = TypeVar("R")
+NO_BUDGET: Any = object()  # W.run() without budget=
 # no crash record: the journal failed, the run drifted, or a bad value was refused before anything was written
 _UNRECORDED = (JournalError, ReplayDrift, ReplayViolation, FenceLost, NotSerializable, NotATool)
 
@@ -140,9 +140,9 @@ class Workflow(Generic[P, R]):
         answers the question the run paused on; `budget` (`harness.Budget`)
         limits what its live model calls spend across resumes, pausing the
         run before a call that would pass it (None: no limit; any other
-        value is the function's own `budget` argument). An async function is run with
-        asyncio.run (from code that is not on an event loop; else `await
-        W.arun(...)`).
+        value is the function's own `budget` argument). An async function
+        is run with asyncio.run (from code that is not on an event loop;
+        else `await W.arun(...)`).
         """
         budget = _budget(budget, kwargs)
         options = _Options(trace, runs_dir, resume, durability, redact, seal_key, storage_options, answer, budget)
