@@ -98,6 +98,28 @@ def test_a_budget_stops_a_crash_loop_before_it_overspends(
     assert [(m["how"], m["calls"]) for m in run["models"]] == [("live", 6)]  # each billed call counted once
 
 
+def test_a_resume_given_no_budget_keeps_to_the_one_the_run_started_with(
+    tmp_path: Path, server: BilledServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The header records the budget (FORMAT.md): `harness recover`, which gives none, and a supervisor that
+    resumes with none cannot spend past it; a resume that gives one keeps to that one."""
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    trace, seen = runs / "run.jsonl", tmp_path / "seen"
+    assert child(trace, 6, {"model_calls": 2}, seen) is None  # killed right after its first live call
+    assert harness.replay(trace).header["budget"] == {"model_calls": 2}
+    (row,) = harness.recover(runs, workflow=budget_agent.loop)  # an interrupted run: resumed, with no budget given
+    assert (row.action, row.state, server.billed) == ("resumed", "PAUSED", 2)  # one more call, then the pause
+    assert harness.replay(trace).pending["budget"]["limit"] == {"model_calls": 2}
+    seen.write_text("2")  # the answers this process was given (the children SIGKILL themselves on a new one)
+    before = files(runs)
+    again = child(trace, 6, None, seen)  # a supervisor's resume with none: still paused, nothing written
+    assert again is not None and again["state"] == "PAUSED" and files(runs) == before and server.billed == 2
+    assert main(["resume", str(trace), "--workflow", "budget_agent:loop", "--budget-model-calls", "3"]) == 3
+    assert server.billed == 3  # the budget given, not the recorded one
+    capsys.readouterr()
+
+
 def test_without_a_budget_the_same_loop_calls_on(tmp_path: Path, server: BilledServer) -> None:
     """The test above can fail: the same crash loop resumed without a budget calls the model every time."""
     trace, seen = tmp_path / "run.jsonl", tmp_path / "seen"
@@ -163,7 +185,10 @@ def test_an_executor_pauses_in_its_planner_and_takes_no_answer(tmp_path: Path, s
     assert trace.read_bytes() == before and server.billed == 2
     out = executor().run(4, budget=harness.Budget(model_calls=3))  # the planner's 3rd call; its 4th is not made
     assert out.state == "PAUSED" and server.billed == 3 and len(out.checkpoints) == 3
-    out = executor().run(4)  # no budget: no limit
+    before = trace.read_bytes()
+    out = executor().run(4)  # no budget given: the one the run started with (2) holds, nothing written
+    assert out.state == "PAUSED" and server.billed == 3 and trace.read_bytes() == before
+    out = executor().run(4, budget=harness.Budget(model_calls=4))
     assert out.state == "DONE" and [c.result for c in out.checkpoints] == [1, 2, 3, 4] and server.billed == 4
 
 
@@ -310,3 +335,14 @@ def test_the_reader_takes_a_budget_pause_only_as_the_format_says(tmp_path: Path)
     elsewhere = [dict(r, to="VERIFY") if r is back else r for r in records]
     e = forged(tmp_path, elsewhere)
     assert e.reason == "bad-transition" and "paused on its budget in PLAN" in e.detail
+    header = records[0]  # the budget it started with: limits, and the prices a usd limit is counted at
+    assert header["budget"] == {"model_calls": 1}
+    for bad in [
+        {},
+        {"usd": 1},
+        {"tokens": -1},
+        {"model_calls": 1.0},
+        {"model_calls": 1, "prices": {"m": {"input": 1}}},
+    ]:
+        e = forged(tmp_path, [dict(header, budget=bad), *records[1:]])
+        assert e.reason == "malformed" and "a header whose budget" in e.detail, (bad, e)

@@ -15,7 +15,7 @@ that stopped without ending decides from its replay what to do:
 - paused on an operation of uncertain outcome, not yet reconciled: left
   alone, with the `harness reconcile` command that unblocks it;
 - paused on a question: left alone, with the `harness resume --answer` command;
-- paused on its budget: left alone (recover gives no budget), with the
+- paused on its budget: left alone (recover gives no larger budget), with the
   `harness resume --budget-...` command;
 - unreadable, corrupt, never started (a torn header), or a Recorder's trace:
   skipped, with the reason.
@@ -90,7 +90,8 @@ def resume(
     trace records; `options` are then `seal_key`, `durability` and
     `storage_options`. `budget` (`harness.Budget`): what the run's live model
     calls may spend, those its trace records counted (a run paused on its
-    budget goes on only as far as this one allows).
+    budget goes on only as far as this one allows); without it, the budget
+    the run started with, as its header records it.
     """
     path = os.fspath(trace)
     if not exists(path, storage_options=options.get("storage_options")):  # a file, or a trace URL's segments

@@ -1,8 +1,10 @@
 """Budgets: what a run's live model calls may spend (USD, tokens, model calls), kept before each call is made.
 
 `Budget(usd=, tokens=, model_calls=, prices=)` is the caller's, given to
-each run or resume; it is not recorded in the trace (a resume given none
-has none). A Session given one holds a `Gate`, its ledger:
+a run or a resume. The run's header records the budget it started with
+(its limits and prices): a resume given none keeps to that one (`harness
+recover`, a plain `harness resume`), a resume given one keeps to the one
+given. A Session given one holds a `Gate`, its ledger:
 
 - what the run spent: every live model call the trace already records,
   each attempt that a process made and wrote, whatever crashed after it
@@ -92,6 +94,22 @@ class Budget:
     def limits(self) -> dict[str, Any]:
         """The limits set, by name."""
         return {k: getattr(self, k) for k in LIMITS if getattr(self, k) is not None}
+
+    def to_json(self) -> dict[str, Any]:
+        """The budget as a run's header records it: its limits, and the prices its USD limit is counted at."""
+        out = self.limits()
+        prices: Mapping[str, Price] = self.prices or {}  # type: ignore[assignment]  # (a mapping once made)
+        if prices:
+            out["prices"] = {m: {k: getattr(p, k) for k in Price.__slots__} for m, p in sorted(prices.items())}
+        return out
+
+    @classmethod
+    def recorded(cls, header: Mapping[str, Any]) -> Budget | None:
+        """The budget a run was started with, as its header records it (None when it was given none)."""
+        given = header.get("budget")
+        if not isinstance(given, Mapping):
+            return None
+        return cls(**{k: given[k] for k in (*LIMITS, "prices") if k in given})
 
 
 @dataclass(frozen=True, slots=True)

@@ -242,7 +242,10 @@ class Executor:
     ) -> Outcome:
         code = code_of((self.planner,))
         journal.give = True  # the planner's progress holds each result as the tool returned it (see _go_on)
-        write_header(journal, run_id, goal, self.contracts, self.redact, self.entrypoint, lineage, code=code)
+        limit = budget.to_json() if budget is not None else None
+        write_header(
+            journal, run_id, goal, self.contracts, self.redact, self.entrypoint, lineage, code=code, budget=limit
+        )
         session = session or Session(journal, redact=self.redact)
         if budget is not None:  # budget hook: the run's ledger (runtime/budget.py)
             session.limit(budget)
@@ -285,7 +288,8 @@ class Executor:
             seam = [*seam, ("transition", back, ())]
         owed = journal.owe(rep.last_seq, rep.tail.crc, rep.tail.end, seam, start=rep.header["ts"], aside=todo.aside)
         session = Session(journal, todo.served, redact=self.redact)
-        session.limit(budget)  # budget hook: its ledger counts the trace's live model calls (runtime/budget.py)
+        # its ledger counts the trace's live model calls; a resume given no budget keeps the one the run started with
+        session.limit(budget or Budget.recorded(rep.header))
         if clocks is not None:  # every record from here on carries its clock
             session.agents.share(journal, clocks)
         session.answers.extend(todo.answers)  # answers as given: the trace holds them redacted

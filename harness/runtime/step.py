@@ -283,9 +283,10 @@ def write_header(
     lineage: dict[str, Any],
     workflow: str | None = None,
     code: dict[str, Any] | None = None,
+    budget: dict[str, Any] | None = None,
 ) -> None:
-    """Write a new run's header (synced): its goal, its tools' contracts (or its workflow), lineage, environment
-    (with the fingerprint of the agent's code, `code`, when it has one)."""
+    """Write a new run's header (synced): its goal, its tools' contracts (or its workflow), lineage, the budget it
+    starts with (`Budget.to_json()`), environment (with the fingerprint of the agent's code, `code`)."""
     header = {"schema": SCHEMA, "run_id": run_id, "goal": goal, "tools": tools}
     if workflow is not None:  # a workflow's name; its calls carry their contracts (tools is {})
         header["workflow"] = workflow
@@ -293,6 +294,8 @@ def write_header(
     header.update(lineage)
     if header["redact"] is None:
         del header["redact"]
+    if budget is not None:
+        header["budget"] = budget
     header["env"] = environment(entrypoint)
     if code is not None:
         header["env"]["code"] = code

@@ -291,6 +291,7 @@ class _Opened:
         self.redact = Redaction.of(options.redact)
         self.outcome: Outcome | None = None
         self.flow: Flow = cast(Flow, None)
+        self.recorded: Budget | None = None  # the budget the run's header records, on resume
         self.opened = Opened(
             options.trace, options.runs_dir, resume=options.resume, answer=options.answer,
             durability=options.durability, redact=self.redact, seal_key=options.seal_key,
@@ -303,11 +304,14 @@ class _Opened:
             if self.opened.run_id is None:
                 self._resume(journal)
             else:
+                limit = self.options.budget.to_json() if self.options.budget is not None else None
                 self.flow = start(
-                    journal, self.w.name, self.goal, self.opened.run_id, redact=self.redact, fsync=journal.fsync
-                )
-            if self.outcome is None and self.options.budget is not None:  # budget hook: the run's ledger (budget.py)
-                self.flow.run.session.limit(self.options.budget)
+                    journal, self.w.name, self.goal, self.opened.run_id, redact=self.redact, fsync=journal.fsync,
+                    budget=limit,
+                )  # fmt: skip
+            budget = self.options.budget or self.recorded  # a resume given none keeps the one the run started with
+            if self.outcome is None and budget is not None:  # the run's ledger (budget.py)
+                self.flow.run.session.limit(budget)
         except BaseException:
             journal.close()
             raise
@@ -324,6 +328,7 @@ class _Opened:
             start_over(journal, e, answer)  # a torn header: never started, a new run in the emptied file
             self.flow = start(journal, w.name, self.goal, uuid.uuid4().hex, redact=self.redact, fsync=journal.fsync)
             return
+        self.recorded = Budget.recorded(rep.header)
         if rep.workflow is None or not same_workflow(rep.workflow, w.name):
             raise ResumeMismatch(path, "workflow", rep.workflow, w.name)
         if canonical(rep.goal) != canonical(self.redact(self.goal)):
@@ -409,11 +414,13 @@ def start(
     session: Session | None = None,
     lineage: dict[str, Any] | None = None,
     entrypoint: str | None = None,
+    budget: dict[str, Any] | None = None,
 ) -> Flow:
-    """Write a new workflow run's header and INIT -> PLAN; the Flow its function runs in."""
+    """Write a new workflow run's header (with the budget it starts with) and INIT -> PLAN; the Flow its function
+    runs in."""
     entrypoint = entrypoint or (sys.argv[0] if sys.argv and sys.argv[0] else "<python>")
     code = code_of_modules((name.partition(":")[0],))
-    write_header(journal, run_id, goal, {}, redact, entrypoint, lineage or {}, workflow=name, code=code)
+    write_header(journal, run_id, goal, {}, redact, entrypoint, lineage or {}, workflow=name, code=code, budget=budget)
     journal.give = True  # a tool's result reaches the function with its secrets (kept beside the trace: vault.py)
     run = Run(journal, session or Session(journal, redact=redact), goal, run_id, [], S.INIT)
     run.move(S.PLAN)

@@ -68,7 +68,9 @@ _EDGE_FIELDS: dict[tuple[str, str], frozenset[str]] = {
     (S.VERIFY, S.PAUSED): frozenset({"question", "reason", "budget"}),
 }
 _KIND_FIELDS: dict[str, frozenset[str]] = {
-    "header": frozenset({"schema", "run_id", "goal", "tools", "workflow", "redact", "parent", "branch", "env"}),
+    "header": frozenset(
+        {"schema", "run_id", "goal", "tools", "workflow", "redact", "parent", "branch", "budget", "env"}
+    ),
     "seal": frozenset({"state", "content_hash", "digests", "hmac", "set_aside"}),
     # main's own records: a clock once the run spawned, never another agent's name
     "resume": frozenset({"set_aside", "env", "vc"}),
@@ -218,6 +220,8 @@ def header(sc: Scan, rec: dict[str, Any], n: int, seq: int) -> None:
     found = header_problem(sc.path, rec)
     if found is not None:
         raise _fail(sc.path, n, found[0], found[1], seq)
+    if "budget" in rec and (why := budget_problem(rec["budget"])) is not None:
+        raise _fail(sc.path, n, "malformed", f"a header whose budget {why}", seq)
     sc.header, sc.tools, sc.header_pos = rec, dict(rec["tools"]), (sc.offset, sc.size, sc.prev)
     sc.fork = "branch" in rec
     sc.kind_fields, sc.edge_fields = FIELDS_FORK if sc.fork else FIELDS
@@ -696,6 +700,28 @@ def malformed_crossing(path: str, n: int, seq: int, rec: dict[str, Any], named: 
         return _fail(path, n, "malformed", "a crossing needs a str boundary, a request and a str hash", seq)
     why = 'a crossing needs either a response or an error object {"type": str, "message": str}'
     return _fail(path, n, "malformed", why, seq)
+
+
+def budget_problem(budget: Any) -> str | None:
+    """What is wrong with a header's `budget` (FORMAT.md), or None: limits (`usd` a number, `tokens` and
+    `model_calls` ints, each >= 0, one at least) and the `prices` the USD limit is counted at."""
+    if not isinstance(budget, dict) or not budget or not set(budget) <= {"usd", "tokens", "model_calls", "prices"}:
+        return "is not an object of usd, tokens, model_calls and prices"
+    for k in ("tokens", "model_calls"):
+        if k in budget and (type(budget[k]) is not int or budget[k] < 0):
+            return f"has {k} {budget[k]!r}, not an int >= 0"
+    if "usd" in budget and (type(budget["usd"]) not in (int, float) or not budget["usd"] >= 0):
+        return f"has usd {budget['usd']!r}, not a number >= 0"
+    if set(budget) == {"prices"} or ("usd" in budget and "prices" not in budget):
+        return "has no limit, or a usd limit without prices"
+    prices = budget.get("prices", {})
+    keys = {"input", "output", "cached_input"}
+    if not isinstance(prices, dict) or not all(
+        isinstance(p, dict) and set(p) == keys and all(type(v) in (int, float) and v >= 0 for v in p.values())
+        for p in prices.values()
+    ):
+        return "has prices that are not {model: {input, output, cached_input}} in USD per million tokens"
+    return None
 
 
 def error_ok(error: Any) -> bool:
