@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from ._errors import (
     AmbiguousCall,
     BadResult,
+    BudgetExceeded,
     BundleError,
     EntryPointError,
     ExpectationFailed,
@@ -69,6 +70,7 @@ if TYPE_CHECKING:  # the same names, as type checkers and editors see them; at r
     from .runtime.agents import Handle, Message, current_agent, join, receive, send, spawn
     from .runtime.boundary import aboundary, allm, artifact, boundary, llm, now, random, uuid4
     from .runtime.bridge import AsyncHandle, aspawn
+    from .runtime.budget import Budget
     from .runtime.calls import acall, call
     from .runtime.decorator import idempotency_key, tool
     from .runtime.executor import Executor
@@ -102,6 +104,7 @@ _LAZY = {
     ".runtime.agents": "Handle, Message, current_agent, join, receive, send, spawn",
     ".runtime.boundary": "aboundary, allm, artifact, boundary, llm, now, random, uuid4",
     ".runtime.bridge": "AsyncHandle, aspawn",
+    ".runtime.budget": "Budget",
     ".runtime.calls": "acall, call",
     ".runtime.decorator": "idempotency_key, tool",
     ".runtime.executor": "Executor",
@@ -154,6 +157,8 @@ __all__ = [
     "Artifact",
     "AsyncHandle",
     "BadResult",
+    "Budget",
+    "BudgetExceeded",
     "BundleError",
     "Bundled",
     "Checked",

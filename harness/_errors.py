@@ -317,6 +317,22 @@ class Interrupted(Control):  # a control-flow signal (like KeyboardInterrupt), n
         super().__init__(f"waiting for an answer to {question!r:.200}")
 
 
+class BudgetExceeded(Control):  # a control-flow signal, as Interrupted: the run pauses on it
+    """A live model call would pass the run's `harness.Budget`: raised before the call, the run pauses on it.
+
+    The executor and the workflow turn it into PAUSED with reason `budget`; `budget` says why (the limit passed,
+    what was spent, the call not made). Agent code does not catch it (not an Exception)."""
+
+    def __init__(self, budget: dict[str, Any]):
+        self.budget = budget
+        spent, limit = budget["spent"], budget["limit"]
+        what = budget["exceeded"]
+        super().__init__(
+            f"a live {budget['call']['boundary']} call would pass the budget's {what} ({spent[what]} spent, "
+            f"{budget['call'].get(what, 1)} more asked, limit {limit[what]}): resume with a larger budget"
+        )
+
+
 class RedactionRuleError(HarnessError, ValueError):
     """A redaction rule that cannot be used; `rule` is the rule, the message says what is wrong."""
 

@@ -160,6 +160,9 @@ def _replay(args: argparse.Namespace) -> int:
         if "question" in rep.pending:
             shown = orjson.dumps(rep.pending["question"]).decode()
             print(f"  paused on seq {rep.pending['seq']}: waiting for an answer to {shown} (harness resume --answer)")
+        elif "budget" in rep.pending:
+            print(f"  paused on seq {rep.pending['seq']}: {_paused_on_budget(rep.pending['budget'])}")
+            print("  resume it with more (harness resume --budget-usd, --budget-tokens or --budget-model-calls)")
         else:
             from .review.results import hint
 
@@ -168,6 +171,14 @@ def _replay(args: argparse.Namespace) -> int:
             print(f"  {said}; then resume" if said is not None else "  reconciled: resume it (harness resume)")
     print(f"  torn tail: {'yes (an unfinished last line, set aside on resume)' if rep.torn_tail else 'no'}")
     return 0
+
+
+def _paused_on_budget(budget: dict[str, Any]) -> str:
+    """Why a run paused on its budget, in words: the limit its next live model call would have passed."""
+    what = budget.get("exceeded")
+    spent, limit = (budget.get("spent") or {}).get(what), (budget.get("limit") or {}).get(what)
+    asked = (budget.get("call") or {}).get(what)
+    return f"paused on its budget: {what} {spent} spent, its next model call would add {asked}, limit {limit}"
 
 
 def _diff_setup(p: argparse.ArgumentParser) -> None:
@@ -470,7 +481,30 @@ def _cause(e: BaseException) -> str:
 def _resume_setup(p: argparse.ArgumentParser) -> None:
     _agent_arg(p)
     p.add_argument("--answer", metavar="JSON", help="the answer to the question the run paused on (interrupt())")
+    p.add_argument("--budget-usd", type=float, metavar="USD", help="what its live model calls may spend in all, in "
+                   "USD (needs --prices); a call that would pass it pauses the run first")  # fmt: skip
+    p.add_argument("--budget-tokens", type=int, metavar="N", help="the tokens its live model calls may use in all")
+    p.add_argument("--budget-model-calls", type=int, metavar="N", help="the live model calls it may make in all")
+    p.add_argument("--prices", metavar="TOML", help="the price list --budget-usd reads (as `harness cost --prices`)")
     _run_options(p)
+
+
+def _budget_of(args: argparse.Namespace) -> Any:
+    """The harness.Budget the --budget-* flags give (None without them); a bad one is a HarnessError."""
+    from .runtime.budget import Budget
+
+    limits = {"usd": args.budget_usd, "tokens": args.budget_tokens, "model_calls": args.budget_model_calls}
+    if all(v is None for v in limits.values()):
+        if args.prices is not None:
+            raise HarnessError("--prices is for --budget-usd: give it too; nothing was written")
+        return None
+    if args.budget_usd is not None and args.prices is None:
+        raise HarnessError("--budget-usd needs --prices PRICES.toml (the price list `harness cost --prices` reads, USD "
+                           "per million tokens); nothing was written")  # fmt: skip
+    try:
+        return Budget(**limits, prices=args.prices)
+    except ValueError as e:
+        raise HarnessError(f"{e} (--budget-usd, --budget-tokens, --budget-model-calls); nothing was written") from None
 
 
 def _run_options(p: argparse.ArgumentParser) -> None:
@@ -497,11 +531,12 @@ def _resume(args: argparse.Namespace) -> int:
             answer = orjson.loads(args.answer)
         except orjson.JSONDecodeError as e:
             raise HarnessError(f"--answer is not valid JSON ({e}); nothing was written") from None
+    budget = _budget_of(args)
     agent = _agent_of(args)
     try:
         out = resume(
             args.trace, **agent, answer=answer, redact=_redact_rules(args), seal_key=args.key,
-            durability=args.durability,
+            durability=args.durability, budget=budget,
         )  # fmt: skip
     except HarnessError:
         raise
@@ -516,6 +551,9 @@ def _resume(args: argparse.Namespace) -> int:
             shown = orjson.dumps(out.pending["question"]).decode()
             print(f"  waiting for an answer to {shown}")
             print(f"  answer it: harness resume {args.trace} {_how(args)} --answer JSON")
+        elif "budget" in out.pending:
+            print(f"  {_paused_on_budget(out.pending['budget'])}")
+            print(f"  go on: harness resume {args.trace} {_how(args)} with a larger --budget-...")
         else:
             from .review.results import hint
             from .trace.reader import replay

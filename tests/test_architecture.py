@@ -145,9 +145,7 @@ def test_no_module_above_the_trace_reads_a_private_field_of_a_replay() -> None:
     no module outside trace/ reads an underscore field of a Replay or a Tail."""
     from harness.trace.reader import Replay, Tail
 
-    private = {
-        f.name for cls in (Replay, Tail) for f in dataclasses.fields(cls) if f.name.startswith("_")
-    } | {"_tail"}
+    private = {f.name for cls in (Replay, Tail) for f in dataclasses.fields(cls) if f.name.startswith("_")} | {"_tail"}
     reaches = [
         f"{path.relative_to(ROOT)}:{node.lineno} .{node.attr}"
         for path in sorted((ROOT / "harness").rglob("*.py"))
@@ -160,7 +158,8 @@ def test_no_module_above_the_trace_reads_a_private_field_of_a_replay() -> None:
 
 def test_one_step_implementation_writes_every_tool_call() -> None:
     """Every door's tool call is a step of runtime/step.py: no other module writes a transition into ACT (an intent)
-    or a tool's result (into VERIFY with `result`), nor makes an idempotency key (trace/state.py defines it, step.py makes it)."""
+    or a tool's result (into VERIFY with `result`), nor makes an idempotency key (trace/state.py defines its format,
+    step.py makes it)."""
     found = []
     for path in sorted((ROOT / "harness").rglob("*.py")):
         if path in (ROOT / "harness" / "runtime" / "step.py", ROOT / "harness" / "trace" / "state.py"):

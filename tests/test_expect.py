@@ -295,7 +295,8 @@ def test_the_calls_of_a_rerun_are_served_and_a_forks_after_its_branch_live(shop:
     child = harness.fork(shop.trace, at=branch, value=answer("changed", 3), planner=planner, tools=tools)
     f = expect(str(child.trace))
     assert [m.served for m in f.model_calls] == [True, True, False, False]
-    assert [c.served for c in f.tool_calls] == [True, True, False]
+    assert [(m.answered, m.live) for m in f.model_calls[2:]] == [(True, False), (False, True)]  # the branch: by hand
+    assert [c.served for c in f.tool_calls] == [True, True, False] and f.tool_calls[2].live
     f.at_most(tokens=33)
 
 

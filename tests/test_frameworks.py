@@ -504,7 +504,7 @@ def test_an_mcp_toolset_calls_are_steps_with_the_contracts_of_their_annotations(
 
 
 def test_the_viewer_reads_what_each_framework_model_said(server: AgentServer, tmp_path: Path) -> None:
-    from harness.review.stream import reply, said
+    from harness.trace.stream import reply, said
     from harness.viewer._index import note  # the What column of the viewer's timeline
 
     for name in ("pai-openai", "oa"):

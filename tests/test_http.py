@@ -26,7 +26,7 @@ from chat_server import ChatServer  # noqa: E402
 
 from harness import cli  # noqa: E402
 from harness import http as hhttp  # noqa: E402  # after the skip: it needs httpx
-from harness.review.stream import assemble, http_view  # noqa: E402
+from harness.trace.stream import assemble, http_view  # noqa: E402
 
 KEY = "sk-test-REALKEY0123456789abcdefXYZ"
 OTHER_KEY = "sk-test-OTHERKEY9876543210zyxwvuABC"

@@ -513,7 +513,8 @@ def test_the_search_on_json_text_never_clears_a_value_redaction_changes(text: st
     """clean_json is a shortcut: whatever it clears, the walk would have left as it was. A long text (past
     _SHORT, with the - and _ that gate some heads) is searched by substring, not by the regex: the same answer."""
     long = {"pad": "-_." * (_SHORT // 3), "v": text}
-    for value in ({"v": text}, {key or "k": "v" * 20, "n": [text]}, [text + "A" * 40], long):
+    inner = orjson.dumps({key or "k": text, "n": [text]}).decode()  # JSON text in a string: walked as JSON
+    for value in ({"v": text}, {key or "k": "v" * 20, "n": [text]}, [text + "A" * 40], long, {"text": inner}):
         for redaction in (DEFAULT, _USER):
             if redaction._apply(value, walk=True) != value:  # the walk itself, not the shortcut
                 assert not redaction.clean_json(orjson.dumps(value)), (redaction, value)

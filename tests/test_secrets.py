@@ -639,3 +639,29 @@ def test_an_executor_resume_without_the_key_refuses_before_its_planner_is_asked(
     with pytest.raises(error):
         harness.Executor(planner=planner, tools=run["tools"], trace=trace, resume=True).run("g")
     assert asked == [] and snapshot(tmp_path) == before
+
+
+def test_a_secret_inside_json_text_is_redacted_and_a_resume_is_served_it_back(tmp_path: Path) -> None:
+    """An MCP tool's text content (or a model's arguments) holding JSON: its keys are redacted as an object's are,
+    and the text a resume serves is the tool's own, byte for byte (kept in the sidecar)."""
+    token = "tok-" + "7" * 24
+    text = json.dumps({"access_token": token, "expires_in": 3600})  # (spaced: not the way orjson writes it)
+    calls = []
+
+    def login() -> dict[str, Any]:
+        calls.append(1)
+        return {"content": [{"type": "text", "text": text}], "isError": False}
+
+    @harness.workflow
+    def flow() -> str:
+        got = harness.call(login)
+        harness.interrupt("go on?")
+        return str(got["content"][0]["text"])
+
+    trace = tmp_path / "run.jsonl"
+    assert flow.run(trace=trace).state == "PAUSED"
+    written = trace.read_text()
+    assert token not in written and '{\\"access_token\\":\\"[REDACTED]\\",\\"expires_in\\":3600}' in written
+    out = flow.run(trace=trace, resume=True, answer="yes")
+    assert out.state == "DONE" and out.result == text and calls == [1]  # served, as the tool returned it
+    assert token not in trace.read_text()

@@ -17,7 +17,7 @@ import orjson
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from harness.review.stream import (
+from harness.trace.stream import (
     CHAT,
     RESPONSES,
     assemble,

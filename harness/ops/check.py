@@ -308,8 +308,8 @@ def _golden_trace(path: str, folder: str) -> str:
     import uuid
 
     from ..review.normalize import parse_golden
-    from ..review.stream import rechunk
     from ..trace.line import encode
+    from ..trace.stream import rechunk
 
     with open(path, "rb") as f:
         records = parse_golden(f.read(), path)

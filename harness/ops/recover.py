@@ -15,6 +15,8 @@ that stopped without ending decides from its replay what to do:
 - paused on an operation of uncertain outcome, not yet reconciled: left
   alone, with the `harness reconcile` command that unblocks it;
 - paused on a question: left alone, with the `harness resume --answer` command;
+- paused on its budget: left alone (recover gives no larger budget), with the
+  `harness resume --budget-...` command;
 - unreadable, corrupt, never started (a torn header), or a Recorder's trace:
   skipped, with the reason.
 
@@ -43,8 +45,9 @@ from ..review.results import hint
 from ..review.runs import _header as _runs_header
 from ..review.runs import list_runs
 from ..runtime.bridge import bridging
+from ..runtime.budget import Budget
 from ..runtime.executor import Executor
-from ..runtime.resume import NO_ANSWER, waits
+from ..runtime.resume import NO_ANSWER, on_budget, waits
 from ..runtime.step import Outcome, RetryPolicy, Step
 from ..runtime.tool import Tool
 from ..runtime.workflow import Workflow, same_workflow
@@ -67,6 +70,7 @@ def resume(
     answer: Any = NO_ANSWER,
     retry: RetryPolicy | None = None,
     redact: Redaction | Iterable[Rule] | None = None,
+    budget: Budget | None = None,
     **options: Any,
 ) -> Outcome:
     """Resume the run recorded in `trace` (crashed, reconciled or interrupted); its goal comes from the trace.
@@ -84,7 +88,10 @@ def resume(
     `workflow=` (an `@harness.workflow`) instead of planner= and tools=: the
     workflow's `run(*args, resume=True, **kwargs)` with the arguments its
     trace records; `options` are then `seal_key`, `durability` and
-    `storage_options`.
+    `storage_options`. `budget` (`harness.Budget`): what the run's live model
+    calls may spend, those its trace records counted (a run paused on its
+    budget goes on only as far as this one allows); without it, the budget
+    the run started with, as its header records it.
     """
     path = os.fspath(trace)
     if not exists(path, storage_options=options.get("storage_options")):  # a file, or a trace URL's segments
@@ -97,7 +104,7 @@ def resume(
     if workflow is not None:
         if planner is not None or tools is not None or verifier is not None or retry is not None:
             raise HarnessError("give either workflow= or planner= and tools= (an Executor's agent), not both")
-        return _resume_workflow(path, header, workflow, answer, rules, options)
+        return _resume_workflow(path, header, workflow, answer, rules, {**options, "budget": budget})
     if planner is None or tools is None:
         raise HarnessError(f"{path}: resume needs planner= and tools= (an Executor's agent), or workflow=")
     with bridging(planner, tools, verifier) as (planner, tools, verifier):  # async agents: on a private loop
@@ -105,10 +112,10 @@ def resume(
             planner=planner, tools=tools, verifier=verifier, trace=path, resume=True, retry=retry or RetryPolicy(),
             redact=rules, **options,
         )  # fmt: skip
-        return ex.run(header.get("goal"), answer=answer)
+        return ex.run(header.get("goal"), answer=answer, budget=budget)
 
 
-_WORKFLOW_OPTIONS = frozenset({"seal_key", "durability", "storage_options"})
+_WORKFLOW_OPTIONS = frozenset({"seal_key", "durability", "storage_options", "budget"})
 
 
 def _resume_workflow(
@@ -216,6 +223,8 @@ def recover(
             return row("skipped", rep.state, f"not a run of workflow {w.name} ({rep.workflow or 'an Executor'}'s)")
         if w is None and rep.workflow is not None:
             return row("skipped", rep.state, f"a run of workflow {rep.workflow}: recover it with --workflow")
+        if on_budget(rep):  # it waits for a larger budget, which only its owner can give (recover takes none)
+            return row("left", S.PAUSED, _budget(path, rep.pending, how))
         if waits(rep, NO_ANSWER):  # a human's word is missing: the rule a resume follows (a parallel step's too)
             asked = rep.tail.question is not None
             return row("left", S.PAUSED, _asked(path, rep.pending, how) if asked else _uncertain(path, rep))
@@ -235,6 +244,8 @@ def recover(
             why = (
                 _asked(path, out.pending, how)
                 if asked
+                else _budget(path, out.pending, how)
+                if "budget" in out.pending
                 else _uncertain(path, replay_url(path) if is_url(path) else replay(path))
             )
             return row("resumed", out.state, why)
@@ -252,6 +263,14 @@ def recover(
 def _asked(path: str, pending: dict[str, Any] | None, how: str) -> str:
     question = orjson.dumps((pending or {}).get("question")).decode()
     return f"waiting for an answer to {question:.120}: harness resume {path} {how} --answer JSON"
+
+
+def _budget(path: str, pending: dict[str, Any] | None, how: str) -> str:
+    said = (pending or {}).get("budget") or {}
+    what = said.get("exceeded", "model_calls")
+    flag = "--budget-" + what.replace("_", "-") + (" N --prices prices.toml" if what == "usd" else " N")
+    spent, limit = (said.get("spent") or {}).get(what), (said.get("limit") or {}).get(what)
+    return f"paused on its budget ({what}: {spent} spent of {limit}): harness resume {path} {how} {flag}"
 
 
 def _uncertain(path: str, rep: Replay) -> str:

@@ -4,14 +4,11 @@ This module is the one place that knows how each door records a call: the
 behavior view (`behavior.py`), `harness.expect`, the OTLP export and the cost
 ledger read calls through it and keep only their own rules.
 
-Each door records a model call its own way: `llm` (whatever request and
-response the caller gave), `http` (an OpenAI, Anthropic or compatible API's
-request and response, streamed or not), `pydantic_ai.model` (Pydantic AI's
-`ModelResponse`), `openai_agents.model` and `.stream` (the Agents SDK's
-`ModelResponse`, or its stream's events). `model_call(rec)` reads any of
-them into one `ModelCall`: the operation, the provider, the models asked
-for and answered by, the `Usage` (input tokens with the cached ones among
-them, output tokens) and the finish reason. `messages_in(rec)` and
+Each door records a model call its own way; `model_call(rec)` reads any of
+them into one `ModelCall` (the operation, the provider, the models asked
+for and answered by, the `Usage`, the finish reason): it lives in
+trace/usage.py, below the runtime, whose budget gate reads calls with it
+too (one reader), and is re-exported here. `messages_in(rec)` and
 `messages_out(rec)` give the messages in the OpenTelemetry GenAI shape
 (`[{"role", "parts": [{"type": "text", "content"}, {"type": "tool_call",
 "id", "name", "arguments"}, {"type": "tool_call_response", "id",
@@ -23,9 +20,8 @@ made of. `tool_call(rec)` reads a tool call made as a crossing (outside a
 workflow's steps: name, args, server, the response and its `outcome()`) and
 `mcp_tool(name, servers)` tells an MCP tool's step by its server's name.
 
-`role(rec, header)` says whether a record was served from a parent's
-recording (`served`: every record of a rerun, a fork's records before its
-branch), is a fork's branch answered by hand (`mutated`), or ran `live`.
+`role(rec, header)` (trace/usage.py's too) says whether a record was served
+from a parent's recording, is a fork's branch, or ran `live`.
 `traces(paths)` names the traces of paths that are traces or runs folders,
 and `read(trace, visit)` hands `visit` each record of one, its payloads read
 back from their blobs: by default each line checked against the checksum
@@ -36,10 +32,7 @@ every rule of the story checked too, at about two thirds of the speed (the
 export and the ledger read what a run recorded; they resume nothing).
 
 Rules kept here: pure functions of the records (no I/O but those two), and
-a record this module does not read is None, never an exception. Usage is
-counted as the provider billed it: input tokens include the cached ones
-(OpenAI's and Pydantic AI's spelling; Anthropic's three counters are added
-up), and a stream that reported no usage has none.
+a record this module does not read is None, never an exception.
 """
 
 from __future__ import annotations
@@ -51,7 +44,6 @@ import zlib
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlsplit
 
 import orjson
 
@@ -61,73 +53,16 @@ from ..storage import is_url, local_copy
 from ..storage.files import open_regular, read_error
 from ..trace.line import SCHEMA, SUFFIX
 from ..trace.reader import replay, replay_url
-from .stream import FRAMEWORK_MODELS, assemble, reply
+from ..trace.stream import FRAMEWORK_MODELS, assemble, reply
+from ..trace.usage import MODEL_KINDS, UNKNOWN, ModelCall, Usage, _agents_response, _str, model_call, role
 
-MODEL_KINDS = frozenset({"llm", "http", *FRAMEWORK_MODELS})  # the boundaries a model call may be recorded as
+# read in trace/usage.py (one reader, which the runtime's budget gate uses too), re-exported here
+__all__ = ["MODEL_KINDS", "UNKNOWN", "ModelCall", "Usage", "model_call", "role"]
+
 # the boundaries a tool call (or an MCP listing) may be recorded as, outside a workflow's steps
 TOOL_KINDS = frozenset(
     {"pydantic_ai.tool", "openai_agents.tool", "openai_agents.mcp", "mcp.call_tool", "mcp.list_tools"}
 )
-UNKNOWN = "unknown"  # the provider or model a record does not name
-
-# the path an API call ends with -> the GenAI operation it is
-_PATHS = (
-    ("/chat/completions", "chat"),
-    ("/responses", "chat"),
-    ("/messages", "chat"),  # Anthropic's
-    ("/completions", "text_completion"),
-    ("/embeddings", "embeddings"),
-)
-# hosts whose provider the GenAI conventions name; any other host speaking these APIs is taken at its API's word
-_HOSTS = (
-    ("api.openai.com", "openai"),
-    (".openai.azure.com", "azure.ai.openai"),
-    ("api.anthropic.com", "anthropic"),
-    ("api.mistral.ai", "mistral_ai"),
-    ("api.groq.com", "groq"),
-    ("api.deepseek.com", "deepseek"),
-    ("api.x.ai", "x_ai"),
-    ("api.perplexity.ai", "perplexity"),
-    ("generativelanguage.googleapis.com", "gcp.gemini"),
-)
-
-
-@dataclass(frozen=True, slots=True)
-class Usage:
-    """Tokens of one model call as billed: `input` counts every input token, `cached` those of them read from
-    the provider's cache (billed at the cached price)."""
-
-    input: int = 0
-    output: int = 0
-    cached: int = 0
-    total: int = 0  # the provider's own total, when it gives one (0: it gives none)
-
-    def __add__(self, other: Usage) -> Usage:
-        return Usage(self.input + other.input, self.output + other.output, self.cached + other.cached,
-                     self.total + other.total)  # fmt: skip
-
-    @property
-    def tokens(self) -> int:
-        """Every token of the call: the provider's total, else input plus output."""
-        return self.total or self.input + self.output
-
-
-@dataclass(frozen=True, slots=True)
-class ModelCall:
-    """One model call as a record says it was made."""
-
-    operation: str  # the GenAI operation: chat, text_completion, embeddings
-    provider: str  # as the GenAI conventions name it (openai, anthropic, ...), else what the door says, else unknown
-    request_model: str | None
-    response_model: str | None
-    usage: Usage | None  # None when the record holds no usage (a plain llm() answer, a stream without it)
-    finish_reason: str | None = None
-    error: str | None = None  # why it failed: the crossing's error type, or the HTTP status
-
-    @property
-    def model(self) -> str:
-        """The model to bill: the one that answered, else the one asked for."""
-        return self.response_model or self.request_model or UNKNOWN
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,152 +91,6 @@ class ToolCall:
         if isinstance(response, dict) and response.get("kind") == "tool_return" and "result" in response:
             return response["result"], False
         return response, False
-
-
-# --- which records are served --------------------------------------------------------------------------------
-
-
-def role(rec: Mapping[str, Any], header: Mapping[str, Any]) -> str:
-    """`served` (taken from the parent's recording: a rerun's records, a fork's before its branch), `answered`
-    (a fork's branch: the value the fork set) or `live` (made when it was recorded): `harness show`'s words."""
-    if "parent" not in header or rec.get("kind") == "header":
-        return "live"
-    branch = header.get("branch")
-    if type(branch) is not int:  # a rerun: every record was served from the recording
-        return "served"
-    if rec.get("reused") is True:
-        return "served"
-    if rec.get("mutated") is True:
-        return "answered"
-    if "vc" in rec:  # a causal fork marks what it reused and its branch: the rest ran live
-        return "live"
-    seq = rec.get("seq")
-    if type(seq) is not int:
-        return "live"
-    return "answered" if seq == branch else "live" if seq > branch else "served"
-
-
-# --- model calls -----------------------------------------------------------------------------------------------
-
-
-def model_call(rec: Mapping[str, Any]) -> ModelCall | None:
-    """The model call a crossing record holds (its payloads read back from blobs already); None for any other."""
-    kind = rec.get("boundary")
-    if rec.get("kind") != "crossing" or kind not in MODEL_KINDS:
-        return None
-    request, response = rec.get("request"), rec.get("response")
-    error = rec.get("error")
-    failed = str(error.get("type")) if isinstance(error, dict) else None
-    if kind == "http":
-        return _http(request, response, failed)
-    if kind == "pydantic_ai.model":
-        if not isinstance(response, dict):
-            return ModelCall("chat", UNKNOWN, None, None, None, error=failed)
-        model = _str(response.get("model_name"))
-        provider = _str(response.get("provider_name")) or _str(response.get("canonical_system")) or UNKNOWN
-        return ModelCall(
-            "chat", provider, model, model, _usage(response.get("usage")), _str(response.get("finish_reason")), failed
-        )
-    if kind in ("openai_agents.model", "openai_agents.stream"):
-        asked = _str(request.get("model")) if isinstance(request, dict) else None
-        done = _agents_response(response)
-        answered = _agents_model(done) or asked
-        usage = _usage(done.get("usage")) if done is not None else None
-        return ModelCall("chat", "openai", asked, answered, usage, None, failed)
-    # llm: what the caller gave; an OpenAI-like request and response are read as such
-    wanted = _str(request.get("model")) if isinstance(request, dict) else None
-    named = _str(request.get("provider")) if isinstance(request, dict) else None
-    body = response if isinstance(response, dict) else {}
-    got = _str(body.get("model")) or wanted
-    return ModelCall("chat", named or UNKNOWN, wanted, got, _usage(body.get("usage")), _finish(body), failed)
-
-
-def _http(request: Any, response: Any, failed: str | None) -> ModelCall | None:
-    """An http crossing that called a model API (by its path, with a JSON body naming a model); else None."""
-    if not isinstance(request, dict) or not isinstance(request.get("body"), dict):
-        return None
-    url = request.get("url")
-    if not isinstance(url, str):
-        return None
-    parts = urlsplit(url)
-    path = parts.path.rstrip("/")
-    operation = next((op for end, op in _PATHS if path.endswith(end)), None)
-    asked = _str(request["body"].get("model"))
-    if operation is None or asked is None:
-        return None
-    host = (parts.hostname or "").lower()
-    provider = next((p for h, p in _HOSTS if host == h or (h.startswith(".") and host.endswith(h))), None)
-    if provider is None:
-        provider = "anthropic" if path.endswith("/messages") else "openai"  # the API it speaks
-    if not isinstance(response, dict):
-        return ModelCall(operation, provider, asked, None, None, error=failed)
-    status = response.get("status")
-    if type(status) is int and status >= 400:
-        failed = failed or str(status)
-    body = response.get("body")
-    if "chunks" in response:
-        body = assemble(response["chunks"])
-    if not isinstance(body, dict):
-        return ModelCall(operation, provider, asked, None, None, error=failed)
-    answered = _str(body.get("model")) or asked
-    return ModelCall(operation, provider, asked, answered, _usage(body.get("usage")), _finish(body), failed)
-
-
-def _agents_response(response: Any) -> dict[str, Any] | None:
-    """The Agents SDK's response: as recorded, or the one a stream's `response.completed` event carries."""
-    if isinstance(response, list):
-        done = [e for e in response if isinstance(e, dict) and e.get("type") == "response.completed"]
-        found = done[-1].get("response") if done else None
-        return found if isinstance(found, dict) else None
-    return response if isinstance(response, dict) else None
-
-
-def _agents_model(response: dict[str, Any] | None) -> str | None:
-    if response is None:
-        return None
-    model = _str(response.get("model"))
-    for item in response.get("output") or ():
-        data = item.get("provider_data") if isinstance(item, dict) else None
-        if model is None and isinstance(data, dict):
-            model = _str(data.get("model"))
-    return model
-
-
-def _usage(usage: Any) -> Usage | None:
-    """Any door's usage: OpenAI chat (prompt_tokens), responses and Agents SDK (input_tokens + details),
-    Anthropic (input_tokens plus its cache counters), Pydantic AI (input_tokens, cache_read_tokens)."""
-    if not isinstance(usage, dict):
-        return None
-    total = _int(usage.get("total_tokens"))
-    if "prompt_tokens" in usage or "completion_tokens" in usage:
-        details = usage.get("prompt_tokens_details")
-        cached = _int(details.get("cached_tokens")) if isinstance(details, dict) else 0
-        return Usage(_int(usage.get("prompt_tokens")), _int(usage.get("completion_tokens")), cached, total)
-    if "input_tokens" not in usage and "output_tokens" not in usage:
-        return Usage(0, 0, 0, total) if total else None  # (a total alone, as a fake or a thin client gives)
-    inp, out = _int(usage.get("input_tokens")), _int(usage.get("output_tokens"))
-    if "cache_read_input_tokens" in usage or "cache_creation_input_tokens" in usage:  # Anthropic: apart from input
-        cached = _int(usage.get("cache_read_input_tokens"))
-        return Usage(inp + cached + _int(usage.get("cache_creation_input_tokens")), out, cached, total)
-    details = usage.get("input_tokens_details")
-    if isinstance(details, dict):
-        return Usage(inp, out, _int(details.get("cached_tokens")), total)
-    return Usage(inp, out, _int(usage.get("cache_read_tokens")), total)
-
-
-def _finish(body: Mapping[str, Any]) -> str | None:
-    choices = body.get("choices")
-    if isinstance(choices, list) and choices and isinstance(choices[0], dict):
-        return _str(choices[0].get("finish_reason"))
-    return _str(body.get("finish_reason")) or _str(body.get("stop_reason")) or _str(body.get("status"))
-
-
-def _int(value: Any) -> int:
-    return value if type(value) is int and value > 0 else 0
-
-
-def _str(value: Any) -> str | None:
-    return value if isinstance(value, str) and value else None
 
 
 # --- messages, in the GenAI conventions' shape -----------------------------------------------------------------

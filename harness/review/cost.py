@@ -24,24 +24,16 @@ A model the list does not price has no figure (None), never a made-up one.
 from __future__ import annotations
 
 import os
-import tomllib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .._errors import HarnessError
-from .calls import UNKNOWN, Usage, model_call, read, role, traces
+from ..trace.usage import UNKNOWN, Price, Usage, load_prices, model_call
+from .calls import read, role, traces
+
+__all__ = ["Price", "load_prices"]  # (the price list is read in trace/usage.py: the budget gate reads it too)
 
 LIVE, SERVED = "live", "served"
-
-
-@dataclass(frozen=True, slots=True)
-class Price:
-    """USD per million tokens."""
-
-    input: float
-    output: float
-    cached_input: float
 
 
 @dataclass(slots=True)
@@ -73,9 +65,7 @@ class Tally:
     def usd(self, price: Price | None) -> float | None:
         if price is None:
             return None
-        fresh = max(self.input - self.cached, 0)
-        cost = fresh * price.input + self.cached * price.cached_input + self.output * price.output
-        return round(cost / 1e6, 9)
+        return round(price.usd(Usage(self.input, self.output, self.cached)), 9)
 
     def to_json(self) -> dict[str, int]:
         return {"calls": self.calls, "input": self.input, "cached": self.cached, "output": self.output,
@@ -211,37 +201,3 @@ def ledger(
     if isinstance(prices, str | os.PathLike):
         prices = load_prices(prices)
     return Ledger(tuple(run_cost(p, full=full) for p in traces(paths)), prices)
-
-
-def load_prices(path: str | os.PathLike[str]) -> dict[str, Price]:
-    """The price list of a TOML file: `[models."<model>"]` with `input`, `output`, `cached_input` (USD per
-    million tokens; `cached_input` defaults to `input`). A bad file is a HarnessError naming it and the problem."""
-    where = os.fspath(path)
-    try:
-        with open(where, "rb") as f:
-            data = tomllib.load(f)
-    except OSError as e:
-        raise HarnessError(f"{where}: cannot read the price list: {e.strerror}") from None
-    except tomllib.TOMLDecodeError as e:
-        raise HarnessError(f"{where}: not valid TOML: {e}") from None
-    models = data.get("models")
-    if not isinstance(models, dict) or not models:
-        raise HarnessError(f'{where}: no [models."<name>"] table; write one per model, e.g. [models."gpt-4o-mini"] '
-                           "with input = 0.15 and output = 0.60 (USD per million tokens)")  # fmt: skip
-    out = {}
-    for name, entry in models.items():
-        if not isinstance(entry, dict):
-            raise HarnessError(f"{where}: models.{name!r} is not a table of prices")
-        unknown = set(entry) - {"input", "output", "cached_input"}
-        if unknown:
-            raise HarnessError(f"{where}: models.{name!r} has {', '.join(sorted(unknown))}; "
-                               "the keys are input, output and cached_input")  # fmt: skip
-        values = {}
-        for key in ("input", "output", "cached_input"):
-            v = entry.get(key, entry.get("input") if key == "cached_input" else None)
-            if not isinstance(v, int | float) or isinstance(v, bool) or v < 0:
-                raise HarnessError(f"{where}: models.{name!r}.{key} must be a number of USD per million tokens "
-                                   f"(0 or more), not {v!r}")  # fmt: skip
-            values[key] = float(v)
-        out[name] = Price(values["input"], values["output"], values["cached_input"])
-    return out

@@ -73,7 +73,8 @@ _MISSING: Any = object()
 @dataclass(frozen=True, slots=True)
 class _Call:
     """What every call has: its name, its args (a model's: the request), what came back, the record that made
-    it, and whether that record was served from a recording (a rerun, a fork's prefix) rather than made live."""
+    it, and whether that record was served from a recording (a rerun, a fork's prefix) rather than made live
+    (`answered`, in each kind: a fork's branch, the value given by hand; `live`: neither)."""
 
     name: str
     args: Any
@@ -83,7 +84,7 @@ class _Call:
 
     @property
     def live(self) -> bool:
-        return not self.served
+        return not self.served and not getattr(self, "answered", False)  # (each kind declares `answered`)
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,6 +105,7 @@ class ToolCall(_Call):
     attempts: int = 1
     agent: str = "main"
     server: str | None = None  # an MCP tool's server
+    answered: bool = False  # a fork's branch: the value was given by hand, neither served nor made live
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,6 +117,7 @@ class ModelCall(_Call):
     error: dict[str, Any] | None = None
     tokens: int | None = None
     agent: str = "main"
+    answered: bool = False  # a fork's branch: the value was given by hand, neither served nor made live
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,15 +177,16 @@ def _gather(rep: Replay, records: list[dict[str, Any]]) -> Calls:
 
     for rec in records:
         kind, agent = rec["kind"], rec.get("agent", "main")
-        served = role(rec, header) == "served"  # a rerun serves every call; a fork what it reused
+        how = role(rec, header)  # a rerun serves every call; a fork what it reused, and answers its branch
+        served, answered = how == "served", how == "answered"
         if kind == "crossing":
             boundary = rec["boundary"]
             if boundary in TOOL_KINDS:
-                call = _tool_crossing(inline(rec), served, agent)
+                call = _tool_crossing(inline(rec), served, agent, answered)
                 if call is not None:
                     tools.append(call)
             elif boundary in MODEL_KINDS:
-                model = _model_call(inline(rec), served, agent)
+                model = _model_call(inline(rec), served, agent, answered)
                 if model is not None:
                     models.append(model)
             continue
@@ -204,10 +208,11 @@ def _gather(rep: Replay, records: list[dict[str, Any]]) -> Calls:
                 i = retried[0]
                 prev = tools[i]
                 tools[i] = ToolCall(prev.name, prev.args, None, prev.seq, prev.served, prev.tool, None, False,
-                                    prev.attempts + 1, agent, prev.server)  # fmt: skip
+                                    prev.attempts + 1, agent, prev.server, prev.answered)  # fmt: skip
             else:
                 i = len(tools)
-                tools.append(ToolCall(name, args, None, rec["seq"], served, tool, None, False, 1, agent, server))
+                made = ToolCall(name, args, None, rec["seq"], served, tool, None, False, 1, agent, server, answered)
+                tools.append(made)
             open_[agent] = i
             last.pop(agent, None)
             continue
@@ -237,7 +242,7 @@ def _gather(rep: Replay, records: list[dict[str, Any]]) -> Calls:
 
 def _ended(prev: ToolCall, name: str, server: str | None, result: Any, error: Any) -> ToolCall:
     return ToolCall(name, prev.args, result, prev.seq, prev.served, prev.tool, error, True, prev.attempts, prev.agent,
-                    server)  # fmt: skip
+                    server, prev.answered)  # fmt: skip
 
 
 def _bytes(value: Any) -> bytes:
@@ -254,15 +259,15 @@ def _named(tool: str, servers: set[Any], result: Any) -> tuple[str, str, str | N
     return (found[1], tool, found[0]) if found is not None else (tool, tool, None)
 
 
-def _tool_crossing(rec: dict[str, Any], served: bool, agent: str) -> ToolCall | None:
+def _tool_crossing(rec: dict[str, Any], served: bool, agent: str, answered: bool) -> ToolCall | None:
     call = tool_call(rec)
     if call is None or call.method == "tools/list":
         return None
     return ToolCall(call.name, call.args, call.response, rec["seq"], served, call.tool, call.error, True, 1, agent,
-                    call.server)  # fmt: skip
+                    call.server, answered)  # fmt: skip
 
 
-def _model_call(rec: dict[str, Any], served: bool, agent: str) -> ModelCall | None:
+def _model_call(rec: dict[str, Any], served: bool, agent: str, answered: bool) -> ModelCall | None:
     call = model_call(rec)
     if call is None:  # an http call to no model's API
         return None
@@ -270,7 +275,7 @@ def _model_call(rec: dict[str, Any], served: bool, agent: str) -> ModelCall | No
     name = call.request_model or call.response_model or boundary
     tokens = call.usage.tokens if call.usage is not None else None
     return ModelCall(name, rec.get("request"), rec.get("response"), rec["seq"], served, boundary, rec.get("error"),
-                     tokens, agent)  # fmt: skip
+                     tokens, agent, answered)  # fmt: skip
 
 
 class Expectation:

@@ -83,10 +83,10 @@ from .._errors import HarnessError, TraceUnreadable
 from ..storage import blobs as _blobs
 from ..storage import is_url, local_copy
 from ..trace.reader import Replay, attempt_of, replay
+from ..trace.stream import http_view
 from ..trace.tasks import TASK, task_of
 from .behavior import BOUNDARIES, VIEW, Behavior
 from .fieldpath import MARKER, Path, mark, parse
-from .stream import http_view
 
 if TYPE_CHECKING:  # (at run time: _trace_of; `harness show` need not load the runtime to read a trace)
     from ..runtime.step import Outcome

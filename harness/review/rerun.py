@@ -100,11 +100,11 @@ from ..trace.line import check_value
 from ..trace.reader import Checkpoint, Crossing, Replay, replay, request_hash
 from ..trace.redact import Redaction, Rule
 from ..trace.remote import RemoteJournal
+from ..trace.stream import http_unview, http_view
 from ..trace.tasks import TASK
 from ..trace.vault import Vault
 from .fieldpath import put
 from .normalize import normalize, normalize_record
-from .stream import http_unview, http_view
 
 _Served = tuple[Crossing, str, Match | None, Arrived | None]  # a served crossing to write: as write() takes it
 Planner = Callable[[Any, list[Checkpoint]], Step | None]

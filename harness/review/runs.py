@@ -13,8 +13,8 @@ the trace's lock, else `paused` (waiting for an operator: last record a
 transition into PAUSED, its reconcile or answer) or `interrupted` (the
 writer is gone without a terminal record: a crash, a kill). `detail` says
 more, from the same last line: why a run failed or crashed (a `crash`
-record), the question a paused run waits on, or that it waits for an
-operator's reconcile. A file whose header cannot be read is listed as
+record), the question a paused run waits on, that it waits for an
+operator's reconcile, or for a larger budget. A file whose header cannot be read is listed as
 `unreadable` rather than stopping the listing.
 
 A live writer is seen in /proc/locks (Linux), which takes no lock and so
@@ -260,6 +260,9 @@ def _detail(last: dict[str, Any]) -> str | None:
     if kind == "transition" and last.get("to") == "PAUSED":
         if "question" in last:
             return f"waiting for an answer: {_short(last['question'])}"
+        if last.get("reason") == "budget" and isinstance(last.get("budget"), dict):
+            what = last["budget"].get("exceeded")
+            return f"paused on its budget ({what}): resume it with a larger one"
         return f"uncertain operation ({said}): reconcile it" if said else "uncertain operation: reconcile it"
     if kind == "transition" and last.get("to") == "FAILED":
         return said

@@ -38,6 +38,7 @@ import orjson
 from .._errors import HarnessError, TraceUnreadable
 from ..storage import blobs as _blobs
 from ..trace.reader import Replay, replay
+from ..trace.stream import FRAMEWORK_MODELS, http_view, reply, said
 from .behavior import Behavior
 from .fieldpath import mark
 from .normalize import (
@@ -54,7 +55,6 @@ from .normalize import (
     raw_golden,
 )  # fmt: skip
 from .results import hint
-from .stream import FRAMEWORK_MODELS, http_view, reply, said
 
 INDENT = 10  # where a wrapped field starts: past the seq column
 MIN_WIDTH = 40

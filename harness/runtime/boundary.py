@@ -76,6 +76,7 @@ from ..trace.reader import Crossing, request_hash
 from ..trace.redact import DEFAULT, Redaction
 from ..trace.tasks import TASK
 from .agents import Agents
+from .budget import Budget, Gate, Ticket
 from .context import AgentState, current_run, end_call, enter_run, exit_run, in_call, running_agent, start_call
 from .tasks import current as current_task
 from .tasks import unordered
@@ -130,6 +131,11 @@ class Session:
         self.failure: HarnessError | None = None  # kept in case agent code swallows it
         self.answers: deque[Any] = deque()  # human answers for interrupt(), oldest first (see interrupt.py)
         self.patches: dict[str, bool] = {}  # harness.patched(): each change id's answer in this run (history.py)
+        self.gate: Gate | None = None  # the run's budget, kept before each live model call (budget.py)
+
+    def limit(self, budget: Budget | None) -> None:
+        """Keep the run to `budget` (None: no limit): its ledger counts the live model calls the trace holds."""
+        self.gate = Gate(budget, self.journal.path) if budget is not None and self.journal is not None else None
 
     def artifact_served(self, name: str, sha256: str) -> bool:
         """Whether an artifact of these bytes is already in the trace here (a re-executed workflow's): not again."""
@@ -350,6 +356,7 @@ class Session:
         request, rec = self.enter(kind, request, match, arrived)
         if rec is not None:
             return outcome(rec)  # type: ignore[no-any-return]
+        ticket = self.gate.admit(kind, request) if self.gate is not None else None  # a model call within budget
         me = self.agent()
         self.agents.enter_call(me)
         self.count_live(me)
@@ -357,14 +364,14 @@ class Session:
         try:
             response = call()
         except Exception as e:
-            self._record(kind, request, "error", error_of(e), match)
+            self._record(kind, request, "error", error_of(e), match, ticket)
             raise
         finally:  # also after a KeyboardInterrupt: later crossings must still be recorded
             end_call(token)
             self.agents.leave_call(me)
         if arrived is not None:
             arrived(response, False)
-        self._record(kind, request, "response", response, match)
+        self._record(kind, request, "response", response, match, ticket)
         return response
 
     async def across(self, kind: str, request: Any, acall: Callable[[], Awaitable[T]], match: Match | None = None) -> T:
@@ -383,6 +390,7 @@ class Session:
             request, rec = await patiently(self, lambda: self.enter(kind, request, match))
         if rec is not None:
             return outcome(rec)  # type: ignore[no-any-return]
+        admitted = self.gate.admit(kind, request) if self.gate is not None else None  # a model call within budget
         me = self.agent()
         self.agents.enter_call(me)
         self.count_live(me)
@@ -393,10 +401,10 @@ class Session:
                 response = await acall()
             except Exception as e:
                 await _turn(me, ticket)
-                self._record(kind, request, "error", error_of(e), match)
+                self._record(kind, request, "error", error_of(e), match, admitted)
                 raise
             await _turn(me, ticket)
-            self._record(kind, request, "response", response, match)
+            self._record(kind, request, "response", response, match, admitted)
             return response
         finally:
             end_call(token)
@@ -411,7 +419,15 @@ class Session:
         finally:
             _may_hold.reset(token)
 
-    def _record(self, kind: str, request: Any, outcome: str, value: Any, match: Match | None = None) -> None:
+    def _record(
+        self,
+        kind: str,
+        request: Any,
+        outcome: str,
+        value: Any,
+        match: Match | None = None,
+        ticket: Ticket | None = None,
+    ) -> None:
         if self.journal is None:
             raise internal(f"a {kind} crossing recorded by a session that writes nothing")
         key = request if match is None else match(request)
@@ -420,6 +436,8 @@ class Session:
         if task is not None:  # a task other than its agent's root made it: named first (see trace/tasks.py)
             fields = {TASK: task, **fields}
         self.journal.append("crossing", fields, check=(outcome,), user=("request",))  # the journal redacts
+        if ticket is not None and self.gate is not None:  # its cost as recorded (its usage), for the budget
+            self.gate.answered(ticket, {"kind": "crossing", **fields})
 
     def activate(self) -> Any:
         with _active_lock:

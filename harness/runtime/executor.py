@@ -43,6 +43,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from .._errors import (
+    BudgetExceeded,
     HarnessError,
     Interrupted,
     JournalError,
@@ -67,6 +68,7 @@ from ..trace.vault import refused
 from . import step
 from . import timers as _timers
 from .boundary import Session, deactivate
+from .budget import Budget
 from .control import decisive
 from .fingerprint import code_of
 from .opener import Opened, check
@@ -84,6 +86,7 @@ from .step import (
     crash,
     finished,
     invoke,
+    over_budget,
     reseal,
     reused_key,
     served,
@@ -181,12 +184,14 @@ class Executor:
         synced = [n for n, s in specs.items() if durability == "fsync" or s.contract["effect"] != "at-least-once"]
         self.synced = frozenset(synced)
 
-    def run(self, goal: Any, *, answer: Any = NO_ANSWER) -> Outcome:
+    def run(self, goal: Any, *, answer: Any = NO_ANSWER, budget: Budget | None = None) -> Outcome:
         """Run (or, with resume=True, finish) the goal. Returns DONE, FAILED or PAUSED.
 
         resume=True refuses a trace path with no file (TraceMissing);
         resume="auto" starts a new run there. `answer`: the human's answer
         to the question a run PAUSED on with interrupt() (any JSON value).
+        `budget`: what the run's live model calls may spend, across resumes
+        (`harness.Budget`); a call that would pass it PAUSES the run first.
         """
         self._refuse_async()
         check_value("goal", goal)
@@ -198,8 +203,8 @@ class Executor:
             blob_threshold=self.blob_threshold,
         ) as opened:  # fmt: skip
             if opened.run_id is None:
-                return self._resume(opened.journal, goal, answer)
-            return self._start(opened.journal, goal, opened.run_id)
+                return self._resume(opened.journal, goal, answer, budget)
+            return self._start(opened.journal, goal, opened.run_id, budget=budget)
 
     def _refuse_async(self) -> None:
         """HarnessError before anything is written when run() was given an async planner, verifier or tool."""
@@ -209,7 +214,7 @@ class Executor:
             if inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(type(fn).__call__):
                 raise unawaited(what)
 
-    async def arun(self, goal: Any, *, answer: Any = NO_ANSWER) -> Outcome:
+    async def arun(self, goal: Any, *, answer: Any = NO_ANSWER, budget: Budget | None = None) -> Outcome:
         """run() for async agents: planners, tools and verifiers may be `async def` (plain ones still work).
 
         The executor waits in a worker thread; each awaitable runs as a task on
@@ -223,29 +228,42 @@ class Executor:
         ex = copy.copy(self)
         ex.planner, ex.tools, ex.verifier = bridged(bridge, self.planner, self.tools, self.verifier)
         with numbering():  # the tasks each planner, tool or verifier call creates are named (tasks.py)
-            return await asyncio.to_thread(functools.partial(ex.run, goal, answer=answer))
+            return await asyncio.to_thread(functools.partial(ex.run, goal, answer=answer, budget=budget))
 
     def _start(
-        self, journal: Journal, goal: Any, run_id: str, *, session: Session | None = None, **lineage: Any
+        self,
+        journal: Journal,
+        goal: Any,
+        run_id: str,
+        *,
+        session: Session | None = None,
+        budget: Budget | None = None,
+        **lineage: Any,
     ) -> Outcome:
         code = code_of((self.planner,))
         journal.give = True  # the planner's progress holds each result as the tool returned it (see _go_on)
-        write_header(journal, run_id, goal, self.contracts, self.redact, self.entrypoint, lineage, code=code)
-        run = Run(journal, session or Session(journal, redact=self.redact), goal, run_id, [], S.INIT)
+        limit = budget.to_json() if budget is not None else None
+        write_header(
+            journal, run_id, goal, self.contracts, self.redact, self.entrypoint, lineage, code=code, budget=limit
+        )
+        session = session or Session(journal, redact=self.redact)
+        if budget is not None:  # budget hook: the run's ledger (runtime/budget.py)
+            session.limit(budget)
+        run = Run(journal, session, goal, run_id, [], S.INIT)
         run.index = (
             None if is_url(journal.path) else _index.Writer(journal.path, journal.fd, journal.digests, journal.blocks)
         )
         run.move(S.PLAN)
         return self._drive(run)
 
-    def _resume(self, journal: Journal, goal: Any, answer: Any = NO_ANSWER) -> Outcome:
+    def _resume(self, journal: Journal, goal: Any, answer: Any = NO_ANSWER, budget: Budget | None = None) -> Outcome:
         """Go on with the run in journal's file, as resume.plan() decides (a refusal, before it, writes nothing)."""
         path = journal.path
         try:
             rep = _index.resume_point(path)  # reads only what follows the index's mark, when it has a usable one
         except TraceCorruption as e:
             start_over(journal, e, answer)  # a torn header: no run began, a new one starts in the emptied file
-            return self._start(journal, goal, uuid.uuid4().hex)
+            return self._start(journal, goal, uuid.uuid4().hex, budget=budget)
         if rep.workflow is not None:
             raise HarnessError(
                 f"{path}: the run of workflow {rep.workflow}, not an Executor's: resume it with its workflow "
@@ -270,6 +288,8 @@ class Executor:
             seam = [*seam, ("transition", back, ())]
         owed = journal.owe(rep.last_seq, rep.tail.crc, rep.tail.end, seam, start=rep.header["ts"], aside=todo.aside)
         session = Session(journal, todo.served, redact=self.redact)
+        # its ledger counts the trace's live model calls; a resume given no budget keeps the one the run started with
+        session.limit(budget or Budget.recorded(rep.header))
         if clocks is not None:  # every record from here on carries its clock
             session.agents.share(journal, clocks)
         session.answers.extend(todo.answers)  # answers as given: the trace holds them redacted
@@ -441,6 +461,8 @@ class Executor:
                         "the step alone"
                     ) from None
                 return self._ask(run, stop.question)
+            if isinstance(stop, BudgetExceeded):  # budget hook: PAUSED before the call (runtime/budget.py)
+                return over_budget(run, stop)
             # the journal's own failure, a re-execution's verdict and the vault's refusal to reveal a checkpoint the
             # planner read have no crash record (a resume refused so writes nothing); a call's failure propagates
             # to the run, which records the crash

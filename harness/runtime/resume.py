@@ -7,7 +7,8 @@ one of three things:
 - `FINISHED`: the run ended, or it is PAUSED waiting for a human (a
   question no answer was given for; a call of uncertain outcome, or a call
   of a parallel step, no operator has reconciled). Its outcome is what the
-  trace records; nothing is appended.
+  trace records; nothing is appended. (A run PAUSED on its budget waits for
+  no one: it goes on, back where it paused.)
 - `RESEAL`: the run ended but its writer died writing the seal (the end and
   its seal are one write): only the seal is written (a torn one set aside).
 - a `GoOn`: the run goes on. It names the seam the resume owes (a `resume`
@@ -82,7 +83,15 @@ def plan(rep: Replay, answer: Any, *, redact: Redaction, entrypoint: str) -> str
     if answer is not NO_ANSWER:
         owed.append(answer)
         rep = replace(rep, tail=replace(rep.tail, answered=True))  # as replay() reads it after the answer
+    elif on_budget(rep):  # back where it paused, as after an answer (it needs none): the Executor's way out of PAUSED
+        rep = replace(rep, tail=replace(rep.tail, answered=True))
     return GoOn(rep, aside, records, clocks, owed, served)
+
+
+def on_budget(rep: Replay) -> bool:
+    """Whether the run is PAUSED on its budget: a resume goes back where it paused (PLAN or VERIFY), no answer taken;
+    its gate (budget.py) pauses it again, writing nothing, when the budget it is given is still too small."""
+    return rep.state == S.PAUSED and rep.tail.over_budget is not None
 
 
 def revealed(rep: Replay, marker: str) -> tuple[Replay, list[Crossing]]:
@@ -186,8 +195,9 @@ def reveal_crossings(vault: Vault, crossings: Iterable[Crossing]) -> list[Crossi
 
 def waits(rep: Replay, answer: Any) -> bool:
     """Whether a PAUSED run waits for a human still: no answer to its question was given (or recorded), or a
-    call of uncertain outcome (of the run, or of an open parallel step) has no operator's reconcile."""
-    if rep.state != S.PAUSED or rep.tail.answered or answer is not NO_ANSWER:
+    call of uncertain outcome (of the run, or of an open parallel step) has no operator's reconcile. A run paused
+    on its budget waits for none: a resume goes on (and pauses again, writing nothing, if its budget is too small)."""
+    if rep.state != S.PAUSED or rep.tail.answered or answer is not NO_ANSWER or on_budget(rep):
         return False
     group = rep.tail.open_calls
     if group:

@@ -36,7 +36,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import KW_ONLY, dataclass, field
 from typing import Any
 
-from .._errors import HarnessError, NotSerializable, ToolError, ToolTimeout, error_of, internal
+from .._errors import BudgetExceeded, HarnessError, NotSerializable, ToolError, ToolTimeout, error_of, internal
 from ..storage import is_url
 from ..trace import index as _index
 from ..trace import state as S
@@ -283,9 +283,10 @@ def write_header(
     lineage: dict[str, Any],
     workflow: str | None = None,
     code: dict[str, Any] | None = None,
+    budget: dict[str, Any] | None = None,
 ) -> None:
-    """Write a new run's header (synced): its goal, its tools' contracts (or its workflow), lineage, environment
-    (with the fingerprint of the agent's code, `code`, when it has one)."""
+    """Write a new run's header (synced): its goal, its tools' contracts (or its workflow), lineage, the budget it
+    starts with (`Budget.to_json()`), environment (with the fingerprint of the agent's code, `code`)."""
     header = {"schema": SCHEMA, "run_id": run_id, "goal": goal, "tools": tools}
     if workflow is not None:  # a workflow's name; its calls carry their contracts (tools is {})
         header["workflow"] = workflow
@@ -293,6 +294,8 @@ def write_header(
     header.update(lineage)
     if header["redact"] is None:
         del header["redact"]
+    if budget is not None:
+        header["budget"] = budget
     header["env"] = environment(entrypoint)
     if code is not None:
         header["env"]["code"] = code
@@ -306,6 +309,27 @@ def ask(run: Run, question: Any) -> Outcome:
     asked_in = run.state
     run.move(S.PAUSED, sync=True, user=("question",), question=question)
     pending = {"seq": run.wrote, "step": run.step, "state": asked_in, "question": question}
+    return Outcome(S.PAUSED, run.snapshot(), run.id, run.journal.path, pending=pending)
+
+
+def over_budget(run: Run, stop: BudgetExceeded) -> Outcome:
+    """A live model call would pass the run's budget (runtime/budget.py): PAUSE before it, `reason` budget. A
+    resume of a run paused on its budget that meets it again before writing anything writes nothing: the trace
+    stays as it was, PAUSED (the outcome names this budget)."""
+    gate = run.session.gate
+    if run.journal.owes and gate is not None and gate.paused is not None:
+        paused = gate.paused
+        pending = {"seq": paused["seq"], "step": paused["step"], "state": paused["from"], "reason": "budget"}
+        return Outcome(S.PAUSED, run.snapshot(), run.id, run.journal.path, pending={**pending, "budget": stop.budget})
+    if run.lane or run.state not in (S.PLAN, S.VERIFY):
+        raise HarnessError(
+            f"a model call past the run's budget in {run.state} of step {run.step}, inside a call of a parallel "
+            "step or while a step runs: a budget pauses a run only in its planner, verifier or workflow function; "
+            "give it room for the parallel step's calls"
+        ) from None
+    paused_in = run.state
+    run.move(S.PAUSED, sync=True, reason="budget", budget=stop.budget)
+    pending = {"seq": run.wrote, "step": run.step, "state": paused_in, "reason": "budget", "budget": stop.budget}
     return Outcome(S.PAUSED, run.snapshot(), run.id, run.journal.path, pending=pending)
 
 

@@ -48,6 +48,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Generic, ParamSpec, TypeVar, cast
 
 from .._errors import (
+    BudgetExceeded,
     HarnessError,
     Interrupted,
     JournalError,
@@ -69,18 +70,20 @@ from ..trace.line import canonical, check_value
 from ..trace.reader import Replay
 from ..trace.redact import Redaction, Rule
 from .boundary import Session, deactivate
+from .budget import Budget
 from .calls import Flow, _flow
 from .control import Paused, decisive, verdict
 from .fingerprint import code_of_modules
 from .history import Recorded, Resumed
 from .opener import Opened, check
 from .resume import NO_ANSWER, main_event, no_marker_owed, owed_answers, seam, start_over, waits
-from .step import Outcome, Run, ask, crash, finished, reseal, write_header
+from .step import Outcome, Run, ask, crash, finished, over_budget, reseal, write_header
 from .tasks import numbering
 from .tool import is_async_fn
 
 P = ParamSpec("P")
 R = TypeVar("R")
+NO_BUDGET: Any = object()  # W.run() without budget=
 # no crash record: the journal failed, the run drifted, or a bad value was refused before anything was written
 _UNRECORDED = (JournalError, ReplayDrift, ReplayViolation, FenceLost, NotSerializable, NotATool)
 
@@ -127,17 +130,22 @@ class Workflow(Generic[P, R]):
         seal_key: str | bytes | None = None,
         storage_options: dict[str, Any] | None = None,
         answer: Any = NO_ANSWER,
+        budget: Budget | Any = NO_BUDGET,
         **kwargs: Any,
     ) -> Outcome:
         """Run the function with args and kwargs as a durable run; returns DONE (`.result`), FAILED or PAUSED.
 
         `resume=True` finishes the run `trace` holds (TraceMissing when there
         is none), `"auto"` resumes it if it exists, else starts it; `answer`
-        answers the question the run paused on. An async function is run with
-        asyncio.run (from code that is not on an event loop; else `await
-        W.arun(...)`).
+        answers the question the run paused on; `budget` (`harness.Budget`)
+        limits what its live model calls spend across resumes, pausing the
+        run before a call that would pass it (None: no limit; any other
+        value is the function's own `budget` argument). An async function
+        is run with asyncio.run (from code that is not on an event loop;
+        else `await W.arun(...)`).
         """
-        options = _Options(trace, runs_dir, resume, durability, redact, seal_key, storage_options, answer)
+        budget = _budget(budget, kwargs)
+        options = _Options(trace, runs_dir, resume, durability, redact, seal_key, storage_options, answer, budget)
         if self.is_async:
             import asyncio  # (only async code loads asyncio, and ssl with it)
 
@@ -160,15 +168,28 @@ class Workflow(Generic[P, R]):
         seal_key: str | bytes | None = None,
         storage_options: dict[str, Any] | None = None,
         answer: Any = NO_ANSWER,
+        budget: Budget | Any = NO_BUDGET,
         **kwargs: Any,
     ) -> Outcome:
         """run() as a coroutine on the running loop: an async function is awaited there (a plain one is called)."""
-        options = _Options(trace, runs_dir, resume, durability, redact, seal_key, storage_options, answer)
+        budget = _budget(budget, kwargs)
+        options = _Options(trace, runs_dir, resume, durability, redact, seal_key, storage_options, answer, budget)
         return await self._arun(args, kwargs, options)
 
     async def _arun(self, args: tuple[Any, ...], kwargs: dict[str, Any], options: _Options) -> Outcome:
         with _Opened(self, args, kwargs, options) as opened:
             return opened.outcome or await aexecute(self, opened.flow, args, kwargs)
+
+
+def _budget(given: Any, kwargs: dict[str, Any]) -> Budget | None:
+    """W.run's `budget=`: a harness.Budget (or None: no limit) is the run's; any other value is the function's own
+    `budget` argument (a workflow may have one, as it had before runs had budgets), put back among its kwargs."""
+    if given is NO_BUDGET or given is None:
+        return None
+    if isinstance(given, Budget):
+        return given
+    kwargs["budget"] = given
+    return None
 
 
 def execute(w: Workflow[Any, Any], flow: Flow, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Outcome:
@@ -254,6 +275,7 @@ class _Options:
     seal_key: str | bytes | None
     storage_options: dict[str, Any] | None
     answer: Any
+    budget: Budget | None
 
 
 class _Opened:
@@ -269,6 +291,7 @@ class _Opened:
         self.redact = Redaction.of(options.redact)
         self.outcome: Outcome | None = None
         self.flow: Flow = cast(Flow, None)
+        self.recorded: Budget | None = None  # the budget the run's header records, on resume
         self.opened = Opened(
             options.trace, options.runs_dir, resume=options.resume, answer=options.answer,
             durability=options.durability, redact=self.redact, seal_key=options.seal_key,
@@ -281,9 +304,14 @@ class _Opened:
             if self.opened.run_id is None:
                 self._resume(journal)
             else:
+                limit = self.options.budget.to_json() if self.options.budget is not None else None
                 self.flow = start(
-                    journal, self.w.name, self.goal, self.opened.run_id, redact=self.redact, fsync=journal.fsync
-                )
+                    journal, self.w.name, self.goal, self.opened.run_id, redact=self.redact, fsync=journal.fsync,
+                    budget=limit,
+                )  # fmt: skip
+            budget = self.options.budget or self.recorded  # a resume given none keeps the one the run started with
+            if self.outcome is None and budget is not None:  # the run's ledger (budget.py)
+                self.flow.run.session.limit(budget)
         except BaseException:
             journal.close()
             raise
@@ -300,6 +328,7 @@ class _Opened:
             start_over(journal, e, answer)  # a torn header: never started, a new run in the emptied file
             self.flow = start(journal, w.name, self.goal, uuid.uuid4().hex, redact=self.redact, fsync=journal.fsync)
             return
+        self.recorded = Budget.recorded(rep.header)
         if rep.workflow is None or not same_workflow(rep.workflow, w.name):
             raise ResumeMismatch(path, "workflow", rep.workflow, w.name)
         if canonical(rep.goal) != canonical(self.redact(self.goal)):
@@ -385,11 +414,13 @@ def start(
     session: Session | None = None,
     lineage: dict[str, Any] | None = None,
     entrypoint: str | None = None,
+    budget: dict[str, Any] | None = None,
 ) -> Flow:
-    """Write a new workflow run's header and INIT -> PLAN; the Flow its function runs in."""
+    """Write a new workflow run's header (with the budget it starts with) and INIT -> PLAN; the Flow its function
+    runs in."""
     entrypoint = entrypoint or (sys.argv[0] if sys.argv and sys.argv[0] else "<python>")
     code = code_of_modules((name.partition(":")[0],))
-    write_header(journal, run_id, goal, {}, redact, entrypoint, lineage or {}, workflow=name, code=code)
+    write_header(journal, run_id, goal, {}, redact, entrypoint, lineage or {}, workflow=name, code=code, budget=budget)
     journal.give = True  # a tool's result reaches the function with its secrets (kept beside the trace: vault.py)
     run = Run(journal, session or Session(journal, redact=redact), goal, run_id, [], S.INIT)
     run.move(S.PLAN)
@@ -482,10 +513,14 @@ def _raised(flow: Flow, e: BaseException) -> Outcome:
     if run.state == S.PAUSED:  # a pause beside real errors: PAUSED is on the file (and the last word), the errors
         raise e from None  # are the caller's
     try:
-        if verdict(e) or not isinstance(e, Exception | Interrupted):
+        if verdict(e) or not isinstance(e, Exception | Interrupted | BudgetExceeded):
             if e is not raised:
                 raise e from None  # the group it came in: its other members are in e's note, or dropped
             raise e
+        if isinstance(e, BudgetExceeded):  # budget hook: PAUSED before the call (runtime/budget.py)
+            if run.session.checking:
+                run.session.settled()
+            return over_budget(run, e)
         if isinstance(e, Interrupted):  # asked in PLAN, or by a tool in ACT
             if run.session.checking:
                 run.session.settled()

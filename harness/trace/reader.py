@@ -362,7 +362,8 @@ class Tail:
     fresh: int  # crossings since the last transition (a resume serves them again)
     # crossings[planned[0]:planned[1]]: those the planner made while planning the last intent (a resume asks it again)
     planned: tuple[int, int] = (0, 0)
-    # interrupt(): the transition into PAUSED that asked, while the run is PAUSED on it; whether it is answered;
+    # interrupt(): the transition into PAUSED that asked (or that paused on the run's budget, which needs no answer),
+    # while the run is PAUSED on it; whether it is answered;
     # the answers not yet delivered to agent code (served again on resume); the last crash record
     question: dict[str, Any] | None = None
     answered: bool = False
@@ -386,7 +387,15 @@ class Tail:
     @property
     def asking(self) -> dict[str, Any] | None:
         """The transition into PAUSED whose `question` (interrupt()) waits for its answer, else None."""
-        return self.question if self.question is not None and not self.answered else None
+        q = self.question
+        return q if q is not None and not self.answered and "question" in q else None
+
+    @property
+    def over_budget(self) -> dict[str, Any] | None:
+        """The transition into PAUSED on the run's budget (`reason` budget) the run is paused on, else None: it
+        waits for no answer (a resume goes back where it paused)."""
+        q = self.question
+        return q if q is not None and q.get("reason") == "budget" else None
 
     @property
     def reconciled(self) -> bool:
@@ -482,12 +491,21 @@ class Replay:
 
     @property
     def pending(self) -> dict[str, Any] | None:
-        """What a PAUSED run waits for: the question interrupt() asked, or the operation of uncertain outcome."""
+        """What a PAUSED run waits for: the question interrupt() asked, the operation of uncertain outcome, or a
+        larger budget (`reason` "budget", and `budget`: the limit, what was spent, the call it would have made)."""
         if self.state != S.PAUSED:
             return None
         tail = self.tail
         if tail.question is not None:
             q = tail.question
+            if "question" not in q:  # a pause on the run's budget
+                return {
+                    "seq": q["seq"],
+                    "step": q["step"],
+                    "state": q["from"],
+                    "reason": q["reason"],
+                    "budget": q["budget"],
+                }
             return {"seq": q["seq"], "step": q["step"], "state": q["from"], "question": q["question"]}
         paused = next((c for c in tail.group if c.state == S.PAUSED and c.reconcile is None), None)
         i = paused.intent if paused is not None else tail.intent
@@ -800,7 +818,7 @@ def _scan(
                         if src != S.PAUSED and lane is run_lane:  # PAUSED -> ACT repeats the intent planned before
                             planned = (crossed - fresh, crossed)  # (a call's plan is its spawn's)
                         lane.resumes = resumes
-                    elif dst == S.PAUSED and "question" not in rec:  # only from ACT: an operation of uncertain outcome
+                    elif dst == S.PAUSED and src == S.ACT and "question" not in rec:  # an operation in doubt
                         paused_on_operation(
                             path, n, seq, rec, intent, tools, before == "resume" or resumes > lane.resumes
                         )

@@ -427,6 +427,8 @@ class Redaction:
             low = data.lower() if data.isascii() else data.decode().lower().encode()
             if self.defaults and b'"extra' in low and _CONTAINER_KEY.search(low) is not None:
                 return False
+            if b'\\"' in low:  # JSON text inside a string: its keys end in \": there
+                low = low.replace(b'\\"', b'"')
             befores = low.split(b'":')
             del befores[-1]  # (what follows the last key)
             for n, tails in self._tails:
@@ -496,6 +498,10 @@ class Redaction:
 
     def _walk(self, value: Any) -> Any:
         if isinstance(value, str):
+            if value[:1] in ("{", "[") and self._keys:  # JSON text (an MCP tool's text content, a model's
+                inner = _json_text(value)  # arguments): its keys are keys, redacted as in any object
+                if inner is not None and (walked := self._walk(inner)) is not inner:
+                    return orjson.dumps(walked).decode()
             return self.text(value) if self._patterns else value
         if isinstance(value, dict):
             out = None
@@ -526,6 +532,15 @@ class Redaction:
 
 
 DROP: Any = object()  # at(): remove what the path reaches instead of replacing it
+
+
+def _json_text(s: str) -> Any:
+    """The object or array a str holds as JSON text, else None."""
+    try:
+        value = orjson.loads(s)
+    except orjson.JSONDecodeError:
+        return None
+    return value if isinstance(value, dict | list) else None
 
 
 def at(value: Any, path: Sequence[str | int], put: Any = DROP) -> Any:

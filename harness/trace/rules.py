@@ -63,11 +63,14 @@ _EDGE_FIELDS: dict[tuple[str, str], frozenset[str]] = {
     (S.VERIFY, S.FAILED): frozenset({"error"}),
     # a timeout's error, interrupt()'s question, or why a call in flight was not made again (harness.mcp)
     (S.ACT, S.PAUSED): frozenset({"error", "question", "reason"}),
-    (S.PLAN, S.PAUSED): frozenset({"question"}),
-    (S.VERIFY, S.PAUSED): frozenset({"question"}),
+    # interrupt()'s question, or a budget's pause (reason "budget", and what: the limit, what was spent, the call)
+    (S.PLAN, S.PAUSED): frozenset({"question", "reason", "budget"}),
+    (S.VERIFY, S.PAUSED): frozenset({"question", "reason", "budget"}),
 }
 _KIND_FIELDS: dict[str, frozenset[str]] = {
-    "header": frozenset({"schema", "run_id", "goal", "tools", "workflow", "redact", "parent", "branch", "env"}),
+    "header": frozenset(
+        {"schema", "run_id", "goal", "tools", "workflow", "redact", "parent", "branch", "budget", "env"}
+    ),
     "seal": frozenset({"state", "content_hash", "digests", "hmac", "set_aside"}),
     # main's own records: a clock once the run spawned, never another agent's name
     "resume": frozenset({"set_aside", "env", "vc"}),
@@ -93,7 +96,7 @@ _EDGE_REQUIRED = {
     (S.PLAN, S.ACT): 3, (S.PAUSED, S.ACT): 3,  # name, tool, args
     (S.ACT, S.VERIFY): 1,  # result (or the blobs holding it)
     (S.PLAN, S.FAILED): 1, (S.ACT, S.PLAN): 1, (S.ACT, S.FAILED): 1, (S.VERIFY, S.PLAN): 1, (S.VERIFY, S.FAILED): 1,
-    (S.PLAN, S.PAUSED): 1, (S.VERIFY, S.PAUSED): 1,  # error; question
+    (S.PLAN, S.PAUSED): 1, (S.VERIFY, S.PAUSED): 1,  # error; question (or reason and budget)
 }  # fmt: skip
 CHECKPOINT_KEYS = len(_LINE) + 1  # step
 CROSSING_KEYS = len(_LINE) + 4  # boundary, request, hash, response or error (inline)
@@ -217,6 +220,8 @@ def header(sc: Scan, rec: dict[str, Any], n: int, seq: int) -> None:
     found = header_problem(sc.path, rec)
     if found is not None:
         raise _fail(sc.path, n, found[0], found[1], seq)
+    if "budget" in rec and (why := budget_problem(rec["budget"])) is not None:
+        raise _fail(sc.path, n, "malformed", f"a header whose budget {why}", seq)
     sc.header, sc.tools, sc.header_pos = rec, dict(rec["tools"]), (sc.offset, sc.size, sc.prev)
     sc.fork = "branch" in rec
     sc.kind_fields, sc.edge_fields = FIELDS_FORK if sc.fork else FIELDS
@@ -269,7 +274,7 @@ def reconcile(sc: Scan, rec: dict[str, Any], n: int, seq: int) -> None:
 
 def answer(sc: Scan, rec: dict[str, Any], n: int, seq: int) -> None:
     fields_of(sc.path, n, seq, rec, sc.kind_fields["answer"])
-    if sc.state != S.PAUSED or sc.question is None or sc.answered:
+    if sc.state != S.PAUSED or sc.question is None or sc.answered or "question" not in sc.question:
         raise _fail(sc.path, n, "bad-answer", "an answer record with no question waiting for it", seq)
     if rec["op"] != sc.question["seq"] or "answer" not in rec:
         raise _fail(sc.path, n, "bad-answer", "the answer record does not name the question's seq", seq)
@@ -501,11 +506,12 @@ def left_pause(
 ) -> None:
     """PAUSED -> dst: after the answer to the question the run asked (`question`), or as the operator's reconcile
     record says (its result, when the operation happened, the one delivered)."""
-    if question is not None:
-        if not answered:
+    if question is not None:  # (a pause on its budget waits for no answer: a resume goes back where it paused)
+        if not answered and "question" in question:
             raise _fail(path, n, "bad-transition", "a run paused on a question moved on before it was answered", seq)
         if dst != question["from"]:
-            why = f"PAUSED -> {dst} after an answer, but the question was asked in {question['from']}"
+            said = "the question was asked" if "question" in question else "the run paused on its budget"
+            why = f"PAUSED -> {dst}, but {said} in {question['from']}"
             raise _fail(path, n, "bad-transition", why, seq)
         return
     if reconcile is None:
@@ -521,7 +527,21 @@ def left_pause(
 
 def pause_question(path: str, n: int, seq: int, rec: dict[str, Any]) -> dict[str, Any]:
     """PLAN or VERIFY -> PAUSED, or ACT -> PAUSED with a question: a pause on the question interrupt() asked,
-    without an error. Returns the question's record."""
+    without an error; or PLAN or VERIFY -> PAUSED on the run's budget (`reason` "budget" and `budget`, an object
+    with the `limit` and what was `spent`), which a resume leaves with no answer. Returns the pause's record."""
+    if rec["from"] != S.ACT and rec.get("reason") == "budget" and "question" not in rec:
+        said = rec.get("budget")
+        if (
+            not isinstance(said, dict)
+            or not isinstance(said.get("limit"), dict)
+            or not isinstance(said.get("spent"), dict)
+        ):
+            why = f"{rec['from']} -> PAUSED on its budget without the budget object (its limit, what was spent)"
+            raise _fail(path, n, "malformed", why, seq)
+        return rec
+    if "reason" in rec or "budget" in rec:
+        why = f'{rec["from"]} -> PAUSED with a reason other than "budget", or a budget beside a question'
+        raise _fail(path, n, "malformed", why, seq)
     if "question" not in rec:
         why = f"{rec['from']} -> PAUSED without the question that interrupt() asked"
         raise _fail(path, n, "malformed", why, seq)
@@ -680,6 +700,28 @@ def malformed_crossing(path: str, n: int, seq: int, rec: dict[str, Any], named: 
         return _fail(path, n, "malformed", "a crossing needs a str boundary, a request and a str hash", seq)
     why = 'a crossing needs either a response or an error object {"type": str, "message": str}'
     return _fail(path, n, "malformed", why, seq)
+
+
+def budget_problem(budget: Any) -> str | None:
+    """What is wrong with a header's `budget` (FORMAT.md), or None: limits (`usd` a number, `tokens` and
+    `model_calls` ints, each >= 0, one at least) and the `prices` the USD limit is counted at."""
+    if not isinstance(budget, dict) or not budget or not set(budget) <= {"usd", "tokens", "model_calls", "prices"}:
+        return "is not an object of usd, tokens, model_calls and prices"
+    for k in ("tokens", "model_calls"):
+        if k in budget and (type(budget[k]) is not int or budget[k] < 0):
+            return f"has {k} {budget[k]!r}, not an int >= 0"
+    if "usd" in budget and (type(budget["usd"]) not in (int, float) or not budget["usd"] >= 0):
+        return f"has usd {budget['usd']!r}, not a number >= 0"
+    if set(budget) == {"prices"} or ("usd" in budget and "prices" not in budget):
+        return "has no limit, or a usd limit without prices"
+    prices = budget.get("prices", {})
+    keys = {"input", "output", "cached_input"}
+    if not isinstance(prices, dict) or not all(
+        isinstance(p, dict) and set(p) == keys and all(type(v) in (int, float) and v >= 0 for v in p.values())
+        for p in prices.values()
+    ):
+        return "has prices that are not {model: {input, output, cached_input}} in USD per million tokens"
+    return None
 
 
 def error_ok(error: Any) -> bool:

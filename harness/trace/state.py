@@ -8,7 +8,9 @@ the three cannot drift apart.
 A run starts in INIT; DONE and FAILED are terminal; PAUSED is not: a run
 waits there for an operator to reconcile an operation of uncertain outcome,
 or for a human to answer the question agent code asked with `interrupt()`
-(then it goes back to the state it asked from: PLAN, ACT or VERIFY).
+(then it goes back to the state it asked from: PLAN, ACT or VERIFY), or for
+a larger budget (a live model call of its planner, verifier or workflow
+would have passed it: a resume goes back to PLAN or VERIFY).
 
 Most records make one move (a `transition` record: from -> to). A
 `checkpoint` record makes the moves in `CHECKPOINT_MOVES`, in one line: the
@@ -41,7 +43,7 @@ EDGES: dict[str, dict[str, str]] = {
         ACT: "step planned (intent: tool and args)",
         DONE: "planner says the goal is met, or the workflow returned",
         FAILED: "step limit reached (max_steps), a call of a parallel step failed for good, or the workflow raised",
-        PAUSED: "interrupt(): the planner or the workflow waits for an answer",
+        PAUSED: "interrupt(): the planner or the workflow waits for an answer; or a model call past its budget",
     },
     ACT: {
         VERIFY: "tool returned (result recorded)",
@@ -53,13 +55,13 @@ EDGES: dict[str, dict[str, str]] = {
         CHECKPOINT: "verifier vouched (checkpoint record)",
         PLAN: "rejected with attempts left, re-plan",
         FAILED: "rejected, no attempt left, or an unsafe tool's result (never re-invoked)",
-        PAUSED: "interrupt(): the verifier waits for an answer",
+        PAUSED: "interrupt(): the verifier waits for an answer; or a model call past its budget",
     },
     CHECKPOINT: {PLAN: "next step (the same checkpoint record)"},
     PAUSED: {
-        VERIFY: "reconciled as happened, or answered (verifier)",
+        VERIFY: "reconciled as happened, or answered (verifier), or resumed (budget)",
         ACT: "reconciled as not happened, or answered (tool)",
-        PLAN: "answered (planner)",
+        PLAN: "answered (planner), or resumed (budget)",
     },
     DONE: {},
     FAILED: {},

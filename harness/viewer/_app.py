@@ -68,7 +68,6 @@ from ..review.diff import marked_changes
 from ..review.normalize import RULES, Rules, behave, mapped, normalize_record
 from ..review.rerun import fork as harness_fork
 from ..review.runs import run_info
-from ..review.stream import FRAMEWORK_MODELS, http_view, reply
 from ..runtime.entry import load_agent, load_workflow
 from ..storage.blobs import read as read_blob
 from ..storage.files import read_beside
@@ -76,6 +75,7 @@ from ..trace.annotations import VERSION as ANNOTATIONS_VERSION
 from ..trace.annotations import annotations_path
 from ..trace.annotations import parse as parse_annotations
 from ..trace.reader import wall_clock
+from ..trace.stream import FRAMEWORK_MODELS, http_view, reply
 from ..trace.verify import verify
 from ._index import CLASSES, READ, Index, Indexes
 from ._listing import Listing
@@ -304,6 +304,10 @@ def _summary_of(v: Viewer, run: str) -> dict[str, Any]:
     how = _how(header)
     if pending is not None and verdict.settled:  # reconciled or answered already: what is left is to resume it
         resume = f"harness resume {shlex.quote(path)} {how}"
+    elif pending is not None and "budget" in pending:  # paused on its budget: a resume with a larger one goes on
+        resume = (
+            f"harness resume {shlex.quote(path)} {how} --budget-{pending['budget']['exceeded'].replace('_', '-')} N"
+        )
     elif pending is not None and "question" in pending:  # interrupt(): a human answers, no reconcile
         answer = f"harness resume {shlex.quote(path)} {how} --answer 'ANSWER_AS_JSON'"
     elif pending is not None:

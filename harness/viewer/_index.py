@@ -50,9 +50,9 @@ import orjson
 
 from .._errors import HarnessError, IndexChanged, TraceCorruption, TraceUnreadable
 from ..review.show import role as show_role
-from ..review.stream import FRAMEWORK_MODELS, reply, said
 from ..trace.line import MAX_LINE, line_ok
 from ..trace.reader import Replay, attempt_of, replay
+from ..trace.stream import FRAMEWORK_MODELS, reply, said
 
 _CHUNK = 1 << 20
 READ = 1 << 20  # bytes of lines read back at once (a longer line is read alone): a request's memory is its reply

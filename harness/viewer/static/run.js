@@ -130,6 +130,14 @@ function drawBanners(extra) {
       "question" in p ? " for an answer, and it was answered. " : " for an operator's word on an uncertain operation, and it was reconciled. ",
       "Resume the run to go on:",
       h("pre", { class: "command" }, s.resume)));
+  } else if (s.pending && "budget" in s.pending) {
+    const p = s.pending, b = p.budget, what = b.exceeded;
+    out.push(h("div", { class: "banner paused", id: "paused" },
+      h("strong", {}, "PAUSED on its budget: "), `step ${p.step} in ${p.state} at seq `,
+      h("a", { href: "#", onclick: (ev) => { ev.preventDefault(); openLine(p.seq); } }, String(p.seq)),
+      ` would have made a live ${b.call.boundary} call past its ${what} limit (${b.spent[what]} spent, the call `,
+      `${b.call[what]} more, limit ${b.limit[what]}); it was not made. Resume it with a larger budget to go on:`,
+      h("pre", { class: "command" }, s.resume)));
   } else if (s.pending && "question" in s.pending) {
     const p = s.pending;
     out.push(h("div", { class: "banner paused", id: "paused" },
@@ -352,7 +360,7 @@ function blobField(name, value, ref) {
   return h("section", { class: "field blob" }, h("h3", {}, name), where, h("pre", {}, typeof value === "string" ? value : pretty(value)));
 }
 
-// a model call's answer, streamed or not, as the server assembled it (harness.review.stream.reply): its text, the
+// a model call's answer, streamed or not, as the server assembled it (harness.trace.stream.reply): its text, the
 // tools it called and why it stopped, above the raw request and response
 function replyField(rep) {
   const m = rep.message || {};
