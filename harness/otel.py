@@ -22,8 +22,8 @@ endpoint down, refusing, too slow) is dropped and counted, and said once
 (logging, `harness.otel`; on stderr unless logging is configured). Spans
 go out in requests of at most `BATCH`, a span waiting at most `LINGER`
 seconds for others; they are flushed when a run's writer closes and at exit
-(for at most `EXIT_WAIT` seconds). `flush()` waits for what is queued and says what was
-sent and dropped.
+(for at most `EXIT_WAIT` seconds). `flush()` waits for what is queued and
+says what was sent and dropped.
 """
 
 from __future__ import annotations
