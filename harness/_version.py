@@ -4,4 +4,4 @@ A constant rather than the installed metadata: looking that up costs every proce
 of CPU (importlib.metadata scans every distribution on sys.path), and the version is in each trace's header.
 """
 
-VERSION = "0.3.0"
+VERSION = "0.4.0"

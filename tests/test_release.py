@@ -101,5 +101,5 @@ def test_the_sdist_and_wheel_build_pass_twine_check_and_the_wheel_installs_and_r
 
 
 def test_the_changelog_describes_the_version_pyproject_gives() -> None:
-    assert VERSION == "0.3.0"  # (harness/_version.py; the wheel above carries it as its metadata)
+    assert VERSION == "0.4.0"  # (harness/_version.py; the wheel above carries it as its metadata)
     assert (ROOT / "CHANGELOG.md").read_text().split("\n## ", 2)[1].startswith(f"{VERSION} ")
