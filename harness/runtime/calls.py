@@ -334,8 +334,7 @@ def _done(flow: Flow, spec: ToolSpec, raw: Any) -> Any:
     trace gives it back (a JSON round trip; its secrets kept beside the trace), which is what a resumed run is
     served."""
     run = flow.run
-    awaitable = f"tool {spec.name!r} returned an awaitable: call it with `await harness.acall(...)`"
-    step.record(run, raw, lambda: HarnessError(awaitable))
+    step.record(run, raw, _returned_awaitable)
     run.checkpoint()
     return run.result
 
@@ -351,3 +350,8 @@ def _raised(flow: Flow, e: BaseException) -> None:
 def _failed(flow: Flow, error: dict[str, Any]) -> None:
     """The call raised: the step's failed attempt (ACT -> PLAN with its error); the caller raises it."""
     step.failed(flow.run, error)
+
+
+def _returned_awaitable(tool: str) -> HarnessError:
+    """A tool's awaitable that harness.call got (step.record)."""
+    return HarnessError(f"tool {tool!r} returned an awaitable: call it with `await harness.acall(...)`")

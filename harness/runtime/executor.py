@@ -430,7 +430,7 @@ class Executor:
                         continue
                     run.shown = raw  # the tool's own value, for the verifier; the checkpoint keeps a JSON copy
                     # synced with the next call's intent or the run's end
-                    step.record(run, raw, lambda: unawaited(f"tool {run.intent['tool']!r}"))
+                    step.record(run, raw, _unawaited_tool)
                 elif run.state == S.VERIFY:
                     why = self._verify(run)
                     run.check_session()
@@ -649,3 +649,8 @@ def start(ex: Executor, journal: Journal, goal: Any, run_id: str, *, session: Se
 def go_on(ex: Executor, journal: Journal, session: Session, rep: Replay) -> Outcome:
     """Drive ex's run that rep read on from where it stands: a fork past its seam, on its rewriting journal."""
     return ex._go_on(journal, session, rep)
+
+
+def _unawaited_tool(tool: str) -> HarnessError:
+    """A tool's awaitable that run() got (step.record)."""
+    return unawaited(f"tool {tool!r}")

@@ -101,17 +101,17 @@ def durable(run: Run, synced: bool) -> None:
         run.journal.sync()
 
 
-def record(run: Run, raw: Any, awaitable: Callable[[], HarnessError]) -> Any:
+def record(run: Run, raw: Any, awaitable: Callable[[str], HarnessError]) -> Any:
     """The call returned raw: ACT -> VERIFY with it (checked, redacted as written); the trace's own copy of it,
     which the checkpoint names. Not JSON: nothing written, the step stays open (a resume decides by its contract);
-    an awaitable: `awaitable()`, the error of the door that called it without awaiting."""
+    an awaitable: `awaitable(tool)`, the error of the door that called it without awaiting."""
     try:
         run.result = run.move(S.VERIFY, check=("result",), result=raw)["result"]
     except NotSerializable as e:
         if inspect.isawaitable(raw):
             if inspect.iscoroutine(raw):
                 raw.close()  # no "never awaited" warning on top of this error
-            raise awaitable() from None
+            raise awaitable(run.intent["tool"]) from None
         raise NotSerializable(e.field, e.where, e.problem, tool=run.intent["tool"], step=run.step) from None
     return run.result
 

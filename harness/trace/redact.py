@@ -427,8 +427,8 @@ class Redaction:
             low = data.lower() if data.isascii() else data.decode().lower().encode()
             if self.defaults and b'"extra' in low and _CONTAINER_KEY.search(low) is not None:
                 return False
-            if b'\\"' in low:  # JSON text inside a string: its keys end in \": there
-                low = low.replace(b'\\"', b'"')
+            if 92 in low:  # a backslash (memchr: a two-byte search costs more): JSON text inside a string?
+                low = low.replace(b'\\"', b'"')  # its keys end in \": there
             befores = low.split(b'":')
             del befores[-1]  # (what follows the last key)
             for n, tails in self._tails:
