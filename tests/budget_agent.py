@@ -52,3 +52,20 @@ def planner(goal: int, progress: list[Any]) -> harness.Step | None:
 
 def note(answer: int) -> int:
     return answer
+
+
+def canned(request: Any) -> dict[str, Any]:
+    """A model that answers at once: 3 input and 2 output tokens."""
+    return {
+        "model": MODEL,
+        "choices": [{"message": {"content": "ok"}}],
+        "usage": {"prompt_tokens": 3, "completion_tokens": 2},
+    }
+
+
+@harness.workflow
+def chat(n: int) -> int:
+    """n model calls of harness.llm, each asking for at most 10 tokens."""
+    for i in range(n):
+        harness.llm({"model": MODEL, "messages": [f"q{i}"], "max_tokens": 10}, canned)
+    return n

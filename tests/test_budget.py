@@ -120,6 +120,22 @@ def test_a_resume_given_no_budget_keeps_to_the_one_the_run_started_with(
     capsys.readouterr()
 
 
+def test_a_rerun_fork_and_check_of_a_run_with_a_budget_carry_its_budget(tmp_path: Path) -> None:
+    """A rerun's and a fork's header copy their parent's budget (as its redaction rules): a rerun is equal, a
+    fork goes on, `harness check` finds no drift."""
+    trace = tmp_path / "run.jsonl"
+    out = budget_agent.chat.run(3, trace=trace, budget=harness.Budget(tokens=100))
+    assert out.state == "DONE" and harness.replay(trace).header["budget"] == {"tokens": 100}
+    again = harness.rerun(trace, workflow=budget_agent.chat, out=tmp_path / "again.jsonl")
+    assert again.equal and harness.replay(tmp_path / "again.jsonl").header["budget"] == {"tokens": 100}
+    first = harness.replay(trace).crossings[0].seq
+    other = {"model": "m", "choices": [{"message": {"content": "other"}}]}
+    forked = harness.fork(trace, at=first, value=other, workflow=budget_agent.chat, out=tmp_path / "fork.jsonl")
+    assert forked.state == "DONE" and harness.replay(tmp_path / "fork.jsonl").header["budget"] == {"tokens": 100}
+    (checked,) = harness.check([trace], workflow=budget_agent.chat)
+    assert checked.status == "ok", checked
+
+
 def test_without_a_budget_the_same_loop_calls_on(tmp_path: Path, server: BilledServer) -> None:
     """The test above can fail: the same crash loop resumed without a budget calls the model every time."""
     trace, seen = tmp_path / "run.jsonl", tmp_path / "seen"

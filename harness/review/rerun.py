@@ -1021,7 +1021,8 @@ def _execute(
     recorded = rec.rep.header.get("redact")
     rules = Redaction.from_header(recorded, rec.path).plus(redact)
     run_id = run_id or uuid.uuid4().hex
-    lineage: dict[str, Any] = {"parent": rec.rep.run_id, "redact": recorded}  # as the parent: more rules are ours
+    # as the parent: its redaction rules (more rules are ours) and its budget (recorded, for the run's resumes)
+    lineage: dict[str, Any] = {"parent": rec.rep.run_id, "redact": recorded, "budget": rec.rep.header.get("budget")}
     if branch is not None:
         lineage["branch"] = branch
     writer: _Rewriting

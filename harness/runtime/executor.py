@@ -238,11 +238,12 @@ class Executor:
         *,
         session: Session | None = None,
         budget: Budget | None = None,
+        limit: dict[str, Any] | None = None,
         **lineage: Any,
     ) -> Outcome:
         code = code_of((self.planner,))
         journal.give = True  # the planner's progress holds each result as the tool returned it (see _go_on)
-        limit = budget.to_json() if budget is not None else None
+        limit = budget.to_json() if budget is not None else limit  # (limit: a rerun's or fork's, its parent's)
         write_header(
             journal, run_id, goal, self.contracts, self.redact, self.entrypoint, lineage, code=code, budget=limit
         )
@@ -643,7 +644,7 @@ class Executor:
 
 def start(ex: Executor, journal: Journal, goal: Any, run_id: str, *, session: Session, **lineage: Any) -> Outcome:
     """Start ex's run of goal in journal (empty) with session: a rerun's or fork's run, on its rewriting journal."""
-    return ex._start(journal, goal, run_id, session=session, **lineage)
+    return ex._start(journal, goal, run_id, session=session, limit=lineage.pop("budget", None), **lineage)
 
 
 def go_on(ex: Executor, journal: Journal, session: Session, rep: Replay) -> Outcome:

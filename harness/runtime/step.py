@@ -291,9 +291,10 @@ def write_header(
     if workflow is not None:  # a workflow's name; its calls carry their contracts (tools is {})
         header["workflow"] = workflow
     header["redact"] = redact.header()  # the user's rules (not secrets): what a rerun reads back
-    header.update(lineage)
+    header.update((k, v) for k, v in lineage.items() if k != "budget")
     if header["redact"] is None:
         del header["redact"]
+    budget = budget if budget is not None else lineage.get("budget")  # (a rerun's or fork's: its parent's)
     if budget is not None:
         header["budget"] = budget
     header["env"] = environment(entrypoint)
