@@ -677,3 +677,21 @@ def test_a_default_name_can_be_left_out() -> None:
     again = Redaction.from_header(mine.header(), "t.jsonl")  # what a rerun reads back from the header
     got = again({"token": "t", "api_key": "k", "q": "https://h/x?sig=1"})
     assert got == {"token": "t", "api_key": MARKER, "q": f"https://h/x?sig={MARKER}"}
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"access_token" : "tok-7777"}',  # JSON text spaced before its colons (legal JSON)
+        orjson.dumps({"body": orjson.dumps({"access_token": "tok-7777"}).decode()}).decode(),  # JSON in JSON text
+        '{"access_token"\n: "tok-7777"}',
+        '{"extra_headers": {"X-Gateway": "tok-7777"}}',  # a container's values, whatever their keys
+    ],
+)
+def test_the_search_never_clears_json_text_the_walk_redacts(text: str) -> None:
+    """The JSON text a string holds is walked as JSON (its keys redacted); the search that clears a value without
+    walking it must find those keys too, however the text spells its keys' ends."""
+    value = {"content": [{"type": "text", "text": text}]}
+    assert DEFAULT._apply(value, walk=True) != value  # the walk redacts it ...
+    assert not DEFAULT.clean_json(orjson.dumps(value))  # ... so the search may not clear it
+    assert "tok-7777" not in orjson.dumps(DEFAULT(value)).decode()

@@ -665,3 +665,24 @@ def test_a_secret_inside_json_text_is_redacted_and_a_resume_is_served_it_back(tm
     out = flow.run(trace=trace, resume=True, answer="yes")
     assert out.state == "DONE" and out.result == text and calls == [1]  # served, as the tool returned it
     assert token not in trace.read_text()
+
+
+@pytest.mark.parametrize("spelling", ["nested", "spaced"])
+def test_a_secret_in_json_text_is_redacted_however_the_text_spells_its_keys(tmp_path: Path, spelling: str) -> None:
+    """JSON text inside JSON text (a tool's body wrapped in its text content), or spaced before its colons, is
+    redacted too: the journal's search that lets a clean record skip the walk finds those keys as the walk does."""
+    token = "tok-" + "7" * 24
+    inner = json.dumps({"access_token": token})
+    text = json.dumps({"status": 200, "body": inner}) if spelling == "nested" else inner.replace('":', '" :')
+
+    def login() -> dict[str, Any]:
+        return {"content": [{"type": "text", "text": text}], "isError": False}
+
+    @harness.workflow
+    def flow() -> str:
+        return str(harness.call(login)["content"][0]["text"])
+
+    trace = tmp_path / "run.jsonl"
+    out = flow.run(trace=trace)
+    assert out.state == "DONE" and out.result == text  # the caller's value as the tool returned it
+    assert token not in trace.read_text()
