@@ -362,3 +362,26 @@ def test_the_reader_takes_a_budget_pause_only_as_the_format_says(tmp_path: Path)
     ]:
         e = forged(tmp_path, [dict(header, budget=bad), *records[1:]])
         assert e.reason == "malformed" and "a header whose budget" in e.detail, (bad, e)
+
+
+def test_a_workflow_started_over_a_torn_header_records_its_budget(tmp_path: Path) -> None:
+    """A resume that finds a torn header starts the run anew in the emptied file: its header records the budget
+    given, as a new run's does, so a later resume given none (`harness recover`) keeps to it."""
+    billed = []
+
+    def model(request: Any) -> dict[str, Any]:
+        billed.append(1)
+        return {"model": "m", "usage": {"prompt_tokens": 3, "completion_tokens": 2}}
+
+    @harness.workflow
+    def twice() -> int:
+        harness.llm({"model": "m", "messages": ["a"]}, model)
+        harness.llm({"model": "m", "messages": ["b"]}, model)
+        return 2
+
+    trace = tmp_path / "run.jsonl"
+    trace.write_bytes(b'{"seq":1,"kind":"header","schema":2,"run_')  # its writer died creating it
+    out = twice.run(trace=trace, resume=True, budget=harness.Budget(model_calls=1))
+    assert out.state == "PAUSED" and billed == [1]
+    assert harness.replay(trace).header.get("budget") == {"model_calls": 1}
+    assert twice.run(trace=trace, resume=True).state == "PAUSED" and billed == [1]  # given none: the recorded one

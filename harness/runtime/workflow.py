@@ -326,7 +326,10 @@ class _Opened:
             rep, recorded = Recorded.read(path)
         except TraceCorruption as e:
             start_over(journal, e, answer)  # a torn header: never started, a new run in the emptied file
-            self.flow = start(journal, w.name, self.goal, uuid.uuid4().hex, redact=self.redact, fsync=journal.fsync)
+            limit = self.options.budget.to_json() if self.options.budget is not None else None  # as a new run's
+            self.flow = start(
+                journal, w.name, self.goal, uuid.uuid4().hex, redact=self.redact, fsync=journal.fsync, budget=limit
+            )
             return
         self.recorded = Budget.recorded(rep.header)
         if rep.workflow is None or not same_workflow(rep.workflow, w.name):
