@@ -385,3 +385,38 @@ def test_a_workflow_started_over_a_torn_header_records_its_budget(tmp_path: Path
     assert out.state == "PAUSED" and billed == [1]
     assert harness.replay(trace).header.get("budget") == {"model_calls": 1}
     assert twice.run(trace=trace, resume=True).state == "PAUSED" and billed == [1]  # given none: the recorded one
+
+
+def test_a_run_paused_on_its_budget_reruns_equal_and_checks_ok(tmp_path: Path) -> None:
+    """A rerun (and `harness check`) of a run that paused on its budget pauses where it did, as one paused on a
+    question does: the model call it paused before is not made (a live call in a re-execution was a
+    ReplayViolation; check said drift)."""
+    from harness.testing import counter, fixed_plan, steps
+
+    def model(request: Any) -> dict[str, Any]:
+        return {"model": "m", "usage": {"prompt_tokens": 3, "completion_tokens": 2}}
+
+    @harness.workflow
+    def twice() -> int:
+        harness.llm({"model": "m", "messages": ["a"]}, model)
+        harness.llm({"model": "m", "messages": ["b"]}, model)
+        return 2
+
+    trace = tmp_path / "flow.jsonl"
+    assert twice.run(trace=trace, budget=harness.Budget(model_calls=1)).state == "PAUSED"
+    again = harness.rerun(trace, workflow=twice, out=tmp_path / "flow-again.jsonl")
+    assert again.equal and harness.replay(tmp_path / "flow-again.jsonl").pending == harness.replay(trace).pending
+    (checked,) = harness.check([trace], workflow=twice)
+    assert checked.status == "ok", checked
+
+    def verifier(step: harness.Step, result: Any) -> bool:
+        harness.llm({"model": "judge", "messages": [step.name]}, model)
+        return True
+
+    tools = {"work": counter()}
+    trace = tmp_path / "executor.jsonl"
+    ex = harness.Executor(planner=fixed_plan(steps(2)), tools=tools, verifier=verifier, trace=trace)
+    assert ex.run("g", budget=harness.Budget(model_calls=1)).state == "PAUSED"
+    again = harness.rerun(trace, planner=fixed_plan(steps(2)), tools=tools, verifier=verifier,
+                          out=tmp_path / "executor-again.jsonl")  # fmt: skip
+    assert again.equal, again

@@ -69,6 +69,7 @@ from typing import Any, cast
 import orjson
 
 from .._errors import (
+    BudgetExceeded,
     Control,
     HarnessError,
     Interrupted,
@@ -839,6 +840,8 @@ class _Replaying(Session):
             return
         if "question" in rec:
             raise Interrupted(rec["question"])
+        if rec.get("reason") == "budget":  # before a live model call past the run's budget: not made, as then
+            raise BudgetExceeded(rec["budget"])
         error = rec.get("error")
         if isinstance(error, dict) and error.get("type") == "ToolTimeout":
             raise ToolTimeout(self.journal.parent[rec["seq"] - 2].get("tool", "?"), float(error.get("timeout", 0)))
