@@ -301,18 +301,22 @@ def test_the_viewer_and_recover_say_it_waits_for_a_larger_budget(tmp_path: Path,
     assert files(runs) == before and server.billed == 1
 
 
+def answered(request: Any) -> dict[str, Any]:
+    """A model's reply, with its usage."""
+    return {"model": "m", "usage": {"prompt_tokens": 3, "completion_tokens": 2}}
+
+
+@harness.workflow
+def twice() -> int:
+    """Two model calls: a budget of one pauses it before the second."""
+    harness.llm({"model": "m", "messages": ["a"]}, answered)
+    harness.llm({"model": "m", "messages": ["b"]}, answered)
+    return 2
+
+
 def paused_records(tmp_path: Path) -> list[dict[str, Any]]:
     """A run paused on its budget, then resumed with a larger one to its end: its records."""
     from harness.testing import read_records
-
-    def model(request: Any) -> dict[str, Any]:
-        return {"model": "m", "usage": {"prompt_tokens": 3, "completion_tokens": 2}}
-
-    @harness.workflow
-    def twice() -> int:
-        harness.llm({"model": "m", "messages": ["a"]}, model)
-        harness.llm({"model": "m", "messages": ["b"]}, model)
-        return 2
 
     trace = tmp_path / "paused.jsonl"
     assert twice.run(trace=trace, budget=harness.Budget(model_calls=1)).state == "PAUSED"
@@ -367,24 +371,14 @@ def test_the_reader_takes_a_budget_pause_only_as_the_format_says(tmp_path: Path)
 def test_a_workflow_started_over_a_torn_header_records_its_budget(tmp_path: Path) -> None:
     """A resume that finds a torn header starts the run anew in the emptied file: its header records the budget
     given, as a new run's does, so a later resume given none (`harness recover`) keeps to it."""
-    billed = []
-
-    def model(request: Any) -> dict[str, Any]:
-        billed.append(1)
-        return {"model": "m", "usage": {"prompt_tokens": 3, "completion_tokens": 2}}
-
-    @harness.workflow
-    def twice() -> int:
-        harness.llm({"model": "m", "messages": ["a"]}, model)
-        harness.llm({"model": "m", "messages": ["b"]}, model)
-        return 2
-
     trace = tmp_path / "run.jsonl"
     trace.write_bytes(b'{"seq":1,"kind":"header","schema":2,"run_')  # its writer died creating it
     out = twice.run(trace=trace, resume=True, budget=harness.Budget(model_calls=1))
-    assert out.state == "PAUSED" and billed == [1]
+    assert out.state == "PAUSED" and len(harness.replay(trace).crossings) == 1
     assert harness.replay(trace).header.get("budget") == {"model_calls": 1}
-    assert twice.run(trace=trace, resume=True).state == "PAUSED" and billed == [1]  # given none: the recorded one
+    before = trace.read_bytes()
+    assert twice.run(trace=trace, resume=True).state == "PAUSED"  # given none: the recorded one, nothing written
+    assert trace.read_bytes() == before
 
 
 def test_a_run_paused_on_its_budget_reruns_equal_and_checks_ok(tmp_path: Path) -> None:
@@ -392,15 +386,6 @@ def test_a_run_paused_on_its_budget_reruns_equal_and_checks_ok(tmp_path: Path) -
     question does: the model call it paused before is not made (a live call in a re-execution was a
     ReplayViolation; check said drift)."""
     from harness.testing import counter, fixed_plan, steps
-
-    def model(request: Any) -> dict[str, Any]:
-        return {"model": "m", "usage": {"prompt_tokens": 3, "completion_tokens": 2}}
-
-    @harness.workflow
-    def twice() -> int:
-        harness.llm({"model": "m", "messages": ["a"]}, model)
-        harness.llm({"model": "m", "messages": ["b"]}, model)
-        return 2
 
     trace = tmp_path / "flow.jsonl"
     assert twice.run(trace=trace, budget=harness.Budget(model_calls=1)).state == "PAUSED"
@@ -410,7 +395,7 @@ def test_a_run_paused_on_its_budget_reruns_equal_and_checks_ok(tmp_path: Path) -
     assert checked.status == "ok", checked
 
     def verifier(step: harness.Step, result: Any) -> bool:
-        harness.llm({"model": "judge", "messages": [step.name]}, model)
+        harness.llm({"model": "judge", "messages": [step.name]}, answered)
         return True
 
     tools = {"work": counter()}
