@@ -686,11 +686,12 @@ def test_a_default_name_can_be_left_out() -> None:
         orjson.dumps({"body": orjson.dumps({"access_token": "tok-7777"}).decode()}).decode(),  # JSON in JSON text
         '{"access_token"\n: "tok-7777"}',
         '{"extra_headers": {"X-Gateway": "tok-7777"}}',  # a container's values, whatever their keys
+        '{"access_token": "tok-7777", "score": NaN}',  # as Python's json.dumps writes a float nan
     ],
 )
-def test_the_search_never_clears_json_text_the_walk_redacts(text: str) -> None:
-    """The JSON text a string holds is walked as JSON (its keys redacted); the search that clears a value without
-    walking it must find those keys too, however the text spells its keys' ends."""
+def test_json_text_in_a_string_is_redacted_however_it_is_spelled(text: str) -> None:
+    """The JSON text a string holds is walked as JSON (its keys redacted), as Python's json module writes it too;
+    the search that clears a value without walking it finds those keys, however the text spells their ends."""
     value = {"content": [{"type": "text", "text": text}]}
     assert DEFAULT._apply(value, walk=True) != value  # the walk redacts it ...
     assert not DEFAULT.clean_json(orjson.dumps(value))  # ... so the search may not clear it

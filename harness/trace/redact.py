@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import json
 import os
 import re
 from collections.abc import Iterable, Sequence
@@ -542,7 +543,10 @@ def _json_text(s: str) -> Any:
     try:
         value = orjson.loads(s)
     except orjson.JSONDecodeError:
-        return None
+        try:  # Python's json.dumps writes NaN and Infinity (a float it holds), which orjson does not read
+            value = json.loads(s)
+        except (ValueError, RecursionError):
+            return None
     return value if isinstance(value, dict | list) else None
 
 
