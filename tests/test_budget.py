@@ -405,3 +405,17 @@ def test_a_run_paused_on_its_budget_reruns_equal_and_checks_ok(tmp_path: Path) -
     again = harness.rerun(trace, planner=fixed_plan(steps(2)), tools=tools, verifier=verifier,
                           out=tmp_path / "executor-again.jsonl")  # fmt: skip
     assert again.equal, again
+
+
+def test_reconcile_refuses_a_run_paused_on_its_budget_and_writes_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A run paused on its budget has no operation in doubt: `harness reconcile` says what it waits for (a larger
+    budget), with no traceback, and writes nothing."""
+    trace = tmp_path / "paused.jsonl"
+    assert twice.run(trace=trace, budget=harness.Budget(model_calls=1)).state == "PAUSED"
+    before = files(tmp_path)
+    with pytest.raises(harness.HarnessError, match="budget"):
+        harness.reconcile(trace, happened=False)
+    assert main(["reconcile", str(trace), "--not-happened"]) != 0
+    assert "budget" in capsys.readouterr().err and files(tmp_path) == before

@@ -57,6 +57,13 @@ def reconcile(
         if is_url(path) and not journal.size():
             raise TraceUnreadable(path, "no such trace on the store; nothing was written")
         rep = replay(path)
+        paused = rep.tail.over_budget
+        if paused is not None:  # (a pause with no question: it waits for a larger budget)
+            raise HarnessError(
+                f"{path}: the run paused on its budget ({paused['budget'].get('exceeded')}), not on an operation "
+                "of uncertain outcome: resume it with a larger one (`harness resume TRACE ... --budget-...`); "
+                "nothing was written"
+            )
         if rep.tail.question is not None:
             raise HarnessError(
                 f"{path}: the run waits for an answer to {rep.tail.question['question']!r:.200}, not for a reconcile; "
