@@ -419,3 +419,23 @@ def test_reconcile_refuses_a_run_paused_on_its_budget_and_writes_nothing(
         harness.reconcile(trace, happened=False)
     assert main(["reconcile", str(trace), "--not-happened"]) != 0
     assert "budget" in capsys.readouterr().err and files(tmp_path) == before
+
+
+@harness.workflow
+def then_asks() -> str:
+    """Two model calls, then a question."""
+    harness.llm({"model": "m", "messages": ["a"]}, answered)
+    harness.llm({"model": "m", "messages": ["b"]}, answered)
+    return str(harness.interrupt("go on?"))
+
+
+def test_a_workflow_resumed_past_its_budget_pause_asks_its_question(tmp_path: Path) -> None:
+    """A resume of a workflow paused on its budget in PLAN goes back there with no question waiting: the function's
+    first interrupt() after it is a new question (the run ended FAILED with KeyError 'question': the resume took
+    the budget pause for a question asked in PLAN, to be asked again)."""
+    trace = tmp_path / "paused.jsonl"
+    assert then_asks.run(trace=trace, budget=harness.Budget(model_calls=1)).state == "PAUSED"
+    out = then_asks.run(trace=trace, resume=True, budget=harness.Budget(model_calls=2))
+    assert out.state == "PAUSED" and out.pending is not None and out.pending["question"] == "go on?", out
+    out = then_asks.run(trace=trace, resume=True, answer="yes")
+    assert out.state == "DONE" and out.result == "yes"

@@ -356,7 +356,8 @@ class _Opened:
         no_marker_owed(rep, owed, self.redact.marker, "the re-executed function is given again")
         for i, live in zip(delivered, owed, strict=False):  # an answer given again is served in its record's place
             recorded.crossings[i] = replace(recorded.crossings[i], response=live)
-        question = rep.tail.question if rep.state == S.PAUSED else None  # asked in PLAN: the function asks it again
+        # asked in PLAN: the function asks it again (a pause on the budget asked nothing: its call is made again)
+        question = rep.tail.question if rep.state == S.PAUSED and rep.tail.over_budget is None else None
         again = question if question is not None and question["from"] == S.PLAN else None
         session = Resumed(journal, recorded, redact=self.redact, asked=again)
         self.flow = go_on(
