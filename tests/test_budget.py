@@ -196,7 +196,7 @@ def test_an_executor_pauses_in_its_planner_and_takes_no_answer(tmp_path: Path, s
     out = executor().run(4, budget=harness.Budget(model_calls=2))
     assert out.state == "PAUSED" and len(out.checkpoints) == 2 and server.billed == 2
     before = trace.read_bytes()
-    with pytest.raises(harness.HarnessError, match="waits for none"):
+    with pytest.raises(harness.HarnessError, match=r"waits for none \(it paused on its budget"):
         executor().run(4, answer="go on", budget=harness.Budget(model_calls=9))
     assert trace.read_bytes() == before and server.billed == 2
     out = executor().run(4, budget=harness.Budget(model_calls=3))  # the planner's 3rd call; its 4th is not made

@@ -208,6 +208,8 @@ def waits(rep: Replay, answer: Any) -> bool:
 def refuse_answer(rep: Replay) -> HarnessError:
     """The refusal of an answer given to a run that waits for none."""
     why = "it is already answered" if rep.tail.question is not None else f"its state is {rep.state}"
+    if on_budget(rep):  # (its pause is the tail's question, with no question in it)
+        why = "it paused on its budget: give it a larger one"
     return HarnessError(
         f"{rep.path}: an answer was given, but the run waits for none ({why}); nothing was written. "
         "Resume without an answer."
