@@ -695,3 +695,13 @@ def test_json_text_in_a_string_is_redacted_however_it_is_spelled(text: str) -> N
     assert DEFAULT._apply(value, walk=True) != value  # the walk redacts it ...
     assert not DEFAULT.clean_json(orjson.dumps(value))  # ... so the search may not clear it
     assert "tok-7777" not in orjson.dumps(DEFAULT(value)).decode()
+
+
+def test_a_trace_of_0_3_or_before_is_redacted_as_then() -> None:
+    """Redaction.as_of: JSON text inside strings is read only for traces of 0.4.0 and after (a resume, rerun or
+    check compares and continues a 0.3.x trace with the redaction that wrote it; tests/test_compat_030.py)."""
+    text = {"content": '{"query": "x", "api_key": "k-0"}'}
+    for written, reads in [("0.3.0", False), ("0.2.1", False), ("0.4.0", True), ("1.0.0", True), (None, True)]:
+        redaction = Redaction().as_of({"env": {"harness": written}} if written else {})
+        assert redaction.json_text is reads, written
+        assert (redaction(text) != text) is reads, written

@@ -1022,7 +1022,7 @@ def _execute(
     redact: Redaction | Iterable[Rule] | None = None,
 ) -> Rerun:
     recorded = rec.rep.header.get("redact")
-    rules = Redaction.from_header(recorded, rec.path).plus(redact)
+    rules = Redaction.from_header(recorded, rec.path).plus(redact).as_of(rec.rep.header)  # (a 0.3.x trace's: as then)
     run_id = run_id or uuid.uuid4().hex
     # as the parent: its redaction rules (more rules are ours) and its budget (recorded, for the run's resumes)
     lineage: dict[str, Any] = {"parent": rec.rep.run_id, "redact": recorded, "budget": rec.rep.header.get("budget")}

@@ -332,6 +332,8 @@ class _Opened:
             )
             return
         self.recorded = Budget.recorded(rep.header)
+        self.redact = self.redact.as_of(rep.header)  # a trace of 0.3.x: compared and written redacted as then
+        journal.redacting(self.redact)
         if rep.workflow is None or not same_workflow(rep.workflow, w.name):
             raise ResumeMismatch(path, "workflow", rep.workflow, w.name)
         if canonical(rep.goal) != canonical(self.redact(self.goal)):

@@ -99,9 +99,7 @@ class Journal:
         blob_threshold: int = _blobs.THRESHOLD,
     ):
         self.path, self.fd, self.fsync, self.created = path, fd, fsync, created
-        self.redact = redact  # what the user fields of each record go through (None: nothing is redacted)
-        self._clean = redact.clean_json if redact is not None else None  # (the hot path's own references)
-        self._walk = redact is not None and redact.paths  # JSON paths apply whatever a search finds
+        self.redacting(redact)
         # where a served value's secrets are kept, encrypted, before its record is written (vault.py)
         self.keeper: Keeper | None = Keeper(path) if redact is not None else None
         # whether a served field's redacted secrets go back to the caller (a workflow's function, an Executor's
@@ -129,6 +127,12 @@ class Journal:
         self._stamp: Callable[[dict[str, int] | None], tuple[str, dict[str, int]]] | None = None
         self._tick: Callable[[dict[str, int]], None] | None = None
         self.watcher = _watch(path) if _watch is not None else None
+
+    def redacting(self, redact: Redaction | None) -> None:
+        """Redact the user fields of each record written from now on with `redact` (None: nothing is redacted)."""
+        self.redact = redact
+        self._clean = redact.clean_json if redact is not None else None  # (the hot path's own references)
+        self._walk = redact is not None and redact.paths  # JSON paths apply whatever a search finds
 
     def share(
         self,

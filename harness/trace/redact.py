@@ -39,7 +39,7 @@ import json
 import os
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Union
 
 import orjson
@@ -254,6 +254,9 @@ class Redaction:
     rules: tuple[Rule, ...] = ()
     defaults: bool = True
     marker: str = MARKER
+    # JSON text inside a string is read as JSON (0.4.0); off for a trace written before, whose records a resume,
+    # rerun or check must redact as they were written (as_of)
+    json_text: bool = field(default=True, repr=False)
     _keys: frozenset[str] = field(init=False, repr=False, compare=False)
     _paths: tuple[tuple[str | int, ...], ...] = field(init=False, repr=False, compare=False)
     _patterns: tuple[re.Pattern[str], ...] = field(init=False, repr=False, compare=False)
@@ -297,6 +300,15 @@ class Redaction:
         # (a default pattern given as a rule with defaults=False is searched on its own)
         object.__setattr__(self, "_extra", tuple(p for p in patterns if p not in DEFAULT_PATTERNS or not self.defaults))
         object.__setattr__(self, "_fast", _fast(keys, patterns))
+
+    def as_of(self, header: Any) -> Redaction:
+        """These rules as the harness that wrote a trace (its header's `env.harness`) applied them: without the
+        reading of JSON text inside strings for a trace of 0.3.x or before (its requests were matched so)."""
+        written = ((header or {}).get("env") or {}).get("harness")
+        found = re.match(r"(\d+)\.(\d+)\.", written) if isinstance(written, str) else None
+        if found is None or (int(found[1]), int(found[2])) >= (0, 4) or not self.json_text:
+            return self
+        return replace(self, json_text=False)
 
     @property
     def paths(self) -> bool:
@@ -360,7 +372,9 @@ class Redaction:
         if isinstance(more, Redaction):
             return more
         extra = Redaction.of(more).rules
-        return Redaction((*self.rules, *extra), defaults=self.defaults, marker=self.marker) if extra else self
+        if not extra:
+            return self
+        return Redaction((*self.rules, *extra), defaults=self.defaults, marker=self.marker, json_text=self.json_text)
 
     def without(self, *rules: Rule) -> Redaction:
         """These rules, the defaults among them, less `rules`: `Redaction().without("token")` keeps OpenAI's
@@ -368,7 +382,7 @@ class Redaction:
         gone = {r.lower() if isinstance(r, str) else r for r in rules}
         every = (*DEFAULT_RULES, *self.rules) if self.defaults else self.rules
         kept = tuple(r for r in every if (r.lower() if isinstance(r, str) else r) not in gone)
-        return Redaction(kept, defaults=False, marker=self.marker)
+        return Redaction(kept, defaults=False, marker=self.marker, json_text=self.json_text)
 
     def __call__(self, value: Any) -> Any:
         """value with every secret replaced by the marker (value itself when nothing changed)."""
@@ -426,7 +440,7 @@ class Redaction:
         if self._tails:
             # (a non-ASCII key may lower to a rule's: the Kelvin sign in api_\u212aey lowers to k)
             low = data.lower() if data.isascii() else data.decode().lower().encode()
-            if 92 in low:  # a backslash (memchr: a two-byte search costs more): JSON text inside a string?
+            if 92 in low and self.json_text:  # a backslash (memchr; a two-byte search costs more): JSON text?
                 # its keys end in \": there (\\\": in JSON text inside that: pairs of backslashes go first), or
                 # \" : (a pretty printer's); replaces, not a regex, which costs several times more
                 low = low.replace(b"\\\\", b"").replace(b'\\"', b'"').replace(b'" :', b'":')
@@ -501,8 +515,8 @@ class Redaction:
 
     def _walk(self, value: Any) -> Any:
         if isinstance(value, str):
-            if value[:1] in ("{", "[") and self._keys:  # JSON text (an MCP tool's text content, a model's
-                inner = _json_text(value)  # arguments): its keys are keys, redacted as in any object
+            if value[:1] in ("{", "[") and self._keys and self.json_text:  # JSON text (an MCP tool's text
+                inner = _json_text(value)  # content, a model's arguments): its keys redacted as an object's
                 if inner is not None and (walked := self._walk(inner)) is not inner:
                     return orjson.dumps(walked).decode()
             return self.text(value) if self._patterns else value
