@@ -248,7 +248,7 @@ class Executor:
             journal, run_id, goal, self.contracts, self.redact, self.entrypoint, lineage, code=code, budget=limit
         )
         session = session or Session(journal, redact=self.redact)
-        if budget is not None:  # budget hook: the run's ledger (runtime/budget.py)
+        if budget is not None:  # the run's ledger (runtime/budget.py)
             session.limit(budget)
         run = Run(journal, session, goal, run_id, [], S.INIT)
         run.index = (
@@ -473,7 +473,7 @@ class Executor:
                         "the step alone"
                     ) from None
                 return self._ask(run, stop.question)
-            if isinstance(stop, BudgetExceeded):  # budget hook: PAUSED before the call (runtime/budget.py)
+            if isinstance(stop, BudgetExceeded):  # PAUSED before the call (runtime/budget.py)
                 return over_budget(run, stop)
             # the journal's own failure, a re-execution's verdict and the vault's refusal to reveal a checkpoint the
             # planner read have no crash record (a resume refused so writes nothing); a call's failure propagates

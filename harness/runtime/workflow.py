@@ -523,7 +523,7 @@ def _raised(flow: Flow, e: BaseException) -> Outcome:
             if e is not raised:
                 raise e from None  # the group it came in: its other members are in e's note, or dropped
             raise e
-        if isinstance(e, BudgetExceeded):  # budget hook: PAUSED before the call (runtime/budget.py)
+        if isinstance(e, BudgetExceeded):  # PAUSED before the call (runtime/budget.py)
             if run.session.checking:
                 run.session.settled()
             return over_budget(run, e)
