@@ -129,7 +129,7 @@ def call(tool: Any, /, **kwargs: Any) -> Any:
         item = flow.serving.take_held(STEP, spec.name, _shown(flow, spec, kwargs)) if flow.serving is not None else None
         intent = _begin(flow, spec, kwargs, item)
         if not isinstance(intent, _Given):
-            intent = _recorded(flow, spec, intent)
+            intent = _recorded(flow, intent)
         if isinstance(intent, _Given):
             return intent.give()
         try:
@@ -137,7 +137,7 @@ def call(tool: Any, /, **kwargs: Any) -> Any:
         except BaseException as e:  # a question (the run pauses in ACT: the workflow's end handles it), or a failure
             _raised(flow, e)
             raise
-        return _done(flow, spec, raw)
+        return _done(flow, raw)
 
 
 async def acall(tool: Any, /, **kwargs: Any) -> Any:
@@ -161,7 +161,7 @@ async def acall(tool: Any, /, **kwargs: Any) -> Any:
         if not isinstance(intent, _Given):
             if session.strict:  # a rerun: sibling crossings the recording has while the call ran go first
                 await session.aturn(_outcome)
-            intent = _recorded(flow, spec, intent)
+            intent = _recorded(flow, intent)
         if isinstance(intent, _Given):
             return intent.give()
         try:
@@ -171,7 +171,7 @@ async def acall(tool: Any, /, **kwargs: Any) -> Any:
         except BaseException as e:
             _raised(flow, e)
             raise
-        return _done(flow, spec, raw)
+        return _done(flow, raw)
     finally:
         cast("asyncio.Lock", flow.alock).release()
 
@@ -266,7 +266,7 @@ def _begin(flow: Flow, spec: ToolSpec, kwargs: dict[str, Any], item: Item | None
         if canonical(held.contract) != canonical(contract):
             what = f"contract of tool {spec.name!r} (the call at seq {item.seq})"
             raise ResumeMismatch(run.journal.path, what, held.contract, contract)
-        return _reopen(flow, spec, held, kwargs)
+        return _reopen(flow, held, kwargs)
     if run.state != S.PLAN:
         raise internal(f"a tool call in state {run.state} at step {run.step}", run.journal.path, run.journal.seq)
     effect = contract["effect"]
@@ -277,7 +277,7 @@ def _begin(flow: Flow, spec: ToolSpec, kwargs: dict[str, Any], item: Item | None
     return made
 
 
-def _recorded(flow: Flow, spec: ToolSpec, intent: dict[str, Any]) -> dict[str, Any] | _Given:
+def _recorded(flow: Flow, intent: dict[str, Any]) -> dict[str, Any] | _Given:
     """A call whose intent is written: its result served by a rerun's recording, or the intent to call live."""
     session = flow.run.session
     if not session.strict:  # a run or a resume: a call is served from its history (_begin), never from here
@@ -288,11 +288,11 @@ def _recorded(flow: Flow, spec: ToolSpec, intent: dict[str, Any]) -> dict[str, A
         _failed(flow, e.error)
         return _Given(error=rebuild(e.error))
     if recorded is not NOT_SERVED:
-        return _Given(_done(flow, spec, recorded))
+        return _Given(_done(flow, recorded))
     return intent
 
 
-def _reopen(flow: Flow, spec: ToolSpec, held: Step, args: dict[str, Any]) -> dict[str, Any] | _Given:
+def _reopen(flow: Flow, held: Step, args: dict[str, Any]) -> dict[str, Any] | _Given:
     """A call the history holds: its recorded outcome, or the call the trace left open, gone on with (step.reopen)."""
     run = flow.run
     if held.state == "done":
@@ -329,7 +329,7 @@ async def _recheck(flow: Flow, recheck: Callable[[], Awaitable[str | None]]) -> 
         raise Paused(finished(replay(run.journal.path)))
 
 
-def _done(flow: Flow, spec: ToolSpec, raw: Any) -> Any:
+def _done(flow: Flow, raw: Any) -> Any:
     """The call returned raw: its result on the file (ACT -> VERIFY), then its checkpoint; the result as the
     trace gives it back (a JSON round trip; its secrets kept beside the trace), which is what a resumed run is
     served."""
