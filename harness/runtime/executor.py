@@ -265,13 +265,12 @@ class Executor:
         except TraceCorruption as e:
             start_over(journal, e, answer)  # a torn header: no run began, a new one starts in the emptied file
             return self._start(journal, goal, uuid.uuid4().hex, budget=budget)
-        redact = self.redact.as_of(rep.header)
+        ex, redact = self, self.redact.as_of(rep.header)
         if redact is not self.redact:  # a trace of 0.3.x: its values are compared and written redacted as then
             ex = copy.copy(self)
             ex.redact = redact
             journal.redacting(redact)
-            return ex._resume_read(journal, rep, goal, answer, budget)
-        return self._resume_read(journal, rep, goal, answer, budget)
+        return ex._resume_read(journal, rep, goal, answer, budget)
 
     def _resume_read(self, journal: Journal, rep: Replay, goal: Any, answer: Any, budget: Budget | None) -> Outcome:
         """_resume, once its trace is read."""

@@ -291,7 +291,6 @@ class _Opened:
         self.redact = Redaction.of(options.redact)
         self.outcome: Outcome | None = None
         self.flow: Flow = cast(Flow, None)
-        self.recorded: Budget | None = None  # the budget the run's header records, on resume
         self.opened = Opened(
             options.trace, options.runs_dir, resume=options.resume, answer=options.answer,
             durability=options.durability, redact=self.redact, seal_key=options.seal_key,
@@ -304,14 +303,7 @@ class _Opened:
             if self.opened.run_id is None:
                 self._resume(journal)
             else:
-                limit = self.options.budget.to_json() if self.options.budget is not None else None
-                self.flow = start(
-                    journal, self.w.name, self.goal, self.opened.run_id, redact=self.redact, fsync=journal.fsync,
-                    budget=limit,
-                )  # fmt: skip
-            budget = self.options.budget or self.recorded  # a resume given none keeps the one the run started with
-            if self.outcome is None and budget is not None:  # the run's ledger (budget.py)
-                self.flow.run.session.limit(budget)
+                self._start(journal, self.opened.run_id)
         except BaseException:
             journal.close()
             raise
@@ -320,18 +312,23 @@ class _Opened:
     def __exit__(self, kind: type[BaseException] | None, *exc: object) -> None:
         self.opened.__exit__(kind, *exc)
 
+    def _start(self, journal: Journal, run_id: str) -> None:
+        """A new run: its header, with the budget it starts with, and its ledger (budget.py)."""
+        budget = self.options.budget
+        limit = budget.to_json() if budget is not None else None
+        self.flow = start(
+            journal, self.w.name, self.goal, run_id, redact=self.redact, fsync=journal.fsync, budget=limit
+        )
+        self.flow.run.session.limit(budget)
+
     def _resume(self, journal: Journal) -> None:
         path, w, answer = journal.path, self.w, self.options.answer
         try:
             rep, recorded = Recorded.read(path)
         except TraceCorruption as e:
             start_over(journal, e, answer)  # a torn header: never started, a new run in the emptied file
-            limit = self.options.budget.to_json() if self.options.budget is not None else None  # as a new run's
-            self.flow = start(
-                journal, w.name, self.goal, uuid.uuid4().hex, redact=self.redact, fsync=journal.fsync, budget=limit
-            )
+            self._start(journal, uuid.uuid4().hex)
             return
-        self.recorded = Budget.recorded(rep.header)
         self.redact = self.redact.as_of(rep.header)  # a trace of 0.3.x: compared and written redacted as then
         journal.redacting(self.redact)
         if rep.workflow is None or not same_workflow(rep.workflow, w.name):
@@ -365,6 +362,8 @@ class _Opened:
         self.flow = go_on(
             journal, session, rep, fsync=journal.fsync, answer=answer, lazy=True, answers=owed[len(delivered) :]
         )
+        # its ledger (budget.py): a resume given no budget keeps the one the run started with
+        session.limit(self.options.budget or Budget.recorded(rep.header))
 
 
 def module_name(module: str) -> str:
