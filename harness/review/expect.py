@@ -34,7 +34,7 @@ import fnmatch
 import os
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -74,17 +74,19 @@ _MISSING: Any = object()
 class _Call:
     """What every call has: its name, its args (a model's: the request), what came back, the record that made
     it, and whether that record was served from a recording (a rerun, a fork's prefix) rather than made live
-    (`answered`, in each kind: a fork's branch, the value given by hand; `live`: neither)."""
+    (`answered`: a fork's branch, the value given by hand; `live`: neither)."""
 
     name: str
     args: Any
     result: Any
     seq: int
     served: bool
+    _: KW_ONLY
+    answered: bool = False  # a fork's branch: the value was given by hand, neither served nor made live
 
     @property
     def live(self) -> bool:
-        return not self.served and not getattr(self, "answered", False)  # (each kind declares `answered`)
+        return not self.served and not self.answered
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,7 +107,6 @@ class ToolCall(_Call):
     attempts: int = 1
     agent: str = "main"
     server: str | None = None  # an MCP tool's server
-    answered: bool = False  # a fork's branch: the value was given by hand, neither served nor made live
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,7 +118,6 @@ class ModelCall(_Call):
     error: dict[str, Any] | None = None
     tokens: int | None = None
     agent: str = "main"
-    answered: bool = False  # a fork's branch: the value was given by hand, neither served nor made live
 
 
 @dataclass(frozen=True, slots=True)
@@ -208,10 +208,12 @@ def _gather(rep: Replay, records: list[dict[str, Any]]) -> Calls:
                 i = retried[0]
                 prev = tools[i]
                 tools[i] = ToolCall(prev.name, prev.args, None, prev.seq, prev.served, prev.tool, None, False,
-                                    prev.attempts + 1, agent, prev.server, prev.answered)  # fmt: skip
+                                    prev.attempts + 1, agent, prev.server, answered=prev.answered)  # fmt: skip
             else:
                 i = len(tools)
-                made = ToolCall(name, args, None, rec["seq"], served, tool, None, False, 1, agent, server, answered)
+                made = ToolCall(
+                    name, args, None, rec["seq"], served, tool, None, False, 1, agent, server, answered=answered
+                )
                 tools.append(made)
             open_[agent] = i
             last.pop(agent, None)
@@ -242,7 +244,7 @@ def _gather(rep: Replay, records: list[dict[str, Any]]) -> Calls:
 
 def _ended(prev: ToolCall, name: str, server: str | None, result: Any, error: Any) -> ToolCall:
     return ToolCall(name, prev.args, result, prev.seq, prev.served, prev.tool, error, True, prev.attempts, prev.agent,
-                    server, prev.answered)  # fmt: skip
+                    server, answered=prev.answered)  # fmt: skip
 
 
 def _bytes(value: Any) -> bytes:
@@ -264,7 +266,7 @@ def _tool_crossing(rec: dict[str, Any], served: bool, agent: str, answered: bool
     if call is None or call.method == "tools/list":
         return None
     return ToolCall(call.name, call.args, call.response, rec["seq"], served, call.tool, call.error, True, 1, agent,
-                    call.server, answered)  # fmt: skip
+                    call.server, answered=answered)  # fmt: skip
 
 
 def _model_call(rec: dict[str, Any], served: bool, agent: str, answered: bool) -> ModelCall | None:
@@ -275,7 +277,7 @@ def _model_call(rec: dict[str, Any], served: bool, agent: str, answered: bool) -
     name = call.request_model or call.response_model or boundary
     tokens = call.usage.tokens if call.usage is not None else None
     return ModelCall(name, rec.get("request"), rec.get("response"), rec["seq"], served, boundary, rec.get("error"),
-                     tokens, agent, answered)  # fmt: skip
+                     tokens, agent, answered=answered)  # fmt: skip
 
 
 class Expectation:
